@@ -1,0 +1,234 @@
+"""The target-neutral loop IR that every backend consumes.
+
+A kernel is a :class:`LoweredFunction`: scalar parameters, array arguments and a
+statement tree.  Expressions carry their dtype (a string from :data:`DTYPES`).
+Arrays are multi-dimensional; indices are per dimension and backends linearise
+them row-major with the array's shape.
+
+Integer semantics (explicit so every backend agrees):
+
+* ``div`` / ``mod`` on integers truncate toward zero (C semantics);
+  on floats ``div`` is true division and ``mod`` is ``fmod``.
+* ``floordiv`` / ``floormod`` round toward minus infinity (Python semantics),
+  for integers and floats alike.
+
+This module imports nothing from ``tiramisu_py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+DTYPES = ("bool", "int8", "uint8", "int32", "int64", "float32", "float64")
+INT_DTYPES = ("int8", "uint8", "int32", "int64")
+FLOAT_DTYPES = ("float32", "float64")
+INDEX = "int64"   # dtype of loop iterators, params and indices
+
+ARITH_OPS = ("add", "sub", "mul", "div", "mod", "floordiv", "floormod", "min", "max")
+CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+LOGIC_OPS = ("and", "or")
+UNARY_OPS = ("neg", "not")
+MATH_FUNCS = ("exp", "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil")
+
+LOOP_KINDS = ("serial", "parallel", "vector", "unrolled", "gpu_block", "gpu_thread")
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in FLOAT_DTYPES
+
+
+def is_int(dtype: str) -> bool:
+    return dtype in INT_DTYPES
+
+
+class Expr:
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Expr):
+    value: object
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Var(Expr):
+    """A scalar name: loop iterator, scalar parameter or Let-bound value."""
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True, eq=False)
+class Load(Expr):
+    array: str
+    index: tuple
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Expr):
+    op: str
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Call(Expr):
+    func: str
+    args: tuple
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    a: Expr
+    dtype: str
+
+
+class Stmt:
+    pass
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """``for (var = lo; var < hi; var += step) body``; ``hi`` is exclusive."""
+    var: str
+    lo: Expr
+    hi: Expr
+    body: Stmt
+    kind: str = "serial"
+    step: int = 1
+    # backend hints, e.g. {"reduction": [("C", "add")]} or {"vector_width": 16}
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    else_: Optional[Stmt] = None
+
+
+@dataclass(eq=False)
+class Block(Stmt):
+    stmts: list
+
+
+@dataclass(eq=False)
+class Let(Stmt):
+    """Binds a scalar ``name = value`` visible in ``body``."""
+    name: str
+    value: Expr
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    """A temporary array visible in ``body``; freed on every path out of it."""
+    array: str
+    dtype: str
+    shape: tuple
+    body: Stmt
+    zero_init: bool = False
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    array: str
+    index: tuple
+    value: Expr
+
+
+@dataclass(frozen=True)
+class ArrayArg:
+    name: str
+    dtype: str
+    shape: tuple          # tuple of Expr over scalar params
+    writable: bool
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(eq=False)
+class LoweredFunction:
+    """A whole kernel.  The calling convention, in order: every scalar argument,
+    then every array argument as a pointer to its first element.  The function
+    returns an int status: 0 on success, 1 if a temporary could not be
+    allocated."""
+    name: str
+    scalars: list
+    arrays: list
+    body: Stmt
+    constants: dict = field(default_factory=dict)   # name -> int, fixed params
+
+
+# --------------------------------------------------------------------- helpers
+def const(value, dtype: str = INDEX) -> Const:
+    return Const(value, dtype)
+
+
+def binary(op: str, a: Expr, b: Expr) -> Expr:
+    """Builds a Binary with the dtype its operands imply (they must agree for
+    arithmetic; comparisons and logic give bool)."""
+    if op in CMP_OPS or op in LOGIC_OPS:
+        return Binary(op, a, b, "bool")
+    if a.dtype != b.dtype:
+        raise TypeError(f"loop IR: operands of {op} differ in dtype: {a.dtype} vs {b.dtype}")
+    return Binary(op, a, b, a.dtype)
+
+
+def walk_exprs(e: Expr):
+    """Yields ``e`` and every sub-expression."""
+    yield e
+    for child in expr_children(e):
+        yield from walk_exprs(child)
+
+
+def expr_children(e: Expr) -> Sequence[Expr]:
+    if isinstance(e, Load):
+        return e.index
+    if isinstance(e, Binary):
+        return (e.a, e.b)
+    if isinstance(e, (Unary, Cast)):
+        return (e.a,)
+    if isinstance(e, Call):
+        return e.args
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    return ()
+
+
+def stmt_children(s: Stmt) -> Sequence[Stmt]:
+    if isinstance(s, (For, Let, Allocate)):
+        return (s.body,)
+    if isinstance(s, If):
+        return (s.then,) if s.else_ is None else (s.then, s.else_)
+    if isinstance(s, Block):
+        return s.stmts
+    return ()
+
+
+def walk_stmts(s: Stmt):
+    yield s
+    for child in stmt_children(s):
+        yield from walk_stmts(child)

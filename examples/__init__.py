@@ -1,0 +1,1 @@
+"""Runnable examples; each has ``build()``, a NumPy ``reference`` and ``main()``."""

@@ -1,0 +1,137 @@
+"""Call-time proofs that a kernel stays inside its arrays.
+
+With the call's param values known, every access relation is affine (a
+``y*W`` index becomes ``64*y``).  Loads that feed bounds (``rowptr[co]``) or
+indices (``colidx[j]``) become variables ranging over the values the argument
+actually holds.  isl then proves, for every access, that no instance of the
+statement touches an element outside its array; otherwise the call is refused
+with the argument to blame and one offending instance.  Results are cached per
+(params, value ranges)."""
+from __future__ import annotations
+
+import islpy as isl
+
+from . import affine
+from .affine import NonAffine
+from .expr import Access, walk
+from .function import Var
+
+
+class BoundsChecker:
+    def __init__(self, model):
+        self.model = model
+        self.cache = {}
+        dd_vars = {v.name for m in model.stmts for v in m.vars if v.data_dependent}
+        self.items = []
+        for m in model.stmts:
+            for a in m.accesses:
+                uses_dd = any(isinstance(n, Var) and n.name in dd_vars
+                              for e in a.index for n in walk(e))
+                self.items.append((m, a, uses_dd))
+        # arrays whose values feed bounds or indices
+        self.value_arrays = sorted({ld.target.name for m in model.stmts
+                                    for ld in m.bound_params.values()}
+                                   | {ld.target.name for _, a, _ in self.items
+                                      for e in a.index for ld in walk(e)
+                                      if isinstance(ld, Access)})
+        self.csr_pairs = self._csr_pairs()
+
+    def _csr_pairs(self):
+        """1-D arrays read as ``B[e]`` .. ``B[e + 1]`` bounds: row pointers,
+        which must be non-decreasing."""
+        out = set()
+        for m in self.model.stmts:
+            for v in m.vars:
+                if isinstance(v.lo, Access) and isinstance(v.hi, Access) \
+                        and v.lo.target is v.hi.target and len(v.lo.target.shape) == 1:
+                    out.add((v.lo.target.name, v.name))
+        return sorted(out)
+
+    def dry_run(self):
+        """At compile time: every index must become affine once params are
+        known, or no call could be proved safe."""
+        values = {p: 1 for p in self.model.f.params}
+        for m, a, _ in self.items:
+            try:
+                self._bad_set_text(m, a, values, lambda name: (0, 0))
+            except NonAffine as exc:
+                raise ValueError(f"{m.name}: cannot prove {a.what} stays inside "
+                                 f"{a.buffer.name!r}: its index is not affine in the loops "
+                                 f"({exc})") from None
+
+    def check(self, values: dict, ranges: dict):
+        """``values``: param -> int; ``ranges``: array name -> (min, max) of its
+        values, or None when it is empty."""
+        key = (tuple(sorted(values.items())), tuple(sorted(ranges.items())))
+        if key in self.cache:
+            return
+        for m, a, uses_dd in self.items:
+            text, names, placeholders = self._bad_set_text(m, a, values, ranges.get)
+            bad = isl.Set(text, context=self.model.ctx)
+            if not bad.is_empty():
+                self._raise(m, a, uses_dd, bad, names, placeholders, values, ranges)
+        if len(self.cache) > 256:
+            self.cache.clear()
+        self.cache[key] = True
+
+    # ----------------------------------------------------------------- text
+    def _bad_set_text(self, m, a, values, range_of):
+        values = dict(self.model.f.fixed, **values)
+        placeholders = []            # (name, load)
+        cons = self.model.domain_constraints(m, values) + self.model.guard_constraints(a, values)
+        for p, ld in m.bound_params.items():
+            placeholders.append((p, ld))
+        outs = []
+        for k, e in enumerate(a.index):
+            subst = {}
+            for ld in [n for n in walk(e) if isinstance(n, Access)]:
+                p = f"tp_x{len(placeholders)}"
+                subst[id(ld)] = p
+                placeholders.append((p, ld))
+            o = f"o{k}"
+            outs.append(o)
+            cons.append(f"{o} = {affine.text(e, subst=subst, values=values)}")
+        for p, ld in placeholders:
+            r = range_of(ld.target.name)
+            cons.append(f"{r[0]} <= {p} <= {r[1]}" if r is not None else "false")
+        out_of = []
+        for k, s in enumerate(a.buffer.shape):
+            size = affine.text(s, values=values)
+            out_of.append(f"o{k} < 0 or o{k} >= {size}")
+        cons.append("(" + " or ".join(out_of) + ")" if out_of else "false")
+        names = [v.name for v in m.vars] + [p for p, _ in placeholders] + outs
+        return f"{{ [{', '.join(names)}] : {' and '.join(cons)} }}", names, placeholders
+
+    def _raise(self, m, a, uses_dd, bad, names, placeholders, values, ranges):
+        pt = bad.sample_point()
+        coords = {n: pt.get_coordinate_val(isl.dim_type.set, k).to_python()
+                  for k, n in enumerate(names)}
+        where = ", ".join(f"{v.name}={coords[v.name]}" for v in m.vars)
+        idx = tuple(coords[f"o{k}"] for k in range(len(a.index)))
+        shape = tuple(affine.text(s, values=dict(self.model.f.fixed, **values))
+                      for s in a.buffer.shape)
+        shape = tuple(int(s) if s.lstrip("-").isdigit() else s for s in shape)
+        access = "writes" if a.write else "reads"
+        detail = (f"{m.name}({where}) {access} {a.what} = {a.buffer.name}"
+                  f"[{', '.join(map(str, idx))}], outside its shape {shape}")
+        index_arrays = [ld.target.name for p, ld in placeholders if p.startswith("tp_x")]
+        bound_arrays = [ld.target.name for p, ld in placeholders if p.startswith("tp_b")]
+        blame = index_arrays or (bound_arrays if uses_dd else [])
+        if blame:
+            name = blame[0]
+            lo, hi = ranges[name] if ranges.get(name) else ("-", "-")
+            raise ValueError(f"argument {name!r} holds values in [{lo}, {hi}] that index out "
+                             f"of range: {detail}")
+        params = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+        raise IndexError(f"out-of-bounds access for {params or 'these sizes'}: {detail}")
+
+
+def check_monotone(name, values):
+    """Row pointers (a NumPy array) must be non-decreasing."""
+    import numpy as np
+    if values.size > 1:
+        d = np.diff(values.astype(np.int64))
+        if (d < 0).any():
+            k = int(np.argmax(d < 0))
+            raise ValueError(f"argument {name!r} must be non-decreasing (row pointers): "
+                             f"{name}[{k}]={int(values[k])} > {name}[{k + 1}]={int(values[k + 1])}")

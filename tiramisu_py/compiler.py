@@ -1,0 +1,92 @@
+"""``Function.compile``: buffers, the polyhedral model, lowering, code
+generation and the Kernel."""
+from __future__ import annotations
+
+import codegen
+from codegen import ir
+
+from .checks import BoundsChecker
+from .expr import Access, walk
+from .function import Buffer, Computation
+from .kernel import Kernel
+from .lower import AstLowering, ExprLowering
+from .poly import PolyModel
+
+TARGETS = ("cpu",)
+
+
+def compile_function(f, target="cpu", **options):
+    if target not in TARGETS:
+        raise ValueError(f"compile: unknown target {target!r}; available: {', '.join(TARGETS)}")
+    if options:
+        raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
+    if not f.statements:
+        raise ValueError(f"function {f.name!r} has no computation")
+    for c in f.computations.values():
+        if c.value is None:
+            raise ValueError(f"computation {c.name!r} has no expression; define it with "
+                             f"{c.name}[{', '.join(c.loops)}] = ... or set_expression")
+        if getattr(c, "_auto_buffer", False):
+            c.buffer, c.store_index, c._auto_buffer = None, None, False
+
+    model = PolyModel(f)
+    inputs, outputs, temps = _assign_buffers(f, model)
+    model.build_accesses()
+    checker = BoundsChecker(model)
+    checker.dry_run()
+
+    reserved = (set(f._names) - {v.name for v in f.vars}) | {b.name for b in inputs + outputs + temps}
+    body = AstLowering(model, reserved).run()
+    ex = ExprLowering(f.fixed)
+    for b in reversed(temps):
+        body = ir.Allocate(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
+                           body, zero_init=True)
+    arrays = [ir.ArrayArg(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
+                          writable=b.kind != "input") for b in inputs + outputs]
+    lowered = ir.LoweredFunction(
+        name=f.name,
+        scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
+        arrays=arrays, body=body, constants=dict(f.fixed))
+    compiled = codegen.compile_c(lowered)
+    kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered)
+    kernel.model = model
+    return kernel
+
+
+def _assign_buffers(f, model):
+    """Gives every computation without ``store_in`` a buffer of its own, shaped
+    like its domain's bounding box; decides which buffers are outputs."""
+    read_by = {c.name: set() for c in f.computations.values()}
+    for s in f.statements:
+        owner = s.parent.name if s.is_update else s.name
+        exprs = [s.value] + [e for v in s.vars for e in (v.lo, v.hi)]
+        exprs += list(s.lhs) if s.is_update else list(s.store_index or [])
+        for e in exprs:
+            for n in walk(e):
+                if isinstance(n, Access) and isinstance(n.target, Computation):
+                    if n.target.name != owner:
+                        read_by[n.target.name].add(owner)
+    explicit_outputs = any(b.kind == "output" for b in f.buffers.values())
+    default_outputs, default_temps = [], []
+    for c in f.computations.values():
+        if c.buffer is not None:
+            continue
+        box = model.bounding_box(model.by_name[c.name])
+        shape = tuple(ext for _, ext in box)
+        kind = "temp" if (explicit_outputs or read_by[c.name]) else "output"
+        b = Buffer(f, c.name, shape, c.dtype, kind)
+        c.buffer = b
+        c.store_index = [v if lo is None else v - lo for v, (lo, _) in zip(c.vars, box)]
+        c._auto_buffer = True
+        (default_outputs if kind == "output" else default_temps).append(b)
+    declared = list(f.buffers.values())
+    inputs = [b for b in declared if b.kind == "input"]
+    outputs = [b for b in declared if b.kind == "output"] + default_outputs
+    temps = [b for b in declared if b.kind == "temp"] + default_temps
+    if not outputs:
+        raise ValueError(f"function {f.name!r} has no output: every computation is read by "
+                         "another; mark a buffer with f.buffer(..., output=True)")
+    return inputs, outputs, temps
+
+
+__all__ = ["compile_function"]

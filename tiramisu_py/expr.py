@@ -1,0 +1,387 @@
+"""Expressions of the DSL: constants, params, loop variables, accesses,
+arithmetic, comparisons, math functions, select and casts.
+
+Python literals are *weakly typed*: they take the type of the operand they meet
+(``x_f32 * 0.5`` stays float32).  ``/`` is true division (integers give
+float64), ``//`` and ``%`` follow Python's floor semantics, comparisons give
+bool.  An expression has no truth value: use ``tp.select`` for conditions.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterable
+
+from . import types as T
+
+
+class Expr:
+    __slots__ = ()
+    __hash__ = object.__hash__          # identity: == builds an expression
+
+    # arithmetic -------------------------------------------------------
+    def __add__(self, o): return BinOp("add", self, wrap(o))
+    def __radd__(self, o): return BinOp("add", wrap(o), self)
+    def __sub__(self, o): return BinOp("sub", self, wrap(o))
+    def __rsub__(self, o): return BinOp("sub", wrap(o), self)
+    def __mul__(self, o): return BinOp("mul", self, wrap(o))
+    def __rmul__(self, o): return BinOp("mul", wrap(o), self)
+    def __truediv__(self, o): return BinOp("div", self, wrap(o))
+    def __rtruediv__(self, o): return BinOp("div", wrap(o), self)
+    def __floordiv__(self, o): return BinOp("floordiv", self, wrap(o))
+    def __rfloordiv__(self, o): return BinOp("floordiv", wrap(o), self)
+    def __mod__(self, o): return BinOp("floormod", self, wrap(o))
+    def __rmod__(self, o): return BinOp("floormod", wrap(o), self)
+    def __neg__(self): return UnOp("neg", self)
+    def __pos__(self): return self
+
+    # comparisons and logic --------------------------------------------
+    def __lt__(self, o): return BinOp("lt", self, wrap(o))
+    def __le__(self, o): return BinOp("le", self, wrap(o))
+    def __gt__(self, o): return BinOp("gt", self, wrap(o))
+    def __ge__(self, o): return BinOp("ge", self, wrap(o))
+    def __eq__(self, o): return BinOp("eq", self, wrap(o))
+    def __ne__(self, o): return BinOp("ne", self, wrap(o))
+    def __and__(self, o): return BinOp("and", self, wrap(o))
+    def __rand__(self, o): return BinOp("and", wrap(o), self)
+    def __or__(self, o): return BinOp("or", self, wrap(o))
+    def __ror__(self, o): return BinOp("or", wrap(o), self)
+    def __invert__(self): return UnOp("not", self)
+
+    def __bool__(self):
+        raise TypeError("a tiramisu_py expression has no truth value; "
+                        "use tp.select(cond, a, b) or & / | to combine conditions")
+
+    # typing -------------------------------------------------------------
+    @property
+    def dtype(self) -> T.DType:
+        """The expression's type (weak literals resolved to their default)."""
+        t = strong_type(self)
+        if t is not None:
+            return t
+        return _weak_default(self)
+
+    def children(self) -> tuple:
+        return ()
+
+
+def wrap(x) -> Expr:
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, bool):
+        return Const(x, T.bool_)
+    if isinstance(x, (int, float)):
+        return Const(x, None)
+    if hasattr(x, "dtype") and getattr(x, "shape", None) == ():   # numpy scalar
+        return Const(x.item(), T.from_any(x.dtype))
+    raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tiramisu_py expression")
+
+
+class Const(Expr):
+    __slots__ = ("value", "weak_dtype")
+
+    def __init__(self, value, dtype):
+        self.value = value
+        self.weak_dtype = dtype        # None: a weak Python literal
+
+    def __repr__(self):
+        return repr(self.value)
+
+
+class ParamRef(Expr):
+    """A symbolic size of the function (int64)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+class BinOp(Expr):
+    __slots__ = ("op", "a", "b")
+    SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//",
+              "floormod": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+              "eq": "==", "ne": "!=", "and": "&", "or": "|"}
+
+    def __init__(self, op, a, b):
+        self.op, self.a, self.b = op, a, b
+
+    def children(self):
+        return (self.a, self.b)
+
+    def __repr__(self):
+        if self.op in ("min", "max"):
+            return f"{self.op}({self.a!r}, {self.b!r})"
+        return f"({self.a!r} {self.SYMBOL[self.op]} {self.b!r})"
+
+
+class UnOp(Expr):
+    __slots__ = ("op", "a")
+
+    def __init__(self, op, a):
+        self.op, self.a = op, a
+
+    def children(self):
+        return (self.a,)
+
+    def __repr__(self):
+        return ("-" if self.op == "neg" else "~") + repr(self.a)
+
+
+class Call(Expr):
+    """A math function: exp, log, tanh, sigmoid, sqrt, abs, floor, ceil."""
+    __slots__ = ("func", "args")
+
+    def __init__(self, func, args):
+        self.func, self.args = func, tuple(args)
+
+    def children(self):
+        return self.args
+
+    def __repr__(self):
+        return f"{self.func}({', '.join(map(repr, self.args))})"
+
+
+class Select(Expr):
+    __slots__ = ("cond", "a", "b")
+
+    def __init__(self, cond, a, b):
+        self.cond, self.a, self.b = cond, a, b
+
+    def children(self):
+        return (self.cond, self.a, self.b)
+
+    def __repr__(self):
+        return f"select({self.cond!r}, {self.a!r}, {self.b!r})"
+
+
+class Cast(Expr):
+    __slots__ = ("to", "a")
+
+    def __init__(self, to, a):
+        self.to, self.a = to, a
+
+    def children(self):
+        return (self.a,)
+
+    def __repr__(self):
+        return f"cast({self.to.name}, {self.a!r})"
+
+
+class Access(Expr):
+    """``target[indices]`` where target is a Buffer or a Computation.
+
+    On the left of ``+=``, ``-=``, ``*=`` it records an update (a reduction)
+    of a computation; ``.max(e)`` / ``.min(e)`` / ``.reduce(op, e)`` do the
+    same for other operators."""
+    __slots__ = ("target", "indices")
+
+    def __init__(self, target, indices):
+        self.target = target
+        self.indices = tuple(wrap(i) for i in indices)
+
+    def children(self):
+        return self.indices
+
+    def __repr__(self):
+        return f"{self.target.name}[{', '.join(map(repr, self.indices))}]"
+
+    def __iadd__(self, e): return UpdateRequest(self, "add", wrap(e))
+    def __isub__(self, e): return UpdateRequest(self, "sub", wrap(e))
+    def __imul__(self, e): return UpdateRequest(self, "mul", wrap(e))
+
+    def reduce(self, op: str, e, loops=None):
+        """Adds an update ``self = op(self, e)`` of the accessed computation
+        over the loops ``loops`` (default: the index loops, then the other loops
+        ``e`` uses, in declaration order).  ``op``: one of + - * max min."""
+        names = {"+": "add", "-": "sub", "*": "mul", "max": "max", "min": "min",
+                 "add": "add", "sub": "sub", "mul": "mul"}
+        if op not in names:
+            raise ValueError(f"reduce: op must be one of + - * max min, not {op!r}")
+        return self.target._add_update(self, names[op], wrap(e), loops)
+
+    def max(self, e, loops=None):
+        return self.reduce("max", e, loops)
+
+    def min(self, e, loops=None):
+        return self.reduce("min", e, loops)
+
+
+class UpdateRequest:
+    """What ``C[i, j] += e`` hands to ``C.__setitem__``."""
+
+    def __init__(self, access, op, expr):
+        self.access, self.op, self.expr = access, op, expr
+
+
+# ------------------------------------------------------------- typing rules
+def strong_type(e: Expr):
+    """The type an expression has without context, or None if it is made of
+    weak literals only."""
+    if isinstance(e, Const):
+        return e.weak_dtype
+    if isinstance(e, ParamRef):
+        return T.INDEX
+    if isinstance(e, Access):
+        return e.target.dtype
+    from .function import Var           # local import: Var lives with Function
+    if isinstance(e, Var):
+        return T.INDEX
+    if isinstance(e, Cast):
+        return e.to
+    if isinstance(e, UnOp):
+        return T.bool_ if e.op == "not" else strong_type(e.a)
+    if isinstance(e, BinOp):
+        if e.op in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or"):
+            return T.bool_
+        ta, tb = strong_type(e.a), strong_type(e.b)
+        if ta is None and tb is None:
+            return None
+        if ta is None or tb is None:
+            t = ta or tb
+            weak = e.b if ta is not None else e.a
+            if t.is_float or not _weak_is_float(weak):
+                t = t
+            else:
+                t = T.DEFAULT_FLOAT          # int operand meets a float literal
+        else:
+            t = T.promote(ta, tb)
+        if e.op == "div" and not t.is_float:
+            return T.DEFAULT_FLOAT
+        return t
+    if isinstance(e, Select):
+        ta, tb = strong_type(e.a), strong_type(e.b)
+        if ta is None and tb is None:
+            return None
+        if ta is None or tb is None:
+            t = ta or tb
+            weak = e.b if ta is not None else e.a
+            return T.DEFAULT_FLOAT if (not t.is_float and _weak_is_float(weak)) else t
+        return T.promote(ta, tb)
+    if isinstance(e, Call):
+        ts = [strong_type(a) for a in e.args]
+        if all(t is None for t in ts):
+            return None
+        t = ts[0] if len(ts) == 1 else _promote_all([x for x in ts if x is not None])
+        if e.func in ("abs",) or t.is_float:
+            return t
+        return T.DEFAULT_FLOAT            # exp of an int is float64
+    raise TypeError(f"not an expression: {e!r}")
+
+
+def _promote_all(ts):
+    t = ts[0]
+    for u in ts[1:]:
+        t = T.promote(t, u)
+    return t
+
+
+def _weak_is_float(e: Expr) -> bool:
+    for n in walk(e):
+        if isinstance(n, Const) and isinstance(n.value, float):
+            return True
+        if isinstance(n, BinOp) and n.op == "div":
+            return True
+    return False
+
+
+def _weak_default(e: Expr) -> T.DType:
+    if isinstance(e, BinOp) and e.op in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or"):
+        return T.bool_
+    if isinstance(e, Const) and isinstance(e.value, bool):
+        return T.bool_
+    return T.DEFAULT_FLOAT if _weak_is_float(e) else T.DEFAULT_INT
+
+
+def walk(e: Expr) -> Iterable[Expr]:
+    yield e
+    for c in e.children():
+        yield from walk(c)
+
+
+def accesses(e: Expr):
+    """Every Access inside ``e`` (outer ones first)."""
+    return [n for n in walk(e) if isinstance(n, Access)]
+
+
+# ------------------------------------------------------------ public helpers
+def _math(name):
+    def f(x):
+        return Call(name, [wrap(x)])
+    f.__name__ = name
+    f.__doc__ = f"Elementwise {name}."
+    return f
+
+
+exp, log, tanh, sigmoid, sqrt, floor, ceil = (_math(n) for n in
+                                               ("exp", "log", "tanh", "sigmoid", "sqrt", "floor", "ceil"))
+
+
+def abs(x):  # noqa: A001 - mirrors the math name on purpose
+    """Absolute value; keeps the operand's type."""
+    return Call("abs", [wrap(x)])
+
+
+def min(a, b, *more):  # noqa: A001
+    """Minimum of two or more expressions."""
+    r = BinOp("min", wrap(a), wrap(b))
+    for m in more:
+        r = BinOp("min", r, wrap(m))
+    return r
+
+
+def max(a, b, *more):  # noqa: A001
+    """Maximum of two or more expressions."""
+    r = BinOp("max", wrap(a), wrap(b))
+    for m in more:
+        r = BinOp("max", r, wrap(m))
+    return r
+
+
+def select(cond, a, b):
+    """``a`` where ``cond`` holds, else ``b`` (only the chosen side is evaluated)."""
+    return Select(wrap(cond), wrap(a), wrap(b))
+
+
+def cast(dtype, x):
+    """Converts ``x`` to ``dtype`` (C conversion rules)."""
+    return Cast(T.from_any(dtype), wrap(x))
+
+
+# ---------------------------------------------------------- shape parsing
+def parse_size(text, params: dict, what: str) -> Expr:
+    """Parses a size given as an int, a param name, an Expr, or a string such as
+    ``"R + 1"`` or ``"2*N"`` over the function's params."""
+    if isinstance(text, Expr):
+        return text
+    if isinstance(text, bool):
+        raise TypeError(f"{what}: a size must be an int, a param name or an expression, not bool")
+    if isinstance(text, int):
+        return Const(text, None)
+    if not isinstance(text, str):
+        raise TypeError(f"{what}: a size must be an int, a param name or an expression, "
+                        f"not {type(text).__name__}")
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"{what}: cannot parse size {text!r}") from None
+
+    def conv(n):
+        if isinstance(n, ast.Constant) and isinstance(n.value, int) and not isinstance(n.value, bool):
+            return Const(n.value, None)
+        if isinstance(n, ast.Name):
+            if n.id not in params:
+                raise ValueError(f"{what}: {n.id!r} in size {text!r} is not a param of the "
+                                 f"function (params: {', '.join(params) or 'none'})")
+            return params[n.id]
+        if isinstance(n, ast.BinOp):
+            ops = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.FloorDiv: "floordiv",
+                   ast.Mod: "floormod"}
+            if type(n.op) in ops:
+                return BinOp(ops[type(n.op)], conv(n.left), conv(n.right))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return UnOp("neg", conv(n.operand))
+        raise ValueError(f"{what}: unsupported syntax in size {text!r} "
+                         "(use ints, params, + - * // % and parentheses)")
+    return conv(tree)

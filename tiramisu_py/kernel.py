@@ -1,0 +1,246 @@
+"""A compiled kernel: a Python callable over NumPy arrays and CPU torch tensors.
+
+Every argument is checked before native code runs: names, dtypes, ranks,
+shapes against params, contiguity, writability, aliasing of outputs, and the
+contents of index arrays that feed bounds or indirect accesses (proved in
+range by :mod:`tiramisu_py.checks`).  Bad input raises TypeError / ValueError /
+IndexError naming the argument."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import affine
+from .affine import NonAffine
+from .checks import check_monotone
+
+
+class _Arg:
+    """A uniform view of a NumPy array or a torch tensor."""
+    __slots__ = ("name", "obj", "is_torch", "shape", "dtype", "address", "nbytes")
+
+    def __init__(self, name, obj):
+        self.name, self.obj = name, obj
+        if isinstance(obj, np.ndarray):
+            self.is_torch = False
+            self.shape, self.dtype = obj.shape, obj.dtype.name
+            self.address = obj.__array_interface__["data"][0]
+            self.nbytes = obj.nbytes
+        elif type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+            self.is_torch = True
+            if obj.device.type != "cpu":
+                raise ValueError(f"argument {name!r} is on {obj.device}; the cpu kernel needs "
+                                 "a CPU tensor")
+            self.shape = tuple(obj.shape)
+            self.dtype = str(obj.dtype).split(".")[-1]
+            self.address = obj.data_ptr()
+            self.nbytes = obj.numel() * obj.element_size()
+        else:
+            raise TypeError(f"argument {name!r} must be a NumPy array or a torch tensor, "
+                            f"not {type(obj).__name__}")
+
+    def contiguous(self):
+        if self.is_torch:
+            return self.obj.is_contiguous()
+        return self.obj.flags.c_contiguous and self.obj.flags.aligned
+
+    def writable(self):
+        return True if self.is_torch else self.obj.flags.writeable
+
+    def numpy(self):
+        return self.obj.detach().numpy() if self.is_torch else self.obj
+
+
+class Kernel:
+    """Call with the inputs (positionally in declaration order, or by name),
+    optionally outputs by name (updated in place) and params by name (others
+    are inferred from shapes).  Returns the output array, or a dict of them by
+    name when there are several.  ``source`` is the generated code."""
+
+    def __init__(self, f, compiled, inputs, outputs, temps, checker, lowered):
+        self.name = f.name
+        self._compiled = compiled
+        self.inputs = list(inputs)            # Buffers
+        self.outputs = list(outputs)          # Buffers
+        self.temps = list(temps)              # Buffers the kernel allocates itself
+        self.params = [p for p in f.params if p not in f.fixed]
+        self.fixed = dict(f.fixed)
+        self.checker = checker
+        self.lowered = lowered
+        self._shape_cache = {}
+
+    @property
+    def source(self) -> str:
+        return self._compiled.source
+
+    @property
+    def library_path(self) -> str:
+        return self._compiled.path
+
+    def __repr__(self):
+        ins = ", ".join(b.name for b in self.inputs)
+        outs = ", ".join(b.name for b in self.outputs)
+        return f"<Kernel {self.name}({ins}) -> {outs}>"
+
+    # ------------------------------------------------------------------ call
+    def __call__(self, *args, **kwargs):
+        if len(args) > len(self.inputs):
+            raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
+                            f"({', '.join(b.name for b in self.inputs)}), got {len(args)}")
+        given = {}
+        for b, a in zip(self.inputs, args):
+            given[b.name] = a
+        in_names = {b.name for b in self.inputs}
+        out_names = {b.name for b in self.outputs}
+        values = {}
+        for k, v in kwargs.items():
+            if k in given:
+                raise TypeError(f"{self.name}() got argument {k!r} twice")
+            if k in in_names or k in out_names:
+                given[k] = v
+            elif k in self.params or k in self.fixed:
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"param {k!r} must be an int, not {type(v).__name__}")
+                if k in self.fixed and int(v) != self.fixed[k]:
+                    raise ValueError(f"param {k!r} is fixed to {self.fixed[k]} in this "
+                                     f"function; got {int(v)}")
+                values[k] = int(v)
+            else:
+                expected = [b.name for b in self.inputs + self.outputs] + self.params
+                raise TypeError(f"{self.name}() got an unexpected argument {k!r}; "
+                                f"it takes {', '.join(expected)}")
+        missing = [b.name for b in self.inputs if b.name not in given]
+        if missing:
+            raise TypeError(f"{self.name}() missing array argument(s): {', '.join(map(repr, missing))}")
+
+        arrs = {}
+        for b in self.inputs + self.outputs:
+            if b.name not in given:
+                continue
+            a = _Arg(b.name, given[b.name])
+            if a.dtype != b.dtype.name:
+                raise TypeError(f"argument {b.name!r} has dtype {a.dtype}, expected {b.dtype.name}")
+            if len(a.shape) != len(b.shape):
+                raise ValueError(f"argument {b.name!r} has {len(a.shape)} dimensions, expected "
+                                 f"{len(b.shape)} {_shape_text(b.shape)}")
+            if not a.contiguous():
+                raise ValueError(f"argument {b.name!r} is not C-contiguous; pass "
+                                 f"np.ascontiguousarray({b.name}) (or .contiguous())")
+            if b in self.outputs and not a.writable():
+                raise ValueError(f"output argument {b.name!r} is read-only")
+            arrs[b.name] = a
+
+        self._infer_params(values, arrs)
+        buffers = self.inputs + self.outputs
+        for b in buffers:
+            if b.name in arrs:
+                exp = self._shape(b, values)
+                if tuple(arrs[b.name].shape) != exp:
+                    ps = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+                    raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
+                                     f"expected {_shape_text(b.shape)} = {exp}"
+                                     + (f" with {ps}" if ps else ""))
+        for b in self.temps:
+            for s, v in zip(b.shape, self._shape(b, values)):
+                if v < 0:
+                    raise ValueError(f"params give buffer {b.name!r} a negative extent "
+                                     f"({s!r} = {v})")
+        self._check_aliasing(arrs)
+
+        # contents of index arrays
+        ranges = {}
+        for name in self.checker.value_arrays:
+            a = arrs[name]
+            vals = a.numpy()
+            ranges[name] = None if vals.size == 0 else (int(vals.min()), int(vals.max()))
+        for name, _ in self.checker.csr_pairs:
+            check_monotone(name, arrs[name].numpy())
+        self.checker.check(values, ranges)
+
+        # allocate outputs not passed
+        use_torch = any(a.is_torch for a in arrs.values())
+        results = {}
+        for b in self.outputs:
+            if b.name not in arrs:
+                shape = self._shape(b, values)
+                if use_torch:
+                    import torch
+                    obj = torch.zeros(shape, dtype=getattr(torch, b.dtype.name))
+                else:
+                    obj = np.zeros(shape, dtype=b.dtype.np)
+                arrs[b.name] = _Arg(b.name, obj)
+            results[b.name] = arrs[b.name].obj
+        scalars = [values[p] for p in self.params]
+        addresses = [arrs[b.name].address for b in buffers]
+        status = self._compiled.call(scalars, addresses)
+        if status != 0:
+            raise MemoryError(f"{self.name}: could not allocate the kernel's temporaries")
+        if len(results) == 1:
+            return next(iter(results.values()))
+        return results
+
+    # -------------------------------------------------------------- helpers
+    def _shape(self, b, values):
+        key = (b.name, tuple(sorted(values.items())))
+        s = self._shape_cache.get(key)
+        if s is None:
+            vals = dict(self.fixed, **values)
+            s = tuple(_eval_size(e, vals, b.name) for e in b.shape)
+            if len(self._shape_cache) > 1024:
+                self._shape_cache.clear()
+            self._shape_cache[key] = s
+        return s
+
+    def _infer_params(self, values, arrs):
+        unknown = [p for p in self.params if p not in values]
+        progress = True
+        while unknown and progress:
+            progress = False
+            for b in self.inputs + self.outputs:
+                if b.name not in arrs:
+                    continue
+                for k, e in enumerate(b.shape):
+                    try:
+                        form = affine.linear(e, values=dict(self.fixed, **values))
+                    except NonAffine:
+                        continue
+                    free = [a for a in form if a != 1]
+                    if len(free) != 1 or free[0] not in unknown:
+                        continue
+                    p, coef = free[0], form[free[0]]
+                    rest = arrs[b.name].shape[k] - form.get(1, 0)
+                    if rest % coef:
+                        raise ValueError(f"argument {b.name!r}: dimension {k} has extent "
+                                         f"{arrs[b.name].shape[k]}, which is not {e!r} for any "
+                                         f"integer {p}")
+                    values[p] = rest // coef
+                    unknown.remove(p)
+                    progress = True
+        if unknown:
+            raise TypeError(f"{self.name}(): cannot infer param(s) {', '.join(map(repr, unknown))} "
+                            "from the arrays' shapes; pass them by name")
+
+    def _check_aliasing(self, arrs):
+        outs = [arrs[b.name] for b in self.outputs if b.name in arrs]
+        for o in outs:
+            if o.nbytes == 0:
+                continue
+            for a in arrs.values():
+                if a is o or a.nbytes == 0:
+                    continue
+                if a.address < o.address + o.nbytes and o.address < a.address + a.nbytes:
+                    raise ValueError(f"output argument {o.name!r} overlaps argument {a.name!r} "
+                                     "in memory; pass separate arrays")
+
+
+def _eval_size(e, values, name):
+    try:
+        form = affine.linear(e, values=values)
+    except NonAffine:
+        raise ValueError(f"cannot evaluate the shape {e!r} of {name!r}") from None
+    if any(a != 1 for a in form):
+        raise ValueError(f"shape {e!r} of {name!r} depends on unknown params")
+    return form.get(1, 0)
+
+
+def _shape_text(shape):
+    return "(" + ", ".join(repr(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -1,0 +1,336 @@
+"""The polyhedral model of a Function: iteration domains (isl sets), access
+relations (isl maps; indirect or data-dependent ones as sound *may*
+over-approximations) and the program-order schedule (an isl map per statement
+with named loop dimensions)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from . import affine
+from .affine import NonAffine
+from .expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp
+from .function import Buffer, Computation, Nest, Var
+
+
+def substitute(e, mapping):
+    """A copy of ``e`` with loop variables replaced (``mapping``: id(Var) -> Expr)."""
+    if isinstance(e, Var):
+        return mapping.get(id(e), e)
+    if isinstance(e, (Const, ParamRef)):
+        return e
+    if isinstance(e, Access):
+        return Access(e.target, [substitute(i, mapping) for i in e.indices])
+    if isinstance(e, BinOp):
+        return BinOp(e.op, substitute(e.a, mapping), substitute(e.b, mapping))
+    if isinstance(e, UnOp):
+        return UnOp(e.op, substitute(e.a, mapping))
+    if isinstance(e, Call):
+        return Call(e.func, [substitute(a, mapping) for a in e.args])
+    if isinstance(e, Select):
+        return Select(*(substitute(x, mapping) for x in (e.cond, e.a, e.b)))
+    if isinstance(e, Cast):
+        return Cast(e.to, substitute(e.a, mapping))
+    raise TypeError(f"cannot substitute in {e!r}")
+
+
+def resolve(access: Access):
+    """(buffer, index exprs) that an Access reads: a buffer directly, or the
+    buffer a computation stores into at its store index."""
+    t = access.target
+    if isinstance(t, Buffer):
+        return t, list(access.indices)
+    mapping = {id(v): i for v, i in zip(t.vars, access.indices)}
+    return t.buffer, [substitute(e, mapping) for e in t.store_index]
+
+
+@dataclass
+class AccessInfo:
+    buffer: Buffer
+    index: list               # Exprs over the statement's loops
+    write: bool
+    what: str                 # readable form, for messages
+    guards: tuple = ()        # (condition Expr, polarity): the access runs only then
+
+
+@dataclass
+class StmtModel:
+    stmt: object
+    name: str
+    vars: list
+    bound_params: dict = field(default_factory=dict)   # placeholder -> Access (bounds)
+    bounds: dict = field(default_factory=dict)         # var name -> (lo, hi, load subst)
+    accesses: list = field(default_factory=list)
+    schedule: list = field(default_factory=list)       # ints and Vars, program order
+
+
+class PolyModel:
+    def __init__(self, f):
+        self.f = f
+        self.ctx = isl.Context()
+        self._bcount = 0                  # bound placeholders made so far
+        self.stmts = [self._stmt_model(s) for s in f.statements]
+        self.by_name = {m.name: m for m in self.stmts}
+        self.has_accesses = False
+        self._program_order()
+        self.bound_params = [p for m in self.stmts for p in m.bound_params]
+        self.params = [p for p in f.params if p not in f.fixed] + self.bound_params
+
+    # ---------------------------------------------------------------- text
+    def prefix(self, extra=()):
+        return "[" + ", ".join(list(self.params) + list(extra)) + "] -> "
+
+    def domain_constraints(self, m: StmtModel, values=None) -> list:
+        values = dict(self.f.fixed, **(values or {}))
+        out = []
+        for v in m.vars:
+            lo, hi, subst = m.bounds[v.name]
+            lo, hi = (affine.text(b, subst=subst, values=values) for b in (lo, hi))
+            out.append(f"{lo} <= {v.name} < {hi}")
+        return out
+
+    def domain_text(self, m: StmtModel) -> str:
+        cons = " and ".join(self.domain_constraints(m)) or "true"
+        return f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}] : {cons} }}"
+
+    def domain(self, m: StmtModel) -> isl.Set:
+        return isl.Set(self.domain_text(m), context=self.ctx)
+
+    def union_domain(self) -> isl.UnionSet:
+        u = None
+        for m in self.stmts:
+            s = self.domain(m).to_union_set()
+            u = s if u is None else u.union(s)
+        return u
+
+    def schedule_map(self) -> isl.UnionMap:
+        depth = max(len(m.schedule) for m in self.stmts)
+        u = None
+        for m in self.stmts:
+            dims = [str(d) if isinstance(d, int) else d.name for d in m.schedule]
+            dims += ["0"] * (depth - len(dims))
+            s = isl.UnionMap(f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}]"
+                             f" -> [{', '.join(dims)}] }}", context=self.ctx)
+            u = s if u is None else u.union(s)
+        return u
+
+    def dim_names(self, m: StmtModel) -> list:
+        """Name of each schedule dimension for statement ``m`` (None: constant)."""
+        return [None if isinstance(d, int) else d.name for d in m.schedule]
+
+    def context(self) -> isl.Set:
+        """What is known of the params: every buffer extent is >= 0."""
+        cons = []
+        for b in self.f.buffers.values():
+            for s in b.shape:
+                try:
+                    form = affine.linear(s, values=self.f.fixed)
+                except NonAffine:
+                    continue
+                if not affine.is_const(form):
+                    cons.append(f"{affine.to_text(form)} >= 0")
+        return isl.Set(f"{self.prefix()}{{ : {' and '.join(cons) or 'true'} }}", context=self.ctx)
+
+    def access_map(self, m: StmtModel, a: AccessInfo):
+        """The access relation of ``a`` as an isl Map, and whether it is exact.
+        A dimension whose index is not affine (indirect, or a product of a
+        param and a loop) becomes the buffer's whole extent: a sound *may*
+        access."""
+        outs, cons, exact = [], [], True
+        for k, e in enumerate(a.index):
+            o = f"o{k}"
+            outs.append(o)
+            try:
+                cons.append(f"{o} = {affine.text(e, values=self.f.fixed)}")
+            except NonAffine:
+                exact = False
+                size = affine.text(a.buffer.shape[k], values=self.f.fixed)
+                cons.append(f"0 <= {o} < {size}")
+        dom = " and ".join(self.domain_constraints(m) + self.guard_constraints(a) + cons) or "true"
+        text = (f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}] -> "
+                f"{a.buffer.name}[{', '.join(outs)}] : {dom} }}")
+        return isl.Map(text, context=self.ctx), exact
+
+    # ------------------------------------------------------------ building
+    def _stmt_model(self, s) -> StmtModel:
+        m = StmtModel(s, s.name, list(s.vars))
+        for v in s.vars:
+            subst = {}
+            for side, b in (("lo", v.lo), ("hi", v.hi)):
+                for ld in [n for n in _walk(b) if isinstance(n, Access)]:
+                    p = f"tp_b{self._bcount}"
+                    self._bcount += 1
+                    subst[id(ld)] = p
+                    m.bound_params[p] = ld
+                    m.accesses.append(AccessInfo(ld.target, list(ld.indices), False,
+                                                 f"{ld!r} (bound of {v.name})"))
+                try:
+                    affine.linear(b, subst=subst, values=s.function.fixed)
+                except NonAffine as exc:
+                    raise ValueError(f"{s.name}: the {side} bound of loop {v.name!r} ({b!r}) "
+                                     f"is not affine in params and outer loops ({exc})") from None
+            m.bounds[v.name] = (v.lo, v.hi, subst)
+        return m
+
+    def build_accesses(self):
+        """Records every statement's write and reads (needs the buffers of all
+        computations assigned)."""
+        for m in self.stmts:
+            self._stmt_accesses(m, m.stmt)
+        self.has_accesses = True
+
+    def _stmt_accesses(self, m, s):
+        if isinstance(s, Computation):
+            buf, idx = s.buffer, list(s.store_index)
+            target = Access(s, s.vars)
+        else:
+            buf, idx = resolve(Access(s.parent, s.lhs))
+            target = Access(s.parent, s.lhs)
+            m.accesses.append(AccessInfo(buf, idx, False, repr(target)))
+        for e in idx:
+            self._reads(m, e, ())
+        m.accesses.append(AccessInfo(buf, idx, True, repr(target)))
+        self._reads(m, s.value, ())
+
+    def _reads(self, m, e, guards):
+        """Records the reads of ``e``; those inside a branch of a select run
+        only when its condition holds (C's ?: evaluates one side)."""
+        if isinstance(e, Select):
+            self._reads(m, e.cond, guards)
+            self._reads(m, e.a, guards + ((e.cond, True),))
+            self._reads(m, e.b, guards + ((e.cond, False),))
+            return
+        if isinstance(e, Access):
+            self._add_read(m, e, guards)
+        for c in e.children():
+            self._reads(m, c, guards)
+
+    def guard_constraints(self, a: AccessInfo, values=None) -> list:
+        """isl constraints of the affine select conditions guarding ``a``;
+        non-affine conditions are dropped (sound: the access may happen)."""
+        out = []
+        for cond, polarity in a.guards:
+            try:
+                out.append(condition_text(cond, polarity, dict(self.f.fixed, **(values or {}))))
+            except NonAffine:
+                pass
+        return out
+
+    def _add_read(self, m, ld, guards=()):
+        buf, idx = resolve(ld)
+        for e in idx:
+            for inner in [n for n in _walk(e) if isinstance(n, Access)]:
+                if not (isinstance(inner.target, Buffer) and inner.target.kind == "input"):
+                    raise ValueError(f"{m.name}: the index of {ld!r} loads {inner!r}; indirect "
+                                     "indices may only load input arrays")
+                if not inner.target.dtype.is_int:
+                    raise TypeError(f"{m.name}: index array {inner.target.name!r} must have an "
+                                    "integer dtype")
+        m.accesses.append(AccessInfo(buf, idx, False, repr(ld), tuple(guards)))
+
+    def _program_order(self):
+        """Schedule of each statement in program order, 2d+1 form:
+        [position, loop, position, loop, ..., position]."""
+        def visit(nest, prefix_sched, depth_vars):
+            for pos, item in enumerate(nest.items):
+                if isinstance(item, Nest):
+                    sched = prefix_sched + [pos]
+                    for k, v in enumerate(item.vars):
+                        sched += ([0] if k else []) + [v]
+                    visit(item, sched, depth_vars + len(item.vars))
+                else:
+                    m = self.by_name[item.name]
+                    sched = prefix_sched + [pos]
+                    for k, v in enumerate(item.vars[depth_vars:]):
+                        sched += ([0] if k else []) + [v]
+                    if len(item.vars) > depth_vars:
+                        sched.append(0)
+                    m.schedule = sched
+        visit(self.f._root, [], 0)
+
+    # ------------------------------------------------------- bounding boxes
+    def bounding_box(self, m: StmtModel):
+        """(minimum, extent) of each loop of ``m`` as DSL expressions over the
+        params (minimum None when it is 0); raises ValueError when the box
+        has no single closed form."""
+        dom = self.domain(m)
+        build = isl.AstBuild.from_context(self.context())
+        out = []
+        for k, v in enumerate(m.vars):
+            lo, hi = dom.dim_min(k), dom.dim_max(k)
+            ext = hi.sub(lo).add_constant_val(isl.Val.one(self.ctx))
+            exprs = []
+            for what, pw in (("minimum", lo), ("extent", ext)):
+                if pw.n_piece() == 0:
+                    exprs.append(Const(0, None))
+                    continue
+                pw = pw.coalesce()
+                if pw.n_piece() > 1 or any(n.startswith("tp_") for n in _param_names(pw)):
+                    raise ValueError(f"cannot size the default buffer of {m.name!r}: the "
+                                     f"{what} of loop {v.name!r} is {pw}; store it with "
+                                     "f.buffer + store_in")
+                exprs.append(_ast_to_expr(build.expr_from_pw_aff(pw), self.f, m, v))
+            lo_e = None if isinstance(exprs[0], Const) and exprs[0].value == 0 else exprs[0]
+            out.append((lo_e, exprs[1]))
+        return out
+
+
+def _param_names(pw):
+    """Names of the params ``pw`` really depends on."""
+    return [pw.get_dim_name(isl.dim_type.param, i) for i in range(pw.dim(isl.dim_type.param))
+            if pw.involves_dims(isl.dim_type.param, i, 1)]
+
+
+def _ast_to_expr(e, f, m, v):
+    """An isl AST expression over params as a DSL expression."""
+    t = e.get_type()
+    if t == isl.ast_expr_type.int:
+        return Const(e.get_val().to_python(), None)
+    if t == isl.ast_expr_type.id:
+        return f.params[e.get_id().get_name()]
+    op = e.get_op_type()
+    args = [_ast_to_expr(e.get_op_arg(i), f, m, v) for i in range(e.get_op_n_arg())]
+    o = isl.ast_expr_op_type
+    table = {o.add: "add", o.sub: "sub", o.mul: "mul", o.fdiv_q: "floordiv",
+             o.pdiv_q: "floordiv", o.pdiv_r: "floormod", o.min: "min", o.max: "max"}
+    if op == o.minus:
+        return UnOp("neg", args[0])
+    if op not in table:
+        raise ValueError(f"cannot size the default buffer of {m.name!r}: the range of loop "
+                         f"{v.name!r} is {e.to_C_str()}; store it with f.buffer + store_in")
+    out = args[0]
+    for a in args[1:]:
+        out = BinOp(table[op], out, a)
+    return out
+
+
+_CMP_TEXT = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=", "ne": "!="}
+_NEG = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
+
+
+def condition_text(e, polarity, values):
+    """An affine condition (comparisons combined with & | ~) as isl text,
+    negated when ``polarity`` is False; raises NonAffine otherwise."""
+    if isinstance(e, UnOp) and e.op == "not":
+        return condition_text(e.a, not polarity, values)
+    if isinstance(e, BinOp) and e.op in ("and", "or"):
+        op = e.op if polarity else ("or" if e.op == "and" else "and")
+        a = condition_text(e.a, polarity, values)
+        b = condition_text(e.b, polarity, values)
+        return f"(({a}) {op} ({b}))"
+    if isinstance(e, BinOp) and e.op in _CMP_TEXT:
+        op = e.op if polarity else _NEG[e.op]
+        a = affine.text(e.a, values=values)
+        b = affine.text(e.b, values=values)
+        if op == "ne":
+            return f"({a} < {b} or {a} > {b})"
+        return f"{a} {_CMP_TEXT[op]} {b}"
+    raise NonAffine(repr(e))
+
+
+def _walk(e):
+    from .expr import walk
+    return walk(e)
+
+
