@@ -24,7 +24,7 @@ def check_name(name, what: str) -> str:
     if not isinstance(name, str) or not _IDENT.match(name):
         raise ValueError(f"{what} name {name!r} must be an identifier "
                          "(a letter, then letters, digits or _)")
-    if name in _RESERVED or keyword.iskeyword(name) or name.startswith(("c_", "tp_")):
+    if name in _RESERVED or keyword.iskeyword(name) or name.startswith("tp_"):
         raise ValueError(f"{what} name {name!r} is reserved; choose another")
     return name
 

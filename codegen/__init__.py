@@ -1,0 +1,99 @@
+"""Code generation: the loop IR (:mod:`codegen.ir`) and its C backend.
+
+``compile_c(fn)`` emits C for a :class:`ir.LoweredFunction`, builds it with the
+system C compiler (or takes it from the on-disk cache) and loads it with cffi in
+ABI mode.  Array arguments are passed as raw integer addresses.
+"""
+from __future__ import annotations
+
+import threading
+
+import cffi
+
+from . import cache, ir, toolchain
+from .c_backend import cffi_declaration, emit_c
+from .toolchain import CompileError
+
+__all__ = ["ir", "emit_c", "compile_c", "CompileError", "CompiledFunction"]
+
+
+class CompiledFunction:
+    """A loaded kernel.  ``call(scalars, addresses)`` runs it and returns its
+    status (0 success, 1 a temporary could not be allocated).  ``func`` is the
+    raw cffi function, ``func(*scalars, *addresses)``, for the lowest overhead."""
+
+    def __init__(self, name, source, path, c_path, key, ffi, lib):
+        self.name = name
+        self.source = source
+        self.path = str(path)
+        self.c_path = str(c_path)
+        self.key = key
+        self.ffi = ffi          # keep the FFI and library alive with the function
+        self.lib = lib
+        self.func = getattr(lib, name)
+
+    def call(self, scalars, addresses) -> int:
+        return self.func(*scalars, *addresses)
+
+    def __repr__(self):
+        return f"<CompiledFunction {self.name} {self.path}>"
+
+
+_loaded: dict = {}                 # (cache dir, key) -> CompiledFunction
+_lock = threading.RLock()
+
+
+def _load(fn: ir.LoweredFunction, path):
+    ffi = cffi.FFI()
+    ffi.cdef(cffi_declaration(fn))
+    # RTLD_NODELETE: never unmap the library (and so libgomp) while OpenMP
+    # worker threads may still sit in it, e.g. at interpreter exit.
+    lib = ffi.dlopen(str(path), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
+    getattr(lib, fn.name)          # fail here, not at the first call, if the symbol is missing
+    return ffi, lib
+
+
+def _build(cc, flags, source: str, key: str, directory):
+    so, _, c_path = cache.paths(key, directory)
+    cache.atomic_write(c_path, source.encode())
+    tmp = cache.temp_path(key, ".so", directory)
+    try:
+        toolchain.build_shared(cc, flags, c_path, tmp)
+        return cache.install(key, tmp, directory)
+    finally:
+        cache._unlink(tmp)
+
+
+def compile_c(fn: ir.LoweredFunction) -> CompiledFunction:
+    """Emits, compiles (or fetches from the cache) and loads ``fn``."""
+    source = emit_c(fn)
+    cc = toolchain.find_c_compiler()
+    flags = toolchain.compiler_flags(cc)
+    directory = cache.cache_dir()
+    key = cache.make_key(source, cc.identity, flags)
+    with _lock:
+        hit = _loaded.get((str(directory), key))
+        if hit is not None:
+            return hit
+        _, _, c_path = cache.paths(key, directory)
+        path = cache.lookup(key, directory)
+        fresh = path is None
+        if fresh:
+            path = _build(cc, flags, source, key, directory)
+        elif not c_path.exists():
+            cache.atomic_write(c_path, source.encode())
+        try:
+            ffi, lib = _load(fn, path)
+        except (OSError, AttributeError) as exc:
+            cache.invalidate(key, directory)
+            if fresh:
+                raise CompileError(f"built {path} but could not load it: {exc}", c_path) from exc
+            path = _build(cc, flags, source, key, directory)   # a bad hit: rebuild once
+            try:
+                ffi, lib = _load(fn, path)
+            except (OSError, AttributeError) as exc2:
+                cache.invalidate(key, directory)
+                raise CompileError(f"rebuilt {path} but could not load it: {exc2}", c_path) from exc2
+        cf = CompiledFunction(fn.name, source, path, c_path, key, ffi, lib)
+        _loaded[(str(directory), key)] = cf
+        return cf

@@ -1,0 +1,170 @@
+"""The system C compiler: finding it, identifying it, probing its flags, running it.
+
+A warm process never runs the compiler: the compiler's identity comes from
+``stat`` of its binary, and the result of the one-off feature probe is kept on
+disk in the cache directory, keyed by that identity.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cache
+
+COMPILER_INVOCATIONS = 0          # subprocess compiler runs in this process (probe or build)
+
+BASE_FLAGS = ("-O3", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno")
+OPTIONAL_FLAGS = ("-march=native", "-fopenmp", "-mprefer-vector-width=512",
+                  "-Werror=implicit-function-declaration")
+LIBS = ("-lm",)
+BUILD_TIMEOUT_S = 600
+
+_PROBE_SRC = "int tp_probe(int n) { int s = 0; for (int i = 0; i < n; i++) s += i; return s; }\n"
+_PROBE_OMP_SRC = """#include <omp.h>
+int tp_probe(int n) {
+  int s = 0;
+#pragma omp parallel for reduction(+:s)
+  for (int i = 0; i < n; i++) s += i;
+  return s + omp_get_max_threads();
+}
+"""
+
+
+class CompileError(RuntimeError):
+    """The C compiler rejected a generated file (kept on disk for inspection)."""
+
+    def __init__(self, message: str, c_path=None, stderr: str = ""):
+        super().__init__(message)
+        self.c_path = c_path
+        self.stderr = stderr
+
+
+@dataclass(frozen=True)
+class Compiler:
+    argv: tuple        # the command, its first word resolved to an absolute path
+    identity: str      # command + realpath + size + mtime_ns of the binary (+ host CPU)
+
+
+def _host_cpu() -> str:
+    """What ``-march=native`` depends on, read without running anything."""
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key = line.split(":", 1)[0].strip()
+                if key in ("model name", "flags", "Features", "cpu model"):
+                    cpu += "|" + line.strip()
+                if line.strip() == "" and "|" in cpu:
+                    break
+    except OSError:
+        pass
+    return hashlib.sha256(cpu.encode()).hexdigest()[:16]
+
+
+def find_c_compiler() -> Compiler:
+    """``$TIRAMISU_PY_CC``, else ``$CC``, else ``cc``, else ``gcc``."""
+    for var in ("TIRAMISU_PY_CC", "CC"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            argv = shlex.split(value)
+            exe = shutil.which(argv[0])
+            if exe is None:
+                raise RuntimeError(f"no C compiler found: ${var}={value!r} is not an executable; "
+                                   "set CC or install gcc")
+            return _compiler([exe, *argv[1:]])
+    for name in ("cc", "gcc"):
+        exe = shutil.which(name)
+        if exe is not None:
+            return _compiler([exe])
+    raise RuntimeError("no C compiler found: set CC or install gcc")
+
+
+def _compiler(argv: list) -> Compiler:
+    real = os.path.realpath(argv[0])
+    st = os.stat(real)
+    ident = f"{shlex.join(argv)}|{real}|{st.st_size}|{st.st_mtime_ns}|cpu={_host_cpu()}"
+    return Compiler(tuple(argv), ident)
+
+
+def _run(cmd: list, cwd=None) -> subprocess.CompletedProcess:
+    global COMPILER_INVOCATIONS
+    COMPILER_INVOCATIONS += 1
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+
+
+_probed: dict = {}
+_probe_lock = threading.Lock()
+
+
+def _probe(cc: Compiler) -> tuple:
+    """The optional flags ``cc`` accepts; cached in memory and on disk."""
+    if cc.identity in _probed:
+        return _probed[cc.identity]
+    with _probe_lock:
+        key = hashlib.sha256(f"probe|{cache.FORMAT_VERSION}|{cc.identity}|"
+                             f"{OPTIONAL_FLAGS}".encode()).hexdigest()[:32]
+        path = cache.cache_dir() / f"probe-{key}.json"
+        try:
+            data = json.loads(path.read_text())
+            if data.get("identity") == cc.identity:
+                flags = tuple(data["flags"])
+                _probed[cc.identity] = flags
+                return flags
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        flags = _run_probe(cc)
+        cache.atomic_write(path, json.dumps({"identity": cc.identity, "flags": list(flags)}).encode())
+        _probed[cc.identity] = flags
+        return flags
+
+
+def _run_probe(cc: Compiler) -> tuple:
+    with tempfile.TemporaryDirectory(prefix="tp-probe-") as d:
+        plain, omp = Path(d, "plain.c"), Path(d, "omp.c")
+        plain.write_text(_PROBE_SRC)
+        omp.write_text(_PROBE_OMP_SRC)
+
+        def ok(flags, src) -> bool:
+            try:
+                r = _run([*cc.argv, *BASE_FLAGS, *flags, "-o", str(Path(d, "p.so")), str(src), *LIBS])
+            except (OSError, subprocess.SubprocessError):
+                return False
+            return r.returncode == 0 and not r.stderr.strip()
+
+        if ok(OPTIONAL_FLAGS, omp):                 # the usual case: one run
+            return OPTIONAL_FLAGS
+        if not ok((), plain):
+            raise RuntimeError(f"C compiler {cc.argv[0]} cannot build a shared library "
+                               f"with {' '.join(BASE_FLAGS)}")
+        return tuple(f for f in OPTIONAL_FLAGS if ok((f,), omp if f == "-fopenmp" else plain))
+
+
+def extra_flags() -> tuple:
+    return tuple(shlex.split(os.environ.get("TIRAMISU_PY_CFLAGS", "")))
+
+
+def compiler_flags(cc: Compiler) -> tuple:
+    """Every flag of a build, in order (base, probed optional, ``$TIRAMISU_PY_CFLAGS``)."""
+    return (*BASE_FLAGS, *_probe(cc), *extra_flags())
+
+
+def build_shared(cc: Compiler, flags, c_path, so_path) -> None:
+    """Compiles ``c_path`` into the shared library ``so_path``; raises CompileError."""
+    cmd = [*cc.argv, *flags, "-o", str(so_path), str(c_path), *LIBS]
+    try:
+        r = _run(cmd, cwd=os.path.dirname(str(c_path)) or None)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CompileError(f"C compiler could not run on {c_path}: {exc}\ncommand: "
+                           f"{shlex.join(cmd)}", c_path) from exc
+    if r.returncode != 0:
+        raise CompileError(f"C compiler failed (exit {r.returncode}) on generated file {c_path}\n"
+                           f"command: {shlex.join(cmd)}\n{r.stderr.strip()}", c_path, r.stderr)
