@@ -1,0 +1,22 @@
+"""Test set-up: passive OpenMP waiting, the repo root importable (examples),
+and a fresh compile cache per test session."""
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory):
+    old = os.environ.get("TIRAMISU_PY_CACHE")
+    os.environ["TIRAMISU_PY_CACHE"] = str(tmp_path_factory.mktemp("tp_cache"))
+    yield
+    if old is None:
+        os.environ.pop("TIRAMISU_PY_CACHE", None)
+    else:
+        os.environ["TIRAMISU_PY_CACHE"] = old

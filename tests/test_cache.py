@@ -1,0 +1,53 @@
+"""The compile cache: a fresh process compiling the same function does not run
+the C compiler; a corrupt entry is rebuilt, never loaded."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CHILD = textwrap.dedent("""
+    import numpy as np
+    import codegen.toolchain as tc
+    from examples import gemm
+    k = gemm.build().compile()
+    a = np.ones((3, 4), np.float32); b = np.ones((4, 5), np.float32)
+    assert (k(a, b) == 4).all()
+    print("INVOCATIONS", tc.COMPILER_INVOCATIONS)
+""")
+
+
+def run_child(cache):
+    env = dict(os.environ, TIRAMISU_PY_CACHE=str(cache), PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    line = [x for x in out.stdout.splitlines() if x.startswith("INVOCATIONS")][0]
+    return int(line.split()[1])
+
+
+def test_warm_cache_fresh_process_runs_no_compiler(tmp_path):
+    assert run_child(tmp_path) >= 1          # cold: probe + build
+    assert run_child(tmp_path) == 0          # warm, new process: no compiler at all
+
+
+def test_corrupt_entry_is_rebuilt(tmp_path):
+    run_child(tmp_path)
+    for so in tmp_path.rglob("*.so"):
+        so.write_bytes(so.read_bytes()[:100])        # truncate every library
+    assert run_child(tmp_path) == 1                  # rebuilt once, result still right
+
+
+def test_same_process_second_compile_is_free(tmp_path, monkeypatch):
+    import codegen.toolchain as tc
+    from examples import gemm
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    k1 = gemm.build().compile()
+    before = tc.COMPILER_INVOCATIONS
+    k2 = gemm.build().compile()
+    assert tc.COMPILER_INVOCATIONS == before
+    a = np.ones((2, 2), np.float32)
+    assert (k1(a, a) == k2(a, a)).all()
