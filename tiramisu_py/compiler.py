@@ -5,14 +5,27 @@ from __future__ import annotations
 import codegen
 from codegen import ir
 
+from . import legality
 from .checks import BoundsChecker
+from .legality import Dependences
 from .expr import Access, walk
 from .function import Buffer, Computation
 from .kernel import Kernel
 from .lower import AstLowering, ExprLowering
 from .poly import PolyModel
+from .schedule import replay
 
 TARGETS = ("cpu",)
+
+
+def analyse(f):
+    """The model, dependences and (unchecked) schedule of ``f``."""
+    _prepare(f)
+    model = PolyModel(f)
+    _assign_buffers(f, model)
+    model.build_accesses()
+    deps = Dependences(model)
+    return model, deps, replay(model, f._commands)
 
 
 def compile_function(f, target="cpu", **options):
@@ -20,23 +33,17 @@ def compile_function(f, target="cpu", **options):
         raise ValueError(f"compile: unknown target {target!r}; available: {', '.join(TARGETS)}")
     if options:
         raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
-    if not f.statements:
-        raise ValueError(f"function {f.name!r} has no computation")
-    for c in f.computations.values():
-        if c.value is None:
-            raise ValueError(f"computation {c.name!r} has no expression; define it with "
-                             f"{c.name}[{', '.join(c.loops)}] = ... or set_expression")
-        if getattr(c, "_auto_buffer", False):
-            c.buffer, c.store_index, c._auto_buffer = None, None, False
-
+    _prepare(f)
     model = PolyModel(f)
     inputs, outputs, temps = _assign_buffers(f, model)
     model.build_accesses()
     checker = BoundsChecker(model)
     checker.dry_run()
+    deps = Dependences(model)
+    state = legality.check(model, deps, f._commands)
 
     reserved = (set(f._names) - {v.name for v in f.vars}) | {b.name for b in inputs + outputs + temps}
-    body = AstLowering(model, reserved).run()
+    body = AstLowering(model, state, reserved).run()
     ex = ExprLowering(f.fixed)
     for b in reversed(temps):
         body = ir.Allocate(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
@@ -49,8 +56,19 @@ def compile_function(f, target="cpu", **options):
         arrays=arrays, body=body, constants=dict(f.fixed))
     compiled = codegen.compile_c(lowered)
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered)
-    kernel.model = model
+    kernel.model, kernel.schedule = model, state
     return kernel
+
+
+def _prepare(f):
+    if not f.statements:
+        raise ValueError(f"function {f.name!r} has no computation")
+    for c in f.computations.values():
+        if c.value is None:
+            raise ValueError(f"computation {c.name!r} has no expression; define it with "
+                             f"{c.name}[{', '.join(c.loops)}] = ... or set_expression")
+        if getattr(c, "_auto_buffer", False):
+            c.buffer, c.store_index, c._auto_buffer = None, None, False
 
 
 def _assign_buffers(f, model):

@@ -7,6 +7,7 @@ import keyword
 import re
 
 from . import types as T
+from .schedule import Schedulable
 from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, parse_size,
                    strong_type, walk, wrap)
 
@@ -67,7 +68,7 @@ class Buffer:
         return f"Buffer({self.name}, {self.shape}, {self.dtype.name}, {self.kind})"
 
 
-class Statement:
+class Statement(Schedulable):
     """One polyhedral statement: ``target[store_index] (op)= value`` for every
     point of the loops ``vars``."""
     is_update = False
@@ -262,6 +263,9 @@ class Function:
         self._nest_stack = []
         self._names = set(self.params) | {name}
         self._compiled = None
+        self._commands = []             # the schedule: commands in the order given
+        self._state_cache = None
+        self._model_cache = None
 
     # declarations -----------------------------------------------------------
     def param(self, name) -> ParamRef:
@@ -351,7 +355,7 @@ class Function:
                              f"with those; they are ({', '.join(s.loops)})")
         self.statements.append(s)
         self._current_nest().items.append(s)
-        self._compiled = None
+        self._compiled = self._state_cache = self._model_cache = None
 
     def _claim(self, name, what, allow_dup=False):
         if name in self._names and not allow_dup:
@@ -384,6 +388,49 @@ class Function:
                     raise TypeError(f"{what}: bound array {n.target.name!r} must be an "
                                     "integer array")
         return e
+
+    # schedule -----------------------------------------------------------------
+    def _model(self):
+        from .poly import PolyModel
+        if self._model_cache is None:
+            self._model_cache = PolyModel(self)
+        return self._model_cache
+
+    def _schedule_state(self):
+        from .schedule import replay
+        if self._state_cache is None:
+            self._state_cache = replay(self._model(), self._commands)
+        return self._state_cache
+
+    def _loop_extent(self, stmt, loop):
+        """The constant extent of a loop of a statement, or None."""
+        import islpy as isl
+        model = self._model()
+        m = model.by_name[stmt]
+        st = self._schedule_state()[stmt]
+        k = st.find(loop, f"{stmt}: loop {loop}", stmt)
+        smap = isl.Map(f"{model.prefix()}{{ {stmt}[{', '.join(v.name for v in m.vars)}] -> "
+                       f"[{st.loops[k].expr}] }}", context=model.ctx)
+        rng = smap.intersect_domain(model.domain(m)).range()
+        ext = rng.dim_max(0).sub(rng.dim_min(0)).coalesce()
+        if ext.n_piece() != 1 or not ext.is_cst():
+            return None
+        val = ext.get_pieces()[0][1].get_constant_val().to_python()
+        return int(val) + 1
+
+    def schedule_commands(self):
+        """The scheduling commands given so far, in order."""
+        return [c.text for c in self._commands]
+
+    def explain(self, file=None) -> str:
+        """Prints (and returns) the dependences in words and, for each loop of
+        the current schedule, whether it is parallel and why not."""
+        from .compiler import analyse
+        from .legality import explain
+        model, deps, state = analyse(self)
+        text = explain(model, deps, state)
+        print(text, file=file)
+        return text
 
     # compilation ------------------------------------------------------------
     def compile(self, target="cpu", **options):

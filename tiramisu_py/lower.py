@@ -110,8 +110,9 @@ def cast(x: ir.Expr, t: T.DType) -> ir.Expr:
 
 # ----------------------------------------------------------------- the AST
 class AstLowering:
-    def __init__(self, model, reserved_names):
+    def __init__(self, model, state, reserved_names):
         self.model = model
+        self.state = state
         self.ex = ExprLowering(model.f.fixed)
         self.reserved = set(reserved_names)
         self.params = set(model.f.params)
@@ -120,7 +121,7 @@ class AstLowering:
     def run(self) -> ir.Stmt:
         m = self.model
         build = isl.AstBuild.from_context(m.context())
-        sched = m.schedule_map().intersect_domain(m.union_domain())
+        sched = m.schedule_map(self.state).intersect_domain(m.union_domain())
         root = build.node_from_schedule_map(sched)
         return self.node(root, {}, [])
 
@@ -162,13 +163,30 @@ class AstLowering:
         inner = dict(scope)
         inner[it] = name
         body = self.node(n.for_get_body(), inner, loops + [name])
-        return ir.For(name, lo, hi, body, kind="serial", step=step)
+        kind, attrs = self.loop_kind(n, dim)
+        return ir.For(name, lo, hi, body, kind=kind, step=step, attrs=attrs)
+
+    def loop_kind(self, n, dim):
+        """The loop's kind from the tags of the statements under it."""
+        kind, attrs = "serial", {}
+        for stmt_name in self.leaves(n):
+            st = self.state[stmt_name]
+            names = st.dim_names()
+            nm = names[dim] if dim < len(names) else None
+            tag = st.tags.get(nm) if nm else None
+            if tag is None:
+                continue
+            kind = tag.kind
+            if tag.kind == "vector":
+                attrs["vector_width"] = tag.arg
+            elif tag.kind == "unrolled":
+                attrs["unroll"] = tag.arg
+        return kind, attrs
 
     def loop_name(self, n, dim, scope):
         names = []
         for stmt_name in self.leaves(n):
-            m = self.model.by_name[stmt_name]
-            dims = self.model.dim_names(m)
+            dims = self.state[stmt_name].dim_names()
             nm = dims[dim] if dim < len(dims) else None
             if nm and nm not in names:
                 names.append(nm)

@@ -104,20 +104,18 @@ class PolyModel:
             u = s if u is None else u.union(s)
         return u
 
-    def schedule_map(self) -> isl.UnionMap:
-        depth = max(len(m.schedule) for m in self.stmts)
+    def schedule_map(self, state) -> isl.UnionMap:
+        """The union of every statement's schedule in ``state`` (a dict name ->
+        StmtSchedule), padded with zeros to one common length."""
+        depth = max(2 * len(st.loops) + 1 for st in state.values())
         u = None
         for m in self.stmts:
-            dims = [str(d) if isinstance(d, int) else d.name for d in m.schedule]
+            dims = state[m.name].dims()
             dims += ["0"] * (depth - len(dims))
-            s = isl.UnionMap(f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}]"
-                             f" -> [{', '.join(dims)}] }}", context=self.ctx)
-            u = s if u is None else u.union(s)
+            smap = isl.UnionMap(f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}]"
+                                f" -> [{', '.join(dims)}] }}", context=self.ctx)
+            u = smap if u is None else u.union(smap)
         return u
-
-    def dim_names(self, m: StmtModel) -> list:
-        """Name of each schedule dimension for statement ``m`` (None: constant)."""
-        return [None if isinstance(d, int) else d.name for d in m.schedule]
 
     def context(self) -> isl.Set:
         """What is known of the params: every buffer extent is >= 0."""

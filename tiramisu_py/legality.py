@@ -1,0 +1,278 @@
+"""Dependences and legality.
+
+Dependences are memory-based (every pair of accesses to one element, at least
+one a write, in program order): RAW, WAR and WAW together.  Indirect and
+data-dependent accesses enter as their sound over-approximations, so nothing is
+ever accepted on the strength of a value the compiler cannot know.  (Value-
+based flow dependences would admit the same schedules: a memory dependence
+that is not value-based is implied, by transitivity, by ones that are.)
+
+A schedule is legal iff every dependence's source runs lexicographically
+before its sink, and no loop tagged parallel or vector carries a dependence.
+An update whose statement opted in with ``allow_reassociation`` drops its
+reduction self-dependences (through its accumulator) from both checks."""
+from __future__ import annotations
+
+import islpy as isl
+
+from .errors import IllegalScheduleError
+from .schedule import initial_state, replay
+
+KIND = {(True, False): "RAW", (False, True): "WAR", (True, True): "WAW"}
+
+
+class Dependences:
+    def __init__(self, model):
+        self.model = model
+        orig = model.schedule_map(initial_state(model))
+        self.orig_order = orig.lex_lt_union_map(orig)
+        self.maps = {}                 # (stmt, access index) -> isl.Map
+        by_buf = {}
+        for m in model.stmts:
+            for k, a in enumerate(m.accesses):
+                amap, _ = model.access_map(m, a)
+                self.maps[(m.name, k)] = amap
+                w, al = by_buf.get(a.buffer.name, (None, None))
+                um = amap.to_union_map()
+                al = um if al is None else al.union(um)
+                if a.write:
+                    w = um if w is None else w.union(um)
+                by_buf[a.buffer.name] = (w, al)
+        self.by_buffer = {}
+        for name, (w, al) in by_buf.items():
+            if w is None:
+                continue                 # read-only: no dependence
+            pairs = w.apply_range(al.reverse()).union(al.apply_range(w.reverse()))
+            d = pairs.intersect(self.orig_order)
+            if not d.is_empty():
+                self.by_buffer[name] = d
+        self.reductions = self._reductions()
+
+    def _reductions(self):
+        """Self-dependences of each update through its accumulator element."""
+        out = {}
+        for m in self.model.stmts:
+            s = m.stmt
+            if not s.is_update:
+                continue
+            target = [k for k, a in enumerate(m.accesses) if a.write][0]
+            tbuf = m.accesses[target].buffer.name
+            others = [k for k, a in enumerate(m.accesses)
+                      if a.buffer.name == tbuf and k != target and a.what != m.accesses[target].what]
+            if others:
+                continue                   # reads its accumulator elsewhere: not a pure reduction
+            acc = self.maps[(m.name, target)].to_union_map()
+            out[m.name] = (tbuf, acc.apply_range(acc.reverse()))
+        return out
+
+    def relevant(self, state):
+        """Dependences per buffer, without the reductions opted out by ``state``."""
+        out = {}
+        for name, d in self.by_buffer.items():
+            for stmt, (buf, red) in self.reductions.items():
+                if buf == name and state[stmt].reassociate:
+                    d = d.subtract(red)
+            if not d.is_empty():
+                out[name] = d
+        return out
+
+
+def schedule_union(model, state):
+    return model.schedule_map(state)
+
+
+def check(model, deps, commands):
+    """Raises IllegalScheduleError if the final schedule (all ``commands``)
+    breaks a dependence or a tagged loop carries one."""
+    state = replay(model, commands)
+    bad = _first_violation(model, deps, state)
+    if bad is not None:
+        buf, viol = bad
+        k = _blame(model, deps, commands)
+        cmd = commands[k].text if k is not None else "the schedule"
+        raise IllegalScheduleError(f"{cmd} is illegal: " + _describe(model, deps, buf, viol, state))
+    for stmt, s in state.items():
+        for loop, tag in s.tags.items():
+            if loop not in [lp.name for lp in s.loops]:
+                raise IllegalScheduleError(
+                    f"{commands[tag.command].text}: loop {loop!r} of {stmt} no longer exists "
+                    "after later commands")
+            carried = carried_by(model, deps, state, stmt, loop)
+            if carried is not None:
+                buf, viol = carried
+                what = {"parallel": "parallelised", "vector": "vectorised",
+                        "unrolled": None}[tag.kind]
+                if what is None:
+                    continue
+                hint = ""
+                red = deps.reductions.get(stmt)
+                if red and red[0] == buf and not s.reassociate and s.tags:
+                    hint = (f" It is a reduction: {stmt}.{tag.kind == 'vector' and 'vectorize' or 'parallelize'}"
+                            f"({loop}, allow_reassociation=True) permits reordering it.")
+                raise IllegalScheduleError(
+                    f"{commands[tag.command].text} is illegal: loop {loop!r} cannot be {what}, "
+                    f"it carries a dependence: " + _describe(model, deps, buf, viol, state, True) + hint)
+    return state
+
+
+def _first_violation(model, deps, state):
+    sched = schedule_union(model, state)
+    order = sched.lex_lt_union_map(sched)
+    for name, d in deps.relevant(state).items():
+        v = d.subtract(order)
+        if not v.is_empty():
+            return name, v
+    return None
+
+
+def _blame(model, deps, commands):
+    """The command after which the schedule became, and stayed, illegal."""
+    last_legal = -1
+    for k in range(len(commands) + 1):
+        if _first_violation(model, deps, replay(model, commands, k)) is None:
+            last_legal = k
+    return last_legal if last_legal < len(commands) else None
+
+
+def carried_by(model, deps, state, stmt, loop):
+    """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
+    schedule ``state``, or None."""
+    s = state[stmt]
+    k = [lp.name for lp in s.loops].index(loop)
+    pos = 2 * k + 1
+    sched = schedule_union(model, state)
+    depth = _depth(model, state)
+    space = isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(depth))}] }}", context=model.ctx)
+    eq = isl.Map.universe(isl.Space.map_from_set(space.get_space()))
+    for i in range(pos):
+        eq = eq.equate(isl.dim_type.in_, i, isl.dim_type.out, i)
+    diff = isl.Map(f"{{ [{', '.join(f'a{i}' for i in range(depth))}] -> "
+                   f"[{', '.join(f'b{i}' for i in range(depth))}] : b{pos} != a{pos} }}",
+                   context=model.ctx)
+    same_loop = eq.intersect(diff).to_union_map()
+    # instances in one instance of the loop's surroundings, different iterations
+    # of it (this covers every statement fused into the loop)
+    rel = sched.apply_range(same_loop).apply_range(sched.reverse())
+    for name, d in deps.relevant(state).items():
+        carried = d.intersect(rel)
+        if not carried.is_empty():
+            return name, carried
+    return None
+
+
+def _depth(model, state):
+    return max(2 * len(s.loops) + 1 for s in state.values())
+
+
+# ------------------------------------------------------------------ messages
+def small_pair(model, v):
+    """One concrete (src, dst, params) pair of ``v`` with small param values."""
+    maps = []
+    v.foreach_map(lambda m: maps.append(m))
+    names = [p for p in model.params]
+    for bound in (1, 2, 3, 4, 6, 8, 16, 64, 1024):
+        cons = [f"{-bound} <= {p} <= {bound}" if p.startswith("tp_") else f"0 <= {p} <= {bound}"
+                for p in names]
+        box = isl.Set(f"{model.prefix()}{{ : {' and '.join(cons) or 'true'} }}", context=model.ctx)
+        for m in maps:
+            mm = m.intersect_params(box)
+            if mm.is_empty():
+                continue
+            pt = mm.wrap().sample_point()
+            params = {mm.get_dim_name(isl.dim_type.param, i):
+                      pt.get_coordinate_val(isl.dim_type.param, i).to_python()
+                      for i in range(mm.dim(isl.dim_type.param))}
+            n_in = mm.dim(isl.dim_type.in_)
+            src = [pt.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(n_in)]
+            dst = [pt.get_coordinate_val(isl.dim_type.set, n_in + i).to_python()
+                   for i in range(mm.dim(isl.dim_type.out))]
+            return (mm.get_tuple_name(isl.dim_type.in_), src,
+                    mm.get_tuple_name(isl.dim_type.out), dst, params)
+    return None
+
+
+def _instance(model, stmt, point):
+    m = model.by_name[stmt]
+    return f"{stmt}({', '.join(f'{v.name}={x}' for v, x in zip(m.vars, point))})"
+
+
+def _describe(model, deps, buf, viol, state, concurrent=False):
+    pair = small_pair(model, viol)
+    if pair is None:
+        return f"a dependence through {buf!r} would be broken"
+    s, src, t, dst, params = pair
+    acc = _accesses_at(model, deps, s, src, t, dst, buf, params)
+    shown = {p: v for p, v in params.items() if not p.startswith("tp_")}
+    ps = ", ".join(f"{k}={v}" for k, v in shown.items())
+    first = _instance(model, s, src)
+    second = _instance(model, t, dst)
+    kind, verb_s, verb_t, elem = acc
+    order = (f"{first} and {second} would run in different iterations of it, in any order"
+             if concurrent else f"{second} would no longer run after {first}")
+    return (f"{order} ({kind} on {buf!r}: {first} {verb_s} "
+            f"{elem}, which {second} {verb_t})" + (f", e.g. with {ps}" if ps else "") + ".")
+
+
+def _accesses_at(model, deps, s, src, t, dst, buf, params):
+    ms, mt = model.by_name[s], model.by_name[t]
+    pfx = " and ".join(f"{p} = {v}" for p, v in params.items()) or "true"
+
+    def element(m, k, point):
+        amap = deps.maps[(m.name, k)]
+        dom = isl.Set(f"{model.prefix()}{{ {m.name}[{', '.join(map(str, point))}] : {pfx} }}",
+                      context=model.ctx)
+        return amap.intersect_domain(dom).range()
+    for ka, a in enumerate(ms.accesses):
+        if a.buffer.name != buf:
+            continue
+        ea = element(ms, ka, src)
+        for kb, b in enumerate(mt.accesses):
+            if b.buffer.name != buf or not (a.write or b.write):
+                continue
+            common = ea.intersect(element(mt, kb, dst))
+            if common.is_empty():
+                continue
+            pt = common.sample_point()
+            idx = [pt.get_coordinate_val(isl.dim_type.set, i).to_python()
+                   for i in range(common.dim(isl.dim_type.set))]
+            elem = f"{buf}[{', '.join(map(str, idx))}]"
+            kind = KIND[(a.write, b.write)] if (a.write, b.write) in KIND else "RAW"
+            return (kind, "writes" if a.write else "reads",
+                    "writes" if b.write else "reads", elem)
+    return ("dependence", "accesses", "accesses", buf)
+
+
+# ------------------------------------------------------------------- explain
+def explain(model, deps, state) -> str:
+    lines = ["Dependences (program order; memory-based, indirect accesses over-approximated):"]
+    rel = deps.relevant(state)
+    if not rel:
+        lines.append("  none")
+    for buf, d in rel.items():
+        pairs = []
+        d.foreach_map(lambda m: pairs.append(m))
+        for m in pairs:
+            s, t = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+            ex = small_pair(model, m.to_union_map())
+            e = ""
+            if ex:
+                e = f", e.g. {_instance(model, ex[0], ex[1])} -> {_instance(model, ex[2], ex[3])}"
+            lines.append(f"  {t} depends on {s} through {buf!r}{e}")
+    for name, (buf, _) in deps.reductions.items():
+        lines.append(f"  {name} is a reduction into {buf!r}"
+                     + (" (reassociation allowed)" if state[name].reassociate else
+                        " (order kept; allow_reassociation() to reorder it)"))
+    lines.append("Loops (final schedule):")
+    for stmt, s in state.items():
+        for lp in s.loops:
+            c = carried_by(model, deps, state, stmt, lp.name)
+            tag = s.tags.get(lp.name)
+            tagged = f" [{tag.kind}{'' if tag.arg is None else ' ' + str(tag.arg)}]" if tag else ""
+            if c is None:
+                lines.append(f"  {stmt} loop {lp.name}{tagged}: parallel")
+            else:
+                ex = small_pair(model, c[1])
+                why = f" (e.g. {_instance(model, ex[0], ex[1])} -> {_instance(model, ex[2], ex[3])})" if ex else ""
+                lines.append(f"  {stmt} loop {lp.name}{tagged}: not parallel, carries a "
+                             f"dependence through {c[0]!r}{why}")
+    return "\n".join(lines)

@@ -1,0 +1,324 @@
+"""Schedules: each statement's schedule is a list of dimensions in 2d+1 form
+``[c0, l1, c1, l2, ..., ln, cn]``: ``ck`` are constants that order statements
+(sequence), ``lk`` are named loops, each an affine (quasi-affine) isl
+expression over the statement's own loop variables.  Commands transform these
+lists; they are recorded in the function's command log, so the schedule can be
+replayed up to any command (to name the command that broke legality).
+
+Commands never use numeric levels: loops are named, and new loops get
+predictable names (``split(i)`` -> ``i0``, ``i1``)."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Loop:
+    name: str
+    expr: str                 # isl affine text over the statement's loop variables
+
+
+@dataclass
+class Tag:
+    kind: str                 # "parallel" | "vector" | "unrolled"
+    arg: int | None           # vector width / unroll factor
+    command: int              # index in the command log
+
+
+@dataclass
+class StmtSchedule:
+    consts: list              # n+1 ints
+    loops: list               # n Loops
+    tags: dict = field(default_factory=dict)      # loop name -> Tag
+    reassociate: bool = False                     # reduction deps may be reordered
+
+    def find(self, name, command, stmt):
+        for k, lp in enumerate(self.loops):
+            if lp.name == name:
+                return k
+        raise ValueError(f"{command}: {stmt} has no loop {name!r}; its loops are "
+                         f"{', '.join(lp.name for lp in self.loops) or 'none'}")
+
+    def dims(self):
+        """The flat schedule: constants and loop expressions interleaved."""
+        out = [str(self.consts[0])]
+        for k, lp in enumerate(self.loops):
+            out += [lp.expr, str(self.consts[k + 1])]
+        return out
+
+    def dim_names(self):
+        out = [None]
+        for lp in self.loops:
+            out += [lp.name, None]
+        return out
+
+
+@dataclass
+class Command:
+    stmt: str
+    op: str
+    args: tuple
+    kwargs: dict
+    text: str
+
+
+def initial_state(model):
+    """The program-order schedule of every statement."""
+    state = {}
+    for m in model.stmts:
+        consts, loops = [], []
+        for d in m.schedule:
+            if isinstance(d, int):
+                consts.append(d)
+            else:
+                loops.append(Loop(d.name, d.name))
+        if len(consts) == len(loops):
+            consts.append(0)
+        state[m.name] = StmtSchedule(consts, loops)
+    return state
+
+
+def replay(model, commands, upto=None):
+    state = initial_state(model)
+    for k, c in enumerate(commands[:upto]):
+        apply(state, c, k)
+    return state
+
+
+# --------------------------------------------------------------- the commands
+def apply(state, c: Command, index: int):
+    s = state[c.stmt]
+    fn = _OPS[c.op]
+    fn(state, s, c, index, *c.args, **c.kwargs)
+
+
+def _new_names(s, names, c):
+    taken = {lp.name for lp in s.loops}
+    for n in names:
+        if n in taken:
+            raise ValueError(f"{c.text}: {c.stmt} already has a loop named {n!r}; "
+                             "pass other names")
+
+
+def _split(state, s, c, index, loop, factor, names):
+    if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
+        raise ValueError(f"{c.text}: the factor must be a positive int, not {factor!r}")
+    k = s.find(loop, c.text, c.stmt)
+    outer, inner = names
+    _new_names(s, [n for n in names if n != loop], c)
+    e = s.loops[k].expr
+    s.loops[k:k + 1] = [Loop(outer, f"floor(({e})/{factor})"),
+                        Loop(inner, f"(({e}) mod {factor})")]
+    s.consts[k + 1:k + 1] = [0]
+    s.tags.pop(loop, None)
+
+
+def _interchange(state, s, c, index, a, b):
+    ka, kb = s.find(a, c.text, c.stmt), s.find(b, c.text, c.stmt)
+    s.loops[ka], s.loops[kb] = s.loops[kb], s.loops[ka]
+
+
+def _reorder(state, s, c, index, *names):
+    ks = [s.find(n, c.text, c.stmt) for n in names]
+    if len(set(ks)) != len(ks):
+        raise ValueError(f"{c.text}: a loop is named twice")
+    loops = [s.loops[k] for k in ks]
+    for pos, lp in zip(sorted(ks), loops):
+        s.loops[pos] = lp
+
+
+def _tile(state, s, c, index, loops, factors, names):
+    ks = [s.find(n, c.text, c.stmt) for n in loops]
+    if ks != list(range(ks[0], ks[0] + len(ks))):
+        raise ValueError(f"{c.text}: tiled loops must be nested directly in this order "
+                         f"({', '.join(lp.name for lp in s.loops)})")
+    for lp, f, nm in zip(loops, factors, names):
+        _split(state, s, c, index, lp, f, nm)
+    order = [nm[0] for nm in names] + [nm[1] for nm in names]
+    _reorder(state, s, c, index, *order)
+
+
+def _skew(state, s, c, index, outer, inner, factor, name):
+    if not isinstance(factor, int) or isinstance(factor, bool):
+        raise ValueError(f"{c.text}: the skew factor must be an int")
+    ko, ki = s.find(outer, c.text, c.stmt), s.find(inner, c.text, c.stmt)
+    if ko == ki:
+        raise ValueError(f"{c.text}: skew needs two different loops")
+    if name != inner:
+        _new_names(s, [name], c)
+    lp = s.loops[ki]
+    s.loops[ki] = Loop(name, f"({lp.expr}) + {factor}*({s.loops[ko].expr})")
+    if name != inner:
+        s.tags.pop(inner, None)
+
+
+def _shift(state, s, c, index, loop, amount):
+    if not isinstance(amount, int) or isinstance(amount, bool):
+        raise ValueError(f"{c.text}: the shift must be an int")
+    k = s.find(loop, c.text, c.stmt)
+    s.loops[k] = Loop(loop, f"({s.loops[k].expr}) + {amount}")
+
+
+def _reverse(state, s, c, index, loop):
+    k = s.find(loop, c.text, c.stmt)
+    s.loops[k] = Loop(loop, f"-({s.loops[k].expr})")
+
+
+def _tag(state, s, c, index, loop, kind, arg):
+    s.find(loop, c.text, c.stmt)
+    s.tags[loop] = Tag(kind, arg, index)
+
+
+def _reassociate(state, s, c, index):
+    s.reassociate = True
+
+
+def _after(state, s, c, index, other, loop):
+    """Moves ``c.stmt`` right after ``other``, sharing ``other``'s loops up to
+    and including ``loop`` (None: no shared loop)."""
+    t = state[other]
+    depth = 0 if loop is None else t.find(loop, c.text, other) + 1
+    if len(s.loops) < depth:
+        raise ValueError(f"{c.text}: {c.stmt} has {len(s.loops)} loops; it cannot share "
+                         f"{depth} loops with {other}")
+    prefix = t.consts[:depth]
+    pos = t.consts[depth]
+    for name, r in state.items():
+        if r is s or len(r.consts) <= depth or r.consts[:depth] != prefix:
+            continue
+        if r.consts[depth] > pos:
+            r.consts[depth] += 1
+    s.consts[:depth] = list(prefix)
+    s.consts[depth] = pos + 1
+
+
+_OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
+        "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
+        "allow_reassociation": _reassociate, "after": _after}
+
+
+def loop_name(x):
+    from .function import Var
+    if isinstance(x, Var):
+        return x.name
+    if isinstance(x, str):
+        return x
+    raise TypeError(f"a loop is named by a var or a string, not {type(x).__name__}")
+
+
+class Schedulable:
+    """Scheduling commands, mixed into statements (computations and updates)."""
+
+    def _command(self, op, *args, text, **kwargs):
+        f = self.function
+        cmd = Command(self.name, op, args, kwargs, text)
+        state = f._schedule_state()
+        trial = copy.deepcopy(state)
+        apply(trial, cmd, len(f._commands))        # validate now: errors name the call
+        f._commands.append(cmd)
+        f._state_cache = trial
+        f._compiled = None
+        return self
+
+    def split(self, loop, factor, names=None):
+        """Splits ``loop`` into ``loop0`` (outer, ``loop // factor``) and
+        ``loop1`` (inner, ``loop % factor``); partial last tiles are fine."""
+        n = loop_name(loop)
+        names = tuple(names) if names else (n + "0", n + "1")
+        return self._command("split", n, factor, names,
+                             text=f"{self.name}.split({n}, {factor})")
+
+    def tile(self, *args, names=None):
+        """``tile(i, j, fi, fj)`` or ``tile(i, j, k, fi, fj, fk)``: loops
+        ``i0, j0[, k0], i1, j1[, k1]``.  The loops must be nested in that order."""
+        if len(args) not in (4, 6):
+            raise TypeError("tile takes 2 or 3 loops followed by as many factors")
+        d = len(args) // 2
+        loops = [loop_name(x) for x in args[:d]]
+        factors = args[d:]
+        names = names or [(n + "0", n + "1") for n in loops]
+        return self._command("tile", loops, factors, names,
+                             text=f"{self.name}.tile({', '.join(loops)}, "
+                                  f"{', '.join(map(str, factors))})")
+
+    def interchange(self, a, b):
+        a, b = loop_name(a), loop_name(b)
+        return self._command("interchange", a, b, text=f"{self.name}.interchange({a}, {b})")
+
+    def reorder(self, *loops):
+        """Puts the named loops, in the given order, at the positions they
+        occupy together."""
+        names = [loop_name(x) for x in loops]
+        return self._command("reorder", *names, text=f"{self.name}.reorder({', '.join(names)})")
+
+    def skew(self, outer, inner, factor=1, name=None):
+        """``inner' = inner + factor * outer`` (unimodular, no interchange)."""
+        o, i = loop_name(outer), loop_name(inner)
+        return self._command("skew", o, i, factor, name or i,
+                             text=f"{self.name}.skew({o}, {i}, {factor})")
+
+    def shift(self, loop, amount):
+        n = loop_name(loop)
+        return self._command("shift", n, amount, text=f"{self.name}.shift({n}, {amount})")
+
+    def reverse(self, loop):
+        n = loop_name(loop)
+        return self._command("reverse", n, text=f"{self.name}.reverse({n})")
+
+    def parallelize(self, loop, allow_reassociation=False):
+        """Runs ``loop``'s iterations in parallel (OpenMP); legal when it
+        carries no dependence in the final schedule."""
+        n = loop_name(loop)
+        if allow_reassociation:
+            self.allow_reassociation()
+        return self._command("tag", n, "parallel", None, text=f"{self.name}.parallelize({n})")
+
+    def vectorize(self, loop, width, allow_reassociation=False):
+        """Runs ``loop`` as SIMD lanes of ``width``; strip-mines it first
+        (``loop0``, ``loop1``) when its extent is not exactly ``width``."""
+        n = loop_name(loop)
+        if allow_reassociation:
+            self.allow_reassociation()
+        if not isinstance(width, int) or width < 1:
+            raise ValueError(f"{self.name}.vectorize({n}, {width}): width must be a positive int")
+        if self.function._loop_extent(self.name, n) != width:
+            self.split(n, width)
+            n = n + "1"
+        return self._command("tag", n, "vector", width,
+                             text=f"{self.name}.vectorize({n}, {width})")
+
+    def unroll(self, loop, factor=None):
+        """Unrolls ``loop`` in the generated source; with ``factor``, strip-mines
+        it first unless its extent is exactly ``factor``."""
+        n = loop_name(loop)
+        ext = self.function._loop_extent(self.name, n)
+        if factor is None:
+            if ext is None:
+                raise ValueError(f"{self.name}.unroll({n}): the loop's extent is not a "
+                                 "constant; give a factor")
+            factor = ext
+        elif ext != factor:
+            self.split(n, factor)
+            n = n + "1"
+        return self._command("tag", n, "unrolled", factor,
+                             text=f"{self.name}.unroll({n}, {factor})")
+
+    def allow_reassociation(self):
+        """Lets this reduction's iterations be reordered, parallelised or
+        vectorised (floating-point results may change in the last bits)."""
+        if not getattr(self, "is_update", False):
+            raise ValueError(f"{self.name}: allow_reassociation applies to updates (reductions)")
+        return self._command("allow_reassociation", text=f"{self.name}.allow_reassociation()")
+
+    def after(self, other, loop=None):
+        """Runs this statement right after ``other``, inside ``other``'s loops up
+        to and including ``loop`` (``None``: after it, sharing no loop)."""
+        n = None if loop is None else loop_name(loop)
+        return self._command("after", other.name, n,
+                             text=f"{self.name}.after({other.name}, {n})")
+
+    def then(self, other, loop=None):
+        """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""
+        other.after(self, loop)
+        return other
