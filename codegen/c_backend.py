@@ -380,23 +380,133 @@ class _Emitter:
         step = int(s.step)
         if step <= 0:
             raise ValueError(f"C backend: loop {s.var} has non-positive step {step}")
+        if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
+            return
         saved = (self.omp, self.in_parallel)
+        aliases = []
         if s.kind == "parallel":
-            self.out(ind, "#pragma omp parallel for")
+            if s.attrs.get("reduction") and self.vector_reduction(s, ind, "parallel for"):
+                return
+            clause, aliases = self.reduction_clause(s)
+            self.out(ind, "#pragma omp parallel for" + clause)
             self.omp, self.in_parallel = "parallel", True
         elif s.kind == "vector":
-            self.out(ind, "#pragma omp simd")
-            self.omp = "simd"
+            if s.attrs.get("reduction"):
+                if self.vector_reduction(s, ind):
+                    return
+                # not the accumulator pattern: a plain (correct, scalar) loop
+                self.out(ind, "/* vector reduction kept scalar: accumulator varies in the loop */")
+            else:
+                self.out(ind, "#pragma omp simd")
+                self.omp = "simd"
         elif s.kind == "unrolled":
             self.out(ind, f"#pragma GCC unroll {int(s.attrs.get('unroll', 8))}")
         inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
         self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
                       f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        for line in aliases:          # views of the privatised reduction copies
+            self.out(ind + 1, line)
         self.loop_depth += 1
         self.body(s.body, ind + 1)
         self.loop_depth -= 1
         self.omp, self.in_parallel = saved
         self.out(ind, "}")
+
+    def unrolled(self, s: ir.For, ind: int) -> bool:
+        """Unrolls in the source: one scoped copy of the body per iteration.
+        A loop whose trip count is not constant gets the copies when it runs
+        exactly ``attrs['unroll']`` times (full tiles) and a plain loop
+        otherwise (the partial tile).  Returns False to fall back to a pragma."""
+        lo = _const_eval(s.lo, self.fn.constants)
+        hi = _const_eval(s.hi, self.fn.constants)
+        factor = s.attrs.get("unroll")
+        if lo is not None and hi is not None:
+            if hi - lo > 64 or (factor is not None and factor != hi - lo):
+                return False            # unroll-by-factor: leave it to the pragma
+            for v in range(lo, hi):
+                self.out(ind, f"{{ /* {s.var} = {v} */")
+                self.out(ind + 1, f"const int64_t {s.var} = {v};")
+                self.body(s.body, ind + 1)
+                self.out(ind, "}")
+            return True
+        if not isinstance(factor, int) or not 0 < factor <= 64:
+            return False
+        lo_s = self.expr(s.lo)
+        self.out(ind, f"if ({self._wrap(s.hi, P_REL + 1)} - ({lo_s}) == {factor}) {{")
+        for v in range(factor):
+            self.out(ind + 1, f"{{ /* {s.var} = {lo_s} + {v} */")
+            self.out(ind + 2, f"const int64_t {s.var} = {lo_s} + {v};" if lo_s != "0"
+                     else f"const int64_t {s.var} = {v};")
+            self.body(s.body, ind + 2)
+            self.out(ind + 1, "}")
+        self.out(ind, "} else {")
+        plain = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=1)
+        self.loop(plain, ind + 1)
+        self.out(ind, "}")
+        return True
+
+    def vector_reduction(self, s: ir.For, ind: int, pragma: str = "simd") -> bool:
+        """``for k: A[idx] = A[idx] op e`` with ``idx`` invariant in ``k``:
+        a scalar accumulator under ``#pragma omp simd|parallel for reduction``."""
+        body = s.body.stmts[0] if isinstance(s.body, ir.Block) and len(s.body.stmts) == 1 \
+            else s.body
+        ops = {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}
+        if not isinstance(body, ir.Store) or not isinstance(body.value, ir.Binary) \
+                or body.value.op not in ops:
+            return False
+        old = body.value.a
+        if not isinstance(old, ir.Load) or old.array != body.array or \
+                self.access(old.array, old.index) != self.access(body.array, body.index):
+            return False
+        if any(isinstance(n, ir.Var) and n.name == s.var
+               for i in body.index for n in ir.walk_exprs(i)):
+            return False
+        dt = body.value.dtype
+        target = self.access(body.array, body.index)
+        acc = f"tp_acc_{s.var}"
+        self.out(ind, "{")
+        self.out(ind + 1, f"{CTYPES[dt]} {acc} = {target};")
+        self.out(ind + 1, f"#pragma omp {pragma} reduction({ops[body.value.op]}: {acc})")
+        self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
+                          f"{self._wrap(s.hi, P_REL + 1)}; {s.var}++) {{")
+        update = ir.Binary(body.value.op, ir.Var(acc, dt), body.value.b, dt)
+        saved = (self.omp, self.in_parallel)
+        self.omp = "simd" if pragma == "simd" else "parallel"
+        self.in_parallel = self.in_parallel or pragma != "simd"
+        self.loop_depth += 1
+        self.out(ind + 2, f"{acc} = {self.expr(update)};")
+        self.loop_depth -= 1
+        self.omp, self.in_parallel = saved
+        self.out(ind + 1, "}")
+        self.out(ind + 1, f"{target} = {acc};")
+        self.out(ind, "}")
+        return True
+
+    def reduction_clause(self, s: ir.For) -> tuple:
+        """OpenMP array-section reductions for ``attrs['reduction']`` =
+        [(array, op)]: every thread accumulates into a private copy of the
+        whole array, combined at the end.  Returns (clause, alias lines)."""
+        items = s.attrs.get("reduction") or []
+        if not items:
+            return "", []
+        ops = {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}
+        arrays = {a.name: a for a in self.fn.arrays}
+        parts, aliases = [], []
+        for name, op in items:
+            if op not in ops:
+                raise ValueError(f"C backend: no OpenMP reduction for {op!r}")
+            if name not in arrays:
+                raise NotImplementedError(f"C backend: parallel reduction into {name!r}, "
+                                          "which is not an argument array")
+            a = arrays[name]
+            size = " * ".join(f"({self.expr(d)})" for d in a.shape) or "1"
+            raw = name + "_" if len(a.shape) > 1 else name
+            parts.append(f"reduction({ops[op]}: {raw}[0:{size}])")
+            if len(a.shape) > 1:
+                t = CTYPES[a.dtype]
+                ext = "".join(f"[{self.expr(d)}]" for d in a.shape[1:])
+                aliases.append(f"{t} (*restrict {name}){ext} = ({t} (*){ext}){raw};")
+        return " " + " ".join(parts), aliases
 
     def allocate(self, s: ir.Allocate, ind: int) -> None:
         """Emits the temporary, then its body, into the current scope."""

@@ -98,6 +98,8 @@ def check(model, deps, commands):
                     f"{commands[tag.command].text}: loop {loop!r} of {stmt} no longer exists "
                     "after later commands")
             carried = carried_by(model, deps, state, stmt, loop)
+            if tag.kind in ("parallel", "vector"):
+                tag.reductions = reductions_carried(model, deps, state, stmt, loop)
             if carried is not None:
                 buf, viol = carried
                 what = {"parallel": "parallelised", "vector": "vectorised",
@@ -137,6 +139,18 @@ def _blame(model, deps, commands):
 def carried_by(model, deps, state, stmt, loop):
     """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
     schedule ``state``, or None."""
+    rel = _same_loop_relation(model, state, stmt, loop)
+    for name, d in deps.relevant(state).items():
+        carried = d.intersect(rel)
+        if not carried.is_empty():
+            return name, carried
+    return None
+
+
+def _same_loop_relation(model, state, stmt, loop):
+    """Pairs of statement instances in one instance of the loop's
+    surroundings but in different iterations of it (every statement fused
+    into the loop included)."""
     s = state[stmt]
     k = [lp.name for lp in s.loops].index(loop)
     pos = 2 * k + 1
@@ -150,14 +164,20 @@ def carried_by(model, deps, state, stmt, loop):
                    f"[{', '.join(f'b{i}' for i in range(depth))}] : b{pos} != a{pos} }}",
                    context=model.ctx)
     same_loop = eq.intersect(diff).to_union_map()
-    # instances in one instance of the loop's surroundings, different iterations
-    # of it (this covers every statement fused into the loop)
-    rel = sched.apply_range(same_loop).apply_range(sched.reverse())
-    for name, d in deps.relevant(state).items():
-        carried = d.intersect(rel)
-        if not carried.is_empty():
-            return name, carried
-    return None
+    return sched.apply_range(same_loop).apply_range(sched.reverse())
+
+
+def reductions_carried(model, deps, state, stmt, loop):
+    """(buffer, op) of the reassociated reductions whose self-dependences the
+    loop carries: the backend must privatise and combine them."""
+    out = []
+    rel = _same_loop_relation(model, state, stmt, loop)
+    for name, (buf, red) in deps.reductions.items():
+        if state[name].reassociate and not red.intersect(rel).is_empty():
+            item = (buf, model.by_name[name].stmt.op)
+            if item not in out:
+                out.append(item)
+    return out
 
 
 def _depth(model, state):

@@ -177,6 +177,9 @@ class AstLowering:
             if tag is None:
                 continue
             kind = tag.kind
+            if tag.reductions:
+                attrs.setdefault("reduction", [])
+                attrs["reduction"] += [r for r in tag.reductions if r not in attrs["reduction"]]
             if tag.kind == "vector":
                 attrs["vector_width"] = tag.arg
             elif tag.kind == "unrolled":

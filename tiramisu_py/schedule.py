@@ -24,6 +24,7 @@ class Tag:
     kind: str                 # "parallel" | "vector" | "unrolled"
     arg: int | None           # vector width / unroll factor
     command: int              # index in the command log
+    reductions: list = field(default_factory=list)   # (buffer, op) carried, reassociated
 
 
 @dataclass
