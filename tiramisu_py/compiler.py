@@ -2,6 +2,8 @@
 generation and the Kernel."""
 from __future__ import annotations
 
+import time
+
 import codegen
 from codegen import ir
 
@@ -33,6 +35,7 @@ def compile_function(f, target="cpu", **options):
         raise ValueError(f"compile: unknown target {target!r}; available: {', '.join(TARGETS)}")
     if options:
         raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
+    t0 = time.perf_counter()
     _prepare(f)
     model = PolyModel(f)
     inputs, outputs, temps = _assign_buffers(f, model)
@@ -41,9 +44,11 @@ def compile_function(f, target="cpu", **options):
     checker.dry_run()
     deps = Dependences(model)
     state = legality.check(model, deps, f._commands)
+    t1 = time.perf_counter()
 
     reserved = (set(f._names) - {v.name for v in f.vars}) | {b.name for b in inputs + outputs + temps}
     body = AstLowering(model, state, reserved).run()
+    t2 = time.perf_counter()
     ex = ExprLowering(f.fixed)
     for b in reversed(temps):
         body = ir.Allocate(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
@@ -55,8 +60,10 @@ def compile_function(f, target="cpu", **options):
         scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
         arrays=arrays, body=body, constants=dict(f.fixed))
     compiled = codegen.compile_c(lowered)
+    t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered)
     kernel.model, kernel.schedule = model, state
+    kernel.timings = {"analysis": t1 - t0, "ast": t2 - t1, "backend": t3 - t2}
     return kernel
 
 

@@ -403,7 +403,8 @@ class Function:
         return self._state_cache
 
     def _loop_extent(self, stmt, loop):
-        """The constant extent of a loop of a statement, or None."""
+        """The largest extent a loop of a statement can have, over all param
+        values, or None when it is unbounded."""
         import islpy as isl
         model = self._model()
         m = model.by_name[stmt]
@@ -413,10 +414,12 @@ class Function:
                        f"[{st.loops[k].expr}] }}", context=model.ctx)
         rng = smap.intersect_domain(model.domain(m)).range()
         ext = rng.dim_max(0).sub(rng.dim_min(0)).coalesce()
-        if ext.n_piece() != 1 or not ext.is_cst():
-            return None
-        val = ext.get_pieces()[0][1].get_constant_val().to_python()
-        return int(val) + 1
+        if ext.n_piece() == 0:
+            return 0
+        val = ext.max_val()            # over all param values
+        if not val.is_int():
+            return None                # unbounded (grows with a param)
+        return int(val.to_python()) + 1
 
     def schedule_commands(self):
         """The scheduling commands given so far, in order."""

@@ -191,8 +191,7 @@ def small_pair(model, v):
     v.foreach_map(lambda m: maps.append(m))
     names = [p for p in model.params]
     for bound in (1, 2, 3, 4, 6, 8, 16, 64, 1024):
-        cons = [f"{-bound} <= {p} <= {bound}" if p.startswith("tp_") else f"0 <= {p} <= {bound}"
-                for p in names]
+        cons = [f"0 <= {p} <= {bound}" for p in names]
         box = isl.Set(f"{model.prefix()}{{ : {' and '.join(cons) or 'true'} }}", context=model.ctx)
         for m in maps:
             mm = m.intersect_params(box)

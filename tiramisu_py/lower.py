@@ -32,8 +32,9 @@ _ISL_OPS = {
 _CMP = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 
 
-class LoweringError(RuntimeError):
-    pass
+class LoweringError(ValueError):
+    """A schedule the code generator cannot express (e.g. a data-dependent
+    loop moved outside the loops its bounds read)."""
 
 
 # ----------------------------------------------------------- DSL expressions
@@ -293,8 +294,10 @@ class AstLowering:
                     env[id(v)] = self.aexpr(call.get_op_arg(k + 1), scope, at)
                 except LoweringError:
                     raise LoweringError(
-                        f"{m.name}: the data-dependent bound {ld!r} needs loop {v.name!r} "
-                        "outside the loop it bounds") from None
+                        f"{m.name}: the data-dependent bound {ld!r} reads loop {v.name!r}, so "
+                        f"{v.name!r} must stay outside the loop it bounds; the schedule "
+                        f"({'; '.join(self.model.f.schedule_commands()) or 'program order'}) "
+                        "moves it inside") from None
         return self.ex.index(ld, env)
 
 

@@ -112,7 +112,6 @@ def _split(state, s, c, index, loop, factor, names):
     s.loops[k:k + 1] = [Loop(outer, f"floor(({e})/{factor})"),
                         Loop(inner, f"(({e}) mod {factor})")]
     s.consts[k + 1:k + 1] = [0]
-    s.tags.pop(loop, None)
 
 
 def _interchange(state, s, c, index, a, b):
@@ -150,8 +149,6 @@ def _skew(state, s, c, index, outer, inner, factor, name):
         _new_names(s, [name], c)
     lp = s.loops[ki]
     s.loops[ki] = Loop(name, f"({lp.expr}) + {factor}*({s.loops[ko].expr})")
-    if name != inner:
-        s.tags.pop(inner, None)
 
 
 def _shift(state, s, c, index, loop, amount):
@@ -277,13 +274,14 @@ class Schedulable:
 
     def vectorize(self, loop, width, allow_reassociation=False):
         """Runs ``loop`` as SIMD lanes of ``width``; strip-mines it first
-        (``loop0``, ``loop1``) when its extent is not exactly ``width``."""
+        (``loop0``, ``loop1``) unless its extent is at most ``width``."""
         n = loop_name(loop)
         if allow_reassociation:
             self.allow_reassociation()
         if not isinstance(width, int) or width < 1:
             raise ValueError(f"{self.name}.vectorize({n}, {width}): width must be a positive int")
-        if self.function._loop_extent(self.name, n) != width:
+        ext = self.function._loop_extent(self.name, n)
+        if ext is None or ext > width:
             self.split(n, width)
             n = n + "1"
         return self._command("tag", n, "vector", width,
@@ -291,7 +289,7 @@ class Schedulable:
 
     def unroll(self, loop, factor=None):
         """Unrolls ``loop`` in the generated source; with ``factor``, strip-mines
-        it first unless its extent is exactly ``factor``."""
+        it first unless its extent is at most ``factor``."""
         n = loop_name(loop)
         ext = self.function._loop_extent(self.name, n)
         if factor is None:
@@ -299,7 +297,7 @@ class Schedulable:
                 raise ValueError(f"{self.name}.unroll({n}): the loop's extent is not a "
                                  "constant; give a factor")
             factor = ext
-        elif ext != factor:
+        elif ext is None or ext > factor:
             self.split(n, factor)
             n = n + "1"
         return self._command("tag", n, "unrolled", factor,

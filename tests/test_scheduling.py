@@ -1,0 +1,265 @@
+"""Scheduling commands: each one transforms the schedule, keeps results, and
+shows up in the generated code; illegal uses are refused with a teaching
+error.  Required cases: LSTM wavefront, CSR sparse conv."""
+import numpy as np
+import pytest
+
+import tiramisu_py as tp
+from examples import conv2d, gemm, lstm, sparse_conv
+
+RNG = np.random.default_rng(7)
+
+
+def gemm_args(n=37, m=29, k=53):
+    return (RNG.standard_normal((n, k), dtype=np.float32),
+            RNG.standard_normal((k, m), dtype=np.float32))
+
+
+def check_gemm(f, n=37, m=29, k=53):
+    kernel = f.compile()
+    a, b = gemm_args(n, m, k)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    return kernel
+
+
+def update(f):
+    return f.computations["C"].update
+
+
+# ------------------------------------------------------------ each command
+def test_split_names_and_partial_tiles():
+    f = gemm.build()
+    update(f).split("i", 8)
+    k = check_gemm(f)
+    assert [lp.name for lp in k.schedule["C_update"].loops] == ["i0", "i1", "j", "k"]
+    assert "for (int64_t i0 = 0;" in k.source and "for (int64_t i1 = 0;" in k.source
+
+
+def test_tile_2d_and_3d_partial():
+    f = gemm.build()
+    update(f).tile("i", "j", 8, 16)
+    k = check_gemm(f)
+    assert [lp.name for lp in k.schedule["C_update"].loops] == ["i0", "j0", "i1", "j1", "k"]
+    f = gemm.build()
+    update(f).tile("i", "j", "k", 4, 8, 16)
+    k = check_gemm(f)
+    assert [lp.name for lp in k.schedule["C_update"].loops] == \
+        ["i0", "j0", "k0", "i1", "j1", "k1"]
+
+
+def test_tile_needs_directly_nested_loops():
+    f = gemm.build()
+    with pytest.raises(ValueError, match="nested directly"):
+        update(f).tile("i", "k", 4, 4)
+
+
+def test_interchange_reorder_and_names():
+    f = gemm.build()
+    update(f).interchange("i", "k")
+    k = check_gemm(f)
+    assert [lp.name for lp in k.schedule["C_update"].loops] == ["k", "j", "i"]
+    f = gemm.build()
+    update(f).reorder("k", "i", "j")
+    k = check_gemm(f)
+    src = k.source
+    assert src.index("for (int64_t k = 0") < src.rindex("for (int64_t i = 0") < src.rindex("for (int64_t j = 0")
+
+
+def test_unknown_loop_is_an_error_naming_it():
+    f = gemm.build()
+    with pytest.raises(ValueError, match="no loop 'q'"):
+        update(f).split("q", 4)
+
+
+def test_shift_skew_reverse_keep_results():
+    f = gemm.build()
+    u = update(f)
+    u.shift("i", 3)
+    u.skew("i", "j", 2)
+    u.reverse("j")
+    check_gemm(f)
+
+
+def test_unroll_is_in_the_source():
+    f = gemm.build()
+    update(f).unroll("k", 4)
+    k = check_gemm(f, k=10)                      # 10 = two full tiles + a partial one
+    assert "/* k1 = 0 + 3 */" in k.source or "/* k1 = 3 */" in k.source
+    assert "#pragma GCC unroll" not in k.source
+
+
+def test_vectorize_strip_mines_and_emits_simd():
+    f = gemm.build()
+    u = update(f)
+    u.interchange("j", "k")
+    u.vectorize("j", 16)
+    k = check_gemm(f, m=45)
+    assert [lp.name for lp in k.schedule["C_update"].loops] == ["i", "k", "j0", "j1"]
+    assert "#pragma omp simd\n" in k.source
+
+
+def test_vectorize_exact_extent_does_not_split():
+    f = gemm.build()
+    u = update(f)
+    u.split("j", 8)
+    u.vectorize("j1", 8)
+    k = check_gemm(f)
+    assert [lp.name for lp in k.schedule["C_update"].loops] == ["i", "j0", "j1", "k"]
+
+
+def test_parallel_pragma_and_result():
+    f = gemm.build()
+    update(f).parallelize("i")
+    f.computations["C"].parallelize("i")
+    k = check_gemm(f)
+    assert k.source.count("#pragma omp parallel for\n") == 2
+
+
+def test_tag_on_a_loop_that_a_later_command_removes():
+    f = gemm.build()
+    u = update(f)
+    u.parallelize("i")
+    u.split("i", 4)
+    with pytest.raises(tp.IllegalScheduleError, match="no longer exists"):
+        f.compile()
+
+
+# ------------------------------------------------------------ reductions
+def test_reduction_needs_opt_in():
+    for cmd in (lambda u: u.parallelize("k"), lambda u: u.vectorize("k", 8),
+                lambda u: u.reverse("k")):
+        f = gemm.build()
+        cmd(update(f))
+        with pytest.raises(tp.IllegalScheduleError):
+            f.compile()
+
+
+@pytest.mark.parametrize("how", ["parallel_k", "vector_k", "reverse_k", "parallel_k_outer"])
+def test_reduction_with_opt_in_is_correct(how):
+    f = gemm.build()
+    u = update(f)
+    if how == "parallel_k":
+        u.parallelize("k", allow_reassociation=True)
+    elif how == "vector_k":
+        u.vectorize("k", 8, allow_reassociation=True)
+    elif how == "reverse_k":
+        u.allow_reassociation()
+        u.reverse("k")
+    else:                               # k outermost: array-section privatisation
+        u.reorder("k", "i", "j")
+        u.parallelize("k", allow_reassociation=True)
+    k = check_gemm(f)
+    if how == "parallel_k_outer":
+        assert "reduction(+: C_[0:" in k.source
+    if how in ("parallel_k", "vector_k"):
+        assert "reduction(+: tp_acc_k" in k.source
+
+
+def test_max_reduction_parallel():
+    f = tp.Function("rowmax", params=["N", "M"])
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    A = f.input("A", ("N", "M"), tp.float32)
+    r = f.computation("r", [i], float("-inf"), dtype=tp.float32)
+    r[i].max(A[i, j])
+    r.update.parallelize("j", allow_reassociation=True)
+    a = RNG.standard_normal((9, 301), dtype=np.float32)
+    np.testing.assert_array_equal(f.compile()(a), a.max(axis=1))
+
+
+# ------------------------------------------------------------ ordering
+def test_after_fuses_and_then_chains():
+    f = gemm.build()
+    C = f.computations["C"]
+    C.update.after(C, "j")                    # init and update share loops i, j
+    k = check_gemm(f)
+    body = k.source[k.source.index("for (int64_t i = 0"):]
+    assert body.count("for (int64_t i = 0") == 1 and body.count("for (int64_t j = 0") == 1
+
+
+def test_illegal_after_names_everything():
+    f = gemm.build()
+    C = f.computations["C"]
+    C.after(C.update, None)                   # init after the whole update: wrong
+    with pytest.raises(tp.IllegalScheduleError) as e:
+        f.compile()
+    msg = str(e.value)
+    assert "C.after(C_update, None)" in msg
+    assert "C_update(" in msg and "C(" in msg and "'C'" in msg
+
+
+# ------------------------------------------------------------ headline cases
+def test_lstm_wavefront_is_accepted_correct_and_parallel():
+    f = lstm.wavefront(lstm.build())
+    kernel = f.compile()
+    assert "#pragma omp parallel for\n    for (int64_t l = " in kernel.source
+    args = lstm.random_inputs(3, 9, 2, 8, seed=3)
+    np.testing.assert_allclose(lstm.run(kernel, *args), lstm.reference(*args),
+                               rtol=1e-4, atol=2e-5)
+    print("LSTM wavefront analysis + AST ms:",
+          round((kernel.timings["analysis"] + kernel.timings["ast"]) * 1e3, 1))
+
+
+def test_lstm_parallel_layers_without_skew_is_rejected():
+    f = lstm.build()
+    for s in f.statements:
+        if [v.name for v in s.vars[:2]] == ["l", "t"]:
+            s.parallelize("l")
+    with pytest.raises(tp.IllegalScheduleError, match="cannot be parallelised"):
+        f.compile()
+
+
+def test_lstm_time_reversal_is_rejected():
+    f = lstm.build()
+    for s in f.statements:
+        if [v.name for v in s.vars[:2]] == ["l", "t"]:
+            s.reverse("t")
+    with pytest.raises(tp.IllegalScheduleError, match=r"reverse\(t\)"):
+        f.compile()
+
+
+def sparse_args(density=0.4):
+    args = sparse_conv.random_inputs(density=density, seed=11)
+    return args, conv2d.reference(*args)
+
+
+def test_csr_parallel_output_channels_accepted():
+    f = sparse_conv.build()
+    out = f.computations["out"]
+    out.parallelize("co")
+    out.update.parallelize("co")
+    kernel = f.compile()
+    args, ref = sparse_args()
+    np.testing.assert_allclose(sparse_conv.run(kernel, *args), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_csr_parallel_nonzeros_rejected_without_opt_in():
+    f = sparse_conv.build()
+    f.computations["out"].update.parallelize("j")
+    with pytest.raises(tp.IllegalScheduleError, match="reduction"):
+        f.compile()
+
+
+def test_csr_parallel_nonzeros_with_opt_in_is_correct():
+    f = sparse_conv.build()
+    f.computations["out"].update.parallelize("j", allow_reassociation=True)
+    kernel = f.compile()
+    args, ref = sparse_args(0.7)
+    np.testing.assert_allclose(sparse_conv.run(kernel, *args), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_csr_data_dependent_loop_cannot_leave_its_row():
+    f = sparse_conv.build()
+    f.computations["out"].update.interchange("co", "j")
+    with pytest.raises(ValueError, match="must stay outside"):
+        f.compile()
+
+
+# ------------------------------------------------------------ explain
+def test_explain_lists_dependences_and_parallel_loops(capsys):
+    f = gemm.build()
+    text = f.explain()
+    assert "C_update depends on C through 'C'" in text
+    assert "C_update is a reduction into 'C'" in text
+    assert "C_update loop i: parallel" in text
+    assert "C_update loop k: not parallel" in text
+    assert capsys.readouterr().out.strip() == text.strip()
