@@ -33,6 +33,24 @@ switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool
 NULL INFINITY NAN int8_t uint8_t int32_t int64_t intptr_t size_t main malloc calloc free
 memset abs exp expf log logf tanh tanhf sqrt sqrtf fabs fabsf floor floorf ceil ceilf fmod
 fmodf""".split())
+# names the included headers declare (libc, libm) or define as macros: a kernel,
+# array or loop with one of these names would clash in C
+_C_LIBRARY = set("""sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh exp2 expm1 log2
+log10 log1p pow cbrt hypot erf erfc lgamma tgamma round lround trunc rint nearbyint fmin fmax
+fma fdim copysign frexp ldexp modf remainder signbit isnan isinf isfinite nan
+sinf cosf tanf powf roundf truncf fminf fmaxf fmaf exit abort atexit atoi atol atof strtol
+strtod qsort bsearch rand srand labs llabs div ldiv getenv system realloc aligned_alloc
+memcpy memmove memcmp memchr strlen strcmp strncmp strcpy strncpy strcat strchr strstr
+strdup strerror errno assert printf puts putchar""".split())
+_MACRO_LIKE = re.compile(r"\A(U?INT(8|16|32|64|PTR|MAX)?_(MAX|MIN|C)|SIZE_MAX|PTRDIFF_(MAX|MIN)|"
+                         r"M_[A-Z0-9_]+|HUGE_VALF?|FP_[A-Z]+|EXIT_(SUCCESS|FAILURE)|RAND_MAX|"
+                         r"EOF|BUFSIZ|NULL|EDOM|ERANGE|EILSEQ|EINVAL|ENOMEM)\Z")
+
+
+def reserved_c_name(name: str) -> bool:
+    """True when ``name`` cannot be a C identifier of a generated kernel."""
+    return (name in _C_KEYWORDS or name in _C_LIBRARY or bool(_MACRO_LIKE.match(name))
+            or name.startswith(("tp_", "__")))
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _STACK_LIMIT = 16384        # bytes: constant-size temporaries inside loops up to this go on the stack
 
@@ -144,11 +162,16 @@ def _helper_source(name: str) -> str:
         fl = "floorf" if dt == "float32" else "floor"
         return f"static inline {t} {name}({t} a, {t} b) {{ return a - {fl}(a / b) * b; }}"
     if kind in ("floordiv", "floormod"):
+        # NumPy semantics where C has none: x // 0 == x % 0 == 0; MIN // -1 wraps
         if dt == "uint8":
-            return f"static inline {t} {name}({t} a, {t} b) {{ return a {'/' if kind == 'floordiv' else '%'} b; }}"
+            op = '/' if kind == 'floordiv' else '%'
+            return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : ({t})(a {op} b); }}"
+        guard = (f"  if (b == 0) return 0;\n"
+                 + (f"  if (b == -1) return ({t})(0 - (uint64_t)a);\n" if kind == "floordiv"
+                    else "  if (b == -1) return 0;\n"))
         decl, fix = ((f"{t} q = ({t})(a / b), r = ({t})(a % b);", f"({t})(q - 1) : q")
                      if kind == "floordiv" else (f"{t} r = ({t})(a % b);", f"({t})(r + b) : r"))
-        return (f"static inline {t} {name}({t} a, {t} b) {{\n  {decl}\n"
+        return (f"static inline {t} {name}({t} a, {t} b) {{\n{guard}  {decl}\n"
                 f"  return (r != 0 && ((r < 0) != (b < 0))) ? {fix};\n}}")
     raise AssertionError(name)
 

@@ -106,13 +106,18 @@ _probe_lock = threading.Lock()
 
 
 def _probe(cc: Compiler) -> tuple:
-    """The optional flags ``cc`` accepts; cached in memory and on disk."""
+    """The optional flags ``cc`` accepts; cached in memory and on disk (in
+    every cache directory used, so a later process there never probes)."""
+    key = hashlib.sha256(f"probe|{cache.FORMAT_VERSION}|{cc.identity}|"
+                         f"{OPTIONAL_FLAGS}".encode()).hexdigest()[:32]
+    path = cache.cache_dir() / f"probe-{key}.json"
     if cc.identity in _probed:
-        return _probed[cc.identity]
+        flags = _probed[cc.identity]
+        if not path.exists():
+            cache.atomic_write(path, json.dumps({"identity": cc.identity,
+                                                 "flags": list(flags)}).encode())
+        return flags
     with _probe_lock:
-        key = hashlib.sha256(f"probe|{cache.FORMAT_VERSION}|{cc.identity}|"
-                             f"{OPTIONAL_FLAGS}".encode()).hexdigest()[:32]
-        path = cache.cache_dir() / f"probe-{key}.json"
         try:
             data = json.loads(path.read_text())
             if data.get("identity") == cc.identity:

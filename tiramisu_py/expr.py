@@ -239,12 +239,7 @@ def strong_type(e: Expr):
         if ta is None and tb is None:
             return None
         if ta is None or tb is None:
-            t = ta or tb
-            weak = e.b if ta is not None else e.a
-            if t.is_float or not _weak_is_float(weak):
-                t = t
-            else:
-                t = T.DEFAULT_FLOAT          # int operand meets a float literal
+            t = weak_partner_type(ta or tb, e.b if ta is not None else e.a)
         else:
             t = T.promote(ta, tb)
         if e.op == "div" and not t.is_float:
@@ -255,9 +250,7 @@ def strong_type(e: Expr):
         if ta is None and tb is None:
             return None
         if ta is None or tb is None:
-            t = ta or tb
-            weak = e.b if ta is not None else e.a
-            return T.DEFAULT_FLOAT if (not t.is_float and _weak_is_float(weak)) else t
+            return weak_partner_type(ta or tb, e.b if ta is not None else e.a)
         return T.promote(ta, tb)
     if isinstance(e, Call):
         ts = [strong_type(a) for a in e.args]
@@ -268,6 +261,28 @@ def strong_type(e: Expr):
             return t
         return T.DEFAULT_FLOAT            # exp of an int is float64
     raise TypeError(f"not an expression: {e!r}")
+
+
+def weak_partner_type(t: T.DType, weak: Expr) -> T.DType:
+    """The type of an operation between a typed operand (``t``) and an
+    expression of weak literals: ``t``, unless the literals are floats and
+    ``t`` is not (float64), or are integers ``t`` cannot hold (int64)."""
+    if _weak_is_float(weak):
+        return t if t.is_float else T.DEFAULT_FLOAT
+    if t.is_int or t.is_bool:
+        lo, hi = _int_range(t)
+        for n in walk(weak):
+            if isinstance(n, Const) and isinstance(n.value, int) and not lo <= n.value <= hi:
+                return T.promote(t, T.int64) if t.bits < 64 or t.kind == "u" else t
+    return t
+
+
+def _int_range(t):
+    if t.is_bool:
+        return (0, 1)
+    if t.kind == "u":
+        return (0, 2 ** t.bits - 1)
+    return (-2 ** (t.bits - 1), 2 ** (t.bits - 1) - 1)
 
 
 def _promote_all(ts):

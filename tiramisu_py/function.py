@@ -7,6 +7,8 @@ import keyword
 import re
 
 from . import types as T
+from codegen.c_backend import reserved_c_name
+
 from .schedule import Schedulable
 from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, parse_size,
                    strong_type, walk, wrap)
@@ -25,8 +27,9 @@ def check_name(name, what: str) -> str:
     if not isinstance(name, str) or not _IDENT.match(name):
         raise ValueError(f"{what} name {name!r} must be an identifier "
                          "(a letter, then letters, digits or _)")
-    if name in _RESERVED or keyword.iskeyword(name) or name.startswith("tp_"):
-        raise ValueError(f"{what} name {name!r} is reserved; choose another")
+    if name in _RESERVED or keyword.iskeyword(name) or reserved_c_name(name):
+        raise ValueError(f"{what} name {name!r} is reserved (an isl, C or C library name); "
+                         "choose another")
     return name
 
 
@@ -103,6 +106,15 @@ class Computation(Statement):
     def dtype(self) -> T.DType:
         if self.explicit_dtype is not None:
             return self.explicit_dtype
+        if getattr(self, "_typing", False):
+            return None                 # a self-read while typing: no information
+        self._typing = True
+        try:
+            return self._infer_dtype()
+        finally:
+            self._typing = False
+
+    def _infer_dtype(self):
         if self.value is not None:
             t = strong_type(self.value)
             if t is not None:
@@ -278,9 +290,10 @@ class Function:
         check_name(name, "loop")
         if any(v.name == name for v in self.vars):
             raise ValueError(f"loop {name!r} declared twice in {self.name!r}")
-        self._claim(name, "loop", allow_dup=False)
+        self._check_free(name, "loop")
         lo = self._bound(lo, f"lower bound of {name!r}")
         hi = self._bound(hi, f"upper bound of {name!r}")
+        self._claim(name, "loop")
         v = Var(name, lo, hi, self, len(self.vars))
         self.vars.append(v)
         return v
@@ -299,7 +312,7 @@ class Function:
         """``name[vars] = expr``.  ``expr=None`` declares it; define it later with
         ``c[vars] = e`` or ``c.set_expression(e)`` (for recurrences)."""
         check_name(name, "computation")
-        self._claim(name, "computation")
+        self._check_free(name, "computation")
         vars_ = list(vars_)
         if not vars_:
             raise ValueError(f"computation {name!r} needs at least one loop")
@@ -316,6 +329,7 @@ class Function:
         if len(set(names)) != len(names):
             raise ValueError(f"computation {name!r}: a loop appears twice in {names}")
         c = Computation(self, name, vars_, expr, dtype)
+        self._claim(name, "computation")
         self.computations[name] = c
         self._add_statement(c)
         return c
@@ -357,14 +371,17 @@ class Function:
         self._current_nest().items.append(s)
         self._compiled = self._state_cache = self._model_cache = None
 
-    def _claim(self, name, what, allow_dup=False):
-        if name in self._names and not allow_dup:
+    def _check_free(self, name, what):
+        if name in self._names:
             raise ValueError(f"{what} name {name!r} is already used in {self.name!r}")
+
+    def _claim(self, name, what):
+        self._check_free(name, what)
         self._names.add(name)
 
     def _buffer(self, name, shape, dtype, kind):
         check_name(name, "buffer")
-        self._claim(name, "buffer")
+        self._check_free(name, "buffer")
         if isinstance(shape, (int, str, Expr)):
             shape = (shape,)
         shape = tuple(parse_size(s, self.params, f"shape of {name!r}") for s in shape)
@@ -372,6 +389,7 @@ class Function:
             if any(isinstance(n, (Var, Access)) for n in walk(s)):
                 raise ValueError(f"shape of {name!r} may use params only")
         b = Buffer(self, name, shape, T.from_any(dtype), kind)
+        self._claim(name, "buffer")
         self.buffers[name] = b
         return b
 

@@ -22,6 +22,9 @@ class _Arg:
         self.name, self.obj = name, obj
         if isinstance(obj, np.ndarray):
             self.is_torch = False
+            if not obj.dtype.isnative:
+                raise TypeError(f"argument {name!r} has non-native byte order ({obj.dtype.str}); "
+                                f"pass {name}.astype({obj.dtype.name!r})")
             self.shape, self.dtype = obj.shape, obj.dtype.name
             self.address = obj.__array_interface__["data"][0]
             self.nbytes = obj.nbytes
@@ -30,6 +33,9 @@ class _Arg:
             if obj.device.type != "cpu":
                 raise ValueError(f"argument {name!r} is on {obj.device}; the cpu kernel needs "
                                  "a CPU tensor")
+            if obj.is_neg() or obj.is_conj():
+                raise ValueError(f"argument {name!r} is a lazy negated/conjugated view; pass "
+                                 f"{name}.resolve_neg().resolve_conj()")
             self.shape = tuple(obj.shape)
             self.dtype = str(obj.dtype).split(".")[-1]
             self.address = obj.data_ptr()
@@ -100,6 +106,8 @@ class Kernel:
             elif k in self.params or k in self.fixed:
                 if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                     raise TypeError(f"param {k!r} must be an int, not {type(v).__name__}")
+                if not -2 ** 63 <= int(v) < 2 ** 63:
+                    raise ValueError(f"param {k!r} = {int(v)} is outside the int64 range")
                 if k in self.fixed and int(v) != self.fixed[k]:
                     raise ValueError(f"param {k!r} is fixed to {self.fixed[k]} in this "
                                      f"function; got {int(v)}")
@@ -139,11 +147,13 @@ class Kernel:
                     raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
                                      f"expected {_shape_text(b.shape)} = {exp}"
                                      + (f" with {ps}" if ps else ""))
-        for b in self.temps:
+        for b in self.temps + self.outputs:
             for s, v in zip(b.shape, self._shape(b, values)):
                 if v < 0:
-                    raise ValueError(f"params give buffer {b.name!r} a negative extent "
-                                     f"({s!r} = {v})")
+                    ps = ", ".join(f"{k}={values[k]}" for k in sorted(values)
+                                   if k in _names_in(s))
+                    raise ValueError(f"param(s) {ps or 'given'} make buffer {b.name!r} have a "
+                                     f"negative extent ({s!r} = {v})")
         self._check_aliasing(arrs)
 
         # contents of index arrays
@@ -230,6 +240,11 @@ class Kernel:
                 if a.address < o.address + o.nbytes and o.address < a.address + a.nbytes:
                     raise ValueError(f"output argument {o.name!r} overlaps argument {a.name!r} "
                                      "in memory; pass separate arrays")
+
+
+def _names_in(e):
+    from .expr import ParamRef, walk
+    return {n.name for n in walk(e) if isinstance(n, ParamRef)}
 
 
 def _eval_size(e, values, name):

@@ -66,15 +66,50 @@ class Dependences:
         return out
 
     def relevant(self, state):
-        """Dependences per buffer, without the reductions opted out by ``state``."""
+        """Ordering dependences per buffer under ``state``: without the
+        reductions it lets reassociate, carried over to compute_at copies."""
+        return {name: d for name, (d, _) in self.with_conflicts(state).items()}
+
+    def with_conflicts(self, state):
+        """buffer -> (ordering dependences, conflicts that only forbid running
+        in parallel: copies of a compute_at producer in different iterations)."""
+        ats = list({id(a): a for a in self.model.compute_ats(state).values()}.values())
         out = {}
         for name, d in self.by_buffer.items():
             for stmt, (buf, red) in self.reductions.items():
                 if buf == name and state[stmt].reassociate:
                     d = d.subtract(red)
-            if not d.is_empty():
-                out[name] = d
+            if d.is_empty():
+                continue
+            conflicts = None
+            for at in ats:
+                d, more = _transform(d, at, name)
+                if more is not None:
+                    conflicts = more if conflicts is None else conflicts.union(more)
+            out[name] = (d, conflicts)
         return out
+
+    def reductions_in(self, state):
+        """Reduction self-dependences, carried over to compute_at copies."""
+        ats = list({id(a): a for a in self.model.compute_ats(state).values()}.values())
+        out = {}
+        for stmt, (buf, red) in self.reductions.items():
+            for at in ats:
+                red, _ = _transform(red, at, buf)
+            out[stmt] = (buf, red)
+        return out
+
+
+def _transform(d, at, buffer):
+    maps = []
+    d.foreach_map(lambda m: maps.append(m))
+    order, conflicts = None, None
+    for m in maps:
+        o, c = at.transform(m, buffer)
+        order = o if order is None else order.union(o)
+        if c is not None:
+            conflicts = c if conflicts is None else conflicts.union(c)
+    return order, conflicts
 
 
 def schedule_union(model, state):
@@ -140,7 +175,9 @@ def carried_by(model, deps, state, stmt, loop):
     """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
     schedule ``state``, or None."""
     rel = _same_loop_relation(model, state, stmt, loop)
-    for name, d in deps.relevant(state).items():
+    for name, (d, conflicts) in deps.with_conflicts(state).items():
+        if conflicts is not None:
+            d = d.union(conflicts).union(conflicts.reverse())
         carried = d.intersect(rel)
         if not carried.is_empty():
             return name, carried
@@ -172,7 +209,7 @@ def reductions_carried(model, deps, state, stmt, loop):
     loop carries: the backend must privatise and combine them."""
     out = []
     rel = _same_loop_relation(model, state, stmt, loop)
-    for name, (buf, red) in deps.reductions.items():
+    for name, (buf, red) in deps.reductions_in(state).items():
         if state[name].reassociate and not red.intersect(rel).is_empty():
             item = (buf, model.by_name[name].stmt.op)
             if item not in out:
@@ -212,7 +249,10 @@ def small_pair(model, v):
 
 def _instance(model, stmt, point):
     m = model.by_name[stmt]
-    return f"{stmt}({', '.join(f'{v.name}={x}' for v, x in zip(m.vars, point))})"
+    names = [v.name for v in m.vars]
+    extra = len(point) - len(names)            # a compute_at copy: consumer loops first
+    names = [f"at{k}" for k in range(extra)] + names
+    return f"{stmt}({', '.join(f'{n}={x}' for n, x in zip(names, point))})"
 
 
 def _describe(model, deps, buf, viol, state, concurrent=False):
@@ -238,6 +278,7 @@ def _accesses_at(model, deps, s, src, t, dst, buf, params):
 
     def element(m, k, point):
         amap = deps.maps[(m.name, k)]
+        point = point[len(point) - len(m.vars):]      # drop compute_at coordinates
         dom = isl.Set(f"{model.prefix()}{{ {m.name}[{', '.join(map(str, point))}] : {pfx} }}",
                       context=model.ctx)
         return amap.intersect_domain(dom).range()

@@ -13,7 +13,8 @@ import islpy as isl
 from codegen import ir
 
 from . import types as T
-from .expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, strong_type
+from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, strong_type,
+                   weak_partner_type)
 from .function import Computation, Var
 from .poly import resolve
 
@@ -95,9 +96,7 @@ def operand_type(a, b) -> T.DType:
     if ta and tb:
         return T.promote(ta, tb)
     if ta or tb:
-        t = ta or tb
-        other = b if ta else a
-        return T.DEFAULT_FLOAT if (not t.is_float and other.dtype.is_float) else t
+        return weak_partner_type(ta or tb, b if ta else a)
     return T.promote(a.dtype, b.dtype)
 
 
@@ -122,7 +121,7 @@ class AstLowering:
     def run(self) -> ir.Stmt:
         m = self.model
         build = isl.AstBuild.from_context(m.context())
-        sched = m.schedule_map(self.state).intersect_domain(m.union_domain())
+        sched = m.schedule_map(self.state).intersect_domain(m.union_domain(self.state))
         root = build.node_from_schedule_map(sched)
         return self.node(root, {}, [])
 
@@ -226,10 +225,15 @@ class AstLowering:
         n.foreach_descendant_top_down(cb)
         return found[0] if found else None
 
+    def skip(self, m):
+        """Leading call arguments of a compute_at copy: the consumer's loops."""
+        st = self.state[m.name]
+        return st.at[2] if st.at is not None else 0
+
     def stmt_env(self, m, call, scope, at):
-        env = {}
+        env, d = {}, self.skip(m)
         for k, v in enumerate(m.vars):
-            env[id(v)] = self.aexpr(call.get_op_arg(k + 1), scope, at)
+            env[id(v)] = self.aexpr(call.get_op_arg(d + k + 1), scope, at)
         return env
 
     def user(self, n, scope):
@@ -291,7 +295,7 @@ class AstLowering:
         for k, v in enumerate(m.vars):
             if id(v) in needed:
                 try:
-                    env[id(v)] = self.aexpr(call.get_op_arg(k + 1), scope, at)
+                    env[id(v)] = self.aexpr(call.get_op_arg(self.skip(m) + k + 1), scope, at)
                 except LoweringError:
                     raise LoweringError(
                         f"{m.name}: the data-dependent bound {ld!r} reads loop {v.name!r}, so "

@@ -97,12 +97,36 @@ class PolyModel:
     def domain(self, m: StmtModel) -> isl.Set:
         return isl.Set(self.domain_text(m), context=self.ctx)
 
-    def union_domain(self) -> isl.UnionSet:
+    def union_domain(self, state=None) -> isl.UnionSet:
+        ats = self.compute_ats(state) if state else {}
         u = None
         for m in self.stmts:
-            s = self.domain(m).to_union_set()
+            d = ats[m.name].member_domain(m.name) if m.name in ats else self.domain(m)
+            s = d.to_union_set()
             u = s if u is None else u.union(s)
         return u
+
+    def compute_ats(self, state) -> dict:
+        """member name -> ComputeAt, for the statements moved by compute_at."""
+        from .compute_at import ComputeAt
+        out, made = {}, {}
+        for name, st in state.items():
+            if st.at is None:
+                continue
+            producer, consumer, depth = st.at
+            if producer not in made:
+                made[producer] = ComputeAt(self, state, producer, consumer, depth)
+            out[name] = made[producer]
+        return out
+
+    def tuple_vars(self, m, state=None) -> list:
+        """The names of a statement's instance coordinates in ``state``:
+        its loops, after the consumer's outer loops if computed at one."""
+        names = [v.name for v in m.vars]
+        st = state.get(m.name) if state else None
+        if st is not None and st.at is not None:
+            names = [f"tp_o{k}" for k in range(st.at[2])] + names
+        return names
 
     def schedule_map(self, state) -> isl.UnionMap:
         """The union of every statement's schedule in ``state`` (a dict name ->
@@ -112,7 +136,7 @@ class PolyModel:
         for m in self.stmts:
             dims = state[m.name].dims()
             dims += ["0"] * (depth - len(dims))
-            smap = isl.UnionMap(f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}]"
+            smap = isl.UnionMap(f"{self.prefix()}{{ {m.name}[{', '.join(self.tuple_vars(m, state))}]"
                                 f" -> [{', '.join(dims)}] }}", context=self.ctx)
             u = smap if u is None else u.union(smap)
         return u

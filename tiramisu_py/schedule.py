@@ -33,6 +33,7 @@ class StmtSchedule:
     loops: list               # n Loops
     tags: dict = field(default_factory=dict)      # loop name -> Tag
     reassociate: bool = False                     # reduction deps may be reordered
+    at: tuple | None = None       # (producer, consumer, depth) after compute_at
 
     def find(self, name, command, stmt):
         for k, lp in enumerate(self.loops):
@@ -90,6 +91,9 @@ def replay(model, commands, upto=None):
 # --------------------------------------------------------------- the commands
 def apply(state, c: Command, index: int):
     s = state[c.stmt]
+    if s.at is not None and c.op not in ("tag", "allow_reassociation"):
+        raise ValueError(f"{c.text}: {c.stmt} is computed at {s.at[1]} (compute_at); give its "
+                         "own loop transformations before compute_at")
     fn = _OPS[c.op]
     fn(state, s, c, index, *c.args, **c.kwargs)
 
@@ -191,9 +195,33 @@ def _after(state, s, c, index, other, loop):
     s.consts[depth] = pos + 1
 
 
+def _compute_at(state, s, c, index, consumer, loop, group):
+    """Moves the producer's group inside ``consumer``'s loops up to ``loop``,
+    right before ``consumer``; the copies' outer loops are tp_o0, tp_o1, ..."""
+    if consumer in group:
+        raise ValueError(f"{c.text}: a computation cannot be computed at itself")
+    cs = state[consumer]
+    if cs.at is not None:
+        raise ValueError(f"{c.text}: {consumer} is itself computed at {cs.at[1]}; "
+                         "apply compute_at from the outermost consumer inwards")
+    depth = cs.find(loop, c.text, consumer) + 1
+    prefix, pos = cs.consts[:depth], cs.consts[depth]
+    firsts = sorted({state[g].consts[0] for g in group})
+    for name, r in state.items():
+        if name in group or len(r.consts) <= depth or r.consts[:depth] != prefix:
+            continue
+        if r.consts[depth] >= pos:
+            r.consts[depth] += len(firsts)
+    for g in group:
+        x = state[g]
+        x.consts = list(prefix) + [pos + firsts.index(x.consts[0])] + x.consts[1:]
+        x.loops = [Loop(cs.loops[k].name, f"tp_o{k}") for k in range(depth)] + x.loops
+        x.at = (c.stmt, consumer, depth)
+
+
 _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
         "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
-        "allow_reassociation": _reassociate, "after": _after}
+        "allow_reassociation": _reassociate, "after": _after, "compute_at": _compute_at}
 
 
 def loop_name(x):
@@ -316,6 +344,19 @@ class Schedulable:
         n = None if loop is None else loop_name(loop)
         return self._command("after", other.name, n,
                              text=f"{self.name}.after({other.name}, {n})")
+
+    def compute_at(self, consumer, loop):
+        """Computes this computation (and its updates) inside ``consumer``'s
+        loops up to and including ``loop``, just before ``consumer``, for the
+        region one iteration of those loops reads (overlaps are recomputed).
+        Apply the producer's own loop transformations before this command."""
+        from .function import Computation
+        if not isinstance(self, Computation):
+            raise ValueError(f"{self.name}.compute_at: apply it to the computation, not an update")
+        n = loop_name(loop)
+        group = [self.name] + [u.name for u in self.updates]
+        return self._command("compute_at", consumer.name, n, group,
+                             text=f"{self.name}.compute_at({consumer.name}, {n})")
 
     def then(self, other, loop=None):
         """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""

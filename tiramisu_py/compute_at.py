@@ -1,0 +1,156 @@
+"""``P.compute_at(C, loop)``: the producer P (with its updates: the *group*)
+is recomputed inside ``C``'s loops up to ``loop``, for exactly the region of P
+that one iteration of those loops reads (overlapping regions are recomputed).
+
+Model: each group member X becomes X'[o, v] with ``o`` the values of C's outer
+loops (``tp_o0, tp_o1, ...``) and ``v`` X's own loops, over the footprint
+F_X = { [o] -> X[v] : X[v] writes an element of P that C reads at some c with
+outer(c) = o }.  X' is placed right before C inside those loops.
+
+Dependences of the original program are carried over to the copies:
+  * within the group: between copies of the same o;
+  * group -> C (C reads P): from the copy of C's own iteration o = outer(c);
+  * anything else touching the group: to or from every copy.
+Copies of different iterations rewrite the same elements with the same values
+(P's inputs are not modified in between, which the rules above enforce), so
+those pairs are not ordering constraints; they are still conflicts that forbid
+running the iterations in parallel, since they share P's buffer."""
+from __future__ import annotations
+
+import islpy as isl
+
+from . import affine
+from .affine import NonAffine
+from .expr import Access, walk
+
+
+def outer_names(d):
+    return [f"tp_o{k}" for k in range(d)]
+
+
+class ComputeAt:
+    """The footprint relations of one compute_at, built on demand."""
+
+    def __init__(self, model, state, producer, consumer, depth):
+        self.model, self.producer, self.consumer, self.depth = model, producer, consumer, depth
+        cs = state[consumer]
+        self.outer_exprs = [lp.expr for lp in cs.loops[:depth]]
+        self.group = [producer] + [u.name for u in model.by_name[producer].stmt.updates]
+        self.buffer = [a for a in model.by_name[producer].accesses if a.write][0].buffer.name
+        self._fp = self._footprint()
+
+    def _footprint(self):
+        """F = { [o] -> P[p] } of the producer's own domain."""
+        m, pm = self.model, self.model.by_name[self.producer]
+        cm = self.model.by_name[self.consumer]
+        pstmt = pm.stmt
+        reads = [n for n in walk(cm.stmt.value) if isinstance(n, Access) and n.target is pstmt]
+        if not reads:
+            raise ValueError(f"compute_at: {self.consumer} does not read {self.producer}")
+        dom_c = " and ".join(m.domain_constraints(cm)) or "true"
+        cvars = ", ".join(v.name for v in cm.vars)
+        o = outer_names(self.depth)
+        rel = None
+        for r in reads:
+            try:
+                idx = [affine.text(e, values=m.f.fixed) for e in r.indices]
+            except NonAffine as exc:
+                raise ValueError(f"compute_at: {self.consumer} reads {r!r} at a non-affine "
+                                 f"index ({exc})") from None
+            oeq = " and ".join(f"{a} = {e}" for a, e in zip(o, self.outer_exprs)) or "true"
+            text = (f"{m.prefix()}{{ [{', '.join(o)}] -> {self.producer}"
+                    f"[{', '.join(f'p{k}' for k in range(len(idx)))}] : exists {cvars} : "
+                    f"{dom_c} and {oeq} and "
+                    + " and ".join(f"p{k} = {e}" for k, e in enumerate(idx)) + " }")
+            part = isl.Map(text, context=m.ctx)
+            rel = part if rel is None else rel.union(part)
+        return rel.intersect_range(m.domain(pm)).coalesce()
+
+    def member_domain(self, name) -> isl.Set:
+        """X'[o, v]: the copies of group member ``name``."""
+        m = self.model
+        xm = m.by_name[name]
+        if name == self.producer:
+            fx = self._fp
+        else:
+            # update instances whose written element lies in the footprint
+            s = xm.stmt
+            lhs = [affine.text(e, values=m.f.fixed) for e in s.lhs]
+            w = isl.Map(f"{m.prefix()}{{ {name}[{', '.join(v.name for v in xm.vars)}] -> "
+                        f"{self.producer}[{', '.join(lhs)}] }}", context=m.ctx)
+            w = w.intersect_domain(m.domain(xm))
+            fx = self._fp.apply_range(w.reverse())
+        # flatten [o] -> X[v] into X[o, v]
+        flat = fx.wrap().flatten()
+        names = outer_names(self.depth) + [v.name for v in xm.vars]
+        flat = flat.set_tuple_name(name)
+        for k, n in enumerate(names):
+            flat = flat.set_dim_name(isl.dim_type.set, k, n)
+        return flat
+
+    def copies(self, name) -> isl.Map:
+        """R_X = { X[v] -> X[o, v] } over the footprint."""
+        dom = self.member_domain(name)
+        n = self.model.by_name[name]
+        v = ", ".join(x.name for x in n.vars)
+        o = ", ".join(outer_names(self.depth))
+        r = isl.Map(f"{self.model.prefix()}{{ {name}[{v}] -> {name}[{o}, {v}] }}",
+                    context=self.model.ctx)
+        return r.intersect_range(dom)
+
+    def outer_of_consumer(self) -> isl.Map:
+        """{ C[c] -> [o] }."""
+        cm = self.model.by_name[self.consumer]
+        return isl.Map(f"{self.model.prefix()}{{ {self.consumer}"
+                       f"[{', '.join(v.name for v in cm.vars)}] -> "
+                       f"[{', '.join(self.outer_exprs)}] }}", context=self.model.ctx)
+
+    def same_o(self, a, b, equal=True) -> isl.Map:
+        am, bm = self.model.by_name[a], self.model.by_name[b]
+        o1 = [f"a{k}" for k in range(self.depth)]
+        o2 = [f"b{k}" for k in range(self.depth)]
+        va = [f"x_{v.name}" for v in am.vars]
+        vb = [f"y_{v.name}" for v in bm.vars]
+        rel = " and ".join(f"{x} = {y}" for x, y in zip(o1, o2)) if equal else \
+            "(" + " or ".join(f"{x} != {y}" for x, y in zip(o1, o2)) + ")"
+        return isl.Map(f"{self.model.prefix()}{{ {a}[{', '.join(o1 + va)}] -> "
+                       f"{b}[{', '.join(o2 + vb)}] : {rel or 'true'} }}", context=self.model.ctx)
+
+    def transform(self, m: isl.Map, buffer: str):
+        """A dependence map S -> T through ``buffer`` of the original program,
+        as (ordering constraints, parallel-only conflicts) over the copies."""
+        s = m.get_tuple_name(isl.dim_type.in_)
+        t = m.get_tuple_name(isl.dim_type.out)
+        gs, gt = s in self.group, t in self.group
+        if not gs and not gt:
+            return m.to_union_map(), None
+        if buffer != self.buffer:
+            # through another array (P's inputs): every copy keeps the order
+            if gs and gt:
+                return self.copies(s).reverse().apply_range(m).apply_range(
+                    self.copies(t)).to_union_map(), None
+            if gs:
+                return self.copies(s).reverse().apply_range(m).to_union_map(), None
+            return m.apply_range(self.copies(t)).to_union_map(), None
+        if gs and gt:
+            full = self.copies(s).reverse().apply_range(m).apply_range(self.copies(t))
+            return (full.intersect(self.same_o(s, t)).to_union_map(),
+                    full.intersect(self.same_o(s, t, False)).to_union_map())
+        if gs and t == self.consumer:
+            # X[v] -> C[c] becomes X[outer(c), v] -> C[c]
+            oc = self.outer_of_consumer()
+            pairs = m.reverse().range_product(oc)          # C[c] -> [X[v] -> [o]]
+            flat = pairs.flatten_range()                   # C[c] -> [v..., o...]
+            xm = self.model.by_name[s]
+            nv = len(xm.vars)
+            # reorder to [o..., v...] and name it X
+            perm = isl.Map(f"{{ [{', '.join(f'v{k}' for k in range(nv))}, "
+                           f"{', '.join(f'q{k}' for k in range(self.depth))}] -> "
+                           f"{s}[{', '.join([f'q{k}' for k in range(self.depth)] + [f'v{k}' for k in range(nv)])}] }}",
+                           context=self.model.ctx)
+            mine = flat.apply_range(perm).reverse()        # X[o, v] -> C[c]
+            everything = self.copies(s).reverse().apply_range(m)
+            return mine.to_union_map(), everything.subtract(mine).to_union_map()
+        if gs:
+            return self.copies(s).reverse().apply_range(m).to_union_map(), None
+        return m.apply_range(self.copies(t)).to_union_map(), None
