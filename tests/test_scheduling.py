@@ -263,3 +263,105 @@ def test_explain_lists_dependences_and_parallel_loops(capsys):
     assert "C_update loop i: parallel" in text
     assert "C_update loop k: not parallel" in text
     assert capsys.readouterr().out.strip() == text.strip()
+
+
+# ------------------------------------------------------------ compute_at / cache_at
+def blur():
+    f = tp.Function("blur", params=["H", "W"])
+    y, x = f.var("y", 0, "H"), f.var("x", 0, "W")
+    y2 = f.var("y2", 0, "H + 2")
+    inp = f.input("inp", ("H + 2", "W + 2"), tp.float64)
+    bx = f.computation("bx", [y2, x], (inp[y2, x] + inp[y2, x + 1] + inp[y2, x + 2]) / 3.0)
+    by = f.computation("by", [y, x], (bx[y, x] + bx[y + 1, x] + bx[y + 2, x]) / 3.0)
+    return f, bx, by
+
+
+def blur_ref(a):
+    bx = (a[:, :-2] + a[:, 1:-1] + a[:, 2:]) / 3
+    return (bx[:-2] + bx[1:-1] + bx[2:]) / 3
+
+
+@pytest.mark.parametrize("split", [None, 4])
+def test_compute_at_recomputes_the_needed_region(split):
+    f, bx, by = blur()
+    loop = "y"
+    if split:
+        by.split("y", split)
+        loop = "y0"
+    bx.compute_at(by, loop)
+    k = f.compile()
+    a = RNG.random((13, 9))
+    np.testing.assert_allclose(k(a), blur_ref(a), rtol=1e-12)
+    src = k.source
+    # the producer's loop sits inside the consumer's, over a window of rows
+    assert src.index(f"for (int64_t {loop} = 0") < src.index("for (int64_t y2 = ")
+    assert src.count("for (int64_t y2 = ") == 1
+
+
+def test_compute_at_parallel_outer_loop_is_rejected_shared_buffer():
+    f, bx, by = blur()
+    by.split("y", 4)
+    bx.compute_at(by, "y0")
+    by.parallelize("y0")
+    with pytest.raises(tp.IllegalScheduleError, match="y0"):
+        f.compile()
+
+
+def test_compute_at_that_reads_overwritten_data_is_rejected():
+    f = tp.Function("inplace", params=["N"])
+    i, i2 = f.var("i", 0, "N - 1"), f.var("i2", 0, "N")
+    A = f.buffer("A", ("N",), tp.float64, output=True)
+    P = f.computation("P", [i2], A[i2] * 2.0)
+    C = f.computation("C", [i], P[i] + P[i + 1]).store_in(A, [i + 1])
+    P.compute_at(C, "i")
+    with pytest.raises(tp.IllegalScheduleError, match=r"compute_at\(C, i\)"):
+        f.compile()
+
+
+def test_compute_at_producer_with_reduction():
+    # conv rows computed per output row of a vertical 2-tap sum
+    f = tp.Function("rows", params=["H", "W", "K"])
+    y, x, k = f.var("y", 0, "H"), f.var("x", 0, "W"), f.var("k", 0, "K")
+    y2 = f.var("y2", 0, "H + 1")
+    A = f.input("A", ("H + 1", "W", "K"), tp.float64)
+    s = f.computation("s", [y2, x], 0.0)
+    s[y2, x] += A[y2, x, k]
+    out = f.computation("out", [y, x], s[y, x] + s[y + 1, x])
+    s.compute_at(out, "y")
+    kern = f.compile()
+    a = RNG.random((8, 5, 3))
+    sums = a.sum(axis=2)
+    np.testing.assert_allclose(kern(a), sums[:-1] + sums[1:], rtol=1e-12)
+
+
+def test_compute_at_rules():
+    f, bx, by = blur()
+    bx.compute_at(by, "y")
+    with pytest.raises(ValueError, match="before compute_at"):
+        bx.split("x", 4)
+    f2, bx2, by2 = blur()
+    with pytest.raises(ValueError, match="no loop"):
+        bx2.compute_at(by2, "q")
+
+
+def test_cache_at_packs_a_panel_and_stays_correct():
+    f = gemm.build()
+    B = f.buffers["B"]
+    U = f.computations["C"].update
+    U.tile("i", "j", 8, 16)
+    Bp = U.cache_at(B, "j0", name="Bp")
+    Bp.store_in(f.buffer("Bpk", ("K", 16), tp.float32), [Bp.vars[0], Bp.vars[1] % 16])
+    k = check_gemm(f, n=37, m=45, k=53)
+    assert "Bpk[" in k.source and "* Bpk[k]" in k.source
+
+
+def test_cache_at_refuses_a_source_written_in_the_nest():
+    f = tp.Function("f", params=["N"])
+    t, i = f.var("t", 0, 3), f.var("i", 0, "N")
+    A = f.buffer("A", ("N",), tp.float64, output=True)
+    with f.nest(t):
+        w = f.computation("w", [t, i], A[i] + 1.0).store_in(A, [i])
+        r = f.computation("r", [t, i], A[i] * 2.0)
+    with pytest.raises(ValueError, match="stale"):
+        r.cache_at(A, "t")
+    assert w is not None

@@ -224,6 +224,55 @@ _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile
         "allow_reassociation": _reassociate, "after": _after, "compute_at": _compute_at}
 
 
+def _root_item(f, stmt):
+    """The top-level item (statement or nest) of ``f`` that contains ``stmt``."""
+    def contains(item):
+        if item is stmt:
+            return True
+        return any(contains(x) for x in getattr(item, "items", []))
+    return next(x for x in f._root.items if contains(x))
+
+
+def _writers_in_root_item(f, stmt, source):
+    from .function import Buffer
+    item = _root_item(f, stmt)
+    stmts = []
+
+    def walk_items(x):
+        if hasattr(x, "items"):
+            for y in x.items:
+                walk_items(y)
+        else:
+            stmts.append(x)
+    walk_items(item)
+    out = []
+    for s in stmts:
+        target = s.parent if s.is_update else s
+        buf = target.buffer
+        if (isinstance(source, Buffer) and buf is source) or target is source:
+            out.append(s.name)
+    return out
+
+
+def _redirect(e, source, copy_):
+    """``e`` with every read of ``source`` turned into a read of ``copy_``."""
+    from .expr import Access, BinOp, Call, Cast, Select, UnOp
+    if isinstance(e, Access):
+        idx = [_redirect(i, source, copy_) for i in e.indices]
+        return Access(copy_ if e.target is source else e.target, idx)
+    if isinstance(e, BinOp):
+        return BinOp(e.op, _redirect(e.a, source, copy_), _redirect(e.b, source, copy_))
+    if isinstance(e, UnOp):
+        return UnOp(e.op, _redirect(e.a, source, copy_))
+    if isinstance(e, Call):
+        return Call(e.func, [_redirect(a, source, copy_) for a in e.args])
+    if isinstance(e, Select):
+        return Select(*(_redirect(x, source, copy_) for x in (e.cond, e.a, e.b)))
+    if isinstance(e, Cast):
+        return Cast(e.to, _redirect(e.a, source, copy_))
+    return e
+
+
 def loop_name(x):
     from .function import Var
     if isinstance(x, Var):
@@ -357,6 +406,41 @@ class Schedulable:
         group = [self.name] + [u.name for u in self.updates]
         return self._command("compute_at", consumer.name, n, group,
                              text=f"{self.name}.compute_at({consumer.name}, {n})")
+
+    def cache_at(self, source, loop, name=None):
+        """Array packing: a copy of the part of ``source`` (an input, a buffer
+        or a computation) that one iteration of this statement's ``loop``
+        reads, made just before it, inside that loop; this statement then reads
+        the copy.  Returns the copy (a computation): ``store_in`` it to choose
+        its layout (e.g. a small contiguous tile buffer, reused per iteration).
+        ``source`` must not be written inside the loop nest of this statement."""
+        from .function import Buffer, Computation
+        f = self.function
+        if not isinstance(source, (Buffer, Computation)):
+            raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation")
+        name = name or f"{source.name}_cache"
+        writers = _writers_in_root_item(f, self, source)
+        if writers:
+            raise ValueError(f"{self.name}.cache_at({source.name}): {', '.join(writers)} writes "
+                             f"{source.name!r} in the same loop nest, so a copy made before it "
+                             "would be stale")
+        if isinstance(source, Computation):
+            vars_ = list(source.vars)
+        else:
+            vars_ = [f.var(f"{name}_{k}", 0, dim) for k, dim in enumerate(source.shape)]
+        # declare the copy right before the consumer's outermost loop nest
+        saved_stack, saved_objs = f._nest_stack, getattr(f, "_nest_objs", [])
+        f._nest_stack, f._nest_objs = [], []
+        try:
+            copy_ = f.computation(name, vars_, source[tuple(vars_)], dtype=source.dtype)
+        finally:
+            f._nest_stack, f._nest_objs = saved_stack, saved_objs
+        root = f._root.items
+        root.remove(copy_)
+        root.insert(root.index(_root_item(f, self)), copy_)
+        self.value = _redirect(self.value, source, copy_)
+        copy_.compute_at(self, loop)
+        return copy_
 
     def then(self, other, loop=None):
         """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""
