@@ -3,6 +3,10 @@
 ``compile_c(fn)`` emits C for a :class:`ir.LoweredFunction`, builds it with the
 system C compiler (or takes it from the on-disk cache) and loads it with cffi in
 ABI mode.  Array arguments are passed as raw integer addresses.
+
+``compile_llvm(fn)`` (:mod:`codegen.llvm_backend`, imported on first use so that
+``import codegen`` does not load llvmlite) JIT-compiles the same IR in-process
+with llvmlite and returns an object with the same interface; no C compiler needed.
 """
 from __future__ import annotations
 
@@ -14,7 +18,17 @@ from . import cache, ir, toolchain
 from .c_backend import cffi_declaration, emit_c
 from .toolchain import CompileError
 
-__all__ = ["ir", "emit_c", "compile_c", "CompileError", "CompiledFunction"]
+__all__ = ["ir", "emit_c", "compile_c", "CompileError", "CompiledFunction",
+           "emit_llvm", "compile_llvm", "LLVMCompileError"]
+
+_LLVM_EXPORTS = ("emit_llvm", "compile_llvm", "LLVMCompileError", "LLVMCompiledFunction")
+
+
+def __getattr__(name):          # the LLVM backend, imported lazily
+    if name in _LLVM_EXPORTS:
+        from . import llvm_backend
+        return getattr(llvm_backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class CompiledFunction:

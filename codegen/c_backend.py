@@ -407,6 +407,10 @@ class _Emitter:
             return
         saved = (self.omp, self.in_parallel)
         aliases = []
+        if s.kind == "parallel" and self.omp == "simd":
+            # OpenMP forbids a parallel region inside simd: run this loop serially
+            self.out(ind, "/* parallel loop inside a simd loop: runs serially */")
+            s = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=s.step)
         if s.kind == "parallel":
             if s.attrs.get("reduction") and self.vector_reduction(s, ind, "parallel for"):
                 return

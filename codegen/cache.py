@@ -99,3 +99,37 @@ def _unlink(p) -> None:
         os.unlink(p)
     except OSError:
         pass
+
+
+# ------------------------------------------------ object files (LLVM backend)
+# ``<key>.o`` plus ``<key>.o.sha256``, the generated ``<key>.ll`` beside them;
+# written and checked exactly like the shared libraries above.
+def object_paths(key: str, directory: Optional[Path] = None) -> tuple:
+    """(``<key>.o``, ``<key>.o.sha256``, ``<key>.ll``)."""
+    d = directory or cache_dir()
+    return d / f"{key}.o", d / f"{key}.o.sha256", d / f"{key}.ll"
+
+
+def lookup_object(key: str, directory: Optional[Path] = None) -> Optional[bytes]:
+    """The bytes of ``<key>.o`` if present and matching its digest, else None."""
+    obj, dg, _ = object_paths(key, directory)
+    try:
+        expected = dg.read_text().strip()
+        data = obj.read_bytes()
+    except OSError:
+        return None
+    return data if expected and hashlib.sha256(data).hexdigest() == expected else None
+
+
+def install_object(key: str, data: bytes, directory: Optional[Path] = None) -> Path:
+    """Writes the object, then its digest (both atomically)."""
+    obj, dg, _ = object_paths(key, directory)
+    atomic_write(obj, data)
+    atomic_write(dg, (hashlib.sha256(data).hexdigest() + "\n").encode())
+    return obj
+
+
+def invalidate_object(key: str, directory: Optional[Path] = None) -> None:
+    obj, dg, _ = object_paths(key, directory)
+    _unlink(dg)
+    _unlink(obj)

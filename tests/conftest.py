@@ -20,3 +20,10 @@ def _session_cache(tmp_path_factory):
         os.environ.pop("TIRAMISU_PY_CACHE", None)
     else:
         os.environ["TIRAMISU_PY_CACHE"] = old
+
+
+@pytest.fixture(params=["c", "llvm"])
+def backend(request, monkeypatch):
+    """Runs a test once per CPU backend (the default target of compile())."""
+    monkeypatch.setenv("TIRAMISU_PY_TARGET", request.param)
+    return request.param

@@ -1,10 +1,13 @@
 """Every example compiles and matches an independent reference on random inputs."""
+import os
+
 import numpy as np
 import pytest
 
 from examples import conv2d, conv_relu_maxpool, gemm, jacobi2d, lstm, sparse_conv, trisolv
 
 RNG = np.random.default_rng(1234)
+pytestmark = pytest.mark.usefixtures("backend")     # every test on the C and LLVM backends
 
 
 @pytest.fixture(scope="module")
@@ -12,10 +15,11 @@ def kernels():
     return {}
 
 
-def kernel(kernels, module):
-    if module.__name__ not in kernels:
-        kernels[module.__name__] = module.build().compile()
-    return kernels[module.__name__]
+def kernel(kernels, module, target=None):
+    target = target or os.environ["TIRAMISU_PY_TARGET"]
+    if (module.__name__, target) not in kernels:
+        kernels[module.__name__, target] = module.build().compile(target)
+    return kernels[module.__name__, target]
 
 
 @pytest.mark.parametrize("n,m,k", [(1, 1, 1), (17, 5, 33), (64, 48, 40)])
@@ -28,7 +32,7 @@ def test_gemm(kernels, n, m, k):
 
 
 def test_gemm_source_is_readable(kernels):
-    src = kernel(kernels, gemm).source
+    src = kernel(kernels, gemm, "c").source
     assert "for (int64_t k = 0; k < K; k++)" in src
     assert "C[i][j] = C[i][j] + A[i][k] * B[k][j];" in src
 
@@ -58,7 +62,7 @@ def test_trisolv(kernels, n):
 
 
 def test_trisolv_loops_are_triangular(kernels):
-    assert "for (int64_t j = 0; j < i; j++)" in kernel(kernels, trisolv).source
+    assert "for (int64_t j = 0; j < i; j++)" in kernel(kernels, trisolv, "c").source
 
 
 @pytest.mark.parametrize("n,T", [(3, 1), (12, 5), (30, 10)])
@@ -79,7 +83,7 @@ def test_sparse_conv_matches_dense(kernels, density):
 
 
 def test_sparse_conv_bound_is_data_dependent(kernels):
-    src = kernel(kernels, sparse_conv).source
+    src = kernel(kernels, sparse_conv, "c").source
     # the nonzero loop runs over exactly the row's range, not a guarded full range
     assert "for (int64_t j = (int64_t)rowptr[co]; j < (int64_t)rowptr[co + 1]; j++)" in src
 

@@ -17,7 +17,7 @@ from .lower import AstLowering, ExprLowering
 from .poly import PolyModel
 from .schedule import replay
 
-TARGETS = ("cpu",)
+TARGETS = ("cpu", "c", "llvm")     # "cpu" is the C backend
 
 
 def analyse(f):
@@ -59,7 +59,7 @@ def compile_function(f, target="cpu", **options):
         name=f.name,
         scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
         arrays=arrays, body=body, constants=dict(f.fixed))
-    compiled = codegen.compile_c(lowered)
+    compiled = codegen.compile_llvm(lowered) if target == "llvm" else codegen.compile_c(lowered)
     t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered)
     kernel.model, kernel.schedule = model, state

@@ -322,7 +322,8 @@ class Function:
                                 f"function (from f.var), got {v!r}")
             for d in v.deps:
                 pos = [k for k, w in enumerate(vars_) if w is d]
-                if not pos or pos[0] >= vars_.index(v):
+                here = next(k for k, w in enumerate(vars_) if w is v)
+                if not pos or pos[0] >= here:
                     raise ValueError(f"computation {name!r}: the bounds of {v.name!r} use "
                                      f"{d.name!r}, which must be an outer loop of it")
         names = [v.name for v in vars_]
@@ -454,10 +455,15 @@ class Function:
         return text
 
     # compilation ------------------------------------------------------------
-    def compile(self, target="cpu", **options):
-        """Checks the program, generates code for ``target`` ("cpu": C + OpenMP)
-        and returns a callable :class:`Kernel`."""
+    def compile(self, target=None, **options):
+        """Checks the program, generates code for ``target`` ("cpu" or "c": C +
+        OpenMP through the system C compiler; "llvm": LLVM IR JIT-compiled
+        in-process with llvmlite, no C compiler needed) and returns a callable
+        :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
+        "cpu"."""
+        import os
         from .compiler import compile_function
+        target = target or os.environ.get("TIRAMISU_PY_TARGET") or "cpu"
         return compile_function(self, target, **options)
 
     def __repr__(self):

@@ -58,9 +58,9 @@ class Dependences:
             target = [k for k, a in enumerate(m.accesses) if a.write][0]
             tbuf = m.accesses[target].buffer.name
             others = [k for k, a in enumerate(m.accesses)
-                      if a.buffer.name == tbuf and k != target and a.what != m.accesses[target].what]
+                      if a.buffer.name == tbuf and k != target and not a.implicit]
             if others:
-                continue                   # reads its accumulator elsewhere: not a pure reduction
+                continue                   # reads the accumulator's array itself: not a reduction
             acc = self.maps[(m.name, target)].to_union_map()
             out[m.name] = (tbuf, acc.apply_range(acc.reverse()))
         return out
@@ -200,8 +200,12 @@ def _same_loop_relation(model, state, stmt, loop):
     diff = isl.Map(f"{{ [{', '.join(f'a{i}' for i in range(depth))}] -> "
                    f"[{', '.join(f'b{i}' for i in range(depth))}] : b{pos} != a{pos} }}",
                    context=model.ctx)
-    same_loop = eq.intersect(diff).to_union_map()
-    return sched.apply_range(same_loop).apply_range(sched.reverse())
+    # only instances inside this loop: the sequence constants before it are the statement's
+    inside = isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(depth))}] : "
+                     + " and ".join([f"d{2 * m} = {c}" for m, c in enumerate(s.consts[:k + 1])])
+                     + " }", context=model.ctx)
+    same_loop = eq.intersect(diff).intersect_domain(inside).intersect_range(inside)
+    return sched.apply_range(same_loop.to_union_map()).apply_range(sched.reverse())
 
 
 def reductions_carried(model, deps, state, stmt, loop):

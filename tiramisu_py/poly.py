@@ -52,6 +52,7 @@ class AccessInfo:
     write: bool
     what: str                 # readable form, for messages
     guards: tuple = ()        # (condition Expr, polarity): the access runs only then
+    implicit: bool = False    # an update's read of its own accumulator (old value)
 
 
 @dataclass
@@ -209,7 +210,7 @@ class PolyModel:
         else:
             buf, idx = resolve(Access(s.parent, s.lhs))
             target = Access(s.parent, s.lhs)
-            m.accesses.append(AccessInfo(buf, idx, False, repr(target)))
+            m.accesses.append(AccessInfo(buf, idx, False, repr(target), implicit=True))
         for e in idx:
             self._reads(m, e, ())
         m.accesses.append(AccessInfo(buf, idx, True, repr(target)))

@@ -1,0 +1,503 @@
+"""LLVM backend, part 2: statements, loops (serial, unrolled, widened vector,
+outlined parallel), temporaries, and :func:`emit_llvm`.
+
+Vector loops (``For.kind == "vector"``, ``attrs["vector_width"]`` lanes, by
+default one 512-bit register on AVX-512 hosts: 16 float32 / 8 float64) become
+explicit ``<W x T>`` code followed by a scalar epilogue for the remainder.  In the
+widened body an index that is affine with unit stride in the iterator is a vector
+load/store, one that does not depend on it is a scalar load + broadcast, anything
+else a gather/scatter of scalar accesses (lanes in order).  ``a*b+c`` on floats
+becomes ``llvm.fma``.  A body is widened only if it is made of ``Store``/``Let``/
+``Block`` and every array it stores is stored at one index and loaded (if at all)
+at that same index, with distinct lanes; otherwise -- an inner loop, an ``If``, an
+``Allocate``, a possible cross-lane dependence, or a lane-dependent condition
+guarding a load or integer division -- the loop stays scalar with
+``llvm.loop.vectorize.enable`` metadata (LLVM's vectorizer then checks legality
+itself) and a comment in the IR says why.
+
+Parallel loops (outside another parallel loop) are outlined: the enclosing
+function stores every live scalar, array pointer and runtime row stride into a
+struct and calls ``GOMP_parallel(NAME.parK, &struct, 0, 0)`` (0 threads: the
+OpenMP default, which honours ``OMP_NUM_THREADS``); ``NAME.parK`` takes its static
+chunk by ``omp_get_thread_num``/``omp_get_num_threads`` and calls the
+``alwaysinline`` ``NAME.parK.range`` whose array arguments are ``noalias``.
+Parallel loops nested in a parallel loop run serially (as nested OpenMP regions
+do by default).
+"""
+from __future__ import annotations
+
+import math
+
+from . import ir
+from .c_backend import _const_eval
+from .llvm_expr import ExprLowering, VecState
+from .llvm_lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
+                         Val, _san, expr_key, host)
+
+_SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
+
+
+class Lowering(ExprLowering):
+    def __init__(self, fn: ir.LoweredFunction, h):
+        super().__init__(fn, h)
+        self.npar = 0
+
+    # -------------------------------------------------------------- function
+    def run(self) -> str:
+        fn = self.fn
+        if not isinstance(fn.name, str) or not _IDENT.match(fn.name):
+            raise ValueError(f"LLVM backend: function name {fn.name!r} is not an identifier")
+        seen = set()
+        for n in [*fn.constants, *(s.name for s in fn.scalars), *(a.name for a in fn.arrays)]:
+            if n in seen:
+                raise ValueError(f"LLVM backend: name {n!r} is declared twice")
+            seen.add(n)
+        params = []
+        for k, sc in enumerate(fn.scalars):
+            if sc.dtype not in LLT:
+                raise TypeError(f"LLVM backend: unknown dtype {sc.dtype!r}")
+            p = f"%s{k}.{_san(sc.name)}"
+            params.append(f"{LLT[sc.dtype]}{_SCALAR_ATTR.get(sc.dtype, '')} {p}")
+            self.env[sc.name] = Val(p, sc.dtype)
+        ptrs = []
+        for k, a in enumerate(fn.arrays):
+            if a.dtype not in LLT:
+                raise TypeError(f"LLVM backend: unknown dtype {a.dtype!r}")
+            ptrs.append(f"%a{k}.{_san(a.name)}")
+            params.append(f"ptr noalias {ptrs[-1]}")
+        self.f = Func(f"define i32 @{fn.name}({', '.join(params)}) #0")
+        status = self.f.alloca("i32", 4, "status")
+        self.f.emit(f"store i32 0, ptr {status}, align 4")
+        self.ctx = Ctx(False, status)
+        for p, a in zip(ptrs, fn.arrays):
+            dims = [self._dim(d) for d in a.shape]
+            self.arrays[a.name] = Arr(p, a.dtype, self.strides(dims), a.writable)
+        self.stmt(fn.body)
+        r = self.f.op(f"load i32, ptr {status}, align 4")
+        self.f.emit(f"ret i32 {r}")
+        self.m.funcs.insert(0, self.f.text())
+        return self.m.text()
+
+    def _dim(self, d):
+        c = _const_eval(d, self.consts)
+        return c if c is not None else self.index(d).t
+
+    def strides(self, dims: list) -> list:
+        """Row-major strides (ints where the extents are constant)."""
+        st, acc = [1] * len(dims), 1
+        for k in range(len(dims) - 1, 0, -1):
+            d = dims[k]
+            if isinstance(acc, int) and isinstance(d, int):
+                acc = acc * d
+            elif acc == 1:
+                acc = d
+            else:
+                acc = self.f.op(f"mul nsw i64 {acc}, {d}", "stride")
+            st[k - 1] = acc
+        return st
+
+    # -------------------------------------------------------------- statements
+    def stmt(self, s) -> None:
+        if isinstance(s, ir.Store):
+            self.store(s)
+        elif isinstance(s, ir.Block):
+            for x in s.stmts:
+                self.stmt(x)
+        elif isinstance(s, ir.Let):
+            self.with_var(s.name, self.ex(s.value), s.body)
+        elif isinstance(s, ir.If):
+            self.if_(s)
+        elif isinstance(s, ir.For):
+            self.loop(s)
+        elif isinstance(s, ir.Allocate):
+            self.allocate(s)
+        else:
+            raise TypeError(f"LLVM backend: not a statement: {s!r}")
+
+    def with_var(self, name: str, val: Val, body) -> None:
+        saved = self.env
+        self.env = dict(saved)
+        self.env[name] = val
+        try:
+            self.stmt(body)
+        finally:
+            self.env = saved
+
+    def with_array(self, name: str, arr: Arr, body) -> None:
+        saved = self.arrays
+        self.arrays = dict(saved)
+        self.arrays[name] = arr
+        try:
+            self.stmt(body)
+        finally:
+            self.arrays = saved
+
+    def if_(self, s: ir.If) -> None:
+        if self.vec is not None:
+            raise CannotWiden("an If in the body")
+        c = self.to_bool(self.ex(s.cond))
+        f = self.f
+        then, done = f.label("then"), f.label("endif")
+        other = f.label("else") if s.else_ is not None else done
+        f.cbr(c.t, then, other)
+        f.start(then)
+        self.stmt(s.then)
+        f.br(done)
+        if s.else_ is not None:
+            f.start(other)
+            self.stmt(s.else_)
+            f.br(done)
+        f.start(done)
+
+    # -------------------------------------------------------------- loops
+    def counted_loop(self, var: str, lo: str, hi, step: int, body, md: str = "") -> None:
+        """``for (v = lo; v < hi; v += step) body(v)``; ``hi`` is a value, or a
+        callable evaluated in the loop header each iteration (as C does)."""
+        f = self.f
+        head, bl, done = f.label("for"), f.label("body"), f.label("endfor")
+        pre = f.cur
+        f.br(head)
+        f.start(head)
+        hb = f.blocks[-1]
+        v = f.tmp(_san(var) + ".")
+        h = hi() if callable(hi) else hi
+        f.cbr(f.op(f"icmp slt i64 {v}, {h}"), bl, done)
+        f.start(bl)
+        body(v)
+        nxt = f.op(f"add nsw i64 {v}, {step}")
+        latch = f.cur
+        f.br(head, md)
+        f.start(done)
+        hb[1].insert(0, f"{v} = phi i64 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]")
+
+    def loop(self, s: ir.For) -> None:
+        if s.kind in ("gpu_block", "gpu_thread"):
+            raise NotImplementedError("LLVM backend: gpu loops")
+        if s.kind not in ir.LOOP_KINDS:
+            raise ValueError(f"LLVM backend: unknown loop kind {s.kind!r}")
+        step = int(s.step)
+        if step <= 0:
+            raise ValueError(f"LLVM backend: loop {s.var} has non-positive step {step}")
+        if self.vec is not None:
+            raise CannotWiden("an inner loop in the body")
+        if s.attrs.get("reduction") and s.kind in ("parallel", "vector"):
+            # a reassociated reduction: run it in order (one valid association);
+            # privatised parallel/vector reductions are the C backend's for now
+            s = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=step)
+        if s.kind == "parallel" and not self.ctx.parallel:
+            return self.parallel_loop(s, step)
+        if s.kind == "vector":
+            return self.vector_loop(s, step)
+        md = ""
+        if s.kind == "unrolled":
+            md = self.m.loop_md(f'!"llvm.loop.unroll.count", i32 {int(s.attrs.get("unroll", 8))}')
+        self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
+                          lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
+
+    # -------------------------------------------------------------- vector loops
+    def vector_width(self, s: ir.For) -> int:
+        w = (s.attrs or {}).get("vector_width")
+        if w is not None:
+            return max(1, int(w))
+        bits = 32
+        for st in ir.walk_stmts(s.body):
+            exprs = []
+            if isinstance(st, ir.Store):
+                a = self.arrays.get(st.array)
+                bits = max(bits, BITS[a.dtype] if a else 32)
+                exprs = [st.value, *st.index]
+            elif isinstance(st, ir.Let):
+                exprs = [st.value]
+            for e in exprs:
+                for x in ir.walk_exprs(e):
+                    if isinstance(x, ir.Load) and x.array in self.arrays:
+                        bits = max(bits, BITS[self.arrays[x.array].dtype])
+        return max(1, self.host.vector_bits // bits)
+
+    @staticmethod
+    def widen_check(body, var: str):
+        """(None, (read-and-written arrays, unconditional load keys)) if the body
+        can be widened, else (reason, None)."""
+        stores, loads, safe, lets = {}, {}, set(), set()
+
+        def visit(e, uncond):
+            if isinstance(e, ir.Load):
+                key = tuple(expr_key(i) for i in e.index)
+                loads.setdefault(e.array, {})[key] = e.index
+                if uncond:
+                    safe.add(("L", e.array, key))
+            if isinstance(e, ir.Select):
+                visit(e.cond, uncond)
+                visit(e.a, False)
+                visit(e.b, False)
+            elif isinstance(e, ir.Binary) and e.op in ir.LOGIC_OPS:
+                visit(e.a, uncond)
+                visit(e.b, False)
+            else:
+                for c in ir.expr_children(e):
+                    visit(c, uncond)
+
+        def walk(s):
+            if isinstance(s, ir.Block):
+                return next((r for r in map(walk, s.stmts) if r), None)
+            if isinstance(s, ir.Let):
+                if s.name in lets or s.name == var:     # keys of loads would be ambiguous
+                    return f"the body binds {s.name} twice"
+                lets.add(s.name)
+                visit(s.value, True)
+                return walk(s.body)
+            if isinstance(s, ir.Store):
+                stores.setdefault(s.array, {})[tuple(expr_key(i) for i in s.index)] = s.index
+                for e in (s.value, *s.index):
+                    visit(e, True)
+                return None
+            return f"a{'n' if type(s).__name__[0] in 'AEIOU' else ''} {type(s).__name__} in the body"
+
+        reason = walk(body)
+        if reason:
+            return reason, None
+        opaque = lets | {var}
+        rmw = set()
+        for name, st in stores.items():
+            keys = list(st)
+            for k1 in range(len(keys)):
+                for k2 in range(k1 + 1, len(keys)):
+                    if not _disjoint(st[keys[k1]], st[keys[k2]], opaque):
+                        return f"{name} is stored at indices that may overlap", None
+            for key, index in loads.get(name, {}).items():
+                if key in st:
+                    rmw.add(name)
+                elif not all(_disjoint(index, other, opaque) for other in st.values()):
+                    return f"{name} is loaded at another index than it is stored", None
+        return None, (rmw, safe)
+
+    def vector_loop(self, s: ir.For, step: int) -> None:
+        w = self.vector_width(s)
+        reason, info = self.widen_check(s.body, s.var) if w > 1 else ("vector width 1", None)
+        if reason is None:
+            mark, env = self.f.mark(), self.env
+            try:
+                return self.widened_loop(s, step, w, info)
+            except CannotWiden as exc:
+                self.f.rollback(mark)
+                self.vec, self.spec, self.env = None, 0, env
+                reason = str(exc)
+        self.f.emit(f"; vector loop {_san(s.var)}: not widened ({' '.join(reason.split())}); "
+                    "left to the loop vectorizer")
+        md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 true')
+        self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
+                          lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
+
+    def widened_loop(self, s: ir.For, step: int, w: int, info) -> None:
+        f = self.f
+        lo, hi = self.index(s.lo).t, self.index(s.hi).t
+        n = f.op(f"sub i64 {hi}, {lo}", "span")
+        if step != 1:
+            n = f.op(f"sdiv i64 {f.op(f'add i64 {n}, {step - 1}')}, {step}", "trips")
+        n = f.op(f"select i1 {f.op(f'icmp sgt i64 {n}, 0')}, i64 {n}, i64 0", "trips")
+        if w & (w - 1) == 0:
+            nv = f.op(f"and i64 {n}, {-w}", "vtrips")
+        else:
+            nv = f.op(f"mul nuw i64 {f.op(f'udiv i64 {n}, {w}')}, {w}", "vtrips")
+        vend = f.op(f"add nsw i64 {lo}, {nv if step == 1 else f.op(f'mul nsw i64 {nv}, {step}')}", "vend")
+        f.emit(f"; vector loop {_san(s.var)}: {w} lanes, then a scalar epilogue")
+
+        def vbody(base):
+            self.vec = VecState(w, *info)
+            try:
+                self.with_var(s.var, Val(base, "int64", "a", step), s.body)
+            finally:
+                self.vec = None
+        self.counted_loop(s.var, lo, vend, w * step, vbody,
+                          self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
+        self.counted_loop(s.var, vend, hi, step, lambda v: self.with_var(s.var, Val(v, "int64"), s.body),
+                          self.m.loop_md('!"llvm.loop.vectorize.width", i32 1',
+                                         '!"llvm.loop.interleave.count", i32 1'))
+
+    # -------------------------------------------------------------- parallel loops
+    def parallel_loop(self, s: ir.For, step: int) -> None:
+        f, m = self.f, self.m
+        lo, hi = self.index(s.lo).t, self.index(s.hi).t
+        k = self.npar
+        self.npar += 1
+        outl, rng = f'@"{self.fn.name}.par{k}"', f'@"{self.fn.name}.par{k}.range"'
+        caps = []                                # (what, name, llvm type, value, extra)
+        for name, v in self.env.items():
+            caps.append(("s", name, LLT[v.dtype], v.t, v.dtype))
+        for name, a in self.arrays.items():
+            caps.append(("p", name, "ptr", a.ptr, a))
+            caps += [("i", name, "i64", st, d) for d, st in enumerate(a.strides) if not isinstance(st, int)]
+        fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status)] + [(c[2], c[3]) for c in caps]
+        sty = "{ " + ", ".join(t for t, _ in fields) + " }"
+        buf = f.alloca(sty, 8, "ctx")
+        for j, (t, v) in enumerate(fields):
+            g = f.op(f"getelementptr inbounds {sty}, ptr {buf}, i32 0, i32 {j}")
+            f.emit(f"store {t} {v}, ptr {g}")
+        go, done = f.label("par"), f.label("endpar")
+        f.cbr(f.op(f"icmp slt i64 {lo}, {hi}"), go, done)
+        f.start(go)
+        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
+        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
+        f.br(done)
+        f.start(done)
+        saved = (self.f, self.ctx, self.env, self.arrays)
+        try:
+            self._range_function(s, step, rng, caps)
+            self._outlined_function(step, outl, rng, sty, fields, caps)
+        finally:
+            self.f, self.ctx, self.env, self.arrays = saved
+
+    def _range_function(self, s, step, rng, caps) -> None:
+        params, env, arrays = ["i64 %vs", "i64 %ve"], {}, {}
+        for j, (what, name, t, _, extra) in enumerate(caps):
+            p = f"%c{j}.{_san(name)}"
+            if what == "s":
+                params.append(f"{t} {p}")
+                env[name] = Val(p, extra)
+            elif what == "p":
+                params.append(f"ptr noalias {p}")
+                arrays[name] = Arr(p, extra.dtype, list(extra.strides), extra.writable)
+            else:
+                params.append(f"i64 {p}")
+                arrays[name].strides[extra] = p
+        params.append("ptr %status")
+        self.f = Func(f"define internal void {rng}({', '.join(params)}) #1")
+        self.ctx, self.env, self.arrays = Ctx(True, "%status"), env, arrays
+        self.counted_loop(s.var, "%vs", "%ve", step, lambda v: self.with_var(s.var, Val(v, "int64"), s.body))
+        self.f.emit("ret void")
+        self.m.funcs.append(self.f.text())
+
+    def _outlined_function(self, step, outl, rng, sty, fields, caps) -> None:
+        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
+        vals = []
+        for j, (t, _) in enumerate(fields):
+            g = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 {j}")
+            vals.append(f.op(f"load {t}, ptr {g}"))
+        lo, hi, status = vals[:3]
+        self.m.declare("omp_get_thread_num", "i32", [])
+        self.m.declare("omp_get_num_threads", "i32", [])
+        tid = f.op(f"sext i32 {f.op('call i32 @omp_get_thread_num()')} to i64", "tid")
+        nth = f.op(f"sext i32 {f.op('call i32 @omp_get_num_threads()')} to i64", "nth")
+        n = f.op(f"sub i64 {hi}, {lo}")
+        if step != 1:
+            n = f.op(f"sdiv i64 {f.op(f'add i64 {n}, {step - 1}')}, {step}")
+        q, r = f.op(f"sdiv i64 {n}, {nth}"), f.op(f"srem i64 {n}, {nth}")
+        lt = f.op(f"icmp slt i64 {tid}, {r}")
+        first = f.op(f"add i64 {f.op(f'mul i64 {tid}, {q}')}, {f.op(f'select i1 {lt}, i64 {tid}, i64 {r}')}")
+        cnt = f.op(f"add i64 {q}, {f.op(f'zext i1 {lt} to i64')}")
+        if step != 1:
+            first, cnt = f.op(f"mul i64 {first}, {step}"), f.op(f"mul i64 {cnt}, {step}")
+        vs = f.op(f"add i64 {lo}, {first}", "vs")
+        ve = f.op(f"add i64 {vs}, {cnt}", "ve")
+        args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, vals[3:])]
+        f.emit(f"call void {rng}({', '.join(args + [f'ptr {status}'])})")
+        f.emit("ret void")
+        self.m.funcs.append(f.text())
+
+    # -------------------------------------------------------------- temporaries
+    def allocate(self, s: ir.Allocate) -> None:
+        if self.vec is not None:
+            raise CannotWiden("an Allocate in the body")
+        if s.dtype not in LLT:
+            raise TypeError(f"LLVM backend: unknown dtype {s.dtype!r}")
+        f, m = self.f, self.m
+        mt, el = MEMT[s.dtype], ELSIZE[s.dtype]
+        dims = [_const_eval(d, self.consts) for d in s.shape]
+        if None not in dims:
+            n = math.prod(dims)
+            if 0 < n * el <= STACK_LIMIT:
+                p = f.alloca(f"[{n} x {mt}]", 64, _san(s.array) + ".")
+                if s.zero_init:
+                    m.declare("llvm.memset.p0.i64", "void", ["ptr", "i8", "i64", "i1"])
+                    f.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {p}, i8 0, i64 {n * el}, i1 false)")
+                return self.with_array(s.array, Arr(p, s.dtype, self.strides(dims)), s.body)
+        dvals = [d if d is not None else self.index(e).t for d, e in zip(dims, s.shape)]
+        m.declare("llvm.umul.with.overflow.i64", "{ i64, i1 }", ["i64", "i64"])
+        fail, n = "false", "1"
+
+        def mul_checked(x, y):
+            r = f.op(f"call {{ i64, i1 }} @llvm.umul.with.overflow.i64(i64 {x}, i64 {y})")
+            ov = f.op(f"extractvalue {{ i64, i1 }} {r}, 1")
+            return f.op(f"extractvalue {{ i64, i1 }} {r}, 0"), ov
+
+        for d in dvals:                     # negative extents or an overflowing size fail
+            fail = f.op(f"or i1 {fail}, {f.op(f'icmp slt i64 {d}, 0')}")
+            n, ov = mul_checked(n, d)
+            fail = f.op(f"or i1 {fail}, {ov}")
+        n = f.op(f"select i1 {f.op(f'icmp eq i64 {n}, 0')}, i64 1, i64 {n}", "count")
+        if s.zero_init:
+            m.declare("calloc", "noalias ptr", ["i64", "i64"])
+            call = f"call ptr @calloc(i64 {n}, i64 {el})"
+        else:
+            nbytes, ov = mul_checked(n, el)
+            fail = f.op(f"or i1 {fail}, {ov}")
+            m.declare("malloc", "noalias ptr", ["i64"])
+            call = f"call ptr @malloc(i64 {nbytes})"
+        m.declare("free", "void", ["ptr"])
+        go, bad, ok = f.label("alloc"), f.label("allocfail"), f.label("allocok")
+        f.cbr(fail, bad, go)
+        f.start(go)
+        p = f.op(call, _san(s.array) + ".")
+        f.cbr(f.op(f"icmp eq ptr {p}, null"), bad, ok)
+        f.start(bad)
+        after = None
+        if self.ctx.parallel:              # no return out of a parallel loop: flag, skip the body
+            f.emit(f"store atomic i32 1, ptr {self.ctx.status} monotonic, align 4")
+            after = f.label("endalloc")
+            f.br(after)
+        else:
+            for live in reversed(self.ctx.heap):
+                f.emit(f"call void @free(ptr {live})")
+            f.emit("ret i32 1")
+        f.start(ok)
+        self.ctx.heap.append(p)
+        try:
+            self.with_array(s.array, Arr(p, s.dtype, self.strides(dvals)), s.body)
+        finally:
+            self.ctx.heap.pop()
+        f.emit(f"call void @free(ptr {p})")
+        if after:
+            f.br(after)
+            f.start(after)
+
+
+def _affine_form(e, opaque: set):
+    """``e`` as ({name: coefficient}, constant) over lane-invariant names, or None."""
+    if isinstance(e, ir.Const) and ir.is_int(e.dtype):
+        return {}, int(e.value)
+    if isinstance(e, ir.Var):
+        return None if e.name in opaque else ({e.name: 1}, 0)
+    if isinstance(e, ir.Cast) and ir.is_int(e.dtype):
+        return _affine_form(e.a, opaque)
+    if isinstance(e, ir.Binary) and e.op in ("add", "sub", "mul"):
+        a, b = _affine_form(e.a, opaque), _affine_form(e.b, opaque)
+        if a is None or b is None:
+            return None
+        if e.op == "mul":
+            if a[0] and b[0]:
+                return None
+            (va, ca), k = (a, b[1]) if not b[0] else (b, a[1])
+            return {n: c * k for n, c in va.items()}, ca * k
+        sign = 1 if e.op == "add" else -1
+        v = dict(a[0])
+        for n, c in b[0].items():
+            v[n] = v.get(n, 0) + sign * c
+        return {n: c for n, c in v.items() if c}, a[1] + sign * b[1]
+    return None
+
+
+def _disjoint(idx1, idx2, opaque: set) -> bool:
+    """Whether two in-bounds index tuples never name the same element in one
+    vector iteration: some dimension differs by a nonzero lane-invariant constant."""
+    if len(idx1) != len(idx2):
+        return False
+    for x, y in zip(idx1, idx2):
+        fx, fy = _affine_form(x, opaque), _affine_form(y, opaque)
+        if fx is not None and fy is not None and fx[0] == fy[0] and fx[1] != fy[1]:
+            return True
+    return False
+
+
+def emit_llvm(fn: ir.LoweredFunction) -> str:
+    """The LLVM IR text of ``fn`` (one exported function ``fn.name`` for this host)."""
+    return Lowering(fn, host()).run()
