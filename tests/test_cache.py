@@ -51,3 +51,33 @@ def test_same_process_second_compile_is_free(tmp_path, monkeypatch):
     assert tc.COMPILER_INVOCATIONS == before
     a = np.ones((2, 2), np.float32)
     assert (k1(a, a) == k2(a, a)).all()
+
+
+NO_CC_CHILD = textwrap.dedent("""
+    import shutil
+    import numpy as np
+    import codegen.toolchain as tc
+    assert shutil.which("cc") is None and shutil.which("gcc") is None
+    from examples import gemm, lstm
+    f = gemm.build()
+    u = f.computations["C"].update
+    u.interchange("j", "k"); u.parallelize("i"); u.vectorize("j", 16)
+    k = f.compile(target="llvm")
+    a = np.random.rand(9, 7).astype(np.float32); b = np.random.rand(7, 5).astype(np.float32)
+    assert np.allclose(k(a, b), a @ b, atol=1e-5)
+    args = lstm.random_inputs()
+    w = lstm.wavefront(lstm.build()).compile(target="llvm")
+    assert np.allclose(lstm.run(w, *args), lstm.reference(*args), atol=2e-5)
+    print("OK", tc.COMPILER_INVOCATIONS)
+""")
+
+
+def test_llvm_kernel_needs_no_c_compiler(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "TIRAMISU_PY_CC")}
+    env.update(PATH=str(empty), TIRAMISU_PY_CACHE=str(tmp_path / "cache"), PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-c", NO_CC_CHILD], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["OK", "0"]
