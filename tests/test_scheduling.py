@@ -365,3 +365,42 @@ def test_cache_at_refuses_a_source_written_in_the_nest():
     with pytest.raises(ValueError, match="stale"):
         r.cache_at(A, "t")
     assert w is not None
+
+
+def recurrence(reverse):
+    f = tp.Function("rec", params=["N"])
+    i, i2 = f.var("i", 0, "N"), f.var("i2", 0, "N")
+    A = f.input("A", ("N",), tp.float64)
+    P = f.computation("P", [i2], dtype=tp.float64)
+    P[i2] = tp.select(i2 > 0, P[i2 - 1], 0.0) + A[i2]          # prefix sum
+    n = f.param("N")
+    C = f.computation("C", [i], (P[n - 1 - i] if reverse else P[i]) * 2.0)
+    P.compute_at(C, "i")
+    return f
+
+
+def test_compute_at_of_a_recurrence_forward_is_legal():
+    a = RNG.random(9)
+    np.testing.assert_allclose(recurrence(False).compile()(a), 2 * np.cumsum(a), rtol=1e-12)
+
+
+def test_compute_at_of_a_recurrence_read_backwards_is_rejected():
+    # each copy would read a prefix that only a later iteration computes
+    with pytest.raises(tp.IllegalScheduleError, match=r"RAW on 'P'"):
+        recurrence(True).compile()
+
+
+def test_compute_at_with_storage_folded_too_tightly_is_rejected():
+    f, bx, by = blur()
+    bx.store_in(f.buffer("rows", (2, "W"), tp.float64), [bx.vars[0] % 2, bx.vars[1]])
+    bx.compute_at(by, "y")                  # needs 3 rows per iteration, only 2 stored
+    with pytest.raises(tp.IllegalScheduleError, match="folded too tightly"):
+        f.compile()
+
+
+def test_compute_at_with_storage_folded_to_the_window_is_legal():
+    f, bx, by = blur()
+    bx.store_in(f.buffer("rows", (3, "W"), tp.float64), [bx.vars[0] % 3, bx.vars[1]])
+    bx.compute_at(by, "y")
+    a = RNG.random((11, 7))
+    np.testing.assert_allclose(f.compile()(a), blur_ref(a), rtol=1e-12)

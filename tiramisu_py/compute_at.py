@@ -116,6 +116,64 @@ class ComputeAt:
         return isl.Map(f"{self.model.prefix()}{{ {a}[{', '.join(o1 + va)}] -> "
                        f"{b}[{', '.join(o2 + vb)}] : {rel or 'true'} }}", context=self.model.ctx)
 
+    def _pairs(self, s, t, src_writes, dst_writes):
+        """{ S[v] -> T[w] : S's access (a write if src_writes) and T's access (a
+        write if dst_writes) touch one element of the producer's buffer }."""
+        ms, mt = self.model.by_name[s], self.model.by_name[t]
+        rel = None
+        for a in ms.accesses:
+            if a.buffer.name != self.buffer or a.write != src_writes:
+                continue
+            for b in mt.accesses:
+                if b.buffer.name != self.buffer or b.write != dst_writes:
+                    continue
+                am, _ = self.model.access_map(ms, a)
+                bm, _ = self.model.access_map(mt, b)
+                r = am.apply_range(bm.reverse())
+                rel = r if rel is None else rel.union(r)
+        if rel is None:
+            v = ", ".join(x.name for x in ms.vars)
+            w = ", ".join(f"y_{x.name}" for x in mt.vars)
+            rel = isl.Map(f"{self.model.prefix()}{{ {s}[{v}] -> {t}[{w}] : false }}",
+                          context=self.model.ctx)
+        return rel
+
+    def _check_no_collision(self, m, s, same):
+        """Two different instances of one producer statement writing one element
+        within a single iteration: storage folding lost a value still needed."""
+        from .errors import IllegalScheduleError
+        ww = self.copies(s).reverse().apply_range(m.intersect(self._pairs(s, s, True, True))) \
+            .apply_range(self.copies(s)).intersect(self.same_o(s, s))
+        n = len(self.model.by_name[s].vars)
+        d = self.depth
+        differ = isl.Map(f"{self.model.prefix()}{{ {s}[{', '.join(f'a{k}' for k in range(d + n))}] -> "
+                         f"{s}[{', '.join(f'b{k}' for k in range(d + n))}] : "
+                         + " or ".join(f"a{k} != b{k}" for k in range(d, d + n)) + " }",
+                         context=self.model.ctx)
+        bad = ww.intersect(differ)
+        if not bad.is_empty():
+            pt = bad.wrap().sample_point()
+            raise IllegalScheduleError(
+                f"{self.producer}.compute_at({self.consumer}, ...): within one iteration two "
+                f"instances of {s} write the same element of {self.buffer!r} (its storage is "
+                f"folded too tightly for the region one iteration needs), e.g. {pt}")
+
+    def _own_copy_missing(self, cross, s, t):
+        """The pairs of ``cross`` whose source has no copy in the sink's iteration."""
+        if cross.is_empty():
+            return cross
+        sm, tm = self.model.by_name[s], self.model.by_name[t]
+        d = self.depth
+        a = [f"a{k}" for k in range(d)]
+        b = [f"b{k}" for k in range(d)]
+        v = [f"v{k}" for k in range(len(sm.vars))]
+        w = [f"w{k}" for k in range(len(tm.vars))]
+        own = isl.Map(f"{self.model.prefix()}{{ [{s}[{', '.join(a + v)}] -> "
+                      f"{t}[{', '.join(b + w)}]] -> {s}[{', '.join(b + v)}] }}",
+                      context=self.model.ctx)
+        bad = own.intersect_domain(cross.wrap()).subtract_range(self.member_domain(s))
+        return bad.domain().unwrap()
+
     def transform(self, m: isl.Map, buffer: str):
         """A dependence map S -> T through ``buffer`` of the original program,
         as (ordering constraints, parallel-only conflicts) over the copies."""
@@ -134,8 +192,18 @@ class ComputeAt:
             return m.apply_range(self.copies(t)).to_union_map(), None
         if gs and gt:
             full = self.copies(s).reverse().apply_range(m).apply_range(self.copies(t))
-            return (full.intersect(self.same_o(s, t)).to_union_map(),
-                    full.intersect(self.same_o(s, t, False)).to_union_map())
+            same = full.intersect(self.same_o(s, t))
+            cross = full.intersect(self.same_o(s, t, False))
+            if s == t == self.producer:     # (updates accumulate into one element)
+                self._check_no_collision(m, s, same)
+            # across iterations, X'[o, v] -> Y'[o', w] is storage reuse (or an equal
+            # rewrite) unless it is a flow (RAW) whose source has no copy in the
+            # sink's own iteration: then Y' reads what another iteration computed
+            flow = self.copies(s).reverse().apply_range(m.intersect(self._pairs(s, t, True, False))) \
+                .apply_range(self.copies(t)).intersect(self.same_o(s, t, False))
+            missing = self._own_copy_missing(flow, s, t)
+            return (same.union(missing).to_union_map(),
+                    cross.subtract(missing).to_union_map())
         if gs and t == self.consumer:
             # X[v] -> C[c] becomes X[outer(c), v] -> C[c]
             oc = self.outer_of_consumer()
