@@ -488,6 +488,8 @@ class _Emitter:
         if any(isinstance(n, ir.Var) and n.name == s.var
                for i in body.index for n in ir.walk_exprs(i)):
             return False
+        step = int(s.step)
+        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
         dt = body.value.dtype
         target = self.access(body.array, body.index)
         acc = f"tp_acc_{s.var}"
@@ -495,7 +497,7 @@ class _Emitter:
         self.out(ind + 1, f"{CTYPES[dt]} {acc} = {target};")
         self.out(ind + 1, f"#pragma omp {pragma} reduction({ops[body.value.op]}: {acc})")
         self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                          f"{self._wrap(s.hi, P_REL + 1)}; {s.var}++) {{")
+                          f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
         update = ir.Binary(body.value.op, ir.Var(acc, dt), body.value.b, dt)
         saved = (self.omp, self.in_parallel)
         self.omp = "simd" if pragma == "simd" else "parallel"

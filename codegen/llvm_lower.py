@@ -16,6 +16,8 @@ Conventions of the emitted module (same calling convention as the C backend):
 * ``vector`` loops are widened to explicit ``<W x T>`` code plus a scalar
   epilogue; ``parallel`` loops are outlined and run through libgomp's
   ``GOMP_parallel`` with static chunking (details in :mod:`codegen.llvm_stmt`);
+  loops with ``attrs["reduction"]`` accumulate privately and combine
+  (:mod:`codegen.llvm_reduce`);
 * temporaries: constant size <= 16 KiB -> ``alloca`` in the entry block, else
   ``malloc``/``calloc`` with overflow checks, freed on every path; a failed
   allocation returns 1 (inside a parallel loop: sets the status, skips the body).

@@ -22,7 +22,9 @@ OpenMP default, which honours ``OMP_NUM_THREADS``); ``NAME.parK`` takes its stat
 chunk by ``omp_get_thread_num``/``omp_get_num_threads`` and calls the
 ``alwaysinline`` ``NAME.parK.range`` whose array arguments are ``noalias``.
 Parallel loops nested in a parallel loop run serially (as nested OpenMP regions
-do by default).
+do by default).  Parallel and vector loops carrying a reassociated reduction
+(``attrs["reduction"]``) are lowered by :mod:`codegen.llvm_reduce` (accumulators,
+horizontal reductions, per-thread partials or private array copies).
 """
 from __future__ import annotations
 
@@ -33,11 +35,12 @@ from .c_backend import _const_eval
 from .llvm_expr import ExprLowering, VecState
 from .llvm_lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
                          Val, _san, expr_key, host)
+from .llvm_reduce import ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
 
-class Lowering(ExprLowering):
+class Lowering(ReductionLowering, ExprLowering):
     def __init__(self, fn: ir.LoweredFunction, h):
         super().__init__(fn, h)
         self.npar = 0
@@ -181,9 +184,7 @@ class Lowering(ExprLowering):
         if self.vec is not None:
             raise CannotWiden("an inner loop in the body")
         if s.attrs.get("reduction") and s.kind in ("parallel", "vector"):
-            # a reassociated reduction: run it in order (one valid association);
-            # privatised parallel/vector reductions are the C backend's for now
-            s = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=step)
+            return self.reduction_loop(s, step)          # codegen.llvm_reduce
         if s.kind == "parallel" and not self.ctx.parallel:
             return self.parallel_loop(s, step)
         if s.kind == "vector":
@@ -288,9 +289,9 @@ class Lowering(ExprLowering):
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
-    def widened_loop(self, s: ir.For, step: int, w: int, info) -> None:
+    def vector_end(self, lo: str, hi: str, step: int, w: int) -> str:
+        """The iterator value after the last whole group of ``w`` iterations."""
         f = self.f
-        lo, hi = self.index(s.lo).t, self.index(s.hi).t
         n = f.op(f"sub i64 {hi}, {lo}", "span")
         if step != 1:
             n = f.op(f"sdiv i64 {f.op(f'add i64 {n}, {step - 1}')}, {step}", "trips")
@@ -299,7 +300,12 @@ class Lowering(ExprLowering):
             nv = f.op(f"and i64 {n}, {-w}", "vtrips")
         else:
             nv = f.op(f"mul nuw i64 {f.op(f'udiv i64 {n}, {w}')}, {w}", "vtrips")
-        vend = f.op(f"add nsw i64 {lo}, {nv if step == 1 else f.op(f'mul nsw i64 {nv}, {step}')}", "vend")
+        return f.op(f"add nsw i64 {lo}, {nv if step == 1 else f.op(f'mul nsw i64 {nv}, {step}')}", "vend")
+
+    def widened_loop(self, s: ir.For, step: int, w: int, info) -> None:
+        f = self.f
+        lo, hi = self.index(s.lo).t, self.index(s.hi).t
+        vend = self.vector_end(lo, hi, step, w)
         f.emit(f"; vector loop {_san(s.var)}: {w} lanes, then a scalar epilogue")
 
         def vbody(base):
@@ -315,7 +321,11 @@ class Lowering(ExprLowering):
                                          '!"llvm.loop.interleave.count", i32 1'))
 
     # -------------------------------------------------------------- parallel loops
-    def parallel_loop(self, s: ir.For, step: int) -> None:
+    def parallel_loop(self, s: ir.For, step: int, red=None) -> None:
+        """Outlines ``s`` and runs it through ``GOMP_parallel``.  ``red`` (a
+        :class:`codegen.llvm_reduce.ParallelHooks`, for reductions) adds struct
+        fields, per-thread arguments of the range function, its body, and code
+        in the caller after the join; the team size is then written back."""
         f, m = self.f, self.m
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         k = self.npar
@@ -327,27 +337,32 @@ class Lowering(ExprLowering):
         for name, a in self.arrays.items():
             caps.append(("p", name, "ptr", a.ptr, a))
             caps += [("i", name, "i64", st, d) for d, st in enumerate(a.strides) if not isinstance(st, int)]
+        go, done = f.label("par"), f.label("endpar")
+        f.cbr(f.op(f"icmp slt i64 {lo}, {hi}"), go, done)
+        f.start(go)
+        extra, nthreads = red.setup() if red else ([], "0")
         fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status)] + [(c[2], c[3]) for c in caps]
+        fields += extra + ([("i64", "0")] if red else [])        # the last: team size, written back
         sty = "{ " + ", ".join(t for t, _ in fields) + " }"
         buf = f.alloca(sty, 8, "ctx")
         for j, (t, v) in enumerate(fields):
             g = f.op(f"getelementptr inbounds {sty}, ptr {buf}, i32 0, i32 {j}")
             f.emit(f"store {t} {v}, ptr {g}")
-        go, done = f.label("par"), f.label("endpar")
-        f.cbr(f.op(f"icmp slt i64 {lo}, {hi}"), go, done)
-        f.start(go)
         m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
-        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
+        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 {nthreads}, i32 0)")
+        if red:
+            g = f.op(f"getelementptr inbounds {sty}, ptr {buf}, i32 0, i32 {len(fields) - 1}")
+            red.finish(f.op(f"load i64, ptr {g}, align 8", "team"))
         f.br(done)
         f.start(done)
         saved = (self.f, self.ctx, self.env, self.arrays)
         try:
-            self._range_function(s, step, rng, caps)
-            self._outlined_function(step, outl, rng, sty, fields, caps)
+            self._range_function(s, step, rng, caps, red)
+            self._outlined_function(step, outl, rng, sty, fields, caps, red)
         finally:
             self.f, self.ctx, self.env, self.arrays = saved
 
-    def _range_function(self, s, step, rng, caps) -> None:
+    def _range_function(self, s, step, rng, caps, red) -> None:
         params, env, arrays = ["i64 %vs", "i64 %ve"], {}, {}
         for j, (what, name, t, _, extra) in enumerate(caps):
             p = f"%c{j}.{_san(name)}"
@@ -361,13 +376,19 @@ class Lowering(ExprLowering):
                 params.append(f"i64 {p}")
                 arrays[name].strides[extra] = p
         params.append("ptr %status")
+        rparams = [f"%r{j}" for j in range(len(red.range_types))] if red else []
+        params += [f"{t} {p}" for t, p in zip(red.range_types, rparams)] if red else []
         self.f = Func(f"define internal void {rng}({', '.join(params)}) #1")
         self.ctx, self.env, self.arrays = Ctx(True, "%status"), env, arrays
-        self.counted_loop(s.var, "%vs", "%ve", step, lambda v: self.with_var(s.var, Val(v, "int64"), s.body))
+        if red:
+            red.range_body("%vs", "%ve", rparams)
+        else:
+            self.counted_loop(s.var, "%vs", "%ve", step,
+                              lambda v: self.with_var(s.var, Val(v, "int64"), s.body))
         self.f.emit("ret void")
         self.m.funcs.append(self.f.text())
 
-    def _outlined_function(self, step, outl, rng, sty, fields, caps) -> None:
+    def _outlined_function(self, step, outl, rng, sty, fields, caps, red) -> None:
         f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
         vals = []
         for j, (t, _) in enumerate(fields):
@@ -389,8 +410,13 @@ class Lowering(ExprLowering):
             first, cnt = f.op(f"mul i64 {first}, {step}"), f.op(f"mul i64 {cnt}, {step}")
         vs = f.op(f"add i64 {lo}, {first}", "vs")
         ve = f.op(f"add i64 {vs}, {cnt}", "ve")
-        args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, vals[3:])]
-        f.emit(f"call void {rng}({', '.join(args + [f'ptr {status}'])})")
+        args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, vals[3:3 + len(caps)])]
+        args.append(f"ptr {status}")
+        if red:
+            g = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 {len(fields) - 1}")
+            f.emit(f"store atomic i64 {nth}, ptr {g} monotonic, align 8")    # same value from each
+            args += [f"{t} {v}" for t, v in red.thread_args(tid, nth, vals[3 + len(caps):-1])]
+        f.emit(f"call void {rng}({', '.join(args)})")
         f.emit("ret void")
         self.m.funcs.append(f.text())
 

@@ -99,13 +99,17 @@ def test_gemm_parallel_2d():
 
 
 # ----------------------------------------------------------------- (b) semantics
-@pytest.mark.parametrize("dtype", ["int32", "int64"])
-def test_int_ops(dtype):
+def int_inputs(dtype):
+    """Operand pairs for the integer-semantics tests (no zero divisors)."""
     big = 2**31 - 1 if dtype == "int32" else 2**40 + 3
     vals = np.array(list(range(-7, 8)) + [big, -big, 1 - big], dtype)
     A, B = (x.ravel().astype(dtype) for x in np.meshgrid(vals, vals))
     keep = B != 0
-    A, B = A[keep], B[keep]
+    return A[keep], B[keep]
+
+
+def int_exprs(dtype):
+    """Integer IR expressions of (a, b); ``int_expected`` gives their values."""
     k = lambda v: c(v, dtype)  # noqa: E731
     exprs = [lambda a, b_: b("div", a, b_), lambda a, b_: b("mod", a, b_),
              lambda a, b_: b("floordiv", a, b_), lambda a, b_: b("floormod", a, b_),
@@ -119,9 +123,11 @@ def test_int_ops(dtype):
              lambda a, b_: b("mul", b("div", a, k(-2)), b("floordiv", k(-7), k(2)))]
     if dtype == "int64":   # int64 literal arithmetic must not overflow C int
         exprs.append(lambda a, b_: b("add", b("mul", k(65536), k(65536)), b("mod", a, k(5))))
-    O = run_elementwise(elementwise_ir(f"intops_{dtype}", dtype, dtype, exprs), A, B, dtype)
-    o = [x.astype(object) for x in (A, B)]
-    a, bo = o
+    return exprs
+
+
+def int_expected(A, B, dtype):
+    a, bo = A.astype(object), B.astype(object)
     tdiv = lambda x, y: abs(x) // abs(y) * (1 if (x < 0) == (y < 0) else -1)  # noqa: E731
     trunc_div = np.array([tdiv(x, y) for x, y in zip(a, bo)])
     expected = [trunc_div, a - bo * trunc_div, a // bo, a % bo, a // 3, a % -3,
@@ -130,8 +136,16 @@ def test_int_ops(dtype):
                 np.fmod(A, 1000) * 3 - np.fmod(B, 7), np.array([tdiv(x, -2) * (-7 // 2) for x in a])]
     if dtype == "int64":
         expected.append(2**32 + np.fmod(A, 5))
-    for row, exp in zip(O, expected):
-        np.testing.assert_array_equal(row, np.asarray(exp).astype(dtype))
+    return [np.asarray(e).astype(dtype) for e in expected]
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_int_ops(dtype):
+    A, B = int_inputs(dtype)
+    O = run_elementwise(elementwise_ir(f"intops_{dtype}", dtype, dtype, int_exprs(dtype)),
+                        A, B, dtype)
+    for row, exp in zip(O, int_expected(A, B, dtype)):
+        np.testing.assert_array_equal(row, exp)
 
 
 def test_narrow_int_wraparound_and_casts():
@@ -402,3 +416,19 @@ def test_source_is_readable():
     ints = emit_c(elementwise_ir("x", "int32", "int32", [lambda a, b_: b("floordiv", a, b_)]))
     assert "static inline int32_t tp_floordiv_i32(int32_t a, int32_t b)" in ints
     assert "tp_floormod" not in ints
+
+
+@pytest.mark.parametrize("kind", ["vector", "parallel"])
+def test_reduction_loop_respects_its_step(kind, cache_root):
+    # sum of x[0], x[3], x[6], x[9]: the accumulator form must keep step 3
+    zero = Const(0, "int64")
+    body = Store("out", (zero,), ir.binary("add", Load("out", (zero,), "float64"),
+                                        Load("x", (Var("k"),), "float64")))
+    loop = For("k", Const(0, "int64"), Const(10, "int64"), body, kind=kind, step=3,
+               attrs={"reduction": [("out", "add")]})
+    fn = LoweredFunction(f"step_{kind}", [], [
+        ArrayArg("x", "float64", (Const(10, "int64"),), False),
+        ArrayArg("out", "float64", (Const(1, "int64"),), True)], loop)
+    x, out = np.arange(10, dtype=np.float64), np.zeros(1)
+    assert compile_c(fn).call([], [x.ctypes.data, out.ctypes.data]) == 0
+    assert out[0] == x[::3].sum()
