@@ -128,28 +128,6 @@ class ReductionLowering:
         dt = st.value.dtype
         self.with_var(ACC, Val(value, dt), ir.Store(st.array, st.index, ir.Var(ACC, dt)))
 
-    def carried_loop(self, var: str, lo: str, hi: str, step: int, inits, body, md: str = "") -> list:
-        """``for (v = lo; v < hi; v += step) accs = body(v, accs)`` with loop-carried
-        values ``inits`` = [(type, initial value)]; returns their values after it."""
-        f = self.f
-        head, bl, done = f.label("for"), f.label("body"), f.label("endfor")
-        pre = f.cur
-        f.br(head)
-        f.start(head)
-        hb = f.blocks[-1]
-        v = f.tmp(_san(var) + ".")
-        accs = [f.tmp("acc") for _ in inits]
-        f.cbr(f.op(f"icmp slt i64 {v}, {hi}"), bl, done)
-        f.start(bl)
-        new = body(v, accs)
-        nxt = f.op(f"add nsw i64 {v}, {step}")
-        latch = f.cur
-        f.br(head, md)
-        f.start(done)
-        hb[1][0:0] = [f"{v} = phi i64 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]"] + [
-            f"{a} = phi {t} [ {x}, %{pre} ], [ {y}, %{latch} ]" for a, (t, x), y in zip(accs, inits, new)]
-        return accs
-
     def horizontal(self, op: str, dt: str, w: int, vacc: str, start: str) -> str:
         """``start op (lanes of vacc combined)``."""
         f, m = self.f, self.m

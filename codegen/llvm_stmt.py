@@ -153,9 +153,11 @@ class Lowering(ReductionLowering, ExprLowering):
         f.start(done)
 
     # -------------------------------------------------------------- loops
-    def counted_loop(self, var: str, lo: str, hi, step: int, body, md: str = "") -> None:
-        """``for (v = lo; v < hi; v += step) body(v)``; ``hi`` is a value, or a
-        callable evaluated in the loop header each iteration (as C does)."""
+    def carried_loop(self, var: str, lo: str, hi, step: int, inits, body, md: str = "") -> list:
+        """``for (v = lo; v < hi; v += step) accs = body(v, accs)`` with loop-carried
+        values ``inits`` = [(type, initial value)]; returns their values after it.
+        ``hi`` is a value, or a callable evaluated in the loop header each
+        iteration (as C does)."""
         f = self.f
         head, bl, done = f.label("for"), f.label("body"), f.label("endfor")
         pre = f.cur
@@ -163,15 +165,25 @@ class Lowering(ReductionLowering, ExprLowering):
         f.start(head)
         hb = f.blocks[-1]
         v = f.tmp(_san(var) + ".")
+        accs = [f.tmp("acc") for _ in inits]
         h = hi() if callable(hi) else hi
         f.cbr(f.op(f"icmp slt i64 {v}, {h}"), bl, done)
         f.start(bl)
-        body(v)
+        new = body(v, accs)
         nxt = f.op(f"add nsw i64 {v}, {step}")
         latch = f.cur
         f.br(head, md)
         f.start(done)
-        hb[1].insert(0, f"{v} = phi i64 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]")
+        hb[1][0:0] = [f"{v} = phi i64 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]"] + [
+            f"{a} = phi {t} [ {x}, %{pre} ], [ {y}, %{latch} ]" for a, (t, x), y in zip(accs, inits, new)]
+        return accs
+
+    def counted_loop(self, var: str, lo: str, hi, step: int, body, md: str = "") -> None:
+        """``for (v = lo; v < hi; v += step) body(v)``."""
+        def run(v, accs):
+            body(v)
+            return []
+        self.carried_loop(var, lo, hi, step, [], run, md)
 
     def loop(self, s: ir.For) -> None:
         if s.kind in ("gpu_block", "gpu_thread"):
