@@ -148,25 +148,38 @@ def test_int_ops(dtype):
         np.testing.assert_array_equal(row, exp)
 
 
-def test_narrow_int_wraparound_and_casts():
+def narrow_cases():
+    """(name, dtype, exprs, A, B, expected rows) for int8/uint8 wraparound and casts."""
     A = np.array([0, 1, 5, 200, 255, 3], np.uint8)
     B = np.array([1, 0, 3, 190, 1, 250], np.uint8)
     u = lambda v: c(v, "uint8")  # noqa: E731
     exprs = [lambda a, b_: Select(b("lt", b("sub", a, b_), u(10)), u(1), u(0), "uint8"),
              lambda a, b_: b("floordiv", b("add", a, b_), u(2)),
-             lambda a, b_: Cast(Cast(b("mul", Cast(a, "int32"), c(3, "int32")), "int8"), "uint8")]
-    O = run_elementwise(elementwise_ir("narrow_u8", "uint8", "uint8", exprs), A, B, np.uint8)
-    np.testing.assert_array_equal(O[0], ((A - B) < 10).astype(np.uint8))
-    np.testing.assert_array_equal(O[1], (A + B) // 2)
-    np.testing.assert_array_equal(O[2], (A.astype(np.int32) * 3).astype(np.int8).astype(np.uint8))
+             lambda a, b_: Cast(Cast(b("mul", Cast(a, "int32"), c(3, "int32")), "int8"), "uint8"),
+             lambda a, b_: b("mul", a, u(200)), lambda a, b_: Unary("neg", a, "uint8"),
+             lambda a, b_: b("max", a, b_)]
+    u8 = [((A - B) < 10).astype(np.uint8), (A + B) // 2,
+          (A.astype(np.int32) * 3).astype(np.int8).astype(np.uint8), A * np.uint8(200),
+          (-A.astype(np.int32)).astype(np.uint8), np.maximum(A, B)]
     i8 = np.array([-128, -100, 100, 127, -1, 7], np.int8)
     j8 = np.array([-1, -100, 100, 1, 2, -2], np.int8)
     e8 = [lambda a, b_: b("floordiv", b("add", a, b_), c(2, "int8")),
-          lambda a, b_: b("floormod", a, b_), lambda a, b_: Call("abs", (a,), "int8")]
-    O = run_elementwise(elementwise_ir("narrow_i8", "int8", "int8", e8), i8, j8, np.int8)
-    np.testing.assert_array_equal(O[0], (i8 + j8) // np.int8(2))
-    np.testing.assert_array_equal(O[1], np.mod(i8, j8))
-    np.testing.assert_array_equal(O[2], np.abs(i8))
+          lambda a, b_: b("floormod", a, b_), lambda a, b_: Call("abs", (a,), "int8"),
+          lambda a, b_: b("div", a, b_), lambda a, b_: b("floordiv", a, b_),
+          lambda a, b_: Cast(Cast(a, "float32"), "int8"), lambda a, b_: b("min", a, b_)]
+    wide = lambda x: x.astype(np.int32)  # noqa: E731
+    r8 = [(i8 + j8) // np.int8(2), np.mod(i8, j8), np.abs(i8),
+          np.trunc(wide(i8) / wide(j8)).astype(np.int32).astype(np.int8),
+          (wide(i8) // wide(j8)).astype(np.int8),           # -128 // -1 wraps
+          i8, np.minimum(i8, j8)]
+    return [("narrow_u8", "uint8", exprs, A, B, u8), ("narrow_i8", "int8", e8, i8, j8, r8)]
+
+
+def test_narrow_int_wraparound_and_casts():
+    for name, dtype, exprs, A, B, expected in narrow_cases():
+        O = run_elementwise(elementwise_ir(name, dtype, dtype, exprs), A, B, np.dtype(dtype))
+        for row, exp in zip(O, expected, strict=True):
+            np.testing.assert_array_equal(row, exp)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -103,36 +103,10 @@ def test_int_ops(dtype):
 
 
 def test_narrow_int_wraparound_and_casts():
-    A = np.array([0, 1, 5, 200, 255, 3], np.uint8)
-    B = np.array([1, 0, 3, 190, 1, 250], np.uint8)
-    u = lambda v: c(v, "uint8")  # noqa: E731
-    exprs = [lambda a, b_: Select(b("lt", b("sub", a, b_), u(10)), u(1), u(0), "uint8"),
-             lambda a, b_: b("floordiv", b("add", a, b_), u(2)),
-             lambda a, b_: Cast(Cast(b("mul", Cast(a, "int32"), c(3, "int32")), "int8"), "uint8"),
-             lambda a, b_: b("mul", a, u(200)), lambda a, b_: Unary("neg", a, "uint8"),
-             lambda a, b_: b("max", a, b_)]
-    _, O = elementwise("narrow_u8", "uint8", "uint8", exprs, A, B)
-    np.testing.assert_array_equal(O[0], ((A - B) < 10).astype(np.uint8))
-    np.testing.assert_array_equal(O[1], (A + B) // 2)
-    np.testing.assert_array_equal(O[2], (A.astype(np.int32) * 3).astype(np.int8).astype(np.uint8))
-    np.testing.assert_array_equal(O[3], A * np.uint8(200))
-    np.testing.assert_array_equal(O[4], (-A.astype(np.int32)).astype(np.uint8))
-    np.testing.assert_array_equal(O[5], np.maximum(A, B))
-    i8 = np.array([-128, -100, 100, 127, -1, 7], np.int8)
-    j8 = np.array([-1, -100, 100, 1, 2, -2], np.int8)
-    e8 = [lambda a, b_: b("floordiv", b("add", a, b_), c(2, "int8")),
-          lambda a, b_: b("floormod", a, b_), lambda a, b_: Call("abs", (a,), "int8"),
-          lambda a, b_: b("div", a, b_), lambda a, b_: b("floordiv", a, b_),
-          lambda a, b_: Cast(Cast(a, "float32"), "int8"), lambda a, b_: b("min", a, b_)]
-    _, O = elementwise("narrow_i8", "int8", "int8", e8, i8, j8)
-    wide = lambda x: x.astype(np.int32)  # noqa: E731
-    np.testing.assert_array_equal(O[0], (i8 + j8) // np.int8(2))
-    np.testing.assert_array_equal(O[1], np.mod(i8, j8))
-    np.testing.assert_array_equal(O[2], np.abs(i8))
-    np.testing.assert_array_equal(O[3], np.trunc(wide(i8) / wide(j8)).astype(np.int32).astype(np.int8))
-    np.testing.assert_array_equal(O[4], (wide(i8) // wide(j8)).astype(np.int8))   # -128 // -1 wraps
-    np.testing.assert_array_equal(O[5], i8)
-    np.testing.assert_array_equal(O[6], np.minimum(i8, j8))
+    for name, dtype, exprs, A, B, expected in tc.narrow_cases():
+        _, O = elementwise(name, dtype, dtype, exprs, A, B)
+        for row, exp in zip(O, expected, strict=True):
+            np.testing.assert_array_equal(row, exp)
 
 
 def float_exprs(dtype):
