@@ -148,7 +148,8 @@ class AstLowering:
     def for_node(self, n, scope, loops):
         it = n.for_get_iterator().get_id().get_name()
         dim = int(it[1:])
-        name = self.loop_name(n, dim, scope)
+        stmts = self.leaves(n)                  # the statements this loop holds
+        name = self.loop_name(stmts, dim, scope)
         lo = self.aexpr(n.for_get_init(), scope, n)
         cond = n.for_get_cond()
         op = _ISL_OPS.get(cond.get_op_type())
@@ -163,13 +164,13 @@ class AstLowering:
         inner = dict(scope)
         inner[it] = name
         body = self.node(n.for_get_body(), inner, loops + [name])
-        kind, attrs = self.loop_kind(n, dim)
+        kind, attrs = self.loop_kind(stmts, dim)
         return ir.For(name, lo, hi, body, kind=kind, step=step, attrs=attrs)
 
-    def loop_kind(self, n, dim):
+    def loop_kind(self, stmts, dim):
         """The loop's kind from the tags of the statements under it."""
         kind, attrs = "serial", {}
-        for stmt_name in self.leaves(n):
+        for stmt_name in stmts:
             st = self.state[stmt_name]
             names = st.dim_names()
             nm = names[dim] if dim < len(names) else None
@@ -186,9 +187,9 @@ class AstLowering:
                 attrs["unroll"] = tag.arg
         return kind, attrs
 
-    def loop_name(self, n, dim, scope):
+    def loop_name(self, stmts, dim, scope):
         names = []
-        for stmt_name in self.leaves(n):
+        for stmt_name in stmts:
             dims = self.state[stmt_name].dim_names()
             nm = dims[dim] if dim < len(dims) else None
             if nm and nm not in names:
