@@ -65,6 +65,19 @@ class Dependences:
             out[m.name] = (tbuf, acc.apply_range(acc.reverse()))
         return out
 
+    def _memo(self, state, key, compute):
+        """``compute()`` once per schedule state (a replayed state is a new dict,
+        never changed afterwards), so per-loop checks share the work."""
+        if getattr(self, "_memo_state", None) is not state:
+            self._memo_state, self._memo_values = state, {}
+        if key not in self._memo_values:
+            self._memo_values[key] = compute()
+        return self._memo_values[key]
+
+    def schedule(self, state):
+        """The union schedule map of ``state``."""
+        return self._memo(state, "schedule", lambda: self.model.schedule_map(state))
+
     def relevant(self, state):
         """Ordering dependences per buffer under ``state``: without the
         reductions it lets reassociate, carried over to compute_at copies."""
@@ -73,6 +86,9 @@ class Dependences:
     def with_conflicts(self, state):
         """buffer -> (ordering dependences, conflicts that only forbid running
         in parallel: copies of a compute_at producer in different iterations)."""
+        return self._memo(state, "with_conflicts", lambda: self._with_conflicts(state))
+
+    def _with_conflicts(self, state):
         ats = list({id(a): a for a in self.model.compute_ats(state).values()}.values())
         out = {}
         for name, d in self.by_buffer.items():
@@ -91,6 +107,9 @@ class Dependences:
 
     def reductions_in(self, state):
         """Reduction self-dependences, carried over to compute_at copies."""
+        return self._memo(state, "reductions_in", lambda: self._reductions_in(state))
+
+    def _reductions_in(self, state):
         ats = list({id(a): a for a in self.model.compute_ats(state).values()}.values())
         out = {}
         for stmt, (buf, red) in self.reductions.items():
@@ -110,10 +129,6 @@ def _transform(d, at, buffer):
         if c is not None:
             conflicts = c if conflicts is None else conflicts.union(c)
     return order, conflicts
-
-
-def schedule_union(model, state):
-    return model.schedule_map(state)
 
 
 def check(model, deps, commands):
@@ -153,7 +168,7 @@ def check(model, deps, commands):
 
 
 def _first_violation(model, deps, state):
-    sched = schedule_union(model, state)
+    sched = deps.schedule(state)
     order = sched.lex_lt_union_map(sched)
     for name, d in deps.relevant(state).items():
         v = d.subtract(order)
@@ -174,7 +189,8 @@ def _blame(model, deps, commands):
 def carried_by(model, deps, state, stmt, loop):
     """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
     schedule ``state``, or None."""
-    rel = _same_loop_relation(model, state, stmt, loop)
+    rel = deps._memo(state, ("same_loop", stmt, loop),
+                     lambda: _same_loop_relation(model, deps, state, stmt, loop))
     for name, (d, conflicts) in deps.with_conflicts(state).items():
         if conflicts is not None:
             d = d.union(conflicts).union(conflicts.reverse())
@@ -184,14 +200,14 @@ def carried_by(model, deps, state, stmt, loop):
     return None
 
 
-def _same_loop_relation(model, state, stmt, loop):
+def _same_loop_relation(model, deps, state, stmt, loop):
     """Pairs of statement instances in one instance of the loop's
     surroundings but in different iterations of it (every statement fused
     into the loop included)."""
     s = state[stmt]
     k = [lp.name for lp in s.loops].index(loop)
     pos = 2 * k + 1
-    sched = schedule_union(model, state)
+    sched = deps.schedule(state)
     depth = _depth(model, state)
     space = isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(depth))}] }}", context=model.ctx)
     eq = isl.Map.universe(isl.Space.map_from_set(space.get_space()))
@@ -212,7 +228,8 @@ def reductions_carried(model, deps, state, stmt, loop):
     """(buffer, op) of the reassociated reductions whose self-dependences the
     loop carries: the backend must privatise and combine them."""
     out = []
-    rel = _same_loop_relation(model, state, stmt, loop)
+    rel = deps._memo(state, ("same_loop", stmt, loop),
+                     lambda: _same_loop_relation(model, deps, state, stmt, loop))
     for name, (buf, red) in deps.reductions_in(state).items():
         if state[name].reassociate and not red.intersect(rel).is_empty():
             item = (buf, model.by_name[name].stmt.op)
