@@ -309,10 +309,7 @@ class _Emitter:
 
     def _call(self, e: ir.Call) -> tuple:
         f, dt = e.func, e.dtype
-        if f not in ir.MATH_FUNCS:
-            raise ValueError(f"C backend: unknown function {f!r} (known: {', '.join(ir.MATH_FUNCS)})")
-        if len(e.args) != 1:
-            raise ValueError(f"C backend: {f} takes 1 argument, got {len(e.args)}")
+        ir.check_call(e, "C backend")
         arg = e.args[0]
         if ir.is_float(dt):
             if f == "sigmoid":
@@ -396,13 +393,7 @@ class _Emitter:
 
     def loop(self, s: ir.For, ind: int) -> None:
         _check_name(s.var, "loop")
-        if s.kind in ("gpu_block", "gpu_thread"):
-            raise NotImplementedError("C backend: gpu loops")
-        if s.kind not in ir.LOOP_KINDS:
-            raise ValueError(f"C backend: unknown loop kind {s.kind!r}")
-        step = int(s.step)
-        if step <= 0:
-            raise ValueError(f"C backend: loop {s.var} has non-positive step {step}")
+        step = ir.check_loop(s, "C backend")
         if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
             return
         saved = (self.omp, self.in_parallel)

@@ -197,6 +197,26 @@ def binary(op: str, a: Expr, b: Expr) -> Expr:
     return Binary(op, a, b, a.dtype)
 
 
+def check_loop(s: "For", backend: str) -> int:
+    """Validates a loop for ``backend`` ("C backend", "LLVM backend"); returns its step."""
+    if s.kind in ("gpu_block", "gpu_thread"):
+        raise NotImplementedError(f"{backend}: gpu loops")
+    if s.kind not in LOOP_KINDS:
+        raise ValueError(f"{backend}: unknown loop kind {s.kind!r}")
+    step = int(s.step)
+    if step <= 0:
+        raise ValueError(f"{backend}: loop {s.var} has non-positive step {step}")
+    return step
+
+
+def check_call(e: "Call", backend: str) -> None:
+    """Validates a math-function call for ``backend``."""
+    if e.func not in MATH_FUNCS:
+        raise ValueError(f"{backend}: unknown function {e.func!r} (known: {', '.join(MATH_FUNCS)})")
+    if len(e.args) != 1:
+        raise ValueError(f"{backend}: {e.func} takes 1 argument, got {len(e.args)}")
+
+
 def walk_exprs(e: Expr):
     """Yields ``e`` and every sub-expression."""
     yield e

@@ -344,10 +344,7 @@ class ExprLowering:
     # -------------------------------------------------------------- math
     def call(self, e: ir.Call) -> Val:
         fname, dt = e.func, e.dtype
-        if fname not in ir.MATH_FUNCS:
-            raise ValueError(f"LLVM backend: unknown function {fname!r} (known: {', '.join(ir.MATH_FUNCS)})")
-        if len(e.args) != 1:
-            raise ValueError(f"LLVM backend: {fname} takes 1 argument, got {len(e.args)}")
+        ir.check_call(e, "LLVM backend")
         if ir.is_float(dt):
             return self._fmath(fname, dt, self.convert(self.ex(e.args[0]), dt))
         if not ir.is_int(dt):

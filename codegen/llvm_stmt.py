@@ -186,13 +186,7 @@ class Lowering(ReductionLowering, ExprLowering):
         self.carried_loop(var, lo, hi, step, [], run, md)
 
     def loop(self, s: ir.For) -> None:
-        if s.kind in ("gpu_block", "gpu_thread"):
-            raise NotImplementedError("LLVM backend: gpu loops")
-        if s.kind not in ir.LOOP_KINDS:
-            raise ValueError(f"LLVM backend: unknown loop kind {s.kind!r}")
-        step = int(s.step)
-        if step <= 0:
-            raise ValueError(f"LLVM backend: loop {s.var} has non-positive step {step}")
+        step = ir.check_loop(s, "LLVM backend")
         if self.vec is not None:
             raise CannotWiden("an inner loop in the body")
         if s.attrs.get("reduction") and s.kind in ("parallel", "vector"):
