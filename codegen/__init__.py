@@ -90,24 +90,17 @@ def compile_c(fn: ir.LoweredFunction) -> CompiledFunction:
         if hit is not None:
             return hit
         _, _, c_path = cache.paths(key, directory)
-        path = cache.lookup(key, directory)
-        fresh = path is None
-        if fresh:
-            path = _build(cc, flags, source, key, directory)
-        elif not c_path.exists():
-            cache.atomic_write(c_path, source.encode())
-        try:
-            ffi, lib = _load(fn, path)
-        except (OSError, AttributeError) as exc:
-            cache.invalidate(key, directory)
-            if fresh:
-                raise CompileError(f"built {path} but could not load it: {exc}", c_path) from exc
-            path = _build(cc, flags, source, key, directory)   # a bad hit: rebuild once
-            try:
-                ffi, lib = _load(fn, path)
-            except (OSError, AttributeError) as exc2:
-                cache.invalidate(key, directory)
-                raise CompileError(f"rebuilt {path} but could not load it: {exc2}", c_path) from exc2
+
+        def lookup():
+            path = cache.lookup(key, directory)
+            if path is not None and not c_path.exists():
+                cache.atomic_write(c_path, source.encode())
+            return path
+
+        path, (ffi, lib) = cache.load_or_build(
+            lookup, lambda: _build(cc, flags, source, key, directory), lambda p: _load(fn, p),
+            lambda: cache.invalidate(key, directory), (OSError, AttributeError),
+            lambda what, p, exc: CompileError(f"{what} {p} but could not load it: {exc}", c_path))
         cf = CompiledFunction(fn.name, source, path, c_path, key, ffi, lib)
         _loaded[(str(directory), key)] = cf
         return cf

@@ -133,3 +133,29 @@ def invalidate_object(key: str, directory: Optional[Path] = None) -> None:
     obj, dg, _ = object_paths(key, directory)
     _unlink(dg)
     _unlink(obj)
+
+
+def load_or_build(lookup, build, load, invalidate, bad_load, fail):
+    """The cache policy both backends follow.  ``lookup()`` gives the cached
+    artefact or None; ``build()`` makes (and installs) one; ``load(artefact)``
+    loads it, raising one of ``bad_load`` when it is unusable.  A hit is
+    loaded; a miss is built; a hit that fails to load is invalidated and
+    rebuilt once (never trusted); a fresh build that fails to load raises
+    ``fail(what, artefact, exc)`` with ``what`` "built" or "rebuilt".
+    Returns (artefact, loaded)."""
+    artefact = lookup()
+    fresh = artefact is None
+    if fresh:
+        artefact = build()
+    try:
+        return artefact, load(artefact)
+    except bad_load as exc:
+        invalidate()
+        if fresh:
+            raise fail("built", artefact, exc) from exc
+    artefact = build()                   # a bad hit: rebuild once
+    try:
+        return artefact, load(artefact)
+    except bad_load as exc:
+        invalidate()
+        raise fail("rebuilt", artefact, exc) from exc

@@ -225,26 +225,19 @@ def compile_llvm(fn: ir.LoweredFunction) -> LLVMCompiledFunction:
         if hit is not None:
             return hit
         obj_path, _, ll_path = cache.object_paths(key, directory)
-        data = cache.lookup_object(key, directory)
-        fresh = data is None
-        if fresh:
-            data = _build(source, key, directory, ll_path)
-        elif not ll_path.exists():
-            cache.atomic_write(ll_path, source.encode())
-        try:
-            loaded = _load(fn.name, data, ll_path)
-        except _BadObject as exc:
-            cache.invalidate_object(key, directory)
-            if fresh:
-                raise LLVMCompileError(f"built {obj_path} from {ll_path} but could not load it: {exc}",
-                                       ll_path) from exc
-            data = _build(source, key, directory, ll_path)       # a bad hit: rebuild once
-            try:
-                loaded = _load(fn.name, data, ll_path)
-            except _BadObject as exc2:
-                cache.invalidate_object(key, directory)
-                raise LLVMCompileError(f"rebuilt {obj_path} from {ll_path} but could not load it: "
-                                       f"{exc2}", ll_path) from exc2
+
+        def lookup():
+            data = cache.lookup_object(key, directory)
+            if data is not None and not ll_path.exists():
+                cache.atomic_write(ll_path, source.encode())
+            return data
+
+        _, loaded = cache.load_or_build(
+            lookup, lambda: _build(source, key, directory, ll_path),
+            lambda data: _load(fn.name, data, ll_path),
+            lambda: cache.invalidate_object(key, directory), _BadObject,
+            lambda what, _data, exc: LLVMCompileError(
+                f"{what} {obj_path} from {ll_path} but could not load it: {exc}", ll_path))
         cf = LLVMCompiledFunction(fn.name, source, obj_path, ll_path, key, *loaded, _ctype(fn))
         _loaded[(str(directory), key)] = cf
         return cf
