@@ -1,0 +1,351 @@
+"""Index simplification on the loop IR, using the ranges of the loop iterators.
+
+isl writes the index of a packed or tiled buffer as it was given, e.g.
+``Bp[floordiv(floormod(32 * jr + jv, 1024), 32)]``.  Inside the loops that
+access it, ``0 <= jv < 32`` and ``0 <= jr < 32``, so that index is just ``jr``.
+This pass proves such facts from the loop bounds (interval arithmetic over
+affine integer expressions) and rewrites:
+
+* ``floormod(e, m)`` to ``r`` when ``e = m * q + r`` with ``0 <= r < m``;
+* ``floordiv(e, m)`` to ``q`` under the same condition;
+* sums of constants (``127 + 1``) to one constant.
+
+Everything else is left as it is.  The rewrite is exact: it only fires when the
+range of ``r`` is proven, so it never changes a result.
+"""
+from __future__ import annotations
+
+from . import ir
+
+_INT = ("int32", "int64")
+
+
+# --------------------------------------------------------- affine forms
+class _Affine:
+    """``sum(coef * term) + const``; terms are IR Vars (keyed by name) or opaque
+    expressions (keyed by identity), kept in first-appearance order."""
+
+    def __init__(self, terms=None, const=0):
+        self.terms = terms or {}          # key -> [coef, expr]
+        self.const = const
+
+    def scaled(self, c):
+        return _Affine({k: [v[0] * c, v[1]] for k, v in self.terms.items()}, self.const * c)
+
+    def plus(self, other):
+        terms = {k: list(v) for k, v in self.terms.items()}
+        for k, (c, e) in other.terms.items():
+            if k in terms:
+                terms[k][0] += c
+            else:
+                terms[k] = [c, e]
+        return _Affine({k: v for k, v in terms.items() if v[0] != 0}, self.const + other.const)
+
+
+def _affine(e):
+    if isinstance(e, ir.Const) and e.dtype in _INT:
+        return _Affine(const=int(e.value))
+    if isinstance(e, ir.Binary) and e.dtype in _INT:
+        if e.op in ("add", "sub"):
+            b = _affine(e.b)
+            return _affine(e.a).plus(b if e.op == "add" else b.scaled(-1))
+        if e.op == "mul":
+            if isinstance(e.a, ir.Const):
+                return _affine(e.b).scaled(int(e.a.value))
+            if isinstance(e.b, ir.Const):
+                return _affine(e.a).scaled(int(e.b.value))
+    if isinstance(e, ir.Unary) and e.op == "neg" and e.dtype in _INT:
+        return _affine(e.a).scaled(-1)
+    key = ("v", e.name) if isinstance(e, ir.Var) else ("x", id(e))
+    return _Affine({key: [1, e]})
+
+
+def _build(a: _Affine, dtype):
+    """The affine form as IR: ``c1 * x + c2 * y - c3``."""
+    out = None
+    for c, e in a.terms.values():
+        mag = abs(c)
+        t = e if mag == 1 else ir.Binary("mul", ir.Const(mag, dtype), e, dtype)
+        if out is None:
+            out = t if c > 0 else ir.Unary("neg", t, dtype)
+        else:
+            out = ir.Binary("add" if c > 0 else "sub", out, t, dtype)
+    if out is None:
+        return ir.Const(a.const, dtype)
+    if a.const:
+        out = ir.Binary("add" if a.const > 0 else "sub", out, ir.Const(abs(a.const), dtype), dtype)
+    return out
+
+
+# --------------------------------------------------------- ranges
+def _range(a: _Affine, ranges):
+    """Inclusive (lo, hi) of an affine form, or None when a term is unbounded."""
+    lo = hi = a.const
+    for key, (c, e) in a.terms.items():
+        r = ranges.get(key[1] if key[0] == "v" else key) if key[0] != "x" else None
+        if r is None:
+            return None
+        lo += min(c * r[0], c * r[1])
+        hi += max(c * r[0], c * r[1])
+    return lo, hi
+
+
+def _interval(e, ranges):
+    """Inclusive (lo, hi) of an integer IR expression; either may be None
+    (unbounded).  Knows + - * by constants, unary minus, min and max."""
+    if isinstance(e, ir.Const):
+        return int(e.value), int(e.value)
+    if isinstance(e, ir.Var):
+        return ranges.get(e.name, (None, None))
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        lo, hi = _interval(e.a, ranges)
+        return (None if hi is None else -hi), (None if lo is None else -lo)
+    if not isinstance(e, ir.Binary):
+        return None, None
+    (alo, ahi), (blo, bhi) = _interval(e.a, ranges), _interval(e.b, ranges)
+    if e.op in ("add", "sub"):
+        if e.op == "sub":
+            blo, bhi = (None if bhi is None else -bhi), (None if blo is None else -blo)
+        return (None if None in (alo, blo) else alo + blo), (None if None in (ahi, bhi) else ahi + bhi)
+    if e.op == "mul" and None not in (alo, ahi, blo, bhi):
+        products = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+        return min(products), max(products)
+    if e.op == "min":
+        return (None if None in (alo, blo) else min(alo, blo)), \
+               min((x for x in (ahi, bhi) if x is not None), default=None)
+    if e.op == "max":
+        return max((x for x in (alo, blo) if x is not None), default=None), \
+               (None if None in (ahi, bhi) else max(ahi, bhi))
+    return None, None
+
+
+def _split_mod(a: _Affine, m):
+    """``a = m * q + r`` with the coefficients of ``r`` in ``[0, m)``."""
+    q = _Affine({k: [c // m, e] for k, (c, e) in a.terms.items() if c // m}, a.const // m)
+    r = _Affine({k: [c % m, e] for k, (c, e) in a.terms.items() if c % m}, a.const % m)
+    return q, r
+
+
+# --------------------------------------------------------- the pass
+def _expand(a: _Affine, offsets):
+    """``a`` with each loop iterator ``v`` that starts at an affine ``lo`` written
+    ``lo + (v - lo)``; ``(v - lo)`` becomes a term of its own."""
+    out = _Affine(const=a.const)
+    for k, (c, e) in a.terms.items():
+        off = offsets.get(e.name) if isinstance(e, ir.Var) else None
+        if off is None:
+            out = out.plus(_Affine({k: [c, e]}))
+        else:
+            lo, delta = off
+            out = out.plus(lo.scaled(c)).plus(_Affine({("d", e.name): [c, delta]}))
+    return out
+
+
+class _Simplifier:
+    def __init__(self):
+        self.ranges = {}      # iterator -> inclusive (lo, hi)
+        self.offsets = {}     # iterator -> (affine lo, Var of its offset from lo)
+
+    def divmod_parts(self, e, m):
+        """``(q, r)`` with ``e = m * q + r`` and ``0 <= r < m`` proven, or None."""
+        a = _affine(e)
+        for form in (a, _expand(a, self.offsets)):
+            q, r = _split_mod(form, m)
+            rng = _range(r, self.ranges)
+            if rng is not None and 0 <= rng[0] and rng[1] < m:
+                return q, r
+        return None
+
+    def expr(self, e):
+        if isinstance(e, ir.Binary):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if a is not e.a or b is not e.b:
+                e = ir.Binary(e.op, a, b, e.dtype)
+            if e.dtype in _INT and e.op in ("floordiv", "floormod") \
+                    and isinstance(e.b, ir.Const) and int(e.b.value) > 0:
+                parts = self.divmod_parts(e.a, int(e.b.value))
+                if parts is not None:
+                    return _build(parts[0] if e.op == "floordiv" else parts[1], e.dtype)
+            if e.dtype in _INT and e.op in ("add", "sub") and _folds_constants(e):
+                return _build(_affine(e), e.dtype)
+            return e
+        if isinstance(e, ir.Load):
+            idx = tuple(self.expr(i) for i in e.index)
+            return ir.Load(e.array, idx, e.dtype)
+        if isinstance(e, ir.Unary):
+            a = self.expr(e.a)
+            return e if a is e.a else ir.Unary(e.op, a, e.dtype)
+        if isinstance(e, ir.Call):
+            return ir.Call(e.func, tuple(self.expr(x) for x in e.args), e.dtype)
+        if isinstance(e, ir.Select):
+            return ir.Select(self.expr(e.cond), self.expr(e.a), self.expr(e.b), e.dtype)
+        if isinstance(e, ir.Cast):
+            a = self.expr(e.a)
+            return e if a is e.a else ir.Cast(a, e.dtype)
+        return e
+
+    def bounds_of(self, e):
+        if e.dtype not in _INT:
+            return None
+        lo, hi = _interval(e, self.ranges)
+        return None if lo is None or hi is None else (lo, hi)
+
+    def stmt(self, s):
+        if isinstance(s, ir.For):
+            lo, hi = self.expr(s.lo), self.expr(s.hi)
+            rlo = _interval(lo, self.ranges) if lo.dtype in _INT else (None, None)
+            rhi = _interval(hi, self.ranges) if hi.dtype in _INT else (None, None)
+            saved = self.ranges.get(s.var), self.offsets.get(s.var)
+            self.ranges.pop(s.var, None)
+            self.offsets.pop(s.var, None)
+            if rlo[0] is not None and rhi[1] is not None and s.step > 0:
+                self.ranges[s.var] = (rlo[0], rhi[1] - 1)
+            alo = _affine(lo) if lo.dtype in _INT else None
+            span = alo and _affine(hi).plus(alo.scaled(-1))
+            if span is not None and not span.terms and alo.terms and s.step == 1:
+                # v = lo + delta, 0 <= delta < span: the offset is a term of its own
+                delta = ir.Binary("sub", ir.Var(s.var, lo.dtype), _build(alo, lo.dtype), lo.dtype)
+                self.offsets[s.var] = (alo, delta)
+                self.ranges[("d", s.var)] = (0, span.const - 1)
+            body = self.stmt(s.body)
+            self.ranges.pop(("d", s.var), None)
+            self._restore(s.var, saved)
+            return ir.For(s.var, lo, hi, body, kind=s.kind, step=s.step, attrs=s.attrs)
+        if isinstance(s, ir.Let):
+            value = self.expr(s.value)
+            saved = self.ranges.get(s.name), self.offsets.get(s.name)
+            self.offsets.pop(s.name, None)
+            r = self.bounds_of(value)
+            if r is not None:
+                self.ranges[s.name] = r
+            else:
+                self.ranges.pop(s.name, None)
+            body = self.stmt(s.body)
+            self._restore(s.name, saved)
+            return ir.Let(s.name, value, body)
+        if isinstance(s, ir.If):
+            return ir.If(self.expr(s.cond), self.stmt(s.then),
+                         None if s.else_ is None else self.stmt(s.else_))
+        if isinstance(s, ir.Block):
+            return ir.Block([self.stmt(x) for x in s.stmts])
+        if isinstance(s, ir.Allocate):
+            return ir.Allocate(s.array, s.dtype, s.shape, self.stmt(s.body), s.zero_init)
+        if isinstance(s, ir.Store):
+            return ir.Store(s.array, tuple(self.expr(i) for i in s.index), self.expr(s.value))
+        return s
+
+    def _restore(self, name, saved):
+        for table, value in zip((self.ranges, self.offsets), saved):
+            if value is None:
+                table.pop(name, None)
+            else:
+                table[name] = value
+
+
+def _folds_constants(e):
+    """True when an add/sub tree holds more than one constant (``x + 127 + 1``)."""
+    n = 0
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, ir.Binary) and x.op in ("add", "sub") and x.dtype == e.dtype:
+            stack += [x.a, x.b]
+        elif isinstance(x, ir.Const):
+            n += 1
+    return n > 1
+
+
+def simplify_indices(fn: ir.LoweredFunction) -> ir.LoweredFunction:
+    """``fn`` with its integer index arithmetic simplified (see the module doc)."""
+    fn.body = _Simplifier().stmt(fn.body)
+    return fn
+
+
+# --------------------------------------------------------- full-tile versioning
+def _min_args(e):
+    if isinstance(e, ir.Binary) and e.op == "min":
+        return _min_args(e.a) + _min_args(e.b)
+    return [e]
+
+
+def _clamped_bound(hi):
+    """``(C, others, plus)`` when ``hi`` is ``min(C, e1, ...) + plus`` with one
+    constant ``C``; else None."""
+    plus = 0
+    if isinstance(hi, ir.Binary) and hi.op == "add" and isinstance(hi.b, ir.Const):
+        hi, plus = hi.a, int(hi.b.value)
+    args = _min_args(hi)
+    consts = [a for a in args if isinstance(a, ir.Const)]
+    if len(args) < 2 or len(consts) != 1:
+        return None
+    return int(consts[0].value), [a for a in args if a is not consts[0]], plus
+
+
+def _free_vars(e):
+    return {x.name for x in ir.walk_exprs(e) if isinstance(x, ir.Var)}
+
+
+def _clamped_loops(s, bound_inside):
+    """Unrolled and vector loops under ``s`` whose extent is clamped by a
+    ``min`` over names bound outside ``s``: [(loop, C, others, plus)]."""
+    out = []
+    if isinstance(s, ir.For):
+        if s.kind in ("unrolled", "vector"):
+            c = _clamped_bound(s.hi)
+            if c is not None and not any(_free_vars(o) & bound_inside for o in c[1]):
+                out.append((s, *c))
+        bound_inside = bound_inside | {s.var}
+    elif isinstance(s, ir.Let):
+        bound_inside = bound_inside | {s.name}
+    for k in ir.stmt_children(s):
+        out += _clamped_loops(k, bound_inside)
+    return out
+
+
+def _rebuild(s, f, hi=None):
+    """``s`` with ``f`` applied to each child statement (and ``hi`` as the new
+    bound when ``s`` is a loop)."""
+    if isinstance(s, ir.For):
+        return ir.For(s.var, s.lo, s.hi if hi is None else hi, f(s.body), kind=s.kind,
+                      step=s.step, attrs=s.attrs)
+    if isinstance(s, ir.Let):
+        return ir.Let(s.name, s.value, f(s.body))
+    if isinstance(s, ir.If):
+        return ir.If(s.cond, f(s.then), None if s.else_ is None else f(s.else_))
+    if isinstance(s, ir.Block):
+        return ir.Block([f(x) for x in s.stmts])
+    if isinstance(s, ir.Allocate):
+        return ir.Allocate(s.array, s.dtype, s.shape, f(s.body), s.zero_init)
+    return s
+
+
+def _with_bounds(s, fixed):
+    """A copy of ``s`` where each loop in ``fixed`` gets its full-tile bound."""
+    return _rebuild(s, lambda x: _with_bounds(x, fixed), fixed.get(id(s)))
+
+
+def _version(s, seen):
+    """Versions the body of a serial or parallel loop that holds clamped
+    unrolled/vector loops, at the innermost loop their clamps depend on:
+    ``if (every tile is full) {constant bounds} else {as is}``, so full tiles
+    run with constant trip counts (unrolled, no remainder).  ``seen``: loops
+    already versioned (their generic copy is not versioned again)."""
+    if isinstance(s, ir.For) and s.kind in ("serial", "parallel"):
+        clamped = [c for c in _clamped_loops(s.body, set()) if id(c[0]) not in seen]
+        if any(s.var in _free_vars(o) for c in clamped for o in c[2]):
+            conds, fixed = [], {}
+            for loop, c, others, plus in clamped:
+                conds += [ir.Binary("ge", o, ir.Const(c, o.dtype), "bool") for o in others]
+                fixed[id(loop)] = ir.Const(c + plus, loop.hi.dtype)
+                seen.add(id(loop))
+            cond = conds[0]
+            for x in conds[1:]:
+                cond = ir.Binary("and", cond, x, "bool")
+            s = _rebuild(s, lambda body: ir.If(cond, _with_bounds(body, fixed), body))
+    return _rebuild(s, lambda x: _version(x, seen))
+
+
+def version_full_tiles(fn: ir.LoweredFunction) -> ir.LoweredFunction:
+    """``fn`` with full tiles of its unrolled and vector loops versioned."""
+    fn.body = _version(fn.body, set())
+    return fn

@@ -1,0 +1,171 @@
+"""codegen.simplify: index simplification from loop ranges, and full-tile
+versioning of unrolled/vector loops.  Each rewrite is checked for exactness by
+evaluating the expression before and after over every point of the loops."""
+import itertools
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np
+import pytest
+
+from examples import gemm
+from codegen import emit_c, ir
+from codegen.ir import ArrayArg, Binary, Block, Const, For, LoweredFunction, Store, Unary, Var
+from codegen.simplify import simplify_indices, version_full_tiles
+
+
+def c(v):
+    return Const(v, "int64")
+
+
+def b(op, x, y):
+    return Binary(op, x, y, "int64")
+
+
+def evaluate(e, env):
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        return env[e.name]
+    if isinstance(e, Unary):
+        return -evaluate(e.a, env)
+    x, y = evaluate(e.a, env), evaluate(e.b, env)
+    ops = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
+           "floordiv": lambda: x // y, "floormod": lambda: x % y,
+           "min": lambda: min(x, y), "max": lambda: max(x, y)}
+    return ops[e.op]()
+
+
+def nest(loops, index):
+    """``for`` loops [(var, lo, hi)] around one store ``X[index] = 0``."""
+    body = Store("X", (index,), Const(0.0, "float32"))
+    for var, lo, hi in reversed(loops):
+        body = For(var, lo, hi, body)
+    fn = LoweredFunction("f", [], [ArrayArg("X", "float32", (c(10 ** 6),), True)], body)
+    return fn
+
+
+def simplified_index(loops, index):
+    fn = simplify_indices(nest(loops, index))
+    s = fn.body
+    while isinstance(s, For):
+        s = s.body
+    return s.index[0]
+
+
+def points(loops):
+    """Every iteration of the (possibly non-rectangular) loops."""
+    def rec(k, env):
+        if k == len(loops):
+            yield dict(env)
+            return
+        var, lo, hi = loops[k]
+        for v in range(evaluate(lo, env), evaluate(hi, env)):
+            env[var] = v
+            yield from rec(k + 1, env)
+    return list(rec(0, {}))
+
+
+def assert_exact(loops, before, after):
+    for env in points(loops):
+        assert evaluate(before, env) == evaluate(after, env), env
+
+
+def test_packed_index_becomes_the_tile_loops():
+    loops = [("jr", c(0), c(8)), ("jv", c(0), c(4))]
+    x = b("add", b("mul", c(4), Var("jr")), Var("jv"))
+    div = b("floordiv", b("floormod", x, c(32)), c(4))
+    mod = b("floormod", x, c(4))
+    got_div, got_mod = simplified_index(loops, div), simplified_index(loops, mod)
+    assert isinstance(got_div, Var) and got_div.name == "jr"
+    assert isinstance(got_mod, Var) and got_mod.name == "jv"
+    assert_exact(loops, div, got_div)
+    assert_exact(loops, mod, got_mod)
+
+
+def test_offset_loops_drop_the_modulo():
+    # for (p = 16 * kc; p < 16 * kc + 16; p++) ... p % 16  ->  p - 16 * kc
+    loops = [("kc", c(0), c(5)),
+             ("p", b("mul", c(16), Var("kc")), b("add", b("mul", c(16), Var("kc")), c(16)))]
+    e = b("floormod", Var("p"), c(16))
+    got = simplified_index(loops, e)
+    assert not any(isinstance(x, Binary) and x.op == "floormod" for x in ir.walk_exprs(got))
+    assert_exact(loops, e, got)
+    q = b("floordiv", Var("p"), c(16))
+    got_q = simplified_index(loops, q)
+    assert isinstance(got_q, Var) and got_q.name == "kc"
+
+
+def test_clamped_loops_still_give_a_range():
+    # for (jv = 0; jv < min(3, 10 - 4 * jr) + 1; ...): jv <= 3 is enough
+    loops = [("jr", c(0), c(3)),
+             ("jv", c(0), b("add", b("min", c(3), b("sub", c(10), b("mul", c(4), Var("jr")))), c(1)))]
+    e = b("floormod", b("add", b("mul", c(4), Var("jr")), Var("jv")), c(4))
+    got = simplified_index(loops, e)
+    assert isinstance(got, Var) and got.name == "jv"
+    assert_exact(loops, e, got)
+
+
+@pytest.mark.parametrize("m", [3, 4, 7])
+def test_unproven_ranges_are_left_alone(m):
+    # jv spans 5 values: p % m is not jv for m < 5; nothing may be rewritten wrongly
+    loops = [("jr", c(0), c(4)), ("jv", c(0), c(5))]
+    e = b("floormod", b("add", b("mul", c(5), Var("jr")), Var("jv")), c(m))
+    got = simplified_index(loops, e)
+    assert_exact(loops, e, got)
+    assert any(isinstance(x, Binary) and x.op == "floormod" for x in ir.walk_exprs(got))
+
+
+def test_unbounded_names_are_left_alone():
+    loops = [("i", c(0), Var("N"))]
+    e = b("floormod", Var("i"), c(4))
+    got = simplified_index(loops, e)
+    assert isinstance(got, Binary) and got.op == "floormod"
+
+
+def test_random_affine_rewrites_are_exact():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        e0, e1 = (int(x) for x in rng.integers(1, 6, 2))
+        loops = [("a", c(0), c(e0)), ("d", c(0), c(e1))]
+        ca, cd, k = (int(x) for x in rng.integers(-9, 10, 3))
+        m = int(rng.integers(1, 12))
+        x = b("add", b("add", b("mul", c(ca), Var("a")), b("mul", c(cd), Var("d"))), c(k))
+        for op in ("floordiv", "floormod"):
+            e = b(op, x, c(m))
+            assert_exact(loops, e, simplified_index(loops, e))
+
+
+def test_constant_sums_are_folded():
+    loops = [("i", c(0), c(4))]
+    e = b("add", b("add", Var("i"), c(127)), c(1))
+    got = simplified_index(loops, e)
+    assert emit_c(nest(loops, got)).count("i + 128") == 1
+
+
+def test_versioning_gives_full_tiles_constant_bounds():
+    clamp = b("add", b("min", c(7), b("sub", c(19), b("mul", c(8), Var("i0")))), c(1))
+    inner = For("i1", c(0), clamp,
+                Store("X", (b("add", b("mul", c(8), Var("i0")), Var("i1")),), Const(1.0, "float32")),
+                kind="vector", attrs={"vector_width": 8})
+    fn = LoweredFunction("f", [], [ArrayArg("X", "float32", (c(20),), True)],
+                         For("i0", c(0), c(3), Block([inner])))
+    out = version_full_tiles(fn)
+    src = emit_c(out)
+    assert "if (" in src and "i1 < 8" in src and "tp_min_i64(7" in src
+
+
+def test_versioned_unrolled_and_vector_tiles_stay_correct(backend):
+    f = gemm.build()
+    u = f.computations["C"].update
+    u.tile("i", "j", 4, 16)
+    u.reorder("i0", "j0", "k", "i1", "j1")
+    u.unroll("i1")
+    u.vectorize("j1", 16)
+    kern = f.compile(target=backend)
+    rng = np.random.default_rng(0)
+    for n, m, kk in itertools.product((1, 5, 8), (3, 16, 37), (2, 9)):
+        a = rng.standard_normal((n, kk), dtype=np.float32)
+        bb = rng.standard_normal((kk, m), dtype=np.float32)
+        np.testing.assert_allclose(kern(a, bb), a @ bb, rtol=1e-5, atol=1e-5)
