@@ -1,2 +1,18 @@
 """The operator library: algorithms written in tiramisu_py with tuned
-schedules (GEMM, convolutions, sparse conv, LSTM).  Uses only the public API."""
+schedules, callable in one line on NumPy arrays or torch tensors.  Uses only
+the public language and scheduling API (no hand-written C).
+
+    schedules.gemm(a, b)                      # Goto/BLIS GEMM
+    schedules.batched_gemm(a, b)
+    schedules.conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="auto")
+    schedules.conv_relu_maxpool(x, w, bias, pool=2)
+
+Each operator also has a ``*_function(...)`` giving its scheduled Function, for
+users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
+"""
+from .gemm import GemmParams, batched_gemm, gemm
+from .gemm import default_params as gemm_params
+from .gemm import function as gemm_function
+from .host import host
+
+__all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "host"]

@@ -1,0 +1,154 @@
+"""fp32 GEMM and batched GEMM: the algorithm in three lines, and a Goto/BLIS
+schedule written with the public scheduling language only.
+
+The schedule (for ``C[i, j] += A[i, k] * B[k, j]``)::
+
+    jc  (NC columns of B: a panel that stays in L3)
+     kc  (KC rows: the depth of one rank-KC update)
+      pack B[kc, jc] -> Bp[NC/NR][KC][NR]      cache_at + store_in, parallel copy
+      ic  (MC rows of A: a block that stays in L2)
+       pack A[ic, kc] -> Ap[MC/MR][KC][MR]     cache_at + store_in
+       jr  parallel (NR columns: a micro-panel of B in L1)
+        ir  (MR rows)
+         kk  (the KC-deep rank-1 updates)
+          iu  unrolled (MR rows)
+           jv  vectorised (NR columns)         -> MR x NR accumulators in registers
+
+Tile sizes come from the machine (:mod:`schedules.host`), see
+:func:`default_params`; pass your own :class:`GemmParams` to tune.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tiramisu_py as tp
+
+from . import runtime
+from .host import host
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    mr: int          # rows of the register block (unrolled)
+    nr: int          # columns of the register block (vectorised)
+    kc: int          # depth of a packed panel
+    mc: int          # rows of a packed block of A
+    nc: int          # columns of a packed panel of B
+    vector: int      # SIMD lanes
+
+
+def _round_up(x, m):
+    return -(-x // m) * m
+
+
+def _balanced(extent, limit, multiple):
+    """The tile size <= ``limit`` (a multiple of ``multiple``) that splits
+    ``extent`` into the fewest, most even tiles."""
+    limit = max(multiple, limit // multiple * multiple)
+    tiles = -(-extent // limit)
+    return min(limit, _round_up(-(-extent // tiles), multiple))
+
+
+def default_params(n, m, k, machine=None) -> GemmParams:
+    """Tile sizes for an ``n x k`` by ``k x m`` product on this machine: the
+    register block uses about 3/4 of the SIMD registers, a KC x NR micro-panel
+    of B half of L1, an MC x KC block of A half of L2, a KC x NC panel of B
+    half of L3."""
+    h = machine or host()
+    lanes = h.lanes(4)
+    nr = 2 * lanes
+    mr = max(2, min(8, (h.vector_registers * 3 // 4 - 2) // 2))
+    nr = min(nr, _round_up(m, lanes))
+    kc = _balanced(k, max(64, h.l1d // 2 // (4 * nr)), 8) if k > 64 else k
+    mc = _balanced(n, max(mr, h.l2 // 2 // (4 * kc)), mr)
+    nc = _balanced(m, max(nr, h.l3 // 2 // (4 * kc)), nr)
+    return GemmParams(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, vector=min(lanes, nr))
+
+
+def algorithm(n, m, k, batch=None):
+    """The unscheduled ``C = A @ B`` (``batch``: a leading batch dimension)."""
+    f = tp.Function("gemm" if batch is None else "batched_gemm",
+                    params={"N": n, "M": m, "K": k, **({} if batch is None else {"NB": batch})})
+    i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    if batch is None:
+        A = f.input("A", ("N", "K"), tp.float32)
+        B = f.input("B", ("K", "M"), tp.float32)
+        C = f.computation("C", [i, j], 0.0)
+        C[i, j] += A[i, kk] * B[kk, j]
+    else:
+        b = f.var("b", 0, "NB")
+        A = f.input("A", ("NB", "N", "K"), tp.float32)
+        B = f.input("B", ("NB", "K", "M"), tp.float32)
+        C = f.computation("C", [b, i, j], 0.0)
+        C[b, i, j] += A[b, i, kk] * B[b, kk, j]
+    return f
+
+
+def blis(update, a, b, i, j, k, p: GemmParams, outer=()):
+    """Applies the Goto/BLIS schedule to ``update`` (a ``+=`` of ``a[.., i, k] *
+    b[.., k, j]`` over loops ``outer..., i, j, k``): tiling, packing of ``a``
+    and ``b`` (inputs or computations) into contiguous panels, register
+    blocking, parallel ``jr``.  Returns the two packed copies."""
+    f = update.function
+    update.split(i, p.mc, names=("ic", "i_")).split("i_", p.mr, names=("ir", "iu"))
+    update.split(j, p.nc, names=("jc", "j_")).split("j_", p.nr, names=("jr", "jv"))
+    update.split(k, p.kc, names=("kc", "kk"))
+    update.reorder(*outer, "jc", "kc", "ic", "jr", "ir", "kk", "iu", "jv")
+
+    bp = update.cache_at(b, "kc", name=f"{b.name}_packed")
+    kb, jb = bp.vars[-2], bp.vars[-1]
+    bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), p.kc, p.nr), tp.float32),
+                [(jb % p.nc) // p.nr, kb % p.kc, jb % p.nr])
+    bp.parallelize(kb)
+    ap = update.cache_at(a, "ic", name=f"{a.name}_packed")
+    ia, ka = ap.vars[-2], ap.vars[-1]
+    ap.store_in(f.buffer(f"{a.name}_block", (-(-p.mc // p.mr), p.kc, p.mr), tp.float32),
+                [(ia % p.mc) // p.mr, ka % p.kc, ia % p.mr])
+    ap.parallelize(ia)
+    update.unroll("iu", p.mr)
+    update.vectorize("jv", p.vector if p.nr % p.vector == 0 else p.nr)
+    update.parallelize("jr")
+    return ap, bp
+
+
+def function(n, m, k, batch=None, params: GemmParams | None = None):
+    """``C = A @ B`` (``batch``: batched) with the BLIS schedule; change it or
+    compile it (``.compile(target="llvm")``)."""
+    p = params or default_params(n, m, k)
+    f = algorithm(n, m, k, batch)
+    C = f.computations["C"]
+    C.parallelize("b" if batch is not None else "i")
+    outer = ("b",) if batch is not None else ()
+    blis(C.update, f.buffers["A"], f.buffers["B"], "i", "j", "k", p, outer)
+    return f
+
+
+def gemm(a, b, params: GemmParams | None = None, target=None):
+    """``a @ b`` for float32 matrices (NumPy arrays or CPU torch tensors, the
+    result has the same kind).  Compiles once per shape (cached)."""
+    runtime.same_kind((a, b), ("a", "b"))
+    a, b = runtime.float32_array(a, "a", 2), runtime.float32_array(b, "b", 2)
+    (n, k), (k2, m) = a.shape, b.shape
+    if k != k2:
+        raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
+    p = params or default_params(n, m, k)
+    kern = runtime.kernel(("gemm", n, m, k, p), lambda: function(n, m, k, params=p), target)
+    return kern(a, b)
+
+
+def batched_gemm(a, b, params: GemmParams | None = None, target=None):
+    """``a @ b`` for float32 batches ``(B, N, K) @ (B, K, M)``."""
+    runtime.same_kind((a, b), ("a", "b"))
+    a, b = runtime.float32_array(a, "a", 3), runtime.float32_array(b, "b", 3)
+    (nb, n, k), (nb2, k2, m) = a.shape, b.shape
+    if nb != nb2 or k != k2:
+        raise ValueError(f"batched_gemm: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
+                         "match as (B, N, K) @ (B, K, M)")
+    p = params or default_params(n, m, k)
+    kern = runtime.kernel(("batched_gemm", nb, n, m, k, p),
+                          lambda: function(n, m, k, batch=nb, params=p), target)
+    return kern(a, b)
+
+
+__all__ = ["GemmParams", "default_params", "algorithm", "blis", "function", "gemm",
+           "batched_gemm"]

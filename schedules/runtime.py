@@ -1,0 +1,62 @@
+"""What every operator shares: argument checks, the backend choice and the
+in-process table of compiled kernels (the on-disk cache of the backends makes
+a later process skip code generation)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+# The LLVM backend is the default for the operator library: it promotes the
+# register-blocked accumulators of the micro-kernels to vector registers (gcc
+# keeps them in memory) and needs no C compiler.  ``target=`` or
+# $TIRAMISU_PY_TARGET choose another one.
+DEFAULT_TARGET = "llvm"
+
+_KERNELS: dict = {}
+
+
+def target_of(target):
+    return target or os.environ.get("TIRAMISU_PY_TARGET") or DEFAULT_TARGET
+
+
+def kernel(key, build, target):
+    """The compiled kernel for ``key``, built by ``build()`` (a Function) once
+    per process."""
+    key = (key, target_of(target))
+    k = _KERNELS.get(key)
+    if k is None:
+        k = _KERNELS[key] = build().compile(target=key[1])
+    return k
+
+
+def is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def float32_array(x, name, ndim):
+    """``x`` (NumPy array or CPU torch tensor) as a C-contiguous float32 array
+    of ``ndim`` dimensions; a clear error names ``name`` otherwise."""
+    if is_torch(x):
+        if x.dtype.is_floating_point is False or str(x.dtype) != "torch.float32":
+            raise TypeError(f"{name}: expected a float32 tensor, got {x.dtype}")
+        if x.device.type != "cpu":
+            raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
+        if x.dim() != ndim:
+            raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
+        return x.contiguous()
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise TypeError(f"{name}: expected float32, got {x.dtype}")
+    if x.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
+    return np.ascontiguousarray(x)
+
+
+def same_kind(args, names):
+    """All NumPy or all torch: mixing them is refused (the result type would
+    be ambiguous)."""
+    kinds = {is_torch(a) for a in args if a is not None}
+    if len(kinds) > 1:
+        raise TypeError(f"{', '.join(names)}: pass all NumPy arrays or all torch tensors")

@@ -1,0 +1,101 @@
+"""schedules.gemm / batched_gemm: correctness against NumPy (odd sizes, partial
+tiles, both CPU backends), torch tensors in and out, host-derived tile sizes,
+the exposed Function, and clear errors.  Nothing here is timed."""
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np
+import pytest
+
+import importlib
+
+import schedules
+from schedules.host import Host
+
+G = importlib.import_module("schedules.gemm")    # the module (schedules.gemm is the function)
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+@pytest.mark.parametrize("n,m,k", [(1, 1, 1), (37, 45, 53), (64, 64, 64), (100, 300, 7),
+                                   (129, 65, 300)])
+def test_gemm_matches_numpy(n, m, k):
+    a, b = rand(n, k), rand(k, m)
+    np.testing.assert_allclose(schedules.gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_small_tiles_exercise_every_level():
+    # several jc, kc, ic tiles, partial register blocks, on both CPU backends
+    p = G.GemmParams(mr=4, nr=16, kc=24, mc=12, nc=48, vector=8)
+    a, b = rand(50, 70), rand(70, 101)
+    for target in ("llvm", "c"):
+        out = schedules.gemm(a, b, params=p, target=target)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_gemm_matches_numpy():
+    a, b = rand(3, 21, 30), rand(3, 30, 40)
+    np.testing.assert_allclose(schedules.batched_gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_torch_in_torch_out():
+    torch = pytest.importorskip("torch")
+    a, b = torch.randn(33, 17), torch.randn(17, 40)
+    out = schedules.gemm(a, b)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+    # non-contiguous views are accepted
+    out = schedules.gemm(b.t(), a.t())
+    torch.testing.assert_close(out, b.t() @ a.t(), rtol=1e-4, atol=1e-4)
+
+
+def test_params_follow_the_host():
+    avx512 = Host(vector_bits=512, vector_registers=32, l1d=48 << 10, l2=1 << 20,
+                  l3=32 << 20, cores=2)
+    avx2 = Host(vector_bits=256, vector_registers=16, l1d=32 << 10, l2=256 << 10,
+                l3=8 << 20, cores=4)
+    p, q = G.default_params(1024, 1024, 1024, avx512), G.default_params(1024, 1024, 1024, avx2)
+    assert (p.nr, p.vector, p.mr) == (32, 16, 8)
+    assert (q.nr, q.vector) == (16, 8) and q.mr < p.mr
+    for x, h in ((p, avx512), (q, avx2)):
+        assert x.kc * x.nr * 4 <= h.l1d // 2 + 8 * x.nr * 4     # B micro-panel in L1
+        assert x.mc * x.kc * 4 <= h.l2 // 2 + x.mr * x.kc * 4   # A block in L2
+        assert x.mc % x.mr == 0 and x.nc % x.nr == 0
+    # small problems get small tiles
+    s = G.default_params(10, 20, 30, avx512)
+    assert s.mc <= 16 and s.nc <= 32 and s.kc == 30
+
+
+def test_function_is_the_schedule_users_can_change():
+    f = schedules.gemm_function(40, 48, 32, params=G.GemmParams(8, 16, 16, 16, 48, 16))
+    cmds = "\n".join(f.schedule_commands())
+    for expected in ("split(i, 16)", "reorder(jc, kc, ic, jr, ir, kk, iu, jv)",
+                     "B_packed.compute_at(C_update, kc)", "A_packed.compute_at(C_update, ic)",
+                     "parallelize(jr)", "unroll(iu, 8)"):
+        assert expected in cmds, cmds
+    kern = f.compile(target="c")
+    src = kern.source
+    assert "B_panel[jr][kk][jv]" in src and "A_block[ir][kk][iu]" in src
+    a, b = rand(40, 32), rand(32, 48)
+    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: schedules.gemm(np.zeros((3, 4), np.float64), np.zeros((4, 5), np.float32)),
+     r"a: expected float32"),
+    (lambda: schedules.gemm(np.zeros((3, 4), np.float32), np.zeros((5, 5), np.float32)),
+     r"inner dimensions differ"),
+    (lambda: schedules.gemm(np.zeros((3,), np.float32), np.zeros((3, 5), np.float32)),
+     r"a: expected 2 dimensions"),
+    (lambda: schedules.gemm([[1.0]], np.zeros((1, 1), np.float32)), r"a: expected a NumPy"),
+    (lambda: schedules.batched_gemm(np.zeros((2, 3, 4), np.float32),
+                                    np.zeros((3, 4, 5), np.float32)), r"do not match"),
+])
+def test_bad_arguments_are_named(call, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        call()
