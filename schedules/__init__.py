@@ -13,6 +13,10 @@ users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
 from .gemm import GemmParams, batched_gemm, gemm
 from .gemm import default_params as gemm_params
 from .gemm import function as gemm_function
+from .conv_ops import CONV_ALGOS, conv2d, conv2d_function, conv_relu_maxpool
+from .fused import function as conv_relu_maxpool_function
 from .host import host
 
-__all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "host"]
+__all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
+           "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
+           "host"]

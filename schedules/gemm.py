@@ -88,18 +88,22 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=()):
     """Applies the Goto/BLIS schedule to ``update`` (a ``+=`` of ``a[.., i, k] *
     b[.., k, j]`` over loops ``outer..., i, j, k``): tiling, packing of ``a``
     and ``b`` (inputs or computations) into contiguous panels, register
-    blocking, parallel ``jr``.  Returns the two packed copies."""
+    blocking, parallel ``jr``.  ``b=None``: ``b`` is already stored as packed
+    panels ``[j / NR][k][j % NR]`` and is read in place.  Returns the packed
+    copies (``None`` for a ``b`` read in place)."""
     f = update.function
     update.split(i, p.mc, names=("ic", "i_")).split("i_", p.mr, names=("ir", "iu"))
     update.split(j, p.nc, names=("jc", "j_")).split("j_", p.nr, names=("jr", "jv"))
     update.split(k, p.kc, names=("kc", "kk"))
     update.reorder(*outer, "jc", "kc", "ic", "jr", "ir", "kk", "iu", "jv")
 
-    bp = update.cache_at(b, "kc", name=f"{b.name}_packed")
-    kb, jb = bp.vars[-2], bp.vars[-1]
-    bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), p.kc, p.nr), tp.float32),
-                [(jb % p.nc) // p.nr, kb % p.kc, jb % p.nr])
-    bp.parallelize(kb)
+    bp = None
+    if b is not None:
+        bp = update.cache_at(b, "kc", name=f"{b.name}_packed")
+        kb, jb = bp.vars[-2], bp.vars[-1]
+        bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), p.kc, p.nr), tp.float32),
+                    [(jb % p.nc) // p.nr, kb % p.kc, jb % p.nr])
+        bp.parallelize(kb)
     ap = update.cache_at(a, "ic", name=f"{a.name}_packed")
     ia, ka = ap.vars[-2], ap.vars[-1]
     ap.store_in(f.buffer(f"{a.name}_block", (-(-p.mc // p.mr), p.kc, p.mr), tp.float32),

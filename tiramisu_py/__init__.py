@@ -21,11 +21,18 @@ from .types import DType, bool_, float32, float64, int8, int32, int64, uint8
 
 bool = bool_  # noqa: A001 - tp.bool mirrors numpy's name
 
+
+def cache_dir():
+    """The on-disk cache directory (``$TIRAMISU_PY_CACHE``, else
+    ``$XDG_CACHE_HOME/tiramisu_py``, else ``~/.cache/tiramisu_py``)."""
+    from codegen.cache import cache_dir as _dir
+    return _dir()
+
 __version__ = "0.1.0"
 
 __all__ = [
     "Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
     "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool",
     "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max",
-    "select", "cast", "IllegalScheduleError",
+    "select", "cast", "IllegalScheduleError", "cache_dir",
 ]

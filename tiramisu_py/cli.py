@@ -1,22 +1,23 @@
-"""Command line: ``tiramisu-py demo`` (or ``python -m tiramisu_py demo``)."""
+"""Command line: ``tiramisu-py demo``, ``tiramisu-py bench`` (or ``python -m tiramisu_py ...``)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
 
 
-def _examples():
-    """The repository's examples package (present in a source checkout)."""
+def _checkout_module(name, command):
+    """A module of the repository's examples/ or bench/ package (present in a source checkout)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if not os.path.isdir(os.path.join(root, "examples")):
-        raise SystemExit("tiramisu-py demo needs the source checkout's examples/ folder "
+    package = name.partition(".")[0]
+    if not os.path.isdir(os.path.join(root, package)):
+        raise SystemExit(f"tiramisu-py {command} needs the source checkout's {package}/ folder "
                          "(install with `pip install -e .` from a clone)")
     if root not in sys.path:
         sys.path.insert(0, root)
-    import examples
-    return examples
+    return importlib.import_module(name)
 
 
 def _median_time(fn, repeats=5):
@@ -32,7 +33,7 @@ def _median_time(fn, repeats=5):
 def demo(show_source=True):
     import numpy as np
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-    _examples()
+    _checkout_module("examples", "demo")
     from examples import conv2d, conv_relu_maxpool, gemm, jacobi2d, lstm, sparse_conv, trisolv
     rng = np.random.default_rng(0)
 
@@ -132,13 +133,26 @@ def _schedule_demo(np, gemm, lstm):
         raise SystemExit("demo: a scheduled result did not match")
 
 
+def bench(argv):
+    """The benchmark suites of bench/suites.py; ``argv``: its options."""
+    suites = _checkout_module("bench.suites", "bench")
+    suites.main(suites.parser("tiramisu-py bench").parse_args(argv))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="tiramisu-py", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="compile and check the examples, print code and timings")
     d.add_argument("--no-source", action="store_true", help="do not print generated code")
-    args = p.parse_args(argv)
-    if args.cmd == "demo":
+    sub.add_parser("bench", add_help=False,     # its options are parsed by bench()
+                   help="benchmark the operator library against NumPy and PyTorch "
+                        "(tiramisu-py bench --help)")
+    args, rest = p.parse_known_args(argv)
+    if args.cmd == "bench":
+        bench(rest)
+    elif rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    else:
         demo(show_source=not args.no_source)
     return 0
 

@@ -1,0 +1,373 @@
+"""A small, generic benchmark harness.
+
+A suite is a module-level function returning a list of ``Case``; each case's
+``setup()`` returns ``{impl_name: zero-arg callable}``.  ``run()`` measures the
+suite once per thread count, each in a fresh subprocess of this harness with
+OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS (and torch's thread
+count) set, then prints one table with a column group per thread count, and
+optionally writes JSON and a bar chart (matplotlib, optional).
+
+Per case, each implementation is called once as a warm-up (it may compile; its
+result goes to ``check``), then ``repeats`` timing rounds call every
+implementation once each, interleaved, so that load on the machine affects all
+of them alike.  Reported: median and minimum seconds, GFLOP/s from the median,
+and the ratio of GFLOP/s to torch (eager) in the same run, or to numpy where a
+case has no torch implementation (> 1: faster).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+TIRAMISU = "tiramisu_py"          # impl names starting with this are our variants
+BASELINES = ("torch", "numpy")    # ratio to the first of these a case has
+
+
+@dataclass
+class Case:
+    """One benchmark: ``setup()`` makes the inputs and returns the implementations;
+    ``check(output)``, if given, returns the max abs error of one implementation's
+    warm-up output against a reference (printed, never asserted)."""
+    name: str
+    flops: float
+    setup: Callable[[], dict[str, Callable[[], Any]]]
+    check: Callable[[Any], float] | None = None
+
+
+# ----------------------------------------------------------------- machine info
+
+def machine_info() -> dict:
+    return {
+        "cpu": _cpu_model(),
+        "logical_cores": os.cpu_count(),
+        "caches": _caches(),
+        "simd": [f for f in ("avx512f", "avx2") if f in _cpu_flags()],
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {pkg: _version(pkg) for pkg in ("numpy", "torch", "islpy", "llvmlite")},
+        "gcc": _gcc_version(),
+    }
+
+
+def _cpuinfo_field(field):
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == field:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def _cpu_model():
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
+
+
+def _cpu_flags():
+    return set((_cpuinfo_field("flags") or "").split())
+
+
+def _caches():
+    """``{"L1d": "48K", ...}`` from sysfs (Linux), empty elsewhere."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    caches = {}
+    for index in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        try:
+            level, kind, size = (_read(os.path.join(root, index, f))
+                                 for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        caches[f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")] = size
+    return caches
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read().strip()
+
+
+def _version(pkg):
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _gcc_version():
+    try:
+        done = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True)
+    except OSError:
+        return None
+    return done.stdout.strip() or None
+
+
+def format_machine(info: dict) -> str:
+    caches = " ".join(f"{k} {v}" for k, v in info["caches"].items()) or "unknown"
+    software = [f"Python {info['python']}"] + [
+        f"{pkg} {ver}" for pkg, ver in info["versions"].items() if ver] + [
+        f"gcc {info['gcc'] or 'not found'}"]
+    return (f"machine:  {info['cpu']}, {info['logical_cores']} logical cores, "
+            f"caches {caches}, SIMD {' '.join(info['simd']) or 'no AVX2/AVX-512'}\n"
+            f"software: {info['os']}; {', '.join(software)}")
+
+
+# ------------------------------------------------------------------- measuring
+
+class Progress:
+    """A text progress bar on stderr: redrawn in place on a terminal; elsewhere one
+    line per non-transient update."""
+
+    def __init__(self, total, done=0, stream=sys.stderr, width=20):
+        self.total, self.done, self.stream, self.width = total, done, stream, width
+        self.tty = stream.isatty()
+
+    def show(self, text, transient=False):
+        if transient and not self.tty:
+            return
+        filled = self.width * self.done // max(self.total, 1)
+        line = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {text}"
+        if self.tty:
+            line = "\r\033[K" + line[:shutil.get_terminal_size().columns - 1]
+        else:
+            line += "\n"
+        self.stream.write(line)
+        self.stream.flush()
+
+    def close(self):
+        if self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+def measure(case: Case, repeats: int, threads: int, progress: Progress,
+            only: list[str] | None = None) -> dict:
+    """``{impl: {"median_s", "min_s", "error", "failure"}}`` for one case; an
+    implementation that raises in its warm-up (or check) is reported, not timed.
+    ``only``: names to keep; "tiramisu_py" also keeps "tiramisu_py[direct]" etc."""
+    impls = {k: f for k, f in case.setup().items()
+             if only is None or any(k == o or k.startswith(o + "[") for o in only)}
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    label = f"{threads} thread{'s' * (threads > 1)}: {case.name}"
+    results, timed = {}, {}
+    for i, (name, fn) in enumerate(impls.items(), 1):
+        progress.show(f"{label}: warm-up {name} ({i}/{len(impls)})")
+        result = results[name] = dict(median_s=None, min_s=None, error=None, failure=None)
+        try:
+            out = fn()
+            result["error"] = case.check(out) if case.check else None
+        except Exception as e:                      # report and go on with the others
+            result["failure"] = f"{type(e).__name__}: {e}".splitlines()[0]
+            continue
+        del out
+        timed[name] = fn
+    times = {name: [] for name in timed}
+    for r in range(repeats):
+        progress.show(f"{label}: timing, round {r + 1}/{repeats}", transient=r > 0)
+        for name, fn in timed.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    for name, ts in times.items():
+        results[name].update(median_s=statistics.median(ts), min_s=min(ts))
+    return results
+
+
+def _load_suite(spec, kwargs):
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def _child(job):
+    """One thread count, in its own process: measure every case, write JSON."""
+    job = json.loads(job)
+    progress = Progress(job["total"], job["done"])
+    results = []
+    for case in _load_suite(job["suite"], job["kwargs"]):
+        results.append(measure(case, job["repeats"], job["threads"], progress, job["only"]))
+        progress.done += 1
+    progress.close()
+    with open(job["out"], "w") as f:
+        json.dump(results, f)
+
+
+def _run_child(threads, **job):
+    path = [os.path.abspath(p or os.curdir) for p in sys.path]    # the child imports what we do
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", PYTHONPATH=os.pathsep.join(path),
+               **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                            "MKL_NUM_THREADS")})
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "results.json")
+        code = "import sys; from bench.harness import _child; _child(sys.argv[1])"
+        job = json.dumps(dict(job, threads=threads, out=out))
+        rc = subprocess.run([sys.executable, "-c", code, job], env=env).returncode
+        if rc != 0:
+            raise SystemExit(f"bench: the {threads}-thread run failed (exit status {rc})")
+        with open(out) as f:
+            return json.load(f)
+
+
+# --------------------------------------------------------------------- running
+
+def run(suite: Callable[..., list[Case]], kwargs: dict | None = None, threads=(1, 2),
+        repeats=5, only: list[str] | None = None, json_path=None, png_path=None,
+        stdout=None) -> dict:
+    """Measure ``suite(**kwargs)`` (a module-level function, re-imported by the
+    per-thread-count subprocesses) for each thread count; print the table; write
+    ``json_path`` / ``png_path`` if given.  ``only``: implementation names to keep.
+    Returns the report (the JSON document)."""
+    stdout = stdout or sys.stdout
+    kwargs = kwargs or {}
+    spec = f"{suite.__module__}:{suite.__qualname__}"
+    cases = suite(**kwargs)                      # cheap: setup() is only called in the children
+    machine = machine_info()
+    print(format_machine(machine), file=stdout, flush=True)
+    runs = {n: _run_child(n, suite=spec, kwargs=kwargs, repeats=repeats, only=only,
+                          done=k * len(cases), total=len(threads) * len(cases))
+            for k, n in enumerate(threads)}
+    report = {"machine": machine, "suite": spec, "arguments": kwargs, "threads": list(threads),
+              "repeats": repeats, "cases": [_merge(case, i, runs) for i, case in enumerate(cases)]}
+    print(format_table(report), file=stdout)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {json_path}", file=stdout)
+    if png_path and plot(report, png_path):
+        print(f"wrote {png_path}", file=stdout)
+    return report
+
+
+def _merge(case, index, runs):
+    """One case's results over all thread counts, with GFLOP/s and ratios."""
+    impls = {}
+    for n, results in runs.items():
+        for impl, r in results[index].items():
+            r["gflops"] = case.flops / r["median_s"] / 1e9 if r["median_s"] else None
+            impls.setdefault(impl, {})[str(n)] = r
+    baseline = next((b for b in BASELINES if b in impls), None)
+    best = {}
+    for n in map(str, runs):
+        base = impls[baseline].get(n, {}).get("gflops") if baseline else None
+        for r in (rs[n] for rs in impls.values() if n in rs):
+            r["ratio"] = r["gflops"] / base if r["gflops"] and base else None
+        ours = [(rs[n]["gflops"], impl) for impl, rs in impls.items()
+                if impl.startswith(TIRAMISU) and n in rs and rs[n]["gflops"]]
+        best[n] = max(ours)[1] if ours else None
+    return {"name": case.name, "flops": case.flops, "baseline": baseline,
+            "best_tiramisu_py": best, "impls": impls}
+
+
+# -------------------------------------------------------------------- printing
+
+def format_table(report: dict) -> str:
+    cases, threads = report["cases"], [str(n) for n in report["threads"]]
+    baselines = {c["baseline"] for c in cases}
+    ratio = f"vs {baselines.pop()}" if len(baselines) == 1 and None not in baselines else "ratio"
+    w_case = max([len("case")] + [len(c["name"]) for c in cases])
+    w_impl = max([len("impl")] + [len(i) for c in cases for i in c["impls"]])
+    group = f"{'ms':>10} {'GFLOP/s':>9} {ratio:>9} "
+    title = "".join(f"| {n + ' thread' + 's' * (n != '1'):<{len(group)}}" for n in threads)
+    lines = [f"{'':{w_case}}  {'':{w_impl}} {title}|",
+             f"{'case':{w_case}}  {'impl':{w_impl}} " + f"| {group}" * len(threads) + "| max err"]
+    lines.append("-" * len(lines[1]))
+    failures = []
+    for c in cases:
+        for k, (impl, per_n) in enumerate(c["impls"].items()):
+            row = f"{c['name'] if k == 0 else '':{w_case}}  {impl:{w_impl}} "
+            for n in threads:
+                r = per_n.get(n)
+                if r is None or r["median_s"] is None:
+                    row += f"| {'failed' if r and r['failure'] else '-':>10} {'':9} {'':9} "
+                    continue
+                mark = "*" if c["best_tiramisu_py"][n] == impl else " "
+                ratio_s = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
+                row += f"| {r['median_s'] * 1e3:10.3f} {r['gflops']:9.2f} {ratio_s:>8}{mark} "
+            errors = [r["error"] for r in per_n.values() if r["error"] is not None]
+            lines.append(row + (f"| {max(errors):.1e}" if errors else "|"))
+            failure = next((r["failure"] for r in per_n.values() if r["failure"]), None)
+            if failure:
+                failures.append(f"  {c['name']} / {impl}: {failure}")
+    versus = ("torch eager's (numpy's where a case has no torch)" if ratio == "ratio"
+              else f"{ratio[3:]}'s")
+    lines += ["", f"ms: median of {report['repeats']} calls after a warm-up; "
+              "GFLOP/s from the median;",
+              f"{ratio}: GFLOP/s over {versus} in the same run (> 1: faster);",
+              f"*: the fastest {TIRAMISU} variant of the case at that thread count;",
+              "max err: largest abs error against the reference over all runs."]
+    if failures:
+        lines += ["failures:"] + failures
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: str) -> bool:
+    """Bar chart of GFLOP/s, one panel per thread count; False if matplotlib is missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"bench: matplotlib is not installed, so {path} was not written "
+              "(pip install matplotlib)", file=sys.stderr)
+        return False
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cases = report["cases"]
+    impls = list(dict.fromkeys(impl for c in cases for impl in c["impls"]))
+    width = 0.8 / len(impls)
+    fig, axes = plt.subplots(len(report["threads"]), 1, squeeze=False,
+                             figsize=(max(6.0, 1.2 * len(cases) * max(1, len(impls) / 3)),
+                                      3.5 * len(report["threads"])))
+    for ax, n in zip(axes[:, 0], map(str, report["threads"])):
+        for k, impl in enumerate(impls):
+            bars = [(i, c["impls"][impl][n]["gflops"]) for i, c in enumerate(cases)
+                    if n in c["impls"].get(impl, {}) and c["impls"][impl][n]["gflops"]]
+            ax.bar([i - 0.4 + width * (k + 0.5) for i, _ in bars], [g for _, g in bars],
+                   width, label=impl, color=f"C{k % 10}")
+        ax.set_xticks(range(len(cases)), [c["name"] for c in cases], rotation=15, ha="right")
+        ax.set_ylabel("GFLOP/s")
+        ax.set_title(f"{n} thread{'s' * (n != '1')}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0, 0].legend(fontsize="small", ncol=min(len(impls), 4))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+# ------------------------------------------------------------- command line
+
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
+def add_arguments(p: argparse.ArgumentParser):
+    """The suite-independent options; ``run_args`` turns them into ``run`` keywords."""
+    p.add_argument("--threads", type=lambda s: [_positive_int(t) for t in s.split(",")],
+                   default=[1, 2], metavar="1,2",
+                   help="thread counts, each measured in its own subprocess (default 1,2)")
+    p.add_argument("--repeats", type=_positive_int, default=5, metavar="N",
+                   help="timed calls per implementation after the warm-up (default 5)")
+    p.add_argument("--impls", metavar="NAME,...", type=lambda s: s.split(","),
+                   help="only these implementations (e.g. tiramisu_py,numpy,torch; "
+                        "tiramisu_py also selects tiramisu_py[direct] etc.)")
+    p.add_argument("--json", metavar="PATH", help="write all results and machine info as JSON")
+    p.add_argument("--png", metavar="PATH", help="write a GFLOP/s bar chart (needs matplotlib)")
+
+
+def run_args(args: argparse.Namespace) -> dict:
+    return dict(threads=args.threads, repeats=args.repeats, only=args.impls,
+                json_path=args.json, png_path=args.png)

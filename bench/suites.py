@@ -1,0 +1,152 @@
+"""Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
+
+    tiramisu-py bench [gemm|conv|fused|all] [--threads 1,2] [--repeats N] [--quick]
+                      [--shapes 0,2] [--impls NAME,...] [--json PATH] [--png PATH]
+    (or python -m bench ... from the repository root)
+
+gemm   square float32 C = A @ B, n = 512, 1024, 2048: tiramisu_py (schedules.gemm),
+       numpy, torch (torch.mm), torch.compile.
+conv   NCHW float32, 3x3, stride 1, padding 1, with bias: tiramisu_py with each
+       algorithm forced (schedules.CONV_ALGOS) and "auto", torch
+       (F.conv2d), torch.compile.  Checked against torch (or, without torch,
+       the float64 NumPy reference of examples/conv2d.py).
+fused  the same convolutions followed by ReLU and a 2x2 max-pool:
+       tiramisu_py (schedules.conv_relu_maxpool), torch eager (unfused), and
+       torch.compile of the same function.
+
+FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
+ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
+once per case and shared by all implementations (torch sees them through
+torch.from_numpy, without copies).  ``--quick`` uses tiny sizes (for tests).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+
+import numpy as np
+
+from bench import harness
+from bench.harness import Case
+
+SUITES = ("gemm", "conv", "fused")
+GEMM_SIZES = {False: (512, 1024, 2048), True: (48, 96)}
+# (batch, in channels, out channels, height, width)
+CONV_SHAPES = {False: ((8, 128, 256, 112, 112), (32, 64, 64, 56, 56),
+                       (32, 512, 512, 14, 14), (32, 3, 32, 224, 224)),
+               True: ((2, 8, 16, 12, 12), (1, 3, 8, 18, 18))}
+
+
+def cases(suite="all", quick=False, shapes=None) -> list[Case]:
+    """The cases of ``suite`` (or of all suites); ``shapes``: indices of the
+    sizes to keep in each suite.  Nothing is allocated or imported until a
+    case's ``setup()``."""
+    make = {"gemm": lambda: [_gemm(n) for n in GEMM_SIZES[quick]],
+            "conv": lambda: [_conv("conv", s) for s in CONV_SHAPES[quick]],
+            "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]]}
+    return [case for name in (SUITES if suite == "all" else (suite,))
+            for i, case in enumerate(make[name]()) if shapes is None or i in shapes]
+
+
+def _random(*shapes):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+
+
+def _max_abs_error(out, reference):
+    return float(np.max(np.abs(np.asarray(out, np.float64) - reference)))
+
+
+def _torch_impls(op, *arrays):
+    """``{"torch": eager, "torch.compile": compiled}`` for ``op`` on zero-copy
+    tensor views of ``arrays``; empty without torch."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    F = torch.nn.functional
+    fn = {"gemm": lambda a, b: torch.mm(a, b),
+          "conv": lambda x, w, b: F.conv2d(x, w, b, padding=1),
+          "fused": lambda x, w, b: F.max_pool2d(F.relu(F.conv2d(x, w, b, padding=1)), 2)}[op]
+    # made on the first call (importing torch._dynamo alone takes seconds), compiled on the
+    # first call of the result: both in the warm-up
+    compiled = functools.cache(lambda: torch.compile(fn, dynamic=False))
+    tensors = [torch.from_numpy(a) for a in arrays]
+    return {"torch": lambda: fn(*tensors), "torch.compile": lambda: compiled()(*tensors)}
+
+
+def _gemm(n):
+    @functools.cache
+    def inputs():
+        return _random((n, n), (n, n))
+
+    @functools.cache
+    def reference():
+        a, b = inputs()
+        return a.astype(np.float64) @ b.astype(np.float64)
+
+    def setup():
+        import schedules
+        a, b = inputs()
+        return {"tiramisu_py": lambda: schedules.gemm(a, b), "numpy": lambda: a @ b,
+                **_torch_impls("gemm", a, b)}
+
+    return Case(f"gemm {n}", 2.0 * n ** 3, setup, lambda out: _max_abs_error(out, reference()))
+
+
+def _conv(op, shape):
+    """A 3x3 stride-1 padding-1 convolution with bias (``op="conv"``), or that
+    followed by ReLU and a 2x2 max-pool (``op="fused"``)."""
+    n, ci, co, h, w = shape
+
+    @functools.cache
+    def inputs():
+        x, weight, bias = _random((n, ci, h, w), (co, ci, 3, 3), (co,))
+        return x, weight / np.float32(np.sqrt(ci * 9)), bias
+
+    @functools.cache
+    def reference():
+        torch_impl = _torch_impls(op, *inputs()).get("torch")
+        if torch_impl:
+            return torch_impl().numpy()
+        from examples import conv2d, conv_relu_maxpool
+        return (conv2d if op == "conv" else conv_relu_maxpool).reference(*inputs())
+
+    def setup():
+        import schedules
+        x, weight, bias = inputs()
+        if op == "conv":
+            ours = {f"tiramisu_py[{algo}]":
+                    (lambda algo=algo: schedules.conv2d(x, weight, bias, padding=1, algo=algo))
+                    for algo in (*schedules.CONV_ALGOS, "auto")}
+        else:
+            ours = {"tiramisu_py": lambda: schedules.conv_relu_maxpool(x, weight, bias, pool=2)}
+        return {**ours, **_torch_impls(op, x, weight, bias)}
+
+    label = "conv" if op == "conv" else "conv+relu+pool"
+    return Case(f"{label} {n}x{ci}x{h}x{w} -> {co}", 2.0 * n * co * h * w * ci * 9, setup,
+                lambda out: _max_abs_error(out, reference()))
+
+
+# ------------------------------------------------------------- command line
+
+def _indices(text):
+    return [int(t) for t in text.split(",") if t.strip()]
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("suite", nargs="?", default="all", choices=(*SUITES, "all"),
+                   help="which suite (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes (a smoke test, not a benchmark)")
+    p.add_argument("--shapes", type=_indices, metavar="0,2",
+                   help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3)")
+    harness.add_arguments(p)
+    return p
+
+
+def main(args: argparse.Namespace) -> dict:
+    return harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
+                       **harness.run_args(args))

@@ -1,0 +1,146 @@
+"""The one-line convolution operators and the find step.
+
+``conv2d(..., algo="auto")`` times every applicable algorithm once for a shape
+(as MIOpen's find step does), records the winner in ``conv_find.json`` in the
+on-disk cache (keyed by shape, machine and backend) and uses it from then on,
+in this process and later ones.  ``algo=`` forces one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+import tiramisu_py as tp
+
+from . import conv as C
+from . import fused, runtime
+from .host import host
+
+CONV_ALGOS = C.ALGOS
+FIND_FILE = "conv_find.json"
+
+
+def _shape(x, w, stride, padding, dilation, groups):
+    for name, v in (("stride", stride), ("padding", padding), ("dilation", dilation),
+                    ("groups", groups)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "padding" else 1):
+            raise ValueError(f"conv2d: {name} must be a{' non-negative' if name == 'padding' else ' positive'} "
+                             f"int, got {v!r}")
+    n, ci, h, wd = x.shape
+    co, cig, kh, kw = w.shape
+    if ci % groups or co % groups:
+        raise ValueError(f"conv2d: groups={groups} must divide the {ci} input and {co} output channels")
+    if cig != ci // groups:
+        raise ValueError(f"conv2d: w has {cig} input channels per group; x has {ci} channels in "
+                         f"{groups} group(s), so {ci // groups} were expected")
+    s = C.ConvShape(n, ci, h, wd, co, kh, kw, stride, padding, dilation, groups)
+    if s.ho < 1 or s.wo < 1:
+        raise ValueError(f"conv2d: the {kh}x{kw} kernel (dilation {dilation}) does not fit the "
+                         f"{h}x{wd} input with padding {padding}")
+    return s
+
+
+def _kernel(algo, s, bias, target):
+    return runtime.kernel(("conv2d", algo, s, bias), lambda: C.BUILDERS[algo](s, bias=bias), target)
+
+
+def _run(algo, s, x, w, b, target):
+    k = _kernel(algo, s, b is not None, target)
+    args = {"data": x, "bias": b} if b is not None else {"data": x}
+    if algo == "im2col":
+        out = k(w2=w.reshape(s.co, -1), **args)
+        return out.reshape(s.n, s.co, s.ho, s.wo)
+    return k(weight=w, **args)
+
+
+# ------------------------------------------------------------------ find step
+def _find_key(s, bias, target):
+    h = host()
+    return json.dumps([list(vars(s).values()), bool(bias), runtime.target_of(target),
+                       h.vector_bits, h.cores, tp.__version__])
+
+
+def _load_find():
+    try:
+        with open(tp.cache_dir() / FIND_FILE) as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _store_find(key, algo, times):
+    data = _load_find()
+    data[key] = {"algo": algo, "seconds": times}
+    path = tp.cache_dir() / FIND_FILE
+    tmp = path.with_name(f"{FIND_FILE}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def find(s, x, w, b, target=None, repeats=2):
+    """The fastest applicable algorithm for shape ``s``: remembered, or timed
+    now on these arguments and remembered."""
+    key = _find_key(s, b is not None, target)
+    known = _load_find().get(key)
+    if known and known.get("algo") in CONV_ALGOS and C.applicable(known["algo"], s):
+        return known["algo"]
+    times = {}
+    for algo in CONV_ALGOS:
+        if not C.applicable(algo, s):
+            continue
+        _run(algo, s, x, w, b, target)                      # compile + warm up
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            _run(algo, s, x, w, b, target)
+            samples.append(time.perf_counter() - t0)
+        times[algo] = statistics.median(samples)
+    best = min(times, key=times.get)
+    _store_find(key, best, times)
+    return best
+
+
+# ------------------------------------------------------------------ operators
+def conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="auto", target=None):
+    """2-D convolution, NCHW float32 (NumPy arrays or CPU torch tensors; the
+    result has the same kind).  ``algo``: "auto" (find step), "direct",
+    "im2col" or "spatial_pack"."""
+    runtime.same_kind((x, w, bias), ("x", "w", "bias"))
+    x, w = runtime.float32_array(x, "x", 4), runtime.float32_array(w, "w", 4)
+    b = None if bias is None else runtime.float32_array(bias, "bias", 1)
+    s = _shape(x, w, stride, padding, dilation, groups)
+    if b is not None and b.shape[0] != s.co:
+        raise ValueError(f"conv2d: bias has {b.shape[0]} values for {s.co} output channels")
+    if algo == "auto":
+        algo = find(s, x, w, b, target)
+    elif algo not in CONV_ALGOS:
+        raise ValueError(f"conv2d: algo must be 'auto' or one of {', '.join(CONV_ALGOS)}; got {algo!r}")
+    elif not C.applicable(algo, s):
+        raise ValueError(f"conv2d: algo {algo!r} needs groups=1 (got groups={groups}); use 'direct'")
+    return _run(algo, s, x, w, b, target)
+
+
+def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=1, dilation=1, groups=1,
+                    algo="direct", bias=True):
+    """The scheduled Function of one algorithm, to inspect or re-schedule."""
+    s = C.ConvShape(n, ci, h, w, co, kh, kw, stride, padding, dilation, groups)
+    return C.BUILDERS[algo](s, bias=bias)
+
+
+def conv_relu_maxpool(x, w, bias, pool=2, target=None):
+    """``max_pool2d(relu(conv2d(x, w, bias, stride=1, padding=1)), pool)`` in one
+    fused pass (see :mod:`schedules.fused`)."""
+    runtime.same_kind((x, w, bias), ("x", "w", "bias"))
+    x, w = runtime.float32_array(x, "x", 4), runtime.float32_array(w, "w", 4)
+    b = runtime.float32_array(bias, "bias", 1)
+    s = _shape(x, w, 1, 1, 1, 1)
+    if b.shape[0] != s.co:
+        raise ValueError(f"conv_relu_maxpool: bias has {b.shape[0]} values for {s.co} output channels")
+    if not isinstance(pool, int) or isinstance(pool, bool) or not 1 <= pool <= min(s.ho, s.wo):
+        raise ValueError(f"conv_relu_maxpool: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
+    k = runtime.kernel(("conv_relu_maxpool", s, pool), lambda: fused.function(s, pool), target)
+    return k(data=x, weight=w, bias=b)

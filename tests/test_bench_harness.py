@@ -1,0 +1,102 @@
+"""The benchmark harness (bench/harness.py) and ``tiramisu-py bench``: structure
+of the JSON report, the table, the optional chart.  No timing is asserted."""
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from bench import harness
+from bench.harness import Case
+from tiramisu_py import cli
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
+
+def synthetic(n=24):
+    """NumPy matmul variants standing in for tiramisu_py, plus one that fails."""
+    def setup():
+        rng = np.random.default_rng(0)
+        a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+        return {"tiramisu_py[dot]": lambda: np.dot(a, b),
+                "tiramisu_py[einsum]": lambda: np.einsum("ik,kj->ij", a, b),
+                "tiramisu_py[broken]": lambda: 1 / 0,
+                "numpy": lambda: a @ b}
+    return [Case(f"matmul {n}", 2.0 * n ** 3, setup, check=lambda out: 0.0),
+            Case("no check", 1.0, lambda: {"numpy": lambda: None})]
+
+
+def check_report(report, threads, impls_of_case):
+    assert set(report) >= {"machine", "threads", "repeats", "cases"}
+    assert set(report["machine"]) >= {"cpu", "logical_cores", "caches", "simd", "os", "python",
+                                      "versions", "gcc"}
+    assert report["threads"] == threads
+    for case in report["cases"]:
+        assert case["flops"] > 0 and list(case["impls"]) == impls_of_case[case["name"]]
+        for impl, per_thread in case["impls"].items():
+            assert list(per_thread) == [str(n) for n in threads]
+            for r in per_thread.values():
+                assert set(r) == {"median_s", "min_s", "gflops", "ratio", "error", "failure"}
+                if r["failure"] is None:
+                    assert 0 < r["min_s"] <= r["median_s"] and r["gflops"] > 0
+
+
+def test_synthetic_suite(tmp_path, capsys):
+    out = io.StringIO()
+    json_path, png_path = tmp_path / "r.json", tmp_path / "r.png"
+    report = harness.run(synthetic, {"n": 24}, threads=[1, 2], repeats=3,
+                         json_path=str(json_path), png_path=str(png_path), stdout=out)
+    names = ["tiramisu_py[dot]", "tiramisu_py[einsum]", "tiramisu_py[broken]", "numpy"]
+    check_report(report, [1, 2], {"matmul 24": names, "no check": ["numpy"]})
+    assert json.loads(json_path.read_text()) == report
+    matmul = report["cases"][0]
+    assert matmul["baseline"] == "numpy" and matmul["impls"]["numpy"]["1"]["ratio"] == 1.0
+    assert matmul["impls"]["tiramisu_py[dot]"]["2"]["error"] == 0.0
+    assert matmul["impls"]["tiramisu_py[broken]"]["1"]["failure"].startswith("ZeroDivisionError")
+    assert matmul["best_tiramisu_py"]["1"] in names[:2]
+    table = out.getvalue()
+    assert "machine:" in table and "1 thread" in table and "2 threads" in table
+    assert "vs numpy" in table and "failed" in table and "ZeroDivisionError" in table
+    assert table.count("*") >= 2                     # the best variant at each thread count
+    if HAS_MATPLOTLIB:
+        assert png_path.stat().st_size > 0
+    else:
+        assert not png_path.exists() and "matplotlib is not installed" in capsys.readouterr().err
+
+
+def test_cli_bench_quick_gemm(tmp_path, capsys):
+    """The real gemm suite, tiny sizes, through ``tiramisu-py bench`` (torch.compile left
+    out: compiling it takes longer than the whole suite)."""
+    json_path = tmp_path / "gemm.json"
+    assert cli.main(["bench", "gemm", "--quick", "--threads", "1", "--repeats", "2",
+                     "--impls", "tiramisu_py,numpy,torch", "--json", str(json_path)]) == 0
+    report = json.loads(json_path.read_text())
+    impls = ["tiramisu_py", "numpy"] + ["torch"] * (importlib.util.find_spec("torch") is not None)
+    check_report(report, [1], {f"gemm {n}": impls for n in (48, 96)})
+    for case in report["cases"]:
+        for r in case["impls"].values():
+            assert r["1"]["failure"] is None and r["1"]["error"] < 1e-3
+    assert "gemm 96" in capsys.readouterr().out
+
+
+def test_cli_bench_quick_conv_and_fused(tmp_path):
+    """One tiny shape of the conv and fused suites: every algorithm runs and is checked."""
+    json_path = tmp_path / "conv.json"
+    for suite in ("conv", "fused"):
+        assert cli.main(["bench", suite, "--quick", "--shapes", "0", "--threads", "1",
+                         "--repeats", "1", "--impls", "tiramisu_py", "--json", str(json_path)]) == 0
+        (case,) = json.loads(json_path.read_text())["cases"]
+        assert case["impls"] and all(impl.startswith("tiramisu_py") for impl in case["impls"])
+        for r in case["impls"].values():
+            assert r["1"]["failure"] is None and r["1"]["error"] < 1e-3
+
+
+def test_bench_module_help():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=root,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "--threads" in done.stdout and "fused" in done.stdout

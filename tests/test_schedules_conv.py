@@ -1,0 +1,153 @@
+"""schedules.conv2d (direct, im2col, spatial_pack, auto + find step) and the
+fused conv_relu_maxpool: correctness against a NumPy reference at small sizes
+(stride, padding, dilation, groups incl. depthwise, odd sizes), the on-disk
+find record, the tile-sized fused buffer, clear errors.  Nothing is timed."""
+import json
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np
+import pytest
+
+import schedules
+import tiramisu_py as tp
+from schedules import conv_ops
+from schedules.conv import ConvShape
+
+RNG = np.random.default_rng(3)
+
+
+def ref_conv(x, w, b, stride, padding, dilation, groups):
+    n, ci, h, wd = x.shape
+    co, cig, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    ho = (h + 2 * padding - dilation * (kh - 1) - 1) // stride + 1
+    wo = (wd + 2 * padding - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((n, co, ho, wo))
+    cog = co // groups
+    for g in range(groups):
+        xs = xp[:, g * cig:(g + 1) * cig]
+        ws = w[g * cog:(g + 1) * cog].astype(np.float64)
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xs[:, :, ky * dilation: ky * dilation + stride * (ho - 1) + 1: stride,
+                           kx * dilation: kx * dilation + stride * (wo - 1) + 1: stride]
+                out[:, g * cog:(g + 1) * cog] += np.einsum("nchw,oc->nohw", patch, ws[:, :, ky, kx])
+    if b is not None:
+        out += b[None, :, None, None]
+    return out
+
+
+def ref_block(x, w, b, pool):
+    c = np.maximum(ref_conv(x, w, b, 1, 1, 1, 1), 0)
+    n, co, h, wd = c.shape
+    ph, pw = h // pool, wd // pool
+    return c[:, :, :ph * pool, :pw * pool].reshape(n, co, ph, pool, pw, pool).max(axis=(3, 5))
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape, dtype=np.float32)
+
+
+CASES = [  # n, ci, h, w, co, k, stride, padding, dilation, groups, bias
+    (2, 5, 9, 11, 7, 3, 1, 1, 1, 1, True),
+    (1, 4, 10, 12, 6, 3, 2, 1, 2, 1, True),
+    (2, 3, 8, 9, 16, 3, 1, 0, 1, 1, False),
+    (1, 16, 6, 7, 32, 1, 1, 0, 1, 1, True),
+    (1, 6, 8, 8, 6, 3, 1, 1, 1, 3, True),        # grouped
+    (2, 8, 7, 9, 8, 3, 2, 1, 1, 8, True),        # depthwise, stride 2
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("algo", schedules.CONV_ALGOS)
+def test_conv2d_algorithms_match_numpy(algo, case):
+    n, ci, h, wd, co, k, stride, padding, dilation, groups, bias = case
+    x, w = rand(n, ci, h, wd), rand(co, ci // groups, k, k)
+    b = rand(co) if bias else None
+    expected = ref_conv(x, w, b, stride, padding, dilation, groups)
+    if groups != 1 and algo != "direct":
+        with pytest.raises(ValueError, match=f"algo '{algo}' needs groups=1"):
+            schedules.conv2d(x, w, b, stride, padding, dilation, groups, algo=algo)
+        return
+    out = schedules.conv2d(x, w, b, stride, padding, dilation, groups, algo=algo)
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_find_step_times_once_and_remembers(monkeypatch):
+    x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
+    out = schedules.conv2d(x, w, b, algo="auto")
+    np.testing.assert_allclose(out, ref_conv(x, w, b, 1, 1, 1, 1), rtol=1e-4, atol=1e-4)
+    path = tp.cache_dir() / conv_ops.FIND_FILE
+    record = json.loads(path.read_text())
+    (key, entry), = [(k, v) for k, v in record.items() if json.loads(k)[0][:5] == [1, 4, 6, 6, 8]]
+    assert entry["algo"] in schedules.CONV_ALGOS
+    assert set(entry["seconds"]) == set(schedules.CONV_ALGOS)
+    # the record is what later calls use: no timing happens again
+    entry["algo"] = "im2col"
+    path.write_text(json.dumps(record))
+    monkeypatch.setattr(conv_ops.time, "perf_counter", lambda: pytest.fail("timed again"))
+    s = ConvShape(1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1)
+    assert conv_ops.find(s, x, w, b) == "im2col"
+    np.testing.assert_allclose(schedules.conv2d(x, w, b), out, rtol=1e-5, atol=1e-5)
+
+
+def test_find_step_skips_inapplicable_algorithms():
+    x, w = rand(1, 4, 5, 5), rand(4, 1, 3, 3)
+    out = schedules.conv2d(x, w, None, groups=4)
+    np.testing.assert_allclose(out, ref_conv(x, w, None, 1, 1, 1, 4), rtol=1e-4, atol=1e-4)
+    record = json.loads((tp.cache_dir() / conv_ops.FIND_FILE).read_text())
+    entries = [v for k, v in record.items() if json.loads(k)[0][:5] == [1, 4, 5, 5, 4]]
+    assert entries and set(entries[0]["seconds"]) == {"direct"}
+
+
+@pytest.mark.parametrize("shape,pool", [((2, 5, 9, 11, 7), 2), ((1, 16, 12, 12, 32), 2),
+                                        ((1, 3, 10, 9, 16), 3)])
+def test_conv_relu_maxpool_matches_numpy(shape, pool):
+    n, ci, h, wd, co = shape
+    x, w, b = rand(n, ci, h, wd), rand(co, ci, 3, 3), rand(co)
+    out = schedules.conv_relu_maxpool(x, w, b, pool=pool)
+    np.testing.assert_allclose(out, ref_block(x, w, b, pool), rtol=1e-4, atol=1e-4)
+
+
+def test_fused_block_keeps_only_a_tile_of_the_conv():
+    s = ConvShape(2, 8, 12, 10, 32, 3, 3, 1, 1)
+    f = schedules.conv_relu_maxpool_function(s, pool=2, rows=2)
+    kern = f.compile(target="c")
+    allocs = [line for line in kern.source.splitlines() if "tp_alloc((" in line]
+    tile = [line for line in allocs if "conv_tile" in line]
+    assert tile and "{1, 4, 10, 32}" in tile[0], allocs        # 2 pooled rows = 4 conv rows
+    assert not any("out_blocked" in line for line in allocs)
+    x, w, b = rand(2, 8, 12, 10), rand(32, 8, 3, 3), rand(32)
+    np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_block(x, w, b, 2),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_torch_tensors_in_and_out():
+    torch = pytest.importorskip("torch")
+    x, w, b = torch.randn(1, 4, 7, 7), torch.randn(8, 4, 3, 3), torch.randn(8)
+    out = schedules.conv2d(x, w, b, algo="im2col")
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, torch.nn.functional.conv2d(x, w, b, padding=1),
+                               rtol=1e-4, atol=1e-4)
+    blk = schedules.conv_relu_maxpool(x, w, b)
+    ref = torch.nn.functional.max_pool2d(torch.relu(torch.nn.functional.conv2d(x, w, b, padding=1)), 2)
+    torch.testing.assert_close(blk, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 3, 3, 3)), r"w has 3 input channels"),
+    (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), stride=0), r"stride must be"),
+    (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), rand(7)), r"bias has 7"),
+    (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), algo="winograd"), r"algo must"),
+    (lambda: schedules.conv2d(rand(1, 4, 2, 2), rand(8, 4, 5, 5), padding=0), r"does not fit"),
+    (lambda: schedules.conv2d(rand(4, 5, 5), rand(8, 4, 3, 3)), r"x: expected 4 dimensions"),
+    (lambda: schedules.conv2d(rand(1, 6, 5, 5), rand(8, 2, 3, 3), groups=4), r"groups=4 must divide"),
+    (lambda: schedules.conv_relu_maxpool(rand(1, 4, 5, 5), rand(8, 4, 3, 3), rand(8), pool=0),
+     r"pool must be"),
+])
+def test_bad_arguments_are_named(call, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        call()
