@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from schedules.host import cache_sizes, cpu_flags
+
 TIRAMISU = "tiramisu_py"          # impl names starting with this are our variants
 BASELINES = ("torch", "numpy")    # ratio to the first of these a case has
 
@@ -53,7 +55,7 @@ def machine_info() -> dict:
         "cpu": _cpu_model(),
         "logical_cores": os.cpu_count(),
         "caches": _caches(),
-        "simd": [f for f in ("avx512f", "avx2") if f in _cpu_flags()],
+        "simd": [f for f in ("avx512f", "avx2") if f in cpu_flags()],
         "os": platform.platform(),
         "python": platform.python_version(),
         "versions": {pkg: _version(pkg) for pkg in ("numpy", "torch", "islpy", "llvmlite")},
@@ -61,43 +63,23 @@ def machine_info() -> dict:
     }
 
 
-def _cpuinfo_field(field):
+def _cpu_model():
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == field:
+                if key.strip() == "model name":
                     return value.strip()
     except OSError:
         pass
-    return None
-
-
-def _cpu_model():
-    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
-
-
-def _cpu_flags():
-    return set((_cpuinfo_field("flags") or "").split())
+    return platform.processor() or platform.machine()
 
 
 def _caches():
-    """``{"L1d": "48K", ...}`` from sysfs (Linux), empty elsewhere."""
-    root = "/sys/devices/system/cpu/cpu0/cache"
-    caches = {}
-    for index in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        try:
-            level, kind, size = (_read(os.path.join(root, index, f))
-                                 for f in ("level", "type", "size"))
-        except OSError:
-            continue
-        caches[f"L{level}" + {"Data": "d", "Instruction": "i"}.get(kind, "")] = size
-    return caches
-
-
-def _read(path):
-    with open(path) as f:
-        return f.read().strip()
+    """``{"L1d": "48K", ...}`` (from :func:`schedules.host.cache_sizes`)."""
+    suffix = {"Data": "d", "Instruction": "i"}
+    return {f"L{level}{suffix.get(kind, '')}": f"{size >> 10}K"
+            for (level, kind), size in cache_sizes().items()}
 
 
 def _version(pkg):

@@ -25,7 +25,7 @@ class Host:
         return max(1, self.vector_bits // (8 * itemsize))
 
 
-def _cpu_flags() -> set:
+def cpu_flags() -> set:
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -42,7 +42,7 @@ def _parse_size(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
-def _cache_sizes() -> dict:
+def cache_sizes() -> dict:
     """{(level, kind): bytes} from sysfs (Linux); empty elsewhere."""
     out = {}
     try:
@@ -68,7 +68,7 @@ def _cache_sizes() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def host() -> Host:
-    flags = _cpu_flags()
+    flags = cpu_flags()
     machine = platform.machine().lower()
     if "avx512f" in flags:
         bits, regs = 512, 32
@@ -78,7 +78,7 @@ def host() -> Host:
         bits, regs = 128, 32
     else:
         bits, regs = 128, 16
-    caches = _cache_sizes()
+    caches = cache_sizes()
     l1 = caches.get((1, "Data"), 32 << 10)
     l2 = caches.get((2, "Unified"), 1 << 20)
     l3 = caches.get((3, "Unified"), 8 << 20)

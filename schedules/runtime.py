@@ -38,7 +38,7 @@ def float32_array(x, name, ndim):
     """``x`` (NumPy array or CPU torch tensor) as a C-contiguous float32 array
     of ``ndim`` dimensions; a clear error names ``name`` otherwise."""
     if is_torch(x):
-        if x.dtype.is_floating_point is False or str(x.dtype) != "torch.float32":
+        if str(x.dtype) != "torch.float32":
             raise TypeError(f"{name}: expected a float32 tensor, got {x.dtype}")
         if x.device.type != "cpu":
             raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
