@@ -201,12 +201,12 @@ class _Simplifier:
             if rlo[0] is not None and rhi[1] is not None and s.step > 0:
                 self.ranges[s.var] = (rlo[0], rhi[1] - 1)
             alo = _affine(lo) if lo.dtype in _INT else None
-            span = alo and _affine(hi).plus(alo.scaled(-1))
-            if span is not None and not span.terms and alo.terms and s.step == 1:
+            span = _constant_span(alo, hi) if alo is not None and alo.terms else None
+            if span is not None and s.step == 1:
                 # v = lo + delta, 0 <= delta < span: the offset is a term of its own
                 delta = ir.Binary("sub", ir.Var(s.var, lo.dtype), _build(alo, lo.dtype), lo.dtype)
                 self.offsets[s.var] = (alo, delta)
-                self.ranges[("d", s.var)] = (0, span.const - 1)
+                self.ranges[("d", s.var)] = (0, span - 1)
             body = self.stmt(s.body)
             self.ranges.pop(("d", s.var), None)
             self._restore(s.var, saved)
@@ -240,6 +240,23 @@ class _Simplifier:
                 table.pop(name, None)
             else:
                 table[name] = value
+
+
+def _constant_span(alo: _Affine, hi):
+    """The smallest constant ``span`` with ``hi - lo <= span`` (``lo`` affine),
+    when ``hi`` is ``lo + c`` or ``min(..., lo + c, ...) [+ k]``; else None.  A
+    clamped last tile (``min(N - 1, 32 * t + 31) + 1``) thus still gives its
+    iterator the offset form ``32 * t + delta`` with ``0 <= delta < 32``."""
+    plus = 0
+    if isinstance(hi, ir.Binary) and hi.op == "add" and isinstance(hi.b, ir.Const) \
+            and isinstance(hi.a, ir.Binary) and hi.a.op == "min":
+        hi, plus = hi.a, int(hi.b.value)
+    spans = []
+    for arg in _min_args(hi):
+        d = _affine(arg).plus(alo.scaled(-1))
+        if not d.terms:
+            spans.append(d.const + plus)
+    return min(spans) if spans else None
 
 
 def _folds_constants(e):

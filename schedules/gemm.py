@@ -3,12 +3,12 @@ schedule written with the public scheduling language only.
 
 The schedule (for ``C[i, j] += A[i, k] * B[k, j]``)::
 
-    jc  (NC columns of B: a panel that stays in L3)
-     kc  (KC rows: the depth of one rank-KC update)
-      pack B[kc, jc] -> Bp[NC/NR][KC][NR]      cache_at + store_in, parallel copy
-      ic  (MC rows of A: a block that stays in L2)
-       pack A[ic, kc] -> Ap[MC/MR][KC][MR]     cache_at + store_in
-       jr  parallel (NR columns: a micro-panel of B in L1)
+    jc  (NC columns of B: a K x NC panel that stays in L3)
+     pack B[:, jc] -> Bp[NC/NR][K][NR]         cache_at + store_in, parallel copy
+     ic  parallel (MC rows of A; the thread's MC x NC block of C stays in L2)
+      kc  (KC rows: the depth of one rank-KC update)
+       pack A[ic, kc] -> Ap[MC/MR][KC][MR]     cache_at + store_in, one per thread
+       jr  (NR columns: a KC x NR micro-panel of B in L1)
         ir  (MR rows)
          kk  (the KC-deep rank-1 updates)
           iu  unrolled (MR rows)
@@ -52,16 +52,17 @@ def _balanced(extent, limit, multiple):
 def default_params(n, m, k, machine=None) -> GemmParams:
     """Tile sizes for an ``n x k`` by ``k x m`` product on this machine: the
     register block uses about 3/4 of the SIMD registers, a KC x NR micro-panel
-    of B half of L1, an MC x KC block of A half of L2, a KC x NC panel of B
-    half of L3."""
+    of B about 3/4 of L1; MC rows of A make at least two blocks per core (the
+    parallel loop); a thread's MC x NC block of C takes a quarter of L2."""
     h = machine or host()
     lanes = h.lanes(4)
     nr = 2 * lanes
     mr = max(2, min(8, (h.vector_registers * 3 // 4 - 2) // 2))
     nr = min(nr, _round_up(m, lanes))
-    kc = _balanced(k, max(64, h.l1d // 2 // (4 * nr)), 8) if k > 64 else k
-    mc = _balanced(n, max(mr, h.l2 // 2 // (4 * kc)), mr)
-    nc = _balanced(m, max(nr, h.l3 // 2 // (4 * kc)), nr)
+    kc = _balanced(k, max(64, h.l1d * 3 // 4 // (4 * nr)), 8) if k > 64 else k
+    per_thread = _round_up(-(-n // (2 * h.cores)), mr)
+    mc = _balanced(n, max(mr, min(per_thread, h.l2 // 2 // (4 * kc))), mr)
+    nc = _balanced(m, max(nr, h.l2 // 4 // (4 * mc)), nr)
     return GemmParams(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, vector=min(lanes, nr))
 
 
@@ -84,34 +85,43 @@ def algorithm(n, m, k, batch=None):
     return f
 
 
-def blis(update, a, b, i, j, k, p: GemmParams, outer=()):
+def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
     """Applies the Goto/BLIS schedule to ``update`` (a ``+=`` of ``a[.., i, k] *
     b[.., k, j]`` over loops ``outer..., i, j, k``): tiling, packing of ``a``
     and ``b`` (inputs or computations) into contiguous panels, register
-    blocking, parallel ``jr``.  ``b=None``: ``b`` is already stored as packed
-    panels ``[j / NR][k][j % NR]`` and is read in place.  Returns the packed
-    copies (``None`` for a ``b`` read in place)."""
+    blocking, parallel ``ic``.  ``depth``: the extent of ``k`` (the packed
+    panel of ``b`` holds all of it).  ``b=None``: ``b`` is already stored as
+    packed panels ``[j / NR][k][j % NR]`` and is read in place.  Returns the
+    packed copies (``None`` for a ``b`` read in place)."""
     f = update.function
     update.split(i, p.mc, names=("ic", "i_")).split("i_", p.mr, names=("ir", "iu"))
     update.split(j, p.nc, names=("jc", "j_")).split("j_", p.nr, names=("jr", "jv"))
     update.split(k, p.kc, names=("kc", "kk"))
-    update.reorder(*outer, "jc", "kc", "ic", "jr", "ir", "kk", "iu", "jv")
+    update.reorder(*outer, "jc", "ic", "kc", "jr", "ir", "kk", "iu", "jv")
 
     bp = None
     if b is not None:
-        bp = update.cache_at(b, "kc", name=f"{b.name}_packed")
+        # the K x NC panel of B, shared by the threads, one NR-wide row of a
+        # micro-panel per innermost loop (a contiguous vector copy)
+        bp = update.cache_at(b, "jc", name=f"{b.name}_packed")
         kb, jb = bp.vars[-2], bp.vars[-1]
-        bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), p.kc, p.nr), tp.float32),
-                    [(jb % p.nc) // p.nr, kb % p.kc, jb % p.nr])
+        bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), depth, p.nr), tp.float32),
+                    [(jb % p.nc) // p.nr, kb, jb % p.nr])
+        bp.split(jb, p.nr, names=(f"{jb.name}_r", f"{jb.name}_v"))
+        bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
         bp.parallelize(kb)
-    ap = update.cache_at(a, "ic", name=f"{a.name}_packed")
+    # the MC x KC block of A, one per thread (privatised by the parallel ic),
+    # MR rows at a time, written contiguously (an MR x KC transpose per sliver)
+    ap = update.cache_at(a, "kc", name=f"{a.name}_packed")
     ia, ka = ap.vars[-2], ap.vars[-1]
     ap.store_in(f.buffer(f"{a.name}_block", (-(-p.mc // p.mr), p.kc, p.mr), tp.float32),
                 [(ia % p.mc) // p.mr, ka % p.kc, ia % p.mr])
-    ap.parallelize(ia)
+    ap.split(ia, p.mr, names=(f"{ia.name}_r", f"{ia.name}_u"))
+    ap.reorder(f"{ia.name}_r", ka, f"{ia.name}_u")
+    ap.unroll(f"{ia.name}_u", p.mr)
     update.unroll("iu", p.mr)
     update.vectorize("jv", p.vector if p.nr % p.vector == 0 else p.nr)
-    update.parallelize("jr")
+    update.parallelize("ic")
     return ap, bp
 
 
@@ -123,7 +133,7 @@ def function(n, m, k, batch=None, params: GemmParams | None = None):
     C = f.computations["C"]
     C.parallelize("b" if batch is not None else "i")
     outer = ("b",) if batch is not None else ()
-    blis(C.update, f.buffers["A"], f.buffers["B"], "i", "j", "k", p, outer)
+    blis(C.update, f.buffers["A"], f.buffers["B"], "i", "j", "k", p, outer, depth=k)
     return f
 
 

@@ -63,8 +63,10 @@ def test_params_follow_the_host():
     assert (p.nr, p.vector, p.mr) == (32, 16, 8)
     assert (q.nr, q.vector) == (16, 8) and q.mr < p.mr
     for x, h in ((p, avx512), (q, avx2)):
-        assert x.kc * x.nr * 4 <= h.l1d // 2 + 8 * x.nr * 4     # B micro-panel in L1
-        assert x.mc * x.kc * 4 <= h.l2 // 2 + x.mr * x.kc * 4   # A block in L2
+        assert x.kc * x.nr * 4 <= h.l1d * 3 // 4 + 8 * x.nr * 4  # B micro-panel in L1
+        assert x.mc * x.kc * 4 <= h.l2 // 2 + x.mr * x.kc * 4    # A block in L2
+        assert x.mc * x.nc * 4 <= h.l2 // 4 + x.mc * x.nr * 4    # a thread's C block in L2
+        assert -(-1024 // x.mc) >= 2 * h.cores                   # the parallel ic loop
         assert x.mc % x.mr == 0 and x.nc % x.nr == 0
     # small problems get small tiles
     s = G.default_params(10, 20, 30, avx512)
@@ -74,13 +76,15 @@ def test_params_follow_the_host():
 def test_function_is_the_schedule_users_can_change():
     f = schedules.gemm_function(40, 48, 32, params=G.GemmParams(8, 16, 16, 16, 48, 16))
     cmds = "\n".join(f.schedule_commands())
-    for expected in ("split(i, 16)", "reorder(jc, kc, ic, jr, ir, kk, iu, jv)",
-                     "B_packed.compute_at(C_update, kc)", "A_packed.compute_at(C_update, ic)",
-                     "parallelize(jr)", "unroll(iu, 8)"):
+    for expected in ("split(i, 16)", "reorder(jc, ic, kc, jr, ir, kk, iu, jv)",
+                     "B_packed.compute_at(C_update, jc)", "A_packed.compute_at(C_update, kc)",
+                     "parallelize(ic)", "unroll(iu, 8)"):
         assert expected in cmds, cmds
     kern = f.compile(target="c")
     src = kern.source
-    assert "B_panel[jr][kk][jv]" in src and "A_block[ir][kk][iu]" in src
+    assert "B_panel[jr][16 * kc + kk][jv]" in src and "A_block[ir][kk][iu]" in src
+    # the block of A is private to each iteration (thread) of the parallel ic loop
+    assert src.index("for (int64_t ic = ") < src.index("float A_block[2][16][8]")
     a, b = rand(40, 32), rand(32, 48)
     np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-4)
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
+from codegen import ir
 from examples import conv2d, gemm, lstm, sparse_conv
 
 RNG = np.random.default_rng(7)
@@ -298,11 +299,30 @@ def test_compute_at_recomputes_the_needed_region(split):
     assert src.count("for (int64_t y2 = ") == 1
 
 
-def test_compute_at_parallel_outer_loop_is_rejected_shared_buffer():
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_compute_at_in_a_parallel_loop_privatises_the_buffer(target):
+    # the copies of bx in different y0 tiles reuse one buffer: a storage
+    # conflict, not a flow of values, so each thread gets its own bx
     f, bx, by = blur()
     by.split("y", 4)
     bx.compute_at(by, "y0")
     by.parallelize("y0")
+    k = f.compile(target=target)
+    loops = [s for s in ir.walk_stmts(k.lowered.body) if isinstance(s, ir.For)]
+    par = [s for s in loops if s.kind == "parallel"]
+    assert len(par) == 1 and par[0].attrs["private"] == ["bx"]
+    assert isinstance(par[0].body, ir.Allocate) and par[0].body.array == "bx"
+    a = RNG.random((23, 9))
+    np.testing.assert_allclose(k(a), blur_ref(a), rtol=1e-12)
+
+
+def test_privatisation_refused_when_the_buffer_is_read_outside_the_loop():
+    f, bx, by = blur()
+    by.split("y", 4)
+    bx.compute_at(by, "y0")
+    by.parallelize("y0")
+    y, x = f.var("yy", 0, "H"), f.var("xx", 0, "W")
+    f.computation("late", [y, x], bx[y, x] * 2.0)       # bx read after the loop nest
     with pytest.raises(tp.IllegalScheduleError, match="y0"):
         f.compile()
 
@@ -334,11 +354,22 @@ def test_compute_at_producer_with_reduction():
     np.testing.assert_allclose(kern(a), sums[:-1] + sums[1:], rtol=1e-12)
 
 
-def test_compute_at_rules():
+def test_producer_loop_commands_after_compute_at_act_before_it():
     f, bx, by = blur()
     bx.compute_at(by, "y")
-    with pytest.raises(ValueError, match="before compute_at"):
-        bx.split("x", 4)
+    bx.split("x", 4)                     # the producer's own loop, given afterwards
+    bx.vectorize("x1", 4)
+    assert f.schedule_commands() == ["bx.split(x, 4)", "bx.compute_at(by, y)",
+                                     "bx.vectorize(x1, 4)"]
+    k = f.compile()
+    a = RNG.random((13, 9))
+    np.testing.assert_allclose(k(a), blur_ref(a), rtol=1e-12)
+    with pytest.raises(ValueError, match="no loop"):
+        bx.split("q", 2)                 # validated like any command
+    assert len(f.schedule_commands()) == 3
+
+
+def test_compute_at_rules():
     f2, bx2, by2 = blur()
     with pytest.raises(ValueError, match="no loop"):
         bx2.compute_at(by2, "q")

@@ -51,9 +51,11 @@ def compile_function(f, target="cpu", **options):
     body = AstLowering(model, state, reserved).run()
     t2 = time.perf_counter()
     ex = ExprLowering(f.fixed)
+    allocs = {b.name: (b.dtype.name, tuple(ex.index(s, {}) for s in b.shape)) for b in temps}
+    body, private = _privatise(body, allocs)
     for b in reversed(temps):
-        body = ir.Allocate(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
-                           body, zero_init=True)
+        if b.name not in private:
+            body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=True)
     arrays = [ir.ArrayArg(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
                           writable=b.kind != "input") for b in inputs + outputs]
     lowered = ir.LoweredFunction(
@@ -78,6 +80,36 @@ def _prepare(f):
                              f"{c.name}[{', '.join(c.loops)}] = ... or set_expression")
         if getattr(c, "_auto_buffer", False):
             c.buffer, c.store_index, c._auto_buffer = None, None, False
+
+
+def _privatise(s, allocs):
+    """Moves the temporaries a parallel loop privatises (``attrs["private"]``,
+    decided by the legality check) inside that loop, so that each iteration,
+    hence each thread, has its own copy.  Returns (statement, names moved)."""
+    moved = set()
+
+    def visit(x):
+        kids = ir.stmt_children(x)
+        if not kids:
+            return x
+        new = [visit(k) for k in kids]
+        if isinstance(x, ir.For):
+            body = new[0]
+            for name in reversed(x.attrs.get("private", ())):
+                body = ir.Allocate(name, *allocs[name], body, zero_init=True)
+                moved.add(name)
+            return ir.For(x.var, x.lo, x.hi, body, kind=x.kind, step=x.step, attrs=x.attrs)
+        if isinstance(x, ir.Block):
+            return ir.Block(new)
+        if isinstance(x, ir.Let):
+            return ir.Let(x.name, x.value, new[0])
+        if isinstance(x, ir.If):
+            return ir.If(x.cond, new[0], new[1] if len(new) > 1 else None)
+        if isinstance(x, ir.Allocate):
+            return ir.Allocate(x.array, x.dtype, x.shape, new[0], x.zero_init)
+        raise TypeError(f"_privatise: unexpected statement {type(x).__name__}")
+
+    return visit(s), moved
 
 
 def _assign_buffers(f, model):

@@ -148,6 +148,11 @@ def check(model, deps, commands):
                     f"{commands[tag.command].text}: loop {loop!r} of {stmt} no longer exists "
                     "after later commands")
             carried = carried_by(model, deps, state, stmt, loop)
+            tag.private = []
+            while tag.kind == "parallel" and carried is not None \
+                    and _privatisable(model, deps, state, stmt, loop, carried[0]):
+                tag.private.append(carried[0])
+                carried = carried_by(model, deps, state, stmt, loop, private=tag.private)
             if tag.kind in ("parallel", "vector"):
                 tag.reductions = reductions_carried(model, deps, state, stmt, loop)
             if carried is not None:
@@ -186,13 +191,14 @@ def _blame(model, deps, commands):
     return last_legal if last_legal < len(commands) else None
 
 
-def carried_by(model, deps, state, stmt, loop):
+def carried_by(model, deps, state, stmt, loop, private=()):
     """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
-    schedule ``state``, or None."""
+    schedule ``state``, or None.  ``private``: buffers each iteration gets its
+    own copy of (their storage conflicts do not count)."""
     rel = deps._memo(state, ("same_loop", stmt, loop),
                      lambda: _same_loop_relation(model, deps, state, stmt, loop))
     for name, (d, conflicts) in deps.with_conflicts(state).items():
-        if conflicts is not None:
+        if conflicts is not None and name not in private:
             d = d.union(conflicts).union(conflicts.reverse())
         carried = d.intersect(rel)
         if not carried.is_empty():
@@ -222,6 +228,27 @@ def _same_loop_relation(model, deps, state, stmt, loop):
                      + " }", context=model.ctx)
     same_loop = eq.intersect(diff).intersect_domain(inside).intersect_range(inside)
     return sched.apply_range(same_loop.to_union_map()).apply_range(sched.reverse())
+
+
+def _privatisable(model, deps, state, stmt, loop, buf):
+    """True when a parallel ``loop`` can give each thread its own copy of the
+    temporary ``buf``: every statement that touches it runs inside the loop,
+    and the loop carries only storage conflicts through it (compute_at copies
+    of different iterations reusing one buffer), no flow of values."""
+    kinds = {a.buffer.kind for m in model.stmts for a in m.accesses if a.buffer.name == buf}
+    if kinds != {"temp"}:
+        return False
+    s = state[stmt]
+    k = [lp.name for lp in s.loops].index(loop)
+    for m in model.stmts:
+        if any(a.buffer.name == buf for a in m.accesses):
+            o = state[m.name]
+            if len(o.loops) <= k or o.consts[:k + 1] != s.consts[:k + 1]:
+                return False
+    rel = deps._memo(state, ("same_loop", stmt, loop),
+                     lambda: _same_loop_relation(model, deps, state, stmt, loop))
+    order = deps.relevant(state).get(buf)
+    return order is None or order.intersect(rel).is_empty()
 
 
 def reductions_carried(model, deps, state, stmt, loop):

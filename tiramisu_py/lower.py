@@ -181,6 +181,10 @@ class AstLowering:
             if tag.reductions:
                 attrs.setdefault("reduction", [])
                 attrs["reduction"] += [r for r in tag.reductions if r not in attrs["reduction"]]
+            for b in getattr(tag, "private", ()):
+                attrs.setdefault("private", [])
+                if b not in attrs["private"]:
+                    attrs["private"].append(b)
             if tag.kind == "vector":
                 attrs["vector_width"] = tag.arg
             elif tag.kind == "unrolled":

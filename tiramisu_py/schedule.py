@@ -25,6 +25,7 @@ class Tag:
     arg: int | None           # vector width / unroll factor
     command: int              # index in the command log
     reductions: list = field(default_factory=list)   # (buffer, op) carried, reassociated
+    private: list = field(default_factory=list)      # temporaries each thread gets a copy of
 
 
 @dataclass
@@ -91,7 +92,7 @@ def replay(model, commands, upto=None):
 # --------------------------------------------------------------- the commands
 def apply(state, c: Command, index: int):
     s = state[c.stmt]
-    if s.at is not None and c.op not in ("tag", "allow_reassociation"):
+    if s.at is not None and c.op not in _TAG_OPS:
         raise ValueError(f"{c.text}: {c.stmt} is computed at {s.at[1]} (compute_at); give its "
                          "own loop transformations before compute_at")
     fn = _OPS[c.op]
@@ -282,6 +283,18 @@ def loop_name(x):
     raise TypeError(f"a loop is named by a var or a string, not {type(x).__name__}")
 
 
+_TAG_OPS = ("tag", "allow_reassociation")
+
+
+def _attaching_command(commands, stmt):
+    """Index of the compute_at command that attached ``stmt`` (or its group)."""
+    for k in range(len(commands) - 1, -1, -1):
+        c = commands[k]
+        if c.op == "compute_at" and stmt in (c.stmt, *c.args[2]):
+            return k
+    return None
+
+
 class Schedulable:
     """Scheduling commands, mixed into statements (computations and updates)."""
 
@@ -289,9 +302,18 @@ class Schedulable:
         f = self.function
         cmd = Command(self.name, op, args, kwargs, text)
         state = f._schedule_state()
-        trial = copy.deepcopy(state)
-        apply(trial, cmd, len(f._commands))        # validate now: errors name the call
-        f._commands.append(cmd)
+        at = _attaching_command(f._commands, self.name) \
+            if state[self.name].at is not None and op not in _TAG_OPS else None
+        if at is not None:
+            # a loop transformation of a computed-at producer (e.g. a cache_at
+            # copy) acts on its own loops: it takes effect before the compute_at
+            commands = f._commands[:at] + [cmd] + f._commands[at:]
+            trial = replay(f._model(), commands)     # validate now: errors name the call
+            f._commands[:] = commands
+        else:
+            trial = copy.deepcopy(state)
+            apply(trial, cmd, len(f._commands))        # validate now: errors name the call
+            f._commands.append(cmd)
         f._state_cache = trial
         f._compiled = None
         return self
@@ -398,7 +420,9 @@ class Schedulable:
         """Computes this computation (and its updates) inside ``consumer``'s
         loops up to and including ``loop``, just before ``consumer``, for the
         region one iteration of those loops reads (overlaps are recomputed).
-        Apply the producer's own loop transformations before this command."""
+        The producer's own loop transformations may come before or after this
+        command: given after, they are recorded before it (they act on the
+        producer's own loops, inside the consumer's)."""
         from .function import Computation
         if not isinstance(self, Computation):
             raise ValueError(f"{self.name}.compute_at: apply it to the computation, not an update")
