@@ -125,6 +125,20 @@ def test_fused_block_keeps_only_a_tile_of_the_conv():
                                rtol=1e-4, atol=1e-4)
 
 
+def test_spatial_pack_packs_each_image_into_a_private_buffer():
+    s = ConvShape(4, 5, 9, 7, 16, 3, 3, 1, 1)
+    f = schedules.conv2d_function(4, 5, 9, 7, 16, algo="spatial_pack")
+    kern = f.compile(target="c")
+    src = kern.source
+    # the padded, packed input of one image, declared inside the parallel image loop
+    assert "x_image" in src and "xp[" not in src
+    assert src.index("for (int64_t n = ") < src.index("x_image[")
+    x, w, b = rand(4, 5, 9, 7), rand(16, 5, 3, 3), rand(16)
+    np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_conv(x, w, b, 1, 1, 1, 1),
+                               rtol=1e-4, atol=1e-4)
+    assert (s.ho, s.wo) == (9, 7)
+
+
 def test_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch")
     x, w, b = torch.randn(1, 4, 7, 7), torch.randn(8, 4, 3, 3), torch.randn(8)
