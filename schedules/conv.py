@@ -209,14 +209,17 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
     return outc, vb
 
 
-def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None):
+def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None):
     """``vb`` output channels per register (a multiple of the SIMD lanes), ``xb``
-    output columns per register block; defaults from the host."""
+    output columns per register block, ``parallel``: the loop run in parallel,
+    "n" (images: each thread packs its own) or "ob" (blocks of output
+    channels); defaults from the host."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")
+    if parallel not in (None, "n", "ob"):
+        raise ValueError(f"spatial_pack: parallel must be 'n' or 'ob', got {parallel!r}")
     f, X, Wt, B = _function("conv2d_spatial_pack", s, bias)
-    par = "ob" if -(-s.co // (vb or 2 * host().lanes(4))) >= 4 * host().cores \
-        or s.n < host().cores else "n"
+    par = parallel or ("n" if s.n >= 2 * host().cores else "ob")
     outc, vb = blocked_conv(f, X, Wt, B, s, vb, xb, per_image=True)
     outc.update.parallelize(par)
     outc.parallelize(par)

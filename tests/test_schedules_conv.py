@@ -136,7 +136,13 @@ def test_spatial_pack_packs_each_image_into_a_private_buffer():
     x, w, b = rand(4, 5, 9, 7), rand(16, 5, 3, 3), rand(16)
     np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_conv(x, w, b, 1, 1, 1, 1),
                                rtol=1e-4, atol=1e-4)
-    assert (s.ho, s.wo) == (9, 7)
+    # the other parallel loop (blocks of output channels) gives the same result
+    from schedules.conv import spatial_pack
+    k2 = spatial_pack(s, parallel="ob").compile(target="llvm")
+    np.testing.assert_allclose(k2(data=x, weight=w, bias=b), ref_conv(x, w, b, 1, 1, 1, 1),
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="parallel must be"):
+        spatial_pack(s, parallel="y")
 
 
 def test_torch_tensors_in_and_out():
