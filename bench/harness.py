@@ -8,9 +8,10 @@ count) set, then prints one table with a column group per thread count, and
 optionally writes JSON and a bar chart (matplotlib, optional).
 
 Per case, each implementation is called once as a warm-up (it may compile; its
-result goes to ``check``), then ``repeats`` timing rounds call every
-implementation once each, interleaved, so that load on the machine affects all
-of them alike.  Reported: median and minimum seconds, GFLOP/s from the median,
+result goes to ``check``), then timed over ``repeats`` calls in a row (after one
+more untimed call and a short pause), one implementation after the other:
+interleaving single calls let the thread pools of one library (OpenBLAS
+spinning after a call) slow down the next one.  Reported: median and minimum seconds, GFLOP/s from the median,
 and the ratio of GFLOP/s to torch (eager) in the same run, or to numpy where a
 case has no torch implementation (> 1: faster).
 """
@@ -135,6 +136,9 @@ class Progress:
             self.stream.flush()
 
 
+SETTLE_S = 0.3       # OpenBLAS threads spin ~0.1 s after a call
+
+
 def measure(case: Case, repeats: int, threads: int, progress: Progress,
             only: list[str] | None = None) -> dict:
     """``{impl: {"median_s", "min_s", "error", "failure"}}`` for one case; an
@@ -157,10 +161,16 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
             continue
         del out
         timed[name] = fn
+    # each implementation's calls back to back, after one untimed call: thread
+    # pools that spin after a call (OpenBLAS) or sleep (passive OpenMP) would
+    # otherwise slow down whichever implementation runs next
     times = {name: [] for name in timed}
-    for r in range(repeats):
-        progress.show(f"{label}: timing, round {r + 1}/{repeats}", transient=r > 0)
-        for name, fn in timed.items():
+    for i, (name, fn) in enumerate(timed.items(), 1):
+        progress.show(f"{label}: timing {name} ({i}/{len(timed)}), {repeats} calls",
+                      transient=i > 1)
+        time.sleep(SETTLE_S)            # the previous library's threads go to sleep
+        fn()
+        for _ in range(repeats):
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
