@@ -248,6 +248,23 @@ def stmt_children(s: Stmt) -> Sequence[Stmt]:
     return ()
 
 
+def rebuild(s: Stmt, f, hi=None) -> Stmt:
+    """``s`` with ``f`` applied to each child statement (and ``hi`` as the new
+    bound when ``s`` is a loop)."""
+    if isinstance(s, For):
+        return For(s.var, s.lo, s.hi if hi is None else hi, f(s.body), kind=s.kind,
+                  step=s.step, attrs=s.attrs)
+    if isinstance(s, Let):
+        return Let(s.name, s.value, f(s.body))
+    if isinstance(s, If):
+        return If(s.cond, f(s.then), None if s.else_ is None else f(s.else_))
+    if isinstance(s, Block):
+        return Block([f(x) for x in s.stmts])
+    if isinstance(s, Allocate):
+        return Allocate(s.array, s.dtype, s.shape, f(s.body), s.zero_init)
+    return s
+
+
 def walk_stmts(s: Stmt):
     yield s
     for child in stmt_children(s):

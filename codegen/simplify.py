@@ -319,26 +319,9 @@ def _clamped_loops(s, bound_inside):
     return out
 
 
-def _rebuild(s, f, hi=None):
-    """``s`` with ``f`` applied to each child statement (and ``hi`` as the new
-    bound when ``s`` is a loop)."""
-    if isinstance(s, ir.For):
-        return ir.For(s.var, s.lo, s.hi if hi is None else hi, f(s.body), kind=s.kind,
-                      step=s.step, attrs=s.attrs)
-    if isinstance(s, ir.Let):
-        return ir.Let(s.name, s.value, f(s.body))
-    if isinstance(s, ir.If):
-        return ir.If(s.cond, f(s.then), None if s.else_ is None else f(s.else_))
-    if isinstance(s, ir.Block):
-        return ir.Block([f(x) for x in s.stmts])
-    if isinstance(s, ir.Allocate):
-        return ir.Allocate(s.array, s.dtype, s.shape, f(s.body), s.zero_init)
-    return s
-
-
 def _with_bounds(s, fixed):
     """A copy of ``s`` where each loop in ``fixed`` gets its full-tile bound."""
-    return _rebuild(s, lambda x: _with_bounds(x, fixed), fixed.get(id(s)))
+    return ir.rebuild(s, lambda x: _with_bounds(x, fixed), fixed.get(id(s)))
 
 
 def _version(s, seen):
@@ -358,8 +341,8 @@ def _version(s, seen):
             cond = conds[0]
             for x in conds[1:]:
                 cond = ir.Binary("and", cond, x, "bool")
-            s = _rebuild(s, lambda body: ir.If(cond, _with_bounds(body, fixed), body))
-    return _rebuild(s, lambda x: _version(x, seen))
+            s = ir.rebuild(s, lambda body: ir.If(cond, _with_bounds(body, fixed), body))
+    return ir.rebuild(s, lambda x: _version(x, seen))
 
 
 def version_full_tiles(fn: ir.LoweredFunction) -> ir.LoweredFunction:

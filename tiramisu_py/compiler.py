@@ -89,25 +89,14 @@ def _privatise(s, allocs):
     moved = set()
 
     def visit(x):
-        kids = ir.stmt_children(x)
-        if not kids:
-            return x
-        new = [visit(k) for k in kids]
-        if isinstance(x, ir.For):
-            body = new[0]
-            for name in reversed(x.attrs.get("private", ())):
+        x = ir.rebuild(x, visit)
+        if isinstance(x, ir.For) and x.attrs.get("private"):
+            body = x.body
+            for name in reversed(x.attrs["private"]):
                 body = ir.Allocate(name, *allocs[name], body, zero_init=True)
                 moved.add(name)
-            return ir.For(x.var, x.lo, x.hi, body, kind=x.kind, step=x.step, attrs=x.attrs)
-        if isinstance(x, ir.Block):
-            return ir.Block(new)
-        if isinstance(x, ir.Let):
-            return ir.Let(x.name, x.value, new[0])
-        if isinstance(x, ir.If):
-            return ir.If(x.cond, new[0], new[1] if len(new) > 1 else None)
-        if isinstance(x, ir.Allocate):
-            return ir.Allocate(x.array, x.dtype, x.shape, new[0], x.zero_init)
-        raise TypeError(f"_privatise: unexpected statement {type(x).__name__}")
+            x = ir.For(x.var, x.lo, x.hi, body, kind=x.kind, step=x.step, attrs=x.attrs)
+        return x
 
     return visit(s), moved
 

@@ -195,8 +195,7 @@ def carried_by(model, deps, state, stmt, loop, private=()):
     """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
     schedule ``state``, or None.  ``private``: buffers each iteration gets its
     own copy of (their storage conflicts do not count)."""
-    rel = deps._memo(state, ("same_loop", stmt, loop),
-                     lambda: _same_loop_relation(model, deps, state, stmt, loop))
+    rel = _same_loop(model, deps, state, stmt, loop)
     for name, (d, conflicts) in deps.with_conflicts(state).items():
         if conflicts is not None and name not in private:
             d = d.union(conflicts).union(conflicts.reverse())
@@ -204,6 +203,12 @@ def carried_by(model, deps, state, stmt, loop, private=()):
         if not carried.is_empty():
             return name, carried
     return None
+
+
+def _same_loop(model, deps, state, stmt, loop):
+    """:func:`_same_loop_relation`, memoised per schedule state."""
+    return deps._memo(state, ("same_loop", stmt, loop),
+                      lambda: _same_loop_relation(model, deps, state, stmt, loop))
 
 
 def _same_loop_relation(model, deps, state, stmt, loop):
@@ -245,8 +250,7 @@ def _privatisable(model, deps, state, stmt, loop, buf):
             o = state[m.name]
             if len(o.loops) <= k or o.consts[:k + 1] != s.consts[:k + 1]:
                 return False
-    rel = deps._memo(state, ("same_loop", stmt, loop),
-                     lambda: _same_loop_relation(model, deps, state, stmt, loop))
+    rel = _same_loop(model, deps, state, stmt, loop)
     order = deps.relevant(state).get(buf)
     return order is None or order.intersect(rel).is_empty()
 
@@ -255,8 +259,7 @@ def reductions_carried(model, deps, state, stmt, loop):
     """(buffer, op) of the reassociated reductions whose self-dependences the
     loop carries: the backend must privatise and combine them."""
     out = []
-    rel = deps._memo(state, ("same_loop", stmt, loop),
-                     lambda: _same_loop_relation(model, deps, state, stmt, loop))
+    rel = _same_loop(model, deps, state, stmt, loop)
     for name, (buf, red) in deps.reductions_in(state).items():
         if state[name].reassociate and not red.intersect(rel).is_empty():
             item = (buf, model.by_name[name].stmt.op)

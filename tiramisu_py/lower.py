@@ -181,7 +181,7 @@ class AstLowering:
             if tag.reductions:
                 attrs.setdefault("reduction", [])
                 attrs["reduction"] += [r for r in tag.reductions if r not in attrs["reduction"]]
-            for b in getattr(tag, "private", ()):
+            for b in tag.private:
                 attrs.setdefault("private", [])
                 if b not in attrs["private"]:
                     attrs["private"].append(b)
