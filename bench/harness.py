@@ -11,7 +11,8 @@ Per case, each implementation is called once as a warm-up (it may compile; its
 result goes to ``check``), then timed over ``repeats`` calls in a row (after one
 more untimed call and a short pause), one implementation after the other:
 interleaving single calls let the thread pools of one library (OpenBLAS
-spinning after a call) slow down the next one.  Reported: median and minimum seconds, GFLOP/s from the median,
+spinning after a call) slow down the next one.  Reported: median and minimum
+seconds, GFLOP/s from the median,
 and the ratio of GFLOP/s to torch (eager) in the same run, or to numpy where a
 case has no torch implementation (> 1: faster).
 """
@@ -161,9 +162,9 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
             continue
         del out
         timed[name] = fn
-    # each implementation's calls back to back, after one untimed call: thread
-    # pools that spin after a call (OpenBLAS) or sleep (passive OpenMP) would
-    # otherwise slow down whichever implementation runs next
+    # each implementation's calls back to back, after a pause and one untimed
+    # call: a thread pool that spins after a call (OpenBLAS) would otherwise
+    # slow down whichever implementation runs next
     times = {name: [] for name in timed}
     for i, (name, fn) in enumerate(timed.items(), 1):
         progress.show(f"{label}: timing {name} ({i}/{len(timed)}), {repeats} calls",

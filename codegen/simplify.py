@@ -247,15 +247,9 @@ def _constant_span(alo: _Affine, hi):
     when ``hi`` is ``lo + c`` or ``min(..., lo + c, ...) [+ k]``; else None.  A
     clamped last tile (``min(N - 1, 32 * t + 31) + 1``) thus still gives its
     iterator the offset form ``32 * t + delta`` with ``0 <= delta < 32``."""
-    plus = 0
-    if isinstance(hi, ir.Binary) and hi.op == "add" and isinstance(hi.b, ir.Const) \
-            and isinstance(hi.a, ir.Binary) and hi.a.op == "min":
-        hi, plus = hi.a, int(hi.b.value)
-    spans = []
-    for arg in _min_args(hi):
-        d = _affine(arg).plus(alo.scaled(-1))
-        if not d.terms:
-            spans.append(d.const + plus)
+    args, plus = _min_terms(hi)
+    spans = [d.const + plus for d in (_affine(a).plus(alo.scaled(-1)) for a in args)
+             if not d.terms]
     return min(spans) if spans else None
 
 
@@ -285,13 +279,19 @@ def _min_args(e):
     return [e]
 
 
+def _min_terms(hi):
+    """``(args, plus)`` with ``hi = min(*args) + plus`` (``plus`` 0 and one
+    argument when ``hi`` is no clamped bound)."""
+    if isinstance(hi, ir.Binary) and hi.op == "add" and isinstance(hi.b, ir.Const) \
+            and isinstance(hi.a, ir.Binary) and hi.a.op == "min":
+        return _min_args(hi.a), int(hi.b.value)
+    return _min_args(hi), 0
+
+
 def _clamped_bound(hi):
     """``(C, others, plus)`` when ``hi`` is ``min(C, e1, ...) + plus`` with one
     constant ``C``; else None."""
-    plus = 0
-    if isinstance(hi, ir.Binary) and hi.op == "add" and isinstance(hi.b, ir.Const):
-        hi, plus = hi.a, int(hi.b.value)
-    args = _min_args(hi)
+    args, plus = _min_terms(hi)
     consts = [a for a in args if isinstance(a, ir.Const)]
     if len(args) < 2 or len(consts) != 1:
         return None
