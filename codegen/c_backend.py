@@ -182,10 +182,13 @@ _ALLOC_SOURCE = ("static void *tp_alloc(const int64_t *dims, int rank, size_t el
                 "    if (dims[d] < 0 || __builtin_mul_overflow(n, (size_t)dims[d], &n)) return NULL;\n"
                 "  }\n"
                 "  if (n == 0) n = 1;\n"
-                "  if (zero) return calloc(n, elsize);\n"
                 "  size_t bytes;\n"
-                "  if (__builtin_mul_overflow(n, elsize, &bytes)) return NULL;\n"
-                "  return malloc(bytes);\n}")
+                "  if (__builtin_mul_overflow(n, elsize, &bytes) || bytes > ((size_t)1 << 62)) return NULL;\n"
+                "  /* 64-byte aligned: a cache line, a vector */\n"
+                "  void *p = NULL;\n"
+                "  if (posix_memalign(&p, 64, bytes) != 0) return NULL;\n"
+                "  if (zero) memset(p, 0, bytes);\n"
+                "  return p;\n}")
 
 
 def _const_eval(e, consts: dict):

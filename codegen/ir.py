@@ -217,6 +217,44 @@ def check_call(e: "Call", backend: str) -> None:
         raise ValueError(f"{backend}: {e.func} takes 1 argument, got {len(e.args)}")
 
 
+def expr_key(e):
+    """A hashable structural key of an expression (the IR classes compare by identity)."""
+    if isinstance(e, Const):
+        return ("C", repr(e.value), e.dtype)
+    if isinstance(e, Var):
+        return ("V", e.name)
+    if isinstance(e, Load):
+        return ("L", e.array, tuple(expr_key(i) for i in e.index))
+    if isinstance(e, Binary):
+        return ("B", e.op, e.dtype, expr_key(e.a), expr_key(e.b))
+    if isinstance(e, Unary):
+        return ("U", e.op, e.dtype, expr_key(e.a))
+    if isinstance(e, Call):
+        return ("F", e.func, e.dtype, tuple(expr_key(a) for a in e.args))
+    if isinstance(e, Select):
+        return ("S", e.dtype, expr_key(e.cond), expr_key(e.a), expr_key(e.b))
+    if isinstance(e, Cast):
+        return ("T", e.dtype, expr_key(e.a))
+    raise TypeError(f"loop IR: not an expression: {e!r}")
+
+
+_INT_LIMITS = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-2**31, 2**31 - 1),
+               "int64": (-2**63, 2**63 - 1)}
+
+
+def identity(op: str, dtype: str):
+    """The neutral element of the reduction ``op`` ("add", "sub", "mul", "max",
+    "min") for ``dtype`` (-0.0 for float add: x + -0.0 == x for every x)."""
+    if op in ("add", "sub"):
+        return -0.0 if is_float(dtype) else 0
+    if op == "mul":
+        return 1.0 if is_float(dtype) else 1
+    if is_float(dtype):
+        return -float("inf") if op == "max" else float("inf")
+    lo, hi = _INT_LIMITS[dtype]
+    return lo if op == "max" else hi
+
+
 def walk_exprs(e: Expr):
     """Yields ``e`` and every sub-expression."""
     yield e

@@ -12,8 +12,9 @@ arithmetic, so that unit-stride accesses become vector loads/stores) or a
 from __future__ import annotations
 
 from . import ir, llvm_lower
+from .ir import expr_key
 from .llvm_lower import (_DIVS, _FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
-                         CannotWiden, Ctx, Func, Host, Module, Val, common, expr_key, kind, lit,
+                         CannotWiden, Ctx, Func, Host, Module, Val, common, kind, lit,
                          may_trap, splat_lit, vt, zero)
 
 

@@ -166,27 +166,6 @@ def may_trap(e) -> bool:
     return False
 
 
-def expr_key(e):
-    """A hashable structural key of an expression (the IR classes compare by identity)."""
-    if isinstance(e, ir.Const):
-        return ("C", repr(e.value), e.dtype)
-    if isinstance(e, ir.Var):
-        return ("V", e.name)
-    if isinstance(e, ir.Load):
-        return ("L", e.array, tuple(expr_key(i) for i in e.index))
-    if isinstance(e, ir.Binary):
-        return ("B", e.op, e.dtype, expr_key(e.a), expr_key(e.b))
-    if isinstance(e, ir.Unary):
-        return ("U", e.op, e.dtype, expr_key(e.a))
-    if isinstance(e, ir.Call):
-        return ("F", e.func, e.dtype, tuple(expr_key(a) for a in e.args))
-    if isinstance(e, ir.Select):
-        return ("S", e.dtype, expr_key(e.cond), expr_key(e.a), expr_key(e.b))
-    if isinstance(e, ir.Cast):
-        return ("T", e.dtype, expr_key(e.a))
-    raise TypeError(f"LLVM backend: not an expression: {e!r}")
-
-
 def _san(name: str) -> str:
     """``name`` usable in an LLVM local name (a hint for readability only)."""
     s = re.sub(r"[^A-Za-z0-9_.]", "_", str(name))[:40]

@@ -38,25 +38,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import ir
+from .ir import expr_key, identity
 from .c_backend import _INT_RANGE
 from .llvm_expr import VecState
-from .llvm_lower import ELSIZE, LLT, MEMT, Arr, CannotWiden, Val, _san, expr_key, lit, mangle, vt
+from .llvm_lower import ELSIZE, LLT, MEMT, Arr, CannotWiden, Val, _san, lit, mangle, vt
 
 COMBINE = {"add": "add", "sub": "add", "mul": "mul", "max": "max", "min": "min"}
 ACC = "%acc"            # the accumulator in synthesised IR (not an identifier: cannot clash)
 UNROLL = 4              # independent vector accumulators in the main widened loop
-
-
-def identity(op: str, dtype: str):
-    """The neutral element of ``op`` (-0.0 for float add: x + -0.0 == x for every x)."""
-    if op in ("add", "sub"):
-        return -0.0 if ir.is_float(dtype) else 0
-    if op == "mul":
-        return 1
-    if ir.is_float(dtype):
-        return -math.inf if op == "max" else math.inf
-    lo, hi = _INT_RANGE[dtype]
-    return lo if op == "max" else hi - 1
 
 
 def _mentions(exprs, name: str) -> bool:

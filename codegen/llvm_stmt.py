@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 
 from . import ir
+from .ir import expr_key
 from .c_backend import _const_eval
 from .llvm_expr import ExprLowering, VecState
 from .llvm_lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
-                         Val, _san, expr_key, host)
+                         Val, _san, host)
 from .llvm_reduce import ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
@@ -457,14 +458,14 @@ class Lowering(ReductionLowering, ExprLowering):
             n, ov = mul_checked(n, d)
             fail = f.op(f"or i1 {fail}, {ov}")
         n = f.op(f"select i1 {f.op(f'icmp eq i64 {n}, 0')}, i64 1, i64 {n}", "count")
-        if s.zero_init:
-            m.declare("calloc", "noalias ptr", ["i64", "i64"])
-            call = f"call ptr @calloc(i64 {n}, i64 {el})"
-        else:
-            nbytes, ov = mul_checked(n, el)
-            fail = f.op(f"or i1 {fail}, {ov}")
-            m.declare("malloc", "noalias ptr", ["i64"])
-            call = f"call ptr @malloc(i64 {nbytes})"
+        # 64-byte aligned (a cache line, a full AVX-512 vector): aligned_alloc
+        # wants a size that is a multiple of the alignment
+        nbytes, ov = mul_checked(n, el)
+        fail = f.op(f"or i1 {fail}, {ov}")
+        fail = f.op(f"or i1 {fail}, {f.op(f'icmp ugt i64 {nbytes}, 4611686018427387904')}")
+        nbytes = f.op(f"and i64 {f.op(f'add i64 {nbytes}, 63')}, -64", "bytes")
+        m.declare("aligned_alloc", "noalias ptr", ["i64", "i64"])
+        call = f"call ptr @aligned_alloc(i64 64, i64 {nbytes})"
         m.declare("free", "void", ["ptr"])
         go, bad, ok = f.label("alloc"), f.label("allocfail"), f.label("allocok")
         f.cbr(fail, bad, go)
@@ -482,6 +483,9 @@ class Lowering(ReductionLowering, ExprLowering):
                 f.emit(f"call void @free(ptr {live})")
             f.emit("ret i32 1")
         f.start(ok)
+        if s.zero_init:
+            m.declare("llvm.memset.p0.i64", "void", ["ptr", "i8", "i64", "i1"])
+            f.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {p}, i8 0, i64 {nbytes}, i1 false)")
         self.ctx.heap.append(p)
         try:
             self.with_array(s.array, Arr(p, s.dtype, self.strides(dvals)), s.body)

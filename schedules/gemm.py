@@ -35,6 +35,7 @@ class GemmParams:
     mc: int          # rows of a packed block of A
     nc: int          # columns of a packed panel of B
     vector: int      # SIMD lanes
+    parallel: str = "ic"   # the parallel loop: "ic" (threads share B's panel) or "jc"
 
 
 def _round_up(x, m):
@@ -109,7 +110,8 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
                     [(jb % p.nc) // p.nr, kb, jb % p.nr])
         bp.split(jb, p.nr, names=(f"{jb.name}_r", f"{jb.name}_v"))
         bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
-        bp.parallelize(kb)
+        if p.parallel != "jc":
+            bp.parallelize(kb)
     # the MC x KC block of A, one per thread (privatised by the parallel ic),
     # MR rows at a time, written contiguously (an MR x KC transpose per sliver)
     ap = update.cache_at(a, "kc", name=f"{a.name}_packed")
@@ -121,7 +123,10 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
     ap.unroll(f"{ia.name}_u", p.mr)
     update.unroll("iu", p.mr)
     update.vectorize("jv", p.vector if p.nr % p.vector == 0 else p.nr)
-    update.parallelize("ic")
+    # the MR x NR block of C accumulates in registers from zero over kk and is
+    # added to C once (the micro-kernel never waits on a load of C)
+    update.accumulate_locally("kk", allow_reassociation=True)
+    update.parallelize(p.parallel)
     return ap, bp
 
 

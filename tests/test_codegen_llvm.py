@@ -193,7 +193,8 @@ def test_loop_step_if_let():
 def test_allocate_two_pass():
     fn = tc.softmax_ir()
     src = emit_llvm(fn)
-    assert "@calloc" in src and "@malloc" in src and "call void @free" in src
+    # heap temporaries: 64-byte aligned, zeroed ones with a memset
+    assert "@aligned_alloc(i64 64" in src and "@llvm.memset" in src and "call void @free" in src
     assert "alloca [1 x double]" in src                    # S: constant size, on the stack
     A = np.random.default_rng(5).standard_normal((7, 13))
     status, (_, O) = parity(fn, [7, 13], [A, np.zeros_like(A)])

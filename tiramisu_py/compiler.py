@@ -6,6 +6,7 @@ import time
 
 import codegen
 from codegen import ir
+from codegen.accumulate import accumulate_locally
 from codegen.simplify import simplify_indices, version_full_tiles
 
 from . import legality
@@ -62,7 +63,7 @@ def compile_function(f, target="cpu", **options):
         name=f.name,
         scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
         arrays=arrays, body=body, constants=dict(f.fixed))
-    version_full_tiles(simplify_indices(lowered))
+    accumulate_locally(version_full_tiles(simplify_indices(lowered)))
     compiled = codegen.compile_llvm(lowered) if target == "llvm" else codegen.compile_c(lowered)
     t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered)

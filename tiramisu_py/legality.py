@@ -169,7 +169,55 @@ def check(model, deps, commands):
                 raise IllegalScheduleError(
                     f"{commands[tag.command].text} is illegal: loop {loop!r} cannot be {what}, "
                     f"it carries a dependence: " + _describe(model, deps, buf, viol, state, True) + hint)
+        for loop, k in s.accumulate.items():
+            _check_accumulate(model, deps, state, stmt, loop, commands[k].text)
     return state
+
+
+def _check_accumulate(model, deps, state, stmt, loop, text):
+    """``accumulate_locally(loop)``: the statement is a reassociated reduction,
+    alone in ``loop``, and the element it updates is fixed by the loops outside
+    and inside ``loop`` (so one slot of the local tile holds one element)."""
+    s = state[stmt]
+    names = [lp.name for lp in s.loops]
+    if loop not in names:
+        raise IllegalScheduleError(f"{text}: loop {loop!r} of {stmt} no longer exists after "
+                                   "later commands")
+    if stmt not in deps.reductions:
+        raise IllegalScheduleError(f"{text} is illegal: {stmt} is not a reduction (it reads "
+                                   "its own output array elsewhere than the updated element)")
+    if not s.reassociate:
+        raise IllegalScheduleError(
+            f"{text} is illegal: it reassociates the reduction {stmt} (the output is "
+            f"combined once per run of {loop!r}); {stmt}.accumulate_locally({loop}, "
+            "allow_reassociation=True) permits it")
+    if s.at is not None:
+        raise IllegalScheduleError(f"{text}: {stmt} is computed at {s.at[1]}; local "
+                                   "accumulation of a compute_at copy is not supported")
+    k = names.index(loop)
+    others = [n for n, o in state.items()
+              if n != stmt and len(o.loops) > k and o.consts[:k + 1] == s.consts[:k + 1]]
+    if others:
+        raise IllegalScheduleError(f"{text} is illegal: loop {loop!r} also runs "
+                                   f"{', '.join(others)}, which would not see the partial results")
+    m = model.by_name[stmt]
+    target = [j for j, a in enumerate(m.accesses) if a.write][0]
+    w = deps.maps[(stmt, target)]
+    sched = deps.schedule(state).intersect_domain(model.domain(m).to_union_set())
+    depth, pos = _depth(model, state), 2 * k + 1
+    a = [f"a{i}" for i in range(depth)]
+    b = [a[i] if i != pos else f"b{i}" for i in range(depth)]
+    other_iter = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] }}", context=model.ctx)
+    pairs = sched.apply_range(other_iter.to_union_map()).apply_range(sched.reverse())
+    moved = pairs.subtract(w.apply_range(w.reverse()).to_union_map())
+    if not moved.is_empty():
+        ex = small_pair(model, moved)
+        eg = f": e.g. {_instance(model, ex[0], ex[1])} and {_instance(model, ex[2], ex[3])}" \
+            if ex else ""
+        raise IllegalScheduleError(
+            f"{text} is illegal: the element of {m.accesses[target].buffer.name!r} that {stmt} "
+            f"updates changes with loop {loop!r}, so a slot of the local tile would mix "
+            f"elements{eg}")
 
 
 def _first_violation(model, deps, state):

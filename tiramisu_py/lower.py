@@ -174,6 +174,9 @@ class AstLowering:
             st = self.state[stmt_name]
             names = st.dim_names()
             nm = names[dim] if dim < len(names) else None
+            if nm in st.accumulate:
+                red = self.model.by_name[stmt_name].stmt
+                attrs["accumulate"] = [(resolve(Access(red.parent, red.lhs))[0].name, red.op)]
             tag = st.tags.get(nm) if nm else None
             if tag is None:
                 continue

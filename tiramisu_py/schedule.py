@@ -34,6 +34,7 @@ class StmtSchedule:
     loops: list               # n Loops
     tags: dict = field(default_factory=dict)      # loop name -> Tag
     reassociate: bool = False                     # reduction deps may be reordered
+    accumulate: dict = field(default_factory=dict)  # loop name -> command index
     at: tuple | None = None       # (producer, consumer, depth) after compute_at
 
     def find(self, name, command, stmt):
@@ -173,6 +174,11 @@ def _tag(state, s, c, index, loop, kind, arg):
     s.tags[loop] = Tag(kind, arg, index)
 
 
+def _accumulate(state, s, c, index, loop):
+    s.find(loop, c.text, c.stmt)
+    s.accumulate[loop] = index
+
+
 def _reassociate(state, s, c, index):
     s.reassociate = True
 
@@ -222,7 +228,7 @@ def _compute_at(state, s, c, index, consumer, loop, group):
 
 _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
         "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
-        "allow_reassociation": _reassociate, "after": _after, "compute_at": _compute_at}
+        "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after, "compute_at": _compute_at}
 
 
 def _root_item(f, stmt):
@@ -283,7 +289,7 @@ def loop_name(x):
     raise TypeError(f"a loop is named by a var or a string, not {type(x).__name__}")
 
 
-_TAG_OPS = ("tag", "allow_reassociation")
+_TAG_OPS = ("tag", "allow_reassociation", "accumulate")
 
 
 def _attaching_command(commands, stmt):
@@ -401,6 +407,22 @@ class Schedulable:
             n = n + "1"
         return self._command("tag", n, "unrolled", factor,
                              text=f"{self.name}.unroll({n}, {factor})")
+
+    def accumulate_locally(self, loop, allow_reassociation=False):
+        """Accumulates this reduction over ``loop`` (and the loops inside it) in
+        a small local tile that starts at the reduction's identity, one slot
+        per iteration of the loops inside ``loop``, and combines the tile into
+        the output once after each run of ``loop`` (a register block that
+        never loads the output inside the loop: BLIS's micro-kernel).  It
+        reassociates the reduction, so it needs ``allow_reassociation``;
+        ``compile()`` checks that ``loop`` holds no other statement and that
+        the element updated does not change with ``loop``."""
+        n = loop_name(loop)
+        if not getattr(self, "is_update", False):
+            raise ValueError(f"{self.name}.accumulate_locally({n}): applies to updates (reductions)")
+        if allow_reassociation:
+            self.allow_reassociation()
+        return self._command("accumulate", n, text=f"{self.name}.accumulate_locally({n})")
 
     def allow_reassociation(self):
         """Lets this reduction's iterations be reordered, parallelised or
