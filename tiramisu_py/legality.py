@@ -176,7 +176,7 @@ def check(model, deps, commands):
 
 def _check_accumulate(model, deps, state, stmt, loop, text):
     """``accumulate_locally(loop)``: the statement is a reassociated reduction,
-    alone in ``loop``, and the element it updates is fixed by the loops outside
+    no other statement in ``loop`` touches its output, and the element it updates is fixed by the loops outside
     and inside ``loop`` (so one slot of the local tile holds one element)."""
     s = state[stmt]
     names = [lp.name for lp in s.loops]
@@ -195,13 +195,16 @@ def _check_accumulate(model, deps, state, stmt, loop, text):
         raise IllegalScheduleError(f"{text}: {stmt} is computed at {s.at[1]}; local "
                                    "accumulation of a compute_at copy is not supported")
     k = names.index(loop)
-    others = [n for n, o in state.items()
-              if n != stmt and len(o.loops) > k and o.consts[:k + 1] == s.consts[:k + 1]]
-    if others:
-        raise IllegalScheduleError(f"{text} is illegal: loop {loop!r} also runs "
-                                   f"{', '.join(others)}, which would not see the partial results")
     m = model.by_name[stmt]
     target = [j for j, a in enumerate(m.accesses) if a.write][0]
+    buf = m.accesses[target].buffer.name
+    others = [n for n, o in state.items()
+              if n != stmt and len(o.loops) > k and o.consts[:k + 1] == s.consts[:k + 1]
+              and any(a.buffer.name == buf for a in model.by_name[n].accesses)]
+    if others:
+        raise IllegalScheduleError(f"{text} is illegal: loop {loop!r} also runs "
+                                   f"{', '.join(others)}, which accesses {buf!r} and would not "
+                                   "see the partial results")
     w = deps.maps[(stmt, target)]
     sched = deps.schedule(state).intersect_domain(model.domain(m).to_union_set())
     depth, pos = _depth(model, state), 2 * k + 1
@@ -215,7 +218,7 @@ def _check_accumulate(model, deps, state, stmt, loop, text):
         eg = f": e.g. {_instance(model, ex[0], ex[1])} and {_instance(model, ex[2], ex[3])}" \
             if ex else ""
         raise IllegalScheduleError(
-            f"{text} is illegal: the element of {m.accesses[target].buffer.name!r} that {stmt} "
+            f"{text} is illegal: the element of {buf!r} that {stmt} "
             f"updates changes with loop {loop!r}, so a slot of the local tile would mix "
             f"elements{eg}")
 

@@ -1,0 +1,196 @@
+"""accumulate_locally(loop): a reassociated reduction accumulates over a loop
+in a local tile and is combined into its output once after the loop.  Both
+sides: legal uses give the reference result on both backends (random inputs,
+partial tiles, every reduction op), illegal ones are refused with the reason."""
+import numpy as np
+import pytest
+
+import tiramisu_py as tp
+from codegen import ir
+from codegen.accumulate import accumulate_locally
+
+
+def gemm(n="N", m="M", k="K"):
+    f = tp.Function("gemm", params=["N", "M", "K"])
+    i, j, kk = f.var("i", 0, n), f.var("j", 0, m), f.var("k", 0, k)
+    A = f.input("A", ("N", "K"), tp.float32)
+    B = f.input("B", ("K", "M"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j] += A[i, kk] * B[kk, j]
+    return f, C
+
+
+def register_block(C, mr=4, nr=16):
+    u = C.update
+    u.tile("i", "j", mr, nr)
+    u.reorder("i0", "j0", "k", "i1", "j1")
+    u.unroll("i1", mr)
+    u.vectorize("j1", nr)
+    u.accumulate_locally("k", allow_reassociation=True)
+
+
+@pytest.mark.parametrize("shape", [(37, 45, 29), (8, 32, 64), (1, 1, 1), (5, 17, 3)])
+def test_register_block_matches_numpy(backend, shape):
+    n, m, k = shape
+    f, C = gemm()
+    register_block(C)
+    kern = f.compile()
+    rng = np.random.default_rng(n * m + k)
+    a = rng.standard_normal((n, k)).astype(np.float32)
+    b = rng.standard_normal((k, m)).astype(np.float32)
+    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_generated_code_accumulates_in_a_tile():
+    f, C = gemm()
+    register_block(C)
+    src = f.compile(target="c").source
+    assert "float C_local[4][16];" in src
+    assert "C_local[i1][j1] = C_local[i1][j1] + A[" in src
+    assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + C_local[i1][j1];" in src
+    # the partial tiles (clamped bounds) keep accumulating into C directly
+    assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + A[" in src
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
+def test_every_reduction_op(backend, op):
+    f = tp.Function("red", params=["N", "K"])
+    i, k = f.var("i", 0, "N"), f.var("k", 0, "K")
+    X = f.input("X", ("N", "K"), tp.float64)
+    R = f.computation("R", [i], 1.5)
+    x = X[i, k]
+    if op == "add":
+        R[i] += x
+    elif op == "sub":
+        R[i] -= x
+    elif op == "mul":
+        R[i] *= x
+    elif op == "max":
+        R[i].max(x)
+    else:
+        R[i].min(x)
+    R.update.split("i", 8)
+    R.update.reorder("i0", "k", "i1")
+    R.update.vectorize("i1", 8)
+    R.update.accumulate_locally("k", allow_reassociation=True)
+    rng = np.random.default_rng(3)
+    xs = rng.uniform(0.5, 1.5, (19, 7))
+    ref = {"add": 1.5 + xs.sum(1), "sub": 1.5 - xs.sum(1), "mul": 1.5 * xs.prod(1),
+           "max": np.maximum(1.5, xs.max(1)), "min": np.minimum(1.5, xs.min(1))}[op]
+    np.testing.assert_allclose(f.compile()(xs), ref, rtol=1e-12)
+
+
+def test_integer_max_starts_at_the_lowest_value(backend):
+    f = tp.Function("imax", params=["N", "K"])
+    i, k = f.var("i", 0, "N"), f.var("k", 0, "K")
+    X = f.input("X", ("N", "K"), tp.int32)
+    R = f.computation("R", [i], -2**31, dtype=tp.int32)
+    R[i].max(X[i, k])
+    R.update.split("i", 4)
+    R.update.reorder("i0", "k", "i1")
+    R.update.accumulate_locally("k", allow_reassociation=True)
+    xs = np.random.default_rng(1).integers(-2**31, -2**31 + 5, (9, 6)).astype(np.int32)
+    np.testing.assert_array_equal(f.compile()(xs), xs.max(1))
+
+
+# ------------------------------------------------------------------ refusals
+def test_needs_reassociation():
+    f, C = gemm()
+    C.update.accumulate_locally("k")
+    with pytest.raises(tp.IllegalScheduleError, match="allow_reassociation=True"):
+        f.compile()
+
+
+def test_refused_when_the_element_changes_with_the_loop():
+    f, C = gemm()
+    C.update.accumulate_locally("j", allow_reassociation=True)
+    with pytest.raises(tp.IllegalScheduleError, match="changes with loop 'j'"):
+        f.compile()
+
+
+def test_refused_when_the_element_is_not_fixed_by_the_inner_loops():
+    # skewing k into j: with j fixed, different k update different elements
+    f, C = gemm()
+    C.update.interchange("j", "k")
+    C.update.skew("k", "j", 1)
+    C.update.accumulate_locally("k", allow_reassociation=True)
+    with pytest.raises(tp.IllegalScheduleError, match="changes with loop 'k'"):
+        f.compile()
+
+
+def test_refused_when_another_statement_in_the_loop_reads_the_sums():
+    # running sums: S reads R after every step of k, so R must hold them
+    f = tp.Function("prefix", params=["N", "K"])
+    i, k = f.var("i", 0, "N"), f.var("k", 0, "K")
+    X = f.input("X", ("N", "K"), tp.float32)
+    R = f.computation("R", [i], 0.0)
+    with f.nest(i, k):
+        R[i] += X[i, k]
+        S = f.computation("S", [i, k], R[i] * 2.0)
+    R.update.accumulate_locally("k", allow_reassociation=True)
+    with pytest.raises(tp.IllegalScheduleError, match="also runs S, which accesses 'R'"):
+        f.compile()
+
+
+def test_another_statement_in_the_loop_not_touching_the_output(backend):
+    f = tp.Function("fused", params=["N", "K"])
+    i, k = f.var("i", 0, "N"), f.var("k", 0, "K")
+    X = f.input("X", ("N", "K"), tp.float32)
+    R = f.computation("R", [i], 0.0)
+    R[i] += X[i, k]
+    S = f.computation("S", [i, k], X[i, k] * 2.0)
+    S.after(R.update, "k")
+    R.update.accumulate_locally("k", allow_reassociation=True)
+    xs = np.random.default_rng(2).standard_normal((6, 11)).astype(np.float32)
+    out = f.compile()(xs)
+    np.testing.assert_allclose(out["R"], xs.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["S"], 2 * xs, rtol=1e-6)
+
+
+def test_refused_on_a_computation():
+    f, C = gemm()
+    with pytest.raises(ValueError, match="applies to updates"):
+        C.accumulate_locally("i")
+
+
+def test_unknown_loop_named():
+    f, C = gemm()
+    with pytest.raises(ValueError, match="no loop 'q'"):
+        C.update.accumulate_locally("q", allow_reassociation=True)
+
+
+# ------------------------------------------------------ the codegen transform
+def _loop(body, attrs):
+    return ir.For("k", ir.const(0), ir.Var("K"), body, attrs=attrs)
+
+
+def test_transform_leaves_a_loop_it_cannot_take():
+    # the array is read elsewhere in the loop: the loop is left as it is
+    load = ir.Load("C", (ir.const(0),), "float32")
+    body = ir.Block([
+        ir.Store("C", (ir.const(0),), ir.Binary("add", load, ir.Const(1.0, "float32"), "float32")),
+        ir.Store("D", (ir.Var("k"),), ir.Load("C", (ir.const(0),), "float32")),
+    ])
+    loop = _loop(body, {"accumulate": [("C", "add")]})
+    fn = ir.LoweredFunction("t", [ir.ScalarArg("K")],
+                            [ir.ArrayArg("C", "float32", (ir.const(1),), True),
+                             ir.ArrayArg("D", "float32", (ir.Var("K"),), True)], loop)
+    out = accumulate_locally(fn).body
+    assert isinstance(out, ir.For) and out.body.stmts[0].array == "C"
+    assert not any(isinstance(x, ir.Allocate) for x in ir.walk_stmts(out))
+
+
+def test_transform_scalar_accumulator():
+    load = ir.Load("C", (ir.const(2),), "float32")
+    body = ir.Store("C", (ir.const(2),),
+                    ir.Binary("add", load, ir.Load("X", (ir.Var("k"),), "float32"), "float32"))
+    fn = ir.LoweredFunction("t", [ir.ScalarArg("K")],
+                            [ir.ArrayArg("C", "float32", (ir.const(3),), True),
+                             ir.ArrayArg("X", "float32", (ir.Var("K"),), False)],
+                            _loop(body, {"accumulate": [("C", "add")]}))
+    out = accumulate_locally(fn).body
+    assert isinstance(out, ir.Allocate) and out.array == "C_local"
+    init, loop, combine = out.body.stmts
+    assert init.array == "C_local" and init.value.value == 0.0
+    assert "accumulate" not in loop.attrs and loop.body.array == "C_local"
+    assert combine.array == "C" and combine.value.b.array == "C_local"
