@@ -4,15 +4,21 @@ schedule written with the public scheduling language only.
 The schedule (for ``C[i, j] += A[i, k] * B[k, j]``)::
 
     jc  (NC columns of B: a K x NC panel that stays in L3)
-     pack B[:, jc] -> Bp[NC/NR][K][NR]         cache_at + store_in, parallel copy
-     ic  parallel (MC rows of A; the thread's MC x NC block of C stays in L2)
+     pack B[:, jc] -> Bp[NC/NR][K][NR]         cache_at + store_in (parallel copy
+                                               when ic is the parallel loop)
+     ic  (MC rows of A; the thread's MC x NC block of C stays in L2)
       kc  (KC rows: the depth of one rank-KC update)
        pack A[ic, kc] -> Ap[MC/MR][KC][MR]     cache_at + store_in, one per thread
        jr  (NR columns: a KC x NR micro-panel of B in L1)
         ir  (MR rows)
          kk  (the KC-deep rank-1 updates)
           iu  unrolled (MR rows)
-           jv  vectorised (NR columns)         -> MR x NR accumulators in registers
+           jv  vectorised (NR columns)         -> MR x NR accumulators in registers:
+                                                  accumulate_locally(kk) starts them
+                                                  at zero and adds them to C once
+
+``jc`` or ``ic`` is the parallel loop (``GemmParams.parallel``): with ``jc``
+each thread packs its own panel of B (privatised) in one parallel region.
 
 Tile sizes come from the machine (:mod:`schedules.host`), see
 :func:`default_params`; pass your own :class:`GemmParams` to tune.
@@ -53,18 +59,32 @@ def _balanced(extent, limit, multiple):
 def default_params(n, m, k, machine=None) -> GemmParams:
     """Tile sizes for an ``n x k`` by ``k x m`` product on this machine: the
     register block uses about 3/4 of the SIMD registers, a KC x NR micro-panel
-    of B about 3/4 of L1; MC rows of A make at least two blocks per core (the
-    parallel loop); a thread's MC x NC block of C takes a quarter of L2."""
+    of B about 3/4 of L1, an MC x KC block of A an eighth of L2, a thread's
+    MC x NC block of C a quarter of L2.  The parallel loop is ``jc`` (each
+    thread packs and streams its own panels of B, one parallel region) when
+    there are enough columns for a whole number of panels per core, else
+    ``ic`` (threads share the panel of B) with at least two blocks per core."""
     h = machine or host()
     lanes = h.lanes(4)
     nr = 2 * lanes
     mr = max(2, min(8, (h.vector_registers * 3 // 4 - 2) // 2))
     nr = min(nr, _round_up(m, lanes))
     kc = _balanced(k, max(64, h.l1d * 3 // 4 // (4 * nr)), 8) if k > 64 else k
-    per_thread = _round_up(-(-n // (2 * h.cores)), mr)
-    mc = _balanced(n, max(mr, min(per_thread, h.l2 // 2 // (4 * kc))), mr)
-    nc = _balanced(m, max(nr, h.l2 // 4 // (4 * mc)), nr)
-    return GemmParams(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, vector=min(lanes, nr))
+    mc_limit = max(mr, h.l2 // 8 // (4 * kc))
+    nc_limit = max(nr, h.l2 // 4 // (4 * min(mc_limit, _round_up(n, mr))))
+    if m >= h.cores * 4 * nr:
+        # a multiple of ``cores`` panels, each at most nc_limit wide
+        rounds = -(-m // (h.cores * nc_limit))
+        nc = _round_up(-(-m // (h.cores * rounds)), nr)
+        mc = _balanced(n, mc_limit, mr)
+        parallel = "jc"
+    else:
+        per_thread = _round_up(-(-n // (2 * h.cores)), mr)
+        mc = _balanced(n, max(mr, min(per_thread, mc_limit)), mr)
+        nc = _balanced(m, max(nr, h.l2 // 4 // (4 * mc)), nr)
+        parallel = "ic"
+    return GemmParams(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, vector=min(lanes, nr),
+                      parallel=parallel)
 
 
 def algorithm(n, m, k, batch=None):
