@@ -60,17 +60,21 @@ def test_params_follow_the_host():
     avx2 = Host(vector_bits=256, vector_registers=16, l1d=32 << 10, l2=256 << 10,
                 l3=8 << 20, cores=4)
     p, q = G.default_params(1024, 1024, 1024, avx512), G.default_params(1024, 1024, 1024, avx2)
-    assert (p.nr, p.vector, p.mr) == (32, 16, 8)
-    assert (q.nr, q.vector) == (16, 8) and q.mr < p.mr
+    assert (p.nr, p.vector, p.mr) == (64, 16, 6)        # 24 of 32 registers accumulate
+    assert (q.nr, q.vector, q.mr) == (16, 8, 6)         # 12 of 16 (BLIS's 6 x 16)
     for x, h in ((p, avx512), (q, avx2)):
         assert x.kc * x.nr * 4 <= h.l1d * 3 // 4 + 8 * x.nr * 4  # B micro-panel in L1
         assert x.mc * x.kc * 4 <= h.l2 // 2 + x.mr * x.kc * 4    # A block in L2
         assert x.mc * x.nc * 4 <= h.l2 // 4 + x.mc * x.nr * 4    # a thread's C block in L2
-        assert -(-1024 // x.mc) >= 2 * h.cores                   # the parallel ic loop
+        if x.parallel == "ic":
+            assert -(-1024 // x.mc) >= 2 * h.cores               # blocks for every core
+        else:
+            assert -(-1024 // x.nc) % h.cores == 0               # whole panels per core
         assert x.mc % x.mr == 0 and x.nc % x.nr == 0
-    # small problems get small tiles
+    assert (p.parallel, q.parallel) == ("jc", "jc")
+    # small problems get small tiles, and few columns make ic the parallel loop
     s = G.default_params(10, 20, 30, avx512)
-    assert s.mc <= 16 and s.nc <= 32 and s.kc == 30
+    assert s.mc <= 16 and s.nc <= 32 and s.kc == 30 and s.parallel == "ic"
 
 
 def test_function_is_the_schedule_users_can_change():
