@@ -23,10 +23,6 @@ from __future__ import annotations
 
 from . import ir
 
-# op -> the op that combines the tile into the array
-_COMBINE = {"add": "add", "sub": "add", "mul": "mul", "max": "max", "min": "min"}
-
-
 def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
     """``fn`` with every loop marked ``accumulate`` rewritten (see the module)."""
     taken = {a.name for a in fn.arrays} | {s.array for s in ir.walk_stmts(fn.body)
@@ -40,10 +36,6 @@ def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
 
     fn.body = visit(fn.body)
     return fn
-
-
-def _free_vars(e):
-    return {x.name for x in ir.walk_exprs(e) if isinstance(x, ir.Var)}
 
 
 def _loads(e):
@@ -76,9 +68,10 @@ def _takeable(loop: ir.For, store: ir.Store, path, op: str, written: set):
     with ``idx`` and every enclosing loop's bounds fixed during one execution of
     ``loop``; else None."""
     v = store.value
-    if op not in _COMBINE or not isinstance(v, ir.Binary) or v.op != op or not isinstance(v.a, ir.Load):
+    if op not in ir.COMBINE or not isinstance(v, ir.Binary) or v.op != op \
+            or not isinstance(v.a, ir.Load) or v.a.array != store.array:
         return None
-    if v.a.array != store.array or ir.expr_key(v.a) != ir.expr_key(ir.Load(store.array, store.index, v.dtype)):
+    if ir.expr_key(v.a) != ir.expr_key(ir.Load(store.array, store.index, v.dtype)):
         return None
     if v.dtype != v.a.dtype:
         return None
@@ -87,9 +80,9 @@ def _takeable(loop: ir.For, store: ir.Store, path, op: str, written: set):
         if isinstance(p, ir.For):
             if not (isinstance(p.lo, ir.Const) and isinstance(p.hi, ir.Const) and p.step == 1):
                 return None
-        elif _free_vars(p.value) & varying or any(x.array in written for x in _loads(p.value)):
+        elif ir.free_vars(p.value) & varying or any(x.array in written for x in _loads(p.value)):
             return None
-    if any(_free_vars(i) & varying for i in store.index):
+    if any(ir.free_vars(i) & varying for i in store.index):
         return None
     if any(x.array in written for i in store.index for x in _loads(i)):
         return None
@@ -127,10 +120,7 @@ def _rewrite(loop: ir.For, ops: dict, taken: set) -> ir.Stmt:
         plans.append((store, path, rhs))
     # the arrays may be read only by the updates themselves
     for s in ir.walk_stmts(loop.body):
-        exprs = [s.value, *s.index] if isinstance(s, ir.Store) else \
-            [s.lo, s.hi] if isinstance(s, ir.For) else [s.value] if isinstance(s, ir.Let) else \
-            [s.cond] if isinstance(s, ir.If) else list(s.shape) if isinstance(s, ir.Allocate) else []
-        for e in exprs:
+        for e in ir.stmt_exprs(s):
             if any(x.array in ops and id(x) not in self_loads for x in _loads(e)):
                 return loop
 
@@ -151,7 +141,7 @@ def _rewrite(loop: ir.For, ops: dict, taken: set) -> ir.Stmt:
         tile = ir.Load(name, tidx, dtype)
         new[id(store)] = ir.Store(name, tidx, ir.Binary(store.value.op, tile, rhs, dtype))
         inits.append(_wrap(path, ir.Store(name, tidx, ir.Const(ir.identity(op, dtype), dtype))))
-        combined = ir.Binary(_COMBINE[op], ir.Load(store.array, store.index, dtype), tile, dtype)
+        combined = ir.Binary(ir.COMBINE[op], ir.Load(store.array, store.index, dtype), tile, dtype)
         combines.append(_wrap(path, ir.Store(store.array, store.index, combined)))
         tiles.append((name, dtype, shape))
     attrs = {k: v for k, v in loop.attrs.items() if k != "accumulate"}

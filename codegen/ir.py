@@ -242,6 +242,10 @@ _INT_LIMITS = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-2**
                "int64": (-2**63, 2**63 - 1)}
 
 
+# reduction op -> the op that combines two partial results
+COMBINE = {"add": "add", "sub": "add", "mul": "mul", "max": "max", "min": "min"}
+
+
 def identity(op: str, dtype: str):
     """The neutral element of the reduction ``op`` ("add", "sub", "mul", "max",
     "min") for ``dtype`` (-0.0 for float add: x + -0.0 == x for every x)."""
@@ -253,6 +257,26 @@ def identity(op: str, dtype: str):
         return -float("inf") if op == "max" else float("inf")
     lo, hi = _INT_LIMITS[dtype]
     return lo if op == "max" else hi
+
+
+def free_vars(e: Expr) -> set:
+    """The names of the scalars (Vars) ``e`` reads."""
+    return {x.name for x in walk_exprs(e) if isinstance(x, Var)}
+
+
+def stmt_exprs(s: Stmt) -> list:
+    """The expressions ``s`` itself evaluates (not those of its children)."""
+    if isinstance(s, Store):
+        return [s.value, *s.index]
+    if isinstance(s, For):
+        return [s.lo, s.hi]
+    if isinstance(s, Let):
+        return [s.value]
+    if isinstance(s, If):
+        return [s.cond]
+    if isinstance(s, Allocate):
+        return list(s.shape)
+    return []
 
 
 def walk_exprs(e: Expr):

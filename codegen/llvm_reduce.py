@@ -33,17 +33,14 @@ The results depend on the thread count (and the vector width), never on timing.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
 from . import ir
-from .ir import expr_key, identity
-from .c_backend import _INT_RANGE
+from .ir import COMBINE, expr_key, identity
 from .llvm_expr import VecState
 from .llvm_lower import ELSIZE, LLT, MEMT, Arr, CannotWiden, Val, _san, lit, mangle, vt
 
-COMBINE = {"add": "add", "sub": "add", "mul": "mul", "max": "max", "min": "min"}
 ACC = "%acc"            # the accumulator in synthesised IR (not an identifier: cannot clash)
 UNROLL = 4              # independent vector accumulators in the main widened loop
 

@@ -298,10 +298,6 @@ def _clamped_bound(hi):
     return int(consts[0].value), [a for a in args if a is not consts[0]], plus
 
 
-def _free_vars(e):
-    return {x.name for x in ir.walk_exprs(e) if isinstance(x, ir.Var)}
-
-
 def _clamped_loops(s, bound_inside):
     """Unrolled and vector loops under ``s`` whose extent is clamped by a
     ``min`` over names bound outside ``s``: [(loop, C, others, plus)]."""
@@ -309,7 +305,7 @@ def _clamped_loops(s, bound_inside):
     if isinstance(s, ir.For):
         if s.kind in ("unrolled", "vector"):
             c = _clamped_bound(s.hi)
-            if c is not None and not any(_free_vars(o) & bound_inside for o in c[1]):
+            if c is not None and not any(ir.free_vars(o) & bound_inside for o in c[1]):
                 out.append((s, *c))
         bound_inside = bound_inside | {s.var}
     elif isinstance(s, ir.Let):
@@ -332,7 +328,7 @@ def _version(s, seen):
     already versioned (their generic copy is not versioned again)."""
     if isinstance(s, ir.For) and s.kind in ("serial", "parallel"):
         clamped = [c for c in _clamped_loops(s.body, set()) if id(c[0]) not in seen]
-        if any(s.var in _free_vars(o) for c in clamped for o in c[2]):
+        if any(s.var in ir.free_vars(o) for c in clamped for o in c[2]):
             conds, fixed = [], {}
             for loop, c, others, plus in clamped:
                 conds += [ir.Binary("ge", o, ir.Const(c, o.dtype), "bool") for o in others]

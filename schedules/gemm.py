@@ -58,8 +58,8 @@ def _balanced(extent, limit, multiple):
 
 def default_params(n, m, k, machine=None) -> GemmParams:
     """Tile sizes for an ``n x k`` by ``k x m`` product on this machine: the
-    register block's accumulators take about 3/4 of the SIMD registers, a KC x NR micro-panel
-    of B about 3/4 of L1, an MC x KC block of A a sixteenth of L2, a thread's
+    register block's accumulators take about 3/4 of the SIMD registers, a KC x
+    NR micro-panel of B about 3/4 of L1, an MC x KC block of A a sixteenth of L2, a thread's
     MC x NC block of C a quarter of L2.  The parallel loop is ``jc`` (each
     thread packs and streams its own panels of B, one parallel region) when
     there are enough columns for a whole number of panels per core, else
@@ -75,9 +75,9 @@ def default_params(n, m, k, machine=None) -> GemmParams:
     nr = min(nr, _round_up(m, lanes))
     kc = _balanced(k, max(64, h.l1d * 3 // 4 // (4 * nr)), 8) if k > 64 else k
     mc_limit = max(mr, h.l2 // 16 // (4 * kc))
-    nc_limit = max(nr, h.l2 // 4 // (4 * min(mc_limit, _round_up(n, mr))))
     if m >= h.cores * 4 * nr:
         # a multiple of ``cores`` panels, each at most nc_limit wide
+        nc_limit = max(nr, h.l2 // 4 // (4 * min(mc_limit, _round_up(n, mr))))
         rounds = -(-m // (h.cores * nc_limit))
         nc = _round_up(-(-m // (h.cores * rounds)), nr)
         mc = _balanced(n, mc_limit, mr)

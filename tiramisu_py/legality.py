@@ -176,8 +176,9 @@ def check(model, deps, commands):
 
 def _check_accumulate(model, deps, state, stmt, loop, text):
     """``accumulate_locally(loop)``: the statement is a reassociated reduction,
-    no other statement in ``loop`` touches its output, and the element it updates is fixed by the loops outside
-    and inside ``loop`` (so one slot of the local tile holds one element)."""
+    no other statement in ``loop`` touches its output, and the element it
+    updates is fixed by the loops outside and inside ``loop`` (so one slot of
+    the local tile holds one element)."""
     s = state[stmt]
     names = [lp.name for lp in s.loops]
     if loop not in names:

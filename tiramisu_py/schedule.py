@@ -228,7 +228,8 @@ def _compute_at(state, s, c, index, consumer, loop, group):
 
 _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
         "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
-        "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after, "compute_at": _compute_at}
+        "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after,
+        "compute_at": _compute_at}
 
 
 def _root_item(f, stmt):
@@ -415,11 +416,12 @@ class Schedulable:
         the output once after each run of ``loop`` (a register block that
         never loads the output inside the loop: BLIS's micro-kernel).  It
         reassociates the reduction, so it needs ``allow_reassociation``;
-        ``compile()`` checks that ``loop`` holds no other statement and that
-        the element updated does not change with ``loop``."""
+        ``compile()`` checks that no other statement in ``loop`` accesses the
+        output and that the element updated does not change with ``loop``."""
         n = loop_name(loop)
         if not getattr(self, "is_update", False):
-            raise ValueError(f"{self.name}.accumulate_locally({n}): applies to updates (reductions)")
+            raise ValueError(f"{self.name}.accumulate_locally({n}): applies to updates "
+                             "(reductions)")
         if allow_reassociation:
             self.allow_reassociation()
         return self._command("accumulate", n, text=f"{self.name}.accumulate_locally({n})")
