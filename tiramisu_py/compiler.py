@@ -11,6 +11,7 @@ from codegen.simplify import simplify_indices, version_full_tiles
 
 from . import legality
 from .checks import BoundsChecker
+from .dataflow import InitialReads
 from .legality import Dependences
 from .expr import Access, walk
 from .function import Buffer, Computation
@@ -46,6 +47,9 @@ def compile_function(f, target="cpu", **options):
     checker.dry_run()
     deps = Dependences(model)
     state = legality.check(model, deps, f._commands)
+    flow = InitialReads(model, deps)
+    zeroed = {b.name for b in temps if flow.needs_zero(b, output=False)}
+    zeroed |= {b.name for b in outputs if flow.needs_zero(b, output=True)}
     t1 = time.perf_counter()
 
     reserved = (set(f._names) - {v.name for v in f.vars}) | {b.name for b in inputs + outputs + temps}
@@ -53,10 +57,10 @@ def compile_function(f, target="cpu", **options):
     t2 = time.perf_counter()
     ex = ExprLowering(f.fixed)
     allocs = {b.name: (b.dtype.name, tuple(ex.index(s, {}) for s in b.shape)) for b in temps}
-    body, private = _privatise(body, allocs)
+    body, private = _privatise(body, allocs, zeroed)
     for b in reversed(temps):
         if b.name not in private:
-            body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=True)
+            body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=b.name in zeroed)
     arrays = [ir.ArrayArg(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
                           writable=b.kind != "input") for b in inputs + outputs]
     lowered = ir.LoweredFunction(
@@ -66,7 +70,8 @@ def compile_function(f, target="cpu", **options):
     accumulate_locally(version_full_tiles(simplify_indices(lowered)))
     compiled = codegen.compile_llvm(lowered) if target == "llvm" else codegen.compile_c(lowered)
     t3 = time.perf_counter()
-    kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered)
+    kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered,
+                    zeroed_outputs={b.name for b in outputs if b.name in zeroed})
     kernel.model, kernel.schedule = model, state
     kernel.timings = {"analysis": t1 - t0, "ast": t2 - t1, "backend": t3 - t2}
     return kernel
@@ -83,10 +88,11 @@ def _prepare(f):
             c.buffer, c.store_index, c._auto_buffer = None, None, False
 
 
-def _privatise(s, allocs):
+def _privatise(s, allocs, zeroed):
     """Moves the temporaries a parallel loop privatises (``attrs["private"]``,
     decided by the legality check) inside that loop, so that each iteration,
-    hence each thread, has its own copy.  Returns (statement, names moved)."""
+    hence each thread, has its own copy (zero-filled if in ``zeroed``).
+    Returns (statement, names moved)."""
     moved = set()
 
     def visit(x):
@@ -94,7 +100,7 @@ def _privatise(s, allocs):
         if isinstance(x, ir.For) and x.attrs.get("private"):
             body = x.body
             for name in reversed(x.attrs["private"]):
-                body = ir.Allocate(name, *allocs[name], body, zero_init=True)
+                body = ir.Allocate(name, *allocs[name], body, zero_init=name in zeroed)
                 moved.add(name)
             x = ir.For(x.var, x.lo, x.hi, body, kind=x.kind, step=x.step, attrs=x.attrs)
         return x

@@ -62,7 +62,8 @@ class Kernel:
     are inferred from shapes).  Returns the output array, or a dict of them by
     name when there are several.  ``source`` is the generated code."""
 
-    def __init__(self, f, compiled, inputs, outputs, temps, checker, lowered):
+    def __init__(self, f, compiled, inputs, outputs, temps, checker, lowered,
+                 zeroed_outputs=None):
         self.name = f.name
         self._compiled = compiled
         self.inputs = list(inputs)            # Buffers
@@ -72,6 +73,9 @@ class Kernel:
         self.fixed = dict(f.fixed)
         self.checker = checker
         self.lowered = lowered
+        # outputs the kernel may read before writing, or may leave partly
+        # unwritten: allocated zero-filled; the others uninitialised
+        self.zeroed_outputs = {b.name for b in outputs} if zeroed_outputs is None else set(zeroed_outputs)
         self._shape_cache = {}
 
     @property
@@ -172,11 +176,12 @@ class Kernel:
         for b in self.outputs:
             if b.name not in arrs:
                 shape = self._shape(b, values)
+                zero = b.name in self.zeroed_outputs
                 if use_torch:
                     import torch
-                    obj = torch.zeros(shape, dtype=getattr(torch, b.dtype.name))
+                    obj = (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, b.dtype.name))
                 else:
-                    obj = np.zeros(shape, dtype=b.dtype.np)
+                    obj = (np.zeros if zero else np.empty)(shape, dtype=b.dtype.np)
                 arrs[b.name] = _Arg(b.name, obj)
             results[b.name] = arrs[b.name].obj
         scalars = [values[p] for p in self.params]
