@@ -42,6 +42,9 @@ class GemmParams:
     nc: int          # columns of a packed panel of B
     vector: int      # SIMD lanes
     parallel: str = "ic"   # the parallel loop: "ic" (threads share B's panel) or "jc"
+    micro: str = "ir"      # the outer micro loop: "ir" (A's MR rows stay in L1, B's
+                           # micro-panels stream) or "jr" (B's micro-panel stays in L1)
+    pack_a: bool = False   # copy MC x KC blocks of A into MR x KC slivers first
 
 
 def _round_up(x, m):
@@ -57,13 +60,16 @@ def _balanced(extent, limit, multiple):
 
 
 def default_params(n, m, k, machine=None) -> GemmParams:
-    """Tile sizes for an ``n x k`` by ``k x m`` product on this machine: the
-    register block's accumulators take about 3/4 of the SIMD registers, a KC x
-    NR micro-panel of B about 3/4 of L1, an MC x KC block of A a sixteenth of L2, a thread's
-    MC x NC block of C a quarter of L2.  The parallel loop is ``jc`` (each
-    thread packs and streams its own panels of B, one parallel region) when
-    there are enough columns for a whole number of panels per core, else
-    ``ic`` (threads share the panel of B) with at least two blocks per core."""
+    """Tile sizes for an ``n x k`` by ``k x m`` product on this machine.
+
+    The register block's MR x NR accumulators take about 3/4 of the SIMD
+    registers.  The micro-kernel's MR rows of A (KC deep, read in place: a
+    broadcast operand needs no packing) stay in L1, about a fifth of it, while
+    the KC x NR micro-panels of B stream from a KC x NC panel in half of L2.
+    The parallel loop is ``jc`` (each thread packs and streams its own panels
+    of B, one parallel region) when there are enough columns for a whole
+    number of panels per core, else ``ic`` (threads share the panel of B) with
+    at least two blocks of rows per core."""
     h = machine or host()
     lanes = h.lanes(4)
     # NR = 4 vectors with 32 registers, 2 with 16: MR x NR/lanes accumulators
@@ -73,19 +79,18 @@ def default_params(n, m, k, machine=None) -> GemmParams:
     nr = vectors * lanes
     mr = max(2, min(8, h.vector_registers * 3 // 4 // vectors))
     nr = min(nr, _round_up(m, lanes))
-    kc = _balanced(k, max(64, h.l1d * 3 // 4 // (4 * nr)), 8) if k > 64 else k
-    mc_limit = max(mr, h.l2 // 16 // (4 * kc))
+    kc = _balanced(k, max(64, h.l1d // 5 // (4 * mr)), 8) if k > 64 else k
+    nc_limit = max(nr, h.l2 // 2 // (4 * kc))
     if m >= h.cores * 4 * nr:
         # a multiple of ``cores`` panels, each at most nc_limit wide
-        nc_limit = max(nr, h.l2 // 4 // (4 * min(mc_limit, _round_up(n, mr))))
         rounds = -(-m // (h.cores * nc_limit))
         nc = _round_up(-(-m // (h.cores * rounds)), nr)
-        mc = _balanced(n, mc_limit, mr)
+        mc = _balanced(n, max(mr, h.l2 // 4 // (4 * nc)), mr)
         parallel = "jc"
     else:
+        nc = _balanced(m, nc_limit, nr)
         per_thread = _round_up(-(-n // (2 * h.cores)), mr)
-        mc = _balanced(n, max(mr, min(per_thread, mc_limit)), mr)
-        nc = _balanced(m, max(nr, h.l2 // 4 // (4 * mc)), nr)
+        mc = _balanced(n, max(mr, min(per_thread, h.l2 // 4 // (4 * nc))), mr)
         parallel = "ic"
     return GemmParams(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, vector=min(lanes, nr),
                       parallel=parallel)
@@ -122,7 +127,8 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
     update.split(i, p.mc, names=("ic", "i_")).split("i_", p.mr, names=("ir", "iu"))
     update.split(j, p.nc, names=("jc", "j_")).split("j_", p.nr, names=("jr", "jv"))
     update.split(k, p.kc, names=("kc", "kk"))
-    update.reorder(*outer, "jc", "ic", "kc", "jr", "ir", "kk", "iu", "jv")
+    micro = ("jr", "ir") if p.micro == "jr" else ("ir", "jr")
+    update.reorder(*outer, "jc", "ic", "kc", *micro, "kk", "iu", "jv")
 
     bp = None
     if b is not None:
@@ -138,13 +144,9 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
             bp.parallelize(kb)
     # the MC x KC block of A, one per thread (privatised by the parallel ic),
     # MR rows at a time, written contiguously (an MR x KC transpose per sliver)
-    ap = update.cache_at(a, "kc", name=f"{a.name}_packed")
-    ia, ka = ap.vars[-2], ap.vars[-1]
-    ap.store_in(f.buffer(f"{a.name}_block", (-(-p.mc // p.mr), p.kc, p.mr), tp.float32),
-                [(ia % p.mc) // p.mr, ka % p.kc, ia % p.mr])
-    ap.split(ia, p.mr, names=(f"{ia.name}_r", f"{ia.name}_u"))
-    ap.reorder(f"{ia.name}_r", ka, f"{ia.name}_u")
-    ap.unroll(f"{ia.name}_u", p.mr)
+    ap = None
+    if p.pack_a:
+        ap = _pack_a(update, a, p)
     update.unroll("iu", p.mr)
     update.vectorize("jv", p.vector if p.nr % p.vector == 0 else p.nr)
     # the MR x NR block of C accumulates in registers from zero over kk and is
@@ -152,6 +154,18 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
     update.accumulate_locally("kk", allow_reassociation=True)
     update.parallelize(p.parallel)
     return ap, bp
+
+
+def _pack_a(update, a, p):
+    f = update.function
+    ap = update.cache_at(a, "kc", name=f"{a.name}_packed")
+    ia, ka = ap.vars[-2], ap.vars[-1]
+    ap.store_in(f.buffer(f"{a.name}_block", (-(-p.mc // p.mr), p.kc, p.mr), tp.float32),
+                [(ia % p.mc) // p.mr, ka % p.kc, ia % p.mr])
+    ap.split(ia, p.mr, names=(f"{ia.name}_r", f"{ia.name}_u"))
+    ap.reorder(f"{ia.name}_r", ka, f"{ia.name}_u")
+    ap.unroll(f"{ia.name}_u", p.mr)
+    return ap
 
 
 def function(n, m, k, batch=None, params: GemmParams | None = None):

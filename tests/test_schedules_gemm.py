@@ -31,11 +31,14 @@ def test_gemm_matches_numpy(n, m, k):
 
 def test_small_tiles_exercise_every_level():
     # several jc, kc, ic tiles, partial register blocks, on both CPU backends
-    p = G.GemmParams(mr=4, nr=16, kc=24, mc=12, nc=48, vector=8)
     a, b = rand(50, 70), rand(70, 101)
-    for target in ("llvm", "c"):
-        out = schedules.gemm(a, b, params=p, target=target)
-        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+    for micro, pack_a in (("ir", False), ("jr", True), ("ir", True), ("jr", False)):
+        for parallel in ("ic", "jc"):
+            p = G.GemmParams(mr=4, nr=16, kc=24, mc=12, nc=48, vector=8, parallel=parallel,
+                             micro=micro, pack_a=pack_a)
+            for target in ("llvm", "c"):
+                out = schedules.gemm(a, b, params=p, target=target)
+                np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_batched_gemm_matches_numpy():
@@ -63,8 +66,9 @@ def test_params_follow_the_host():
     assert (p.nr, p.vector, p.mr) == (64, 16, 6)        # 24 of 32 registers accumulate
     assert (q.nr, q.vector, q.mr) == (16, 8, 6)         # 12 of 16 (BLIS's 6 x 16)
     for x, h in ((p, avx512), (q, avx2)):
-        assert x.kc * x.nr * 4 <= h.l1d * 3 // 4 + 8 * x.nr * 4  # B micro-panel in L1
-        assert x.mc * x.kc * 4 <= h.l2 // 2 + x.mr * x.kc * 4    # A block in L2
+        assert (x.micro, x.pack_a) == ("ir", False)
+        assert x.mr * x.kc * 4 <= h.l1d // 5 + x.mr * 8 * 4      # MR rows of A in L1
+        assert x.kc * x.nc * 4 <= h.l2 // 2 + x.kc * x.nr * 4    # B's KC x NC panel in L2
         assert x.mc * x.nc * 4 <= h.l2 // 4 + x.mc * x.nr * 4    # a thread's C block in L2
         if x.parallel == "ic":
             assert -(-1024 // x.mc) >= 2 * h.cores               # blocks for every core
@@ -78,7 +82,8 @@ def test_params_follow_the_host():
 
 
 def test_function_is_the_schedule_users_can_change():
-    f = schedules.gemm_function(40, 48, 32, params=G.GemmParams(8, 16, 16, 16, 48, 16))
+    f = schedules.gemm_function(40, 48, 32, params=G.GemmParams(8, 16, 16, 16, 48, 16,
+                                                                micro="jr", pack_a=True))
     cmds = "\n".join(f.schedule_commands())
     for expected in ("split(i, 16)", "reorder(jc, ic, kc, jr, ir, kk, iu, jv)",
                      "B_packed.compute_at(C_update, jc)", "A_packed.compute_at(C_update, kc)",
@@ -91,6 +96,18 @@ def test_function_is_the_schedule_users_can_change():
     assert src.index("for (int64_t ic = ") < src.index("float A_block[2][16][8]")
     a, b = rand(40, 32), rand(32, 48)
     np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_default_schedule_reads_a_in_place():
+    # the default micro-kernel keeps its MR rows of A in L1 and reads them
+    # where they are; only B is packed
+    f = schedules.gemm_function(40, 48, 32, params=G.GemmParams(8, 16, 16, 16, 48, 16))
+    cmds = "\n".join(f.schedule_commands())
+    assert "reorder(jc, ic, kc, ir, jr, kk, iu, jv)" in cmds and "A_packed" not in cmds, cmds
+    src = f.compile(target="c").source
+    assert "B_panel[jr][16 * kc + kk][jv]" in src and "A_block" not in src
+    a, b = rand(40, 32), rand(32, 48)
+    np.testing.assert_allclose(f.compile()(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("call,match", [
