@@ -13,15 +13,21 @@ The tile is indexed by the loops between the marked loop and the update, so
 each of their iterations has its own slot; backends keep a small tile in
 registers.  This reassociates the accumulation (the caller, the scheduling
 layer, checks that the program allowed it and that one slot always holds one
-element).  A part of the body the transformation cannot take as it is (an If or
-a temporary around the update, a loop inside the marked loop whose bounds are
-not constants, other reads of the array) is left unchanged: that part then
-accumulates into the array directly, which is the same result.
+element).
+
+A loop inside the marked one may have a bound that varies with the outer
+loops (a clamped partial tile, ``iu < min(5, N - 1 - i) + 1``) as long as its
+extent has a constant bound: the tile takes that size and the init and combine
+loops run over the same bounds.  A part of the body the transformation cannot
+take as it is (an If or a temporary around the update, an unbounded inner
+loop, other reads of the array) is left unchanged: that part then accumulates
+into the array directly, which is the same result.
 
 This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
 from . import ir
+
 
 def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
     """``fn`` with every loop marked ``accumulate`` rewritten (see the module)."""
@@ -40,6 +46,30 @@ def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
 
 def _loads(e):
     return [x for x in ir.walk_exprs(e) if isinstance(x, ir.Load)]
+
+
+def _upper(e):
+    """A constant upper bound of the integer expression ``e``, or None."""
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Binary):
+        a, b = _upper(e.a), _upper(e.b)
+        if e.op == "min":
+            return min(x for x in (a, b) if x is not None) if (a, b) != (None, None) else None
+        if e.op == "add" and None not in (a, b):
+            return a + b
+        if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
+            return a - int(e.b.value)
+    return None
+
+
+def _extent(p: ir.For):
+    """The largest number of iterations of ``p`` (constant ``lo``, unit step),
+    or None."""
+    if not isinstance(p.lo, ir.Const) or p.step != 1:
+        return None
+    hi = _upper(p.hi)
+    return None if hi is None else max(0, hi - int(p.lo.value))
 
 
 def _sites(loop: ir.For, ops: dict):
@@ -78,7 +108,8 @@ def _takeable(loop: ir.For, store: ir.Store, path, op: str, written: set):
     varying = {loop.var}
     for p in path:
         if isinstance(p, ir.For):
-            if not (isinstance(p.lo, ir.Const) and isinstance(p.hi, ir.Const) and p.step == 1):
+            if _extent(p) is None or ir.free_vars(p.hi) & varying \
+                    or any(x.array in written for x in _loads(p.hi)):
                 return None
         elif ir.free_vars(p.value) & varying or any(x.array in written for x in _loads(p.value)):
             return None
@@ -133,7 +164,7 @@ def _rewrite(loop: ir.For, ops: dict, taken: set) -> ir.Stmt:
             name, k = f"{store.array}_local{k}", k + 1
         taken.add(name)
         fors = [p for p in path if isinstance(p, ir.For)]
-        shape = tuple(ir.Const(int(p.hi.value) - int(p.lo.value), ir.INDEX) for p in fors) \
+        shape = tuple(ir.Const(max(1, _extent(p)), ir.INDEX) for p in fors) \
             or (ir.Const(1, ir.INDEX),)
         tidx = tuple(ir.Var(p.var) if p.lo.value == 0 else
                      ir.Binary("sub", ir.Var(p.var), p.lo, ir.INDEX) for p in fors) \

@@ -1,24 +1,26 @@
 """fp32 GEMM and batched GEMM: the algorithm in three lines, and a Goto/BLIS
-schedule written with the public scheduling language only.
+style schedule written with the public scheduling language only.
 
 The schedule (for ``C[i, j] += A[i, k] * B[k, j]``)::
 
-    jc  (NC columns of B: a K x NC panel that stays in L3)
+    jc  (NC columns of B)
      pack B[:, jc] -> Bp[NC/NR][K][NR]         cache_at + store_in (parallel copy
                                                when ic is the parallel loop)
      ic  (MC rows of A; the thread's MC x NC block of C stays in L2)
-      kc  (KC rows: the depth of one rank-KC update)
-       pack A[ic, kc] -> Ap[MC/MR][KC][MR]     cache_at + store_in, one per thread
-       jr  (NR columns: a KC x NR micro-panel of B in L1)
-        ir  (MR rows)
+      kc  (KC rows: the depth of one rank-KC update; Bp's KC x NC part in L2)
+       ir  (MR rows: these MR x KC elements of A stay in L1, read in place)
+        jr  (NR columns: a KC x NR micro-panel of Bp, streamed from L2)
          kk  (the KC-deep rank-1 updates)
-          iu  unrolled (MR rows)
+          iu  unrolled (MR rows: broadcasts of A)
            jv  vectorised (NR columns)         -> MR x NR accumulators in registers:
                                                   accumulate_locally(kk) starts them
                                                   at zero and adds them to C once
 
 ``jc`` or ``ic`` is the parallel loop (``GemmParams.parallel``): with ``jc``
 each thread packs its own panel of B (privatised) in one parallel region.
+``GemmParams(micro="jr", pack_a=True)`` gives BLIS's own order instead: ``jr``
+outside ``ir`` with B's micro-panel in L1, and A packed per (ic, kc) into
+``Ap[MC/MR][KC][MR]``.
 
 Tile sizes come from the machine (:mod:`schedules.host`), see
 :func:`default_params`; pass your own :class:`GemmParams` to tune.
@@ -117,12 +119,12 @@ def algorithm(n, m, k, batch=None):
 
 def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
     """Applies the Goto/BLIS schedule to ``update`` (a ``+=`` of ``a[.., i, k] *
-    b[.., k, j]`` over loops ``outer..., i, j, k``): tiling, packing of ``a``
-    and ``b`` (inputs or computations) into contiguous panels, register
-    blocking, parallel ``ic``.  ``depth``: the extent of ``k`` (the packed
-    panel of ``b`` holds all of it).  ``b=None``: ``b`` is already stored as
-    packed panels ``[j / NR][k][j % NR]`` and is read in place.  Returns the
-    packed copies (``None`` for a ``b`` read in place)."""
+    b[.., k, j]`` over loops ``outer..., i, j, k``): tiling, packing of ``b``
+    (and of ``a`` with ``p.pack_a``; inputs or computations) into contiguous
+    panels, register blocking, parallel ``ic`` or ``jc``.  ``depth``: the
+    extent of ``k`` (the packed panel of ``b`` holds all of it).  ``b=None``:
+    ``b`` is already stored as packed panels ``[j / NR][k][j % NR]`` and is
+    read in place.  Returns the packed copies (``None`` for one not made)."""
     f = update.function
     update.split(i, p.mc, names=("ic", "i_")).split("i_", p.mr, names=("ir", "iu"))
     update.split(j, p.nc, names=("jc", "j_")).split("j_", p.nr, names=("jr", "jv"))
@@ -142,8 +144,8 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
         bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
         if p.parallel != "jc":
             bp.parallelize(kb)
-    # the MC x KC block of A, one per thread (privatised by the parallel ic),
-    # MR rows at a time, written contiguously (an MR x KC transpose per sliver)
+    # A is the broadcast operand: read in place by default (its MR x KC
+    # elements stay in L1 over the jr loop), or packed per (ic, kc)
     ap = None
     if p.pack_a:
         ap = _pack_a(update, a, p)
@@ -157,6 +159,8 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
 
 
 def _pack_a(update, a, p):
+    """The MC x KC block of A, one per thread (privatised by a parallel ic), MR
+    rows at a time, written contiguously (an MR x KC transpose per sliver)."""
     f = update.function
     ap = update.cache_at(a, "kc", name=f"{a.name}_packed")
     ia, ka = ap.vars[-2], ap.vars[-1]

@@ -48,8 +48,12 @@ def test_generated_code_accumulates_in_a_tile():
     assert "float C_local[4][16];" in src
     assert "C_local[i1][j1] = C_local[i1][j1] + A[" in src
     assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + C_local[i1][j1];" in src
-    # the partial tiles (clamped bounds) keep accumulating into C directly
-    assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + A[" in src
+    # the partial tiles (clamped bounds, versioned apart) accumulate in tiles
+    # of the full size too, over the clamped loops: C is never updated per k
+    assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + A[" not in src
+    assert src.count("[4][16];") == 4
+    assert "for (int64_t j1 = 0; j1 < tp_min_i64(15, M - 16 * j0 - 1) + 1; j1++) {\n" \
+           "                C_local3[i1][j1] = -0.0f;" in src
 
 
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
@@ -194,3 +198,31 @@ def test_transform_scalar_accumulator():
     assert init.array == "C_local" and init.value.value == 0.0
     assert "accumulate" not in loop.attrs and loop.body.array == "C_local"
     assert combine.array == "C" and combine.value.b.array == "C_local"
+
+
+def _inner_loop_fn(hi):
+    """for k: for j < hi: C[j] += X[k]"""
+    j = ir.Var("j")
+    load = ir.Load("C", (j,), "float32")
+    inner = ir.For("j", ir.const(0), hi, ir.Store(
+        "C", (j,), ir.Binary("add", load, ir.Load("X", (ir.Var("k"),), "float32"), "float32")))
+    return ir.LoweredFunction("t", [ir.ScalarArg("K"), ir.ScalarArg("M")],
+                              [ir.ArrayArg("C", "float32", (ir.Var("M"),), True),
+                               ir.ArrayArg("X", "float32", (ir.Var("K"),), False)],
+                              _loop(inner, {"accumulate": [("C", "add")]}))
+
+
+def test_transform_bounded_inner_loop_gets_a_tile_of_its_largest_extent():
+    hi = ir.Binary("min", ir.const(4), ir.Var("M"), ir.INDEX)
+    out = accumulate_locally(_inner_loop_fn(hi)).body
+    assert isinstance(out, ir.Allocate) and [d.value for d in out.shape] == [4]
+    init, loop, combine = out.body.stmts
+    assert init.hi is hi and combine.hi is hi          # init and combine over the same bounds
+    assert loop.body.hi is hi and loop.body.body.array == "C_local"
+
+
+@pytest.mark.parametrize("hi", [ir.Var("M"),                                   # no bound
+                                ir.Binary("min", ir.const(4), ir.Var("k"), ir.INDEX)])  # varies with k
+def test_transform_leaves_unbounded_or_varying_inner_loops(hi):
+    out = accumulate_locally(_inner_loop_fn(hi)).body
+    assert isinstance(out, ir.For) and not any(isinstance(x, ir.Allocate) for x in ir.walk_stmts(out))
