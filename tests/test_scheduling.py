@@ -316,6 +316,31 @@ def test_compute_at_in_a_parallel_loop_privatises_the_buffer(target):
     np.testing.assert_allclose(k(a), blur_ref(a), rtol=1e-12)
 
 
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_privatised_reduction_in_a_folded_buffer(target):
+    # a reduction computed per tile into a buffer folded to the tile (y % 2):
+    # tile t + 1's update touches the element tile t's update wrote, but it
+    # reads the value its own init wrote first, so no value flows between
+    # tiles (value-based flow) and the parallel tile loop privatises T
+    f = tp.Function("tiles", params=["H", "W", "K"])
+    y, x, k = f.var("y", 0, "H"), f.var("x", 0, "W"), f.var("k", 0, "K")
+    A = f.input("A", ("H + K", "W"), tp.float64)
+    with f.nest(y, x):          # each element is initialised, then accumulated
+        P = f.computation("P", [y, x], 0.0)
+        P[y, x] += A[y + k, x]
+    C = f.computation("C", [y, x], P[y, x] * 2.0)
+    C.split("y", 2, names=("y0", "y1"))
+    P.store_in(f.buffer("T", (2, "W"), tp.float64), [y % 2, x])
+    P.compute_at(C, "y0")
+    C.parallelize("y0")
+    kern = f.compile(target=target)
+    par = [s for s in ir.walk_stmts(kern.lowered.body) if isinstance(s, ir.For) and s.kind == "parallel"]
+    assert len(par) == 1 and par[0].attrs["private"] == ["T"]
+    a = RNG.random((9 + 3, 5))
+    ref = 2 * np.array([[a[yy:yy + 3, xx].sum() for xx in range(5)] for yy in range(9)])
+    np.testing.assert_allclose(kern(A=a, H=9, W=5, K=3), ref, rtol=1e-12)
+
+
 def test_privatisation_refused_when_the_buffer_is_read_outside_the_loop():
     f, bx, by = blur()
     by.split("y", 4)

@@ -21,6 +21,7 @@ import islpy as isl
 
 from . import affine
 from .affine import NonAffine
+from .dataflow import value_flow
 from .expr import Access, walk
 
 
@@ -197,9 +198,13 @@ class ComputeAt:
             if s == t == self.producer:     # (updates accumulate into one element)
                 self._check_no_collision(m, s, same)
             # across iterations, X'[o, v] -> Y'[o', w] is storage reuse (or an equal
-            # rewrite) unless it is a flow (RAW) whose source has no copy in the
-            # sink's own iteration: then Y' reads what another iteration computed
-            flow = self.copies(s).reverse().apply_range(m.intersect(self._pairs(s, t, True, False))) \
+            # rewrite) unless it is a flow of a value whose source has no copy in
+            # the sink's own iteration: then Y' reads what another iteration
+            # computed.  Value-based: a read whose element its own iteration
+            # rewrote first (an update after its init) does not see the other
+            # iteration's write, though it touches the same folded element.
+            flows = value_flow(self.model, self.buffer).intersect(m.to_union_map())
+            flow = self.copies(s).reverse().apply_range(flows.extract_map(m.get_space())) \
                 .apply_range(self.copies(t)).intersect(self.same_o(s, t, False))
             missing = self._own_copy_missing(flow, s, t)
             return (same.union(missing).to_union_map(),

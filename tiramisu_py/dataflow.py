@@ -25,6 +25,38 @@ from .affine import NonAffine
 from .schedule import initial_state
 
 
+def value_flow(model, buffer) -> isl.UnionMap:
+    """{ write -> read }: every read of ``buffer`` paired with the write(s)
+    whose value it may see, the last ones before it in program order (writes
+    that may not happen do not hide earlier ones).  Cached on the model."""
+    cache = model.__dict__.setdefault("_value_flow", {})
+    if buffer not in cache:
+        reads, must, may = [], [], []
+        for m in model.stmts:
+            for a in m.accesses:
+                if a.buffer.name != buffer:
+                    continue
+                amap, exact = model.access_map(m, a)
+                if not a.write:
+                    reads.append(amap)
+                elif exact and not m.bound_params:
+                    must.append(amap)
+                else:
+                    may.append(amap)
+        sinks = _union(reads)
+        if sinks is None or (not must and not may):
+            cache[buffer] = isl.UnionMap("{}", context=model.ctx)
+        else:
+            info = isl.UnionAccessInfo.from_sink(sinks)
+            if must:
+                info = info.set_must_source(_union(must))
+            if may:
+                info = info.set_may_source(_union(may))
+            flow = info.set_schedule_map(model.schedule_map(initial_state(model))).compute_flow()
+            cache[buffer] = flow.get_may_dependence()
+    return cache[buffer]
+
+
 def _union(maps):
     u = None
     for m in maps:
