@@ -125,6 +125,24 @@ def test_fused_block_keeps_only_a_tile_of_the_conv():
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("per_image", [True, False])
+def test_fused_block_runs_whole_images_per_thread_when_there_are_enough(per_image):
+    from codegen import ir
+    from schedules.host import host
+    n = 2 * host().cores if per_image else 1
+    s = ConvShape(n, 8, 8, 6, 32, 3, 3, 1, 1)
+    kern = schedules.conv_relu_maxpool_function(s, pool=2, rows=2).compile()
+    par = [x for x in ir.walk_stmts(kern.lowered.body) if isinstance(x, ir.For) and x.kind == "parallel"]
+    image = [x for x in par if x.var == "pn_"]
+    if per_image:      # one parallel image loop, each thread with its own conv tile
+        assert len(image) == 1 and image[0].attrs["private"] == ["conv_tile"]
+    else:
+        assert not image and any(x.var == "c" for x in par)
+    x, w, b = rand(n, 8, 8, 6), rand(32, 8, 3, 3), rand(32)
+    np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_block(x, w, b, 2),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_spatial_pack_packs_each_image_into_a_private_buffer():
     s = ConvShape(4, 5, 9, 7, 16, 3, 3, 1, 1)
     f = schedules.conv2d_function(4, 5, 9, 7, 16, algo="spatial_pack")
