@@ -11,7 +11,7 @@ from codegen.simplify import simplify_indices, version_full_tiles
 
 from . import legality
 from .checks import BoundsChecker
-from .dataflow import InitialReads
+from .dataflow import needs_zero
 from .legality import Dependences
 from .expr import Access, walk
 from .function import Buffer, Computation
@@ -47,9 +47,8 @@ def compile_function(f, target="cpu", **options):
     checker.dry_run()
     deps = Dependences(model)
     state = legality.check(model, deps, f._commands)
-    flow = InitialReads(model, deps)
-    zeroed = {b.name for b in temps if flow.needs_zero(b, output=False)}
-    zeroed |= {b.name for b in outputs if flow.needs_zero(b, output=True)}
+    zeroed = {b.name for b in temps if needs_zero(model, b, output=False)}
+    zeroed |= {b.name for b in outputs if needs_zero(model, b, output=True)}
     t1 = time.perf_counter()
 
     reserved = (set(f._names) - {v.name for v in f.vars}) | {b.name for b in inputs + outputs + temps}

@@ -27,13 +27,11 @@ class Dependences:
         orig = model.schedule_map(initial_state(model))
         self.orig_order = orig.lex_lt_union_map(orig)
         self.maps = {}                 # (stmt, access index) -> isl.Map
-        self.exact = {}                # (stmt, access index) -> the map is exact
         by_buf = {}
         for m in model.stmts:
             for k, a in enumerate(m.accesses):
-                amap, exact = model.access_map(m, a)
+                amap, _ = model.access_map(m, a)
                 self.maps[(m.name, k)] = amap
-                self.exact[(m.name, k)] = exact
                 w, al = by_buf.get(a.buffer.name, (None, None))
                 um = amap.to_union_map()
                 al = um if al is None else al.union(um)
