@@ -25,8 +25,8 @@ CTYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "u
           "int32": "int32_t", "int64": "int64_t", "bool": "bool"}
 _SUFFIX = {"float32": "f32", "float64": "f64", "int8": "i8", "uint8": "u8",
            "int32": "i32", "int64": "i64", "bool": "b"}
-_INT_RANGE = {"int8": (-2**7, 2**7), "uint8": (0, 2**8), "int32": (-2**31, 2**31),
-              "int64": (-2**63, 2**63)}
+# half-open [lo, hi) ranges of the integer dtypes, for wrapping literals
+_INT_RANGE = {t: (lo, hi + 1) for t, (lo, hi) in ir.INT_LIMITS.items()}
 _C_KEYWORDS = set("""auto break case char const continue default do double else enum extern
 float for goto if inline int long register restrict return short signed sizeof static struct
 switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool true false

@@ -238,8 +238,9 @@ def expr_key(e):
     raise TypeError(f"loop IR: not an expression: {e!r}")
 
 
-_INT_LIMITS = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-2**31, 2**31 - 1),
-               "int64": (-2**63, 2**63 - 1)}
+# the smallest and largest value of each integer dtype
+INT_LIMITS = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-2**31, 2**31 - 1),
+              "int64": (-2**63, 2**63 - 1)}
 
 
 # reduction op -> the op that combines two partial results
@@ -255,7 +256,7 @@ def identity(op: str, dtype: str):
         return 1.0 if is_float(dtype) else 1
     if is_float(dtype):
         return -float("inf") if op == "max" else float("inf")
-    lo, hi = _INT_LIMITS[dtype]
+    lo, hi = INT_LIMITS[dtype]
     return lo if op == "max" else hi
 
 
