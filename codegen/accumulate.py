@@ -27,6 +27,7 @@ This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
 from . import ir
+from .simplify import clamped_bound
 
 
 def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
@@ -48,28 +49,19 @@ def _loads(e):
     return [x for x in ir.walk_exprs(e) if isinstance(x, ir.Load)]
 
 
-def _upper(e):
-    """A constant upper bound of the integer expression ``e``, or None."""
-    if isinstance(e, ir.Const):
-        return int(e.value)
-    if isinstance(e, ir.Binary):
-        a, b = _upper(e.a), _upper(e.b)
-        if e.op == "min":
-            return min(x for x in (a, b) if x is not None) if (a, b) != (None, None) else None
-        if e.op == "add" and None not in (a, b):
-            return a + b
-        if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
-            return a - int(e.b.value)
-    return None
-
-
 def _extent(p: ir.For):
     """The largest number of iterations of ``p`` (constant ``lo``, unit step),
     or None."""
     if not isinstance(p.lo, ir.Const) or p.step != 1:
         return None
-    hi = _upper(p.hi)
-    return None if hi is None else max(0, hi - int(p.lo.value))
+    if isinstance(p.hi, ir.Const):
+        hi = int(p.hi.value)
+    else:
+        clamp = clamped_bound(p.hi)         # min(C, ...) + plus
+        if clamp is None:
+            return None
+        hi = clamp[0] + clamp[2]
+    return max(0, hi - int(p.lo.value))
 
 
 def _sites(loop: ir.For, ops: dict):

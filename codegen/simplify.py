@@ -288,7 +288,7 @@ def _min_terms(hi):
     return _min_args(hi), 0
 
 
-def _clamped_bound(hi):
+def clamped_bound(hi):
     """``(C, others, plus)`` when ``hi`` is ``min(C, e1, ...) + plus`` with one
     constant ``C``; else None."""
     args, plus = _min_terms(hi)
@@ -304,7 +304,7 @@ def _clamped_loops(s, bound_inside):
     out = []
     if isinstance(s, ir.For):
         if s.kind in ("unrolled", "vector"):
-            c = _clamped_bound(s.hi)
+            c = clamped_bound(s.hi)
             if c is not None and not any(ir.free_vars(o) & bound_inside for o in c[1]):
                 out.append((s, *c))
         bound_inside = bound_inside | {s.var}
