@@ -200,7 +200,7 @@ def _check_accumulate(model, deps, state, stmt, loop, text):
     target = [j for j, a in enumerate(m.accesses) if a.write][0]
     buf = m.accesses[target].buffer.name
     others = [n for n, o in state.items()
-              if n != stmt and len(o.loops) > k and o.consts[:k + 1] == s.consts[:k + 1]
+              if n != stmt and _inside(o, s, k)
               and any(a.buffer.name == buf for a in model.by_name[n].accesses)]
     if others:
         raise IllegalScheduleError(f"{text} is illegal: loop {loop!r} also runs "
@@ -287,6 +287,12 @@ def _same_loop_relation(model, deps, state, stmt, loop):
     return sched.apply_range(same_loop.to_union_map()).apply_range(sched.reverse())
 
 
+def _inside(o, s, k):
+    """True when statement schedule ``o`` runs inside loop ``k`` of ``s`` (the
+    same sequence positions up to that loop)."""
+    return len(o.loops) > k and o.consts[:k + 1] == s.consts[:k + 1]
+
+
 def _privatisable(model, deps, state, stmt, loop, buf):
     """True when a parallel ``loop`` can give each thread its own copy of the
     temporary ``buf``: every statement that touches it runs inside the loop,
@@ -299,8 +305,7 @@ def _privatisable(model, deps, state, stmt, loop, buf):
     k = [lp.name for lp in s.loops].index(loop)
     for m in model.stmts:
         if any(a.buffer.name == buf for a in m.accesses):
-            o = state[m.name]
-            if len(o.loops) <= k or o.consts[:k + 1] != s.consts[:k + 1]:
+            if not _inside(state[m.name], s, k):
                 return False
     rel = _same_loop(model, deps, state, stmt, loop)
     order = deps.relevant(state).get(buf)
