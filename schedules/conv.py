@@ -158,9 +158,11 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
     way) and the weights and returns ``(out_blocked, vb)``, the output
     ``[n][Co/VB][Ho][Wo][VB]`` with its register-blocked schedule (``xb``
     columns unrolled x ``vb`` channels vectorised); parallelism is left to the
-    caller.  ``per_image``: the packed input is made per image, right before
-    that image's convolution (``compute_at``), into an image-sized buffer (one
-    per thread when the image loop is parallel) instead of a full copy."""
+    caller, as is the placement of the packed input ``x_packed`` when
+    ``per_image``: then it is stored in an image-sized buffer (one per thread
+    when the image loop is parallel) instead of a full copy, and the caller
+    computes it per image, right before that image's convolution.  Returns
+    ``(out_blocked, vb, x_packed)``."""
     lanes = host().lanes(4)
     if vb is None:      # two SIMD vectors of output channels when they divide Co
         vb = next((v for v in (2 * lanes, lanes) if s.co % v == 0), s.co)
@@ -204,9 +206,7 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
     u.reorder("n", "ob", "y", "x0", "ci", "ky", "kx", "x1", "v")
     u.unroll("x1", xb)
     u.vectorize("v", vb)
-    if per_image:
-        xpk.compute_at(u, "n")
-    return outc, vb
+    return outc, vb, xpk
 
 
 def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None):
@@ -220,7 +220,8 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None):
         raise ValueError(f"spatial_pack: parallel must be 'n' or 'ob', got {parallel!r}")
     f, X, Wt, B = _function("conv2d_spatial_pack", s, bias)
     par = parallel or ("n" if s.n >= 2 * host().cores else "ob")
-    outc, vb = blocked_conv(f, X, Wt, B, s, vb, xb, per_image=True)
+    outc, vb, xpk = blocked_conv(f, X, Wt, B, s, vb, xb, per_image=True)
+    xpk.compute_at(outc.update, "n")
     outc.update.parallelize(par)
     outc.parallelize(par)
     # unpack to NCHW

@@ -8,7 +8,10 @@ of pooled rows, only the conv rows that tile needs are computed, into one
 tile-sized buffer (``store_in``, reused by every tile, sized to stay in L2),
 then pooled.  No full-size
 conv output is ever written to memory.  With at least two images per core the
-image loop is the parallel one, and each thread has its own tile.
+image loop is the parallel one, each thread has its own tile, and the padded
+NCHWc input is packed per image too (a nested ``compute_at``: the packing is
+computed at the conv, itself computed at the pooling), so no full-size packed
+copy of the input is made either.
 """
 from __future__ import annotations
 
@@ -24,13 +27,18 @@ def pooled_rows_per_tile(s: ConvShape, pool: int) -> int:
     return max(1, min(s.ho // pool, host().l2 // 2 // max(1, row)))
 
 
-def function(s: ConvShape, pool=2, bias=True, rows=None):
+def function(s: ConvShape, pool=2, bias=True, rows=None, pack_per_image=None):
     """The scheduled Function for ``maxpool(relu(conv(x) + bias), pool)``
-    (non-overlapping ``pool x pool`` windows, floor mode)."""
+    (non-overlapping ``pool x pool`` windows, floor mode).  ``rows``: pooled
+    rows per tile; ``pack_per_image``: pack the input per image (default: when
+    the image loop is the parallel one) instead of one full-size copy."""
     if s.groups != 1:
         raise ValueError("conv_relu_maxpool: groups must be 1")
     f, X, Wt, B = _function("conv_relu_maxpool", s, bias)
-    outc, vb = blocked_conv(f, X, Wt, B, s)
+    per_image = s.n >= 2 * host().cores
+    if pack_per_image is None:
+        pack_per_image = per_image
+    outc, vb, xpk = blocked_conv(f, X, Wt, B, s, per_image=pack_per_image)
     ph, pw = s.ho // pool, s.wo // pool
     rows = rows or pooled_rows_per_tile(s, pool)
     n, c = f.var("pn_", 0, s.n), f.var("c", 0, s.co)
@@ -47,7 +55,6 @@ def function(s: ConvShape, pool=2, bias=True, rows=None):
     # region per call, and each thread gets its own conv tile (privatised);
     # else the channels of each tile are shared (two regions per tile, which
     # cost ~25% at 56x56 when idle threads sleep, OMP_WAIT_POLICY=passive)
-    per_image = s.n >= 2 * host().cores
     out.parallelize("pn_" if per_image else "c")
     # the conv rows of one tile, computed right before they are pooled, into a
     # tile-sized buffer reused by every tile: [Co/VB][pool * rows][Wo][VB]
@@ -58,4 +65,6 @@ def function(s: ConvShape, pool=2, bias=True, rows=None):
     if not per_image:
         outc.update.parallelize("y" if s.co // vb < 2 * host().cores else "ob")
     outc.compute_at(out, "py0")
+    if pack_per_image:     # each image's packed input, right before its first tile
+        xpk.compute_at(outc.update, "pn_")
     return f

@@ -400,6 +400,78 @@ def test_compute_at_rules():
         bx2.compute_at(by2, "q")
 
 
+def blur_tiles(rows=4):
+    """``out = 2 * by`` in tiles of ``rows`` rows, ``by`` computed per tile."""
+    f, bx, by = blur()
+    y, x = f.var("oy", 0, "H"), f.var("ox", 0, "W")
+    out = f.computation("out", [y, x], by[y, x] * 2.0)
+    out.split("oy", rows, names=("y0", "y1"))
+    by.compute_at(out, "y0")
+    return f, bx, by, out
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+@pytest.mark.parametrize("loop", ["y0", "y"])
+def test_nested_compute_at(target, loop):
+    # bx is computed at by, which is itself computed at out: per tile of out
+    # (at y0: the tile's rows + 2, once) or per row of by (at y: 3 rows each)
+    f, bx, by, out = blur_tiles()
+    bx.compute_at(by, loop)
+    k = f.compile(target=target)
+    a = RNG.random((14, 9))
+    np.testing.assert_allclose(k(a), 2 * blur_ref(a), rtol=1e-12)
+    if target == "c":
+        src = k.source
+        y0, y2, y = (src.index(f"for (int64_t {v} = ") for v in ("y0", "y2", "y"))
+        assert (y0 < y2 < y) if loop == "y0" else (y0 < y < y2)
+        assert src.count("for (int64_t y2 = ") == 1
+        assert f.schedule_commands()[-1] == f"bx.compute_at(by, {loop})"
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_nested_compute_at_in_a_parallel_loop_privatises_the_shared_buffer(target):
+    # tiles recompute 2 rows of bx that the next tile also computes (a storage
+    # conflict: privatised); each tile writes its own rows of by (no conflict)
+    f, bx, by, out = blur_tiles()
+    bx.compute_at(by, "y0")
+    out.parallelize("y0")
+    k = f.compile(target=target)
+    par = [s for s in ir.walk_stmts(k.lowered.body) if isinstance(s, ir.For) and s.kind == "parallel"]
+    assert len(par) == 1 and par[0].attrs["private"] == ["bx"]
+    a = RNG.random((23, 9))
+    np.testing.assert_allclose(k(a), 2 * blur_ref(a), rtol=1e-12)
+
+
+def test_nested_compute_at_must_go_from_the_outermost_consumer_inwards():
+    f, bx, by = blur()
+    y, x = f.var("oy", 0, "H"), f.var("ox", 0, "W")
+    out = f.computation("out", [y, x], by[y, x] * 2.0)
+    bx.compute_at(by, "y")
+    with pytest.raises(ValueError, match="outermost consumer inwards"):
+        by.compute_at(out, "oy")
+
+
+def test_nested_compute_at_with_storage_folded_too_tightly_is_rejected():
+    # one tile of 4 rows of by needs 6 rows of bx, only 3 stored
+    f, bx, by, out = blur_tiles()
+    bx.store_in(f.buffer("rows", (3, "W"), tp.float64), [bx.vars[0] % 3, bx.vars[1]])
+    bx.compute_at(by, "y0")
+    with pytest.raises(tp.IllegalScheduleError, match="folded too tightly"):
+        f.compile()
+
+
+def test_nested_compute_at_with_storage_folded_to_the_tile_is_legal():
+    f, bx, by, out = blur_tiles()
+    bx.store_in(f.buffer("rows", (6, "W"), tp.float64), [bx.vars[0] % 6, bx.vars[1]])
+    bx.compute_at(by, "y0")
+    out.parallelize("y0")
+    k = f.compile()
+    par = [s for s in ir.walk_stmts(k.lowered.body) if isinstance(s, ir.For) and s.kind == "parallel"]
+    assert par[0].attrs["private"] == ["rows"]
+    a = RNG.random((15, 7))
+    np.testing.assert_allclose(k(a), 2 * blur_ref(a), rtol=1e-12)
+
+
 def test_cache_at_packs_a_panel_and_stays_correct():
     f = gemm.build()
     B = f.buffers["B"]

@@ -32,13 +32,34 @@ def outer_names(d):
 class ComputeAt:
     """The footprint relations of one compute_at, built on demand."""
 
-    def __init__(self, model, state, producer, consumer, depth):
+    def __init__(self, model, state, producer, consumer, depth, outer=None):
         self.model, self.producer, self.consumer, self.depth = model, producer, consumer, depth
+        self.state = state
+        self.outer = outer      # the ComputeAt that moved the consumer, if any
         cs = state[consumer]
         self.outer_exprs = [lp.expr for lp in cs.loops[:depth]]
         self.group = [producer] + [u.name for u in model.by_name[producer].stmt.updates]
         self.buffer = [a for a in model.by_name[producer].accesses if a.write][0].buffer.name
         self._fp = self._footprint()
+
+    def consumer_domain(self) -> isl.Set:
+        """C's instances: its copies C'[o', c] when C is itself computed at
+        another statement (nested compute_at), else its own domain."""
+        m = self.model
+        if self.outer is not None:
+            return self.outer.member_domain(self.consumer)
+        return m.domain(m.by_name[self.consumer])
+
+    def _consumer_map(self, outs, name):
+        """{ C[c] -> name[outs] } over C's instances (``outs``: affine texts in
+        C's coordinates)."""
+        m = self.model
+        cvars = m.tuple_vars(m.by_name[self.consumer], self.state)
+        rel = isl.Map(f"{m.prefix()}{{ {self.consumer}[{', '.join(cvars)}] -> {name}"
+                      f"[{', '.join(f'q{k}' for k in range(len(outs)))}] : "
+                      + (" and ".join(f"q{k} = {e}" for k, e in enumerate(outs)) or "true")
+                      + " }", context=m.ctx)
+        return rel.intersect_domain(self.consumer_domain())
 
     def _footprint(self):
         """F = { [o] -> P[p] } of the producer's own domain."""
@@ -48,9 +69,7 @@ class ComputeAt:
         reads = [n for n in walk(cm.stmt.value) if isinstance(n, Access) and n.target is pstmt]
         if not reads:
             raise ValueError(f"compute_at: {self.consumer} does not read {self.producer}")
-        dom_c = " and ".join(m.domain_constraints(cm)) or "true"
-        cvars = ", ".join(v.name for v in cm.vars)
-        o = outer_names(self.depth)
+        outer = self._consumer_map(self.outer_exprs, "").reverse()     # [o] -> C[c]
         rel = None
         for r in reads:
             try:
@@ -58,12 +77,7 @@ class ComputeAt:
             except NonAffine as exc:
                 raise ValueError(f"compute_at: {self.consumer} reads {r!r} at a non-affine "
                                  f"index ({exc})") from None
-            oeq = " and ".join(f"{a} = {e}" for a, e in zip(o, self.outer_exprs)) or "true"
-            text = (f"{m.prefix()}{{ [{', '.join(o)}] -> {self.producer}"
-                    f"[{', '.join(f'p{k}' for k in range(len(idx)))}] : exists {cvars} : "
-                    f"{dom_c} and {oeq} and "
-                    + " and ".join(f"p{k} = {e}" for k, e in enumerate(idx)) + " }")
-            part = isl.Map(text, context=m.ctx)
+            part = outer.apply_range(self._consumer_map(idx, self.producer))
             rel = part if rel is None else rel.union(part)
         return rel.intersect_range(m.domain(pm)).coalesce()
 
@@ -103,7 +117,7 @@ class ComputeAt:
         """{ C[c] -> [o] }."""
         cm = self.model.by_name[self.consumer]
         return isl.Map(f"{self.model.prefix()}{{ {self.consumer}"
-                       f"[{', '.join(v.name for v in cm.vars)}] -> "
+                       f"[{', '.join(self.model.tuple_vars(cm, self.state))}] -> "
                        f"[{', '.join(self.outer_exprs)}] }}", context=self.model.ctx)
 
     def same_o(self, a, b, equal=True) -> isl.Map:

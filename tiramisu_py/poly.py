@@ -108,16 +108,25 @@ class PolyModel:
         return u
 
     def compute_ats(self, state) -> dict:
-        """member name -> ComputeAt, for the statements moved by compute_at."""
+        """member name -> ComputeAt, for the statements moved by compute_at,
+        outer ones first (a nested compute_at's consumer is a member of an
+        outer one, whose copies it reads)."""
         from .compute_at import ComputeAt
         out, made = {}, {}
-        for name, st in state.items():
-            if st.at is None:
-                continue
-            producer, consumer, depth = st.at
+
+        def make(name):
+            producer, consumer, depth = state[name].at
             if producer not in made:
-                made[producer] = ComputeAt(self, state, producer, consumer, depth)
-            out[name] = made[producer]
+                outer = make(consumer) if state[consumer].at is not None else None
+                made[producer] = ComputeAt(self, state, producer, consumer, depth, outer)
+            return made[producer]
+
+        for name, st in state.items():
+            if st.at is not None:
+                make(name)
+        for at in made.values():
+            for name in at.group:
+                out[name] = at
         return out
 
     def tuple_vars(self, m, state=None) -> list:

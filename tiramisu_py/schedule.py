@@ -204,13 +204,17 @@ def _after(state, s, c, index, other, loop):
 
 def _compute_at(state, s, c, index, consumer, loop, group):
     """Moves the producer's group inside ``consumer``'s loops up to ``loop``,
-    right before ``consumer``; the copies' outer loops are tp_o0, tp_o1, ..."""
+    right before ``consumer``; the copies' outer loops are tp_o0, tp_o1, ...
+    The consumer may itself be computed at another statement (nested
+    compute_at): its loops then start with that statement's, which the
+    producer's copies share too."""
     if consumer in group:
         raise ValueError(f"{c.text}: a computation cannot be computed at itself")
     cs = state[consumer]
-    if cs.at is not None:
-        raise ValueError(f"{c.text}: {consumer} is itself computed at {cs.at[1]}; "
-                         "apply compute_at from the outermost consumer inwards")
+    inner = [n for n, r in state.items() if r.at is not None and r.at[1] in group]
+    if inner:
+        raise ValueError(f"{c.text}: {inner[0]} is already computed at {c.stmt}; apply "
+                         "compute_at from the outermost consumer inwards")
     depth = cs.find(loop, c.text, consumer) + 1
     prefix, pos = cs.consts[:depth], cs.consts[depth]
     firsts = sorted({state[g].consts[0] for g in group})
