@@ -6,10 +6,11 @@ with three algorithms, each an algorithm + schedule in the DSL:
 * ``im2col``: per image, the input patches are copied into a matrix laid out as
   the GEMM's packed B panels; the product with the weights (as a ``Co x
   Ci*Kh*Kw`` matrix) is the BLIS GEMM of :mod:`schedules.gemm`.  ``groups == 1``.
-* ``spatial_pack``: NCHWc blocking: the input is packed into ``[n][C/CB][H][W][CB]``
-  and the weights into ``[Co/VB][Ci][Kh][Kw][VB]``; the output is computed in
-  ``[n][Co/VB][Ho][Wo][VB]`` (VB output channels in SIMD lanes, XB columns in
-  registers) and unpacked to NCHW.  ``groups == 1``.
+* ``spatial_pack``: NCHWc blocking (:mod:`schedules.nchwc`): the input is
+  packed into ``[n][C/CB][H][W][CB]`` (per image) and the weights into
+  ``[Co/VB][Ci][Kh][Kw][VB]``; the output is computed in ``[Co/VB][rows][Wo][VB]``
+  tiles of rows (VB output channels in SIMD lanes, XB columns in registers)
+  that stay in L2, each unpacked to NCHW right away.  ``groups == 1``.
 
 Padding is a computation (``select`` on the borders) of the padded input.
 """
@@ -21,6 +22,7 @@ import tiramisu_py as tp
 
 from .gemm import blis, default_params
 from .host import host
+from .nchwc import tiled_block
 
 ALGOS = ("direct", "im2col", "spatial_pack")
 
@@ -153,82 +155,19 @@ def im2col(s: ConvShape, bias=True):
 
 
 # ------------------------------------------------------------------ spatial pack
-def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
-    """The NCHWc part of ``spatial_pack``: packs the input (zero-padded on the
-    way) and the weights and returns ``(out_blocked, vb)``, the output
-    ``[n][Co/VB][Ho][Wo][VB]`` with its register-blocked schedule (``xb``
-    columns unrolled x ``vb`` channels vectorised); parallelism is left to the
-    caller, as is the placement of the packed input ``x_packed`` when
-    ``per_image``: then it is stored in an image-sized buffer (one per thread
-    when the image loop is parallel) instead of a full copy, and the caller
-    computes it per image, right before that image's convolution.  Returns
-    ``(out_blocked, vb, x_packed)``."""
-    lanes = host().lanes(4)
-    if vb is None:      # two SIMD vectors of output channels when they divide Co
-        vb = next((v for v in (2 * lanes, lanes) if s.co % v == 0), s.co)
-    cob = -(-s.co // vb)
-    # input [n][Ci/CB][Hp][Wp][CB]
-    cb = min(s.ci, lanes)
-    hp, wp = s.h + 2 * s.padding, s.w + 2 * s.padding
-    xn, xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
-                           (("pn", s.n), ("icb", -(-s.ci // cb)), ("iy", hp), ("ix", wp), ("ic", cb)))
-    p = s.padding
-    inside = (xb_ * cb + xc < s.ci) & (xy >= p) & (xy < s.h + p) & (xx >= p) & (xx < s.w + p)
-    xpk = f.computation("x_packed", [xn, xb_, xy, xx, xc],
-                        tp.select(inside, X[xn, xb_ * cb + xc, xy - p, xx - p], 0.0))
-    if per_image:
-        xpk.store_in(f.buffer("x_image", (-(-s.ci // cb), hp, wp, cb), tp.float32),
-                     [xb_, xy, xx, xc])
-    else:
-        xpk.parallelize("pn" if s.n >= host().cores else "icb")
-    # weights [Co/VB][Ci][Kh][Kw][VB]
-    wo_, wc, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
-                           (("wb", cob), ("wci", s.ci), ("wky", s.kh), ("wkx", s.kw), ("wv", vb)))
-    wpk = f.computation("w_packed", [wo_, wc, wy, wx, wv], Wt[wo_ * vb + wv, wc, wy, wx])
-    wpk.parallelize("wb" if cob >= 2 * host().cores else "wci")
-    # output [n][Co/VB][Ho][Wo][VB], XB columns x VB channels in registers
-    n, ob = f.var("n", 0, s.n), f.var("ob", 0, cob)
-    y, x, v = f.var("y", 0, s.ho), f.var("x", 0, s.wo), f.var("v", 0, vb)
-    ci, ky, kx = f.var("ci", 0, s.ci), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
-    with f.nest(n, ob, y):      # each output row is initialised, then accumulated
-        outc = f.computation("out_blocked", [n, ob, y, x, v], B[ob * vb + v] if B is not None else 0.0)
-        outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, ci // cb, y * s.stride + ky * s.dilation,
-                                                              x * s.stride + kx * s.dilation, ci % cb]
-    if xb is None:      # accumulators: xb x (vb / lanes) registers, a divisor of Wo if one fits
-        # (half of the registers: a larger block measured slower, 28 accumulators
-        # ran at 0.5-0.65x of 16 on an AVX-512 Xeon, through spills and reloads)
-        room = max(1, host().vector_registers // 2 // -(-vb // lanes))
-        xb = max((d for d in range(1, min(room, s.wo) + 1) if s.wo % d == 0), default=1)
-        if xb < room // 2:
-            xb = min(room, s.wo)
-    u = outc.update
-    u.split("x", xb, names=("x0", "x1"))
-    u.reorder("n", "ob", "y", "x0", "ci", "ky", "kx", "x1", "v")
-    u.unroll("x1", xb)
-    u.vectorize("v", vb)
-    return outc, vb, xpk
-
-
-def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None):
-    """``vb`` output channels per register (a multiple of the SIMD lanes), ``xb``
-    output columns per register block, ``parallel``: the loop run in parallel,
-    "n" (images: each thread packs its own) or "ob" (blocks of output
-    channels); defaults from the host."""
+def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=None):
+    """NCHWc blocking (:mod:`schedules.nchwc`): ``vb`` output channels per
+    register (a multiple of the SIMD lanes), ``xb`` output columns per
+    register block, ``rows`` output rows per tile (computed blocked into an
+    L2-sized buffer, then unpacked to NCHW), ``parallel``: the loop run in
+    parallel, "n" (whole images per thread, each packing its own input) or
+    "c" (channels, inside each tile); defaults from the host."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")
-    if parallel not in (None, "n", "ob"):
-        raise ValueError(f"spatial_pack: parallel must be 'n' or 'ob', got {parallel!r}")
+    if parallel not in (None, "n", "c"):
+        raise ValueError(f"spatial_pack: parallel must be 'n' or 'c', got {parallel!r}")
     f, X, Wt, B = _function("conv2d_spatial_pack", s, bias)
-    par = parallel or ("n" if s.n >= 2 * host().cores else "ob")
-    outc, vb, xpk = blocked_conv(f, X, Wt, B, s, vb, xb, per_image=True)
-    xpk.compute_at(outc.update, "n")
-    outc.update.parallelize(par)
-    outc.parallelize(par)
-    # unpack to NCHW
-    n3, c3 = f.var("un", 0, s.n), f.var("uc", 0, s.co)
-    y3, x3 = f.var("uy", 0, s.ho), f.var("ux", 0, s.wo)
-    out = f.computation("out", [n3, c3, y3, x3], outc[n3, c3 // vb, y3, x3, c3 % vb])
-    out.parallelize("uc" if par == "ob" else "un")
+    tiled_block(f, X, Wt, B, s, pool=1, relu=False, rows=rows, parallel=parallel, vb=vb, xb=xb)
     return f
 
 

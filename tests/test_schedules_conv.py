@@ -152,17 +152,41 @@ def test_spatial_pack_packs_each_image_into_a_private_buffer():
     src = kern.source
     # the padded, packed input of one image, declared inside the parallel image loop
     assert "x_image" in src and "xp[" not in src
-    assert src.index("for (int64_t n = ") < src.index("x_image[")
+    assert src.index("for (int64_t pn_ = ") < src.index("x_image[")
     x, w, b = rand(4, 5, 9, 7), rand(16, 5, 3, 3), rand(16)
     np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_conv(x, w, b, 1, 1, 1, 1),
                                rtol=1e-4, atol=1e-4)
-    # the other parallel loop (blocks of output channels) gives the same result
     from schedules.conv import spatial_pack
-    k2 = spatial_pack(s, parallel="ob").compile(target="llvm")
-    np.testing.assert_allclose(k2(data=x, weight=w, bias=b), ref_conv(x, w, b, 1, 1, 1, 1),
-                               rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="parallel must be"):
         spatial_pack(s, parallel="y")
+
+
+@pytest.mark.parametrize("parallel,rows,pack", [("n", 4, None), ("c", 4, None), ("c", 9, True),
+                                                ("n", 2, False)])
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_spatial_pack_computes_the_blocked_output_per_tile_of_rows(parallel, rows, pack, target):
+    # the NCHWc output exists only as one tile of rows (Ho = 9: a partial last
+    # tile when rows = 4), unpacked to NCHW right after it is computed
+    from codegen import ir
+    from schedules.conv import spatial_pack
+    from schedules.nchwc import tiled_block
+    s = ConvShape(3, 5, 9, 7, 16, 3, 3, 1, 1)
+    if pack is None:
+        f = spatial_pack(s, parallel=parallel, rows=rows)
+    else:
+        from schedules.conv import _function
+        f, X, Wt, B = _function("sp", s, True)
+        tiled_block(f, X, Wt, B, s, parallel=parallel, rows=rows, pack_per_image=pack)
+    kern = f.compile(target=target)
+    sizes = {a.array: a.shape for a in ir.walk_stmts(kern.lowered.body) if isinstance(a, ir.Allocate)}
+    assert sizes["conv_tile"][1].value == rows and "out_blocked" not in sizes
+    per_image = pack if pack is not None else parallel == "n"
+    assert ("x_image" in sizes) == per_image and ("x_packed" in sizes) != per_image
+    par = [x.var for x in ir.walk_stmts(kern.lowered.body) if isinstance(x, ir.For) and x.kind == "parallel"]
+    assert ("pn_" in par) == (parallel == "n") and ("c" in par) == (parallel == "c")
+    x, w, b = rand(3, 5, 9, 7), rand(16, 5, 3, 3), rand(16)
+    np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_conv(x, w, b, 1, 1, 1, 1),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_torch_tensors_in_and_out():

@@ -1,0 +1,138 @@
+"""The NCHWc convolution that ``spatial_pack`` and the fused block share.
+
+:func:`blocked_conv` packs the input (zero-padded on the way) into
+``[n][C/CB][Hp][Wp][CB]`` and the weights into ``[Co/VB][Ci][Kh][Kw][VB]``, and
+computes the output in ``[n][Co/VB][Ho][Wo][VB]`` with a register-blocked
+schedule (XB columns unrolled x VB output channels in SIMD lanes).
+
+:func:`tiled_block` is the consumer that writes NCHW: ``out[n, c, py, px]``, the
+maximum over a ``pool x pool`` window (``pool=1``: the plain unpack), with
+ReLU when asked.  The NCHWc output is computed with ``compute_at`` inside the
+consumer's tile of rows, into one tile-sized buffer sized to stay in L2 and
+reused by every tile, and pooled or unpacked right away: no full-size NCHWc
+output is ever written to memory.  With at least two images per core the
+image loop is the parallel one, each thread has its own tile, and the padded,
+packed input is made per image too (a nested ``compute_at``: the packing is
+computed at the convolution, itself computed at the consumer), so there is
+no full-size packed copy of the input either.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import tiramisu_py as tp
+
+from .host import host
+
+if TYPE_CHECKING:
+    from .conv import ConvShape
+
+
+def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
+    """Packs the input and the weights and returns ``(out_blocked, vb,
+    x_packed)``: the output ``[n][Co/VB][Ho][Wo][VB]`` with its register-blocked
+    schedule (``xb`` columns unrolled x ``vb`` channels vectorised), the
+    channels per SIMD block and the packed input.  Parallelism is left to the
+    caller, as is the placement of ``x_packed`` when ``per_image``: it is then
+    stored in an image-sized buffer (one per thread when the image loop is
+    parallel) instead of a full copy, for the caller to compute per image."""
+    lanes = host().lanes(4)
+    if vb is None:      # two SIMD vectors of output channels when they divide Co
+        vb = next((v for v in (2 * lanes, lanes) if s.co % v == 0), s.co)
+    cob = -(-s.co // vb)
+    # input [n][Ci/CB][Hp][Wp][CB]
+    cb = min(s.ci, lanes)
+    hp, wp = s.h + 2 * s.padding, s.w + 2 * s.padding
+    xn, xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
+                           (("pn", s.n), ("icb", -(-s.ci // cb)), ("iy", hp), ("ix", wp), ("ic", cb)))
+    p = s.padding
+    inside = (xb_ * cb + xc < s.ci) & (xy >= p) & (xy < s.h + p) & (xx >= p) & (xx < s.w + p)
+    xpk = f.computation("x_packed", [xn, xb_, xy, xx, xc],
+                        tp.select(inside, X[xn, xb_ * cb + xc, xy - p, xx - p], 0.0))
+    if per_image:
+        xpk.store_in(f.buffer("x_image", (-(-s.ci // cb), hp, wp, cb), tp.float32),
+                     [xb_, xy, xx, xc])
+    else:
+        xpk.parallelize("pn" if s.n >= host().cores else "icb")
+    # weights [Co/VB][Ci][Kh][Kw][VB]
+    wo_, wc, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
+                           (("wb", cob), ("wci", s.ci), ("wky", s.kh), ("wkx", s.kw), ("wv", vb)))
+    wpk = f.computation("w_packed", [wo_, wc, wy, wx, wv], Wt[wo_ * vb + wv, wc, wy, wx])
+    wpk.parallelize("wb" if cob >= 2 * host().cores else "wci")
+    # output [n][Co/VB][Ho][Wo][VB], XB columns x VB channels in registers
+    n, ob = f.var("n", 0, s.n), f.var("ob", 0, cob)
+    y, x, v = f.var("y", 0, s.ho), f.var("x", 0, s.wo), f.var("v", 0, vb)
+    ci, ky, kx = f.var("ci", 0, s.ci), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    with f.nest(n, ob, y):      # each output row is initialised, then accumulated
+        outc = f.computation("out_blocked", [n, ob, y, x, v], B[ob * vb + v] if B is not None else 0.0)
+        outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, ci // cb, y * s.stride + ky * s.dilation,
+                                                              x * s.stride + kx * s.dilation, ci % cb]
+    if xb is None:      # accumulators: xb x (vb / lanes) registers, a divisor of Wo if one fits
+        # (half of the registers: a larger block measured slower, 28 accumulators
+        # ran at 0.5-0.65x of 16 on an AVX-512 Xeon, through spills and reloads)
+        room = max(1, host().vector_registers // 2 // -(-vb // lanes))
+        xb = max((d for d in range(1, min(room, s.wo) + 1) if s.wo % d == 0), default=1)
+        if xb < room // 2:
+            xb = min(room, s.wo)
+    u = outc.update
+    u.split("x", xb, names=("x0", "x1"))
+    u.reorder("n", "ob", "y", "x0", "ci", "ky", "kx", "x1", "v")
+    u.unroll("x1", xb)
+    u.vectorize("v", vb)
+    return outc, vb, xpk
+
+
+def rows_per_tile(s: ConvShape, pool: int) -> int:
+    """Output rows (after pooling) per tile: the conv rows they need fill
+    about half of L2."""
+    row = s.co * s.wo * 4 * pool
+    return max(1, min(s.ho // pool, host().l2 // 2 // max(1, row)))
+
+
+def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parallel=None,
+                vb=None, xb=None, pack_per_image=None):
+    """``out[n, c, py, px]`` (NCHW) = max over the ``pool x pool`` window
+    (non-overlapping, floor mode; ``pool=1``: the convolution itself) of the
+    NCHWc convolution, with ReLU if ``relu``; the convolution is computed per
+    tile of ``rows`` output rows.  ``parallel``: "n" (whole images per
+    thread; default with at least two images per core) or "c" (channels inside
+    each tile).  ``pack_per_image``: pack the input per image (default: when
+    the image loop is parallel) instead of one full-size copy.  Returns the
+    consumer computation."""
+    if parallel not in (None, "n", "c"):
+        raise ValueError(f"parallel must be 'n' or 'c', got {parallel!r}")
+    per_image = (parallel or ("n" if s.n >= 2 * host().cores else "c")) == "n"
+    if pack_per_image is None:
+        pack_per_image = per_image
+    outc, vb, xpk = blocked_conv(f, X, Wt, B, s, vb, xb, per_image=pack_per_image)
+    ph, pw = s.ho // pool, s.wo // pool
+    rows = rows or rows_per_tile(s, pool)
+    n, c = f.var("pn_", 0, s.n), f.var("c", 0, s.co)
+    py, px = f.var("py", 0, ph), f.var("px", 0, pw)
+    best = None
+    for dy in range(pool):
+        for dx in range(pool):
+            v = outc[n, c // vb, py * pool + dy, px * pool + dx, c % vb]
+            best = v if best is None else tp.max(best, v)
+    out = f.computation("out", [n, c, py, px], tp.max(best, 0.0) if relu else best)
+    out.split("py", rows, names=("py0", "py1"))
+    out.reorder("pn_", "py0", "c", "py1", "px")
+    # with >= 2 images per core each thread runs whole images: one parallel
+    # region per call, and each thread gets its own conv tile (privatised);
+    # else the channels of each tile are shared (two regions per tile, which
+    # cost ~25% at 56x56 when idle threads sleep, OMP_WAIT_POLICY=passive)
+    out.parallelize("pn_" if per_image else "c")
+    # the conv rows of one tile, computed right before they are pooled, into a
+    # tile-sized buffer reused by every tile: [Co/VB][pool * rows][Wo][VB]
+    tile_rows = pool * rows
+    n_, ob, y, x, v = outc.vars
+    outc.store_in(f.buffer("conv_tile", (-(-s.co // vb), tile_rows, s.wo, vb), tp.float32),
+                  [ob, y % tile_rows, x, v])
+    if not per_image:
+        outc.update.parallelize("y" if s.co // vb < 2 * host().cores else "ob")
+    outc.compute_at(out, "py0")
+    if pack_per_image:     # each image's packed input, right before its first tile
+        xpk.compute_at(outc.update, "pn_")
+        if not per_image:
+            xpk.parallelize("icb")
+    return out
