@@ -164,8 +164,6 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=
     "c" (channels, inside each tile); defaults from the host."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")
-    if parallel not in (None, "n", "c"):
-        raise ValueError(f"spatial_pack: parallel must be 'n' or 'c', got {parallel!r}")
     f, X, Wt, B = _function("conv2d_spatial_pack", s, bias)
     tiled_block(f, X, Wt, B, s, pool=1, relu=False, rows=rows, parallel=parallel, vb=vb, xb=xb)
     return f

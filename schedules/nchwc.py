@@ -100,7 +100,7 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
     the image loop is parallel) instead of one full-size copy.  Returns the
     consumer computation."""
     if parallel not in (None, "n", "c"):
-        raise ValueError(f"parallel must be 'n' or 'c', got {parallel!r}")
+        raise ValueError(f"{f.name}: parallel must be 'n' or 'c', got {parallel!r}")
     per_image = (parallel or ("n" if s.n >= 2 * host().cores else "c")) == "n"
     if pack_per_image is None:
         pack_per_image = per_image

@@ -40,6 +40,7 @@ class ComputeAt:
         self.outer_exprs = [lp.expr for lp in cs.loops[:depth]]
         self.group = [producer] + [u.name for u in model.by_name[producer].stmt.updates]
         self.buffer = [a for a in model.by_name[producer].accesses if a.write][0].buffer.name
+        self._outer_map = None
         self._fp = self._footprint()
 
     def consumer_domain(self) -> isl.Set:
@@ -69,7 +70,7 @@ class ComputeAt:
         reads = [n for n in walk(cm.stmt.value) if isinstance(n, Access) and n.target is pstmt]
         if not reads:
             raise ValueError(f"compute_at: {self.consumer} does not read {self.producer}")
-        outer = self._consumer_map(self.outer_exprs, "").reverse()     # [o] -> C[c]
+        outer = self.outer_of_consumer().reverse()                    # [o] -> C[c]
         rel = None
         for r in reads:
             try:
@@ -114,11 +115,11 @@ class ComputeAt:
         return r.intersect_range(dom)
 
     def outer_of_consumer(self) -> isl.Map:
-        """{ C[c] -> [o] }."""
-        cm = self.model.by_name[self.consumer]
-        return isl.Map(f"{self.model.prefix()}{{ {self.consumer}"
-                       f"[{', '.join(self.model.tuple_vars(cm, self.state))}] -> "
-                       f"[{', '.join(self.outer_exprs)}] }}", context=self.model.ctx)
+        """{ C[c] -> [o] } (built once: the footprint and every dependence
+        into C use it)."""
+        if self._outer_map is None:
+            self._outer_map = self._consumer_map(self.outer_exprs, "")
+        return self._outer_map
 
     def same_o(self, a, b, equal=True) -> isl.Map:
         am, bm = self.model.by_name[a], self.model.by_name[b]
