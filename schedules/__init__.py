@@ -5,7 +5,7 @@ the public language and scheduling API (no hand-written C).
     schedules.gemm(a, b)                      # Goto/BLIS GEMM
     schedules.batched_gemm(a, b)
     schedules.conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="auto")
-    schedules.conv_relu_maxpool(x, w, bias, pool=2)
+    schedules.conv_relu_maxpool(x, w, bias, pool=2, algo="auto")   # direct or Winograd
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
@@ -13,10 +13,11 @@ users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
 from .gemm import GemmParams, batched_gemm, gemm
 from .gemm import default_params as gemm_params
 from .gemm import function as gemm_function
-from .conv_ops import CONV_ALGOS, conv2d, conv2d_function, conv_relu_maxpool
+from .conv_ops import CONV_ALGOS, FUSED_ALGOS, conv2d, conv2d_function, conv_relu_maxpool
 from .fused import function as conv_relu_maxpool_function
 from .host import host
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
+           "FUSED_ALGOS",
            "host"]

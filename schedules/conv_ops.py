@@ -3,7 +3,9 @@
 ``conv2d(..., algo="auto")`` times every applicable algorithm once for a shape
 (as MIOpen's find step does), records the winner in ``conv_find.json`` in the
 on-disk cache (keyed by shape, machine and backend) and uses it from then on,
-in this process and later ones.  ``algo=`` forces one.
+in this process and later ones.  ``algo=`` forces one.  The fused
+``conv_relu_maxpool(..., algo="auto")`` chooses between its "direct" and
+"winograd" blocks the same way.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from . import fused, runtime
 from .host import host
 
 CONV_ALGOS = C.ALGOS
+FUSED_ALGOS = fused.ALGOS
 FIND_FILE = "conv_find.json"
 
 
@@ -80,27 +83,42 @@ def _store_find(key, algo, times):
     os.replace(tmp, path)
 
 
-def find(s, x, w, b, target=None, repeats=3):
-    """The fastest applicable algorithm for shape ``s``: remembered, or timed
-    now on these arguments and remembered."""
-    key = _find_key(s, b is not None, target)
+def _choose(key, candidates, run, repeats):
+    """The remembered choice for ``key`` if it is one of ``candidates``; else
+    each candidate is run once (compile and warm-up), then timed
+    ``repeats`` times on the same arguments, and the fastest remembered."""
     known = _load_find().get(key)
-    if known and known.get("algo") in CONV_ALGOS and C.applicable(known["algo"], s):
+    if known and known.get("algo") in candidates:
         return known["algo"]
     times = {}
-    for algo in CONV_ALGOS:
-        if not C.applicable(algo, s):
-            continue
-        _run(algo, s, x, w, b, target)                      # compile + warm up
+    for algo in candidates:
+        run(algo)                                           # compile + warm up
         samples = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            _run(algo, s, x, w, b, target)
+            run(algo)
             samples.append(time.perf_counter() - t0)
         times[algo] = min(samples)        # noise only ever slows a run down
     best = min(times, key=times.get)
     _store_find(key, best, times)
     return best
+
+
+def find(s, x, w, b, target=None, repeats=3):
+    """The fastest applicable conv2d algorithm for shape ``s``: remembered,
+    or timed now on these arguments and remembered."""
+    return _choose(_find_key(s, b is not None, target),
+                   [a for a in CONV_ALGOS if C.applicable(a, s)],
+                   lambda algo: _run(algo, s, x, w, b, target), repeats)
+
+
+def find_fused(s, pool, x, w, b, target=None, repeats=3):
+    """The same for the fused block: "direct" or "winograd" (where it
+    applies).  Its records start with "conv_relu_maxpool" and ``pool``."""
+    key = json.dumps(["conv_relu_maxpool", pool, *json.loads(_find_key(s, True, target))])
+    return _choose(key, [a for a in FUSED_ALGOS if fused.applicable(a, s, pool)],
+                   lambda algo: _fused_kernel(algo, s, pool, target)(data=x, weight=w, bias=b),
+                   repeats)
 
 
 # ------------------------------------------------------------------ operators
@@ -130,9 +148,15 @@ def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=1, dilation=1
     return C.BUILDERS[algo](s, bias=bias)
 
 
-def conv_relu_maxpool(x, w, bias, pool=2, target=None):
+def _fused_kernel(algo, s, pool, target):
+    return runtime.kernel(("conv_relu_maxpool", algo, s, pool),
+                          lambda: fused.function(s, pool, algo=algo), target)
+
+
+def conv_relu_maxpool(x, w, bias, pool=2, algo="auto", target=None):
     """``max_pool2d(relu(conv2d(x, w, bias, stride=1, padding=1)), pool)`` in one
-    fused pass (see :mod:`schedules.fused`)."""
+    fused pass (see :mod:`schedules.fused`).  ``algo``: "auto" (find step),
+    "direct" or "winograd" (3x3 kernels, ``pool=2``)."""
     runtime.same_kind((x, w, bias), ("x", "w", "bias"))
     x, w = runtime.float32_array(x, "x", 4), runtime.float32_array(w, "w", 4)
     b = runtime.float32_array(bias, "bias", 1)
@@ -141,5 +165,12 @@ def conv_relu_maxpool(x, w, bias, pool=2, target=None):
         raise ValueError(f"conv_relu_maxpool: bias has {b.shape[0]} values for {s.co} output channels")
     if not isinstance(pool, int) or isinstance(pool, bool) or not 1 <= pool <= min(s.ho, s.wo):
         raise ValueError(f"conv_relu_maxpool: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
-    k = runtime.kernel(("conv_relu_maxpool", s, pool), lambda: fused.function(s, pool), target)
-    return k(data=x, weight=w, bias=b)
+    if algo == "auto":
+        algo = find_fused(s, pool, x, w, b, target)
+    elif algo not in FUSED_ALGOS:
+        raise ValueError(f"conv_relu_maxpool: algo must be 'auto' or one of "
+                         f"{', '.join(FUSED_ALGOS)}; got {algo!r}")
+    elif not fused.applicable(algo, s, pool):
+        raise ValueError(f"conv_relu_maxpool: algo {algo!r} needs a 3x3 kernel and pool=2 "
+                         f"(got {s.kh}x{s.kw}, pool={pool}); use 'direct'")
+    return _fused_kernel(algo, s, pool, target)(data=x, weight=w, bias=b)

@@ -112,6 +112,68 @@ def test_conv_relu_maxpool_matches_numpy(shape, pool):
     np.testing.assert_allclose(out, ref_block(x, w, b, pool), rtol=1e-4, atol=1e-4)
 
 
+WINOGRAD_CASES = [  # n, ci, h, w, co: odd sizes (a last row / column no window covers),
+    (2, 5, 9, 11, 7),   # Co not a multiple of the SIMD width,
+    (1, 20, 6, 8, 32),  # two SIMD vectors of channels, Ci not a multiple of 16
+    (3, 16, 7, 5, 16),  # more images than cores: the image loop runs in parallel
+]
+
+
+@pytest.mark.parametrize("case", WINOGRAD_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_winograd_fused_block_matches_numpy(case, target):
+    n, ci, h, wd, co = case
+    x, w, b = rand(n, ci, h, wd), rand(co, ci, 3, 3), rand(co)
+    out = schedules.conv_relu_maxpool(x, w, b, pool=2, algo="winograd", target=target)
+    np.testing.assert_allclose(out, ref_block(x, w, b, 2), rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_fused_block_keeps_every_intermediate_per_image():
+    from codegen import ir
+    s = ConvShape(4, 16, 6, 6, 16, 3, 3, 1, 1)
+    kern = schedules.conv_relu_maxpool_function(s, pool=2, algo="winograd").compile()
+    par = [x for x in ir.walk_stmts(kern.lowered.body) if isinstance(x, ir.For) and x.kind == "parallel"]
+    image = [x for x in par if x.var == "n"]
+    # the packed input, its transformed tiles and their products with the
+    # transformed filters: one image each, private to the thread
+    assert len(image) == 1 and image[0].attrs["private"] == ["x_image", "v_image", "m_image"]
+    sizes = {a.array: [d.value for d in a.shape] for a in ir.walk_stmts(kern.lowered.body)
+             if isinstance(a, ir.Allocate)}
+    assert sizes["v_image"] == [4, 4, 3, 3, 16] and sizes["m_image"] == [4, 4, 1, 3, 3, 16]
+    assert sizes["u"] == [4, 4, 1, 16, 16]      # the transformed filters, once per call
+    x, w, b = rand(4, 16, 6, 6), rand(16, 16, 3, 3), rand(16)
+    np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_block(x, w, b, 2),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_fused_find_step_times_both_algorithms_once():
+    x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
+    out = schedules.conv_relu_maxpool(x, w, b)
+    np.testing.assert_allclose(out, ref_block(x, w, b, 2), rtol=1e-4, atol=1e-4)
+    record = json.loads((tp.cache_dir() / conv_ops.FIND_FILE).read_text())
+    entries = [v for k, v in record.items()
+               if json.loads(k)[:3] == ["conv_relu_maxpool", 2, [1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1]]]
+    assert entries and set(entries[0]["seconds"]) == set(schedules.FUSED_ALGOS)
+    # pool=3: Winograd does not apply, direct is the only candidate
+    schedules.conv_relu_maxpool(x, w, b, pool=3)
+    record = json.loads((tp.cache_dir() / conv_ops.FIND_FILE).read_text())
+    entries = [v for k, v in record.items() if json.loads(k)[:2] == ["conv_relu_maxpool", 3]]
+    assert entries and set(entries[0]["seconds"]) == {"direct"}
+
+
+def test_winograd_refuses_what_it_cannot_compute():
+    x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
+    with pytest.raises(ValueError, match="algo 'winograd' needs a 3x3 kernel and pool=2"):
+        schedules.conv_relu_maxpool(x, w, b, pool=3, algo="winograd")
+    with pytest.raises(ValueError, match="algo must be 'auto' or one of direct, winograd"):
+        schedules.conv_relu_maxpool(x, w, b, algo="fft")
+    s = ConvShape(1, 4, 6, 6, 8, 3, 3, 1, 1)
+    with pytest.raises(ValueError, match="rows do not apply to algo 'winograd'"):
+        schedules.conv_relu_maxpool_function(s, algo="winograd", rows=2)
+    with pytest.raises(ValueError, match="vb=16 must divide the 8 output channels"):
+        schedules.conv_relu_maxpool_function(s, algo="winograd", vb=16)
+
+
 def test_fused_block_keeps_only_a_tile_of_the_conv():
     s = ConvShape(2, 8, 12, 10, 32, 3, 3, 1, 1)
     f = schedules.conv_relu_maxpool_function(s, pool=2, rows=2)

@@ -341,6 +341,52 @@ def test_privatised_reduction_in_a_folded_buffer(target):
     np.testing.assert_allclose(kern(A=a, H=9, W=5, K=3), ref, rtol=1e-12)
 
 
+def row_scratch():
+    """Per row r of A: the row + 1 goes into a one-row scratch buffer S (no
+    r index), then ``out[r] = 2 * S`` reversed."""
+    f = tp.Function("scratch", params=["H", "W"])
+    r, x = f.var("r", 0, "H"), f.var("x", 0, "W")
+    A = f.input("A", ("H", "W"), tp.float64)
+    with f.nest(r):
+        s = f.computation("s", [r, x], A[r, x] + 1.0)
+        s.store_in(f.buffer("S", ("W",), tp.float64), [x])
+        x2 = f.var("x2", 0, "W")
+        out = f.computation("out", [r, x2], s[r, x2 * -1 + f.param("W") - 1] * 2.0)
+    return f, s, out
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_scratch_buffer_of_a_nest_is_privatised_by_its_parallel_loop(target):
+    # S lacks the row index: rows conflict on its storage, but each row reads
+    # only what it wrote itself (exact last-writer flow), so the parallel row
+    # loop gives every thread its own S
+    f, s, out = row_scratch()
+    out.parallelize("r")
+    k = f.compile(target=target)
+    par = [x for x in ir.walk_stmts(k.lowered.body) if isinstance(x, ir.For) and x.kind == "parallel"]
+    assert len(par) == 1 and par[0].var == "r" and par[0].attrs["private"] == ["S"]
+    a = RNG.random((37, 6))
+    np.testing.assert_allclose(k(A=a, H=37, W=6), 2 * (a[:, ::-1] + 1), rtol=1e-12)
+
+
+def test_scratch_buffer_read_before_it_is_written_is_not_privatised():
+    # each row reads S before writing it: row r sees row r - 1's values (a
+    # flow between iterations), row 0 the initial content
+    f = tp.Function("early", params=["H", "W"])
+    r, x = f.var("r", 0, "H"), f.var("x", 0, "W")
+    A = f.input("A", ("H", "W"), tp.float64)
+    S = f.buffer("S", ("W",), tp.float64)
+    with f.nest(r):
+        x1 = f.var("x1", 0, "W")
+        out = f.computation("out", [r, x1])
+        s = f.computation("s", [r, x], A[r, x] * 3.0)
+        s.store_in(S, [x])
+    out.set_expression(A[r, x1] + s[r - 1, x1])
+    out.parallelize("r")
+    with pytest.raises(tp.IllegalScheduleError, match="cannot be parallelised.* on 'S'"):
+        f.compile()
+
+
 def test_privatisation_refused_when_the_buffer_is_read_outside_the_loop():
     f, bx, by = blur()
     by.split("y", 4)

@@ -30,9 +30,13 @@ from .schedule import initial_state
 
 
 def _flow(model, buffer):
-    """(flow, reads, must-writes) of ``buffer`` in program order, cached on the
-    model: ``flow`` is isl's UnionFlow, None when nothing reads or writes it;
-    the other two are union maps or None."""
+    """(flow, no_source, reads, must-writes) of ``buffer`` in program order,
+    cached on the model: ``flow`` is the { write -> read } may-dependence and
+    ``no_source`` the reads that may see initial content (both None when
+    nothing reads it or nothing writes it); the other two are union maps or
+    None.  Each read access is its own isl ``compute_flow`` problem (sinks
+    are independent): one problem with many accesses, such as the arms of a
+    select over an unrolled index, took 20x longer."""
     cache = model.__dict__.setdefault("_flows", {})
     if buffer not in cache:
         reads, must, may = [], [], []
@@ -47,15 +51,22 @@ def _flow(model, buffer):
                     must.append(amap)
                 else:
                     may.append(amap)
-        sinks, flow = _union(reads), None
+        sinks, flow, no_source = _union(reads), None, None
         if sinks is not None and (must or may):
-            info = isl.UnionAccessInfo.from_sink(sinks)
-            if must:
-                info = info.set_must_source(_union(must))
-            if may:
-                info = info.set_may_source(_union(may))
-            flow = info.set_schedule_map(model.schedule_map(initial_state(model))).compute_flow()
-        cache[buffer] = (flow, sinks, _union(must))
+            sched = model.schedule_map(initial_state(model))
+            must_u, may_u = _union(must), _union(may)
+            flows, missing = [], []
+            for sink in _distinct(reads):
+                info = isl.UnionAccessInfo.from_sink(_as_union(sink))
+                if must_u is not None:
+                    info = info.set_must_source(must_u)
+                if may_u is not None:
+                    info = info.set_may_source(may_u)
+                result = info.set_schedule_map(sched).compute_flow()
+                flows.append(result.get_may_dependence())
+                missing.append(result.get_may_no_source())
+            flow, no_source = _union(flows), _union(missing)
+        cache[buffer] = (flow, no_source, sinks, _union(must))
     return cache[buffer]
 
 
@@ -64,21 +75,21 @@ def value_flow(model, buffer) -> isl.UnionMap:
     whose value it may see, the last ones before it in program order (writes
     that may not happen do not hide earlier ones)."""
     flow = _flow(model, buffer)[0]
-    return isl.UnionMap("{}", context=model.ctx) if flow is None else flow.get_may_dependence()
+    return isl.UnionMap("{}", context=model.ctx) if flow is None else flow
 
 
 def reads_initial(model, buffer) -> bool:
     """True when some read of ``buffer`` may see its initial content."""
-    flow, sinks, _ = _flow(model, buffer)
+    flow, no_source, sinks, _ = _flow(model, buffer)
     if sinks is None:
         return False
-    return flow is None or not flow.get_may_no_source().is_empty()
+    return flow is None or not no_source.is_empty()
 
 
 def writes_all(model, buffer) -> bool:
     """True when the must-writes cover every element of ``buffer``'s shape,
     for every value of the parameters."""
-    must = _flow(model, buffer.name)[2]
+    must = _flow(model, buffer.name)[3]
     box = _box(model, buffer)
     if must is None or box is None:
         return False
@@ -91,10 +102,26 @@ def needs_zero(model, buffer, output: bool) -> bool:
     return reads_initial(model, buffer.name) or (output and not writes_all(model, buffer))
 
 
+def _as_union(m):
+    return m.to_union_map() if isinstance(m, isl.Map) else m
+
+
+def _distinct(maps):
+    """``maps`` without repeats (the same access written twice, in two arms
+    of a select, counts once)."""
+    seen, out = set(), []
+    for m in maps:
+        key = str(m)
+        if key not in seen:
+            seen.add(key)
+            out.append(m)
+    return out
+
+
 def _union(maps):
     u = None
-    for m in maps:
-        m = m.to_union_map() if isinstance(m, isl.Map) else m
+    for m in _distinct(maps):
+        m = _as_union(m)
         u = m if u is None else u.union(m)
     return u
 

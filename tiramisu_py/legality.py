@@ -154,7 +154,8 @@ def check(model, deps, commands):
                 tag.private.append(carried[0])
                 carried = carried_by(model, deps, state, stmt, loop, private=tag.private)
             if tag.kind in ("parallel", "vector"):
-                tag.reductions = reductions_carried(model, deps, state, stmt, loop)
+                tag.reductions = [r for r in reductions_carried(model, deps, state, stmt, loop)
+                                  if r[0] not in tag.private]
             if carried is not None:
                 buf, viol = carried
                 what = {"parallel": "parallelised", "vector": "vectorised",
@@ -246,10 +247,13 @@ def _blame(model, deps, commands):
 def carried_by(model, deps, state, stmt, loop, private=()):
     """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
     schedule ``state``, or None.  ``private``: buffers each iteration gets its
-    own copy of (their storage conflicts do not count)."""
+    own copy of (:func:`_privatisable` proved that no value flows between
+    iterations through them: what the loop carries is storage reuse only)."""
     rel = _same_loop(model, deps, state, stmt, loop)
     for name, (d, conflicts) in deps.with_conflicts(state).items():
-        if conflicts is not None and name not in private:
+        if name in private:
+            continue
+        if conflicts is not None:
             d = d.union(conflicts).union(conflicts.reverse())
         carried = d.intersect(rel)
         if not carried.is_empty():
@@ -267,10 +271,17 @@ def _same_loop_relation(model, deps, state, stmt, loop):
     """Pairs of statement instances in one instance of the loop's
     surroundings but in different iterations of it (every statement fused
     into the loop included)."""
+    sched = deps.schedule(state)
+    same_loop = _same_loop_times(model, state, stmt, loop)
+    return sched.apply_range(same_loop.to_union_map()).apply_range(sched.reverse())
+
+
+def _same_loop_times(model, state, stmt, loop):
+    """The same pairs as schedule times: { t -> t' } inside the loop, equal
+    outside it, different in it."""
     s = state[stmt]
     k = [lp.name for lp in s.loops].index(loop)
     pos = 2 * k + 1
-    sched = deps.schedule(state)
     depth = _depth(model, state)
     space = isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(depth))}] }}", context=model.ctx)
     eq = isl.Map.universe(isl.Space.map_from_set(space.get_space()))
@@ -283,8 +294,7 @@ def _same_loop_relation(model, deps, state, stmt, loop):
     inside = isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(depth))}] : "
                      + " and ".join([f"d{2 * m} = {c}" for m, c in enumerate(s.consts[:k + 1])])
                      + " }", context=model.ctx)
-    same_loop = eq.intersect(diff).intersect_domain(inside).intersect_range(inside)
-    return sched.apply_range(same_loop.to_union_map()).apply_range(sched.reverse())
+    return eq.intersect(diff).intersect_domain(inside).intersect_range(inside)
 
 
 def _inside(o, s, k):
@@ -296,17 +306,29 @@ def _inside(o, s, k):
 def _privatisable(model, deps, state, stmt, loop, buf):
     """True when a parallel ``loop`` can give each thread its own copy of the
     temporary ``buf``: every statement that touches it runs inside the loop,
-    and the loop carries only storage conflicts through it (compute_at copies
-    of different iterations reusing one buffer), no flow of values."""
-    kinds = {a.buffer.kind for m in model.stmts for a in m.accesses if a.buffer.name == buf}
+    and the loop carries only storage conflicts through it, no flow of
+    values.  Either the only conflicts are those of compute_at copies of
+    different iterations reusing one buffer, or (statements stored into a
+    buffer that lacks the loop's index, none of them a compute_at copy) every
+    read sees a value written in its own iteration of the loop: exact
+    last-writer flow (:mod:`tiramisu_py.dataflow`), and no read of initial
+    content."""
+    users = [m for m in model.stmts if any(a.buffer.name == buf for a in m.accesses)]
+    kinds = {a.buffer.kind for m in users for a in m.accesses if a.buffer.name == buf}
     if kinds != {"temp"}:
         return False
     s = state[stmt]
     k = [lp.name for lp in s.loops].index(loop)
-    for m in model.stmts:
-        if any(a.buffer.name == buf for a in m.accesses):
-            if not _inside(state[m.name], s, k):
-                return False
+    if not all(_inside(state[m.name], s, k) for m in users):
+        return False
+    if all(state[m.name].at is None for m in users):
+        from .dataflow import reads_initial, value_flow
+        if reads_initial(model, buf):
+            return False
+        # the flow's pairs in schedule time, in different iterations of the loop
+        sched = deps.schedule(state)
+        timed = value_flow(model, buf).apply_domain(sched).apply_range(sched)
+        return timed.intersect(_same_loop_times(model, state, stmt, loop).to_union_map()).is_empty()
     rel = _same_loop(model, deps, state, stmt, loop)
     order = deps.relevant(state).get(buf)
     return order is None or order.intersect(rel).is_empty()
