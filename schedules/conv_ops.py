@@ -58,9 +58,11 @@ def _run(algo, s, x, w, b, target):
 
 
 # ------------------------------------------------------------------ find step
-def _find_key(s, bias, target):
+def _find_key(s, bias, target, op=()):
+    """The record's key: ``op`` (empty for conv2d), then shape, bias,
+    backend, SIMD width, cores and version."""
     h = host()
-    return json.dumps([list(vars(s).values()), bool(bias), runtime.target_of(target),
+    return json.dumps([*op, list(vars(s).values()), bool(bias), runtime.target_of(target),
                        h.vector_bits, h.cores, tp.__version__])
 
 
@@ -115,8 +117,7 @@ def find(s, x, w, b, target=None, repeats=3):
 def find_fused(s, pool, x, w, b, target=None, repeats=3):
     """The same for the fused block: "direct" or "winograd" (where it
     applies).  Its records start with "conv_relu_maxpool" and ``pool``."""
-    key = json.dumps(["conv_relu_maxpool", pool, *json.loads(_find_key(s, True, target))])
-    return _choose(key, [a for a in FUSED_ALGOS if fused.applicable(a, s, pool)],
+    return _choose(_find_key(s, True, target, op=("conv_relu_maxpool", pool)), [a for a in FUSED_ALGOS if fused.applicable(a, s, pool)],
                    lambda algo: _fused_kernel(algo, s, pool, target)(data=x, weight=w, bias=b),
                    repeats)
 

@@ -28,6 +28,42 @@ if TYPE_CHECKING:
     from .conv import ConvShape
 
 
+def channel_block(s: ConvShape) -> int:
+    """Output channels per SIMD block: two vectors when they divide Co, else
+    one, else all of Co."""
+    lanes = host().lanes(4)
+    return next((v for v in (2 * lanes, lanes) if s.co % v == 0), s.co)
+
+
+def register_block(vb: int, extent: int) -> int:
+    """Columns (or tiles) unrolled next to ``vb`` channels: xb x (vb / lanes)
+    accumulators in half of the vector registers, a divisor of ``extent``
+    if one fits.  (Half: a larger block measured slower, 28 accumulators ran
+    at 0.5-0.65x of 16 on an AVX-512 Xeon, through spills and reloads.)"""
+    room = max(1, host().vector_registers // 2 // -(-vb // host().lanes(4)))
+    xb = max((d for d in range(1, min(room, extent) + 1) if extent % d == 0), default=1)
+    return min(room, extent) if xb < room // 2 else xb
+
+
+def packed_input(f, X, s: ConvShape, n, per_image: bool):
+    """``x_packed[n][Ci/CB][Hp][Wp][CB]``: the input, zero-padded, CB = one
+    SIMD vector of channels, over the image loop ``n``.  ``per_image``:
+    stored in an image-sized buffer ``x_image`` (for the caller to compute
+    per image) instead of a full copy.  Returns ``(x_packed, CB)``."""
+    cb = min(s.ci, host().lanes(4))
+    cib = -(-s.ci // cb)
+    hp, wp = s.h + 2 * s.padding, s.w + 2 * s.padding
+    xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
+                       (("icb", cib), ("iy", hp), ("ix", wp), ("ic", cb)))
+    p = s.padding
+    inside = (xb_ * cb + xc < s.ci) & (xy >= p) & (xy < s.h + p) & (xx >= p) & (xx < s.w + p)
+    xpk = f.computation("x_packed", [n, xb_, xy, xx, xc],
+                        tp.select(inside, X[n, xb_ * cb + xc, xy - p, xx - p], 0.0))
+    if per_image:
+        xpk.store_in(f.buffer("x_image", (cib, hp, wp, cb), tp.float32), [xb_, xy, xx, xc])
+    return xpk, cb
+
+
 def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
     """Packs the input and the weights and returns ``(out_blocked, vb,
     x_packed)``: the output ``[n][Co/VB][Ho][Wo][VB]`` with its register-blocked
@@ -36,23 +72,12 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
     caller, as is the placement of ``x_packed`` when ``per_image``: it is then
     stored in an image-sized buffer (one per thread when the image loop is
     parallel) instead of a full copy, for the caller to compute per image."""
-    lanes = host().lanes(4)
-    if vb is None:      # two SIMD vectors of output channels when they divide Co
-        vb = next((v for v in (2 * lanes, lanes) if s.co % v == 0), s.co)
+    if vb is None:
+        vb = channel_block(s)
     cob = -(-s.co // vb)
     # input [n][Ci/CB][Hp][Wp][CB]
-    cb = min(s.ci, lanes)
-    hp, wp = s.h + 2 * s.padding, s.w + 2 * s.padding
-    xn, xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
-                           (("pn", s.n), ("icb", -(-s.ci // cb)), ("iy", hp), ("ix", wp), ("ic", cb)))
-    p = s.padding
-    inside = (xb_ * cb + xc < s.ci) & (xy >= p) & (xy < s.h + p) & (xx >= p) & (xx < s.w + p)
-    xpk = f.computation("x_packed", [xn, xb_, xy, xx, xc],
-                        tp.select(inside, X[xn, xb_ * cb + xc, xy - p, xx - p], 0.0))
-    if per_image:
-        xpk.store_in(f.buffer("x_image", (-(-s.ci // cb), hp, wp, cb), tp.float32),
-                     [xb_, xy, xx, xc])
-    else:
+    xpk, cb = packed_input(f, X, s, f.var("pn", 0, s.n), per_image)
+    if not per_image:
         xpk.parallelize("pn" if s.n >= host().cores else "icb")
     # weights [Co/VB][Ci][Kh][Kw][VB]
     wo_, wc, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
@@ -67,13 +92,8 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
         outc = f.computation("out_blocked", [n, ob, y, x, v], B[ob * vb + v] if B is not None else 0.0)
         outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, ci // cb, y * s.stride + ky * s.dilation,
                                                               x * s.stride + kx * s.dilation, ci % cb]
-    if xb is None:      # accumulators: xb x (vb / lanes) registers, a divisor of Wo if one fits
-        # (half of the registers: a larger block measured slower, 28 accumulators
-        # ran at 0.5-0.65x of 16 on an AVX-512 Xeon, through spills and reloads)
-        room = max(1, host().vector_registers // 2 // -(-vb // lanes))
-        xb = max((d for d in range(1, min(room, s.wo) + 1) if s.wo % d == 0), default=1)
-        if xb < room // 2:
-            xb = min(room, s.wo)
+    if xb is None:
+        xb = register_block(vb, s.wo)
     u = outc.update
     u.split("x", xb, names=("x0", "x1"))
     u.reorder("n", "ob", "y", "x0", "ci", "ky", "kx", "x1", "v")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import tiramisu_py as tp
 
 from .host import host
+from .nchwc import channel_block, packed_input, register_block
 
 if TYPE_CHECKING:
     from .conv import ConvShape
@@ -89,17 +90,12 @@ def fused_block(f, X, Wt, B, s: ConvShape, pool=2, vb=None, tb=None, cc=None):
     if not applicable(s, pool):
         raise ValueError(f"{f.name}: Winograd F(2x2, 3x3) needs a 3x3 kernel, stride 1, "
                          f"no dilation or groups, 2x2 pooling and at least 2x2 outputs")
-    lanes = host().lanes(4)
     if vb is None:
-        vb = next((v for v in (2 * lanes, lanes) if s.co % v == 0), s.co)
+        vb = channel_block(s)
     if s.co % vb:
         raise ValueError(f"{f.name}: vb={vb} must divide the {s.co} output channels")
     cob = s.co // vb
-    cb = min(s.ci, lanes)
-    cib = -(-s.ci // cb)
     th, tw = s.ho // 2, s.wo // 2
-    hp, wp = s.h + 2 * s.padding, s.w + 2 * s.padding
-    p = s.padding
 
     # the transformed filters G g G^T: [4][4][Co/VB][Ci][VB]
     ue, un, uo, uc, uv = (f.var(nm, 0, e) for nm, e in
@@ -118,12 +114,7 @@ def fused_block(f, X, Wt, B, s: ConvShape, pool=2, vb=None, tb=None, cc=None):
     n = f.var("n", 0, s.n)
     with f.nest(n):     # each image: pack, transform, multiply, transform back
         # the padded, packed input [C/CB][Hp][Wp][CB]
-        xc0, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
-                           (("icb", cib), ("iy", hp), ("ix", wp), ("ic", cb)))
-        inside = (xc0 * cb + xc < s.ci) & (xy >= p) & (xy < s.h + p) & (xx >= p) & (xx < s.w + p)
-        xpk = f.computation("x_packed", [n, xc0, xy, xx, xc],
-                            tp.select(inside, X[n, xc0 * cb + xc, xy - p, xx - p], 0.0))
-        xpk.store_in(f.buffer("x_image", (cib, hp, wp, cb), tp.float32), [xc0, xy, xx, xc])
+        xpk, cb = packed_input(f, X, s, n, per_image=True)
 
         # the transformed input tiles B^T d B: [4][4][Th][Tw][Ci]
         ve, vv, vy, vx, vc = (f.var(nm, 0, e) for nm, e in
@@ -167,11 +158,8 @@ def fused_block(f, X, Wt, B, s: ConvShape, pool=2, vb=None, tb=None, cc=None):
     v.unroll("ve", 4)
     v.unroll("vnu", 4)
     v.vectorize("vc1", cb)
-    if tb is None:      # tiles in registers: as in the NCHWc conv
-        room = max(1, host().vector_registers // 2 // -(-vb // lanes))
-        tb = max((t for t in range(1, min(room, tw) + 1) if tw % t == 0), default=1)
-        if tb < room // 2:
-            tb = min(room, tw)
+    if tb is None:      # tiles in registers, as the NCHWc conv's columns
+        tb = register_block(vb, tw)
     if cc is None:      # input channels per block: U's cc x VB block in a third of L1
         cc = max(1, min(s.ci, host().l1d // 3 // (4 * vb)))
         cc = max(d for d in range(1, cc + 1) if s.ci % d == 0)

@@ -51,12 +51,13 @@ def _flow(model, buffer):
                     must.append(amap)
                 else:
                     may.append(amap)
+        reads = _distinct(reads)
         sinks, flow, no_source = _union(reads), None, None
         if sinks is not None and (must or may):
             sched = model.schedule_map(initial_state(model))
             must_u, may_u = _union(must), _union(may)
             flows, missing = [], []
-            for sink in _distinct(reads):
+            for sink in reads:
                 info = isl.UnionAccessInfo.from_sink(_as_union(sink))
                 if must_u is not None:
                     info = info.set_must_source(must_u)
@@ -120,7 +121,7 @@ def _distinct(maps):
 
 def _union(maps):
     u = None
-    for m in _distinct(maps):
+    for m in maps:
         m = _as_union(m)
         u = m if u is None else u.union(m)
     return u

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import islpy as isl
 
+from .dataflow import reads_initial, value_flow
 from .errors import IllegalScheduleError
 from .schedule import initial_state, replay
 
@@ -322,7 +323,6 @@ def _privatisable(model, deps, state, stmt, loop, buf):
     if not all(_inside(state[m.name], s, k) for m in users):
         return False
     if all(state[m.name].at is None for m in users):
-        from .dataflow import reads_initial, value_flow
         if reads_initial(model, buf):
             return False
         # the flow's pairs in schedule time, in different iterations of the loop
