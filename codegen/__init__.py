@@ -57,17 +57,33 @@ _loaded: dict = {}                 # (cache dir, key) -> CompiledFunction
 _lock = threading.RLock()
 
 
+_opened: set = set()               # paths dlopened by this process (never unmapped)
+
+
 def _load(fn: ir.LoweredFunction, path):
     ffi = cffi.FFI()
     ffi.cdef(cffi_declaration(fn))
-    # RTLD_NODELETE: never unmap the library (and so libgomp) while OpenMP
-    # worker threads may still sit in it, e.g. at interpreter exit.
-    lib = ffi.dlopen(str(path), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
+    path = str(path)
+    # dlopen returns an already loaded library of the same name: a library
+    # rebuilt at a path this process loaded before (a bad hit) is opened
+    # through a fresh copy.
+    alias = cache.fresh_copy(path) if path in _opened else None
+    try:
+        # RTLD_NODELETE: never unmap the library (and so libgomp) while OpenMP
+        # worker threads may still sit in it, e.g. at interpreter exit.
+        lib = ffi.dlopen(str(alias or path), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
+    finally:
+        if alias is not None:
+            cache._unlink(alias)
+    _opened.add(path)
     getattr(lib, fn.name)          # fail here, not at the first call, if the symbol is missing
     return ffi, lib
 
 
 def _build(cc, flags, source: str, key: str, directory):
+    """Builds into ``directory`` (or, if it is read-only, a private temporary
+    one: :func:`cache.build_directory`); returns the installed .so."""
+    directory = cache.build_directory(directory)
     so, _, c_path = cache.paths(key, directory)
     cache.atomic_write(c_path, source.encode())
     tmp = cache.temp_path(key, ".so", directory)
@@ -79,9 +95,20 @@ def _build(cc, flags, source: str, key: str, directory):
 
 
 def compile_c(fn: ir.LoweredFunction) -> CompiledFunction:
-    """Emits, compiles (or fetches from the cache) and loads ``fn``."""
+    """Emits, compiles (or fetches from the cache) and loads ``fn``.  If the
+    build fails with compiler flags probed by an earlier process, the probe is
+    re-run once and, when the flags change, the build is retried with them."""
     source = emit_c(fn)
     cc = toolchain.find_c_compiler()
+    try:
+        return _compile_c(fn, source, cc)
+    except CompileError:
+        if not toolchain.reprobe(cc):
+            raise
+    return _compile_c(fn, source, cc)
+
+
+def _compile_c(fn: ir.LoweredFunction, source: str, cc) -> CompiledFunction:
     flags = toolchain.compiler_flags(cc)
     directory = cache.cache_dir()
     key = cache.make_key(source, cc.identity, flags)
@@ -94,13 +121,17 @@ def compile_c(fn: ir.LoweredFunction) -> CompiledFunction:
         def lookup():
             path = cache.lookup(key, directory)
             if path is not None and not c_path.exists():
-                cache.atomic_write(c_path, source.encode())
+                try:
+                    cache.atomic_write(c_path, source.encode())
+                except OSError:
+                    pass                # the source copy is optional (read-only cache)
             return path
 
         path, (ffi, lib) = cache.load_or_build(
             lookup, lambda: _build(cc, flags, source, key, directory), lambda p: _load(fn, p),
             lambda: cache.invalidate(key, directory), (OSError, AttributeError),
-            lambda what, p, exc: CompileError(f"{what} {p} but could not load it: {exc}", c_path))
-        cf = CompiledFunction(fn.name, source, path, c_path, key, ffi, lib)
+            lambda what, p, exc: CompileError(f"{what} {p} but could not load it: {exc}",
+                                              cache.paths(key, p.parent)[2]))
+        cf = CompiledFunction(fn.name, source, path, cache.paths(key, path.parent)[2], key, ffi, lib)
         _loaded[(str(directory), key)] = cf
         return cf

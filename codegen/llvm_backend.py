@@ -14,7 +14,10 @@ the LLVM and llvmlite versions, the triple, host CPU name and features and
 :data:`FORMAT_VERSION`.  A warm start (another process) reads the object and
 skips parsing, optimisation and codegen (:data:`CODEGEN_RUNS` counts those).
 A corrupt entry (digest mismatch, or not a well-formed ELF object defining the
-function) is rebuilt, never loaded.
+function) is rebuilt, never loaded; entries are read and written under the
+cache's trust rules (:mod:`codegen.cache`: foreign, group/other-writable or
+non-regular files are misses; a read-only cache builds into a private
+temporary directory).
 
 LLVM aborts the process on an unresolved symbol at link time, so every
 undefined symbol of the object (read from its ELF symbol table) and every
@@ -224,20 +227,30 @@ def compile_llvm(fn: ir.LoweredFunction) -> LLVMCompiledFunction:
         hit = _loaded.get((str(directory), key))
         if hit is not None:
             return hit
-        obj_path, _, ll_path = cache.object_paths(key, directory)
+        where = [directory]        # the cache, or a private build directory if it is read-only
 
         def lookup():
             data = cache.lookup_object(key, directory)
+            ll_path = cache.object_paths(key, directory)[2]
             if data is not None and not ll_path.exists():
-                cache.atomic_write(ll_path, source.encode())
+                try:
+                    cache.atomic_write(ll_path, source.encode())
+                except OSError:
+                    pass            # the IR copy is optional (read-only cache)
             return data
 
+        def build():
+            where[0] = cache.build_directory(directory)
+            return _build(source, key, where[0], cache.object_paths(key, where[0])[2])
+
+        def fail(what, _data, exc):
+            obj, _, ll = cache.object_paths(key, where[0])
+            return LLVMCompileError(f"{what} {obj} from {ll} but could not load it: {exc}", ll)
+
         _, loaded = cache.load_or_build(
-            lookup, lambda: _build(source, key, directory, ll_path),
-            lambda data: _load(fn.name, data, ll_path),
-            lambda: cache.invalidate_object(key, directory), _BadObject,
-            lambda what, _data, exc: LLVMCompileError(
-                f"{what} {obj_path} from {ll_path} but could not load it: {exc}", ll_path))
+            lookup, build, lambda data: _load(fn.name, data, cache.object_paths(key, where[0])[2]),
+            lambda: cache.invalidate_object(key, where[0]), _BadObject, fail)
+        obj_path, _, ll_path = cache.object_paths(key, where[0])
         cf = LLVMCompiledFunction(fn.name, source, obj_path, ll_path, key, *loaded, _ctype(fn))
         _loaded[(str(directory), key)] = cf
         return cf

@@ -3,6 +3,18 @@
 A warm process never runs the compiler: the compiler's identity comes from
 ``stat`` of its binary, and the result of the one-off feature probe is kept on
 disk in the cache directory, keyed by that identity.
+
+The probe file is untrusted input: it is read with :func:`cache.read_trusted`
+(a regular file of ours, not group/other-writable, at most 64 KiB) and used
+only if it names this compiler's identity and its flags are an ordered subset
+of :data:`OPTIONAL_FLAGS`; anything else is re-probed and overwritten.  A probe
+read from disk is re-run once (:func:`reprobe`) when a build with its flags
+fails, so a stale probe (e.g. libgomp removed since) does not break every
+later compile.
+
+The compiler runs in its own session/process group; on a timeout, a
+KeyboardInterrupt or any other exception the whole group (``cc1``, ``as``,
+``ld``...) is killed with SIGKILL and reaped.
 """
 from __future__ import annotations
 
@@ -12,6 +24,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -22,7 +35,7 @@ from . import cache
 
 COMPILER_INVOCATIONS = 0          # subprocess compiler runs in this process (probe or build)
 
-BASE_FLAGS = ("-O3", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno")
+BASE_FLAGS = ("-O3", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv")
 OPTIONAL_FLAGS = ("-march=native", "-fopenmp", "-mprefer-vector-width=512",
                   "-Werror=implicit-function-declaration")
 LIBS = ("-lm",)
@@ -95,41 +108,108 @@ def _compiler(argv: list) -> Compiler:
     return Compiler(tuple(argv), ident)
 
 
+def _kill_group(p: subprocess.Popen) -> None:
+    """SIGKILLs ``p``'s whole process group and reaps ``p``."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:                     # already gone
+        pass
+    try:
+        p.kill()
+    except OSError:
+        pass
+    p.wait()
+    for f in (p.stdout, p.stderr):
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
 def _run(cmd: list, cwd=None) -> subprocess.CompletedProcess:
+    """Runs the compiler in a new process group; raises subprocess.TimeoutExpired
+    after BUILD_TIMEOUT_S.  On any exception (timeout, KeyboardInterrupt...)
+    the whole group is killed before it propagates."""
     global COMPILER_INVOCATIONS
     COMPILER_INVOCATIONS += 1
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    p = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=BUILD_TIMEOUT_S)
+    except BaseException:
+        _kill_group(p)
+        raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-_probed: dict = {}
+_probed: dict = {}                # identity -> flags
+_verified: set = set()            # identities whose flags were probed by this process
 _probe_lock = threading.Lock()
+
+
+def probe_path(cc: Compiler) -> Path:
+    key = hashlib.sha256(f"probe|{cache.FORMAT_VERSION}|{cc.identity}|"
+                         f"{OPTIONAL_FLAGS}".encode()).hexdigest()[:32]
+    return cache.cache_dir() / f"probe-{key}.json"
+
+
+def _read_probe(cc: Compiler, path: Path):
+    """The flags of a trusted, valid probe file for ``cc``, else None."""
+    data = cache.read_trusted(path, cache.PROBE_MAX)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("identity") != cc.identity:
+        return None
+    flags = record.get("flags")
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        return None
+    ordered = tuple(f for f in OPTIONAL_FLAGS if f in flags)
+    return ordered if tuple(flags) == ordered else None     # only our flags, in our order
+
+
+def _write_probe(cc: Compiler, path: Path, flags) -> None:
+    try:
+        cache.atomic_write(path, json.dumps({"identity": cc.identity, "flags": list(flags)}).encode())
+    except OSError:
+        pass                          # a read-only cache: probe again next process
 
 
 def _probe(cc: Compiler) -> tuple:
     """The optional flags ``cc`` accepts; cached in memory and on disk (in
     every cache directory used, so a later process there never probes)."""
-    key = hashlib.sha256(f"probe|{cache.FORMAT_VERSION}|{cc.identity}|"
-                         f"{OPTIONAL_FLAGS}".encode()).hexdigest()[:32]
-    path = cache.cache_dir() / f"probe-{key}.json"
+    path = probe_path(cc)
     if cc.identity in _probed:
         flags = _probed[cc.identity]
-        if not path.exists():
-            cache.atomic_write(path, json.dumps({"identity": cc.identity,
-                                                 "flags": list(flags)}).encode())
+        if _read_probe(cc, path) != flags:
+            _write_probe(cc, path, flags)
         return flags
     with _probe_lock:
-        try:
-            data = json.loads(path.read_text())
-            if data.get("identity") == cc.identity:
-                flags = tuple(data["flags"])
-                _probed[cc.identity] = flags
-                return flags
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        flags = _run_probe(cc)
-        cache.atomic_write(path, json.dumps({"identity": cc.identity, "flags": list(flags)}).encode())
+        flags = _read_probe(cc, path)
+        if flags is None:
+            flags = _run_probe(cc)
+            _verified.add(cc.identity)
+            _write_probe(cc, path, flags)
         _probed[cc.identity] = flags
         return flags
+
+
+def reprobe(cc: Compiler) -> bool:
+    """Re-runs the probe of ``cc`` if its flags came from disk (not probed by
+    this process) and stores the result; True if the flags changed."""
+    with _probe_lock:
+        if cc.identity in _verified:
+            return False
+        old = _probed.get(cc.identity)
+        flags = _run_probe(cc)
+        _verified.add(cc.identity)
+        _probed[cc.identity] = flags
+        _write_probe(cc, probe_path(cc), flags)
+        return flags != old
 
 
 def _run_probe(cc: Compiler) -> tuple:
@@ -167,6 +247,9 @@ def build_shared(cc: Compiler, flags, c_path, so_path) -> None:
     cmd = [*cc.argv, *flags, "-o", str(so_path), str(c_path), *LIBS]
     try:
         r = _run(cmd, cwd=os.path.dirname(str(c_path)) or None)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(f"C compiler timed out after {BUILD_TIMEOUT_S} s on {c_path} (its "
+                           f"process group was killed)\ncommand: {shlex.join(cmd)}", c_path) from exc
     except (OSError, subprocess.SubprocessError) as exc:
         raise CompileError(f"C compiler could not run on {c_path}: {exc}\ncommand: "
                            f"{shlex.join(cmd)}", c_path) from exc
