@@ -1,8 +1,9 @@
 """The one-line convolution operators and the find step.
 
 ``conv2d(..., algo="auto")`` times every applicable algorithm once for a shape
-(as MIOpen's find step does), records the winner in ``conv_find.json`` in the
-on-disk cache (keyed by shape, machine and backend) and uses it from then on,
+(as MIOpen's find step does), records the winner in the tuning store
+(:mod:`tiramisu_py.tuning`, kind "conv_find", keyed by shape, machine and
+backend) in the on-disk cache and uses it from then on,
 in this process and later ones.  ``algo=`` forces one.  The fused
 ``conv_relu_maxpool(..., algo="auto")`` chooses between its "direct" and
 "winograd" blocks the same way.
@@ -14,6 +15,7 @@ import os
 import time
 
 import tiramisu_py as tp
+from tiramisu_py import tuning
 
 from . import conv as C
 from . import fused, runtime
@@ -21,7 +23,8 @@ from .host import host
 
 CONV_ALGOS = C.ALGOS
 FUSED_ALGOS = fused.ALGOS
-FIND_FILE = "conv_find.json"
+FIND_KIND = "conv_find"          # the records' kind in the tuning store
+FIND_FILE = "conv_find.json"     # the former store: imported once, then unused
 
 
 def _shape(x, w, stride, padding, dilation, groups):
@@ -32,6 +35,8 @@ def _shape(x, w, stride, padding, dilation, groups):
                              f"int, got {v!r}")
     n, ci, h, wd = x.shape
     co, cig, kh, kw = w.shape
+    if kh < 1 or kw < 1:
+        raise ValueError(f"conv2d: the kernel is {kh}x{kw}; it must be at least 1x1")
     if ci % groups or co % groups:
         raise ValueError(f"conv2d: groups={groups} must divide the {ci} input and {co} output channels")
     if cig != ci // groups:
@@ -44,6 +49,13 @@ def _shape(x, w, stride, padding, dilation, groups):
     return s
 
 
+def _degenerate(s):
+    """An empty output (batch or output channels 0) or an empty sum (input
+    channels 0: the output is the bias): every algorithm handles it, the find
+    step has nothing to time."""
+    return s.n == 0 or s.co == 0 or s.ci == 0
+
+
 def _kernel(algo, s, bias, target):
     return runtime.kernel(("conv2d", algo, s, bias), lambda: C.BUILDERS[algo](s, bias=bias), target)
 
@@ -52,7 +64,7 @@ def _run(algo, s, x, w, b, target):
     k = _kernel(algo, s, b is not None, target)
     args = {"data": x, "bias": b} if b is not None else {"data": x}
     if algo == "im2col":
-        out = k(w2=w.reshape(s.co, -1), **args)
+        out = k(w2=w.reshape(s.co, s.ci * s.kh * s.kw), **args)     # (-1 fails when Co = 0)
         return out.reshape(s.n, s.co, s.ho, s.wo)
     return k(weight=w, **args)
 
@@ -66,31 +78,44 @@ def _find_key(s, bias, target, op=()):
                        h.vector_bits, h.cores, tp.__version__])
 
 
-def _load_find():
-    try:
-        with open(tp.cache_dir() / FIND_FILE) as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+def _valid_record(value):
+    """A find record: ``{"algo": name, "seconds": {name: time}}``."""
+    return (isinstance(value, dict) and isinstance(value.get("algo"), str)
+            and isinstance(value.get("seconds"), dict)
+            and all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                    for t in value["seconds"].values()))
 
 
-def _store_find(key, algo, times):
-    data = _load_find()
-    data[key] = {"algo": algo, "seconds": times}
-    path = tp.cache_dir() / FIND_FILE
-    tmp = path.with_name(f"{FIND_FILE}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1)
-    os.replace(tmp, path)
+def _find_store():
+    """The tuning store of the cache directory, with the records of a
+    legacy ``conv_find.json`` imported once."""
+    store = tuning.store()
+    store.migrate_json(FIND_KIND, FIND_FILE, _valid_record)
+    return store
+
+
+def _load_find(key):
+    """The find record of ``key`` (a dict as stored by :func:`_store_find`),
+    or None: missing, or damaged (then reported once and timed again)."""
+    return _find_store().get(FIND_KIND, key, valid=_valid_record)
+
+
+def _store_find(key, algo, times, repeats=None):
+    _find_store().put(FIND_KIND, key, {"algo": algo, "seconds": times},
+                      meta={"repeats": repeats, "pid": os.getpid()})
+
+
+def find_records():
+    """{key: record} of every conv find record in the cache directory."""
+    return _find_store().records(FIND_KIND, valid=_valid_record)
 
 
 def _choose(key, candidates, run, repeats):
     """The remembered choice for ``key`` if it is one of ``candidates``; else
     each candidate is run once (compile and warm-up), then timed
     ``repeats`` times on the same arguments, and the fastest remembered."""
-    known = _load_find().get(key)
-    if known and known.get("algo") in candidates:
+    known = _load_find(key)
+    if known is not None and known["algo"] in candidates:
         return known["algo"]
     times = {}
     for algo in candidates:
@@ -102,7 +127,7 @@ def _choose(key, candidates, run, repeats):
             samples.append(time.perf_counter() - t0)
         times[algo] = min(samples)        # noise only ever slows a run down
     best = min(times, key=times.get)
-    _store_find(key, best, times)
+    _store_find(key, best, times, repeats)
     return best
 
 
@@ -134,7 +159,8 @@ def conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="aut
     if b is not None and b.shape[0] != s.co:
         raise ValueError(f"conv2d: bias has {b.shape[0]} values for {s.co} output channels")
     if algo == "auto":
-        algo = find(s, x, w, b, target)
+        # nothing to time when the output is empty or no input channel feeds it
+        algo = "direct" if _degenerate(s) else find(s, x, w, b, target)
     elif algo not in CONV_ALGOS:
         raise ValueError(f"conv2d: algo must be 'auto' or one of {', '.join(CONV_ALGOS)}; got {algo!r}")
     elif not C.applicable(algo, s):
@@ -167,7 +193,7 @@ def conv_relu_maxpool(x, w, bias, pool=2, algo="auto", target=None):
     if not isinstance(pool, int) or isinstance(pool, bool) or not 1 <= pool <= min(s.ho, s.wo):
         raise ValueError(f"conv_relu_maxpool: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
     if algo == "auto":
-        algo = find_fused(s, pool, x, w, b, target)
+        algo = "direct" if _degenerate(s) else find_fused(s, pool, x, w, b, target)
     elif algo not in FUSED_ALGOS:
         raise ValueError(f"conv_relu_maxpool: algo must be 'auto' or one of "
                          f"{', '.join(FUSED_ALGOS)}; got {algo!r}")
