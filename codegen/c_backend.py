@@ -11,6 +11,29 @@ loads it.  Conventions of the emitted code:
   live and returns 1 (inside an OpenMP loop, where ``return`` is not allowed, it
   sets ``tp_status`` and skips the body instead).  Small constant-size
   temporaries inside loops live on the stack.
+
+Names.  The user's names (kernel, params, arrays, loops, temporaries) are
+emitted as they are (``i``, ``j``, ``A``), so the code reads like the
+algorithm, and no header can change their meaning, by a rule that needs no
+list of the headers' macros (no list is ever complete: ``linux``, ``unix``
+and ``i386`` are predefined in GNU mode, ``errno`` and ``math_errhandling``
+are macros, ``M_PI``, ``INT32_MAX``...):
+
+* after the ``#include`` lines every user identifier of the kernel is
+  ``#undef``-ed: whatever macro a header or the compiler defines under that
+  name is gone, and a name the headers *declare* (``rand``, ``y0``) is legally
+  shadowed by the kernel's local of the same name;
+* the kernel's own name is a file-scope symbol, so it is also ``#define``-d
+  away before the includes: the headers declare nothing under it;
+* a user name that the generated code spells itself (:data:`_OWN`: C and GNU
+  keywords, the ``<stdint.h>`` types, ``NULL``, ``INFINITY``, the libm and
+  allocation functions it calls, the ``tp_`` prefix of its helpers) is
+  renamed with a trailing ``_`` (more while taken: ``NULL`` -> ``NULL_``); the
+  kernel keeps its exported symbol through an ``__asm__`` label.
+
+Only the kernel's symbol cannot be renamed: :func:`reserved_c_symbol` names the
+ones it cannot take (functions the generated code or the runtime calls), which
+the language refuses when the Function is declared.
 """
 from __future__ import annotations
 
@@ -45,6 +68,32 @@ strdup strerror errno assert printf puts putchar""".split())
 _MACRO_LIKE = re.compile(r"\A(U?INT(8|16|32|64|PTR|MAX)?_(MAX|MIN|C)|SIZE_MAX|PTRDIFF_(MAX|MIN)|"
                          r"M_[A-Z0-9_]+|HUGE_VALF?|FP_[A-Z]+|EXIT_(SUCCESS|FAILURE)|RAND_MAX|"
                          r"EOF|BUFSIZ|NULL|EDOM|ERANGE|EILSEQ|EINVAL|ENOMEM)\Z")
+
+
+# identifiers the generated code spells itself, besides the user's names: a user
+# name among them is emitted renamed (see the module docstring)
+_OWN = (_C_KEYWORDS
+        | set("""asm typeof posix_memalign int16_t uint16_t uint32_t uint64_t ptrdiff_t
+              _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local
+              omp_out omp_in omp_priv""".split()))
+
+
+def _own_name(name: str) -> bool:
+    return name in _OWN or name.startswith(("tp_", "_"))
+
+
+# symbols the kernel's exported name must not take: functions the C and LLVM
+# kernels call, or that the process resolves by name
+_SYMBOLS = (_C_KEYWORDS | _C_LIBRARY | {"posix_memalign", "aligned_alloc", "memcpy"}) \
+    - {"errno", "assert", "NULL", "INFINITY", "NAN", "int8_t", "uint8_t", "int32_t", "int64_t",
+       "intptr_t", "size_t", "bool", "true", "false"}
+
+
+def reserved_c_symbol(name: str) -> bool:
+    """True when a kernel cannot be exported under ``name``: a function the
+    generated code, libc, libm or the OpenMP runtime define (its C identifier
+    may be renamed, its symbol may not)."""
+    return name in _SYMBOLS or name.startswith(("tp_", "_", "omp_", "GOMP_", "llvm", "kmp_"))
 
 
 def reserved_c_name(name: str) -> bool:
@@ -152,7 +201,21 @@ def _helper_source(name: str) -> str:
     t = CTYPES[dt]
     if kind in ("min", "max"):
         op = "<" if kind == "min" else ">"
+        if ir.is_float(dt):     # NaN-propagating, as np.minimum / np.maximum
+            return (f"static inline {t} {name}({t} a, {t} b) {{ {t} m = a {op} b ? a : b; "
+                    "return a != a ? a : m; }")
         return f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b ? a : b; }}"
+    if kind in ("omp_min", "omp_max"):          # an OpenMP reduction that keeps NaN
+        op, init = kind[4:], ("-INFINITY" if kind == "omp_max" else "INFINITY")
+        return (f"#pragma omp declare reduction({name}: {t}: omp_out = tp_{op}_{suf}(omp_out, omp_in)) "
+                f"initializer(omp_priv = {init})")
+    if kind in ("div", "mod"):                  # C's truncation; NumPy's 0 and MIN / -1
+        op = "/" if kind == "div" else "%"
+        if dt == "uint8":
+            return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : ({t})(a {op} b); }}"
+        minus1 = f"({t})(0 - (uint64_t)a)" if kind == "div" else "0"
+        return (f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : b == -1 ? {minus1} "
+                f": ({t})(a {op} b); }}")
     if kind == "abs":
         return f"static inline {t} {name}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
     if kind == "sigmoid":
@@ -205,6 +268,28 @@ def _const_eval(e, consts: dict):
             return a // b
         return {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
     return None
+
+
+def _safe_divisor(b) -> bool:
+    """An integer divisor that can neither be 0 nor -1 (C's ``/`` and ``%``
+    trap on 0 and on MIN / -1)."""
+    if not isinstance(b, ir.Const):
+        return False
+    v = int(b.value)
+    lo, hi = _INT_RANGE.get(b.dtype, (None, None))
+    if lo is not None:
+        v = (v - lo) % (hi - lo) + lo
+    return v != 0 and (v != -1 or b.dtype == "uint8")
+
+
+def _omp_op(op: str, dt: str, em: "_Emitter") -> str:
+    """The OpenMP reduction identifier of ``op`` on ``dt``: the built-in one,
+    or for float min/max a declared one that keeps NaN (OpenMP's ``max``
+    does not)."""
+    if op in ("max", "min") and ir.is_float(dt):
+        em.helper(f"tp_{op}_{_SUFFIX[dt]}")
+        return em.helper(f"tp_omp_{op}_{_SUFFIX[dt]}")
+    return {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}[op]
 
 
 # ------------------------------------------------------------------ emitter
@@ -281,6 +366,9 @@ class _Emitter:
 
     def _binary(self, e: ir.Binary) -> tuple:
         op, dt = e.op, e.dtype
+        if op in ("div", "mod") and ir.is_int(dt) and not _safe_divisor(e.b):
+            fn = self.helper(f"tp_{op}_{_SUFFIX[dt]}")
+            return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", P_PRIMARY
         if op in ("min", "max") or op in ("floordiv", "floormod") and not (
                 op == "floordiv" and ir.is_float(dt)):
             fn = self.helper(f"tp_{op}_{_SUFFIX[dt]}")
@@ -489,7 +577,7 @@ class _Emitter:
         acc = f"tp_acc_{s.var}"
         self.out(ind, "{")
         self.out(ind + 1, f"{CTYPES[dt]} {acc} = {target};")
-        self.out(ind + 1, f"#pragma omp {pragma} reduction({ops[body.value.op]}: {acc})")
+        self.out(ind + 1, f"#pragma omp {pragma} reduction({_omp_op(body.value.op, dt, self)}: {acc})")
         self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
                           f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
         update = ir.Binary(body.value.op, ir.Var(acc, dt), body.value.b, dt)
@@ -524,7 +612,7 @@ class _Emitter:
             a = arrays[name]
             size = " * ".join(f"({self.expr(d)})" for d in a.shape) or "1"
             raw = name + "_" if len(a.shape) > 1 else name
-            parts.append(f"reduction({ops[op]}: {raw}[0:{size}])")
+            parts.append(f"reduction({_omp_op(op, a.dtype, self)}: {raw}[0:{size}])")
             if len(a.shape) > 1:
                 t = CTYPES[a.dtype]
                 ext = "".join(f"[{self.expr(d)}]" for d in a.shape[1:])
@@ -612,13 +700,131 @@ def _signature(fn: ir.LoweredFunction, em: "_Emitter") -> tuple:
     return params, cffi_types, pre
 
 
+def c_names(fn: ir.LoweredFunction) -> dict:
+    """{user name: its C identifier} for every name of ``fn`` (the rule is in
+    the module docstring); names of the backend's own (``tp_*``) are left out."""
+    names, seen = [], set()
+
+    def add(n):
+        if n not in seen and not n.startswith("tp_"):
+            seen.add(n)
+            names.append(n)
+    add(fn.name)
+    for n in fn.constants:
+        add(n)
+    for sc in fn.scalars:
+        add(sc.name)
+    for a in fn.arrays:
+        add(a.name)
+    for st in ir.walk_stmts(fn.body):
+        if isinstance(st, ir.For):
+            add(st.var)
+            for key in ("reduction", "private", "accumulate"):
+                for item in st.attrs.get(key) or ():
+                    add(item[0] if isinstance(item, tuple) else item)
+        elif isinstance(st, ir.Let):
+            add(st.name)
+        elif isinstance(st, (ir.Allocate, ir.Store)):
+            add(st.array)
+        for e in ir.stmt_exprs(st):
+            for x in ir.walk_exprs(e):
+                if isinstance(x, ir.Var):
+                    add(x.name)
+                elif isinstance(x, ir.Load):
+                    add(x.array)
+    raw_of = [a.name for a in fn.arrays if len(a.shape) > 1]   # ``A`` also declares ``A_``
+    mangle, extra = {n for n in names if _own_name(n)}, set()
+    for _ in range(len(names) + 2):
+        taken = {n for n in names if n not in mangle} | extra
+        cmap = {n: n for n in names if n not in mangle}
+        for n in names:
+            if n in mangle:
+                c = n + "_"
+                while c in taken:
+                    c += "_"
+                taken.add(c)
+                cmap[n] = c
+        raws = {cmap[a] + "_" for a in raw_of}
+        clash = {n for n in names if cmap[n] in raws}
+        if not clash:
+            break
+        if clash - mangle:
+            mangle |= clash
+        else:
+            extra |= raws
+    return cmap
+
+
+def _renamed(fn: ir.LoweredFunction, cmap: dict) -> ir.LoweredFunction:
+    """``fn`` with every name replaced by its C identifier (``fn.name`` too)."""
+    if all(k == v for k, v in cmap.items()):
+        return fn
+    nm = lambda n: cmap.get(n, n)          # noqa: E731
+    done = {}
+
+    def ex(e):
+        if id(e) in done:
+            return done[id(e)]
+        if isinstance(e, ir.Var):
+            r = ir.Var(nm(e.name), e.dtype)
+        elif isinstance(e, ir.Load):
+            r = ir.Load(nm(e.array), tuple(ex(i) for i in e.index), e.dtype)
+        elif isinstance(e, ir.Binary):
+            r = ir.Binary(e.op, ex(e.a), ex(e.b), e.dtype)
+        elif isinstance(e, ir.Unary):
+            r = ir.Unary(e.op, ex(e.a), e.dtype)
+        elif isinstance(e, ir.Call):
+            r = ir.Call(e.func, tuple(ex(a) for a in e.args), e.dtype)
+        elif isinstance(e, ir.Select):
+            r = ir.Select(ex(e.cond), ex(e.a), ex(e.b), e.dtype)
+        elif isinstance(e, ir.Cast):
+            r = ir.Cast(ex(e.a), e.dtype)
+        else:
+            r = e
+        done[id(e)] = r
+        return r
+
+    def attrs(a):
+        out = dict(a)
+        for key in ("reduction", "private", "accumulate"):
+            if out.get(key):
+                out[key] = [(nm(x[0]),) + tuple(x[1:]) if isinstance(x, tuple) else nm(x)
+                            for x in out[key]]
+        return out
+
+    def st(s):
+        if isinstance(s, ir.Store):
+            return ir.Store(nm(s.array), tuple(ex(i) for i in s.index), ex(s.value))
+        if isinstance(s, ir.For):
+            return ir.For(nm(s.var), ex(s.lo), ex(s.hi), st(s.body), kind=s.kind, step=s.step,
+                          attrs=attrs(s.attrs))
+        if isinstance(s, ir.Let):
+            return ir.Let(nm(s.name), ex(s.value), st(s.body))
+        if isinstance(s, ir.If):
+            return ir.If(ex(s.cond), st(s.then), None if s.else_ is None else st(s.else_))
+        if isinstance(s, ir.Block):
+            return ir.Block([st(x) for x in s.stmts])
+        if isinstance(s, ir.Allocate):
+            return ir.Allocate(nm(s.array), s.dtype, tuple(ex(d) for d in s.shape), st(s.body),
+                               s.zero_init)
+        return s
+    return ir.LoweredFunction(
+        name=nm(fn.name), scalars=[ir.ScalarArg(nm(x.name), x.dtype) for x in fn.scalars],
+        arrays=[ir.ArrayArg(nm(a.name), a.dtype, tuple(ex(d) for d in a.shape), a.writable)
+                for a in fn.arrays],
+        body=st(fn.body), constants={nm(k): v for k, v in fn.constants.items()})
+
+
 def cffi_declaration(fn: ir.LoweredFunction) -> str:
     """The cdef of ``fn`` for cffi ABI mode: array pointers as ``intptr_t``."""
-    return f"int {fn.name}({', '.join(_signature(fn, _Emitter(fn))[1]) or 'void'});"
+    cfn = _renamed(fn, c_names(fn))
+    return f"int {fn.name}({', '.join(_signature(cfn, _Emitter(cfn))[1]) or 'void'});"
 
 
 def emit_c(fn: ir.LoweredFunction) -> str:
     """The C99 + OpenMP source of ``fn`` (one exported function ``fn.name``)."""
+    symbol, cmap = fn.name, c_names(fn)
+    fn = _renamed(fn, cmap)
     _check_name(fn.name, "function")
     em = _Emitter(fn)
     params, _, pre = _signature(fn, em)
@@ -632,9 +838,13 @@ def emit_c(fn: ir.LoweredFunction) -> str:
     body_lines += em.lines
     body_lines.append(f"  return {'tp_status' if em.uses_status else '0'};")
 
+    # no header may declare the kernel's name, nor define a macro of any user name
+    # (see the module docstring)
+    ids = sorted(set(cmap.values()) | {a.name + "_" for a in fn.arrays if len(a.shape) > 1})
     head = ["/* generated by tiramisu_py codegen.c_backend */",
+            f"#undef {fn.name}", f"#define {fn.name} tp_hidden_{fn.name}",
             *(f"#include <{h}>" for h in ("stdint.h", "stdbool.h", "stdlib.h", "string.h", "math.h")),
-            ""]
+            *(f"#undef {n}" for n in ids), ""]
     order = ["tp_alloc"] + sorted(h for h in em.helpers if h != "tp_alloc")
     for h in order:
         if h in em.helpers:
@@ -642,4 +852,6 @@ def emit_c(fn: ir.LoweredFunction) -> str:
     if em.helpers:
         head.append("")
     sig = f"int {fn.name}({', '.join(params) or 'void'})"
+    if fn.name != symbol:              # renamed in C: the symbol keeps the user's name
+        head += [f'{sig} __asm__("{symbol}");', ""]
     return "\n".join(head + [sig, "{", *body_lines, "}", ""])

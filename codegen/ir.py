@@ -11,6 +11,13 @@ Integer semantics (explicit so every backend agrees):
   on floats ``div`` is true division and ``mod`` is ``fmod``.
 * ``floordiv`` / ``floormod`` round toward minus infinity (Python semantics),
   for integers and floats alike.
+* Integer division never traps (NumPy's results): ``x / 0``, ``x % 0`` and
+  their floor forms give 0; ``MIN / -1`` wraps to ``MIN`` and ``MIN % -1`` is 0.
+* Integer ``add``/``sub``/``mul``/``neg`` wrap at the dtype's width (C backend:
+  ``-fwrapv``; LLVM: no ``nsw``/``nuw`` on values).
+* Float ``min`` / ``max`` propagate NaN like ``np.minimum`` / ``np.maximum``
+  (and reductions with them like ``np.min`` / ``np.max``): ``max(a, b)`` is
+  ``(a > b || a != a) ? a : b``, NaN if either operand is NaN.
 
 This module imports nothing from ``tiramisu_py``.
 """
@@ -281,10 +288,13 @@ def stmt_exprs(s: Stmt) -> list:
 
 
 def walk_exprs(e: Expr):
-    """Yields ``e`` and every sub-expression."""
-    yield e
-    for child in expr_children(e):
-        yield from walk_exprs(child)
+    """Yields ``e`` and every sub-expression (pre-order).  Iterative: linear in
+    the size whatever the depth (nested generators were quadratic in depth)."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(expr_children(x)))
 
 
 def expr_children(e: Expr) -> Sequence[Expr]:

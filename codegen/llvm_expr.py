@@ -11,9 +11,11 @@ arithmetic, so that unit-stride accesses become vector loads/stores) or a
 """
 from __future__ import annotations
 
+import re
+
 from . import ir, llvm_lower
 from .ir import expr_key
-from .llvm_lower import (_DIVS, _FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
+from .llvm_lower import (_FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
                          CannotWiden, Ctx, Func, Host, Module, Val, common, kind, lit,
                          may_trap, splat_lit, vt, zero)
 
@@ -24,6 +26,15 @@ class VecState:
 
     def __init__(self, w: int, loaded: set, safe: set):
         self.w, self.loaded, self.safe = w, loaded, safe
+
+
+_INT_LIT = re.compile(r"\A(?:splat \(i\d+ )?(-?\d+)\)?\Z")
+
+
+def _int_literal_of(text: str):
+    """The value of an integer literal operand (``7``, ``splat (i32 7)``), else None."""
+    m = _INT_LIT.match(text)
+    return int(m.group(1)) if m else None
 
 
 # ------------------------------------------------------------------ expressions
@@ -61,7 +72,7 @@ class ExprLowering:
                         "splat")
         base = self.mat(Val(v.t, "int64"))
         ramp = ", ".join(f"i64 {k * v.stride}" for k in range(w))
-        return f.op(f"add nsw <{w} x i64> {base}, <{ramp}>", "ramp")
+        return f.op(f"add <{w} x i64> {base}, <{ramp}>", "ramp")
 
     # -------------------------------------------------------------- dispatch
     def ex(self, e) -> Val:
@@ -163,8 +174,6 @@ class ExprLowering:
                 return r
         ct = a.dtype if a.dtype == b.dtype else common(a.dtype, b.dtype)
         a, b = self.convert(a, ct), self.convert(b, ct)
-        if self.spec and op in _DIVS and not ir.is_float(ct) and not b.const:
-            raise CannotWiden("integer division under a lane-dependent condition")
         w, (x, y) = self.lanes(a, b)
         return self.convert(Val(self._arith(op, ct, x, y, w), ct, kind(w)), dt)
 
@@ -213,9 +222,8 @@ class ExprLowering:
                 return f.op(f"f{op} contract {t} {x}, {y}")
             if op == "mod":
                 return f.op(f"frem {t} {x}, {y}")
-            if op in ("min", "max"):
-                c = f.op(f"fcmp {'olt' if op == 'min' else 'ogt'} {t} {x}, {y}")
-                return f.op(f"select {c1} {c}, {t} {x}, {t} {y}")
+            if op in ("min", "max"):        # NaN-propagating (np.minimum / np.maximum)
+                return self.fminmax(op, t, x, y, w)
             q = f.op(f"fdiv contract {t} {x}, {y}")
             fl, _ = self.m.intrinsic("llvm.floor", dt, w)
             q = f.op(f"call {t} @{fl}({t} {q})")
@@ -230,13 +238,40 @@ class ExprLowering:
             pred = ("u" if dt == "uint8" else "s") + ("lt" if op == "min" else "gt")
             c = f.op(f"icmp {pred} {t} {x}, {y}")
             return f.op(f"select {c1} {c}, {t} {x}, {t} {y}")
-        if op in ("add", "sub", "mul"):
+        if op in ("add", "sub", "mul"):            # wraps: no nsw/nuw on values
             return f.op(f"{op} {t} {x}, {y}")
-        if dt == "uint8":
-            return f.op(f"{'udiv' if op in ('div', 'floordiv') else 'urem'} {t} {x}, {y}")
         if dt == "int8":                 # as C: in int (-128 / -1 = 128), then wrap
             xi, yi = self._conv(x, "int8", "int32", w), self._conv(y, "int8", "int32", w)
             return self._conv(self._arith(op, "int32", xi, yi, w), "int32", "int8", w)
+        # x / 0 == x % 0 == 0 and MIN / -1 == MIN, MIN % -1 == 0 (NumPy's results,
+        # the C backend's): a divisor that is 0, or -1 with x == MIN, becomes 1
+        # (MIN / 1 == MIN, x % 1 == 0), and a zero divisor's result is then 0
+        y, yzero = self._safe_divisor(dt, x, y, w)
+        if dt == "uint8":
+            r = f.op(f"{'udiv' if op in ('div', 'floordiv') else 'urem'} {t} {x}, {y}")
+            return r if yzero is None else f.op(f"select {c1} {yzero}, {t} {zero(dt, w)}, {t} {r}")
+        r = self._signed_divmod(op, dt, x, y, w)
+        return r if yzero is None else f.op(f"select {c1} {yzero}, {t} {zero(dt, w)}, {t} {r}")
+
+    def _safe_divisor(self, dt: str, x: str, y: str, w) -> tuple:
+        """(divisor that cannot trap, i1 "the divisor was 0" or None when it cannot be)."""
+        f, t, c1 = self.f, vt(LLT[dt], w), vt("i1", w)
+        c = _int_literal_of(y)
+        lo = ir.INT_LIMITS[dt][0]
+        if c is not None and c != 0 and (dt == "uint8" or c != -1):
+            return y, None
+        yzero = f.op(f"icmp eq {t} {y}, {zero(dt, w)}")
+        bad = yzero
+        if dt != "uint8" and (c is None or c == -1):
+            xmin = f.op(f"icmp eq {t} {x}, {splat_lit(str(lo), LLT[dt], w)}")
+            ym1 = f.op(f"icmp eq {t} {y}, {splat_lit('-1', LLT[dt], w)}")
+            bad = f.op(f"or {c1} {yzero}, {f.op(f'and {c1} {xmin}, {ym1}')}")
+        one = splat_lit("1", LLT[dt], w)
+        return f.op(f"select {c1} {bad}, {t} {one}, {t} {y}", "divisor"), yzero
+
+    def _signed_divmod(self, op: str, dt: str, x: str, y: str, w) -> str:
+        """Signed ``op`` with a divisor that is neither 0 nor -1 against MIN."""
+        f, t, c1 = self.f, vt(LLT[dt], w), vt("i1", w)
         if op == "div":
             return f.op(f"sdiv {t} {x}, {y}")
         r = f.op(f"srem {t} {x}, {y}")
@@ -253,6 +288,16 @@ class ExprLowering:
             return f.op(f"select {c1} {fix}, {t} {q1}, {t} {q}")
         r1 = f.op(f"add {t} {r}, {y}")
         return f.op(f"select {c1} {fix}, {t} {r1}, {t} {r}")
+
+    def fminmax(self, op: str, t: str, x: str, y: str, w) -> str:
+        """NaN-propagating float min/max, as the C backend's helper
+        ``(x OP y || x != x) ? x : y``: NaN if either operand is NaN (x86:
+        a min/max, an unordered compare and a blend)."""
+        f, c1 = self.f, vt("i1", w)
+        c = f.op(f"fcmp {'olt' if op == 'min' else 'ogt'} {t} {x}, {y}")
+        m = f.op(f"select {c1} {c}, {t} {x}, {t} {y}")
+        nan = f.op(f"fcmp uno {t} {x}, {x}")
+        return f.op(f"select {c1} {nan}, {t} {x}, {t} {m}")
 
     def _cmp(self, op: str, dt: str, x: str, y: str, w) -> str:
         t = vt(LLT[dt], w)

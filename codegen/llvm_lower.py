@@ -9,10 +9,12 @@ Conventions of the emitted module (same calling convention as the C backend):
 * ``define i32 @NAME(<scalars>, ptr noalias <arrays>...)``; arrays are flat and
   indexed row-major with their shape expressions (row strides computed once);
 * every value is SSA (loop iterators are phis, ``Let`` binds a value); the
-  semantics of every operator follow the C backend (int8/uint8 arithmetic wraps,
-  integer ``div``/``mod`` truncate, ``floordiv``/``floormod`` round to -inf,
-  float ``mod`` is ``frem`` = fmod, min/max are ``a < b ? a : b``), ``Select``
-  and ``and``/``or`` are lazy (branches) when an operand may trap, as in C;
+  semantics of every operator follow the C backend and NumPy (integer
+  arithmetic wraps: no ``nsw``/``nuw`` on values; integer ``div``/``mod``
+  truncate, ``floordiv``/``floormod`` round to -inf, a zero divisor gives 0 and
+  ``MIN / -1`` wraps, never a trap; float ``mod`` is ``frem`` = fmod; float
+  min/max propagate NaN, ``(a < b || a != a) ? a : b``), ``Select`` and
+  ``and``/``or`` are lazy (branches) when an operand may trap (a load), as in C;
 * ``vector`` loops are widened to explicit ``<W x T>`` code plus a scalar
   epilogue; ``parallel`` loops are outlined and run through libgomp's
   ``GOMP_parallel`` with static chunking (details in :mod:`codegen.llvm_stmt`);
@@ -46,7 +48,6 @@ LIBM_NAMES = {("tanh", "float32"): "tanhf", ("tanh", "float64"): "tanh"}
 _INTRINSICS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "ceil"}
 _FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_DIVS = ("div", "mod", "floordiv", "floormod")
 
 
 class CannotWiden(Exception):
@@ -155,15 +156,10 @@ def common(d1: str, d2: str) -> str:
 
 
 def may_trap(e) -> bool:
-    """Whether evaluating ``e`` speculatively could fault: a load, or an integer
-    division whose divisor is not a nonzero constant."""
-    for x in ir.walk_exprs(e):
-        if isinstance(x, ir.Load):
-            return True
-        if isinstance(x, ir.Binary) and x.op in _DIVS and not ir.is_float(x.dtype) and not (
-                isinstance(x.b, ir.Const) and x.b.value != 0):
-            return True
-    return False
+    """Whether evaluating ``e`` speculatively could fault: a load.  (Integer
+    divisions never trap: a divisor of 0, or -1 against MIN, is replaced, see
+    :meth:`codegen.llvm_expr.ExprLowering._safe_divisor`.)"""
+    return any(isinstance(x, ir.Load) for x in ir.walk_exprs(e))
 
 
 def _san(name: str) -> str:

@@ -12,7 +12,8 @@ those arrays (see :class:`codegen.ir.For`).  As in the C backend:
    (nothing is touched when the loop runs no iteration).  The accumulation
    (:meth:`ReductionLowering.reduce_range`) is widened when ``e`` can be: ``UNROLL``
    ``<W x T>`` accumulators over ``UNROLL * W`` iterations, one over ``W``, a
-   horizontal reduction (``llvm.vector.reduce.*``, ``reassoc`` for fadd/fmul)
+   horizontal reduction (``llvm.vector.reduce.*``, ``reassoc`` for fadd/fmul; a
+   halving tree of NaN-propagating selects for float min/max)
    folded into the running value, then a scalar epilogue; otherwise it is a
    scalar loop.  A ``vector`` loop (or a ``parallel`` one nested in a parallel
    region) runs it in place.  A top-level ``parallel`` loop runs it per thread
@@ -121,8 +122,20 @@ class ReductionLowering:
         if ir.is_float(dt) and comb in ("add", "mul"):
             name = m.declare(f"llvm.vector.reduce.f{comb}.{mangle(dt, w)}", t, [t, vty])
             return f.op(f"call reassoc {t} @{name}({t} {start}, {vty} {vacc})", "hred")
-        base = ("f" if ir.is_float(dt) else "" if comb in ("add", "mul") else
-                "u" if dt == "uint8" else "s") + comb
+        if ir.is_float(dt):     # min/max propagate NaN: a halving tree of the same select
+            cur, n = vacc, w
+            while n > 1 and n % 2 == 0:
+                h, vn = n // 2, vt(t, n)
+                halves = [f.op(f"shufflevector {vn} {cur}, {vn} poison, <{h} x i32> <"
+                               + ", ".join(f"i32 {k + off}" for k in range(h)) + ">", "half")
+                          for off in (0, h)]
+                cur, n = self._arith(comb, dt, halves[0], halves[1], h), h
+            r = None
+            for k in range(n):
+                x = f.op(f"extractelement {vt(t, n)} {cur}, i64 {k}")
+                r = x if r is None else self._arith(comb, dt, r, x, None)
+            return self._arith(comb, dt, start, r, None)
+        base = ("" if comb in ("add", "mul") else "u" if dt == "uint8" else "s") + comb
         name = m.declare(f"llvm.vector.reduce.{base}.{mangle(dt, w)}", t, [vty])
         r = f.op(f"call {t} @{name}({vty} {vacc})", "hred")
         return self._arith(comb, dt, start, r, None)

@@ -149,12 +149,25 @@ class _Simplifier:
     def divmod_parts(self, e, m):
         """``(q, r)`` with ``e = m * q + r`` and ``0 <= r < m`` proven, or None."""
         a = _affine(e)
+        if not self._cannot_wrap(e, a):
+            return None
         for form in (a, _expand(a, self.offsets)):
             q, r = _split_mod(form, m)
             rng = _range(r, self.ranges)
             if rng is not None and 0 <= rng[0] and rng[1] < m:
                 return q, r
         return None
+
+    def _cannot_wrap(self, e, a: _Affine) -> bool:
+        """Integer arithmetic wraps (NumPy, ``-fwrapv``), and ``m * q + r``
+        splits only a sum that does not: ``e``'s range is proven inside its
+        dtype, or ``e`` is int64 over loop iterators and params only (index
+        arithmetic; a load or a narrower value may be anything)."""
+        lo, hi = _interval(e, self.ranges)
+        limits = ir.INT_LIMITS[e.dtype]
+        if lo is not None and hi is not None and limits[0] <= lo and hi <= limits[1]:
+            return True
+        return e.dtype == "int64" and all(k[0] == "v" for k in a.terms)
 
     def expr(self, e):
         if isinstance(e, ir.Binary):

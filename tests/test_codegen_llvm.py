@@ -394,7 +394,10 @@ def test_thread_count_honours_omp_num_threads():
 
 
 # ----------------------------------------------------------------- reassociated reductions
-REDUCE_CALL = re.compile(r"call (reassoc )?\w+ @llvm\.vector\.reduce\.\w+\.v\d+\w+\(")
+# a horizontal reduction: llvm.vector.reduce.*, or for float max/min (which
+# propagate NaN) a halving tree of shuffles
+REDUCE_CALL = re.compile(r"call (reassoc )?\w+ @llvm\.vector\.reduce\.\w+\.v\d+\w+\(|"
+                         r"%half\d+ = shufflevector <\d+ x (float|double)>")
 
 
 def lanes_of(dtype):
