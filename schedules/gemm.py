@@ -76,6 +76,9 @@ def default_params(n, m, k, machine=None) -> GemmParams:
     number of panels per core, else ``ic`` (threads share the panel of B) with
     at least two blocks of rows per core."""
     h = machine or host()
+    # an empty product (a zero extent) is tiled as a 1 x 1 x 1 one: its loops
+    # run no iteration, the tiles only need to be valid
+    n, m, k = max(1, n), max(1, m), max(1, k)
     lanes = h.lanes(4)
     # NR = 4 vectors with 32 registers, 2 with 16: MR x NR/lanes accumulators
     # take 3/4 of the registers (6 x 64 on AVX-512 measured ~7% faster than

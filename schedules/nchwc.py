@@ -50,7 +50,7 @@ def packed_input(f, X, s: ConvShape, n, per_image: bool):
     SIMD vector of channels, over the image loop ``n``.  ``per_image``:
     stored in an image-sized buffer ``x_image`` (for the caller to compute
     per image) instead of a full copy.  Returns ``(x_packed, CB)``."""
-    cb = min(s.ci, host().lanes(4))
+    cb = max(1, min(s.ci, host().lanes(4)))      # 1 for Ci = 0 (an empty packed input)
     cib = -(-s.ci // cb)
     hp, wp = s.h + 2 * s.padding, s.w + 2 * s.padding
     xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in

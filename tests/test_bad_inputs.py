@@ -550,3 +550,43 @@ def test_bad_calls_never_crash_the_interpreter():
     assert r.returncode == 0, f"child died with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
     assert "survived" in r.stdout
     assert "accepted bad call" not in r.stdout, r.stdout
+
+
+READ_ONLY_CHILD = """
+import sys, warnings
+sys.path.insert(0, {root!r})
+import numpy as np
+import torch
+from examples import gemm
+k = gemm.build().compile()
+a = np.ones((4, 5), np.float32)
+b = np.ones((5, 3), np.float32)
+np.zeros((4, 3), np.float32).tofile({path!r})
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")      # torch: the given NumPy array is not writable
+    c = torch.from_numpy(np.memmap({path!r}, np.float32, mode="r", shape=(4, 3)))
+for out in (c, c.numpy()):
+    try:
+        k(a, b, C=out)
+    except ValueError as exc:
+        print("refused:", exc)
+    else:
+        print("accepted a read-only output")
+print("survived")
+"""
+
+
+def test_read_only_torch_output_is_refused_not_a_segfault(tmp_path):
+    """Issue 17: ``C=torch.from_numpy(np.memmap(p, mode="r"))`` (and its
+    ``.numpy()``, which says writeable) wrote into read-only pages, SIGSEGV.
+    Run in a child: it must end with a ValueError naming C, never a signal."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    script = READ_ONLY_CHILD.format(root=ROOT, path=str(tmp_path / "c.bin"))
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "passive")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=ROOT)
+    assert r.returncode == 0, f"child died with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
+    assert "survived" in r.stdout and "accepted" not in r.stdout, r.stdout
+    refusals = [line for line in r.stdout.splitlines() if line.startswith("refused:")]
+    assert len(refusals) == 2 and all("'C'" in m and "read-only" in m for m in refusals), r.stdout

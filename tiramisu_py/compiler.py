@@ -2,6 +2,8 @@
 generation and the Kernel."""
 from __future__ import annotations
 
+import logging
+import sys
 import time
 
 import codegen
@@ -33,11 +35,48 @@ def analyse(f):
     return model, deps, replay(model, f._commands)
 
 
+# A compile slower than this (seconds) is reported, one line per phase boundary
+# passed after it and one at the end, e.g. ``tiramisu_py: compiled 'gemm' in
+# 7.3 s (analysis 6.1 s, ast 0.2 s, backend 1.0 s)``: to the ``tiramisu_py``
+# logger at INFO when logging is configured, else to stderr.  None: never.
+SLOW_COMPILE_S = 5.0
+_log = logging.getLogger("tiramisu_py")
+
+
+def _report(msg):
+    if _log.hasHandlers():
+        _log.info(msg)
+    else:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def _progress(f, t0, phases, nxt=None):
+    """Reports the phases so far when the compile has been slow."""
+    total = time.perf_counter() - t0
+    if SLOW_COMPILE_S is None or total <= SLOW_COMPILE_S:
+        return
+    done = ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+    if nxt is None:
+        _report(f"tiramisu_py: compiled {f.name!r} in {total:.1f} s ({done})")
+    else:
+        _report(f"tiramisu_py: compiling {f.name!r}: {done} (next: {nxt})")
+
+
 def compile_function(f, target="cpu", **options):
     if target not in TARGETS:
         raise ValueError(f"compile: unknown target {target!r}; available: {', '.join(TARGETS)}")
     if options:
         raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
+    try:
+        return _compile(f, target)
+    except RecursionError:
+        # expressions are bounded when declared (expr.MAX_EXPR_DEPTH), so this
+        # is not expected; it is never let out bare
+        raise ValueError(f"compiling {f.name!r}: an expression or loop nest is nested too "
+                         "deeply for the compiler; split it into several computations") from None
+
+
+def _compile(f, target):
     t0 = time.perf_counter()
     _prepare(f)
     model = PolyModel(f)
@@ -50,10 +89,12 @@ def compile_function(f, target="cpu", **options):
     zeroed = {b.name for b in temps if needs_zero(model, b, output=False)}
     zeroed |= {b.name for b in outputs if needs_zero(model, b, output=True)}
     t1 = time.perf_counter()
+    _progress(f, t0, {"analysis": t1 - t0}, "ast")
 
     reserved = (set(f._names) - {v.name for v in f.vars}) | {b.name for b in inputs + outputs + temps}
     body = AstLowering(model, state, reserved).run()
     t2 = time.perf_counter()
+    _progress(f, t0, {"analysis": t1 - t0, "ast": t2 - t1}, "backend")
     ex = ExprLowering(f.fixed)
     allocs = {b.name: (b.dtype.name, tuple(ex.index(s, {}) for s in b.shape)) for b in temps}
     body, private = _privatise(body, allocs, zeroed)
@@ -73,6 +114,7 @@ def compile_function(f, target="cpu", **options):
                     zeroed_outputs={b.name for b in outputs if b.name in zeroed})
     kernel.model, kernel.schedule = model, state
     kernel.timings = {"analysis": t1 - t0, "ast": t2 - t1, "backend": t3 - t2}
+    _progress(f, t0, kernel.timings)
     return kernel
 
 

@@ -9,9 +9,19 @@ bool.  An expression has no truth value: use ``tp.select`` for conditions.
 from __future__ import annotations
 
 import ast
+import builtins
 from typing import Iterable
 
 from . import types as T
+
+
+# Limits on one expression (a computation's value, an update, an index, a
+# bound), checked when it is declared: deeper or bigger ones are refused with a
+# ValueError naming the computation.  Nothing sensible needs more (split a long
+# formula into several computations), and the compiler's passes over the loop
+# IR and both backends recurse on the expression's depth.
+MAX_EXPR_DEPTH = 200            # nesting levels (a leaf is level 1)
+MAX_EXPR_NODES = 100_000        # nodes, a subexpression counted once per use
 
 
 class Expr:
@@ -55,9 +65,6 @@ class Expr:
     @property
     def dtype(self) -> T.DType:
         """The expression's type (weak literals resolved to their default)."""
-        t = strong_type(self)
-        if t is not None:
-            return t
         return _weak_default(self)
 
     def children(self) -> tuple:
@@ -216,17 +223,78 @@ class UpdateRequest:
 
 
 # ------------------------------------------------------------- typing rules
-def strong_type(e: Expr):
+# Typing is computed bottom-up without recursion.  ``memo`` (a dict, kept by
+# the caller for as long as the expressions are unchanged, e.g. one lowering)
+# shares the results between calls: lowering asks for the type of every
+# subexpression, which without it is quadratic in the expression's depth.
+_CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+
+
+def _children(e):
+    return e.children()
+
+
+def _typing_children(e):
+    if isinstance(e, UnOp):
+        return () if e.op == "not" else (e.a,)
+    if isinstance(e, BinOp):
+        return () if e.op in _CMP_OPS else (e.a, e.b)
+    if isinstance(e, Select):
+        return (e.a, e.b)
+    if isinstance(e, Call):
+        return e.args
+    return ()
+
+
+def _bottom_up(e, memo, tag, children, node_value):
+    """``node_value(n, memo)`` for ``e`` once it is known for the nodes
+    ``children(n)`` below it, every result memoised in ``memo`` under
+    ``(tag, id(n))`` (with ``n`` kept alive, so ids are not reused)."""
+    key = (tag, id(e))
+    if key in memo:
+        return memo[key][1]
+    stack = [e]
+    while stack:
+        n = stack[-1]
+        k = (tag, id(n))
+        if k in memo:
+            stack.pop()
+            continue
+        todo = [c for c in children(n) if (tag, id(c)) not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        memo[k] = (n, node_value(n, memo))
+    return memo[key][1]
+
+
+_VAR_CLASS = []
+
+
+def _var_class():
+    if not _VAR_CLASS:
+        from .function import Var       # local import: Var lives with Function
+        _VAR_CLASS.append(Var)
+    return _VAR_CLASS[0]
+
+
+def strong_type(e: Expr, memo=None):
     """The type an expression has without context, or None if it is made of
     weak literals only."""
+    return _bottom_up(e, {} if memo is None else memo, "t", _typing_children, _strong_type_node)
+
+
+def _strong_type_node(e: Expr, memo):
+    def strong_type(x):                 # the children's types are in memo
+        return memo[("t", id(x))][1]
     if isinstance(e, Const):
         return e.weak_dtype
     if isinstance(e, ParamRef):
         return T.INDEX
     if isinstance(e, Access):
         return e.target.dtype
-    from .function import Var           # local import: Var lives with Function
-    if isinstance(e, Var):
+    if isinstance(e, _var_class()):
         return T.INDEX
     if isinstance(e, Cast):
         return e.to
@@ -239,7 +307,7 @@ def strong_type(e: Expr):
         if ta is None and tb is None:
             return None
         if ta is None or tb is None:
-            t = weak_partner_type(ta or tb, e.b if ta is not None else e.a)
+            t = weak_partner_type(ta or tb, e.b if ta is not None else e.a, memo)
         else:
             t = T.promote(ta, tb)
         if e.op == "div" and not t.is_float:
@@ -250,7 +318,7 @@ def strong_type(e: Expr):
         if ta is None and tb is None:
             return None
         if ta is None or tb is None:
-            return weak_partner_type(ta or tb, e.b if ta is not None else e.a)
+            return weak_partner_type(ta or tb, e.b if ta is not None else e.a, memo)
         return T.promote(ta, tb)
     if isinstance(e, Call):
         ts = [strong_type(a) for a in e.args]
@@ -263,18 +331,30 @@ def strong_type(e: Expr):
     raise TypeError(f"not an expression: {e!r}")
 
 
-def weak_partner_type(t: T.DType, weak: Expr) -> T.DType:
+def weak_partner_type(t: T.DType, weak: Expr, memo=None) -> T.DType:
     """The type of an operation between a typed operand (``t``) and an
     expression of weak literals: ``t``, unless the literals are floats and
     ``t`` is not (float64), or are integers ``t`` cannot hold (int64)."""
-    if _weak_is_float(weak):
+    memo = {} if memo is None else memo
+    if _weak_is_float(weak, memo):
         return t if t.is_float else T.DEFAULT_FLOAT
     if t.is_int or t.is_bool:
         lo, hi = _int_range(t)
-        for n in walk(weak):
-            if isinstance(n, Const) and isinstance(n.value, int) and not lo <= n.value <= hi:
-                return T.promote(t, T.int64) if t.bits < 64 or t.kind == "u" else t
+        ext = _bottom_up(weak, memo, "r", _children, _int_extremes_node)
+        if ext is not None and not (lo <= ext[0] and ext[1] <= hi):
+            return T.promote(t, T.int64) if t.bits < 64 or t.kind == "u" else t
     return t
+
+
+def _int_extremes_node(e, memo):
+    """(smallest, largest) int literal in ``e`` (every node below it), or None."""
+    out = [memo[("r", id(c))][1] for c in e.children()]
+    if isinstance(e, Const) and isinstance(e.value, int):
+        out.append((e.value, e.value))
+    out = [x for x in out if x is not None]
+    if not out:
+        return None
+    return (builtins.min(x[0] for x in out), builtins.max(x[1] for x in out))
 
 
 def _int_range(t):
@@ -292,27 +372,67 @@ def _promote_all(ts):
     return t
 
 
-def _weak_is_float(e: Expr) -> bool:
-    for n in walk(e):
-        if isinstance(n, Const) and isinstance(n.value, float):
-            return True
-        if isinstance(n, BinOp) and n.op == "div":
-            return True
-    return False
+def _weak_is_float(e: Expr, memo=None) -> bool:
+    """Whether ``e`` (any node below it) holds a float literal or a ``/``."""
+    return _bottom_up(e, {} if memo is None else memo, "f", _children, _weak_is_float_node)
 
 
-def _weak_default(e: Expr) -> T.DType:
+def _weak_is_float_node(n, memo):
+    if isinstance(n, Const) and isinstance(n.value, float):
+        return True
+    if isinstance(n, BinOp) and n.op == "div":
+        return True
+    return any(memo[("f", id(c))][1] for c in n.children())
+
+
+def _weak_default(e: Expr, memo=None) -> T.DType:
+    """``e.dtype`` (``memo``: as for :func:`strong_type`)."""
+    memo = {} if memo is None else memo
+    t = strong_type(e, memo)
+    if t is not None:
+        return t
     if isinstance(e, BinOp) and e.op in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or"):
         return T.bool_
     if isinstance(e, Const) and isinstance(e.value, bool):
         return T.bool_
-    return T.DEFAULT_FLOAT if _weak_is_float(e) else T.DEFAULT_INT
+    return T.DEFAULT_FLOAT if _weak_is_float(e, memo) else T.DEFAULT_INT
 
 
 def walk(e: Expr) -> Iterable[Expr]:
-    yield e
-    for c in e.children():
-        yield from walk(c)
+    """Every node of ``e``, outer ones first (pre-order; a shared subexpression
+    once per occurrence).  Iterative: linear in the size, whatever the depth."""
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.children()))
+
+
+def expr_size(e: Expr) -> tuple:
+    """(depth, number of nodes) of ``e`` as a tree (a shared subexpression
+    counted once per use), computed on the DAG: linear in its distinct nodes."""
+    return _bottom_up(e, {}, "s", _children, _size_node)
+
+
+def _size_node(n, memo):
+    kids = [memo[("s", id(c))][1] for c in n.children()]
+    return (1 + builtins.max((k[0] for k in kids), default=0), 1 + sum(k[1] for k in kids))
+
+
+def check_expr_size(e: Expr, what: str) -> None:
+    """Refuses an expression deeper than :data:`MAX_EXPR_DEPTH` or bigger than
+    :data:`MAX_EXPR_NODES` with a ValueError that starts with ``what``."""
+    if not isinstance(e, Expr):
+        return
+    depth, nodes = expr_size(e)
+    if depth > MAX_EXPR_DEPTH:
+        raise ValueError(f"{what} is nested {depth} levels deep; the limit is "
+                         f"{MAX_EXPR_DEPTH} (tiramisu_py.expr.MAX_EXPR_DEPTH): split it into "
+                         "several computations")
+    if nodes > MAX_EXPR_NODES:
+        raise ValueError(f"{what} has {nodes} nodes (a shared subexpression counts once per "
+                         f"use); the limit is {MAX_EXPR_NODES} (tiramisu_py.expr.MAX_EXPR_NODES): "
+                         "split it into several computations")
 
 
 def accesses(e: Expr):
@@ -379,7 +499,7 @@ def parse_size(text, params: dict, what: str) -> Expr:
                         f"not {type(text).__name__}")
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise ValueError(f"{what}: cannot parse size {text!r}") from None
 
     def conv(n):
@@ -399,4 +519,8 @@ def parse_size(text, params: dict, what: str) -> Expr:
             return UnOp("neg", conv(n.operand))
         raise ValueError(f"{what}: unsupported syntax in size {text!r} "
                          "(use ints, params, + - * // % and parentheses)")
-    return conv(tree)
+    try:
+        return conv(tree)
+    except RecursionError:
+        raise ValueError(f"{what}: size {text[:60]!r}... is nested too deeply (the limit "
+                         f"is {MAX_EXPR_DEPTH} levels)") from None

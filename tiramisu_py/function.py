@@ -7,11 +7,11 @@ import keyword
 import re
 
 from . import types as T
-from codegen.c_backend import reserved_c_name
+from codegen.c_backend import reserved_c_symbol
 
 from .schedule import Schedulable
-from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, parse_size,
-                   strong_type, walk, wrap)
+from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, check_expr_size,
+                   parse_size, strong_type, walk, wrap)
 
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # words the isl parser or the C compiler would misread
@@ -24,12 +24,28 @@ _RESERVED = {"and", "or", "not", "exists", "min", "max", "floor", "ceil", "mod",
 
 
 def check_name(name, what: str) -> str:
+    """The one check of every name a user gives: params, loops, inputs,
+    buffers, computations, the Function, and the loops that scheduling
+    commands create (``split(names=)``, ``tile(names=)``, ``skew(name=)``,
+    ``cache_at(name=)``).  ``what`` names what is checked, e.g. ``"loop"`` or
+    ``"c.split(i, 4, names=...): loop"``.
+
+    Refused: what is not an identifier (a letter, then letters, digits or
+    ``_``), Python keywords, the words of isl's parser and C's keywords
+    (:data:`_RESERVED`), and the ``tp_`` prefix (the compiler's own names); a
+    Function may not take the name of a C library function (it is exported
+    under its name).  C macros (``linux``, ``errno``, ``M_PI``, ``NULL``...)
+    are fine: the C backend keeps every user name out of the preprocessor's
+    reach (see :mod:`codegen.c_backend`)."""
     if not isinstance(name, str) or not _IDENT.match(name):
         raise ValueError(f"{what} name {name!r} must be an identifier "
                          "(a letter, then letters, digits or _)")
-    if name in _RESERVED or keyword.iskeyword(name) or reserved_c_name(name):
-        raise ValueError(f"{what} name {name!r} is reserved (an isl, C or C library name); "
-                         "choose another")
+    if name in _RESERVED or keyword.iskeyword(name) or name.startswith("tp_"):
+        raise ValueError(f"{what} name {name!r} is reserved (a Python, isl or C keyword, or "
+                         "the tp_ prefix of the compiler's own names); choose another")
+    if what == "function" and reserved_c_symbol(name):
+        raise ValueError(f"{what} name {name!r} is reserved (a C library function: the kernel "
+                         "is exported under its name); choose another")
     return name
 
 
@@ -215,6 +231,7 @@ class Computation(Statement):
 
     def _check_expr(self, e, what):
         f = self.function
+        check_expr_size(e, f"computation {self.name!r}: its {what}")
         for n in walk(e):
             if isinstance(n, Var) and n.function is not f:
                 raise ValueError(f"{self.name}: {what} uses loop {n.name!r} of another function")
@@ -387,6 +404,7 @@ class Function:
             shape = (shape,)
         shape = tuple(parse_size(s, self.params, f"shape of {name!r}") for s in shape)
         for s in shape:
+            check_expr_size(s, f"the shape of {name!r}")
             if any(isinstance(n, (Var, Access)) for n in walk(s)):
                 raise ValueError(f"shape of {name!r} may use params only")
         b = Buffer(self, name, shape, T.from_any(dtype), kind)
@@ -396,6 +414,7 @@ class Function:
 
     def _bound(self, b, what):
         e = parse_size(b, self.params, what) if not isinstance(b, Expr) else b
+        check_expr_size(e, f"the {what}")
         for n in walk(e):
             if isinstance(n, Var) and n.function is not self:
                 raise ValueError(f"{what} uses a loop of another function")

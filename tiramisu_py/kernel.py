@@ -1,17 +1,22 @@
 """A compiled kernel: a Python callable over NumPy arrays and CPU torch tensors.
 
 Every argument is checked before native code runs: names, dtypes, ranks,
-shapes against params, contiguity, writability, aliasing of outputs, and the
-contents of index arrays that feed bounds or indirect accesses (proved in
-range by :mod:`tiramisu_py.checks`).  Bad input raises TypeError / ValueError /
-IndexError naming the argument."""
+shapes against params, contiguity, alignment, writability, aliasing of
+outputs, and the contents of index arrays that feed bounds or indirect
+accesses (proved in range by :mod:`tiramisu_py.checks`).  Bad input raises
+TypeError / ValueError / IndexError naming the argument.
+
+A misaligned input (address not a multiple of the element size) is read from
+an aligned copy; a misaligned output is refused (it is written in place).  An
+output is writable when NumPy or torch allocated it (NumPy: and its flag
+says so), else when the kernel maps all its pages writable."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import affine
 from .affine import NonAffine
-from .checks import check_monotone
+from .checks import check_monotone, memory_writable
 
 
 class _Arg:
@@ -47,10 +52,41 @@ class _Arg:
     def contiguous(self):
         if self.is_torch:
             return self.obj.is_contiguous()
-        return self.obj.flags.c_contiguous and self.obj.flags.aligned
+        return self.obj.flags.c_contiguous
+
+    def aligned(self):
+        """The address is a multiple of the element size (NumPy arrays from
+        ``np.frombuffer(..., offset=1)`` and torch tensors over them are not)."""
+        if self.is_torch:
+            return self.address % self.obj.element_size() == 0
+        return self.obj.flags.aligned
+
+    def aligned_copy(self):
+        """An aligned, C-contiguous copy (for an input: it is only read)."""
+        return _Arg(self.name, self.obj.clone() if self.is_torch else self.obj.copy())
 
     def writable(self):
-        return True if self.is_torch else self.obj.flags.writeable
+        """Whether the kernel may write the memory.  Memory from NumPy's or
+        torch's own allocators is writable (NumPy: when its flag says so);
+        any other (a mapping, a foreign buffer, a tensor from
+        ``torch.from_numpy`` / ``torch.frombuffer``, an array from
+        ``tensor.numpy()``) is asked of the kernel's page tables
+        (:func:`tiramisu_py.checks.memory_writable`), since neither torch nor
+        NumPy's flag through torch knows it is read-only."""
+        if self.nbytes == 0:
+            return True
+        if self.is_torch:
+            if self.obj.untyped_storage().resizable():    # torch's allocator
+                return True
+        else:
+            if not self.obj.flags.writeable:
+                return False
+            root = self.obj
+            while isinstance(root, np.ndarray) and root.base is not None:
+                root = root.base
+            if isinstance(root, np.ndarray) and root.flags.owndata:    # NumPy's allocator
+                return True
+        return memory_writable(self.address, self.nbytes) is not False
 
     def numpy(self):
         return self.obj.detach().numpy() if self.is_torch else self.obj
@@ -76,6 +112,11 @@ class Kernel:
         # outputs the kernel may read before writing, or may leave partly
         # unwritten: allocated zero-filled; the others uninitialised
         self.zeroed_outputs = {b.name for b in outputs} if zeroed_outputs is None else set(zeroed_outputs)
+        # outputs shaped by the compiler like their computation's domain: an
+        # extent below 0 there with no negative param (``N - 1`` at N = 0, the
+        # box of an empty triangle) is an empty domain, i.e. 0
+        self._domain_shaped = {c.buffer.name for c in f.computations.values()
+                               if getattr(c, "_auto_buffer", False) and c.buffer in self.outputs}
         self._shape_cache = {}
 
     @property
@@ -125,6 +166,7 @@ class Kernel:
             raise TypeError(f"{self.name}() missing array argument(s): {', '.join(map(repr, missing))}")
 
         arrs = {}
+        misaligned = []         # inputs: read from an aligned copy
         for b in self.inputs + self.outputs:
             if b.name not in given:
                 continue
@@ -137,15 +179,24 @@ class Kernel:
             if not a.contiguous():
                 raise ValueError(f"argument {b.name!r} is not C-contiguous; pass "
                                  f"np.ascontiguousarray({b.name}) (or .contiguous())")
-            if b in self.outputs and not a.writable():
-                raise ValueError(f"output argument {b.name!r} is read-only")
+            if b in self.outputs:
+                if not a.aligned():
+                    raise ValueError(f"output argument {b.name!r} is misaligned: its address "
+                                     f"{a.address:#x} is not a multiple of its element size; "
+                                     "it is written in place, so pass an aligned array "
+                                     f"({b.name}.copy() is one)")
+                if not a.writable():
+                    raise ValueError(f"output argument {b.name!r} is read-only (its memory "
+                                     "cannot be written)")
+            elif not a.aligned():
+                misaligned.append(b.name)
             arrs[b.name] = a
 
         self._infer_params(values, arrs)
         buffers = self.inputs + self.outputs
         for b in buffers:
             if b.name in arrs:
-                exp = self._shape(b, values)
+                exp = self._extents(b, values)
                 if tuple(arrs[b.name].shape) != exp:
                     ps = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
                     raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
@@ -154,11 +205,16 @@ class Kernel:
         for b in self.temps + self.outputs:
             for s, v in zip(b.shape, self._shape(b, values)):
                 if v < 0:
+                    if b.name in self._domain_shaped and \
+                            all(values.get(k, self.fixed.get(k, 0)) >= 0 for k in _names_in(s)):
+                        continue
                     ps = ", ".join(f"{k}={values[k]}" for k in sorted(values)
                                    if k in _names_in(s))
                     raise ValueError(f"param(s) {ps or 'given'} make buffer {b.name!r} have a "
                                      f"negative extent ({s!r} = {v})")
         self._check_aliasing(arrs)
+        for name in misaligned:
+            arrs[name] = arrs[name].aligned_copy()
 
         # contents of index arrays
         ranges = {}
@@ -175,7 +231,7 @@ class Kernel:
         results = {}
         for b in self.outputs:
             if b.name not in arrs:
-                shape = self._shape(b, values)
+                shape = self._extents(b, values)
                 zero = b.name in self.zeroed_outputs
                 if use_torch:
                     import torch
@@ -203,6 +259,13 @@ class Kernel:
             if len(self._shape_cache) > 1024:
                 self._shape_cache.clear()
             self._shape_cache[key] = s
+        return s
+
+    def _extents(self, b, values):
+        """The shape of ``b`` for these params (see ``_domain_shaped``)."""
+        s = self._shape(b, values)
+        if b.name in self._domain_shaped and min(s, default=0) < 0:
+            s = tuple(max(0, v) for v in s)
         return s
 
     def _infer_params(self, values, arrs):

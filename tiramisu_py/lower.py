@@ -13,8 +13,8 @@ import islpy as isl
 from codegen import ir
 
 from . import types as T
-from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, strong_type,
-                   weak_partner_type)
+from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, _weak_default,
+                   strong_type, weak_partner_type)
 from .function import Computation, Var
 from .poly import resolve
 
@@ -44,12 +44,15 @@ class ExprLowering:
 
     def __init__(self, fixed):
         self.fixed = fixed
+        # types of the subexpressions, shared by every call (expressions do not
+        # change while one function is lowered): keeps lowering linear in depth
+        self.memo = {}
 
     def index(self, e, env):
         return cast(self.expr(e, env, T.INDEX), T.INDEX)
 
     def expr(self, e, env, want=None) -> ir.Expr:
-        t = strong_type(e) or want or e.dtype
+        t = strong_type(e, self.memo) or want or _weak_default(e, self.memo)
         if isinstance(e, Const):
             v = e.value
             v = bool(v) if t.is_bool else (int(v) if t.is_int else float(v))
@@ -76,7 +79,7 @@ class ExprLowering:
                 a, b = (cast(self.expr(x, env, T.bool_), T.bool_) for x in (e.a, e.b))
                 return ir.Binary(e.op, a, b, "bool")
             if e.op in _CMP:
-                ot = operand_type(e.a, e.b)
+                ot = operand_type(e.a, e.b, self.memo)
                 a, b = (cast(self.expr(x, env, ot), ot) for x in (e.a, e.b))
                 return ir.Binary(e.op, a, b, "bool")
             a, b = (cast(self.expr(x, env, t), t) for x in (e.a, e.b))
@@ -91,13 +94,14 @@ class ExprLowering:
         raise LoweringError(f"cannot lower {e!r}")
 
 
-def operand_type(a, b) -> T.DType:
-    ta, tb = strong_type(a), strong_type(b)
+def operand_type(a, b, memo=None) -> T.DType:
+    memo = {} if memo is None else memo
+    ta, tb = strong_type(a, memo), strong_type(b, memo)
     if ta and tb:
         return T.promote(ta, tb)
     if ta or tb:
-        return weak_partner_type(ta or tb, b if ta else a)
-    return T.promote(a.dtype, b.dtype)
+        return weak_partner_type(ta or tb, b if ta else a, memo)
+    return T.promote(_weak_default(a, memo), _weak_default(b, memo))
 
 
 def cast(x: ir.Expr, t: T.DType) -> ir.Expr:

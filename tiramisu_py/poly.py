@@ -285,11 +285,19 @@ class PolyModel:
     def bounding_box(self, m: StmtModel):
         """(minimum, extent) of each loop of ``m`` as DSL expressions over the
         params (minimum None when it is 0); raises ValueError when the box
-        has no single closed form."""
+        has no single closed form.
+
+        An empty domain (a zero extent, ``[0, N)`` with ``N`` fixed to 0) has
+        no bounds of its own; each loop then gets the extent of its own
+        interval, as NumPy shapes do: ``[0, 0) x [0, 4)`` is ``(0, 4)``.  A
+        loop whose bounds involve other loops gets 0 there."""
         dom = self.domain(m)
+        empty = dom.is_empty()
         build = isl.AstBuild.from_context(self.context())
         out = []
         for k, v in enumerate(m.vars):
+            if empty:
+                dom = self._own_interval(m, k)
             lo, hi = dom.dim_min(k), dom.dim_max(k)
             ext = hi.sub(lo).add_constant_val(isl.Val.one(self.ctx))
             exprs = []
@@ -306,6 +314,19 @@ class PolyModel:
             lo_e = None if isinstance(exprs[0], Const) and exprs[0].value == 0 else exprs[0]
             out.append((lo_e, exprs[1]))
         return out
+
+    def _own_interval(self, m: StmtModel, k: int) -> isl.Set:
+        """``m``'s loops with only loop ``k``'s own bounds: its interval when
+        they are params and constants; empty when they involve other loops
+        (an empty domain gives such a loop no extent)."""
+        names = [v.name for v in m.vars]
+        cons = self.domain_constraints(m)[k]
+        dom = isl.Set(f"{self.prefix()}{{ {m.name}[{', '.join(names)}] : {cons} }}",
+                      context=self.ctx)
+        others = [i for i in range(len(names)) if i != k]
+        if any(dom.involves_dims(isl.dim_type.set, i, 1) for i in others):
+            return dom.empty(dom.get_space())
+        return dom
 
 
 def _param_names(pw):

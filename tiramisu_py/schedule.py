@@ -12,6 +12,13 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+# Limits on unrolling, checked when the command is given (ValueError naming
+# it).  Unrolling copies the body in the generated code: the C and LLVM
+# compilers' time grows with the copies (LLVM: 0.5 s at 256, 4.7 s at 1024,
+# minutes at 10,000) and so much straight-line code is never faster.
+MAX_UNROLL = 256            # the factor of one unroll (or the extent unrolled whole)
+MAX_UNROLL_TOTAL = 1024     # copies of one statement: the product over its unrolled loops
+
 
 @dataclass
 class Loop:
@@ -171,7 +178,29 @@ def _reverse(state, s, c, index, loop):
 
 def _tag(state, s, c, index, loop, kind, arg):
     s.find(loop, c.text, c.stmt)
+    if kind == "unrolled":
+        _check_unroll(s, loop, arg, c.text)
     s.tags[loop] = Tag(kind, arg, index)
+
+
+def _check_unroll(s, loop, factor, text):
+    """Refuses an unroll beyond :data:`MAX_UNROLL`, or one that makes the
+    statement's unrolled loops copy it more than :data:`MAX_UNROLL_TOTAL` times."""
+    if factor is not None and factor > MAX_UNROLL:
+        raise ValueError(f"{text}: the unroll factor {factor} is beyond the limit of {MAX_UNROLL} "
+                         "(tiramisu_py.schedule.MAX_UNROLL): so many copies of the body make "
+                         "compiling slow and the code no faster; unroll a split inner loop")
+    names = {lp.name for lp in s.loops}
+    others = [(n, t.arg) for n, t in s.tags.items()
+              if t.kind == "unrolled" and n != loop and n in names and t.arg]
+    total = (factor or 1)
+    for _, a in others:
+        total *= a
+    if others and total > MAX_UNROLL_TOTAL:
+        prod = " x ".join(str(a) for a in [a for _, a in others] + [factor])
+        raise ValueError(f"{text}: with the unrolled loop(s) {', '.join(n for n, _ in others)} "
+                         f"this makes {prod} = {total} copies of the statement, beyond the limit "
+                         f"of {MAX_UNROLL_TOTAL} (tiramisu_py.schedule.MAX_UNROLL_TOTAL)")
 
 
 def _accumulate(state, s, c, index, loop):
@@ -297,6 +326,17 @@ def loop_name(x):
 _TAG_OPS = ("tag", "allow_reassociation", "accumulate")
 
 
+def _new_loop_names(names, count, text, arg):
+    """Checks the loop names a command creates (``names=``/``name=``), with the
+    same rule as every declared name (:func:`function.check_name`)."""
+    from .function import check_name
+    if isinstance(names, str) or not isinstance(names, (tuple, list)) or len(names) != count:
+        raise ValueError(f"{text}: {arg} must be {count} loop names, not {names!r}")
+    for n in names:
+        check_name(n, f"{text}: {arg}: loop")
+    return tuple(names)
+
+
 def _attaching_command(commands, stmt):
     """Index of the compute_at command that attached ``stmt`` (or its group)."""
     for k in range(len(commands) - 1, -1, -1):
@@ -333,9 +373,10 @@ class Schedulable:
         """Splits ``loop`` into ``loop0`` (outer, ``loop // factor``) and
         ``loop1`` (inner, ``loop % factor``); partial last tiles are fine."""
         n = loop_name(loop)
-        names = tuple(names) if names else (n + "0", n + "1")
-        return self._command("split", n, factor, names,
-                             text=f"{self.name}.split({n}, {factor})")
+        text = f"{self.name}.split({n}, {factor})"
+        names = _new_loop_names(names, 2, text, "names=") if names is not None \
+            else (n + "0", n + "1")
+        return self._command("split", n, factor, names, text=text)
 
     def tile(self, *args, names=None):
         """``tile(i, j, fi, fj)`` or ``tile(i, j, k, fi, fj, fk)``: loops
@@ -345,10 +386,16 @@ class Schedulable:
         d = len(args) // 2
         loops = [loop_name(x) for x in args[:d]]
         factors = args[d:]
-        names = names or [(n + "0", n + "1") for n in loops]
-        return self._command("tile", loops, factors, names,
-                             text=f"{self.name}.tile({', '.join(loops)}, "
-                                  f"{', '.join(map(str, factors))})")
+        text = f"{self.name}.tile({', '.join(loops)}, {', '.join(map(str, factors))})"
+        if names is None:
+            names = [(n + "0", n + "1") for n in loops]
+        else:
+            if isinstance(names, str) or not isinstance(names, (tuple, list)) \
+                    or len(names) != d:
+                raise ValueError(f"{text}: names= must be {d} pairs of loop names, "
+                                 f"not {names!r}")
+            names = [_new_loop_names(p, 2, text, "names=") for p in names]
+        return self._command("tile", loops, factors, names, text=text)
 
     def interchange(self, a, b):
         a, b = loop_name(a), loop_name(b)
@@ -363,8 +410,10 @@ class Schedulable:
     def skew(self, outer, inner, factor=1, name=None):
         """``inner' = inner + factor * outer`` (unimodular, no interchange)."""
         o, i = loop_name(outer), loop_name(inner)
-        return self._command("skew", o, i, factor, name or i,
-                             text=f"{self.name}.skew({o}, {i}, {factor})")
+        text = f"{self.name}.skew({o}, {i}, {factor})"
+        if name is not None:
+            name = _new_loop_names((name,), 1, text, "name=")[0]
+        return self._command("skew", o, i, factor, name or i, text=text)
 
     def shift(self, loop, amount):
         n = loop_name(loop)
@@ -399,15 +448,28 @@ class Schedulable:
 
     def unroll(self, loop, factor=None):
         """Unrolls ``loop`` in the generated source; with ``factor``, strip-mines
-        it first unless its extent is at most ``factor``."""
+        it first unless its extent is at most ``factor``.  The factor (or the
+        extent, without one) is at most :data:`MAX_UNROLL`, and the unrolled
+        loops of a statement copy it at most :data:`MAX_UNROLL_TOTAL` times."""
         n = loop_name(loop)
+        if factor is not None and (not isinstance(factor, int) or isinstance(factor, bool)
+                                   or factor < 1):
+            raise ValueError(f"{self.name}.unroll({n}, {factor!r}): the factor must be a "
+                             "positive int")
         ext = self.function._loop_extent(self.name, n)
         if factor is None:
             if ext is None:
                 raise ValueError(f"{self.name}.unroll({n}): the loop's extent is not a "
                                  "constant; give a factor")
+            if ext > MAX_UNROLL:
+                raise ValueError(f"{self.name}.unroll({n}): the loop's extent {ext} is beyond "
+                                 f"the unroll limit of {MAX_UNROLL} "
+                                 "(tiramisu_py.schedule.MAX_UNROLL); give a factor")
             factor = ext
-        elif ext is None or ext > factor:
+        # refuse before the split is recorded: a refused command leaves no trace
+        _check_unroll(self.function._schedule_state()[self.name], n, factor,
+                      f"{self.name}.unroll({n}, {factor})")
+        if ext is None or ext > factor:
             self.split(n, factor)
             n = n + "1"
         return self._command("tag", n, "unrolled", factor,
@@ -470,6 +532,9 @@ class Schedulable:
         f = self.function
         if not isinstance(source, (Buffer, Computation)):
             raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation")
+        if name is not None:
+            from .function import check_name
+            check_name(name, f"{self.name}.cache_at({source.name}): name=: computation")
         name = name or f"{source.name}_cache"
         writers = _writers_in_root_item(f, self, source)
         if writers:
