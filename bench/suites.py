@@ -121,7 +121,7 @@ def _conv(op, shape):
                     (lambda algo=algo: schedules.conv2d(x, weight, bias, padding=1, algo=algo))
                     for algo in (*schedules.CONV_ALGOS, "auto")}
         else:
-            ours = {"tiramisu_py": lambda: schedules.conv_relu_maxpool(x, weight, bias, pool=2)}
+            ours = {"tiramisu_py": lambda: schedules.conv_relu_maxpool(x, weight, bias, padding=1, pool=2)}
         return {**ours, **_torch_impls(op, x, weight, bias)}
 
     label = "conv" if op == "conv" else "conv+relu+pool"

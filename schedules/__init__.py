@@ -4,8 +4,10 @@ the public language and scheduling API (no hand-written C).
 
     schedules.gemm(a, b)                      # Goto/BLIS GEMM
     schedules.batched_gemm(a, b)
-    schedules.conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="auto")
-    schedules.conv_relu_maxpool(x, w, bias, pool=2, algo="auto")   # direct or Winograd
+    schedules.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                     algo="auto")     # torch.nn.functional.conv2d's signature and defaults
+    schedules.conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
+                                groups=1, *, pool=2, algo="auto")   # direct or Winograd
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).

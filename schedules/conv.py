@@ -36,18 +36,37 @@ class ConvShape:
     co: int
     kh: int
     kw: int
-    stride: int = 1
-    padding: int = 0
-    dilation: int = 1
+    stride: int | tuple = 1        # int, or (height, width) as torch takes them;
+    padding: int | tuple = 0       # kept as an int when both are equal (as torch
+    dilation: int | tuple = 1      # prints them), so equal shapes compare equal
     groups: int = 1
+
+    def __post_init__(self):
+        for name in ("stride", "padding", "dilation"):
+            v = getattr(self, name)
+            if isinstance(v, (tuple, list)) and len(v) == 2 and v[0] == v[1]:
+                object.__setattr__(self, name, int(v[0]))
+            elif isinstance(v, list):
+                object.__setattr__(self, name, tuple(v))
+
+    def _hw(self, name, axis):
+        v = getattr(self, name)
+        return v[axis] if isinstance(v, tuple) else v
+
+    sh = property(lambda self: self._hw("stride", 0))
+    sw = property(lambda self: self._hw("stride", 1))
+    ph = property(lambda self: self._hw("padding", 0))
+    pw = property(lambda self: self._hw("padding", 1))
+    dh = property(lambda self: self._hw("dilation", 0))
+    dw = property(lambda self: self._hw("dilation", 1))
 
     @property
     def ho(self):
-        return (self.h + 2 * self.padding - self.dilation * (self.kh - 1) - 1) // self.stride + 1
+        return (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
 
     @property
     def wo(self):
-        return (self.w + 2 * self.padding - self.dilation * (self.kw - 1) - 1) // self.stride + 1
+        return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
 
     @property
     def flops(self):
@@ -69,14 +88,14 @@ def _function(name, s: ConvShape, bias):
 
 def padded(f, X, s: ConvShape, name="xp"):
     """The zero-padded input (a computation), or ``X`` itself without padding."""
-    p = s.padding
-    if p == 0:
+    ph, pw = s.ph, s.pw
+    if ph == pw == 0:
         return X
-    hp, wp = s.h + 2 * p, s.w + 2 * p
+    hp, wp = s.h + 2 * ph, s.w + 2 * pw
     n, c = f.var(f"{name}_n", 0, s.n), f.var(f"{name}_c", 0, s.ci)
     y, x = f.var(f"{name}_y", 0, hp), f.var(f"{name}_x", 0, wp)
-    inside = (y >= p) & (y < s.h + p) & (x >= p) & (x < s.w + p)
-    xp = f.computation(name, [n, c, y, x], tp.select(inside, X[n, c, y - p, x - p], 0.0))
+    inside = (y >= ph) & (y < s.h + ph) & (x >= pw) & (x < s.w + pw)
+    xp = f.computation(name, [n, c, y, x], tp.select(inside, X[n, c, y - ph, x - pw], 0.0))
     xp.parallelize(c if s.n < 2 * host().cores else n)
     return xp
 
@@ -108,8 +127,8 @@ def direct(s: ConvShape, bias=True):
     ci, ky, kx = f.var("ci", 0, cig), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
     out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0)
     chan = ci if s.groups == 1 else (co // cog) * cig + ci
-    out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * s.stride + ky * s.dilation,
-                                                 x * s.stride + kx * s.dilation]
+    out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * s.sh + ky * s.dh,
+                                                 x * s.sw + kx * s.dw]
     lanes = host().lanes(4)
     xb = _vector_tile(s.wo, lanes)
     cob = max(1, min(s.co, _accumulators() // -(-xb // lanes)))
@@ -140,8 +159,8 @@ def im2col(s: ConvShape, bias=True):
     n, r, p = f.var("cn", 0, s.n), f.var("r", 0, R), f.var("p", 0, P)
     kk = s.kh * s.kw
     col = f.computation("col", [n, r, p], xp[n, r // kk,
-                                              (p // s.wo) * s.stride + ((r // s.kw) % s.kh) * s.dilation,
-                                              (p % s.wo) * s.stride + (r % s.kw) * s.dilation])
+                                              (p // s.wo) * s.sh + ((r // s.kw) % s.kh) * s.dh,
+                                              (p % s.wo) * s.sw + (r % s.kw) * s.dw])
     # laid out as the GEMM's packed B panels: [p / NR][r][p % NR]
     col.store_in(f.buffer("col_panels", (-(-P // p_.nr), R, p_.nr), tp.float32),
                  [p // p_.nr, r, p % p_.nr])

@@ -27,20 +27,53 @@ FIND_KIND = "conv_find"          # the records' kind in the tuning store
 FIND_FILE = "conv_find.json"     # the former store: imported once, then unused
 
 
+def _pair(v, name, least):
+    """``v`` (an int, or a pair of ints for height and width, as torch takes
+    them) checked: each at least ``least``."""
+    items = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if (len(items) not in (1, 2) or (len(items) == 1 and isinstance(v, (tuple, list)))
+            or any(not isinstance(i, int) or isinstance(i, bool) or i < least for i in items)):
+        what = "non-negative" if least == 0 else "positive"
+        raise ValueError(f"conv2d: {name} must be a {what} int or a pair of them "
+                         f"(height, width), got {v!r}")
+    return items[0] if len(items) == 1 else items
+
+
+def _padding(padding, kh, kw, stride, dilation):
+    """torch's ``padding``: an int, a pair, "valid" (0) or "same" (stride 1;
+    the total padding ``dilation * (k - 1)`` must be even: torch puts an odd
+    extra row on one side, which these kernels do not)."""
+    if padding == "valid":
+        return 0
+    if padding == "same":
+        if stride not in (1, (1, 1)):
+            raise ValueError("conv2d: padding='same' is not supported for strided convolutions "
+                             f"(stride={stride!r}), as in torch")
+        dh, dw = dilation if isinstance(dilation, tuple) else (dilation, dilation)
+        th, tw = dh * (kh - 1), dw * (kw - 1)
+        if th % 2 or tw % 2:
+            raise ValueError(f"conv2d: padding='same' with a {kh}x{kw} kernel (dilation "
+                             f"{dilation!r}) needs uneven padding, which is not supported; "
+                             f"pad the input and use padding=0")
+        return (th // 2, tw // 2)
+    if isinstance(padding, str):
+        raise ValueError(f"conv2d: padding must be an int, a pair, 'valid' or 'same'; got {padding!r}")
+    return _pair(padding, "padding", 0)
+
+
 def _shape(x, w, stride, padding, dilation, groups):
-    for name, v in (("stride", stride), ("padding", padding), ("dilation", dilation),
-                    ("groups", groups)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "padding" else 1):
-            raise ValueError(f"conv2d: {name} must be a{' non-negative' if name == 'padding' else ' positive'} "
-                             f"int, got {v!r}")
+    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
     n, ci, h, wd = x.shape
     co, cig, kh, kw = w.shape
     if kh < 1 or kw < 1:
         raise ValueError(f"conv2d: the kernel is {kh}x{kw}; it must be at least 1x1")
+    padding = _padding(padding, kh, kw, stride, dilation)
     if ci % groups or co % groups:
         raise ValueError(f"conv2d: groups={groups} must divide the {ci} input and {co} output channels")
     if cig != ci // groups:
-        raise ValueError(f"conv2d: w has {cig} input channels per group; x has {ci} channels in "
+        raise ValueError(f"conv2d: weight has {cig} input channels per group; input has {ci} channels in "
                          f"{groups} group(s), so {ci // groups} were expected")
     s = C.ConvShape(n, ci, h, wd, co, kh, kw, stride, padding, dilation, groups)
     if s.ho < 1 or s.wo < 1:
@@ -142,18 +175,21 @@ def find(s, x, w, b, target=None, repeats=3):
 def find_fused(s, pool, x, w, b, target=None, repeats=3):
     """The same for the fused block: "direct" or "winograd" (where it
     applies).  Its records start with "conv_relu_maxpool" and ``pool``."""
-    return _choose(_find_key(s, True, target, op=("conv_relu_maxpool", pool)), [a for a in FUSED_ALGOS if fused.applicable(a, s, pool)],
-                   lambda algo: _fused_kernel(algo, s, pool, target)(data=x, weight=w, bias=b),
-                   repeats)
+    return _choose(_find_key(s, b is not None, target, op=("conv_relu_maxpool", pool)),
+                   [a for a in FUSED_ALGOS if fused.applicable(a, s, pool)],
+                   lambda algo: _run_fused(algo, s, pool, x, w, b, target), repeats)
 
 
 # ------------------------------------------------------------------ operators
-def conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="auto", target=None):
-    """2-D convolution, NCHW float32 (NumPy arrays or CPU torch tensors; the
-    result has the same kind).  ``algo``: "auto" (find step), "direct",
-    "im2col" or "spatial_pack"."""
-    runtime.same_kind((x, w, bias), ("x", "w", "bias"))
-    x, w = runtime.float32_array(x, "x", 4), runtime.float32_array(w, "w", 4)
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, algo="auto",
+           target=None):
+    """2-D convolution with ``torch.nn.functional.conv2d``'s signature and
+    defaults: NCHW float32 (NumPy arrays or CPU torch tensors; the result has
+    the same kind); ``stride``, ``padding`` and ``dilation`` an int or a
+    (height, width) pair; ``padding`` also "valid" or "same".  ``algo``:
+    "auto" (find step), "direct", "im2col" or "spatial_pack"."""
+    runtime.same_kind((input, weight, bias), ("input", "weight", "bias"))
+    x, w = runtime.float32_array(input, "input", 4), runtime.float32_array(weight, "weight", 4)
     b = None if bias is None else runtime.float32_array(bias, "bias", 1)
     s = _shape(x, w, stride, padding, dilation, groups)
     if b is not None and b.shape[0] != s.co:
@@ -168,27 +204,36 @@ def conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="aut
     return _run(algo, s, x, w, b, target)
 
 
-def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=1, dilation=1, groups=1,
+def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1, groups=1,
                     algo="direct", bias=True):
-    """The scheduled Function of one algorithm, to inspect or re-schedule."""
-    s = C.ConvShape(n, ci, h, w, co, kh, kw, stride, padding, dilation, groups)
+    """The scheduled Function of one algorithm, to inspect or re-schedule
+    (``stride``, ``padding``, ``dilation`` as in :func:`conv2d`)."""
+    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
+    s = C.ConvShape(n, ci, h, w, co, kh, kw, stride, _padding(padding, kh, kw, stride, dilation),
+                    dilation, groups)
     return C.BUILDERS[algo](s, bias=bias)
 
 
-def _fused_kernel(algo, s, pool, target):
-    return runtime.kernel(("conv_relu_maxpool", algo, s, pool),
-                          lambda: fused.function(s, pool, algo=algo), target)
+def _run_fused(algo, s, pool, x, w, b, target):
+    k = runtime.kernel(("conv_relu_maxpool", algo, s, pool, b is not None),
+                       lambda: fused.function(s, pool, bias=b is not None, algo=algo), target)
+    return k(data=x, weight=w, bias=b) if b is not None else k(data=x, weight=w)
 
 
-def conv_relu_maxpool(x, w, bias, pool=2, algo="auto", target=None):
-    """``max_pool2d(relu(conv2d(x, w, bias, stride=1, padding=1)), pool)`` in one
-    fused pass (see :mod:`schedules.fused`).  ``algo``: "auto" (find step),
-    "direct" or "winograd" (3x3 kernels, ``pool=2``)."""
-    runtime.same_kind((x, w, bias), ("x", "w", "bias"))
-    x, w = runtime.float32_array(x, "x", 4), runtime.float32_array(w, "w", 4)
-    b = runtime.float32_array(bias, "bias", 1)
-    s = _shape(x, w, 1, 1, 1, 1)
-    if b.shape[0] != s.co:
+def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
+                      pool=2, algo="auto", target=None):
+    """``max_pool2d(relu(conv2d(input, weight, bias, stride, padding, dilation,
+    groups)), pool)`` in one fused pass (see :mod:`schedules.fused`): the
+    convolution's arguments and defaults are :func:`conv2d`'s (torch's);
+    ``groups`` must be 1.  ``algo``: "auto" (find step), "direct" or
+    "winograd" (3x3 kernels, stride 1, no dilation, ``pool=2``)."""
+    runtime.same_kind((input, weight, bias), ("input", "weight", "bias"))
+    x, w = runtime.float32_array(input, "input", 4), runtime.float32_array(weight, "weight", 4)
+    b = None if bias is None else runtime.float32_array(bias, "bias", 1)
+    s = _shape(x, w, stride, padding, dilation, groups)
+    if groups != 1:
+        raise ValueError(f"conv_relu_maxpool: groups must be 1, got {groups!r}; use conv2d")
+    if b is not None and b.shape[0] != s.co:
         raise ValueError(f"conv_relu_maxpool: bias has {b.shape[0]} values for {s.co} output channels")
     if not isinstance(pool, int) or isinstance(pool, bool) or not 1 <= pool <= min(s.ho, s.wo):
         raise ValueError(f"conv_relu_maxpool: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
@@ -200,4 +245,4 @@ def conv_relu_maxpool(x, w, bias, pool=2, algo="auto", target=None):
     elif not fused.applicable(algo, s, pool):
         raise ValueError(f"conv_relu_maxpool: algo {algo!r} needs a 3x3 kernel and pool=2 "
                          f"(got {s.kh}x{s.kw}, pool={pool}); use 'direct'")
-    return _fused_kernel(algo, s, pool, target)(data=x, weight=w, bias=b)
+    return _run_fused(algo, s, pool, x, w, b, target)

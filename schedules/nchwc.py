@@ -52,13 +52,13 @@ def packed_input(f, X, s: ConvShape, n, per_image: bool):
     per image) instead of a full copy.  Returns ``(x_packed, CB)``."""
     cb = max(1, min(s.ci, host().lanes(4)))      # 1 for Ci = 0 (an empty packed input)
     cib = -(-s.ci // cb)
-    hp, wp = s.h + 2 * s.padding, s.w + 2 * s.padding
+    ph, pw = s.ph, s.pw
+    hp, wp = s.h + 2 * ph, s.w + 2 * pw
     xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
                        (("icb", cib), ("iy", hp), ("ix", wp), ("ic", cb)))
-    p = s.padding
-    inside = (xb_ * cb + xc < s.ci) & (xy >= p) & (xy < s.h + p) & (xx >= p) & (xx < s.w + p)
+    inside = (xb_ * cb + xc < s.ci) & (xy >= ph) & (xy < s.h + ph) & (xx >= pw) & (xx < s.w + pw)
     xpk = f.computation("x_packed", [n, xb_, xy, xx, xc],
-                        tp.select(inside, X[n, xb_ * cb + xc, xy - p, xx - p], 0.0))
+                        tp.select(inside, X[n, xb_ * cb + xc, xy - ph, xx - pw], 0.0))
     if per_image:
         xpk.store_in(f.buffer("x_image", (cib, hp, wp, cb), tp.float32), [xb_, xy, xx, xc])
     return xpk, cb
@@ -90,8 +90,8 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
     ci, ky, kx = f.var("ci", 0, s.ci), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
     with f.nest(n, ob, y):      # each output row is initialised, then accumulated
         outc = f.computation("out_blocked", [n, ob, y, x, v], B[ob * vb + v] if B is not None else 0.0)
-        outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, ci // cb, y * s.stride + ky * s.dilation,
-                                                              x * s.stride + kx * s.dilation, ci % cb]
+        outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, ci // cb, y * s.sh + ky * s.dh,
+                                                              x * s.sw + kx * s.dw, ci % cb]
     if xb is None:
         xb = register_block(vb, s.wo)
     u = outc.update

@@ -220,7 +220,7 @@ def test_conv_relu_maxpool_of_empty_inputs_has_one_shape_for_every_algorithm(sha
     n, ci, h, w, co = shape
     x, wt, b = rand(n, ci, h, w), rand(co, ci, 3, 3), rand(co)
     ref = ref_block(x, wt, b, 2)
-    out = schedules.conv_relu_maxpool(x, wt, b, 2, algo=algo)
+    out = schedules.conv_relu_maxpool(x, wt, b, padding=1, pool=2, algo=algo)
     assert out.shape == ref.shape == (n, co, h // 2, w // 2)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
     if torch is not None and n == 0 and ci > 0 and co > 0:

@@ -78,7 +78,7 @@ def test_conv2d_algorithms_match_numpy(algo, case):
 
 def test_find_step_times_once_and_remembers(monkeypatch):
     x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
-    out = schedules.conv2d(x, w, b, algo="auto")
+    out = schedules.conv2d(x, w, b, padding=1, algo="auto")
     np.testing.assert_allclose(out, ref_conv(x, w, b, 1, 1, 1, 1), rtol=1e-4, atol=1e-4)
     record = conv_ops.find_records()
     (key, entry), = [(k, v) for k, v in record.items() if json.loads(k)[0][:5] == [1, 4, 6, 6, 8]]
@@ -90,12 +90,12 @@ def test_find_step_times_once_and_remembers(monkeypatch):
     monkeypatch.setattr(conv_ops.time, "perf_counter", lambda: pytest.fail("timed again"))
     s = ConvShape(1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1)
     assert conv_ops.find(s, x, w, b) == "im2col"
-    np.testing.assert_allclose(schedules.conv2d(x, w, b), out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(schedules.conv2d(x, w, b, padding=1), out, rtol=1e-5, atol=1e-5)
 
 
 def test_find_step_skips_inapplicable_algorithms():
     x, w = rand(1, 4, 5, 5), rand(4, 1, 3, 3)
-    out = schedules.conv2d(x, w, None, groups=4)
+    out = schedules.conv2d(x, w, None, padding=1, groups=4)
     np.testing.assert_allclose(out, ref_conv(x, w, None, 1, 1, 1, 4), rtol=1e-4, atol=1e-4)
     record = conv_ops.find_records()
     entries = [v for k, v in record.items() if json.loads(k)[0][:5] == [1, 4, 5, 5, 4]]
@@ -107,7 +107,7 @@ def test_find_step_skips_inapplicable_algorithms():
 def test_conv_relu_maxpool_matches_numpy(shape, pool):
     n, ci, h, wd, co = shape
     x, w, b = rand(n, ci, h, wd), rand(co, ci, 3, 3), rand(co)
-    out = schedules.conv_relu_maxpool(x, w, b, pool=pool)
+    out = schedules.conv_relu_maxpool(x, w, b, padding=1, pool=pool)
     np.testing.assert_allclose(out, ref_block(x, w, b, pool), rtol=1e-4, atol=1e-4)
 
 
@@ -123,7 +123,7 @@ WINOGRAD_CASES = [  # n, ci, h, w, co: odd sizes (a last row / column no window 
 def test_winograd_fused_block_matches_numpy(case, target):
     n, ci, h, wd, co = case
     x, w, b = rand(n, ci, h, wd), rand(co, ci, 3, 3), rand(co)
-    out = schedules.conv_relu_maxpool(x, w, b, pool=2, algo="winograd", target=target)
+    out = schedules.conv_relu_maxpool(x, w, b, padding=1, pool=2, algo="winograd", target=target)
     np.testing.assert_allclose(out, ref_block(x, w, b, 2), rtol=1e-4, atol=1e-4)
 
 
@@ -147,14 +147,14 @@ def test_winograd_fused_block_keeps_every_intermediate_per_image():
 
 def test_fused_find_step_times_both_algorithms_once():
     x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
-    out = schedules.conv_relu_maxpool(x, w, b)
+    out = schedules.conv_relu_maxpool(x, w, b, padding=1)
     np.testing.assert_allclose(out, ref_block(x, w, b, 2), rtol=1e-4, atol=1e-4)
     record = conv_ops.find_records()
     entries = [v for k, v in record.items()
                if json.loads(k)[:3] == ["conv_relu_maxpool", 2, [1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1]]]
     assert entries and set(entries[0]["seconds"]) == set(schedules.FUSED_ALGOS)
     # pool=3: Winograd does not apply, direct is the only candidate
-    schedules.conv_relu_maxpool(x, w, b, pool=3)
+    schedules.conv_relu_maxpool(x, w, b, padding=1, pool=3)
     record = conv_ops.find_records()
     entries = [v for k, v in record.items() if json.loads(k)[:2] == ["conv_relu_maxpool", 3]]
     assert entries and set(entries[0]["seconds"]) == {"direct"}
@@ -163,9 +163,9 @@ def test_fused_find_step_times_both_algorithms_once():
 def test_winograd_refuses_what_it_cannot_compute():
     x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
     with pytest.raises(ValueError, match="algo 'winograd' needs a 3x3 kernel and pool=2"):
-        schedules.conv_relu_maxpool(x, w, b, pool=3, algo="winograd")
+        schedules.conv_relu_maxpool(x, w, b, padding=1, pool=3, algo="winograd")
     with pytest.raises(ValueError, match="algo must be 'auto' or one of direct, winograd"):
-        schedules.conv_relu_maxpool(x, w, b, algo="fft")
+        schedules.conv_relu_maxpool(x, w, b, padding=1, algo="fft")
     s = ConvShape(1, 4, 6, 6, 8, 3, 3, 1, 1)
     with pytest.raises(ValueError, match="rows do not apply to algo 'winograd'"):
         schedules.conv_relu_maxpool_function(s, algo="winograd", rows=2)
@@ -211,7 +211,7 @@ def test_fused_block_runs_whole_images_per_thread_when_there_are_enough(per_imag
 
 def test_spatial_pack_packs_each_image_into_a_private_buffer():
     s = ConvShape(4, 5, 9, 7, 16, 3, 3, 1, 1)
-    f = schedules.conv2d_function(4, 5, 9, 7, 16, algo="spatial_pack")
+    f = schedules.conv2d_function(4, 5, 9, 7, 16, padding=1, algo="spatial_pack")
     kern = f.compile(target="c")
     src = kern.source
     # the padded, packed input of one image, declared inside the parallel image loop
@@ -256,26 +256,100 @@ def test_spatial_pack_computes_the_blocked_output_per_tile_of_rows(parallel, row
 def test_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch")
     x, w, b = torch.randn(1, 4, 7, 7), torch.randn(8, 4, 3, 3), torch.randn(8)
-    out = schedules.conv2d(x, w, b, algo="im2col")
+    out = schedules.conv2d(x, w, b, padding=1, algo="im2col")
     assert isinstance(out, torch.Tensor)
     torch.testing.assert_close(out, torch.nn.functional.conv2d(x, w, b, padding=1),
                                rtol=1e-4, atol=1e-4)
-    blk = schedules.conv_relu_maxpool(x, w, b)
+    blk = schedules.conv_relu_maxpool(x, w, b, padding=1)
     ref = torch.nn.functional.max_pool2d(torch.relu(torch.nn.functional.conv2d(x, w, b, padding=1)), 2)
     torch.testing.assert_close(blk, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 3, 3, 3)), r"w has 3 input channels"),
+    (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 3, 3, 3)), r"weight has 3 input channels"),
     (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), stride=0), r"stride must be"),
     (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), rand(7)), r"bias has 7"),
     (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), algo="winograd"), r"algo must"),
     (lambda: schedules.conv2d(rand(1, 4, 2, 2), rand(8, 4, 5, 5), padding=0), r"does not fit"),
-    (lambda: schedules.conv2d(rand(4, 5, 5), rand(8, 4, 3, 3)), r"x: expected 4 dimensions"),
+    (lambda: schedules.conv2d(rand(4, 5, 5), rand(8, 4, 3, 3)), r"input: expected 4 dimensions"),
     (lambda: schedules.conv2d(rand(1, 6, 5, 5), rand(8, 2, 3, 3), groups=4), r"groups=4 must divide"),
-    (lambda: schedules.conv_relu_maxpool(rand(1, 4, 5, 5), rand(8, 4, 3, 3), rand(8), pool=0),
+    (lambda: schedules.conv_relu_maxpool(rand(1, 4, 5, 5), rand(8, 4, 3, 3), rand(8), padding=1, pool=0),
      r"pool must be"),
 ])
 def test_bad_arguments_are_named(call, match):
     with pytest.raises((TypeError, ValueError), match=match):
         call()
+
+
+# ------------------------------------------------------------------ torch's conventions (issue 14.11)
+def ref_conv_hw(x, w, b, stride, padding, dilation):
+    """ref_conv with (height, width) pairs, by NumPy."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    n, ci, h, wd = x.shape
+    co, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    ho, wo = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((n, co, ho, wo))
+    for ky in range(kh):
+        for kx in range(kw):
+            patch = xp[:, :, ky * dh:ky * dh + sh * (ho - 1) + 1:sh, kx * dw:kx * dw + sw * (wo - 1) + 1:sw]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, ky, kx].astype(np.float64))
+    return out + (b[None, :, None, None] if b is not None else 0)
+
+
+def test_conv2d_defaults_are_torchs():
+    """padding=0 by default; bias optional; positional order input, weight,
+    bias, stride, padding, dilation, groups."""
+    import inspect
+    sig = inspect.signature(schedules.conv2d)
+    assert list(sig.parameters)[:7] == ["input", "weight", "bias", "stride", "padding", "dilation",
+                                        "groups"]
+    assert [sig.parameters[p].default for p in ("bias", "stride", "padding", "dilation", "groups")] \
+        == [None, 1, 0, 1, 1]
+    x, w = rand(1, 3, 7, 6), rand(4, 3, 3, 3)
+    out = schedules.conv2d(x, w, algo="direct")
+    assert out.shape == (1, 4, 5, 4)
+    np.testing.assert_allclose(out, ref_conv(x, w, None, 1, 0, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("algo", schedules.CONV_ALGOS)
+def test_conv2d_takes_height_width_pairs(algo):
+    x, w, b = rand(2, 3, 9, 11), rand(5, 3, 3, 2), rand(5)
+    out = schedules.conv2d(x, w, b, stride=(2, 1), padding=(1, 2), dilation=(1, 2), algo=algo)
+    np.testing.assert_allclose(out, ref_conv_hw(x, w, b, (2, 1), (1, 2), (1, 2)), rtol=1e-4, atol=1e-4)
+    # equal pairs are the int
+    np.testing.assert_allclose(schedules.conv2d(x, w, b, (1, 1), [1, 1], algo=algo),
+                               schedules.conv2d(x, w, b, 1, 1, algo=algo), rtol=0, atol=0)
+
+
+def test_conv2d_padding_same_and_valid():
+    x, w = rand(1, 2, 6, 7), rand(3, 2, 3, 5)
+    same = schedules.conv2d(x, w, padding="same", algo="direct")
+    assert same.shape == (1, 3, 6, 7)
+    np.testing.assert_allclose(same, ref_conv_hw(x, w, None, (1, 1), (1, 2), (1, 1)), rtol=1e-4, atol=1e-4)
+    assert schedules.conv2d(x, w, padding="valid", algo="direct").shape == (1, 3, 4, 3)
+    with pytest.raises(ValueError, match="padding='same' is not supported for strided"):
+        schedules.conv2d(x, w, stride=2, padding="same")
+    with pytest.raises(ValueError, match="uneven padding"):
+        schedules.conv2d(x, rand(3, 2, 2, 2), padding="same")
+    for bad, name in (((1, 2, 3), "stride"), ((0, 1), "stride"), ((1,), "stride"), ("full", "padding"),
+                      ((-1, 0), "padding"), (1.5, "dilation")):
+        with pytest.raises(ValueError, match=f"{name} must be"):
+            schedules.conv2d(x, w, **{name: bad})
+
+
+@pytest.mark.parametrize("algo", schedules.FUSED_ALGOS)
+def test_conv_relu_maxpool_follows_conv2d(algo):
+    """conv2d's arguments and defaults (padding 0, bias optional), pool a keyword."""
+    x, w, b = rand(1, 4, 10, 9), rand(8, 4, 3, 3), rand(8)
+
+    def ref(bias, padding):
+        c = np.maximum(ref_conv(x, w, bias, 1, padding, 1, 1), 0)
+        ph, pw = c.shape[2] // 2, c.shape[3] // 2
+        return c[:, :, :2 * ph, :2 * pw].reshape(1, 8, ph, 2, pw, 2).max(axis=(3, 5))
+    np.testing.assert_allclose(schedules.conv_relu_maxpool(x, w, algo=algo), ref(None, 0),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(schedules.conv_relu_maxpool(x, w, b, padding=1, algo=algo),
+                               ref(b, 1), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="groups must be 1"):
+        schedules.conv_relu_maxpool(x, rand(8, 2, 3, 3), groups=2)

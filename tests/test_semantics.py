@@ -322,7 +322,7 @@ def test_conv_relu_maxpool_keeps_nan(algo, pool, target):
     x[1, 0, 8, 10] = NAN         # the last row and column (outside every window)
     x[1, 4, 2, 10] = NAN         # the last column
     b[5] = NAN                   # a whole channel
-    out = schedules.conv_relu_maxpool(x, w, b, pool=pool, algo=algo, target=target)
+    out = schedules.conv_relu_maxpool(x, w, b, padding=1, pool=pool, algo=algo, target=target)
     ref = _ref_block(x, w, b, pool)
     assert np.isnan(ref).any() and not np.isnan(ref).all()
     np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
