@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import math
 from typing import Iterable
 
 from . import types as T
@@ -41,6 +42,8 @@ class Expr:
     def __rfloordiv__(self, o): return BinOp("floordiv", wrap(o), self)
     def __mod__(self, o): return BinOp("floormod", self, wrap(o))
     def __rmod__(self, o): return BinOp("floormod", wrap(o), self)
+    def __pow__(self, o): return power(self, o)
+    def __rpow__(self, o): return _rpower(o, self)
     def __neg__(self): return UnOp("neg", self)
     def __pos__(self): return self
 
@@ -56,6 +59,10 @@ class Expr:
     def __or__(self, o): return BinOp("or", self, wrap(o))
     def __ror__(self, o): return BinOp("or", wrap(o), self)
     def __invert__(self): return UnOp("not", self)
+
+    def astype(self, dtype):
+        """The expression converted to ``dtype`` (``numpy.ndarray.astype``)."""
+        return cast(self, dtype)
 
     def __bool__(self):
         raise TypeError("a tiramisu_py expression has no truth value; "
@@ -479,9 +486,67 @@ def select(cond, a, b):
     return Select(wrap(cond), wrap(a), wrap(b))
 
 
-def cast(dtype, x):
-    """Converts ``x`` to ``dtype`` (C conversion rules)."""
+def _is_dtype(x) -> bool:
+    if x is None or isinstance(x, (Expr, int, float, complex)):
+        return False
+    try:
+        T.from_any(x)
+    except TypeError:
+        return False
+    return True
+
+
+def cast(x, dtype):
+    """``x`` converted to ``dtype`` (C conversion rules), value first as in
+    ``x.astype(dtype)`` (NumPy) and ``x.to(dtype)`` (torch).  The older
+    order ``cast(dtype, x)`` is accepted too: a dtype and a value cannot be
+    mistaken for each other."""
+    if _is_dtype(x) and not _is_dtype(dtype):
+        x, dtype = dtype, x
+    if not _is_dtype(dtype):
+        raise TypeError(f"tp.cast(x, dtype): dtype must be a dtype (tp.float32, np.int64, "
+                        f"'float64', ...), got {dtype!r}")
     return Cast(T.from_any(dtype), wrap(x))
+
+
+def power(x, n):
+    """``x ** n`` with ``n`` a Python number, as NumPy computes it: an int
+    ``n`` by multiplications (repeated squaring; ``n < 0`` is ``1 / x**-n``,
+    refused for integer ``x`` as NumPy does), ``0.5`` and ``-0.5`` by sqrt,
+    any other ``n`` as ``exp(n * log(x))`` (NaN for ``x < 0``, as NumPy)."""
+    x = wrap(x)
+    if isinstance(n, Expr) or isinstance(n, builtins.bool) or not isinstance(n, (int, float)):
+        raise TypeError(f"x ** n: n must be a Python int or float, got {type(n).__name__}; "
+                        "for an expression exponent write tp.exp(n * tp.log(x))")
+    if isinstance(n, float) and n.is_integer() and builtins.abs(n) <= 64:
+        n = int(n)
+    t = strong_type(x)
+    if isinstance(n, int):
+        if n < 0 and t is not None and t.is_int:
+            raise ValueError("x ** n: integers to negative integer powers are not allowed "
+                             "(as in NumPy); cast x to a float type first")
+        if n == 0:
+            return Cast(t, Const(1, None)) if t is not None else Const(1, None)
+        out, base, k = None, x, builtins.abs(n)
+        while k:
+            if k & 1:
+                out = base if out is None else out * base
+            k >>= 1
+            if k:
+                base = base * base
+        return out if n > 0 else 1.0 / out
+    if n == 0.5:
+        return Call("sqrt", [x])
+    if n == -0.5:
+        return 1.0 / Call("sqrt", [x])
+    return Call("exp", [Call("log", [x]) * n])
+
+
+def _rpower(base, x):
+    """``base ** x`` for a Python number ``base > 0``: ``exp(x * log(base))``."""
+    if isinstance(base, builtins.bool) or not isinstance(base, (int, float)) or base <= 0:
+        raise TypeError(f"b ** x: b must be a positive Python number, got {base!r}")
+    return Call("exp", [wrap(x) * math.log(base)])
 
 
 # ---------------------------------------------------------- shape parsing

@@ -9,6 +9,7 @@ import re
 from . import types as T
 from codegen.c_backend import reserved_c_symbol
 
+from . import provenance
 from .schedule import Schedulable
 from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, check_expr_size,
                    parse_size, strong_type, walk, wrap)
@@ -52,10 +53,11 @@ def check_name(name, what: str) -> str:
 class Var(Expr):
     """A loop variable ``lo <= v < hi``.  Bounds are affine in params and
     earlier variables, or data-dependent (they read an input buffer)."""
-    __slots__ = ("name", "lo", "hi", "function", "order", "deps")
+    __slots__ = ("name", "lo", "hi", "function", "order", "deps", "where")
 
     def __init__(self, name, lo, hi, function, order):
         self.name, self.lo, self.hi = name, lo, hi
+        self.where = provenance.where()             # file:line of the declaration
         self.function, self.order = function, order
         # variables the bounds refer to (directly)
         self.deps = [n for b in (lo, hi) for n in walk(b) if isinstance(n, Var)]
@@ -75,6 +77,7 @@ class Buffer:
     def __init__(self, function, name, shape, dtype, kind):
         self.function, self.name, self.shape = function, name, tuple(shape)
         self.dtype, self.kind = dtype, kind     # kind: "input" | "output" | "temp"
+        self.where = provenance.where()
 
     def __getitem__(self, idx):
         idx = idx if isinstance(idx, tuple) else (idx,)
@@ -95,6 +98,7 @@ class Statement(Schedulable):
     def __init__(self, function, name, vars_, value):
         self.function, self.name, self.vars, self.value = function, name, list(vars_), value
         self.nest = function._current_nest()
+        self.where = provenance.where()             # file:line of the declaration
 
     def __repr__(self):
         return f"{type(self).__name__}({self.name})"
@@ -116,6 +120,7 @@ class Computation(Statement):
         self.store_index = None         # exprs over self.vars
         if self.value is not None:
             self._check_expr(self.value, "expression")
+            self._check_loops(self.value, "expression")
 
     # typing ---------------------------------------------------------------
     @property
@@ -172,6 +177,7 @@ class Computation(Statement):
             raise ValueError(f"computation {self.name!r} already has an expression")
         self.value = wrap(expr)
         self._check_expr(self.value, "expression")
+        self._check_loops(self.value, "expression")
         return self
 
     def store_in(self, buffer, index=None):
@@ -189,6 +195,7 @@ class Computation(Statement):
                              f"dimensions, got {len(index)} indices")
         for e in index:
             self._check_expr(e, "store_in index")
+            self._check_loops(e, "store_in index")
         self.buffer, self.store_index = buffer, index
         return self
 
@@ -228,6 +235,19 @@ class Computation(Statement):
         self.updates.append(u)
         f._add_statement(u)
         return u
+
+    def _check_loops(self, e, what):
+        """A computation's expression may use only its own loops (an update
+        gets the loops it uses; a computation has the ones it declares)."""
+        own = {id(v) for v in self.vars}
+        for n in walk(e):
+            if isinstance(n, Var) and n.function is self.function and id(n) not in own:
+                loops = ", ".join(self.loops)
+                raise ValueError(
+                    f"computation {self.name!r}: its {what} uses loop {n.name!r}, which is not "
+                    f"one of its loops [{loops}]; declare it over [{loops}{', ' if loops else ''}"
+                    f"{n.name}] or, to sum over {n.name!r}, add it as an update: "
+                    f"{self.name}[{loops}] += ...")
 
     def _check_expr(self, e, what):
         f = self.function
@@ -331,8 +351,6 @@ class Function:
         check_name(name, "computation")
         self._check_free(name, "computation")
         vars_ = list(vars_)
-        if not vars_:
-            raise ValueError(f"computation {name!r} needs at least one loop")
         for v in vars_:
             if not isinstance(v, Var) or v.function is not self:
                 raise TypeError(f"computation {name!r}: loops must be vars of this "
@@ -390,6 +408,9 @@ class Function:
         self._compiled = self._state_cache = self._model_cache = None
 
     def _check_free(self, name, what):
+        if name == self.name:
+            raise ValueError(f"{what} name {name!r} is the name of the Function itself; "
+                             "choose another")
         if name in self._names:
             raise ValueError(f"{what} name {name!r} is already used in {self.name!r}")
 
@@ -463,6 +484,53 @@ class Function:
         """The scheduling commands given so far, in order."""
         return [c.text for c in self._commands]
 
+    def undo(self):
+        """Removes the last scheduling command given (all that one call
+        recorded: ``vectorize`` is a split and a tag) and returns it as
+        written (``'C.update.parallelize("k")'``), or None when there is
+        none.  Commands are checked together at ``compile()``, so a refused
+        one stays recorded until it is undone."""
+        if not self._commands:
+            return None
+        last = max(c.call_id for c in self._commands)
+        gone = [c for c in self._commands if c.call_id == last]
+        self._commands[:] = [c for c in self._commands if c.call_id != last]
+        self._state_cache = self._compiled = None
+        return gone[0].call or gone[0].text
+
+    def reset_schedule(self):
+        """Forgets every scheduling command: the program order again.  The
+        algorithm (and ``store_in`` layouts) stay."""
+        self._commands.clear()
+        self._state_cache = self._compiled = None
+
+    def copy(self, name=None):
+        """An independent copy (algorithm and schedule so far), e.g. to try
+        a schedule: ``g = f.copy(); g.computations["C"].update.parallelize("k")``.
+        ``name``: the copy's name (default: the same).  Its computations are
+        ``g.computations[name]``, its loops ``g.loop(name)``."""
+        import copy as _copy
+        saved = self._compiled, self._state_cache, self._model_cache
+        self._compiled = self._state_cache = self._model_cache = None
+        try:
+            g = _copy.deepcopy(self)
+        finally:
+            self._compiled, self._state_cache, self._model_cache = saved
+        if name is not None:
+            g._names.discard(g.name)
+            g.name = check_name(name, "function")
+            g._check_free(name, "function")
+            g._names.add(name)
+        return g
+
+    def loop(self, name) -> Var:
+        """The loop variable called ``name``."""
+        for v in self.vars:
+            if v.name == name:
+                return v
+        raise KeyError(f"{self.name!r} has no loop {name!r}; its loops are "
+                       f"{', '.join(v.name for v in self.vars)}")
+
     def explain(self, file=None) -> str:
         """Prints (and returns) the dependences in words and, for each loop of
         the current schedule, whether it is parallel and why not."""
@@ -482,8 +550,29 @@ class Function:
         "cpu"."""
         import os
         from .compiler import compile_function
+        from .errors import IllegalScheduleError
         target = target or os.environ.get("TIRAMISU_PY_TARGET") or "cpu"
-        return compile_function(self, target, **options)
+        try:
+            return compile_function(self, target, **options)
+        except IllegalScheduleError as e:
+            raise IllegalScheduleError(str(e) + self._recovery(str(e))) from None
+
+    def _recovery(self, msg):
+        """What an IllegalScheduleError adds: where the statement was
+        declared, and how to go on (the refused command stays recorded)."""
+        me = provenance.ref(self, provenance.user_frame())
+        me = me if me.isidentifier() else "f"
+        cmd = next((c for c in reversed(self._commands)
+                    if (c.call or c.where) and f"given: {c.given()}" in msg), None)
+        out = ""
+        if cmd is not None:
+            st = next((s for s in self.statements if s.name == cmd.stmt), None)
+            if st is not None and st.where:
+                out += f"\n  {cmd.stmt} is declared at {st.where}"
+        last = self._commands[-1].call if self._commands else None
+        out += (f"\n  The schedule keeps every command given: {me}.undo() removes the last one"
+                + (f" ({last})" if last else "") + f", {me}.reset_schedule() all of them.")
+        return out
 
     def __repr__(self):
         return f"Function({self.name!r}, params={list(self.params)})"

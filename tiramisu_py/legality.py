@@ -16,6 +16,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .dataflow import reads_initial, value_flow
+from . import provenance
 from .errors import IllegalScheduleError
 from .schedule import initial_state, replay
 
@@ -176,13 +177,14 @@ def check(model, deps, commands):
         buf, viol = bad
         k = _blame(model, deps, commands)
         cmd = commands[k].text if k is not None else "the schedule"
-        raise IllegalScheduleError(f"{cmd} is illegal: " + _describe(model, deps, buf, viol, state))
+        raise IllegalScheduleError(f"{cmd} is illegal: " + _describe(model, deps, buf, viol, state)
+                                   + (_given(commands[k]) if k is not None else ""))
     for stmt, s in state.items():
         for loop, tag in s.tags.items():
             if loop not in [lp.name for lp in s.loops]:
                 raise IllegalScheduleError(
                     f"{commands[tag.command].text}: loop {loop!r} of {stmt} no longer exists "
-                    "after later commands")
+                    "after later commands" + _given(commands[tag.command]))
             carried = carried_by(model, deps, state, stmt, loop)
             tag.private = []
             while tag.kind == "parallel" and carried is not None \
@@ -200,18 +202,35 @@ def check(model, deps, commands):
                     continue
                 hint = ""
                 red = deps.reductions.get(stmt)
+                cmd = commands[tag.command]
                 if red and red[0] == buf and not s.reassociate and s.tags:
-                    hint = (f" It is a reduction: {stmt}.{tag.kind == 'vector' and 'vectorize' or 'parallelize'}"
-                            f"({loop}, allow_reassociation=True) permits reordering it.")
+                    fix = provenance.with_kwarg(cmd.call, "allow_reassociation=True") if cmd.call \
+                        else f"{cmd.text[:-1]}, allow_reassociation=True)"
+                    hint = f" It is a reduction: {fix} permits reordering it."
                 raise IllegalScheduleError(
-                    f"{commands[tag.command].text} is illegal: loop {loop!r} cannot be {what}, "
-                    f"it carries a dependence: " + _describe(model, deps, buf, viol, state, True) + hint)
+                    f"{cmd.text} is illegal: loop {loop!r} cannot be {what}, "
+                    f"it carries a dependence: " + _describe(model, deps, buf, viol, state, True)
+                    + hint + _given(cmd))
         for loop, k in s.accumulate.items():
-            _check_accumulate(model, deps, state, stmt, loop, commands[k].text)
+            _check_accumulate(model, deps, state, stmt, loop, commands[k])
     return state
 
 
-def _check_accumulate(model, deps, state, stmt, loop, text):
+def _given(cmd) -> str:
+    """The line that says where the command was given, as written."""
+    return f"\n  given: {cmd.given()}" if (cmd.call or cmd.where) else ""
+
+
+def _check_accumulate(model, deps, state, stmt, loop, cmd):
+    try:
+        _check_accumulate_text(model, deps, state, stmt, loop, cmd.text,
+                               provenance.with_kwarg(cmd.call, "allow_reassociation=True")
+                               if cmd.call else None)
+    except IllegalScheduleError as e:
+        raise IllegalScheduleError(str(e) + _given(cmd)) from None
+
+
+def _check_accumulate_text(model, deps, state, stmt, loop, text, fix):
     """``accumulate_locally(loop)``: the statement is a reassociated reduction,
     no other statement in ``loop`` touches its output, and the element it
     updates is fixed by the loops outside and inside ``loop`` (so one slot of
@@ -227,8 +246,8 @@ def _check_accumulate(model, deps, state, stmt, loop, text):
     if not s.reassociate:
         raise IllegalScheduleError(
             f"{text} is illegal: it reassociates the reduction {stmt} (the output is "
-            f"combined once per run of {loop!r}); {stmt}.accumulate_locally({loop}, "
-            "allow_reassociation=True) permits it")
+            f"combined once per run of {loop!r}); "
+            f"{fix or f'{stmt}.accumulate_locally({loop}, allow_reassociation=True)'} permits it")
     if s.at is not None:
         raise IllegalScheduleError(f"{text}: {stmt} is computed at {s.at[1]}; local "
                                    "accumulation of a compute_at copy is not supported")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from . import provenance
+
 # Limits on unrolling, checked when the command is given (ValueError naming
 # it).  Unrolling copies the body in the generated code: the C and LLVM
 # compilers' time grows with the copies (LLVM: 0.5 s at 256, 4.7 s at 1024,
@@ -71,7 +73,14 @@ class Command:
     op: str
     args: tuple
     kwargs: dict
-    text: str
+    text: str                 # canonical: statement and loop names (``C_update.split(k, 8)``)
+    call: str | None = None   # as the user wrote it (``C.update.vectorize("k", 8)``)
+    where: str | None = None  # ``file:line`` of the user's call
+    call_id: int = 0          # the commands of one user call share it (undo)
+
+    def given(self) -> str:
+        """``C.update.parallelize("k") at gemm.py:12``, for error messages."""
+        return " at ".join(x for x in (self.call or self.text, self.where) if x)
 
 
 def initial_state(model):
@@ -351,7 +360,8 @@ class Schedulable:
 
     def _command(self, op, *args, text, **kwargs):
         f = self.function
-        cmd = Command(self.name, op, args, kwargs, text)
+        call = provenance.current()
+        cmd = Command(self.name, op, args, kwargs, text, call.text, call.where, call.id)
         state = f._schedule_state()
         at = _attaching_command(f._commands, self.name) \
             if state[self.name].at is not None and op not in _TAG_OPS else None
@@ -369,6 +379,7 @@ class Schedulable:
         f._compiled = None
         return self
 
+    @provenance.command
     def split(self, loop, factor, names=None):
         """Splits ``loop`` into ``loop0`` (outer, ``loop // factor``) and
         ``loop1`` (inner, ``loop % factor``); partial last tiles are fine."""
@@ -378,6 +389,7 @@ class Schedulable:
             else (n + "0", n + "1")
         return self._command("split", n, factor, names, text=text)
 
+    @provenance.command
     def tile(self, *args, names=None):
         """``tile(i, j, fi, fj)`` or ``tile(i, j, k, fi, fj, fk)``: loops
         ``i0, j0[, k0], i1, j1[, k1]``.  The loops must be nested in that order."""
@@ -397,16 +409,19 @@ class Schedulable:
             names = [_new_loop_names(p, 2, text, "names=") for p in names]
         return self._command("tile", loops, factors, names, text=text)
 
+    @provenance.command
     def interchange(self, a, b):
         a, b = loop_name(a), loop_name(b)
         return self._command("interchange", a, b, text=f"{self.name}.interchange({a}, {b})")
 
+    @provenance.command
     def reorder(self, *loops):
         """Puts the named loops, in the given order, at the positions they
         occupy together."""
         names = [loop_name(x) for x in loops]
         return self._command("reorder", *names, text=f"{self.name}.reorder({', '.join(names)})")
 
+    @provenance.command
     def skew(self, outer, inner, factor=1, name=None):
         """``inner' = inner + factor * outer`` (unimodular, no interchange)."""
         o, i = loop_name(outer), loop_name(inner)
@@ -415,14 +430,17 @@ class Schedulable:
             name = _new_loop_names((name,), 1, text, "name=")[0]
         return self._command("skew", o, i, factor, name or i, text=text)
 
+    @provenance.command
     def shift(self, loop, amount):
         n = loop_name(loop)
         return self._command("shift", n, amount, text=f"{self.name}.shift({n}, {amount})")
 
+    @provenance.command
     def reverse(self, loop):
         n = loop_name(loop)
         return self._command("reverse", n, text=f"{self.name}.reverse({n})")
 
+    @provenance.command
     def parallelize(self, loop, allow_reassociation=False):
         """Runs ``loop``'s iterations in parallel (OpenMP); legal when it
         carries no dependence in the final schedule."""
@@ -431,6 +449,7 @@ class Schedulable:
             self.allow_reassociation()
         return self._command("tag", n, "parallel", None, text=f"{self.name}.parallelize({n})")
 
+    @provenance.command
     def vectorize(self, loop, width, allow_reassociation=False):
         """Runs ``loop`` as SIMD lanes of ``width``; strip-mines it first
         (``loop0``, ``loop1``) unless its extent is at most ``width``."""
@@ -446,6 +465,7 @@ class Schedulable:
         return self._command("tag", n, "vector", width,
                              text=f"{self.name}.vectorize({n}, {width})")
 
+    @provenance.command
     def unroll(self, loop, factor=None):
         """Unrolls ``loop`` in the generated source; with ``factor``, strip-mines
         it first unless its extent is at most ``factor``.  The factor (or the
@@ -475,6 +495,7 @@ class Schedulable:
         return self._command("tag", n, "unrolled", factor,
                              text=f"{self.name}.unroll({n}, {factor})")
 
+    @provenance.command
     def accumulate_locally(self, loop, allow_reassociation=False):
         """Accumulates this reduction over ``loop`` (and the loops inside it) in
         a small local tile that starts at the reduction's identity, one slot
@@ -492,6 +513,7 @@ class Schedulable:
             self.allow_reassociation()
         return self._command("accumulate", n, text=f"{self.name}.accumulate_locally({n})")
 
+    @provenance.command
     def allow_reassociation(self):
         """Lets this reduction's iterations be reordered, parallelised or
         vectorised (floating-point results may change in the last bits)."""
@@ -499,6 +521,7 @@ class Schedulable:
             raise ValueError(f"{self.name}: allow_reassociation applies to updates (reductions)")
         return self._command("allow_reassociation", text=f"{self.name}.allow_reassociation()")
 
+    @provenance.command
     def after(self, other, loop=None):
         """Runs this statement right after ``other``, inside ``other``'s loops up
         to and including ``loop`` (``None``: after it, sharing no loop)."""
@@ -506,6 +529,7 @@ class Schedulable:
         return self._command("after", other.name, n,
                              text=f"{self.name}.after({other.name}, {n})")
 
+    @provenance.command
     def compute_at(self, consumer, loop):
         """Computes this computation (and its updates) inside ``consumer``'s
         loops up to and including ``loop``, just before ``consumer``, for the
@@ -521,6 +545,7 @@ class Schedulable:
         return self._command("compute_at", consumer.name, n, group,
                              text=f"{self.name}.compute_at({consumer.name}, {n})")
 
+    @provenance.command
     def cache_at(self, source, loop, name=None):
         """Array packing: a copy of the part of ``source`` (an input, a buffer
         or a computation) that one iteration of this statement's ``loop``
@@ -559,6 +584,7 @@ class Schedulable:
         copy_.compute_at(self, loop)
         return copy_
 
+    @provenance.command
     def then(self, other, loop=None):
         """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""
         other.after(self, loop)
