@@ -867,8 +867,8 @@ def test_bound_depending_on_a_non_outer_loop():
         f.computation("bad", [j, i], 1.0)           # i inside j
     with pytest.raises(ValueError, match="'j'.*'i'.*outer"):
         f.computation("bad2", [k, j], 1.0)          # i missing
-    with pytest.raises(ValueError, match="at least one loop"):
-        f.computation("bad3", [], 1.0)
+    with pytest.raises(ValueError, match="uses loop 'i', which is not one of its loops"):
+        f.computation("bad3", [], i * 1.0)          # a 0-d computation reading a loop
     with pytest.raises(ValueError, match="twice"):
         f.computation("bad4", [i, i], 1.0)
     with pytest.raises(ValueError, match="only read inputs"):

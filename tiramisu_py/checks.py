@@ -62,9 +62,10 @@ class BoundsChecker:
                                  f"{a.buffer.name!r}: its index is not affine in the loops "
                                  f"({exc})") from None
 
-    def check(self, values: dict, ranges: dict):
+    def check(self, values: dict, ranges: dict, arrays: dict | None = None):
         """``values``: param -> int; ``ranges``: array name -> (min, max) of its
-        values, or None when it is empty."""
+        values, or None when it is empty; ``arrays``: the index arrays' values
+        (NumPy), to name the element that is out of range."""
         key = (tuple(sorted(values.items())), tuple(sorted(ranges.items())))
         if key in self.cache:
             return
@@ -72,6 +73,7 @@ class BoundsChecker:
             text, names, placeholders = self._bad_set_text(m, a, values, ranges.get)
             bad = isl.Set(text, context=self.model.ctx)
             if not bad.is_empty():
+                bad = self._offending(bad, names, placeholders, arrays or {})
                 self._raise(m, a, uses_dd, bad, names, placeholders, values, ranges)
         if len(self.cache) > 256:
             self.cache.clear()
@@ -105,6 +107,43 @@ class BoundsChecker:
         names = [v.name for v in m.vars] + [p for p, _ in placeholders] + outs
         return f"{{ [{', '.join(names)}] : {' and '.join(cons)} }}", names, placeholders
 
+    @staticmethod
+    def _offending(bad, names, placeholders, arrays):
+        """``bad`` narrowed to an element the index array really holds: the
+        first position of an index array whose value leads out of range,
+        with the loops that read it set to that position when the load's
+        indices are loops (``colidx[j]``: ``j`` = the position).  ``bad``
+        itself when no such element is found (the values' range alone was
+        enough to refuse)."""
+        import numpy as np
+        for p, ld in sorted(placeholders, key=lambda pl: not pl[0].startswith("tp_x")):
+            vals = arrays.get(ld.target.name)
+            if vals is None or vals.size == 0:
+                continue
+            k = names.index(p)
+            proj = bad.project_out(isl.dim_type.set, k + 1, len(names) - k - 1) \
+                .project_out(isl.dim_type.set, 0, k)
+            flat = vals.reshape(-1).astype(np.int64)
+            mask = np.zeros(flat.shape, bool)
+            for piece in proj.get_basic_sets():
+                piece = piece.to_set()
+                lo, hi = piece.dim_min_val(0), piece.dim_max_val(0)
+                if not (lo.is_int() and hi.is_int()):
+                    continue
+                mask |= (flat >= lo.to_python()) & (flat <= hi.to_python())
+            if not mask.any():
+                continue
+            pos = np.unravel_index(int(np.argmax(mask)), vals.shape)
+            cons = [f"{p} = {int(vals[pos])}"]
+            if all(type(i).__name__ == "Var" and i.name in names for i in ld.indices):
+                cons += [f"{i.name} = {int(x)}" for i, x in zip(ld.indices, pos)]
+            for c in (cons, cons[:1]):
+                narrowed = bad.intersect(isl.Set(f"{{ [{', '.join(names)}] : {' and '.join(c)} }}",
+                                                 context=bad.get_ctx()))
+                if not narrowed.is_empty():
+                    return narrowed
+        return bad
+
     def _raise(self, m, a, uses_dd, bad, names, placeholders, values, ranges):
         pt = bad.sample_point()
         coords = {n: pt.get_coordinate_val(isl.dim_type.set, k).to_python()
@@ -123,10 +162,22 @@ class BoundsChecker:
         if blame:
             name = blame[0]
             lo, hi = ranges[name] if ranges.get(name) else ("-", "-")
+            held = [f"{ld.target.name}[{', '.join(str(_value(i, coords)) for i in ld.indices)}]"
+                    f" = {coords[p]}" for p, ld in placeholders if p.startswith("tp_x")
+                    and all(_value(i, coords) is not None for i in ld.indices)]
             raise ValueError(f"argument {name!r} holds values in [{lo}, {hi}] that index out "
-                             f"of range: {detail}")
+                             f"of range: {detail}" + (f" ({', '.join(held)})" if held else ""))
         params = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
         raise IndexError(f"out-of-bounds access for {params or 'these sizes'}: {detail}")
+
+
+def _value(e, coords):
+    """The value of the index ``e`` at the point ``coords`` (loop -> int),
+    or None when it is not a plain loop or constant."""
+    if type(e).__name__ == "Var":
+        return coords.get(e.name)
+    v = getattr(e, "value", None)
+    return v if isinstance(v, int) else None
 
 
 def check_monotone(name, values):

@@ -504,6 +504,9 @@ def cast(x, dtype):
     if _is_dtype(x) and not _is_dtype(dtype):
         x, dtype = dtype, x
     if not _is_dtype(dtype):
+        for d in (dtype, x):         # a dtype-like argument NumPy or tp does not support
+            if d is not None and not isinstance(d, (Expr, int, float, complex)):
+                T.from_any(d)
         raise TypeError(f"tp.cast(x, dtype): dtype must be a dtype (tp.float32, np.int64, "
                         f"'float64', ...), got {dtype!r}")
     return Cast(T.from_any(dtype), wrap(x))

@@ -217,14 +217,13 @@ class Kernel:
             arrs[name] = arrs[name].aligned_copy()
 
         # contents of index arrays
-        ranges = {}
+        ranges, held = {}, {}
         for name in self.checker.value_arrays:
-            a = arrs[name]
-            vals = a.numpy()
+            vals = held[name] = arrs[name].numpy()
             ranges[name] = None if vals.size == 0 else (int(vals.min()), int(vals.max()))
         for name, _ in self.checker.csr_pairs:
             check_monotone(name, arrs[name].numpy())
-        self.checker.check(values, ranges)
+        self.checker.check(values, ranges, held)
 
         # allocate outputs not passed
         use_torch = any(a.is_torch for a in arrs.values())
