@@ -1,13 +1,29 @@
-"""Compile-time phases of the examples: legality analysis (model, dependences,
-schedule check) and isl AST generation + lowering, median of several runs.
+"""Compile time.
 
-    python -m bench.bench_compile
+Cold: the compile-time phases of the examples, legality analysis (model,
+dependences, schedule check) and isl AST generation + lowering, median of
+several runs, with the warm start off (every run analyses).
+
+Warm (``--warm``): a first process compiles the examples and the library
+operators into a fresh cache directory; a second, fresh process then times
+``compile()`` of each example (its declaration and schedule commands are
+user code, not timed) and the first use of each library operator's kernel
+(``schedules.runtime.kernel``: the Function is not even built), median of
+``repeats`` fresh processes.  The first kernel of a process also loads the
+backends (llvmlite, libgomp): reported apart, as "backend start-up".
+
+    python -m bench.bench_compile [--warm] [--quick]
 """
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
 from examples import conv_relu_maxpool, gemm, jacobi2d, lstm, sparse_conv  # noqa: E402
 
@@ -21,6 +37,24 @@ CASES = {
 }
 
 
+def _library():
+    """name -> () -> the operator's kernel, as the operators get it."""
+    import importlib
+    from schedules import conv_ops, runtime
+    sg = importlib.import_module("schedules.gemm")
+    from schedules.conv import ConvShape
+    s = ConvShape(1, 64, 56, 56, 64, 3, 3, 1, 1)
+    p = sg.default_params(512, 512, 512)
+    return {
+        "library gemm 512": lambda: runtime.kernel(("gemm", 512, 512, 512, p),
+                                                   lambda: sg.function(512, 512, 512, params=p), None),
+        "library conv2d direct": lambda: conv_ops._kernel("direct", s, True, None),
+        "library conv2d spatial_pack": lambda: conv_ops._kernel("spatial_pack", s, True, None),
+        "library fused direct": lambda: conv_ops._fused_kernel("direct", s, 2, True, None),
+        "library fused winograd": lambda: conv_ops._fused_kernel("winograd", s, 2, True, None),
+    }
+
+
 def _gemm_tiled():
     f = gemm.build()
     u = f.computations["C"].update
@@ -31,6 +65,8 @@ def _gemm_tiled():
 
 
 def main(repeats=7):
+    from tiramisu_py import warm
+    warm.ENABLED = False
     print(f"{'program':34} {'analysis ms':>12} {'AST ms':>8} {'sum ms':>8}")
     results = {}
     for name, build in CASES.items():
@@ -42,8 +78,61 @@ def main(repeats=7):
         a, b = statistics.median(an), statistics.median(ast)
         results[name] = (a, b)
         print(f"{name:34} {a * 1e3:12.1f} {b * 1e3:8.1f} {(a + b) * 1e3:8.1f}")
+    warm.ENABLED = True
+    return results
+
+
+def _child(mode):
+    """One process: "fill" compiles everything; "time" prints the times (s)."""
+    import schedules.runtime  # noqa: F401 - imports are not compile time
+    import tiramisu_py as tp
+    out = {}
+    for _ in (1,):            # backend start-up: a small kernel of its own, per backend
+        f = tp.Function("startup", params=["N"])
+        i = f.var("i", 0, "N")
+        f.computation("y", [i], f.input("x", ("N",), tp.float32)[i] * 2.0)
+        for target in ("c", "llvm"):
+            t0 = time.perf_counter()
+            f.compile(target=target)
+            out[f"backend start-up ({target})"] = time.perf_counter() - t0
+    for name, build in CASES.items():
+        f = build()
+        t0 = time.perf_counter()
+        f.compile()
+        out[name] = time.perf_counter() - t0
+    for name, get in _library().items():
+        t0 = time.perf_counter()
+        get()
+        out[name] = time.perf_counter() - t0
+    print(json.dumps(out))
+
+
+def warm_start(repeats=3):
+    """{name: (cold s, warm s)}: a fresh cache filled by one process, then
+    timed in ``repeats`` fresh processes (median)."""
+    env = dict(os.environ, TIRAMISU_PY_CACHE=tempfile.mkdtemp(prefix="tp_warm_"),
+               OMP_WAIT_POLICY="passive", PYTHONPATH=ROOT)
+
+    def run(mode):
+        r = subprocess.run([sys.executable, "-m", "bench.bench_compile", "--child", mode],
+                           cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    cold = run("fill")
+    warm = [run("time") for _ in range(repeats)]
+    print(f"{'warm start (fresh process)':34} {'cold ms':>9} {'warm ms':>9}")
+    results = {}
+    for name in warm[0]:
+        w = statistics.median(t[name] for t in warm)
+        c = cold.get(name)
+        results[name] = (c, w)
+        print(f"{name:34} {'' if c is None else f'{c * 1e3:9.1f}':>9} {w * 1e3:9.2f}")
     return results
 
 
 if __name__ == "__main__":
-    main()
+    if "--child" in sys.argv:
+        _child(sys.argv[sys.argv.index("--child") + 1])
+    elif "--warm" in sys.argv:
+        warm_start(1 if "--quick" in sys.argv else 3)
+    else:
+        main(2 if "--quick" in sys.argv else 7)

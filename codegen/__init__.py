@@ -60,9 +60,9 @@ _lock = threading.RLock()
 _opened: set = set()               # paths dlopened by this process (never unmapped)
 
 
-def _load(fn: ir.LoweredFunction, path):
+def _load(fn: ir.LoweredFunction, path, declaration=None):
     ffi = cffi.FFI()
-    ffi.cdef(cffi_declaration(fn))
+    ffi.cdef(declaration or cffi_declaration(fn))
     path = str(path)
     # dlopen returns an already loaded library of the same name: a library
     # rebuilt at a path this process loaded before (a bad hit) is opened
@@ -94,21 +94,24 @@ def _build(cc, flags, source: str, key: str, directory):
         cache._unlink(tmp)
 
 
-def compile_c(fn: ir.LoweredFunction) -> CompiledFunction:
+def compile_c(fn: ir.LoweredFunction, source=None, declaration=None) -> CompiledFunction:
     """Emits, compiles (or fetches from the cache) and loads ``fn``.  If the
     build fails with compiler flags probed by an earlier process, the probe is
-    re-run once and, when the flags change, the build is retried with them."""
-    source = emit_c(fn)
+    re-run once and, when the flags change, the build is retried with them.
+    ``source`` and ``declaration`` (the cffi cdef): what ``emit_c`` and
+    :func:`cffi_declaration` gave for ``fn`` before, to skip them (a warm
+    start; ``fn`` then needs only its name, scalars and arrays)."""
+    source = emit_c(fn) if source is None else source
     cc = toolchain.find_c_compiler()
     try:
-        return _compile_c(fn, source, cc)
+        return _compile_c(fn, source, cc, declaration)
     except CompileError:
         if not toolchain.reprobe(cc):
             raise
-    return _compile_c(fn, source, cc)
+    return _compile_c(fn, source, cc, declaration)
 
 
-def _compile_c(fn: ir.LoweredFunction, source: str, cc) -> CompiledFunction:
+def _compile_c(fn: ir.LoweredFunction, source: str, cc, declaration=None) -> CompiledFunction:
     flags = toolchain.compiler_flags(cc)
     directory = cache.cache_dir()
     key = cache.make_key(source, cc.identity, flags)
@@ -128,7 +131,7 @@ def _compile_c(fn: ir.LoweredFunction, source: str, cc) -> CompiledFunction:
             return path
 
         path, (ffi, lib) = cache.load_or_build(
-            lookup, lambda: _build(cc, flags, source, key, directory), lambda p: _load(fn, p),
+            lookup, lambda: _build(cc, flags, source, key, directory), lambda p: _load(fn, p, declaration),
             lambda: cache.invalidate(key, directory), (OSError, AttributeError),
             lambda what, p, exc: CompileError(f"{what} {p} but could not load it: {exc}",
                                               cache.paths(key, p.parent)[2]))

@@ -218,9 +218,11 @@ def _load(name: str, data: bytes, ll_path) -> tuple:
     return engine, tm, address
 
 
-def compile_llvm(fn: ir.LoweredFunction) -> LLVMCompiledFunction:
-    """Emits, compiles (or fetches from the cache) and loads ``fn``."""
-    source = emit_llvm(fn)
+def compile_llvm(fn: ir.LoweredFunction, source=None) -> LLVMCompiledFunction:
+    """Emits, compiles (or fetches from the cache) and loads ``fn``.
+    ``source``: what ``emit_llvm(fn)`` gave before, to skip it (a warm
+    start; ``fn`` then needs only its name, scalars and arrays)."""
+    source = emit_llvm(fn) if source is None else source
     key = make_key(source)
     directory = cache.cache_dir()
     with _lock:

@@ -214,9 +214,13 @@ def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1
     return C.BUILDERS[algo](s, bias=bias)
 
 
+def _fused_kernel(algo, s, pool, bias, target):
+    return runtime.kernel(("conv_relu_maxpool", algo, s, pool, bias),
+                          lambda: fused.function(s, pool, bias=bias, algo=algo), target)
+
+
 def _run_fused(algo, s, pool, x, w, b, target):
-    k = runtime.kernel(("conv_relu_maxpool", algo, s, pool, b is not None),
-                       lambda: fused.function(s, pool, bias=b is not None, algo=algo), target)
+    k = _fused_kernel(algo, s, pool, b is not None, target)
     return k(data=x, weight=w, bias=b) if b is not None else k(data=x, weight=w)
 
 

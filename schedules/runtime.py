@@ -25,8 +25,10 @@ def kernel(key, build, target):
     per process."""
     key = (key, target_of(target))
     k = _KERNELS.get(key)
-    if k is None:
-        k = _KERNELS[key] = build().compile(target=key[1])
+    if k is None:       # a later process: from the warm-start entry, without building
+        from tiramisu_py.warm import library_kernel
+        from .host import host
+        k = _KERNELS[key] = library_kernel(key[0], build, key[1], repr(host()))
     return k
 
 

@@ -38,6 +38,24 @@ class BoundsChecker:
                                       for e in a.index for ld in walk(e)
                                       if isinstance(ld, Access)})
         self.csr_pairs = self._csr_pairs()
+        self.always = False          # proved for every param value: calls check nothing
+
+    def prove_all(self) -> bool:
+        """At compile time: tries to prove every access in bounds for all
+        param values at once (no index arrays; indices affine in loops and
+        params).  Then :meth:`check` has nothing to do at call time (and a
+        warm start needs no model).  Returns whether it succeeded."""
+        if self.value_arrays:
+            return False
+        try:
+            for m, a, _ in self.items:
+                text, _, _ = self._bad_set_text(m, a, {}, lambda name: None)
+                if not isl.Set(self.model.prefix() + text, context=self.model.ctx).is_empty():
+                    return False
+        except (NonAffine, isl.Error):
+            return False
+        self.always = True
+        return True
 
     def _csr_pairs(self):
         """1-D arrays read as ``B[e]`` .. ``B[e + 1]`` bounds: row pointers,
@@ -66,6 +84,8 @@ class BoundsChecker:
         """``values``: param -> int; ``ranges``: array name -> (min, max) of its
         values, or None when it is empty; ``arrays``: the index arrays' values
         (NumPy), to name the element that is out of range."""
+        if self.always:
+            return
         key = (tuple(sorted(values.items())), tuple(sorted(ranges.items())))
         if key in self.cache:
             return

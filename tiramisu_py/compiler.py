@@ -11,7 +11,7 @@ from codegen import ir
 from codegen.accumulate import accumulate_locally
 from codegen.simplify import simplify_indices, version_full_tiles
 
-from . import legality
+from . import legality, warm
 from .checks import BoundsChecker
 from .dataflow import needs_zero
 from .legality import Dependences
@@ -68,7 +68,13 @@ def compile_function(f, target="cpu", **options):
     if options:
         raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
     try:
-        return _compile(f, target)
+        k = warm.key(f, target) if warm.ENABLED else None
+        kernel = warm.load(k, f) if k is not None else None
+        if kernel is None:
+            kernel = _compile(f, target)
+            if k is not None:
+                warm.store(k, f, target, kernel)
+        return kernel
     except RecursionError:
         # expressions are bounded when declared (expr.MAX_EXPR_DEPTH), so this
         # is not expected; it is never let out bare
@@ -84,6 +90,7 @@ def _compile(f, target):
     model.build_accesses()
     checker = BoundsChecker(model)
     checker.dry_run()
+    checker.prove_all()
     deps = Dependences(model)
     state = legality.check(model, deps, f._commands)
     zeroed = {b.name for b in temps if needs_zero(model, b, output=False)}
