@@ -148,6 +148,12 @@ def parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+QUICK_NOTE = ("--quick: a SMOKE TEST of the harness on tiny sizes, NOT A BENCHMARK: the times "
+              "and ratios below are dominated by call overhead and mean nothing")
+
+
 def main(args: argparse.Namespace) -> dict:
+    if args.quick:
+        print(QUICK_NOTE, flush=True)
     return harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
                        **harness.run_args(args))

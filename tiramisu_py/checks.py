@@ -157,6 +157,8 @@ class BoundsChecker:
             cons = [f"{p} = {int(vals[pos])}"]
             if all(type(i).__name__ == "Var" and i.name in names for i in ld.indices):
                 cons += [f"{i.name} = {int(x)}" for i, x in zip(ld.indices, pos)]
+                for i, x in zip(ld.indices, pos):
+                    cons += _row_of(i, int(x), names, placeholders, arrays)
             for c in (cons, cons[:1]):
                 narrowed = bad.intersect(isl.Set(f"{{ [{', '.join(names)}] : {' and '.join(c)} }}",
                                                  context=bad.get_ctx()))
@@ -189,6 +191,31 @@ class BoundsChecker:
                              f"of range: {detail}" + (f" ({', '.join(held)})" if held else ""))
         params = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
         raise IndexError(f"out-of-bounds access for {params or 'these sizes'}: {detail}")
+
+
+def _row_of(v, x, names, placeholders, arrays):
+    """For a loop ``v`` over row pointers (``ptr[o] <= v < ptr[o + 1]``) at
+    ``v = x``: the constraints that put the outer loop ``o`` on the row that
+    holds ``x``, and the bound placeholders on that row's pointers."""
+    import numpy as np
+    lo, hi = getattr(v, "lo", None), getattr(v, "hi", None)
+    if not (isinstance(lo, Access) and isinstance(hi, Access) and lo.target is hi.target
+            and len(lo.indices) == 1 and isinstance(lo.indices[0], Var)
+            and lo.indices[0].name in names):
+        return []
+    ptr = arrays.get(lo.target.name)
+    if ptr is None or ptr.ndim != 1 or ptr.size < 2:
+        return []
+    row = int(np.searchsorted(ptr, x, side="right")) - 1
+    if not 0 <= row < ptr.size - 1:
+        return []
+    out = [f"{lo.indices[0].name} = {row}"]
+    for p, ld in placeholders:
+        if ld is lo:
+            out.append(f"{p} = {int(ptr[row])}")
+        elif ld is hi:
+            out.append(f"{p} = {int(ptr[row + 1])}")
+    return out
 
 
 def _value(e, coords):

@@ -23,6 +23,7 @@ import threading
 
 _PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _inside: dict = {}                  # co_filename -> inside this package
+_USER_FILES = {_PKG + "demo.py"}    # the package's own user code
 _local = threading.local()
 _ids = itertools.count(1)
 
@@ -41,7 +42,8 @@ def user_frame():
         name = f.f_code.co_filename
         inside = _inside.get(name)
         if inside is None:
-            inside = _inside[name] = os.path.abspath(name).startswith(_PKG)
+            path = os.path.abspath(name)
+            inside = _inside[name] = path.startswith(_PKG) and path not in _USER_FILES
         if not inside:
             return f
         f = f.f_back

@@ -1,0 +1,169 @@
+"""What a new user hits in the first hour (issue 14): errors at declaration
+instead of isl's, undo, pasteable hints, the user's file:line in errors,
+index checks naming the real element, 0-d computations, ``**``, cast order."""
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+import tiramisu_py as tp
+
+
+def _gemm():
+    f = tp.Function("gemm", params=["N", "M", "K"])
+    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    A = f.input("A", ("N", "K"), tp.float32)
+    B = f.input("B", ("K", "M"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j] += A[i, k] * B[k, j]
+    return f, C
+
+
+def _line_of(text):
+    src, start = inspect.getsourcelines(inspect.currentframe().f_back)
+    return start + next(n for n, line in enumerate(src) if text in line)
+
+
+AB = (np.arange(12, dtype=np.float32).reshape(3, 4), np.ones((4, 5), np.float32))
+
+
+# ------------------------------------------------------------------ 4
+def test_a_loop_that_is_not_the_computations_is_refused_when_declared():
+    f = tp.Function("f4", params=["N"])
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "N")
+    X = f.input("X", ("N", "N"))
+    with pytest.raises(ValueError, match=r"computation 'c': its expression uses loop 'j', which "
+                                         r"is not one of its loops \[i\].*c\[i\] \+= "):
+        f.computation("c", [i], X[i, j])
+    c = f.computation("d", [i], X[i, i])
+    with pytest.raises(ValueError, match="store_in index uses loop 'j'"):
+        c.store_in(f.buffer("buf", ("N",), output=True), [j])
+
+
+def test_a_name_equal_to_the_functions_own_says_so():
+    f = tp.Function("same", params=["N"])
+    i = f.var("i", 0, "N")
+    with pytest.raises(ValueError, match="is the name of the Function itself"):
+        f.computation("same", [i], 1.0)
+
+
+# ------------------------------------------------------------------ 5, 6, 7
+def test_a_refused_command_can_be_undone_and_its_hint_pasted():
+    f, C = _gemm()
+    C.update.interchange("j", "k")
+    C.update.parallelize("i")
+    C.update.vectorize("k", 4)                             # a reduction: refused
+    line = _line_of('C.update.vectorize("k", 4)  ')
+    with pytest.raises(tp.IllegalScheduleError) as e:
+        f.compile()
+    msg = str(e.value)
+    here = os.path.basename(__file__)
+    assert f'given: C.update.vectorize("k", 4) at ' in msg and f"{here}:{line}" in msg
+    assert f"C_update is declared at " in msg and here in msg.split("declared at ")[1]
+    assert "f.undo() removes the last one" in msg
+    hint = 'C.update.vectorize("k", 4, allow_reassociation=True)'
+    assert hint in msg
+    with pytest.raises(tp.IllegalScheduleError):           # still recorded
+        f.compile()
+    assert f.undo() == 'C.update.vectorize("k", 4)'        # the split and the tag
+    assert f.schedule_commands() == ["C_update.interchange(j, k)", "C_update.parallelize(i)"]
+    np.testing.assert_allclose(f.compile()(*AB), AB[0] @ AB[1])
+    exec(hint, {"C": C})                                    # the hint, pasted
+    np.testing.assert_allclose(f.compile()(*AB), AB[0] @ AB[1])
+
+
+def test_reset_schedule_and_copy():
+    f, C = _gemm()
+    C.update.parallelize("k")
+    g = f.copy()
+    f.reset_schedule()
+    assert f.schedule_commands() == [] and g.schedule_commands() == ["C_update.parallelize(k)"]
+    np.testing.assert_allclose(f.compile()(*AB), AB[0] @ AB[1])
+    with pytest.raises(tp.IllegalScheduleError):
+        g.compile()
+    g.reset_schedule()
+    g.computations["C"].update.vectorize(g.loop("j"), 4)
+    assert f.schedule_commands() == []
+    np.testing.assert_allclose(g.compile()(*AB), AB[0] @ AB[1])
+    assert f.undo() is None
+
+
+def test_accumulate_locally_hint_is_the_call_as_written():
+    f, C = _gemm()
+    u = C.update
+    u.accumulate_locally("k")
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=r'u\.accumulate_locally\("k", allow_reassociation=True\) permits'):
+        f.compile()
+
+
+# ------------------------------------------------------------------ 8
+def test_index_check_names_the_element_the_array_holds():
+    f = tp.Function("spmv", params=["R", "NNZ", "NC"])
+    r = f.var("r", 0, "R")
+    rowptr = f.input("rowptr", ("R + 1",), tp.int32)
+    colidx = f.input("colidx", ("NNZ",), tp.int32)
+    val = f.input("val", ("NNZ",), tp.float32)
+    x = f.input("x", ("NC",), tp.float32)
+    j = f.var("j", rowptr[r], rowptr[r + 1])
+    y = f.computation("y", [r], 0.0)
+    y[r] += val[j] * x[colidx[j]]
+    k = f.compile()
+    ptr = np.array([0, 3, 6, 8], np.int32)
+    cols = np.array([0, 2, 4, 1, 3, 5, 1, 9], np.int32)          # 9 >= NC = 6
+    with pytest.raises(ValueError, match=r"y_update\(r=2, j=7\) reads x\[colidx\[j\]\] = x\[9\].*"
+                                         r"\(colidx\[7\] = 9\)"):
+        k(ptr, cols, np.ones(8, np.float32), np.ones(6, np.float32))
+    cols[7] = 5
+    np.testing.assert_allclose(k(ptr, cols, np.ones(8, np.float32), np.ones(6, np.float32)),
+                               [3, 3, 2])
+
+
+# ------------------------------------------------------------------ 9
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_scalar_computations(target):
+    f = tp.Function("norms", params=["N"])
+    i = f.var("i", 0, "N")
+    x = f.input("x", ("N",), tp.float32)
+    y = f.input("y", ("N",), tp.float32)
+    dot = f.computation("dot", [], 0.0)
+    dot[()] += x[i] * y[i]
+    ss = f.computation("ss", [], 0.0)
+    ss[()] += x[i] ** 2
+    nrm = f.computation("nrm", [], ss[()] ** 0.5)
+    f.buffer("unused", (1,))          # noqa - a declared temporary is fine
+    k = f.compile(target=target)
+    a = np.linspace(-1, 2, 50, dtype=np.float32)
+    b = np.cos(a)
+    out = k(a, b)
+    assert out["dot"].shape == () and out["nrm"].shape == ()
+    np.testing.assert_allclose(out["dot"], a @ b, rtol=1e-5)
+    np.testing.assert_allclose(out["nrm"], np.linalg.norm(a), rtol=1e-5)
+
+
+def test_power_and_cast_follow_numpy():
+    f = tp.Function("pw", params=["N"])
+    i = f.var("i", 0, "N")
+    x = f.input("x", ("N",), tp.float32)
+    n = f.input("n", ("N",), tp.int32)
+    f.computation("p", [i], x[i] ** 2 + x[i] ** 3 + x[i] ** -1 + x[i] ** -0.5 + x[i] ** 1.5
+                  + x[i] ** 0 + 2 ** x[i])
+    f.computation("q", [i], n[i] ** 3)
+    f.computation("c", [i], tp.cast(x[i], tp.int32) + x[i].astype("int32")
+                  + tp.cast(tp.int32, x[i]))
+    k = f.compile()
+    v = np.linspace(0.25, 3, 9, dtype=np.float32)
+    m = np.arange(-4, 5, dtype=np.int32)
+    out = k(v, m)
+    np.testing.assert_allclose(out["p"], v ** 2 + v ** 3 + v ** -1.0 + v ** -0.5 + v ** 1.5 + 1
+                               + 2 ** v, rtol=1e-5)
+    np.testing.assert_array_equal(out["q"], m ** 3)
+    assert out["c"].dtype == np.int32
+    np.testing.assert_array_equal(out["c"], 3 * v.astype(np.int32))
+    with pytest.raises(ValueError, match="negative integer powers"):
+        n[i] ** -1
+    with pytest.raises(TypeError, match="must be a Python int or float"):
+        x[i] ** x[i]
+    with pytest.raises(TypeError, match=r"tp.cast\(x, dtype\): dtype must be a dtype"):
+        tp.cast(x[i], 3)
