@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 GEMM_N = 512
-CONV = (1, 64, 64, 56, 56)        # n, ci, co, h, w: 3x3, padding 1
+CONV = (4, 64, 64, 56, 56)        # n, ci, co, h, w: 3x3, padding 1
 
 
 def _median(fn, repeats=5):
