@@ -78,9 +78,13 @@ def define(qualname, schema, impl, fake, backward=None, setup_context=None):
             raise ValueError(f"cannot register {qualname!r}: {exc}".splitlines()[0]) from None
         lib.impl(name, impl, "CPU")
         torch.library.register_fake(qualname, fake, lib=lib)
-        torch.library.register_autograd(qualname, backward or _no_backward(qualname),
-                                        setup_context=setup_context if backward else None,
-                                        lib=lib)
+        if "!" not in schema:       # torch takes autograd formulas for functional ops only
+            torch.library.register_autograd(qualname, backward or _no_backward(qualname),
+                                            setup_context=setup_context if backward else None,
+                                            lib=lib)
+        elif backward is not None:
+            raise ValueError(f"{qualname}: an op that writes arguments in place cannot have "
+                             "a backward (torch takes autograd formulas for functional ops only)")
         op = getattr(getattr(torch.ops, ns), name)
         _OPS[qualname] = op
         return op
@@ -146,6 +150,9 @@ def kernel_op(kernel, qualname, inplace=(), backward=None, setup_context=None):
     that the shapes of those cannot give; it returns the other outputs."""
     out_names = [b.name for b in kernel.outputs]
     inplace = tuple(inplace)
+    if inplace and backward is not None:
+        raise ValueError(f"torch_op {qualname!r}: an op with in-place outputs cannot have a "
+                         "backward (torch takes autograd formulas for functional ops only)")
     for n in inplace:
         if n not in out_names:
             raise ValueError(f"torch_op: inplace names {n!r}, which is not an output of "
@@ -198,7 +205,7 @@ def kernel_op(kernel, qualname, inplace=(), backward=None, setup_context=None):
         outs = tuple(args[0].new_empty(kernel._extents(b, values),
                                        dtype=getattr(torch, _DTYPES[b.dtype.name]))
                      for b in functional)
-        return outs[0] if len(outs) == 1 else outs
+        return None if not outs else outs[0] if len(outs) == 1 else outs
 
     op = define(qualname, schema, impl, fake, backward, setup_context)
     info = KernelOp(kernel, qualname, op, in_names, inplace, [b.name for b in functional],
