@@ -26,23 +26,17 @@ from dataclasses import dataclass
 
 import tiramisu_py as tp
 
+from .conv import ConvShape
 from .host import host
 
 
 @dataclass(frozen=True)
-class Conv:
-    """A conv2d problem, every hyper-parameter an ``(h, w)`` pair."""
-    n: int
-    ci: int
-    h: int
-    w: int
-    co: int
-    kh: int
-    kw: int
+class Conv(ConvShape):
+    """A conv2d problem (:class:`schedules.conv.ConvShape`) with stride,
+    padding and dilation as ``(h, w)`` pairs."""
     stride: tuple = (1, 1)
     padding: tuple = (0, 0)
     dilation: tuple = (1, 1)
-    groups: int = 1
 
     @property
     def ho(self):

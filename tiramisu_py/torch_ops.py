@@ -139,10 +139,6 @@ class KernelOp:
         return f"<KernelOp {self.qualname} of {self.kernel!r}>"
 
 
-_DTYPES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64",
-           "int8": "int8", "uint8": "uint8", "bool": "bool"}
-
-
 def kernel_op(kernel, qualname, inplace=(), backward=None, setup_context=None):
     """Registers ``kernel`` as ``torch.ops.<namespace>.<name>`` (see
     ``Kernel.torch_op``).  Schema: the inputs (in declaration order), then the
@@ -202,8 +198,9 @@ def kernel_op(kernel, qualname, inplace=(), backward=None, setup_context=None):
             torch._check(tuple(a.shape) == tuple(exp),
                          lambda: f"{qualname}: argument {n!r} has shape {tuple(a.shape)}, "
                                  f"expected {tuple(exp)}")
-        outs = tuple(args[0].new_empty(kernel._extents(b, values),
-                                       dtype=getattr(torch, _DTYPES[b.dtype.name]))
+        device = args[0].device if args else "cpu"
+        outs = tuple(torch.empty(kernel._extents(b, values), dtype=getattr(torch, b.dtype.name),
+                                 device=device)
                      for b in functional)
         return None if not outs else outs[0] if len(outs) == 1 else outs
 
