@@ -7,7 +7,8 @@ a plain kernel call on NumPy arrays and on torch tensors; the same kernel
 through ``Kernel.torch_op`` (``torch.ops.ns.name``) in eager, under
 ``torch.inference_mode``, and on inputs that require grad (autograd);
 ``schedules.gemm`` against ``torch.ops.tiramisu.gemm``; and torch's own
-``torch.add`` for scale.  Prints the median microseconds per call of
+``torch.add`` for scale, and the same kernel wrapped with
+``torch.library.custom_op`` (the API ``Kernel.torch_op`` does not use).  Prints the median microseconds per call of
 ``--rounds`` rounds of ``--calls`` calls each.  Compare only numbers of one run.
 """
 from __future__ import annotations
@@ -43,6 +44,13 @@ def main(calls=2000, rounds=7):
     f.computation("Z", [i], 2.0 * X[i] + Y[i])
     k = f.compile()
     op = k.torch_op("tp_bench::axpy", backward=lambda ctx, g: (2 * g, g))
+    # the same kernel through torch.library.custom_op, for comparison
+    @torch.library.custom_op("tp_bench::axpy_custom_op", mutates_args=(), device_types="cpu",
+                             schema="(Tensor x, Tensor y) -> Tensor")
+    def custom(x, y):
+        return k(x.contiguous(), y.contiguous())
+    custom.register_fake(lambda x, y: torch.empty_like(x))
+    custom.register_autograd(lambda ctx, g: (2 * g, g))
     xn, yn = np.ones(16, np.float32), np.ones(16, np.float32)
     xt, yt = torch.ones(16), torch.ones(16)
     xg = torch.ones(16, requires_grad=True)
@@ -58,6 +66,7 @@ def main(calls=2000, rounds=7):
             ("plain kernel call, torch", lambda: k(xt, yt)),
             ("torch.ops op, eager", lambda: op(xt, yt)),
             ("torch.ops op, inference_mode", inference),
+            ("same kernel via custom_op, eager", lambda: custom(xt, yt)),
             ("torch.ops op, input requires grad", lambda: op(xg, yt)),
             ("plain call, input requires grad (via op)", lambda: k(xg, yt)),
             ("schedules.gemm 8x8", lambda: schedules.gemm(a, b)),
