@@ -164,11 +164,11 @@ def test_library_opcheck(ops):
     _opcheck(ops.gemm.default, (a, b))
     x, w, bias = _d(2, 2, 5, 5), _d(3, 2, 3, 3), _d(3)
     _opcheck(ops.conv2d.default, (x, w, bias, [1, 1], [1, 1], [1, 1], 1, "auto"))
+    _opcheck(ops.conv_relu_maxpool.default, (x, w, bias, 2, [1, 1], "auto"))
     # the backward ops have no backward themselves (no double backward)
     g, x, w, bias = torch.randn(2, 3, 5, 5, dtype=torch.float64), x.detach(), w.detach(), bias.detach()
     _opcheck(ops.conv2d_grad_input.default, (g, w, [2, 2, 5, 5], [1, 1], [1, 1], [1, 1], 1))
     _opcheck(ops.conv2d_grad_weight.default, (g, x, [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1))
-    _opcheck(ops.conv_relu_maxpool.default, (x, w, bias, 2, [1, 1], "auto"))
     gp = torch.randn(2, 3, 2, 2, dtype=torch.float64)
     _opcheck(ops.conv_relu_maxpool_grad.default, (gp, x, w, bias, 2, [1, 1]))
 
