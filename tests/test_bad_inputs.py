@@ -448,11 +448,16 @@ def test_torch_bad_tensors(kernels, data, torch):
 
 
 def test_torch_requires_grad(kernels, data, torch):
-    """The kernel is not differentiable: a tensor that requires grad is read
-    as data (no copy, no error) and the result does not require grad."""
+    """A kernel without a registered backward refuses a tensor that requires
+    grad (its result would silently carry no gradient); under no_grad the
+    tensor is read as data (no copy, no error).  With a backward registered
+    the call goes through it: tests/test_torch_ops.py."""
     a = torch.from_numpy(data["a"].copy()).requires_grad_(True)
     b = torch.from_numpy(data["b"].copy())
-    out = kernels["gemm"](a, b)
+    with pytest.raises(RuntimeError, match="'A' require grad.*no backward"):
+        kernels["gemm"](a, b)
+    with torch.no_grad():
+        out = kernels["gemm"](a, b)
     assert isinstance(out, torch.Tensor) and not out.requires_grad
     np.testing.assert_allclose(out.numpy(), data["a"] @ data["b"], rtol=1e-4, atol=1e-4)
     assert a.grad is None

@@ -12,6 +12,8 @@ output is writable when NumPy or torch allocated it (NumPy: and its flag
 says so), else when the kernel maps all its pages writable."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import affine
@@ -45,9 +47,11 @@ class _Arg:
             self.dtype = str(obj.dtype).split(".")[-1]
             self.address = obj.data_ptr()
             self.nbytes = obj.numel() * obj.element_size()
+        elif hasattr(obj, "__dlpack__"):
+            self.__init__(name, _from_dlpack(name, obj))
         else:
-            raise TypeError(f"argument {name!r} must be a NumPy array or a torch tensor, "
-                            f"not {type(obj).__name__}")
+            raise TypeError(f"argument {name!r} must be a NumPy array, a torch tensor or an "
+                            f"object with __dlpack__, not {type(obj).__name__}")
 
     def contiguous(self):
         if self.is_torch:
@@ -118,6 +122,7 @@ class Kernel:
         self._domain_shaped = {c.buffer.name for c in f.computations.values()
                                if getattr(c, "_auto_buffer", False) and c.buffer in self.outputs}
         self._shape_cache = {}
+        self._torch_ops = {}        # in-place outputs -> torch_ops.KernelOp
 
     @property
     def source(self) -> str:
@@ -132,8 +137,34 @@ class Kernel:
         outs = ", ".join(b.name for b in self.outputs)
         return f"<Kernel {self.name}({ins}) -> {outs}>"
 
+    def torch_op(self, qualname, inplace=(), backward=None, setup_context=None):
+        """Registers this kernel as the PyTorch operator ``qualname``
+        (``"namespace::name"``) and returns ``torch.ops.namespace.name``.
+
+        Its arguments are the inputs (in order), then the outputs named in
+        ``inplace`` (written in place: ``mutates_args``), then keyword-only the
+        params the shapes cannot give; it returns the other outputs (a tuple
+        when several).  Its fake implementation infers the params and output
+        shapes with the same rules as a call.  ``backward`` / ``setup_context``:
+        as for ``torch.library.register_autograd``; without one, asking for a
+        gradient raises.  Works in eager, under ``torch.compile`` (no graph
+        break) and passes ``torch.library.opcheck``.  Once an op with a
+        backward is registered, a plain call of the kernel on tensors that
+        require grad goes through it.  Needs torch; see
+        :mod:`tiramisu_py.torch_ops`."""
+        from . import torch_ops
+        inplace = tuple(inplace)
+        info = self._torch_ops.get(inplace)
+        if info is not None and info.qualname == qualname:
+            return info.op
+        return torch_ops.kernel_op(self, qualname, inplace, backward, setup_context).op
+
     # ------------------------------------------------------------------ call
     def __call__(self, *args, **kwargs):
+        torch = sys.modules.get("torch")
+        if torch is not None and _through_op(torch, args, kwargs):
+            from . import torch_ops
+            return torch_ops.call(self, args, kwargs)
         if len(args) > len(self.inputs):
             raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
                             f"({', '.join(b.name for b in self.inputs)}), got {len(args)}")
@@ -250,14 +281,18 @@ class Kernel:
 
     # -------------------------------------------------------------- helpers
     def _shape(self, b, values):
-        key = (b.name, tuple(sorted(values.items())))
-        s = self._shape_cache.get(key)
+        try:
+            key = (b.name, tuple(sorted(values.items())))
+            s = self._shape_cache.get(key)
+        except TypeError:           # symbolic sizes (torch.SymInt) of a fake call
+            key = s = None
         if s is None:
             vals = dict(self.fixed, **values)
             s = tuple(_eval_size(e, vals, b.name) for e in b.shape)
-            if len(self._shape_cache) > 1024:
-                self._shape_cache.clear()
-            self._shape_cache[key] = s
+            if key is not None:
+                if len(self._shape_cache) > 1024:
+                    self._shape_cache.clear()
+                self._shape_cache[key] = s
         return s
 
     def _extents(self, b, values):
@@ -307,6 +342,31 @@ class Kernel:
                 if a.address < o.address + o.nbytes and o.address < a.address + a.nbytes:
                     raise ValueError(f"output argument {o.name!r} overlaps argument {a.name!r} "
                                      "in memory; pass separate arrays")
+
+
+def _through_op(torch, args, kwargs):
+    """A call on torch tensors goes through the kernel's torch op inside
+    torch.compile (tracing the argument checks would fail) and when an input
+    requires grad (the result must carry its gradient, or the call fails)."""
+    if torch.compiler.is_compiling():
+        return any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values()))
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(a, torch.Tensor) and a.requires_grad
+               for a in (*args, *kwargs.values()))
+
+
+def _from_dlpack(name, obj):
+    """A NumPy view of a CPU ``__dlpack__`` object (no copy)."""
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is not None and dev()[0] != 1:                # kDLCPU
+        raise ValueError(f"argument {name!r} lives on DLPack device {dev()}; the cpu kernel "
+                         "needs host memory")
+    try:
+        return np.from_dlpack(obj)
+    except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+        raise TypeError(f"argument {name!r}: its __dlpack__ export cannot be read as a NumPy "
+                        f"array ({exc})") from None
 
 
 def _names_in(e):

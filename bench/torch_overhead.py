@@ -1,0 +1,85 @@
+"""Per-call overhead of a compiled kernel as a PyTorch op (issue 16).
+
+    python3 -m bench.torch_overhead [--calls 2000] [--rounds 7]
+
+Times, on tiny tensors (so that the call, not the kernel, is measured):
+a plain kernel call on NumPy arrays and on torch tensors; the same kernel
+through ``Kernel.torch_op`` (``torch.ops.ns.name``) in eager, under
+``torch.inference_mode``, and on inputs that require grad (autograd);
+``schedules.gemm`` against ``torch.ops.tiramisu.gemm``; and torch's own
+``torch.add`` for scale, and the same kernel wrapped with
+``torch.library.custom_op`` (the API ``Kernel.torch_op`` does not use).  Prints the median microseconds per call of
+``--rounds`` rounds of ``--calls`` calls each.  Compare only numbers of one run.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def _median_us(fn, calls, rounds):
+    for _ in range(min(calls, 200)):
+        fn()
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return sorted(samples)[len(samples) // 2]
+
+
+def main(calls=2000, rounds=7):
+    import torch
+
+    import schedules
+    import schedules.torch_ops  # noqa: F401
+    import tiramisu_py as tp
+
+    f = tp.Function("axpy_overhead", params=["N"])
+    i = f.var("i", 0, "N")
+    X, Y = f.input("X", ("N",), tp.float32), f.input("Y", ("N",), tp.float32)
+    f.computation("Z", [i], 2.0 * X[i] + Y[i])
+    k = f.compile()
+    op = k.torch_op("tp_bench::axpy", backward=lambda ctx, g: (2 * g, g))
+    # the same kernel through torch.library.custom_op, for comparison
+    @torch.library.custom_op("tp_bench::axpy_custom_op", mutates_args=(), device_types="cpu",
+                             schema="(Tensor x, Tensor y) -> Tensor")
+    def custom(x, y):
+        return k(x.contiguous(), y.contiguous())
+    custom.register_fake(lambda x, y: torch.empty_like(x))
+    custom.register_autograd(lambda ctx, g: (2 * g, g))
+    xn, yn = np.ones(16, np.float32), np.ones(16, np.float32)
+    xt, yt = torch.ones(16), torch.ones(16)
+    xg = torch.ones(16, requires_grad=True)
+    a, b = torch.ones(8, 8), torch.ones(8, 8)
+    gemm_op = torch.ops.tiramisu.gemm
+
+    def inference():
+        with torch.inference_mode():
+            op(xt, yt)
+
+    rows = [("torch.add (reference)", lambda: torch.add(xt, yt)),
+            ("plain kernel call, NumPy", lambda: k(xn, yn)),
+            ("plain kernel call, torch", lambda: k(xt, yt)),
+            ("torch.ops op, eager", lambda: op(xt, yt)),
+            ("torch.ops op, inference_mode", inference),
+            ("same kernel via custom_op, eager", lambda: custom(xt, yt)),
+            ("torch.ops op, input requires grad", lambda: op(xg, yt)),
+            ("plain call, input requires grad (via op)", lambda: k(xg, yt)),
+            ("schedules.gemm 8x8", lambda: schedules.gemm(a, b)),
+            ("torch.ops.tiramisu.gemm 8x8", lambda: gemm_op(a, b))]
+    print(f"per-call time, median of {rounds} x {calls} calls, "
+          f"{torch.get_num_threads()} torch threads")
+    for name, fn in rows:
+        print(f"  {name:44s} {_median_us(fn, calls, rounds):8.1f} us")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=7)
+    a = p.parse_args()
+    main(a.calls, a.rounds)

@@ -1,0 +1,249 @@
+"""The operator library as PyTorch operators (imports torch)::
+
+    torch.ops.tiramisu.gemm(a, b)
+    torch.ops.tiramisu.conv2d(x, weight, bias, stride, padding, dilation, groups, algo)
+    torch.ops.tiramisu.conv_relu_maxpool(x, weight, bias, pool, padding, algo)
+
+each with a backward made of compiled kernels, themselves ops
+(``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
+``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
+float32 forwards run the tuned schedules (:mod:`schedules.gemm`,
+:mod:`schedules.conv_ops`); float64, and float32 shapes those do not take
+(unequal stride/padding/dilation pairs, a fused block with padding other than
+1), run the plain kernels of :mod:`schedules.backward`.
+
+Adding an op is one :func:`_op` call: a schema, an implementation, a fake
+(shape) function and optionally a backward (see the ones below).
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from tiramisu_py.torch_ops import contiguous, define
+
+from . import backward as BW
+from . import runtime
+
+NS = "tiramisu"
+FLOATS = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def _op(name, schema, impl, fake, backward=None, setup_context=None):
+    return define(f"{NS}::{name}", schema, impl, fake, backward, setup_context)
+
+
+def _dtype(op, *ts):
+    dts = {t.dtype for t in ts if t is not None}
+    if len(dts) != 1 or next(iter(dts)) not in FLOATS:
+        raise TypeError(f"tiramisu::{op}: expected float32 or float64 tensors of one dtype, "
+                        f"got {', '.join(str(t.dtype) for t in ts if t is not None)}")
+    return FLOATS[next(iter(dts))]
+
+
+def _kernel(key, build):
+    return runtime.kernel(("torch_ops",) + key, build, None)
+
+
+def _conv(op, xshape, wshape, stride, padding, dilation, groups):
+    """The problem of input ``xshape`` and weights ``wshape`` (ints or
+    SymInts), checked."""
+    xshape, wshape = tuple(xshape), tuple(wshape)
+    torch._check(len(xshape) == 4 and len(wshape) == 4,
+                 lambda: f"tiramisu::{op}: x and weight must be 4-D (NCHW, OIHW)")
+    n, ci, h, wd = xshape
+    co, cig, kh, kw = wshape
+    torch._check(groups >= 1 and ci % groups == 0 and co % groups == 0 and cig * groups == ci,
+                 lambda: f"tiramisu::{op}: weight {wshape} does not fit input {xshape} "
+                         f"with groups={groups}")
+    s = BW.Conv(n, ci, h, wd, co, kh, kw, tuple(stride), tuple(padding), tuple(dilation), groups)
+    torch._check(s.ho >= 1 and s.wo >= 1,
+                 lambda: f"tiramisu::{op}: the {kh}x{kw} kernel does not fit the {h}x{wd} input")
+    return s
+
+
+def _square(s: BW.Conv):
+    return s.stride[0] == s.stride[1] and s.padding[0] == s.padding[1] \
+        and s.dilation[0] == s.dilation[1]
+
+
+# ------------------------------------------------------------------ gemm
+def _gemm(a, b):
+    dt = _dtype("gemm", a, b)
+    a, b = contiguous(a), contiguous(b)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"tiramisu::gemm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
+    if dt == "float32":
+        from .gemm import gemm
+        return gemm(a, b)
+    (n, k), m = a.shape, b.shape[1]
+    return _kernel(("matmul", n, m, k, dt), lambda: BW.matmul(n, m, k, dt))(a, b)
+
+
+def _gemm_fake(a, b):
+    torch._check(a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0],
+                 lambda: f"tiramisu::gemm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _gemm_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _gemm_backward(ctx, g):
+    a, b = ctx.saved_tensors
+    ga = gemm(g, b.t()) if ctx.needs_input_grad[0] else None      # dA = dC @ B^T
+    gb = gemm(a.t(), g) if ctx.needs_input_grad[1] else None      # dB = A^T @ dC
+    return ga, gb
+
+
+gemm = _op("gemm", "(Tensor a, Tensor b) -> Tensor", _gemm, _gemm_fake, _gemm_backward,
+           _gemm_setup)
+
+
+# ------------------------------------------------------------------ conv2d
+def _conv2d(x, weight, bias, stride, padding, dilation, groups, algo="auto"):
+    dt = _dtype("conv2d", x, weight, bias)
+    x, weight, bias = contiguous(x), contiguous(weight), contiguous(bias)
+    s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
+    if dt == "float32" and _square(s):
+        from .conv_ops import conv2d
+        return conv2d(x, weight, bias, stride=s.stride[0], padding=s.padding[0],
+                      dilation=s.dilation[0], groups=groups, algo=algo)
+    k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
+    return k(data=x, weight=weight, **({"bias": bias} if bias is not None else {}))
+
+
+def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, algo="auto"):
+    s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
+    return x.new_empty((s.n, s.co, s.ho, s.wo))
+
+
+def _conv2d_setup(ctx, inputs, output):
+    x, weight, bias, stride, padding, dilation, groups = inputs[:7]
+    ctx.save_for_backward(x, weight)
+    ctx.conf = (list(stride), list(padding), list(dilation), groups)
+    ctx.has_bias, ctx.n_inputs = bias is not None, len(inputs)
+
+
+def _conv2d_backward(ctx, g):
+    x, weight = ctx.saved_tensors
+    gx = gw = gb = None
+    if ctx.needs_input_grad[0]:
+        gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf)
+    return (gx, gw, gb if ctx.has_bias else None) + (None,) * (ctx.n_inputs - 3)
+
+
+def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
+    dt = _dtype("conv2d_grad_input", g, weight)
+    g, weight = contiguous(g), contiguous(weight)
+    s = _conv("conv2d_grad_input", input_size, weight.shape, stride,
+              padding, dilation, groups)
+    return _kernel(("grad_input", s, dt), lambda: BW.conv_grad_input(s, dt))(grad=g, weight=weight)
+
+
+def _grad_input_fake(g, weight, input_size, stride, padding, dilation, groups):
+    return g.new_empty(input_size)
+
+
+def _grad_weight(g, x, weight_size, stride, padding, dilation, groups):
+    dt = _dtype("conv2d_grad_weight", g, x)
+    g, x = contiguous(g), contiguous(x)
+    s = _conv("conv2d_grad_weight", x.shape, weight_size, stride, padding,
+              dilation, groups)
+    r = _kernel(("grad_weight", s, dt), lambda: BW.conv_grad_weight(s, dt))(data=x, grad=g)
+    return r["grad_weight"], r["grad_bias"]
+
+
+def _grad_weight_fake(g, x, weight_size, stride, padding, dilation, groups):
+    return g.new_empty(weight_size), g.new_empty((weight_size[0],))
+
+
+_CONF = "int[2] stride, int[2] padding, int[2] dilation, int groups"
+conv2d = _op("conv2d", f"(Tensor x, Tensor weight, Tensor? bias, {_CONF}, str algo='auto') -> Tensor",
+             _conv2d, _conv2d_fake, _conv2d_backward, _conv2d_setup)
+conv2d_grad_input = _op("conv2d_grad_input",
+                        f"(Tensor grad, Tensor weight, SymInt[4] input_size, {_CONF}) -> Tensor",
+                        _grad_input, _grad_input_fake)
+conv2d_grad_weight = _op("conv2d_grad_weight",
+                         f"(Tensor grad, Tensor x, SymInt[4] weight_size, {_CONF}) -> (Tensor, Tensor)",
+                         _grad_weight, _grad_weight_fake)
+
+
+# ------------------------------------------------------------------ fused block
+def _fused_takes_padding():
+    from .conv_ops import conv_relu_maxpool
+    return "padding" in inspect.signature(conv_relu_maxpool).parameters
+
+
+def _fused(x, weight, bias, pool, padding, algo="auto"):
+    dt = _dtype("conv_relu_maxpool", x, weight, bias)
+    x, weight, bias = contiguous(x), contiguous(weight), contiguous(bias)
+    s = _fused_conv(x, weight, pool, padding)
+    if dt == "float32" and (tuple(padding) == (1, 1) or
+                            (padding[0] == padding[1] and _fused_takes_padding())):
+        from .conv_ops import conv_relu_maxpool
+        extra = {"padding": padding[0]} if _fused_takes_padding() else {}
+        return conv_relu_maxpool(x, weight, bias, pool=pool, algo=algo, **extra)
+    return _kernel(("fused", s, pool, dt), lambda: BW.fused_forward(s, pool, dt))(
+        data=x, weight=weight, bias=bias)
+
+
+def _fused_conv(x, weight, pool, padding):
+    s = _conv("conv_relu_maxpool", x.shape, weight.shape, (1, 1), padding, (1, 1), 1)
+    torch._check(1 <= pool <= min(s.ho, s.wo),
+                 lambda: f"tiramisu::conv_relu_maxpool: pool must be in [1, {min(s.ho, s.wo)}], "
+                         f"got {pool}")
+    return s
+
+
+def _fused_fake(x, weight, bias, pool, padding, algo="auto"):
+    s = _fused_conv(x, weight, pool, padding)
+    return x.new_empty((s.n, s.co, s.ho // pool, s.wo // pool))
+
+
+def _fused_setup(ctx, inputs, output):
+    x, weight, bias, pool, padding = inputs[:5]
+    ctx.save_for_backward(x, weight, bias)
+    ctx.pool, ctx.padding, ctx.n_inputs = pool, list(padding), len(inputs)
+
+
+def _fused_backward(ctx, g):
+    x, weight, bias = ctx.saved_tensors
+    gz = conv_relu_maxpool_grad(g, x, weight, bias, ctx.pool, ctx.padding)
+    conf = ([1, 1], ctx.padding, [1, 1], 1)
+    gx = conv2d_grad_input(gz, weight, list(x.shape), *conf) if ctx.needs_input_grad[0] else None
+    gw = gb = None
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *conf)
+    return (gx, gw, gb) + (None,) * (ctx.n_inputs - 3)
+
+
+def _fused_grad(g, x, weight, bias, pool, padding):
+    dt = _dtype("conv_relu_maxpool_grad", g, x, weight, bias)
+    g, x, weight, bias = (contiguous(t) for t in (g, x, weight, bias))
+    s = _fused_conv(x, weight, pool, padding)
+    return _kernel(("fused_grad", s, pool, dt), lambda: BW.fused_grad_pre(s, pool, dt))(
+        data=x, weight=weight, bias=bias, grad=g)
+
+
+def _fused_grad_fake(g, x, weight, bias, pool, padding):
+    s = _fused_conv(x, weight, pool, padding)
+    return x.new_empty((s.n, s.co, s.ho, s.wo))
+
+
+conv_relu_maxpool = _op(
+    "conv_relu_maxpool",
+    "(Tensor x, Tensor weight, Tensor bias, int pool, int[2] padding, str algo='auto') -> Tensor",
+    _fused, _fused_fake, _fused_backward, _fused_setup)
+conv_relu_maxpool_grad = _op(
+    "conv_relu_maxpool_grad",
+    "(Tensor grad, Tensor x, Tensor weight, Tensor bias, int pool, int[2] padding) -> Tensor",
+    _fused_grad, _fused_grad_fake)
+
+OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
+       "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
+       "conv_relu_maxpool_grad": conv_relu_maxpool_grad}

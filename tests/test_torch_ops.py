@@ -1,0 +1,244 @@
+"""PyTorch integration: Kernel.torch_op, torch.ops.tiramisu.*, tiramisu_py.nn,
+torch.compile, autograd, DLPack (issue 16)."""
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tiramisu_py as tp
+
+torch = pytest.importorskip("torch", reason="torch is an optional extra; its tests need it")
+F = torch.nn.functional
+nn = torch.nn
+
+
+def _axpy(name="axpy"):
+    f = tp.Function(name, params=["N"])
+    i = f.var("i", 0, "N")
+    X, Y = f.input("X", ("N",), tp.float64), f.input("Y", ("N",), tp.float64)
+    f.computation("Z", [i], 2.0 * X[i] + Y[i])
+    return f.compile()
+
+
+_OPCHECK_OK = {"test_schema": "SUCCESS", "test_autograd_registration": "SUCCESS",
+               "test_faketensor": "SUCCESS", "test_aot_dispatch_dynamic": "SUCCESS"}
+
+
+def _opcheck(op, args):
+    assert torch.library.opcheck(op, args) == _OPCHECK_OK
+
+
+def _d(*shape):
+    return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+
+
+# ------------------------------------------------------------ optional torch
+def test_core_never_imports_torch():
+    code = textwrap.dedent("""
+        import sys
+        import tiramisu_py, schedules
+        assert "torch" not in sys.modules, "tiramisu_py imported torch"
+        sys.modules["torch"] = None          # as if torch were not installed
+        import numpy as np, tiramisu_py as tp
+        f = tp.Function("neg", params=["N"]); i = f.var("i", 0, "N")
+        A = f.input("A", ("N",), tp.float64); f.computation("B", [i], -A[i])
+        assert (f.compile()(np.ones(3)) == -1).all()
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+# ------------------------------------------------------------ user kernels
+def test_kernel_torch_op_eager_opcheck_and_grad():
+    k = _axpy("axpy_op")
+    op = k.torch_op("tp_test::axpy", backward=lambda ctx, g: (2 * g, g))
+    assert op is torch.ops.tp_test.axpy
+    assert k.torch_op("tp_test::axpy") is op            # idempotent
+    x, y = torch.randn(7, dtype=torch.float64), torch.randn(7, dtype=torch.float64)
+    torch.testing.assert_close(op(x, y), 2 * x + y)
+    _opcheck(op.default, (x, y))
+    # a plain call on tensors requiring grad goes through the op's backward
+    xr = x.clone().requires_grad_()
+    k(xr, y).sum().backward()
+    torch.testing.assert_close(xr.grad, torch.full_like(x, 2.0))
+    # the fake implementation uses the kernel's shape rules
+    with pytest.raises(Exception, match="shape"):
+        op(x, torch.randn(6, dtype=torch.float64))
+    with pytest.raises(ValueError, match="already registered"):
+        _axpy("axpy_other").torch_op("tp_test::axpy")
+
+
+def test_kernel_torch_op_inplace_and_int_params():
+    f = tp.Function("copy_into", params=["N"])
+    i = f.var("i", 0, "N")
+    A = f.input("A", ("N",), tp.float64)
+    out = f.buffer("acc", ("N",), tp.float64, output=True)
+    f.computation("acc_c", [i], A[i] + 1.0).store_in(out)
+    op = f.compile().torch_op("tp_test::copy_into", inplace=("acc",))
+    assert "Tensor(a!) acc" in str(op.default._schema)
+    a, acc = torch.randn(4, dtype=torch.float64), torch.zeros(8, dtype=torch.float64)[::2]
+    assert op(a, acc) is None
+    torch.testing.assert_close(acc, a + 1)               # non-contiguous: copied back
+    _opcheck(op.default, (a, torch.zeros(4, dtype=torch.float64)))
+    # M is in no input's shape: a keyword-only int argument
+    g = tp.Function("ramp", params=["N", "M"])
+    i, j = g.var("i", 0, "N"), g.var("j", 0, "M")
+    B = g.input("B", ("N",), tp.float64)
+    g.computation("grid", [i, j], B[i] * j)
+    op = g.compile().torch_op("tp_test::ramp")
+    assert "*, int M" in str(op.default._schema)
+    b = torch.randn(3, dtype=torch.float64)
+    torch.testing.assert_close(op(b, M=4), b[:, None] * torch.arange(4.0, dtype=torch.float64))
+    assert torch.library.opcheck(op.default, (b,), {"M": 4}) == _OPCHECK_OK
+
+
+def test_kernel_without_backward_refuses_grad():
+    f = tp.Function("square_nb", params=["N"])
+    i = f.var("i", 0, "N")
+    A = f.input("A", ("N",), tp.float64)
+    f.computation("B", [i], A[i] * A[i])
+    k = f.compile()
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="no backward"):
+        k(x)
+    with torch.no_grad():
+        torch.testing.assert_close(k(x), x.detach() ** 2)
+
+
+def test_shape_not_derivable_is_a_clear_error():
+    """The fake implementation runs the kernel's own inference: an extent
+    that fits no param value fails there (meta tensors, as under compile)."""
+    f = tp.Function("pairs", params=["N"])
+    i = f.var("i", 0, "N")
+    A = f.input("A", ("2 * N",), tp.float64)
+    f.computation("S", [i], A[2 * i] + A[2 * i + 1])
+    op = f.compile().torch_op("tp_test::pairs")
+    assert op(torch.empty(6, device="meta", dtype=torch.float64)).shape == (3,)
+    with pytest.raises(ValueError, match=r"extent 5, which is not \(2 \* N\)"):
+        op(torch.empty(5, device="meta", dtype=torch.float64))
+
+
+# ------------------------------------------------------------ interop
+class _DLPackOnly:
+    """An object that only speaks DLPack (as CuPy or JAX arrays would)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_without_copy_and_strides_rule():
+    k = _axpy("axpy_dl")
+    x, y = np.arange(5.0), np.ones(5)
+    z = np.zeros(5)
+    k(_DLPackOnly(x), _DLPackOnly(torch.from_numpy(y)), Z=_DLPackOnly(z))
+    np.testing.assert_array_equal(z, 2 * x + 1)         # written through the DLPack view
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        k(_DLPackOnly(np.arange(10.0)[::2]), y)
+    # the op copies a non-contiguous tensor; a plain call refuses it
+    op = k.torch_op("tp_test::axpy_dl")
+    xt = torch.arange(10.0, dtype=torch.float64)[::2]
+    torch.testing.assert_close(op(xt, torch.from_numpy(y)), 2 * xt + 1)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        k(xt, torch.from_numpy(y))
+
+
+# ------------------------------------------------------------ library ops
+@pytest.fixture(scope="module")
+def ops():
+    import schedules.torch_ops  # noqa: F401
+    return torch.ops.tiramisu
+
+
+def test_library_opcheck(ops):
+    torch.manual_seed(0)
+    a, b = _d(3, 4), _d(4, 2)
+    _opcheck(ops.gemm.default, (a, b))
+    x, w, bias = _d(2, 2, 5, 5), _d(3, 2, 3, 3), _d(3)
+    _opcheck(ops.conv2d.default, (x, w, bias, [1, 1], [1, 1], [1, 1], 1, "auto"))
+    _opcheck(ops.conv_relu_maxpool.default, (x, w, bias, 2, [1, 1], "auto"))
+    # the backward ops have no backward themselves (no double backward)
+    g, x, w, bias = torch.randn(2, 3, 5, 5, dtype=torch.float64), x.detach(), w.detach(), bias.detach()
+    _opcheck(ops.conv2d_grad_input.default, (g, w, [2, 2, 5, 5], [1, 1], [1, 1], [1, 1], 1))
+    _opcheck(ops.conv2d_grad_weight.default, (g, x, [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1))
+    gp = torch.randn(2, 3, 2, 2, dtype=torch.float64)
+    _opcheck(ops.conv_relu_maxpool_grad.default, (gp, x, w, bias, 2, [1, 1]))
+
+
+def test_gradcheck_float64(ops):
+    torch.manual_seed(0)
+    assert torch.autograd.gradcheck(ops.gemm, (_d(3, 5), _d(5, 4)))
+    x, w, bias = _d(2, 4, 7, 6), _d(6, 2, 3, 2), _d(6)
+    conv = lambda x, w, b: ops.conv2d(x, w, b, [2, 1], [1, 0], [1, 2], 2)   # noqa: E731
+    torch.testing.assert_close(conv(x, w, bias), F.conv2d(x, w, bias, (2, 1), (1, 0), (1, 2), 2))
+    assert torch.autograd.gradcheck(conv, (x, w, bias))
+    x, w, bias = _d(2, 2, 5, 5), _d(3, 2, 3, 3), _d(3)          # the kernels of the opchecks
+    fused = lambda x, w, b: ops.conv_relu_maxpool(x, w, b, 2, [1, 1])       # noqa: E731
+    torch.testing.assert_close(fused(x, w, bias), F.max_pool2d(F.relu(F.conv2d(x, w, bias, 1, 1)), 2))
+    assert torch.autograd.gradcheck(fused, (x, w, bias))
+
+
+# ------------------------------------------------------------ modules
+def test_from_torch_round_trip():
+    import tiramisu_py.nn as tnn
+    torch.manual_seed(0)
+    lin = nn.Linear(12, 5)
+    ours = tnn.Linear.from_torch(lin)
+    assert ours.weight is lin.weight
+    x = torch.randn(2, 3, 12)
+    torch.testing.assert_close(ours(x), lin(x))
+    conv = nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2).double()
+    xc = torch.randn(2, 4, 9, 8, dtype=torch.float64)
+    torch.testing.assert_close(tnn.Conv2d.from_torch(conv)(xc), conv(xc))
+    conv = nn.Conv2d(3, 8, 3, stride=1, padding=0)                 # torch's default padding
+    xc = torch.randn(2, 3, 10, 10)
+    torch.testing.assert_close(tnn.Conv2d.from_torch(conv, algo="direct")(xc), conv(xc),
+                               atol=1e-5, rtol=1e-5)
+    block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+    fused = tnn.ConvReLUMaxPool2d.from_torch(block, algo="direct")
+    torch.testing.assert_close(fused(xc), block(xc), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="stride 1"):
+        tnn.ConvReLUMaxPool2d.from_torch(nn.Conv2d(3, 8, 3, stride=2), pool=2)
+
+
+def test_compiled_model_no_graph_break_and_plain_kernel_inside():
+    """torch.compile(fullgraph=True) on a model with our modules and a plain
+    kernel call: zero graph breaks, same output and gradients as eager."""
+    import tiramisu_py.nn as tnn
+    torch.manual_seed(0)
+    f = tp.Function("shift_relu", params=["N", "C"])
+    n, c = f.var("n", 0, "N"), f.var("c", 0, "C")
+    A = f.input("A", ("N", "C"), tp.float64)
+    f.computation("B", [n, c], tp.max(A[n, c] + 0.5, 0.0))
+    plain = f.compile()                                   # never registered by hand
+    model = nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(4, 4, 3, stride=2, padding=1), nn.Flatten(),
+                          nn.Linear(16, 3)).double()
+    tnn.convert(model)
+    assert isinstance(model[0], tnn.ConvReLUMaxPool2d) and isinstance(model[1], tnn.Conv2d)
+
+    def fn(x):
+        return model(x), plain(x.flatten(1))
+
+    x = torch.randn(2, 2, 8, 8, dtype=torch.float64)
+    explain = torch._dynamo.explain(fn)(x)
+    assert explain.graph_break_count == 0 and explain.graph_count == 1
+    compiled = torch.compile(fn, fullgraph=True)
+    out, shifted = compiled(x)
+    ref, ref_shifted = fn(x)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(shifted, torch.relu(x.flatten(1) + 0.5))
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref.sum().backward()
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad)

@@ -1,0 +1,296 @@
+"""Compiled kernels as PyTorch operators (``torch.library``).
+
+Importing this module imports torch; ``import tiramisu_py`` never does.
+
+* :func:`define` registers one operator from a schema, a CPU implementation,
+  a fake (shape) implementation and optionally a backward: the one place
+  every operator of this project goes through (the library ops of
+  :mod:`schedules.torch_ops` are a few lines each on top of it).
+* :func:`kernel_op` (``Kernel.torch_op``) derives all of that from a compiled
+  :class:`~tiramisu_py.Kernel`: the schema from its buffers and params, the
+  fake implementation from the kernel's own shape rules
+  (``Kernel._infer_params`` and ``Kernel._extents``, the code the call-time
+  checks run), ``mutates_args`` from the outputs named ``inplace``.
+* :func:`call` is where a plain kernel call on torch tensors goes inside
+  ``torch.compile`` or when an input requires grad (see ``Kernel.__call__``).
+
+Rules shared by every operator here:
+
+* Defined with the ``Library`` API (``define``/``impl``) plus
+  ``register_fake`` and ``register_autograd``: ``custom_op`` costs several
+  times more per call in eager.
+* Tagged ``needs_contiguous_strides``: inside ``torch.compile`` Inductor hands
+  the op contiguous tensors.  In eager a non-contiguous input is copied to a
+  contiguous one (``.contiguous()``); a non-contiguous in-place output is
+  computed in a contiguous copy and copied back.  A plain kernel call never
+  copies: it refuses a non-contiguous array with an error naming it.
+* Outputs are fresh tensors (never an alias of an input).
+* An op with no backward still has an autograd registration: it raises a
+  clear error when a gradient is asked of it, never a silent zero.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+_LIBS: dict = {}                   # namespace -> torch.library.Library (kept alive)
+_OPS: dict = {}                    # qualname -> the OpOverloadPacket
+_LOCK = threading.RLock()
+TAGS = (torch.Tag.needs_contiguous_strides,)
+
+
+def _split(qualname):
+    if not isinstance(qualname, str) or qualname.count("::") != 1:
+        raise ValueError(f"operator name must be 'namespace::name', got {qualname!r}")
+    ns, name = qualname.split("::")
+    for part, what in ((ns, "namespace"), (name, "name")):
+        if not part.isidentifier() or part.startswith("_"):
+            raise ValueError(f"operator {what} {part!r} (in {qualname!r}) must be a Python "
+                             "identifier not starting with '_'")
+    return ns, name
+
+
+def _no_backward(qualname):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"{qualname} has no backward: register the op with a backward "
+                           "(kernel.torch_op(..., backward=...)), or compute it under "
+                           "torch.no_grad() / on .detach()ed inputs")
+    return backward
+
+
+def define(qualname, schema, impl, fake, backward=None, setup_context=None):
+    """Registers ``qualname`` (``"namespace::name"``) with ``schema`` (the
+    part after the name: ``"(Tensor a, Tensor b) -> Tensor"``), ``impl`` (the
+    CPU implementation), ``fake`` (shapes only) and ``backward`` /
+    ``setup_context`` (as for ``torch.library.register_autograd``).  Returns
+    ``torch.ops.namespace.name``."""
+    ns, name = _split(qualname)
+    with _LOCK:
+        if qualname in _OPS:
+            raise ValueError(f"operator {qualname!r} is already registered")
+        lib = _LIBS.get(ns)
+        if lib is None:
+            lib = _LIBS[ns] = torch.library.Library(ns, "FRAGMENT")
+        try:
+            lib.define(name + schema, tags=TAGS)
+        except RuntimeError as exc:
+            raise ValueError(f"cannot register {qualname!r}: {exc}".splitlines()[0]) from None
+        lib.impl(name, impl, "CPU")
+        torch.library.register_fake(qualname, fake, lib=lib)
+        if "!" not in schema:       # torch takes autograd formulas for functional ops only
+            torch.library.register_autograd(qualname, backward or _no_backward(qualname),
+                                            setup_context=setup_context if backward else None,
+                                            lib=lib)
+        elif backward is not None:
+            raise ValueError(f"{qualname}: an op that writes arguments in place cannot have "
+                             "a backward (torch takes autograd formulas for functional ops only)")
+        op = getattr(getattr(torch.ops, ns), name)
+        _OPS[qualname] = op
+        return op
+
+
+def contiguous(t):
+    """``t`` itself when contiguous, else a contiguous copy (the eager rule)."""
+    return t if t is None or t.is_contiguous() else t.contiguous()
+
+
+# ------------------------------------------------------------------ kernels
+class _Shape:
+    """What ``Kernel._infer_params`` reads of an argument: its shape."""
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+
+def _inferable(kernel, buffers):
+    """The params ``Kernel._infer_params`` can infer from these buffers'
+    shapes (the same walk, on names instead of values)."""
+    from . import affine
+    from .affine import NonAffine
+    known = set()
+    progress = True
+    while progress:
+        progress = False
+        for b in buffers:
+            for e in b.shape:
+                try:
+                    form = affine.linear(e, values=dict(kernel.fixed, **{p: 1 for p in known}))
+                except NonAffine:
+                    continue
+                free = [a for a in form if a != 1]
+                if len(free) == 1 and free[0] in kernel.params and free[0] not in known:
+                    known.add(free[0])
+                    progress = True
+    return known
+
+
+class KernelOp:
+    """What :func:`kernel_op` registered: the op and how to call it."""
+
+    def __init__(self, kernel, qualname, op, inputs, inplace, functional, int_params,
+                 has_backward):
+        self.kernel, self.qualname, self.op = kernel, qualname, op
+        self.inputs, self.inplace, self.functional = inputs, inplace, functional
+        self.int_params, self.has_backward = int_params, has_backward
+
+    def __repr__(self):
+        return f"<KernelOp {self.qualname} of {self.kernel!r}>"
+
+
+def kernel_op(kernel, qualname, inplace=(), backward=None, setup_context=None):
+    """Registers ``kernel`` as ``torch.ops.<namespace>.<name>`` (see
+    ``Kernel.torch_op``).  Schema: the inputs (in declaration order), then the
+    outputs named in ``inplace`` (mutated), then, keyword-only, the params
+    that the shapes of those cannot give; it returns the other outputs."""
+    out_names = [b.name for b in kernel.outputs]
+    inplace = tuple(inplace)
+    if inplace and backward is not None:
+        raise ValueError(f"torch_op {qualname!r}: an op with in-place outputs cannot have a "
+                         "backward (torch takes autograd formulas for functional ops only)")
+    for n in inplace:
+        if n not in out_names:
+            raise ValueError(f"torch_op: inplace names {n!r}, which is not an output of "
+                             f"{kernel.name} (outputs: {', '.join(out_names)})")
+    shaped = kernel.inputs + [b for b in kernel.outputs if b.name in inplace]
+    known = _inferable(kernel, shaped)
+    int_params = [p for p in kernel.params if p not in known]
+    functional = [b for b in kernel.outputs if b.name not in inplace]
+    from .kernel import _eval_size
+    probe = dict(kernel.fixed, **{p: 1 for p in kernel.params})
+    for b in functional:
+        for e in b.shape:
+            try:
+                _eval_size(e, probe, b.name)
+            except ValueError as exc:
+                raise ValueError(f"torch_op {qualname!r}: the shape of output {b.name!r} "
+                                 f"cannot be derived from the params: {exc}") from None
+    args = [f"Tensor {b.name}" for b in kernel.inputs]
+    args += [f"Tensor({chr(97 + k)}!) {n}" for k, n in enumerate(inplace)]
+    if int_params:
+        args += ["*"] + [f"int {p}" for p in int_params]
+    rets = ", ".join("Tensor" for _ in functional)
+    schema = f"({', '.join(args)}) -> " + (f"({rets})" if len(functional) != 1 else "Tensor")
+    in_names = [b.name for b in kernel.inputs]
+    n_in, n_out = len(in_names), len(inplace)
+
+    def impl(*args, **params):
+        given = {n: contiguous(a) for n, a in zip(in_names, args)}
+        copies = []
+        for n, t in zip(inplace, args[n_in:n_in + n_out]):
+            c = contiguous(t)
+            if c is not t:
+                copies.append((t, c))
+            given[n] = c
+        res = kernel(**given, **params)
+        for t, c in copies:
+            t.copy_(c)
+        return _as_tuple(res, functional, out_names, single=len(functional) == 1)
+
+    def fake(*args, **params):
+        shapes = {n: _Shape(a.shape) for n, a in zip(in_names + list(inplace), args)}
+        values = dict(params)
+        kernel._infer_params(values, shapes)
+        for n, a in zip(in_names + list(inplace), args):
+            b = next(x for x in kernel.inputs + kernel.outputs if x.name == n)
+            exp = kernel._extents(b, values)
+            torch._check(tuple(a.shape) == tuple(exp),
+                         lambda: f"{qualname}: argument {n!r} has shape {tuple(a.shape)}, "
+                                 f"expected {tuple(exp)}")
+        device = args[0].device if args else "cpu"
+        outs = tuple(torch.empty(kernel._extents(b, values), dtype=getattr(torch, b.dtype.name),
+                                 device=device)
+                     for b in functional)
+        return None if not outs else outs[0] if len(outs) == 1 else outs
+
+    op = define(qualname, schema, impl, fake, backward, setup_context)
+    info = KernelOp(kernel, qualname, op, in_names, inplace, [b.name for b in functional],
+                    int_params, backward is not None)
+    kernel._torch_ops[inplace] = info
+    return info
+
+
+def _as_tuple(res, functional, out_names, single):
+    if not functional:
+        return None
+    if len(out_names) == 1:
+        return res
+    if single:
+        return res[functional[0].name]
+    return tuple(res[b.name] for b in functional)
+
+
+# ---------------------------------------------------------- plain calls
+_AUTO = "tiramisu_kernels"
+_SEQ = [0]
+
+
+def _auto_qualname(kernel, inplace):
+    with _LOCK:
+        _SEQ[0] += 1
+        tail = ("_into_" + "_".join(inplace)) if inplace else ""
+        return f"{_AUTO}::{kernel.name}{tail}_{_SEQ[0]}"
+
+
+def _op_for(kernel, inplace):
+    """The registered op of ``kernel`` for these in-place outputs, registered
+    (under ``tiramisu_kernels::``) when there is none yet."""
+    with _LOCK:
+        info = kernel._torch_ops.get(inplace)
+        if info is None:
+            info = kernel_op(kernel, _auto_qualname(kernel, inplace), inplace=inplace)
+        return info
+
+
+@torch._dynamo.assume_constant_result
+def _op_name(kernel, inplace):
+    """Runs outside the graph while torch.compile traces (registration is
+    not traceable); the name is a constant of the graph."""
+    return _op_for(kernel, inplace).qualname
+
+
+def call(kernel, args, kwargs):
+    """A kernel call routed through its op: inside torch.compile, or when an
+    input requires grad (then the op must have a backward)."""
+    out_names = [b.name for b in kernel.outputs]
+    inplace = tuple(n for n in out_names if n in kwargs)
+    if torch.compiler.is_compiling():
+        ns, name = _op_name(kernel, inplace).split("::")
+        info = kernel._torch_ops[inplace]
+        op = getattr(getattr(torch.ops, ns), name)
+    else:
+        info = kernel._torch_ops.get(inplace)
+        if info is None or not info.has_backward:
+            names = [n for n, a in _named(kernel, args, kwargs)
+                     if isinstance(a, torch.Tensor) and a.requires_grad]
+            raise RuntimeError(
+                f"{kernel.name}(): argument(s) {', '.join(map(repr, names))} require grad, but "
+                "this kernel has no backward: its result would silently carry no gradient. "
+                "Register one with kernel.torch_op('namespace::name', backward=...) (a plain "
+                "call then goes through it), or call under torch.no_grad() or on .detach()ed "
+                "tensors")
+        op = info.op
+    named = dict(_named(kernel, args, kwargs))
+    in_names = [b.name for b in kernel.inputs]
+    missing = [n for n in in_names if n not in named]
+    if missing:
+        raise TypeError(f"{kernel.name}() missing array argument(s): {', '.join(map(repr, missing))}")
+    params = {k: v for k, v in kwargs.items() if k in info.int_params}
+    res = op(*[named[n] for n in in_names], *[named[n] for n in inplace], **params)
+    functional = [n for n in out_names if n not in inplace]
+    if not isinstance(res, (tuple, list)):
+        res = () if res is None else (res,)
+    results = dict(zip(functional, res))
+    results.update({n: named[n] for n in inplace})
+    if len(results) == 1:
+        return next(iter(results.values()))
+    return {n: results[n] for n in out_names}
+
+
+def _named(kernel, args, kwargs):
+    names = [b.name for b in kernel.inputs]
+    out = list(zip(names, args))
+    arrays = set(names) | {b.name for b in kernel.outputs}
+    out += [(k, v) for k, v in kwargs.items() if k in arrays]
+    return out
