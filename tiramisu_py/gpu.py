@@ -1,0 +1,270 @@
+"""GPU mapping: the legality of ``bind`` / ``gpu_tile`` schedules, checked
+exactly on the dependences, and the plan the lowering follows (which loops are
+blocks and threads, the thread index ranges, where barriers go).
+
+The mapping rules (each refused with an :class:`IllegalScheduleError` that
+names the command and, for dependences, two instances):
+
+* Shape: a mapped statement's loops are block loops (outermost, at least
+  one), then serial loops run by the whole block, then thread loops
+  (contiguous), then serial loops each thread runs.  The statements of one
+  kernel (those fused in its outermost loop) all share its block loops.
+* Block loops carry no dependence: blocks run in any order, concurrently;
+  they communicate only across kernel launches (separate top-level nests).
+* Two instances of one block in different threads that depend on each other
+  must be separated by a barrier.  Where their schedule times first differ
+  decides: a sequence or a serial loop outside the thread loops gets a
+  barrier there (between the sequenced children; at the end of each
+  iteration of the loop); a thread loop, or anything inside the thread
+  loops, cannot hold a barrier that all threads reach, so the schedule is
+  refused (a race).
+* A thread loop has a constant lower bound and a bounded extent; a block's
+  threads (product over x, y, z of the largest extent of that axis in the
+  kernel) are at most :data:`MAX_THREADS`.
+* A statement under no thread loop of an axis runs in thread 0 of that
+  axis only (the printer guards it); the check uses the same convention.
+
+Values never flow between threads through registers: statements communicate
+only through arrays (loads and stores are the only cross-statement channel
+in the loop IR), and temporaries a thread keeps in registers are private.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from .errors import IllegalScheduleError
+
+MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
+MAX_SHARED_BYTES = 48 * 1024       # static shared memory per block without opt-in
+AXES = ("x", "y", "z")
+LEVELS = ("block", "thread")
+
+
+@dataclass
+class Kernel:
+    """One GPU kernel: the statements fused in one outermost block loop."""
+    stmts: list
+    block_axes: list                      # axis of each block loop, outermost first
+    thread_range: dict = field(default_factory=dict)   # axis -> (min, max) of its loop values
+
+    @property
+    def threads(self) -> dict:
+        return {a: hi - lo + 1 for a, (lo, hi) in self.thread_range.items()}
+
+
+@dataclass
+class GpuPlan:
+    kernels: list                                      # Kernel
+    loop_barriers: set = field(default_factory=set)     # (stmt, schedule position)
+    seq_barriers: set = field(default_factory=set)      # (src stmt, dst stmt, position)
+    by_stmt: dict = field(default_factory=dict)         # stmt -> Kernel
+
+    def kernel_of(self, stmt):
+        return self.by_stmt.get(stmt)
+
+
+def gpu_tags(st):
+    """[(loop index, level, axis, tag)] of a statement's mapped loops."""
+    names = [lp.name for lp in st.loops]
+    out = []
+    for loop, tag in st.tags.items():
+        if tag.kind in ("gpu_block", "gpu_thread") and loop in names:
+            out.append((names.index(loop), tag.kind[4:], tag.arg, tag))
+    return sorted(out, key=lambda x: x[0])
+
+
+def is_mapped(state) -> bool:
+    return any(gpu_tags(st) for st in state.values())
+
+
+def _shape(stmt, st, commands):
+    """(number of block loops, index of the first thread loop or None) after
+    checking the loop-kind order of a mapped statement."""
+    tags = gpu_tags(st)
+    kinds = {k: level for k, level, _, _ in tags}
+    text = commands[tags[0][3].command].text
+    nb = 0
+    while kinds.get(nb) == "block":
+        nb += 1
+    if nb == 0:
+        raise IllegalScheduleError(
+            f"{text}: {stmt}'s outermost loop {st.loops[0].name!r} must be a block loop "
+            "(bind it to 'block.x'): a GPU kernel starts with its grid")
+    threads = [k for k, level, _, _ in tags if level == "thread"]
+    for k, level, _, tag in tags:
+        if level == "block" and k >= nb:
+            raise IllegalScheduleError(
+                f"{commands[tag.command].text}: block loop {st.loops[k].name!r} of {stmt} is "
+                "inside a loop that is not a block loop; block loops must be the outermost")
+    if threads and threads != list(range(threads[0], threads[0] + len(threads))):
+        raise IllegalScheduleError(
+            f"{text}: the thread loops of {stmt} "
+            f"({', '.join(st.loops[k].name for k in threads)}) must be nested directly in "
+            "one another")
+    seen = {}
+    for k, level, axis, tag in tags:
+        if (level, axis) in seen:
+            raise IllegalScheduleError(
+                f"{commands[tag.command].text}: {stmt} already binds loop "
+                f"{seen[(level, axis)]!r} to {level}.{axis}")
+        seen[(level, axis)] = st.loops[k].name
+    return nb, (threads[0] if threads else None)
+
+
+def _per_stmt(umap):
+    out = {}
+    umap.foreach_map(lambda m: out.__setitem__(m.get_tuple_name(isl.dim_type.in_), m))
+    return out
+
+
+def plan(model, deps, state, commands) -> GpuPlan | None:
+    """Checks the GPU mapping of ``state``; None when nothing is mapped."""
+    if not is_mapped(state):
+        return None
+    from .legality import _depth, _describe
+    depth = _depth(model, state)
+    shapes = {}
+    for stmt, st in state.items():
+        if gpu_tags(st):
+            shapes[stmt] = _shape(stmt, st, commands)
+    # kernels: statements fused in one outermost loop
+    groups = {}
+    for stmt, st in state.items():
+        groups.setdefault(st.consts[0], []).append(stmt)
+    kernels, by_stmt = [], {}
+    for _, stmts in sorted(groups.items()):
+        mapped = [s for s in stmts if s in shapes]
+        if not mapped:
+            continue
+        lead = mapped[0]
+        text = commands[gpu_tags(state[lead])[0][3].command].text
+        unmapped = [s for s in stmts if s not in shapes]
+        if unmapped:
+            raise IllegalScheduleError(
+                f"{text}: {', '.join(unmapped)} shares the outermost loop of {lead}, a GPU "
+                "kernel, but is not mapped to it; bind its loops too")
+        nb = shapes[lead][0]
+        axes = [tag.arg for _, _, _, tag in gpu_tags(state[lead])[:nb]]
+        for s in mapped[1:]:
+            st = state[s]
+            b = [tag.arg for _, level, _, tag in gpu_tags(st) if level == "block"]
+            if shapes[s][0] != nb or b != axes or st.consts[:nb] != state[lead].consts[:nb]:
+                raise IllegalScheduleError(
+                    f"{text}: {s} and {lead} are in one kernel but do not share all its "
+                    f"block loops ({', '.join(lp.name for lp in state[lead].loops[:nb])})")
+        k = Kernel(mapped, axes)
+        kernels.append(k)
+        for s in mapped:
+            by_stmt[s] = k
+    out = GpuPlan(kernels, by_stmt=by_stmt)
+
+    sched = _per_stmt(deps.schedule(state).intersect_domain(model.union_domain(state)))
+    pos_of = {}          # stmt -> {axis: schedule position of its thread loop}
+    for k in kernels:
+        for s in k.stmts:
+            st, pos_of[s] = state[s], {}
+            for j, level, axis, tag in gpu_tags(st):
+                if level != "thread":
+                    continue
+                p = 2 * j + 1
+                pos_of[s][axis] = p
+                rng = sched[s].range()
+                lo, hi = _param_bound(rng, p, "min"), _param_bound(rng, p, "max")
+                if lo is None or hi is None:
+                    continue              # no instance
+                if lo == "unbounded" or hi == "unbounded":
+                    raise IllegalScheduleError(
+                        f"{commands[tag.command].text}: the thread loop {st.loops[j].name!r} of "
+                        f"{s} has no constant bound on its extent; split it and bind the inner "
+                        "loop")
+                old = k.thread_range.get(axis)
+                k.thread_range[axis] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        n = 1
+        for v in k.threads.values():
+            n *= v
+        if n > MAX_THREADS:
+            s = k.stmts[0]
+            raise IllegalScheduleError(
+                f"{commands[gpu_tags(state[s])[0][3].command].text}: the kernel of "
+                f"{', '.join(k.stmts)} has {' x '.join(str(v) for v in k.threads.values())} = {n} "
+                f"threads per block, beyond the limit of {MAX_THREADS} "
+                "(tiramisu_py.gpu.MAX_THREADS); use smaller thread tiles")
+
+    # dependences between instances of one block
+    def coord(stmt, var, axis):
+        k = by_stmt[stmt]
+        p = pos_of[stmt].get(axis)
+        return f"{var}{p}" if p is not None else str(k.thread_range[axis][0])
+
+    for buf, (d, conflicts) in deps.with_conflicts(state).items():
+        if conflicts is not None:
+            d = d.union(conflicts).union(conflicts.reverse())
+        pieces = []
+        d.foreach_map(pieces.append)
+        for m in pieces:
+            s, t = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+            if s not in by_stmt or t not in by_stmt or by_stmt[s] is not by_stmt[t]:
+                continue                     # different kernels: ordered by the launches
+            k = by_stmt[s]
+            nb = len(k.block_axes)
+            a = [f"a{i}" for i in range(depth)]
+            b = [f"b{i}" for i in range(depth)]
+
+            def rel(cons):
+                text = f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {' and '.join(cons) or 'true'} }}"
+                r = isl.Map(text, context=model.ctx)
+                return m.intersect(sched[s].apply_range(r).apply_range(sched[t].reverse()))
+
+            same_block = [f"a{2 * j + 1} = b{2 * j + 1}" for j in range(nb)]
+            for j in range(nb):
+                bad = rel([f"a{2 * i + 1} = b{2 * i + 1}" for i in range(j)]
+                          + [f"a{2 * j + 1} != b{2 * j + 1}"])
+                if not bad.is_empty():
+                    tag = state[s].tags[state[s].loops[j].name]
+                    raise IllegalScheduleError(
+                        f"{commands[tag.command].text} is illegal: block loop "
+                        f"{state[s].loops[j].name!r} carries a dependence (blocks run "
+                        "concurrently and communicate only across kernel launches): "
+                        + _describe(model, deps, buf, bad.to_union_map(), state, True))
+            axes = k.thread_range.keys()
+            if not axes:
+                continue
+            diff = "(" + " or ".join(f"{coord(s, 'a', x)} != {coord(t, 'b', x)}" for x in axes) + ")"
+            for q in range(2 * nb, depth):
+                bad = rel(same_block + [f"a{i} = b{i}" for i in range(2 * nb, q)]
+                          + [f"a{q} != b{q}", diff])
+                if bad.is_empty():
+                    continue
+                first_thread = min(shapes[x][1] if shapes[x][1] is not None else 10 ** 9
+                                   for x in (s, t))
+                level = q // 2               # loops enclosing position q
+                if q % 2 == 1 and level >= first_thread or q % 2 == 0 and level > first_thread:
+                    j = (q - 1) // 2 if q % 2 else level - 1
+                    loop = state[s].loops[min(j, len(state[s].loops) - 1)].name
+                    tag = state[s].tags.get(loop)
+                    cmd = commands[tag.command].text if tag is not None and tag.kind == "gpu_thread" \
+                        else commands[gpu_tags(state[s])[-1][3].command].text
+                    raise IllegalScheduleError(
+                        f"{cmd} is illegal: two threads of one block depend on each other "
+                        f"inside thread loop {loop!r}, where no barrier can separate them "
+                        "(a barrier must be reached by every thread of the block): "
+                        + _describe(model, deps, buf, bad.to_union_map(), state, True))
+                if q % 2 == 1:
+                    out.loop_barriers.add((s, q))
+                else:
+                    out.seq_barriers.add((s, t, q))
+    return out
+
+
+def _param_bound(rng, p, which):
+    """The constant bound over all param values of position ``p``, None when
+    there is no instance, or "unbounded"."""
+    pw = rng.dim_min(p) if which == "min" else rng.dim_max(p)
+    if pw.n_piece() == 0:
+        return None
+    v = pw.min_val() if which == "min" else pw.max_val()
+    if not v.is_int():
+        return "unbounded"
+    return int(v.to_python())
