@@ -158,3 +158,101 @@ def test_block_loops_must_be_outermost():
     c.update.gpu_tile("i", "j", 8, 8)
     with pytest.raises(tp.IllegalScheduleError, match="outermost loop 'i' must be a block loop"):
         f.compile()
+
+
+# ------------------------------------------------------------ CUDA printer, cubins, emulator
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+needs_cxx = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
+                               reason="no C++ compiler for the CUDA emulator")
+ORDERS = ("forward", "reverse", "shuffle")
+
+
+@needs_cxx
+def test_emulated_barrier_kernel_matches_numpy_in_every_order():
+    k = reverse_in_block().compile(target="cuda")
+    assert k.source.count("__syncthreads();") == 1
+    a = RNG.standard_normal((5, 32), dtype=np.float32)
+    for order in ORDERS:
+        np.testing.assert_array_equal(k.emulate(a, order=order), rev_reference(a))
+
+
+@needs_cxx
+def test_emulator_catches_a_removed_barrier():
+    from codegen.cuda.emulator import EmulatedFunction
+    k = reverse_in_block().compile(target="cuda")
+    a = RNG.standard_normal((5, 32), dtype=np.float32)
+    k._emulated = EmulatedFunction(k.source.replace("__syncthreads();", "/* removed */"),
+                                   k.launch_plan)
+    results = [k.emulate(a, order=o, seed=3) for o in ORDERS]
+    assert any(not np.array_equal(r, rev_reference(a)) for r in results)
+    assert not np.array_equal(results[0], results[1])
+
+
+@needs_cxx
+def test_emulator_reports_a_barrier_not_reached_by_all_threads():
+    from codegen.cuda.emulator import EmulatedFunction, EmulatorError
+    k = reverse_in_block().compile(target="cuda")
+    bad = k.source.replace("__syncthreads();", "if (threadIdx.x < 7) __syncthreads();")
+    k._emulated = EmulatedFunction(bad, k.launch_plan)
+    with pytest.raises(EmulatorError, match="barrier was not reached"):
+        k.emulate(RNG.standard_normal((2, 32), dtype=np.float32))
+
+
+@needs_cxx
+def test_emulated_gemm_matches_numpy():
+    k = gemm_gpu().compile(target="cuda")
+    a, b = gemm_args(19, 21, 7)
+    for order in ORDERS:
+        np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, rtol=1e-5, atol=1e-5)
+    assert k.launch_plan.kernels[0].block == (16, 8, 1)
+
+
+@needs_nvcc
+def test_cubins_and_resources():
+    k = reverse_in_block().compile(target="cuda")
+    assert set(k.cubins) == {"sm_80", "sm_90"}
+    for arch, res in k.resources.items():
+        r = res["rev_k0"]
+        assert k.cubins[arch][:4] == b"\x7fELF"
+        assert r.spill_stores == r.spill_loads == 0 and 0 < r.registers <= 255
+        assert r.barriers == 1
+
+
+def test_parse_ptxas_report():
+    from codegen.cuda import parse_ptxas
+    log = ("ptxas info    : Compiling entry function 'f_k0' for 'sm_90'\n"
+           "ptxas info    : Function properties for f_k0\n"
+           "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 380 bytes cmem[0]\n")
+    r = parse_ptxas(log)["f_k0"]
+    assert (r.registers, r.barriers, r.shared_bytes, r.spill_stores, r.stack_bytes) == \
+        (40, 1, 2048, 4, 8)
+
+
+def test_call_without_driver_is_one_clear_error():
+    k = reverse_in_block().compile(target="cuda")
+    from codegen.cuda.runtime import NoCudaDriverError, driver
+    try:
+        driver()
+    except NoCudaDriverError:
+        pass
+    else:
+        pytest.skip("a CUDA driver is present")
+    with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
+        k(RNG.standard_normal((2, 32), dtype=np.float32))
+
+
+def test_unmapped_statement_refused_for_cuda():
+    with pytest.raises(ValueError, match="C_update is not mapped to the GPU"):
+        f = gemm.build()
+        f.computations["C"].gpu_tile("i", "j", 8, 8)
+        f.compile(target="cuda")
+
+
+def test_import_does_not_load_cuda_python():
+    import subprocess
+    import sys
+    code = ("import sys, tiramisu_py, schedules, codegen.cuda; "
+            "print(any(m == 'cuda' or m.startswith('cuda.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

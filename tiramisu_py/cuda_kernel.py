@@ -1,0 +1,78 @@
+"""``compile(target="cuda")``: the GPU-mapped loop IR printed as CUDA, built
+into cubins (nvcc, when present) with their ptxas resources, and a Kernel
+that launches through the CUDA driver (cuda-python) or, with
+:meth:`CudaKernel.emulate`, runs the same CUDA source on the CPU."""
+from __future__ import annotations
+
+import time
+
+from codegen import cuda as gpu_codegen
+from codegen.simplify import simplify_indices
+
+from .kernel import Kernel
+
+# the architectures compile(target="cuda") builds cubins for (nvcc present)
+CUDA_ARCHS = gpu_codegen.ARCHS
+
+
+class CudaKernel(Kernel):
+    """A compiled GPU function.  Calling it launches the kernels on the GPU
+    (``NoCudaDriverError`` where there is none).  ``source`` is the CUDA C;
+    ``launch_plan`` the host's launch sequence; ``cubins`` {arch: bytes} and
+    ``resources`` {arch: {kernel: Resources}} (registers, shared memory,
+    spills) when nvcc was found (else empty)."""
+
+    def __init__(self, *args, source, plan, cubins, resources, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cuda_source = source
+        self.launch_plan = plan
+        self.cubins = cubins
+        self.resources = resources
+        self._emulated = None
+
+    @property
+    def source(self) -> str:
+        return self._cuda_source
+
+    def emulate(self, *args, order="forward", seed=0, **kwargs):
+        """Runs the generated CUDA source on the CPU (C++ with fibers, see
+        :mod:`codegen.cuda.emulator`) with the threads of each block in
+        ``order`` ("forward", "reverse" or "shuffle" with ``seed``);
+        arguments and result as for a call."""
+        from codegen.cuda.emulator import ORDERS, EmulatedFunction
+        if order not in ORDERS:
+            raise ValueError(f"emulate: order must be one of {', '.join(ORDERS)}, not {order!r}")
+        if self._emulated is None:
+            self._emulated = EmulatedFunction(self._cuda_source, self.launch_plan)
+        emu = self._emulated
+        emu.order, emu.seed = order, int(seed)
+        saved, self._compiled = self._compiled, emu
+        try:
+            return Kernel.__call__(self, *args, **kwargs)
+        finally:
+            self._compiled = saved
+
+
+def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, model, state,
+                 t0, times):
+    unmapped = [s for s in state if plan is None or s not in plan.by_stmt]
+    if unmapped:
+        raise ValueError(f"compile(target='cuda'): {', '.join(unmapped)} "
+                         f"{'is' if len(unmapped) == 1 else 'are'} not mapped to the GPU; bind "
+                         "the outermost loop of every statement to a block (bind / gpu_tile)")
+    t2 = time.perf_counter()
+    lowered = simplify_indices(lowered)
+    source, launch = gpu_codegen.emit_cuda(lowered)
+    cubins, resources = {}, {}
+    if gpu_codegen.toolchain.find_nvcc() is not None:
+        for arch in CUDA_ARCHS:
+            cubins[arch], resources[arch] = gpu_codegen.build_cubin(source, arch)
+    from codegen.cuda.runtime import DeviceFunction
+    compiled = DeviceFunction(cubins, launch, source)
+    kernel = CudaKernel(f, compiled, inputs, outputs, temps, checker, lowered,
+                        zeroed_outputs={b.name for b in outputs if b.name in zeroed},
+                        source=source, plan=launch, cubins=cubins, resources=resources)
+    kernel.model, kernel.schedule, kernel.gpu_plan = model, state, plan
+    kernel.timings = {"analysis": times[0], "ast": times[1],
+                      "backend": time.perf_counter() - t2}
+    return kernel
