@@ -3,6 +3,7 @@ explained), GPU-mapped functions run on the CPU (blocks and threads as serial
 loops) against NumPy, the generated CUDA compiled to cubins with nvcc (skipped
 without it), and the generated CUDA run by the fiber emulator in several
 thread orders (a missing barrier shows up as a difference)."""
+import functools
 import shutil
 
 import numpy as np
@@ -43,6 +44,37 @@ def reverse_in_block():
         s.bind(j, "thread.x")
     c.after(b, i)
     return f
+
+
+def gemm_shared(t=16, tk=16):
+    """Shared-memory tiles of A and B per k-step, copied by the block's threads."""
+    f = gemm.build()
+    c = f.computations["C"]
+    u = c.update
+    c.gpu_tile("i", "j", t, t)
+    u.gpu_tile("i", "j", t, t)
+    u.split("k", tk)
+    u.reorder("k0", "i1", "j1", "k1")
+    u.cache_shared(f.buffers["A"], "k0")
+    u.cache_shared(f.buffers["B"], "k0")
+    return f
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_kernel(build):
+    """The CUDA kernel of ``build()``, compiled once per session (nvcc ~1 s per arch)."""
+    return build().compile(target="cuda")
+
+
+def emulate_source(k, source, *args, **kwargs):
+    """Runs ``k`` through the emulator with an edited CUDA ``source``."""
+    from codegen.cuda.emulator import EmulatedFunction
+    saved = k._emulated
+    k._emulated = EmulatedFunction(source, k.launch_plan)
+    try:
+        return k.emulate(*args, **kwargs)
+    finally:
+        k._emulated = saved
 
 
 def rev_reference(a):
@@ -169,7 +201,7 @@ ORDERS = ("forward", "reverse", "shuffle")
 
 @needs_cxx
 def test_emulated_barrier_kernel_matches_numpy_in_every_order():
-    k = reverse_in_block().compile(target="cuda")
+    k = cuda_kernel(reverse_in_block)
     assert k.source.count("__syncthreads();") == 1
     a = RNG.standard_normal((5, 32), dtype=np.float32)
     for order in ORDERS:
@@ -178,29 +210,26 @@ def test_emulated_barrier_kernel_matches_numpy_in_every_order():
 
 @needs_cxx
 def test_emulator_catches_a_removed_barrier():
-    from codegen.cuda.emulator import EmulatedFunction
-    k = reverse_in_block().compile(target="cuda")
+    k = cuda_kernel(reverse_in_block)
     a = RNG.standard_normal((5, 32), dtype=np.float32)
-    k._emulated = EmulatedFunction(k.source.replace("__syncthreads();", "/* removed */"),
-                                   k.launch_plan)
-    results = [k.emulate(a, order=o, seed=3) for o in ORDERS]
+    src = k.source.replace("__syncthreads();", "/* removed */")
+    results = [emulate_source(k, src, a, order=o, seed=3) for o in ORDERS]
     assert any(not np.array_equal(r, rev_reference(a)) for r in results)
     assert not np.array_equal(results[0], results[1])
 
 
 @needs_cxx
 def test_emulator_reports_a_barrier_not_reached_by_all_threads():
-    from codegen.cuda.emulator import EmulatedFunction, EmulatorError
-    k = reverse_in_block().compile(target="cuda")
+    from codegen.cuda.emulator import EmulatorError
+    k = cuda_kernel(reverse_in_block)
     bad = k.source.replace("__syncthreads();", "if (threadIdx.x < 7) __syncthreads();")
-    k._emulated = EmulatedFunction(bad, k.launch_plan)
     with pytest.raises(EmulatorError, match="barrier was not reached"):
-        k.emulate(RNG.standard_normal((2, 32), dtype=np.float32))
+        emulate_source(k, bad, RNG.standard_normal((2, 32), dtype=np.float32))
 
 
 @needs_cxx
 def test_emulated_gemm_matches_numpy():
-    k = gemm_gpu().compile(target="cuda")
+    k = cuda_kernel(gemm_gpu)
     a, b = gemm_args(19, 21, 7)
     for order in ORDERS:
         np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, rtol=1e-5, atol=1e-5)
@@ -209,7 +238,7 @@ def test_emulated_gemm_matches_numpy():
 
 @needs_nvcc
 def test_cubins_and_resources():
-    k = reverse_in_block().compile(target="cuda")
+    k = cuda_kernel(reverse_in_block)
     assert set(k.cubins) == {"sm_80", "sm_90"}
     for arch, res in k.resources.items():
         r = res["rev_k0"]
@@ -230,7 +259,7 @@ def test_parse_ptxas_report():
 
 
 def test_call_without_driver_is_one_clear_error():
-    k = reverse_in_block().compile(target="cuda")
+    k = cuda_kernel(reverse_in_block)
     from codegen.cuda.runtime import NoCudaDriverError, driver
     try:
         driver()
@@ -256,3 +285,43 @@ def test_import_does_not_load_cuda_python():
             "print(any(m == 'cuda' or m.startswith('cuda.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------ cache_shared
+def test_cache_shared_gemm_barriers_cpu_and_emulated():
+    plan, body = lowered_gpu(gemm_shared())
+    # one barrier after the copies (RAW), one at the end of each k0 step (WAR on the tiles)
+    assert len(plan.seq_barriers) > 0 and len(plan.loop_barriers) > 0
+    assert sum(isinstance(s, ir.Barrier) for s in ir.walk_stmts(body)) == 2
+    a, b = gemm_args(37, 29, 53)
+    np.testing.assert_allclose(gemm_shared().compile()(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        pytest.skip("no C++ compiler for the CUDA emulator")
+    k = cuda_kernel(gemm_shared)
+    assert "__shared__ float A_shared_tile[256];" in k.source
+    for order in ORDERS:
+        np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, rtol=1e-4, atol=1e-4)
+    for arch, res in k.resources.items():
+        r = res["gemm_k1"]
+        assert r.shared_bytes == 2 * 16 * 16 * 4 and r.spill_stores == 0 and r.barriers == 1
+
+
+@needs_cxx
+@pytest.mark.parametrize("which", [0, 1])
+def test_emulator_catches_each_removed_gemm_barrier(which):
+    k = cuda_kernel(gemm_shared)
+    parts = k.source.split("__syncthreads();")
+    assert len(parts) == 3
+    src = parts[0] + ("/* removed */" if which == 0 else "__syncthreads();") + parts[1] \
+        + ("__syncthreads();" if which == 0 else "/* removed */") + parts[2]
+    a, b = gemm_args(32, 32, 48)
+    errs = [np.abs(emulate_source(k, src, a, b, order=o, seed=1) - a @ b).max() for o in ORDERS]
+    assert max(errs) > 1e-2
+
+
+def test_shared_memory_limit_refused():
+    f = gemm_shared(t=32, tk=256)
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=r"65536 bytes of shared memory per block.*A_shared_tile \(32, 256\)"
+                             r".*beyond the limit of 49152"):
+        f.compile(target="cuda")

@@ -101,7 +101,8 @@ def _compile(f, target):
     body, private = _privatise(body, allocs, zeroed)
     for b in reversed(temps):
         if b.name not in private:
-            body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=b.name in zeroed)
+            body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=b.name in zeroed,
+                               scope=getattr(b, "memory", "global"))
     arrays = [ir.ArrayArg(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
                           writable=b.kind != "input") for b in inputs + outputs]
     lowered = ir.LoweredFunction(

@@ -60,6 +60,7 @@ def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mode
         raise ValueError(f"compile(target='cuda'): {', '.join(unmapped)} "
                          f"{'is' if len(unmapped) == 1 else 'are'} not mapped to the GPU; bind "
                          "the outermost loop of every statement to a block (bind / gpu_tile)")
+    _check_shared(f, model, plan)
     t2 = time.perf_counter()
     lowered = simplify_indices(lowered)
     source, launch = gpu_codegen.emit_cuda(lowered)
@@ -76,3 +77,34 @@ def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mode
     kernel.timings = {"analysis": times[0], "ast": times[1],
                       "backend": time.perf_counter() - t2}
     return kernel
+
+
+def _check_shared(f, model, plan):
+    """Each kernel's shared tiles fit in :data:`gpu.MAX_SHARED_BYTES`."""
+    from . import gpu
+    from .errors import IllegalScheduleError
+    from .function import const_value
+    for k in plan.kernels:
+        bufs = {}
+        for s in k.stmts:
+            for a in model.by_name[s].accesses:
+                if getattr(a.buffer, "memory", "global") == "shared":
+                    bufs[a.buffer.name] = a.buffer
+        sizes = {}
+        for name, b in bufs.items():
+            dims = [const_value(d) for d in b.shape]
+            if None in dims:
+                raise IllegalScheduleError(f"shared tile {name!r} has a shape that is not "
+                                           "constant; tile the loops that index it")
+            n = b.dtype.np.itemsize
+            for d in dims:
+                n *= d
+            sizes[name] = n
+        total = sum(sizes.values())
+        if total > gpu.MAX_SHARED_BYTES:
+            parts = ", ".join(f"{n} {tuple(const_value(d) for d in bufs[n].shape)} = {v} bytes"
+                              for n, v in sizes.items())
+            raise IllegalScheduleError(
+                f"the kernel of {', '.join(k.stmts)} needs {total} bytes of shared memory per "
+                f"block ({parts}), beyond the limit of {gpu.MAX_SHARED_BYTES} "
+                "(tiramisu_py.gpu.MAX_SHARED_BYTES); use smaller tiles in cache_shared")

@@ -219,6 +219,8 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
 
             same_block = [f"a{2 * j + 1} = b{2 * j + 1}" for j in range(nb)]
             for j in range(nb):
+                if _per_block(model, deps, state, s, state[s].loops[j].name, buf):
+                    continue          # each block has its own copy; no value crosses blocks
                 bad = rel([f"a{2 * i + 1} = b{2 * i + 1}" for i in range(j)]
                           + [f"a{2 * j + 1} != b{2 * j + 1}"])
                 if not bad.is_empty():
@@ -258,6 +260,17 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
     return out
 
 
+def _per_block(model, deps, state, stmt, loop, buf):
+    """True when ``buf`` lives in shared memory (one copy per block) and every
+    value read from it was written in the same iteration of block loop
+    ``loop`` (the rule that lets a parallel loop privatise a temporary)."""
+    from .legality import _privatisable
+    b = next((a.buffer for m in model.stmts for a in m.accesses if a.buffer.name == buf), None)
+    if getattr(b, "memory", "global") != "shared":
+        return False
+    return _privatisable(model, deps, state, stmt, loop, buf)
+
+
 def _param_bound(rng, p, which):
     """The constant bound over all param values of position ``p``, None when
     there is no instance, or "unbounded"."""
@@ -268,3 +281,83 @@ def _param_bound(rng, p, which):
     if not v.is_int():
         return "unbounded"
     return int(v.to_python())
+
+
+# ------------------------------------------------------------------ cache_shared
+def footprint_widths(f, copy_name):
+    """The bounding box of what one iteration of the loops a compute_at copy
+    sits in reads: per own dimension, the largest width (over iterations and
+    param values), or None when unbounded."""
+    from .compiler import _assign_buffers, _prepare
+    from .poly import PolyModel
+    from .schedule import replay
+    _prepare(f)
+    model = PolyModel(f)
+    _assign_buffers(f, model)
+    model.build_accesses()
+    state = replay(model, f._commands)
+    at = model.compute_ats(state)[copy_name]
+    dom = at.member_domain(copy_name)
+    depth = state[copy_name].at[2]
+    n = dom.dim(isl.dim_type.set) - depth
+    m = isl.Map.from_domain_and_range(dom, dom)
+    for k in range(depth):
+        m = m.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+    m = m.intersect_domain(dom).intersect_range(dom)
+    deltas = m.deltas()
+    out = []
+    for d in range(n):
+        pw = deltas.dim_max(depth + d)
+        v = pw.max_val() if pw.n_piece() else None
+        out.append(None if v is None or not v.is_int() else int(v.to_python()) + 1)
+    return out
+
+
+def cache_shared(stmt, source, loop, name):
+    f = stmt.function
+    text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
+    st = f._schedule_state()[stmt.name]
+    st.find(loop, text, stmt.name)
+    names = [lp.name for lp in st.loops]
+    k = names.index(loop)
+    tags = {n: t for n, t in st.tags.items() if t.kind in ("gpu_block", "gpu_thread")}
+    if any(tags.get(n) is not None and tags[n].kind == "gpu_thread" for n in names[:k + 1]):
+        raise ValueError(f"{text}: {loop!r} is a thread loop or inside one; the tile is copied "
+                         "once per block iteration, so give a block loop or a serial loop "
+                         "outside the thread loops")
+    threads = {t.arg: f._loop_extent(stmt.name, n) for n, t in tags.items() if t.kind == "gpu_thread"}
+    if not threads:
+        raise ValueError(f"{text}: {stmt.name} has no thread loop; bind its thread loops "
+                         "(bind / gpu_tile) before cache_shared")
+    copy_ = stmt.cache_at(source, loop, name=name or f"{source.name}_shared")
+    widths = footprint_widths(f, copy_.name)
+    if None in widths:
+        raise ValueError(f"{text}: the part of {source.name!r} one iteration of {loop!r} reads "
+                         "is unbounded; tile the loops that index it")
+    widths = [max(w, 1) for w in widths]
+    buf = f.buffer(f"{copy_.name}_tile", tuple(widths), source.dtype)
+    buf.memory = "shared"
+    copy_.store_in(buf, [v % w for v, w in zip(copy_.vars, widths)])
+    # the block's loops, as the consumer binds them
+    for n in names[:k + 1]:
+        if n in tags:
+            copy_._command("tag", n, tags[n].kind, tags[n].arg,
+                           text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
+    # own dims: the innermost on thread.x, then y, z; each split by min(width, threads)
+    axes = [a for a in AXES if a in threads]
+    own = [v.name for v in copy_.vars]
+    mapped = list(zip(reversed(own), axes))
+    outer, inner = [], []
+    for v, axis in mapped:
+        factor = min(widths[own.index(v)], threads[axis] or 1)
+        copy_.split(v, factor)
+        outer.append(v + "0")
+        inner.append((v + "1", axis))
+    rest = [v for v in own if v not in dict(mapped)]
+    order = rest + list(reversed(outer)) + [v for v, _ in reversed(inner)]
+    copy_.reorder(*order)
+    for v, axis in inner:
+        copy_._command("tag", v, "gpu_thread", axis,
+                       text=f"{copy_.name}.bind({v}, 'thread.{axis}')")
+    return copy_
+

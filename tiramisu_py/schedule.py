@@ -601,6 +601,20 @@ class Schedulable:
         copy_.compute_at(self, loop)
         return copy_
 
+    def cache_shared(self, source, loop, name=None):
+        """A :meth:`cache_at` into GPU shared memory: the part of ``source``
+        one iteration of ``loop`` reads is copied, cooperatively by the
+        block's threads, into a ``__shared__`` tile shaped like that
+        footprint's bounding box (computed exactly with isl) and indexed
+        ``v % extent``; this statement then reads the tile.  ``loop`` is a
+        block or a block-level serial loop of this statement, whose thread
+        loops (bound before this call) give the copy's threads.  The
+        barriers the copy needs (after it; before the next copy overwrites
+        the tile) are placed by the GPU legality check, and the tiles of a
+        block must fit in shared memory (checked by ``compile``)."""
+        from . import gpu
+        return gpu.cache_shared(self, source, loop_name(loop), name)
+
     def then(self, other, loop=None):
         """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""
         other.after(self, loop)

@@ -219,9 +219,12 @@ def _kernels(s, guards, out):
 def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     """(CUDA source, :class:`LaunchPlan`) of a GPU-mapped function."""
     fn = _renamed(fn, c_names(fn))
-    body, temps = fn.body, []
+    body, temps, shared = fn.body, [], {}
     while isinstance(body, ir.Allocate):
-        temps.append((body.array, body.dtype, body.shape, body.zero_init))
+        if body.scope == "shared":          # one per block: declared in the kernels using it
+            shared[body.array] = body
+        else:
+            temps.append((body.array, body.dtype, body.shape, body.zero_init))
         body = body.body
     plan = LaunchPlan(fn.name, list(fn.scalars), list(fn.arrays), temps,
                       constants=dict(fn.constants))
@@ -241,6 +244,13 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
         cond = None
         for g in guards:
             cond = g if cond is None else ir.Binary("and", cond, g, "bool")
+        used = {x.array for x in ir.walk_stmts(loop) if isinstance(x, ir.Store)}
+        used |= {e.array for x in ir.walk_stmts(loop) for r in ir.stmt_exprs(x)
+                 for e in ir.walk_exprs(r) if isinstance(e, ir.Load)}
+        for name in sorted(used & set(shared)):
+            a = shared[name]
+            em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
+                                    "shared"), 1)
         em.loop(loop, 1)
         lines = em.lines
         helpers.update(em.helpers)
