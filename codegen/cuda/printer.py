@@ -260,7 +260,7 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
                 grid.append(ir.const(1))
                 continue
             lo, hi = em.grid[ax]
-            ext = ir.Binary("sub", hi, lo, "int64")
+            ext = hi if _is_zero(lo) else ir.Binary("sub", hi, lo, "int64")
             free = ir.free_vars(ext)
             if not free <= known:
                 raise CudaPrintError(
