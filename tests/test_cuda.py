@@ -325,3 +325,43 @@ def test_shared_memory_limit_refused():
                        match=r"65536 bytes of shared memory per block.*A_shared_tile \(32, 256\)"
                              r".*beyond the limit of 49152"):
         f.compile(target="cuda")
+
+
+class _FakeDeviceArray:
+    """Looks like a device array (``__cuda_array_interface__``), holds nothing."""
+
+    def __init__(self, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
+                                         "data": (0, False), "strides": None, "version": 3}
+
+
+def test_device_arrays_need_a_driver():
+    from codegen.cuda.runtime import NoCudaDriverError, driver
+    try:
+        driver()
+    except NoCudaDriverError:
+        pass
+    else:
+        pytest.skip("a CUDA driver is present")
+    k = cuda_kernel(reverse_in_block)
+    with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
+        k(_FakeDeviceArray((2, 32)))
+
+
+def test_gpu_gemm_schedule_runs_on_cpu():
+    import schedules
+    a, b = gemm_args(40, 24, 36)
+    out = schedules.gemm_cuda_function(40, 24, 36).compile()(a, b)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_bench_cuda_without_gpu_exits_cleanly():
+    import subprocess
+    import sys
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "bench.bench_cuda", "--sizes", "64"],
+                       capture_output=True, text=True, cwd=root)
+    if r.returncode == 0:
+        pytest.skip("a GPU is present: the benchmark ran")
+    assert r.returncode == 2 and "bench_cuda:" in r.stderr

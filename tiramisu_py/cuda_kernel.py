@@ -34,6 +34,67 @@ class CudaKernel(Kernel):
     def source(self) -> str:
         return self._cuda_source
 
+    def __call__(self, *args, **kwargs):
+        """NumPy arrays / CPU tensors: copied to the device and back around the
+        launches (synchronous).  Device arrays (torch CUDA tensors or any
+        object with ``__cuda_array_interface__``): launched on the current
+        stream (torch's for torch tensors), outputs allocated with torch when
+        an argument is a torch tensor, no synchronisation."""
+        if any(_on_device(x) for x in (*args, *kwargs.values())):
+            return self._device_call(args, kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def _device_call(self, args, kwargs):
+        from codegen.cuda.runtime import driver
+        driver()                                  # NoCudaDriverError first
+        if len(args) > len(self.inputs):
+            raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays, got "
+                            f"{len(args)}")
+        given = {b.name: a for b, a in zip(self.inputs, args)}
+        values = {}
+        names = {b.name for b in self.inputs + self.outputs}
+        for k, v in kwargs.items():
+            if k in names:
+                given[k] = v
+            elif k in self.params:
+                values[k] = int(v)
+            else:
+                raise TypeError(f"{self.name}() got an unexpected argument {k!r}")
+        missing = [b.name for b in self.inputs if b.name not in given]
+        if missing:
+            raise TypeError(f"{self.name}() missing array argument(s): {', '.join(missing)}")
+        arrs = {name: _DeviceArg(name, obj) for name, obj in given.items()}
+        for b in self.inputs + self.outputs:
+            if b.name in arrs and arrs[b.name].dtype != b.dtype.name:
+                raise TypeError(f"argument {b.name!r} has dtype {arrs[b.name].dtype}, expected "
+                                f"{b.dtype.name}")
+        self._infer_params(values, arrs)
+        torch_arg = next((a.obj for a in arrs.values() if a.is_torch), None)
+        results = {}
+        for b in self.outputs:
+            if b.name not in arrs:
+                if torch_arg is None:
+                    raise TypeError(f"{self.name}(): pass the output {b.name!r} (a device "
+                                    "array) by name; outputs are allocated only for torch")
+                import torch
+                make = torch.zeros if b.name in self.zeroed_outputs else torch.empty
+                arrs[b.name] = _DeviceArg(b.name, make(self._extents(b, values),
+                                                       dtype=getattr(torch, b.dtype.name),
+                                                       device=torch_arg.device))
+            results[b.name] = arrs[b.name].obj
+        for b in self.inputs + self.outputs:
+            if tuple(arrs[b.name].shape) != self._extents(b, values):
+                raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
+                                 f"expected {self._extents(b, values)}")
+        stream = 0
+        if torch_arg is not None:
+            import torch
+            stream = torch.cuda.current_stream(torch_arg.device).cuda_stream
+        scalars = [values[p] for p in self.params]
+        self._compiled.launch(scalars, [arrs[b.name].address for b in self.inputs + self.outputs],
+                              stream)
+        return next(iter(results.values())) if len(results) == 1 else results
+
     def emulate(self, *args, order="forward", seed=0, **kwargs):
         """Runs the generated CUDA source on the CPU (C++ with fibers, see
         :mod:`codegen.cuda.emulator`) with the threads of each block in
@@ -51,6 +112,38 @@ class CudaKernel(Kernel):
             return Kernel.__call__(self, *args, **kwargs)
         finally:
             self._compiled = saved
+
+
+def _on_device(x):
+    return hasattr(x, "__cuda_array_interface__") or (
+        type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type",
+                                                            None) == "cuda")
+
+
+class _DeviceArg:
+    """A device array through ``__cuda_array_interface__`` (C-contiguous)."""
+
+    def __init__(self, name, obj):
+        import numpy as np
+        if not hasattr(obj, "__cuda_array_interface__"):
+            raise TypeError(f"argument {name!r}: mixing host and device arrays; pass every "
+                            "array on the device")
+        cai = obj.__cuda_array_interface__
+        self.name, self.obj = name, obj
+        self.is_torch = type(obj).__module__.startswith("torch")
+        self.shape = tuple(cai["shape"])
+        dt = np.dtype(cai["typestr"])
+        self.dtype = dt.name
+        self.address = int(cai["data"][0])
+        strides = cai.get("strides")
+        if strides is not None:
+            expect, acc = [], dt.itemsize
+            for n in reversed(self.shape):
+                expect.append(acc)
+                acc *= n
+            if tuple(reversed(expect)) != tuple(strides) and 0 not in self.shape:
+                raise ValueError(f"argument {name!r} is not C-contiguous; pass a contiguous "
+                                 "copy")
 
 
 def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, model, state,

@@ -7,8 +7,9 @@ Unverified on this project's machines (no GPU): module load and launch
 follow the driver API (cuInit, primary context, cuModuleLoadData,
 cuModuleGetFunction, cuLaunchKernel on the given stream).  Host NumPy
 arrays are copied to the device and back around the launches (synchronous);
-device arrays (``__cuda_array_interface__``, torch CUDA tensors) are not
-handled yet."""
+device arrays (``__cuda_array_interface__``: torch CUDA tensors, CuPy,
+Numba, pycuda GPUArray) are passed by pointer and the kernels are launched on
+the caller's stream without synchronising (:meth:`DeviceFunction.launch`)."""
 from __future__ import annotations
 
 import threading
@@ -89,6 +90,48 @@ class DeviceFunction:
                                       "cuModuleGetFunction") for k in self.plan.kernels}
         self._module = mod
 
+    def launch(self, scalars, pointers, stream=0) -> None:
+        """Launches the kernels in order on ``stream`` (a CUstream handle as an
+        int; 0 the legacy default stream) with device ``pointers`` for the
+        arrays; temporaries are allocated and freed on the stream
+        (cuMemAllocAsync / cuMemFreeAsync).  Does not synchronise."""
+        cu = driver()
+        if self._funcs is None:
+            self._load()
+        plan = self.plan
+        values = dict(plan.constants)
+        values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
+        st = cu.CUstream(int(stream))
+        temps = []
+        try:
+            for name, dtype, shape, zero in plan.temps:
+                n = 1
+                for d in shape:
+                    n *= max(0, evaluate(d, values))
+                nbytes = max(n, 1) * np.dtype(dtype).itemsize
+                p = _check(cu.cuMemAllocAsync(nbytes, st), "cuMemAllocAsync")
+                temps.append(p)
+                if zero:
+                    _check((cu.cuMemsetD8Async(p, 0, nbytes, st)[0], None), "cuMemsetD8Async")
+            self._launch_all(cu, values, scalars, [int(p) for p in pointers] +
+                             [int(p) for p in temps], st)
+        finally:
+            for p in temps:
+                cu.cuMemFreeAsync(p, st)
+
+    def _launch_all(self, cu, values, scalars, pointers, stream):
+        args = [np.array(v, dtype=np.int64) for v in scalars]
+        args += [np.array(p, dtype=np.uint64) for p in pointers]
+        ptrs = np.array([a.ctypes.data for a in args], dtype=np.uint64)
+        for k in self.plan.kernels:
+            if k.guard is not None and not evaluate(k.guard, values):
+                continue
+            grid = [evaluate(g, values) for g in k.grid]
+            if min(grid) <= 0:
+                continue
+            _check((cu.cuLaunchKernel(self._funcs[k.name], *grid, *k.block, k.shared_bytes,
+                                      stream, ptrs.ctypes.data, 0)[0], None), f"launch {k.name}")
+
     def call(self, scalars, addresses) -> int:
         cu = driver()
         if self._funcs is None:
@@ -117,17 +160,7 @@ class DeviceFunction:
                 if zero:
                     _check((cu.cuMemsetD8(p, 0, nbytes)[0], None), "cuMemsetD8")
                 dev.append(p)
-            args = [np.array(v, dtype=np.int64) for v in scalars]
-            args += [np.array(int(p), dtype=np.uint64) for p in dev]
-            ptrs = np.array([a.ctypes.data for a in args], dtype=np.uint64)
-            for k in plan.kernels:
-                if k.guard is not None and not evaluate(k.guard, values):
-                    continue
-                grid = [evaluate(g, values) for g in k.grid]
-                if min(grid) <= 0:
-                    continue
-                _check((cu.cuLaunchKernel(self._funcs[k.name], *grid, *k.block, k.shared_bytes,
-                                          0, ptrs.ctypes.data, 0)[0], None), f"launch {k.name}")
+            self._launch_all(cu, values, scalars, [int(p) for p in dev], 0)
             _check((cu.cuCtxSynchronize()[0], None), "cuCtxSynchronize")
             for (addr, nbytes), p, a in zip(host, dev, plan.arrays):
                 if a.writable:
