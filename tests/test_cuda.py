@@ -183,12 +183,13 @@ def test_too_many_threads_refused_at_compile():
         f.compile()
 
 
-def test_block_loops_must_be_outermost():
+def test_thread_loop_outside_block_loops_refused():
     f = gemm.build()
     c = f.computations["C"]
+    c.bind("i", "thread.x")
     c.bind("j", "block.x")
     c.update.gpu_tile("i", "j", 8, 8)
-    with pytest.raises(tp.IllegalScheduleError, match="outermost loop 'i' must be a block loop"):
+    with pytest.raises(tp.IllegalScheduleError, match="thread loop outside its block loops"):
         f.compile()
 
 
@@ -365,3 +366,55 @@ def test_bench_cuda_without_gpu_exits_cleanly():
     if r.returncode == 0:
         pytest.skip("a GPU is present: the benchmark ran")
     assert r.returncode == 2 and "bench_cuda:" in r.stderr
+
+
+# ------------------------------------------------------------ host loops: one launch per step
+def jacobi1d_gpu(time_on_blocks=False):
+    from tests.polybench_kernels import build_jacobi1d
+    f = build_jacobi1d()
+    sb, sa = f.computations["sB"], f.computations["sA"]
+    for s in (sb, sa):
+        s.split("i", 8)
+        if time_on_blocks:
+            s.bind("t", "block.y")
+        s.bind("i0", "block.x")
+        s.bind("i1", "thread.x")
+    return f
+
+
+@needs_cxx
+def test_time_loop_launches_a_kernel_per_step():
+    from tests.polybench_kernels import jacobi1d_inputs, jacobi1d_reference
+    k = cuda_kernel(jacobi1d_gpu)
+    steps = k.launch_plan.steps
+    assert len(steps) == 1 and steps[0].var == "t" and len(steps[0].steps) == 2
+    assert k.launch_plan.kernels[0].host_vars == ("t",)
+    args = jacobi1d_inputs(np.random.default_rng(1), N=29)
+    want = jacobi1d_reference(T=5, **args)
+    for order in ORDERS:
+        got = {n: a.copy() for n, a in args.items()}
+        k.emulate(T=5, order=order, **got)
+        for n in got:
+            np.testing.assert_allclose(got[n], want[n], rtol=1e-12)
+    got = {n: a.copy() for n, a in args.items()}
+    jacobi1d_gpu().compile()(T=5, **got)
+    np.testing.assert_allclose(got["A"], want["A"], rtol=1e-12)
+
+
+def test_time_steps_on_blocks_refused():
+    """The time loop stays a host loop (one launch per step); on blocks, sB and
+    sA would share a kernel without sharing its block loops."""
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=r"sA and sB are in one kernel but do not share all its block loops"):
+        jacobi1d_gpu(time_on_blocks=True).compile()
+
+
+def test_fused_loop_bound_differently_refused():
+    from tests.polybench_kernels import build_jacobi1d
+    f = build_jacobi1d()
+    sb, sa = f.computations["sB"], f.computations["sA"]
+    sb.bind("t", "block.x")
+    sa.bind("i", "block.x")
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=r"loop 't' is shared by sB and sA but mapped differently"):
+        f.compile()

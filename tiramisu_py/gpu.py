@@ -47,6 +47,7 @@ class Kernel:
     """One GPU kernel: the statements fused in one outermost block loop."""
     stmts: list
     block_axes: list                      # axis of each block loop, outermost first
+    host: int = 0                         # serial loops around it on the host (launch loops)
     thread_range: dict = field(default_factory=dict)   # axis -> (min, max) of its loop values
 
     @property
@@ -80,24 +81,31 @@ def is_mapped(state) -> bool:
 
 
 def _shape(stmt, st, commands):
-    """(number of block loops, index of the first thread loop or None) after
-    checking the loop-kind order of a mapped statement."""
+    """(number of host loops, number of block loops, index of the first thread
+    loop or None) after checking the loop-kind order of a mapped statement."""
     tags = gpu_tags(st)
     kinds = {k: level for k, level, _, _ in tags}
     text = commands[tags[0][3].command].text
-    nb = 0
-    while kinds.get(nb) == "block":
-        nb += 1
-    if nb == 0:
+    blocks = [k for k, level, _, _ in tags if level == "block"]
+    if not blocks:
         raise IllegalScheduleError(
-            f"{text}: {stmt}'s outermost loop {st.loops[0].name!r} must be a block loop "
-            "(bind it to 'block.x'): a GPU kernel starts with its grid")
+            f"{text}: {stmt} has thread loops but no block loop; bind an outer loop to "
+            "'block.x': a GPU kernel starts with its grid")
+    nh = blocks[0]                     # serial loops outside the kernel: host loops
+    if any(kinds.get(k) for k in range(nh)):
+        raise IllegalScheduleError(
+            f"{text}: {stmt}'s loop {st.loops[tags[0][0]].name!r} is a thread loop outside "
+            "its block loops; block loops come first")
+    nb = 0
+    while kinds.get(nh + nb) == "block":
+        nb += 1
     threads = [k for k, level, _, _ in tags if level == "thread"]
     for k, level, _, tag in tags:
-        if level == "block" and k >= nb:
+        if level == "block" and k >= nh + nb:
             raise IllegalScheduleError(
                 f"{commands[tag.command].text}: block loop {st.loops[k].name!r} of {stmt} is "
-                "inside a loop that is not a block loop; block loops must be the outermost")
+                "inside a loop that is not a block loop; the block loops of a kernel are "
+                "nested directly in one another")
     if threads and threads != list(range(threads[0], threads[0] + len(threads))):
         raise IllegalScheduleError(
             f"{text}: the thread loops of {stmt} "
@@ -110,7 +118,32 @@ def _shape(stmt, st, commands):
                 f"{commands[tag.command].text}: {stmt} already binds loop "
                 f"{seen[(level, axis)]!r} to {level}.{axis}")
         seen[(level, axis)] = st.loops[k].name
-    return nb, (threads[0] if threads else None)
+    return nh, nb, (threads[0] if threads else None)
+
+
+def _check_fused(state, commands):
+    """Statements fused in a loop (one loop of the generated code) map it the
+    same way."""
+    seen = {}
+    for stmt, st in state.items():
+        for k, lp in enumerate(st.loops):
+            tag = st.tags.get(lp.name)
+            gpu = (tag.kind, tag.arg) if tag is not None and tag.kind.startswith("gpu_") else None
+            key = (tuple(st.consts[:k + 1]), k)
+            if key not in seen:
+                seen[key] = (stmt, gpu, tag)
+                continue
+            other, g, t = seen[key]
+            if g != gpu:
+                cmd = commands[(tag or t).command].text
+                raise IllegalScheduleError(
+                    f"{cmd}: loop {lp.name!r} is shared by {other} and {stmt} but mapped "
+                    f"differently ({_mapping(g)} vs {_mapping(gpu)}); bind it the same way in "
+                    "both, or separate them (after)")
+
+
+def _mapping(g):
+    return "not mapped" if g is None else f"{g[0][4:]}.{g[1]}"
 
 
 def _per_stmt(umap):
@@ -129,12 +162,14 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
     for stmt, st in state.items():
         if gpu_tags(st):
             shapes[stmt] = _shape(stmt, st, commands)
-    # kernels: statements fused in one outermost loop
+    _check_fused(state, commands)
+    # kernels: statements fused in the first block loop (inside the same host loops)
     groups = {}
     for stmt, st in state.items():
-        groups.setdefault(st.consts[0], []).append(stmt)
+        nh = shapes[stmt][0] if stmt in shapes else 0
+        groups.setdefault((nh, tuple(st.consts[:nh + 1])), []).append(stmt)
     kernels, by_stmt = [], {}
-    for _, stmts in sorted(groups.items()):
+    for (nh, _), stmts in sorted(groups.items()):
         mapped = [s for s in stmts if s in shapes]
         if not mapped:
             continue
@@ -145,16 +180,16 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
             raise IllegalScheduleError(
                 f"{text}: {', '.join(unmapped)} shares the outermost loop of {lead}, a GPU "
                 "kernel, but is not mapped to it; bind its loops too")
-        nb = shapes[lead][0]
-        axes = [tag.arg for _, _, _, tag in gpu_tags(state[lead])[:nb]]
+        nb = shapes[lead][1]
+        axes = [tag.arg for _, level, _, tag in gpu_tags(state[lead]) if level == "block"]
         for s in mapped[1:]:
             st = state[s]
             b = [tag.arg for _, level, _, tag in gpu_tags(st) if level == "block"]
-            if shapes[s][0] != nb or b != axes or st.consts[:nb] != state[lead].consts[:nb]:
+            if shapes[s][1] != nb or b != axes or st.consts[:nh + nb] != state[lead].consts[:nh + nb]:
                 raise IllegalScheduleError(
                     f"{text}: {s} and {lead} are in one kernel but do not share all its "
-                    f"block loops ({', '.join(lp.name for lp in state[lead].loops[:nb])})")
-        k = Kernel(mapped, axes)
+                    f"block loops ({', '.join(lp.name for lp in state[lead].loops[nh:nh + nb])})")
+        k = Kernel(mapped, axes, host=nh)
         kernels.append(k)
         for s in mapped:
             by_stmt[s] = k
@@ -208,7 +243,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
             if s not in by_stmt or t not in by_stmt or by_stmt[s] is not by_stmt[t]:
                 continue                     # different kernels: ordered by the launches
             k = by_stmt[s]
-            nb = len(k.block_axes)
+            nb, nh = len(k.block_axes), k.host
             a = [f"a{i}" for i in range(depth)]
             b = [f"b{i}" for i in range(depth)]
 
@@ -217,11 +252,13 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 r = isl.Map(text, context=model.ctx)
                 return m.intersect(sched[s].apply_range(r).apply_range(sched[t].reverse()))
 
-            same_block = [f"a{2 * j + 1} = b{2 * j + 1}" for j in range(nb)]
-            for j in range(nb):
+            # one launch: the same host iterations (launches are ordered)
+            launch = [f"a{i} = b{i}" for i in range(2 * nh + 1)]
+            same_block = launch + [f"a{2 * j + 1} = b{2 * j + 1}" for j in range(nh, nh + nb)]
+            for j in range(nh, nh + nb):
                 if _per_block(model, deps, state, s, state[s].loops[j].name, buf):
                     continue          # each block has its own copy; no value crosses blocks
-                bad = rel([f"a{2 * i + 1} = b{2 * i + 1}" for i in range(j)]
+                bad = rel(launch + [f"a{2 * i + 1} = b{2 * i + 1}" for i in range(nh, j)]
                           + [f"a{2 * j + 1} != b{2 * j + 1}"])
                 if not bad.is_empty():
                     tag = state[s].tags[state[s].loops[j].name]
@@ -234,12 +271,12 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
             if not axes:
                 continue
             diff = "(" + " or ".join(f"{coord(s, 'a', x)} != {coord(t, 'b', x)}" for x in axes) + ")"
-            for q in range(2 * nb, depth):
-                bad = rel(same_block + [f"a{i} = b{i}" for i in range(2 * nb, q)]
+            for q in range(2 * (nh + nb), depth):
+                bad = rel(same_block + [f"a{i} = b{i}" for i in range(2 * (nh + nb), q)]
                           + [f"a{q} != b{q}", diff])
                 if bad.is_empty():
                     continue
-                first_thread = min(shapes[x][1] if shapes[x][1] is not None else 10 ** 9
+                first_thread = min(shapes[x][2] if shapes[x][2] is not None else 10 ** 9
                                    for x in (s, t))
                 level = q // 2               # loops enclosing position q
                 if q % 2 == 1 and level >= first_thread or q % 2 == 0 and level > first_thread:

@@ -46,13 +46,12 @@ class EmulatedFunction:
             temps.append((np.zeros if zero else np.empty)(max(n, 1), dtype=dtype))
         addrs = list(addresses) + [t.ctypes.data for t in temps]
         with _lock:
-            for k in plan.kernels:
-                if k.guard is not None and not evaluate(k.guard, values):
-                    continue
-                grid = self.ffi.new("int64_t[3]", [max(0, evaluate(g, values)) for g in k.grid])
+            for k, vals in plan.launches(values):
+                grid = self.ffi.new("int64_t[3]", [max(0, evaluate(g, vals)) for g in k.grid])
                 block = self.ffi.new("int64_t[3]", list(k.block))
                 fn = getattr(self.lib, f"tpy_emu_{k.name}")
-                rc = fn(grid, block, ORDERS[self.order], self.seed, *scalars, *addrs)
+                host = [vals[v] for v in k.host_vars]
+                rc = fn(grid, block, ORDERS[self.order], self.seed, *scalars, *host, *addrs)
                 if rc == 2:
                     raise EmulatorError(f"{k.name}: a barrier was not reached by every thread "
                                         "of a block")

@@ -49,10 +49,22 @@ class CudaPrintError(ValueError):
 @dataclass
 class KernelLaunch:
     name: str                     # the __global__ symbol
-    grid: tuple                   # ir.Expr per axis x, y, z (over the params)
+    grid: tuple                   # ir.Expr per axis x, y, z (over params and host loops)
     block: tuple                  # ints: threads per axis x, y, z
     shared_bytes: int = 0         # static __shared__ bytes per block
     guard: object = None          # ir.Expr over params: launch only if true (None: always)
+    host_vars: tuple = ()         # enclosing host loops, passed after the scalars
+
+
+@dataclass
+class HostLoop:
+    """``for (var = lo; var < hi; var++)`` on the host around launches (e.g.
+    time steps, wavefront anti-diagonals): one launch per iteration."""
+    var: str
+    lo: object
+    hi: object
+    steps: list
+    guard: object = None
 
 
 @dataclass
@@ -63,8 +75,25 @@ class LaunchPlan:
     scalars: list                 # ir.ScalarArg
     arrays: list                  # ir.ArrayArg
     temps: list                   # (name, dtype, shape exprs, zero_init)
-    kernels: list = field(default_factory=list)   # KernelLaunch
+    kernels: list = field(default_factory=list)   # KernelLaunch, in source order
     constants: dict = field(default_factory=dict)
+    steps: list = field(default_factory=list)     # KernelLaunch | HostLoop, run in order
+
+    def launches(self, values):
+        """Yields (KernelLaunch, values with the host loops' iterators) in
+        launch order for the params ``values``."""
+        yield from _walk(self.steps, dict(values))
+
+
+def _walk(steps, values):
+    for st in steps:
+        if st.guard is not None and not evaluate(st.guard, values):
+            continue
+        if isinstance(st, HostLoop):
+            for v in range(evaluate(st.lo, values), evaluate(st.hi, values)):
+                yield from _walk(st.steps, dict(values, **{st.var: v}))
+        else:
+            yield st, values
 
 
 def evaluate(e, values: dict) -> int:
@@ -199,21 +228,34 @@ def _is_zero(e):
     return isinstance(e, ir.Const) and int(e.value) == 0
 
 
-def _kernels(s, guards, out):
-    """Collects (guards, block loop) of the top-level kernels."""
+def _kernels(s, guards, out, host=()):
+    """Collects the top-level structure: kernels (a block loop) as (guards,
+    host loop vars, loop), and serial loops around them as HostLoop steps."""
     if isinstance(s, ir.Block):
         for x in s.stmts:
-            _kernels(x, guards, out)
+            _kernels(x, guards, out, host)
     elif isinstance(s, ir.If) and s.else_ is None:
-        _kernels(s.then, guards + [s.cond], out)
+        _kernels(s.then, guards + [s.cond], out, host)
     elif isinstance(s, ir.For) and s.kind == "gpu_block":
-        out.append((guards, s))
+        out.append((guards, host, s))
+    elif isinstance(s, ir.For) and s.kind == "serial" and int(s.step) == 1:
+        _check_name(s.var, "loop")
+        inner = []
+        _kernels(s.body, [], inner, host + (s.var,))
+        out.append(HostLoop(s.var, s.lo, s.hi, inner, _conj(guards)))
     elif isinstance(s, ir.Let):
         raise CudaPrintError("CUDA printer: a value computed outside the kernels")
     else:
         what = f"loop {s.var!r}" if isinstance(s, ir.For) else type(s).__name__
         raise CudaPrintError(f"CUDA printer: {what} runs outside any GPU kernel; bind the "
                              "outermost loop of every statement to a block (bind / gpu_tile)")
+
+
+def _conj(guards):
+    cond = None
+    for g in guards:
+        cond = g if cond is None else ir.Binary("and", cond, g, "bool")
+    return cond
 
 
 def emit_cuda(fn: ir.LoweredFunction) -> tuple:
@@ -232,18 +274,12 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     _kernels(body, [], found)
     shapes = {a.name: a.shape for a in fn.arrays}
     shapes.update({t[0]: t[2] for t in temps})
-    params = [f"int64_t {sc.name}" for sc in fn.scalars]
-    params += [f"{'' if a.writable else 'const '}{CTYPES[a.dtype]}* __restrict__ {a.name}"
-               for a in fn.arrays]
-    params += [f"{CTYPES[t[1]]}* __restrict__ {t[0]}" for t in temps]
-    consts = [f"  const int64_t {n} = {int(v)};" for n, v in fn.constants.items()]
-    kernels, helpers = [], {}
     known = set(fn.constants) | {sc.name for sc in fn.scalars}
-    for k, (guards, loop) in enumerate(found):
+    kernels, helpers = [], {}
+
+    def kernel(guards, host, loop):
+        k = len(plan.kernels)
         em = _CudaEmitter(fn, dict(shapes))
-        cond = None
-        for g in guards:
-            cond = g if cond is None else ir.Binary("and", cond, g, "bool")
         used = {x.array for x in ir.walk_stmts(loop) if isinstance(x, ir.Store)}
         used |= {e.array for x in ir.walk_stmts(loop) for r in ir.stmt_exprs(x)
                  for e in ir.walk_exprs(r) if isinstance(e, ir.Load)}
@@ -252,7 +288,6 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
                                     "shared"), 1)
         em.loop(loop, 1)
-        lines = em.lines
         helpers.update(em.helpers)
         grid = []
         for ax in ir.GPU_AXES:
@@ -262,11 +297,11 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             lo, hi = em.grid[ax]
             ext = hi if _is_zero(lo) else ir.Binary("sub", hi, lo, "int64")
             free = ir.free_vars(ext)
-            if not free <= known:
+            if not free <= known | set(host):
                 raise CudaPrintError(
                     f"CUDA printer: the extent of block loop on axis {ax} depends on "
-                    f"{', '.join(sorted(free - known))}: the grid must be rectangular "
-                    "(bounds over the params only)")
+                    f"{', '.join(sorted(free - known - set(host)))}: the grid must be "
+                    "rectangular (bounds over the params and host loops only)")
             grid.append(ext)
         block = tuple(em.block_axes.get(ax, 1) for ax in ir.GPU_AXES)
         nthreads = math.prod(block)
@@ -277,9 +312,24 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             raise CudaPrintError(f"CUDA printer: kernel {k} uses {em.shared} bytes of shared "
                                  f"memory, beyond {MAX_SHARED_BYTES}")
         name = f"{fn.name}_k{k}"
+        ps = _params(fn, temps, host)
         kernels.append(f'extern "C" __global__ void __launch_bounds__({nthreads})\n'
-                       f"{name}({', '.join(params)})\n{{\n" + "\n".join(consts + lines) + "\n}\n")
-        plan.kernels.append(KernelLaunch(name, tuple(grid), block, em.shared, cond))
+                       f"{name}({', '.join(ps)})\n{{\n" + "\n".join(consts + em.lines) + "\n}\n")
+        kl = KernelLaunch(name, tuple(grid), block, em.shared, _conj(guards), tuple(host))
+        plan.kernels.append(kl)
+        return kl
+
+    def steps(items):
+        out = []
+        for x in items:
+            if isinstance(x, HostLoop):
+                out.append(HostLoop(x.var, x.lo, x.hi, steps(x.steps), x.guard))
+            else:
+                out.append(kernel(*x))
+        return out
+
+    consts = [f"  const int64_t {n} = {int(v)};" for n, v in fn.constants.items()]
+    plan.steps = steps(found)
     head = ["/* generated by tiramisu_py codegen.cuda */",
             "#ifdef TPY_EMULATE",
             '#include "tpy_emu.h"',
@@ -292,10 +342,11 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     if helpers:
         head.append("")
     emu = ["#ifdef TPY_EMULATE"]
-    args = [sc.name for sc in fn.scalars] + [a.name for a in fn.arrays] + [t[0] for t in temps]
     for kl in plan.kernels:
+        ps = _params(fn, temps, kl.host_vars)
+        args = [p.rsplit(" ", 1)[1] for p in ps]
         emu.append(f'extern "C" int tpy_emu_{kl.name}(const int64_t *grid, const int64_t *block, '
-                   f"int order, uint64_t seed{''.join(', ' + p for p in params)}) {{")
+                   f"int order, uint64_t seed{''.join(', ' + p for p in ps)}) {{")
         emu.append(f"  return tpy_emu::launch(grid, block, order, seed, [&]() {{ "
                    f"{kl.name}({', '.join(args)}); }});")
         emu.append("}")
@@ -303,10 +354,18 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     return "\n".join(head + kernels + emu) + "\n", plan
 
 
+def _params(fn, temps, host):
+    """A kernel's parameters: scalars, host loop iterators, arrays, temporaries."""
+    ps = [f"int64_t {sc.name}" for sc in fn.scalars] + [f"int64_t {v}" for v in host]
+    ps += [f"{'' if a.writable else 'const '}{CTYPES[a.dtype]}* __restrict__ {a.name}"
+           for a in fn.arrays]
+    return ps + [f"{CTYPES[t[1]]}* __restrict__ {t[0]}" for t in temps]
+
+
 def emulator_declarations(plan: LaunchPlan) -> str:
     """The cffi cdef of the emulator entry points (array pointers as intptr_t)."""
-    n = len(plan.scalars)
     arrs = len(plan.arrays) + len(plan.temps)
-    rest = ", int64_t" * n + ", intptr_t" * arrs
-    return "\n".join(f"int tpy_emu_{k.name}(const int64_t *, const int64_t *, int, uint64_t{rest});"
-                     for k in plan.kernels)
+    return "\n".join(
+        f"int tpy_emu_{k.name}(const int64_t *, const int64_t *, int, uint64_t"
+        f"{', int64_t' * (len(plan.scalars) + len(k.host_vars))}{', intptr_t' * arrs});"
+        for k in plan.kernels)

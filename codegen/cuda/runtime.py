@@ -120,15 +120,16 @@ class DeviceFunction:
                 cu.cuMemFreeAsync(p, st)
 
     def _launch_all(self, cu, values, scalars, pointers, stream):
-        args = [np.array(v, dtype=np.int64) for v in scalars]
-        args += [np.array(p, dtype=np.uint64) for p in pointers]
-        ptrs = np.array([a.ctypes.data for a in args], dtype=np.uint64)
-        for k in self.plan.kernels:
-            if k.guard is not None and not evaluate(k.guard, values):
-                continue
-            grid = [evaluate(g, values) for g in k.grid]
+        keep = []
+        for k, vals in self.plan.launches(values):
+            grid = [evaluate(g, vals) for g in k.grid]
             if min(grid) <= 0:
                 continue
+            args = [np.array(v, dtype=np.int64) for v in scalars]
+            args += [np.array(vals[v], dtype=np.int64) for v in k.host_vars]
+            args += [np.array(p, dtype=np.uint64) for p in pointers]
+            ptrs = np.array([a.ctypes.data for a in args], dtype=np.uint64)
+            keep.append((args, ptrs))       # alive until the launches are queued
             _check((cu.cuLaunchKernel(self._funcs[k.name], *grid, *k.block, k.shared_bytes,
                                       stream, ptrs.ctypes.data, 0)[0], None), f"launch {k.name}")
 
