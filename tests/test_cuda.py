@@ -418,3 +418,31 @@ def test_fused_loop_bound_differently_refused():
     with pytest.raises(tp.IllegalScheduleError,
                        match=r"loop 't' is shared by sB and sA but mapped differently"):
         f.compile()
+
+
+# ------------------------------------------------------------ LSTM wavefront on the GPU
+LSTM_SIZES = {"NL": 3, "T": 5, "B": 2, "H": 8}
+
+
+def lstm_gpu():
+    from examples import lstm
+    return lstm.wavefront_gpu(lstm.build(LSTM_SIZES))
+
+
+@needs_cxx
+def test_lstm_wavefront_one_launch_per_antidiagonal():
+    from examples import lstm
+    args = lstm.random_inputs(layers=3, T=5, B=2, H=8)
+    want = lstm.reference(*args)
+    np.testing.assert_allclose(lstm.run(lstm_gpu().compile(), *args), want, atol=1e-5)
+    k = cuda_kernel(lstm_gpu)
+    host = [s for s in k.launch_plan.steps if not hasattr(s, "block")]
+    assert len(host) == 1 and host[0].var == "t"          # the anti-diagonals, on the host
+    step = host[0].steps[0]
+    assert step.host_vars == ("t",) and step.block == (32, 2, 1)
+    assert k.source.count("__syncthreads();") == 1          # gates -> cell update
+    for order in ORDERS:
+        out = lstm.run(lambda **kw: k.emulate(order=order, **kw), *args)
+        np.testing.assert_allclose(out, want, atol=1e-5)
+    for res in k.resources.values():
+        assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in res.values())

@@ -142,8 +142,7 @@ class AstLowering:
             els = self.node(n.if_get_else_node(), scope, loops) if n.if_has_else_node() else None
             return ir.If(cond, then, els)
         if t == isl.ast_node_type.block:
-            kids = n.block_get_children()
-            kids = [kids.get_at(i) for i in range(kids.n_ast_node())]
+            kids = _block_children(n)
             out = [self.node(k, scope, loops) for k in kids]
             if self.gpu is not None and self.gpu.seq_barriers:
                 out = self.sequence_barriers(kids, out)
@@ -355,6 +354,17 @@ class AstLowering:
                         f"({'; '.join(self.model.f.schedule_commands()) or 'program order'}) "
                         "moves it inside") from None
         return self.ex.index(ld, env)
+
+
+def _block_children(n):
+    """The children of an isl block node, nested blocks (isl nests a long
+    sequence as blocks of two) flattened: one sequence level."""
+    kids = n.block_get_children()
+    out = []
+    for i in range(kids.n_ast_node()):
+        k = kids.get_at(i)
+        out += _block_children(k) if k.get_type() == isl.ast_node_type.block else [k]
+    return out
 
 
 def _vars_in(e):
