@@ -446,3 +446,34 @@ def test_lstm_wavefront_one_launch_per_antidiagonal():
         np.testing.assert_allclose(out, want, atol=1e-5)
     for res in k.resources.values():
         assert all(r.spill_stores == 0 and r.spill_loads == 0 for r in res.values())
+
+
+# ------------------------------------------------------------ conv2d (direct) on the GPU
+def conv2d_gpu():
+    """One launch per image (n on the host), output channels and 8x8 pixel
+    tiles on blocks, pixels on threads, the reduction serial per thread."""
+    from examples import conv2d
+    f = conv2d.build()
+    out = f.computations["out"]
+    for s in (out, out.update):
+        s.tile("y", "x", 8, 8)
+        s.bind("co", "block.z")
+        s.bind("y0", "block.y")
+        s.bind("x0", "block.x")
+        s.bind("y1", "thread.y")
+        s.bind("x1", "thread.x")
+    out.update.after(out, "x1")
+    return f
+
+
+@needs_cxx
+def test_conv2d_direct_on_gpu():
+    from examples import conv2d
+    args = conv2d.random_inputs(n=2, cin=3, cout=4, h=9, w=7)
+    want = conv2d.reference(*args)
+    np.testing.assert_allclose(conv2d_gpu().compile()(*args), want, rtol=1e-4, atol=1e-4)
+    k = cuda_kernel(conv2d_gpu)
+    assert [type(s).__name__ for s in k.launch_plan.steps] == ["HostLoop"]
+    assert "__syncthreads" not in k.source                 # each thread owns its pixel
+    out = k.emulate(*args, order="reverse")
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
