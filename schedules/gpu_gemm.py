@@ -27,7 +27,12 @@ def function(n, m, k, tile=TILE, tk=TK):
     """``C = A @ B`` (float32, shapes fixed) scheduled for CUDA; compile it
     with ``.compile(target="cuda")`` (or for the CPU, where blocks and threads
     run as loops)."""
-    f = algorithm(n, m, k)
+    return schedule(algorithm(n, m, k), tile, tk)
+
+
+def schedule(f, tile=TILE, tk=TK):
+    """Applies the CUDA GEMM schedule to a GEMM Function ``f`` (computation
+    ``C`` over ``i, j`` with its update over ``k``, inputs ``A`` and ``B``)."""
     c = f.computations["C"]
     u = c.update
     c.gpu_tile("i", "j", tile, tile)

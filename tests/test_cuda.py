@@ -48,16 +48,8 @@ def reverse_in_block():
 
 def gemm_shared(t=16, tk=16):
     """Shared-memory tiles of A and B per k-step, copied by the block's threads."""
-    f = gemm.build()
-    c = f.computations["C"]
-    u = c.update
-    c.gpu_tile("i", "j", t, t)
-    u.gpu_tile("i", "j", t, t)
-    u.split("k", tk)
-    u.reorder("k0", "i1", "j1", "k1")
-    u.cache_shared(f.buffers["A"], "k0")
-    u.cache_shared(f.buffers["B"], "k0")
-    return f
+    from schedules import gpu_gemm
+    return gpu_gemm.schedule(gemm.build(), t, tk)
 
 
 @functools.lru_cache(maxsize=None)
@@ -259,8 +251,16 @@ def test_parse_ptxas_report():
         (40, 1, 2048, 4, 8)
 
 
-def test_call_without_driver_is_one_clear_error():
-    k = cuda_kernel(reverse_in_block)
+class _FakeDeviceArray:
+    """Looks like a device array (``__cuda_array_interface__``), holds nothing."""
+
+    def __init__(self, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
+                                         "data": (0, False), "strides": None, "version": 3}
+
+
+@pytest.mark.parametrize("device", [False, True])
+def test_launch_without_driver_is_one_clear_error(device):
     from codegen.cuda.runtime import NoCudaDriverError, driver
     try:
         driver()
@@ -268,8 +268,10 @@ def test_call_without_driver_is_one_clear_error():
         pass
     else:
         pytest.skip("a CUDA driver is present")
+    k = cuda_kernel(reverse_in_block)
+    arg = _FakeDeviceArray((2, 32)) if device else RNG.standard_normal((2, 32), dtype=np.float32)
     with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
-        k(RNG.standard_normal((2, 32), dtype=np.float32))
+        k(arg)
 
 
 def test_unmapped_statement_refused_for_cuda():
@@ -326,27 +328,6 @@ def test_shared_memory_limit_refused():
                        match=r"65536 bytes of shared memory per block.*A_shared_tile \(32, 256\)"
                              r".*beyond the limit of 49152"):
         f.compile(target="cuda")
-
-
-class _FakeDeviceArray:
-    """Looks like a device array (``__cuda_array_interface__``), holds nothing."""
-
-    def __init__(self, shape, typestr="<f4"):
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr,
-                                         "data": (0, False), "strides": None, "version": 3}
-
-
-def test_device_arrays_need_a_driver():
-    from codegen.cuda.runtime import NoCudaDriverError, driver
-    try:
-        driver()
-    except NoCudaDriverError:
-        pass
-    else:
-        pytest.skip("a CUDA driver is present")
-    k = cuda_kernel(reverse_in_block)
-    with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
-        k(_FakeDeviceArray((2, 32)))
 
 
 def test_gpu_gemm_schedule_runs_on_cpu():

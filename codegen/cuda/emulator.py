@@ -38,12 +38,8 @@ class EmulatedFunction:
         plan = self.plan
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
-        temps = []
-        for name, dtype, shape, zero in plan.temps:
-            n = 1
-            for d in shape:
-                n *= max(0, evaluate(d, values))
-            temps.append((np.zeros if zero else np.empty)(max(n, 1), dtype=dtype))
+        temps = [(np.zeros if zero else np.empty)(n, dtype=dtype)
+                 for _, dtype, n, zero in plan.temp_sizes(values)]
         addrs = list(addresses) + [t.ctypes.data for t in temps]
         with _lock:
             for k, vals in plan.launches(values):

@@ -79,6 +79,17 @@ class LaunchPlan:
     constants: dict = field(default_factory=dict)
     steps: list = field(default_factory=list)     # KernelLaunch | HostLoop, run in order
 
+    def temp_sizes(self, values):
+        """[(name, dtype, elements (at least 1), zero_init)] of the global
+        temporaries for the params ``values``."""
+        out = []
+        for name, dtype, shape, zero in self.temps:
+            n = 1
+            for d in shape:
+                n *= max(0, evaluate(d, values))
+            out.append((name, dtype, max(n, 1), zero))
+        return out
+
     def launches(self, values):
         """Yields (KernelLaunch, values with the host loops' iterators) in
         launch order for the params ``values``."""

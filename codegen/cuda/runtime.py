@@ -104,11 +104,8 @@ class DeviceFunction:
         st = cu.CUstream(int(stream))
         temps = []
         try:
-            for name, dtype, shape, zero in plan.temps:
-                n = 1
-                for d in shape:
-                    n *= max(0, evaluate(d, values))
-                nbytes = max(n, 1) * np.dtype(dtype).itemsize
+            for _, dtype, n, zero in plan.temp_sizes(values):
+                nbytes = n * np.dtype(dtype).itemsize
                 p = _check(cu.cuMemAllocAsync(nbytes, st), "cuMemAllocAsync")
                 temps.append(p)
                 if zero:
@@ -134,9 +131,9 @@ class DeviceFunction:
                                       stream, ptrs.ctypes.data, 0)[0], None), f"launch {k.name}")
 
     def call(self, scalars, addresses) -> int:
+        """Host arrays: copied to the device, launched (:meth:`launch`, legacy
+        stream), synchronised, writable arrays copied back."""
         cu = driver()
-        if self._funcs is None:
-            self._load()
         plan = self.plan
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
@@ -150,18 +147,9 @@ class DeviceFunction:
         try:
             for addr, nbytes in host:
                 p = _check(cu.cuMemAlloc(max(nbytes, 1)), "cuMemAlloc")
+                dev.append(p)
                 _check((cu.cuMemcpyHtoD(p, addr, nbytes)[0], None), "cuMemcpyHtoD")
-                dev.append(p)
-            for name, dtype, shape, zero in plan.temps:
-                n = 1
-                for d in shape:
-                    n *= max(0, evaluate(d, values))
-                nbytes = max(n, 1) * np.dtype(dtype).itemsize
-                p = _check(cu.cuMemAlloc(nbytes), "cuMemAlloc")
-                if zero:
-                    _check((cu.cuMemsetD8(p, 0, nbytes)[0], None), "cuMemsetD8")
-                dev.append(p)
-            self._launch_all(cu, values, scalars, [int(p) for p in dev], 0)
+            self.launch(scalars, dev, 0)
             _check((cu.cuCtxSynchronize()[0], None), "cuCtxSynchronize")
             for (addr, nbytes), p, a in zip(host, dev, plan.arrays):
                 if a.writable:
