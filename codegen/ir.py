@@ -217,6 +217,9 @@ def binary(op: str, a: Expr, b: Expr) -> Expr:
 
 def check_loop(s: "For", backend: str) -> int:
     """Validates a loop for ``backend`` ("C backend", "LLVM backend"); returns its step."""
+    if s.kind in GPU_KINDS:
+        raise NotImplementedError(f"{backend}: gpu loops; run the function through "
+                                  "ir.for_cpu first (compile() does for CPU targets)")
     if s.kind not in LOOP_KINDS:
         raise ValueError(f"{backend}: unknown loop kind {s.kind!r}")
     step = int(s.step)
