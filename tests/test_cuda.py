@@ -53,9 +53,17 @@ def gemm_shared(t=16, tk=16):
 
 
 @functools.lru_cache(maxsize=None)
-def cuda_kernel(build):
-    """The CUDA kernel of ``build()``, compiled once per session (nvcc ~1 s per arch)."""
-    return build().compile(target="cuda")
+def cuda_kernel(build, cubins=False):
+    """The CUDA kernel of ``build()``, compiled once per session; with
+    ``cubins`` also built by nvcc for sm_80/sm_90 (~1.5 s per arch), else
+    printed and emulated only."""
+    from tiramisu_py import cuda_kernel as ck
+    saved = ck.CUDA_ARCHS
+    ck.CUDA_ARCHS = saved if cubins else ()
+    try:
+        return build().compile(target="cuda")
+    finally:
+        ck.CUDA_ARCHS = saved
 
 
 def emulate_source(k, source, *args, **kwargs):
@@ -194,7 +202,7 @@ ORDERS = ("forward", "reverse", "shuffle")
 
 @needs_cxx
 def test_emulated_barrier_kernel_matches_numpy_in_every_order():
-    k = cuda_kernel(reverse_in_block)
+    k = cuda_kernel(reverse_in_block, cubins=True)
     assert k.source.count("__syncthreads();") == 1
     a = RNG.standard_normal((5, 32), dtype=np.float32)
     for order in ORDERS:
@@ -203,7 +211,7 @@ def test_emulated_barrier_kernel_matches_numpy_in_every_order():
 
 @needs_cxx
 def test_emulator_catches_a_removed_barrier():
-    k = cuda_kernel(reverse_in_block)
+    k = cuda_kernel(reverse_in_block, cubins=True)
     a = RNG.standard_normal((5, 32), dtype=np.float32)
     src = k.source.replace("__syncthreads();", "/* removed */")
     results = [emulate_source(k, src, a, order=o, seed=3) for o in ORDERS]
@@ -214,7 +222,7 @@ def test_emulator_catches_a_removed_barrier():
 @needs_cxx
 def test_emulator_reports_a_barrier_not_reached_by_all_threads():
     from codegen.cuda.emulator import EmulatorError
-    k = cuda_kernel(reverse_in_block)
+    k = cuda_kernel(reverse_in_block, cubins=True)
     bad = k.source.replace("__syncthreads();", "if (threadIdx.x < 7) __syncthreads();")
     with pytest.raises(EmulatorError, match="barrier was not reached"):
         emulate_source(k, bad, RNG.standard_normal((2, 32), dtype=np.float32))
@@ -231,7 +239,7 @@ def test_emulated_gemm_matches_numpy():
 
 @needs_nvcc
 def test_cubins_and_resources():
-    k = cuda_kernel(reverse_in_block)
+    k = cuda_kernel(reverse_in_block, cubins=True)
     assert set(k.cubins) == {"sm_80", "sm_90"}
     for arch, res in k.resources.items():
         r = res["rev_k0"]
@@ -268,7 +276,7 @@ def test_launch_without_driver_is_one_clear_error(device):
         pass
     else:
         pytest.skip("a CUDA driver is present")
-    k = cuda_kernel(reverse_in_block)
+    k = cuda_kernel(reverse_in_block, cubins=True)
     arg = _FakeDeviceArray((2, 32)) if device else RNG.standard_normal((2, 32), dtype=np.float32)
     with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
         k(arg)
@@ -300,7 +308,7 @@ def test_cache_shared_gemm_barriers_cpu_and_emulated():
     np.testing.assert_allclose(gemm_shared().compile()(a, b), a @ b, rtol=1e-4, atol=1e-4)
     if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         pytest.skip("no C++ compiler for the CUDA emulator")
-    k = cuda_kernel(gemm_shared)
+    k = cuda_kernel(gemm_shared, cubins=True)
     assert "__shared__ float A_shared_tile[256];" in k.source
     for order in ORDERS:
         np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, rtol=1e-4, atol=1e-4)
@@ -312,7 +320,7 @@ def test_cache_shared_gemm_barriers_cpu_and_emulated():
 @needs_cxx
 @pytest.mark.parametrize("which", [0, 1])
 def test_emulator_catches_each_removed_gemm_barrier(which):
-    k = cuda_kernel(gemm_shared)
+    k = cuda_kernel(gemm_shared, cubins=True)
     parts = k.source.split("__syncthreads();")
     assert len(parts) == 3
     src = parts[0] + ("/* removed */" if which == 0 else "__syncthreads();") + parts[1] \
@@ -416,7 +424,7 @@ def test_lstm_wavefront_one_launch_per_antidiagonal():
     args = lstm.random_inputs(layers=3, T=5, B=2, H=8)
     want = lstm.reference(*args)
     np.testing.assert_allclose(lstm.run(lstm_gpu().compile(), *args), want, atol=1e-5)
-    k = cuda_kernel(lstm_gpu)
+    k = cuda_kernel(lstm_gpu, cubins=True)
     host = [s for s in k.launch_plan.steps if not hasattr(s, "block")]
     assert len(host) == 1 and host[0].var == "t"          # the anti-diagonals, on the host
     step = host[0].steps[0]
