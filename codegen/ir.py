@@ -38,6 +38,9 @@ UNARY_OPS = ("neg", "not")
 MATH_FUNCS = ("exp", "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil")
 
 LOOP_KINDS = ("serial", "parallel", "vector", "unrolled", "gpu_block", "gpu_thread")
+GPU_KINDS = ("gpu_block", "gpu_thread")   # attrs["axis"]: "x" | "y" | "z"
+GPU_AXES = ("x", "y", "z")
+MEMORY_SCOPES = ("global", "shared")      # where an Allocate lives (shared: one per GPU block)
 
 
 def is_float(dtype: str) -> bool:
@@ -153,6 +156,14 @@ class Allocate(Stmt):
     shape: tuple
     body: Stmt
     zero_init: bool = False
+    scope: str = "global"     # "shared": one copy per GPU block (``__shared__``)
+
+
+@dataclass(eq=False)
+class Barrier(Stmt):
+    """Every thread of a GPU block waits here until all have arrived, and
+    their memory writes before it are visible after it (``__syncthreads``).
+    Placed only under block-uniform control flow.  A no-op on the CPU."""
 
 
 @dataclass(eq=False)
@@ -206,8 +217,9 @@ def binary(op: str, a: Expr, b: Expr) -> Expr:
 
 def check_loop(s: "For", backend: str) -> int:
     """Validates a loop for ``backend`` ("C backend", "LLVM backend"); returns its step."""
-    if s.kind in ("gpu_block", "gpu_thread"):
-        raise NotImplementedError(f"{backend}: gpu loops")
+    if s.kind in GPU_KINDS:
+        raise NotImplementedError(f"{backend}: gpu loops; run the function through "
+                                  "ir.for_cpu first (compile() does for CPU targets)")
     if s.kind not in LOOP_KINDS:
         raise ValueError(f"{backend}: unknown loop kind {s.kind!r}")
     step = int(s.step)
@@ -334,7 +346,23 @@ def rebuild(s: Stmt, f, hi=None) -> Stmt:
     if isinstance(s, Block):
         return Block([f(x) for x in s.stmts])
     if isinstance(s, Allocate):
-        return Allocate(s.array, s.dtype, s.shape, f(s.body), s.zero_init)
+        return Allocate(s.array, s.dtype, s.shape, f(s.body), s.zero_init, s.scope)
+    return s
+
+
+def for_cpu(s: Stmt) -> Stmt:
+    """``s`` run on a CPU: GPU block and thread loops become serial loops (in
+    the order of their iterations) and barriers vanish (one CPU thread runs
+    the threads of a block one after another, each to completion: a schedule
+    whose legality check placed the barriers gives the same results)."""
+    if isinstance(s, Barrier):
+        return Block([])
+    s = rebuild(s, for_cpu)
+    if isinstance(s, For) and s.kind in GPU_KINDS:
+        attrs = {k: v for k, v in s.attrs.items() if k not in ("axis", "extent")}
+        return For(s.var, s.lo, s.hi, s.body, kind="serial", step=s.step, attrs=attrs)
+    if isinstance(s, Allocate) and s.scope != "global":
+        return Allocate(s.array, s.dtype, s.shape, s.body, s.zero_init)
     return s
 
 

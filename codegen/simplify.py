@@ -242,7 +242,7 @@ class _Simplifier:
         if isinstance(s, ir.Block):
             return ir.Block([self.stmt(x) for x in s.stmts])
         if isinstance(s, ir.Allocate):
-            return ir.Allocate(s.array, s.dtype, s.shape, self.stmt(s.body), s.zero_init)
+            return ir.Allocate(s.array, s.dtype, s.shape, self.stmt(s.body), s.zero_init, s.scope)
         if isinstance(s, ir.Store):
             return ir.Store(s.array, tuple(self.expr(i) for i in s.index), self.expr(s.value))
         return s

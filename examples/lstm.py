@@ -6,8 +6,10 @@ import numpy as np
 import tiramisu_py as tp
 
 
-def build():
-    f = tp.Function("lstm", params=["NL", "T", "B", "H"])
+def build(sizes=None):
+    """``sizes``: {"NL": .., "T": .., "B": .., "H": ..} to fix them (constants
+    in the generated code; the GPU schedule needs constant thread extents)."""
+    f = tp.Function("lstm", params=sizes or ["NL", "T", "B", "H"])
     l, t = f.var("l", 0, "NL"), f.var("t", 0, "T")
     b, i = f.var("b", 0, "B"), f.var("i", 0, "H")
     g, k = f.var("g", 0, "4 * H"), f.var("k", 0, "H")
@@ -46,6 +48,25 @@ def wavefront(f):
         s.skew("l", "t", 1)
         s.interchange("l", "t")
         s.parallelize("l")
+    return f
+
+
+def wavefront_gpu(f):
+    """The wavefront on a GPU: one launch per anti-diagonal (the skewed time
+    loop stays on the host), its layers on blocks, batch x gates (or batch x
+    hidden) on threads.  The barrier between the gate sums and the cell
+    update is placed by the GPU legality check.  Needs fixed sizes
+    (``build(sizes)``)."""
+    for s in f.statements:
+        loops = [v.name for v in s.vars]
+        if loops[:2] == ["l", "t"]:
+            s.skew("l", "t", 1)
+            s.interchange("l", "t")
+            s.bind("l", "block.x")
+        else:                                   # copy_x (t, b, i), inits (l, b, i)
+            s.bind(loops[0], "block.x")
+        s.bind("b", "thread.y")
+        s.bind("g" if "g" in loops else "i", "thread.x")
     return f
 
 

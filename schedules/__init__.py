@@ -11,6 +11,8 @@ the public language and scheduling API (no hand-written C).
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
+``schedules.gemm_cuda_function(n, m, k)`` is GEMM scheduled for CUDA
+(shared-memory tiles; ``.compile(target="cuda")``).
 """
 from .gemm import GemmParams, batched_gemm, gemm
 from .gemm import default_params as gemm_params
@@ -18,8 +20,9 @@ from .gemm import function as gemm_function
 from .conv_ops import CONV_ALGOS, FUSED_ALGOS, conv2d, conv2d_function, conv_relu_maxpool
 from .fused import function as conv_relu_maxpool_function
 from .host import host
+from .gpu_gemm import function as gemm_cuda_function
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
-           "host"]
+           "host", "gemm_cuda_function"]

@@ -11,7 +11,7 @@ from codegen import ir
 from codegen.accumulate import accumulate_locally
 from codegen.simplify import simplify_indices, version_full_tiles
 
-from . import legality, warm
+from . import gpu, legality, warm
 from .checks import BoundsChecker
 from .dataflow import needs_zero
 from .legality import Dependences
@@ -22,7 +22,7 @@ from .lower import AstLowering, ExprLowering
 from .poly import PolyModel
 from .schedule import replay
 
-TARGETS = ("cpu", "c", "llvm")     # "cpu" is the C backend
+TARGETS = ("cpu", "c", "llvm", "cuda")     # "cpu" is the C backend
 
 
 def analyse(f):
@@ -68,7 +68,7 @@ def compile_function(f, target="cpu", **options):
     if options:
         raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
     try:
-        k = warm.key(f, target) if warm.ENABLED else None
+        k = warm.key(f, target) if warm.ENABLED and target != "cuda" else None  # CPU kernels only
         kernel = warm.load(k, f) if k is not None else None
         if kernel is None:
             kernel = _compile(f, target)
@@ -93,13 +93,14 @@ def _compile(f, target):
     checker.prove_all()
     deps = Dependences(model)
     state = legality.check(model, deps, f._commands)
+    plan = gpu.plan(model, deps, state, f._commands)
     zeroed = {b.name for b in temps if needs_zero(model, b, output=False)}
     zeroed |= {b.name for b in outputs if needs_zero(model, b, output=True)}
     t1 = time.perf_counter()
     _progress(f, t0, {"analysis": t1 - t0}, "ast")
 
     reserved = (set(f._names) - {v.name for v in f.vars}) | {b.name for b in inputs + outputs + temps}
-    body = AstLowering(model, state, reserved).run()
+    body = AstLowering(model, state, reserved, gpu=plan).run()
     t2 = time.perf_counter()
     _progress(f, t0, {"analysis": t1 - t0, "ast": t2 - t1}, "backend")
     ex = ExprLowering(f.fixed)
@@ -107,13 +108,20 @@ def _compile(f, target):
     body, private = _privatise(body, allocs, zeroed)
     for b in reversed(temps):
         if b.name not in private:
-            body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=b.name in zeroed)
+            body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=b.name in zeroed,
+                               scope=getattr(b, "memory", "global"))
     arrays = [ir.ArrayArg(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
                           writable=b.kind != "input") for b in inputs + outputs]
     lowered = ir.LoweredFunction(
         name=f.name,
         scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
         arrays=arrays, body=body, constants=dict(f.fixed))
+    if target == "cuda":
+        from .cuda_kernel import compile_cuda
+        return compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed,
+                            model, state, t0, (t1 - t0, t2 - t1))
+    if plan is not None:
+        lowered.body = ir.for_cpu(lowered.body)   # blocks and threads as serial loops
     accumulate_locally(version_full_tiles(simplify_indices(lowered)))
     compiled = codegen.compile_llvm(lowered) if target == "llvm" else codegen.compile_c(lowered)
     t3 = time.perf_counter()

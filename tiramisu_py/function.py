@@ -196,7 +196,9 @@ class Computation(Statement):
         for e in index:
             self._check_expr(e, "store_in index")
             self._check_loops(e, "store_in index")
-        self.buffer, self.store_index = buffer, index
+        # explicit from now on (a compile or analysis before this call may have
+        # given it a default buffer, which the next compile would reset)
+        self.buffer, self.store_index, self._auto_buffer = buffer, index, False
         return self
 
     @property

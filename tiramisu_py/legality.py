@@ -185,6 +185,8 @@ def check(model, deps, commands):
                 raise IllegalScheduleError(
                     f"{commands[tag.command].text}: loop {loop!r} of {stmt} no longer exists "
                     "after later commands" + _given(commands[tag.command]))
+            if tag.kind in ("gpu_block", "gpu_thread"):
+                continue                     # tiramisu_py.gpu checks the mapping
             carried = carried_by(model, deps, state, stmt, loop)
             tag.private = []
             while tag.kind == "parallel" and carried is not None \

@@ -114,7 +114,9 @@ def cast(x: ir.Expr, t: T.DType) -> ir.Expr:
 
 # ----------------------------------------------------------------- the AST
 class AstLowering:
-    def __init__(self, model, state, reserved_names):
+    def __init__(self, model, state, reserved_names, gpu=None):
+        self.gpu = gpu                  # tiramisu_py.gpu.GpuPlan: barriers, thread ranges
+        self.dims = []                  # schedule positions of the enclosing loops
         self.model = model
         self.state = state
         self.ex = ExprLowering(model.f.fixed)
@@ -140,9 +142,11 @@ class AstLowering:
             els = self.node(n.if_get_else_node(), scope, loops) if n.if_has_else_node() else None
             return ir.If(cond, then, els)
         if t == isl.ast_node_type.block:
-            kids = n.block_get_children()
-            return ir.Block([self.node(kids.get_at(i), scope, loops)
-                             for i in range(kids.n_ast_node())])
+            kids = _block_children(n)
+            out = [self.node(k, scope, loops) for k in kids]
+            if self.gpu is not None and self.gpu.seq_barriers:
+                out = self.sequence_barriers(kids, out)
+            return ir.Block(out)
         if t == isl.ast_node_type.user:
             return self.user(n, scope)
         if t == isl.ast_node_type.mark:
@@ -167,8 +171,12 @@ class AstLowering:
         step = n.for_get_inc().get_val().to_python()
         inner = dict(scope)
         inner[it] = name
+        self.dims.append(dim)
         body = self.node(n.for_get_body(), inner, loops + [name])
+        self.dims.pop()
         kind, attrs = self.loop_kind(stmts, dim)
+        if self.gpu is not None and any((x, dim) in self.gpu.loop_barriers for x in stmts):
+            body = ir.Block([body, ir.Barrier()])     # threads of a block meet per iteration
         return ir.For(name, lo, hi, body, kind=kind, step=step, attrs=attrs)
 
     def loop_kind(self, stmts, dim):
@@ -196,7 +204,38 @@ class AstLowering:
                 attrs["vector_width"] = tag.arg
             elif tag.kind == "unrolled":
                 attrs["unroll"] = tag.arg
+            elif tag.kind in ir.GPU_KINDS:
+                attrs["axis"] = tag.arg
+                if tag.kind == "gpu_thread":      # value = threadIdx + min, < min + extent
+                    lo, hi = self.gpu.kernel_of(stmt_name).thread_range[tag.arg]
+                    attrs["min"], attrs["extent"] = lo, hi - lo + 1
         return kind, attrs
+
+    def sequence_barriers(self, kids, out):
+        """Barriers between the children of a sequence at the schedule position
+        the plan names: one before a child that reads (or overwrites) what an
+        earlier child wrote in another thread, unless one already separates
+        them (fewest barriers: intervals by their right end)."""
+        q = self.dims[-1] + 1 if self.dims else 0
+        leaves = [set(self.leaves(k)) for k in kids]
+        need = []
+        for s, t, pos in self.gpu.seq_barriers:
+            if pos != q:
+                continue
+            i = next((k for k, lv in enumerate(leaves) if s in lv), None)
+            j = next((k for k, lv in enumerate(leaves) if t in lv), None)
+            if i is not None and j is not None and i < j:
+                need.append((j, i))
+        before = set()
+        for j, i in sorted(need):
+            if not any(i < b <= j for b in before):
+                before.add(j)
+        res = []
+        for k, x in enumerate(out):
+            if k in before:
+                res.append(ir.Barrier())
+            res.append(x)
+        return res
 
     def loop_name(self, stmts, dim, scope):
         names = []
@@ -315,6 +354,17 @@ class AstLowering:
                         f"({'; '.join(self.model.f.schedule_commands()) or 'program order'}) "
                         "moves it inside") from None
         return self.ex.index(ld, env)
+
+
+def _block_children(n):
+    """The children of an isl block node, nested blocks (isl nests a long
+    sequence as blocks of two) flattened: one sequence level."""
+    kids = n.block_get_children()
+    out = []
+    for i in range(kids.n_ast_node()):
+        k = kids.get_at(i)
+        out += _block_children(k) if k.get_type() == isl.ast_node_type.block else [k]
+    return out
 
 
 def _vars_in(e):

@@ -189,7 +189,16 @@ def _tag(state, s, c, index, loop, kind, arg):
     s.find(loop, c.text, c.stmt)
     if kind == "unrolled":
         _check_unroll(s, loop, arg, c.text)
+    if kind in ("gpu_block", "gpu_thread"):
+        _check_bind(s, loop, kind, arg, c.text)
     s.tags[loop] = Tag(kind, arg, index)
+
+
+def _check_bind(s, loop, kind, axis, text):
+    for other, t in s.tags.items():
+        if other != loop and t.kind == kind and t.arg == axis and other in {lp.name for lp in s.loops}:
+            raise ValueError(f"{text}: loop {other!r} of this statement is already bound to "
+                             f"{kind[4:]}.{axis}")
 
 
 def _check_unroll(s, loop, factor, text):
@@ -496,6 +505,41 @@ class Schedulable:
                              text=f"{self.name}.unroll({n}, {factor})")
 
     @provenance.command
+    def bind(self, loop, to):
+        """Maps ``loop`` to a GPU grid or block index: ``to`` is "block.x",
+        "block.y", "block.z", "thread.x", "thread.y" or "thread.z".  Block
+        loops are the outermost and carry no dependence; a dependence between
+        threads of one block gets a barrier where it is carried (a serial loop
+        or a sequence outside the thread loops), and is refused inside the
+        thread loops (:mod:`tiramisu_py.gpu`, checked by ``compile()``)."""
+        n = loop_name(loop)
+        text = f"{self.name}.bind({n}, {to!r})"
+        level, _, axis = to.partition(".") if isinstance(to, str) else ("", "", "")
+        if level not in ("block", "thread") or axis not in ("x", "y", "z"):
+            raise ValueError(f"{text}: to must be one of 'block.x', 'block.y', 'block.z', "
+                             f"'thread.x', 'thread.y', 'thread.z', not {to!r}")
+        return self._command("tag", n, "gpu_" + level, axis, text=text)
+
+    @provenance.command
+    def gpu_tile(self, i, j, ti, tj, names=None):
+        """``tile(i, j, ti, tj)`` and maps the tile loops to the GPU: ``i0`` to
+        block.y, ``j0`` to block.x, ``i1`` to thread.y, ``j1`` to thread.x
+        (the inner loop ``j`` on x, for coalesced accesses).  A block has
+        ``ti * tj`` threads (at most 1024)."""
+        a, b = loop_name(i), loop_name(j)
+        for f in (ti, tj):
+            if not isinstance(f, int) or isinstance(f, bool) or f < 1:
+                raise ValueError(f"{self.name}.gpu_tile({a}, {b}, {ti}, {tj}): the tile sizes "
+                                 "must be positive ints")
+        if ti * tj > 1024:
+            raise ValueError(f"{self.name}.gpu_tile({a}, {b}, {ti}, {tj}): {ti} x {tj} = "
+                             f"{ti * tj} threads per block, beyond the limit of 1024")
+        self.tile(a, b, ti, tj, names=names)
+        (i0, i1), (j0, j1) = names if names is not None else ((a + "0", a + "1"), (b + "0", b + "1"))
+        self.bind(i0, "block.y").bind(j0, "block.x")
+        return self.bind(i1, "thread.y").bind(j1, "thread.x")
+
+    @provenance.command
     def accumulate_locally(self, loop, allow_reassociation=False):
         """Accumulates this reduction over ``loop`` (and the loops inside it) in
         a small local tile that starts at the reduction's identity, one slot
@@ -583,6 +627,21 @@ class Schedulable:
         self.value = _redirect(self.value, source, copy_)
         copy_.compute_at(self, loop)
         return copy_
+
+    @provenance.command
+    def cache_shared(self, source, loop, name=None):
+        """A :meth:`cache_at` into GPU shared memory: the part of ``source``
+        one iteration of ``loop`` reads is copied, cooperatively by the
+        block's threads, into a ``__shared__`` tile shaped like that
+        footprint's bounding box (computed exactly with isl) and indexed
+        ``v % extent``; this statement then reads the tile.  ``loop`` is a
+        block or a block-level serial loop of this statement, whose thread
+        loops (bound before this call) give the copy's threads.  The
+        barriers the copy needs (after it; before the next copy overwrites
+        the tile) are placed by the GPU legality check, and the tiles of a
+        block must fit in shared memory (checked by ``compile``)."""
+        from . import gpu
+        return gpu.cache_shared(self, source, loop_name(loop), name)
 
     @provenance.command
     def then(self, other, loop=None):

@@ -1,0 +1,382 @@
+"""The CUDA C printer: a GPU-mapped :class:`ir.LoweredFunction` as CUDA
+kernels plus the host-side launch sequence (:class:`LaunchPlan`).
+
+The function body's top level is a sequence of kernels: each is a
+``gpu_block`` loop nest (possibly under a guard on the params).  Temporaries
+allocated around the kernels live in global memory: the host allocates them
+and passes them to every kernel (blocks communicate only across launches, in
+order).  Inside a kernel:
+
+* a ``gpu_block`` loop ``for (i0 = lo; i0 < hi; i0++)`` is
+  ``i0 = lo + blockIdx.<axis>; if (i0 < hi)``; the grid extent ``hi - lo``
+  must depend on the params only (a rectangular grid);
+* a ``gpu_thread`` loop (``attrs``: axis, min, extent) is
+  ``i1 = min + threadIdx.<axis>; if (lo <= i1 && i1 < hi)``; the block has,
+  per axis, the largest extent of its thread loops;
+* a store under no thread loop of an axis the block uses runs in thread 0 of
+  that axis only (``if (threadIdx.y == 0)``), so that block-level statements
+  are not repeated by every thread;
+* ``Barrier`` is ``__syncthreads()``; a ``shared`` Allocate is a static
+  ``__shared__`` array (constant shape), any other Allocate in a kernel is a
+  per-thread local array (constant shape);
+* arrays are flat pointers indexed row-major (``A[i * K + k]``).
+
+The printed subset is what the CPU emulator (:mod:`codegen.cuda.emulator`)
+covers: ``__global__`` functions, ``blockIdx``/``threadIdx``/``blockDim``,
+static ``__shared__`` arrays declared in the kernel, ``__syncthreads()``,
+``<cmath>`` float functions, 64-bit integer index arithmetic, no warp
+intrinsics, atomics, dynamic shared memory, ``__device__`` globals or
+cooperative groups.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..c_backend import (CTYPES, _ELSIZE, _Emitter, _check_name, _const_eval, _helper_source,
+                         _renamed, c_names, P_ADD, P_REL)
+
+MAX_SHARED_BYTES = 48 * 1024          # static shared memory per block (no opt-in)
+MAX_THREADS = 1024
+
+
+class CudaPrintError(ValueError):
+    """A loop IR the CUDA printer cannot express (a mapping the legality check
+    does not rule out, e.g. a grid that is not rectangular)."""
+
+
+@dataclass
+class KernelLaunch:
+    name: str                     # the __global__ symbol
+    grid: tuple                   # ir.Expr per axis x, y, z (over params and host loops)
+    block: tuple                  # ints: threads per axis x, y, z
+    shared_bytes: int = 0         # static __shared__ bytes per block
+    guard: object = None          # ir.Expr over params: launch only if true (None: always)
+    host_vars: tuple = ()         # enclosing host loops, passed after the scalars
+
+
+@dataclass
+class HostLoop:
+    """``for (var = lo; var < hi; var++)`` on the host around launches (e.g.
+    time steps, wavefront anti-diagonals): one launch per iteration."""
+    var: str
+    lo: object
+    hi: object
+    steps: list
+    guard: object = None
+
+
+@dataclass
+class LaunchPlan:
+    """The host side: allocate the temporaries, launch the kernels in order.
+    Every kernel takes every scalar, then every array, then every temporary."""
+    function: str
+    scalars: list                 # ir.ScalarArg
+    arrays: list                  # ir.ArrayArg
+    temps: list                   # (name, dtype, shape exprs, zero_init)
+    kernels: list = field(default_factory=list)   # KernelLaunch, in source order
+    constants: dict = field(default_factory=dict)
+    steps: list = field(default_factory=list)     # KernelLaunch | HostLoop, run in order
+
+    def temp_sizes(self, values):
+        """[(name, dtype, elements (at least 1), zero_init)] of the global
+        temporaries for the params ``values``."""
+        out = []
+        for name, dtype, shape, zero in self.temps:
+            n = 1
+            for d in shape:
+                n *= max(0, evaluate(d, values))
+            out.append((name, dtype, max(n, 1), zero))
+        return out
+
+    def launches(self, values):
+        """Yields (KernelLaunch, values with the host loops' iterators) in
+        launch order for the params ``values``."""
+        yield from _walk(self.steps, dict(values))
+
+
+def _walk(steps, values):
+    for st in steps:
+        if st.guard is not None and not evaluate(st.guard, values):
+            continue
+        if isinstance(st, HostLoop):
+            for v in range(evaluate(st.lo, values), evaluate(st.hi, values)):
+                yield from _walk(st.steps, dict(values, **{st.var: v}))
+        else:
+            yield st, values
+
+
+def evaluate(e, values: dict) -> int:
+    """An integer IR expression over the params, evaluated on the host."""
+    if isinstance(e, ir.Const):
+        return int(e.value) if not isinstance(e.value, bool) else bool(e.value)
+    if isinstance(e, ir.Var):
+        if e.name not in values:
+            raise CudaPrintError(f"CUDA launch: {e.name!r} is not a param")
+        return values[e.name]
+    if isinstance(e, ir.Cast):
+        return evaluate(e.a, values)
+    if isinstance(e, ir.Unary):
+        v = evaluate(e.a, values)
+        return -v if e.op == "neg" else (not v)
+    if isinstance(e, ir.Select):
+        return evaluate(e.a, values) if evaluate(e.cond, values) else evaluate(e.b, values)
+    if isinstance(e, ir.Binary):
+        a, b = evaluate(e.a, values), evaluate(e.b, values)
+        op = e.op
+        if op in ("div", "mod") and b != 0:
+            q = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)
+            return q if op == "div" else a - q * b
+        table = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                 "floordiv": lambda: a // b if b else 0, "floormod": lambda: a % b if b else 0,
+                 "div": lambda: 0, "mod": lambda: 0,
+                 "min": lambda: min(a, b), "max": lambda: max(a, b), "lt": lambda: a < b,
+                 "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b,
+                 "eq": lambda: a == b, "ne": lambda: a != b, "and": lambda: a and b,
+                 "or": lambda: a or b}
+        return table[op]()
+    raise CudaPrintError(f"CUDA launch: cannot evaluate {e!r} on the host")
+
+
+class _CudaEmitter(_Emitter):
+    def __init__(self, fn, shapes):
+        super().__init__(fn)
+        self.shapes = shapes          # array -> shape exprs
+        self.axes = set()             # thread axes bound around the current statement
+        self.block_axes = {}          # axis -> threads (this kernel)
+        self.grid = {}                # axis -> (lo, hi) of the block loop
+        self.shared = 0
+        self.locals_ = set()
+
+    def access(self, array, index):
+        if len(index) == 0:
+            return f"{array}[0]"
+        shape = self.shapes[array]
+        flat = index[0]
+        for d, i in zip(shape[1:], index[1:]):
+            flat = ir.Binary("add", ir.Binary("mul", flat, d, "int64"), i, "int64")
+        return f"{array}[{self.expr(flat)}]"
+
+    def stmt(self, s, ind):
+        if isinstance(s, ir.Barrier):
+            self.out(ind, "__syncthreads();")
+        elif isinstance(s, ir.Store):
+            guard = [f"threadIdx.{a} == 0" for a in sorted(self.block_axes)
+                     if a not in self.axes and self.block_axes[a] > 1]
+            line = f"{self.access(s.array, s.index)} = {self.expr(s.value)};"
+            if guard:
+                self.out(ind, f"if ({' && '.join(guard)}) {line}")
+            else:
+                self.out(ind, line)
+        else:
+            super().stmt(s, ind)
+
+    def loop(self, s, ind):
+        _check_name(s.var, "loop")
+        if s.kind == "gpu_block":
+            ax = s.attrs["axis"]
+            if ax in self.grid:
+                raise CudaPrintError(f"CUDA printer: two block loops on axis {ax} in one kernel")
+            self.grid[ax] = (s.lo, s.hi)
+            self.out(ind, f"{{  /* block loop {s.var}: blockIdx.{ax} */")
+            base = "" if _is_zero(s.lo) else f"{self._wrap(s.lo, P_ADD)} + "
+            self.out(ind + 1, f"const int64_t {s.var} = {base}(int64_t)blockIdx.{ax};")
+            self.out(ind + 1, f"if ({s.var} < {self._wrap(s.hi, P_REL + 1)}) {{")
+            self.body(s.body, ind + 2)
+            self.out(ind + 1, "}")
+            self.out(ind, "}")
+            return
+        if s.kind == "gpu_thread":
+            ax, lo0, ext = s.attrs["axis"], int(s.attrs["min"]), int(s.attrs["extent"])
+            if int(s.step) != 1:
+                raise CudaPrintError(f"CUDA printer: thread loop {s.var} has step {s.step}")
+            self.block_axes[ax] = max(self.block_axes.get(ax, 1), ext)
+            self.out(ind, f"{{  /* thread loop {s.var}: threadIdx.{ax} */")
+            base = f"{lo0} + " if lo0 else ""
+            self.out(ind + 1, f"const int64_t {s.var} = {base}(int64_t)threadIdx.{ax};")
+            low = "" if isinstance(s.lo, ir.Const) and int(s.lo.value) == lo0 \
+                else f"{self._wrap(s.lo, P_REL + 1)} <= {s.var} && "
+            self.out(ind + 1, f"if ({low}{s.var} < {self._wrap(s.hi, P_REL + 1)}) {{")
+            saved = set(self.axes)
+            self.axes.add(ax)
+            self.body(s.body, ind + 2)
+            self.axes = saved
+            self.out(ind + 1, "}")
+            self.out(ind, "}")
+            return
+        step = ir.check_loop(s, "CUDA printer")
+        if s.kind == "unrolled":
+            self.out(ind, f"#pragma unroll {int(s.attrs.get('unroll', 4))}")
+        elif s.kind in ("parallel", "vector"):
+            self.out(ind, f"/* {s.kind} loop {s.var} runs serially in each thread */")
+        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
+        self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
+                      f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        self.body(s.body, ind + 1)
+        self.out(ind, "}")
+
+    def allocate(self, s, ind):
+        _check_name(s.array, "Allocate")
+        dims = [_const_eval(d, self.fn.constants) for d in s.shape]
+        if None in dims:
+            raise CudaPrintError(f"CUDA printer: temporary {s.array!r} inside a kernel needs a "
+                                 "constant shape")
+        n = max(1, math.prod(dims))
+        t = CTYPES[s.dtype]
+        self.shapes[s.array] = tuple(ir.const(d) for d in dims)
+        if s.scope == "shared":
+            self.shared += n * _ELSIZE[s.dtype]
+            self.out(ind, f"__shared__ {t} {s.array}[{n}];")
+        else:
+            self.out(ind, f"{t} {s.array}[{n}];")
+        if s.zero_init:
+            self.out(ind, f"for (int tp_z = 0; tp_z < {n}; tp_z++) {s.array}[tp_z] = 0;")
+        self.body(s.body, ind)
+
+
+def _is_zero(e):
+    return isinstance(e, ir.Const) and int(e.value) == 0
+
+
+def _kernels(s, guards, out, host=()):
+    """Collects the top-level structure: kernels (a block loop) as (guards,
+    host loop vars, loop), and serial loops around them as HostLoop steps."""
+    if isinstance(s, ir.Block):
+        for x in s.stmts:
+            _kernels(x, guards, out, host)
+    elif isinstance(s, ir.If) and s.else_ is None:
+        _kernels(s.then, guards + [s.cond], out, host)
+    elif isinstance(s, ir.For) and s.kind == "gpu_block":
+        out.append((guards, host, s))
+    elif isinstance(s, ir.For) and s.kind == "serial" and int(s.step) == 1:
+        _check_name(s.var, "loop")
+        inner = []
+        _kernels(s.body, [], inner, host + (s.var,))
+        out.append(HostLoop(s.var, s.lo, s.hi, inner, _conj(guards)))
+    elif isinstance(s, ir.Let):
+        raise CudaPrintError("CUDA printer: a value computed outside the kernels")
+    else:
+        what = f"loop {s.var!r}" if isinstance(s, ir.For) else type(s).__name__
+        raise CudaPrintError(f"CUDA printer: {what} runs outside any GPU kernel; bind the "
+                             "outermost loop of every statement to a block (bind / gpu_tile)")
+
+
+def _conj(guards):
+    cond = None
+    for g in guards:
+        cond = g if cond is None else ir.Binary("and", cond, g, "bool")
+    return cond
+
+
+def emit_cuda(fn: ir.LoweredFunction) -> tuple:
+    """(CUDA source, :class:`LaunchPlan`) of a GPU-mapped function."""
+    fn = _renamed(fn, c_names(fn))
+    body, temps, shared = fn.body, [], {}
+    while isinstance(body, ir.Allocate):
+        if body.scope == "shared":          # one per block: declared in the kernels using it
+            shared[body.array] = body
+        else:
+            temps.append((body.array, body.dtype, body.shape, body.zero_init))
+        body = body.body
+    plan = LaunchPlan(fn.name, list(fn.scalars), list(fn.arrays), temps,
+                      constants=dict(fn.constants))
+    found = []
+    _kernels(body, [], found)
+    shapes = {a.name: a.shape for a in fn.arrays}
+    shapes.update({t[0]: t[2] for t in temps})
+    known = set(fn.constants) | {sc.name for sc in fn.scalars}
+    kernels, helpers = [], {}
+
+    def kernel(guards, host, loop):
+        k = len(plan.kernels)
+        em = _CudaEmitter(fn, dict(shapes))
+        used = {x.array for x in ir.walk_stmts(loop) if isinstance(x, ir.Store)}
+        used |= {e.array for x in ir.walk_stmts(loop) for r in ir.stmt_exprs(x)
+                 for e in ir.walk_exprs(r) if isinstance(e, ir.Load)}
+        for name in sorted(used & set(shared)):
+            a = shared[name]
+            em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
+                                    "shared"), 1)
+        em.loop(loop, 1)
+        helpers.update(em.helpers)
+        grid = []
+        for ax in ir.GPU_AXES:
+            if ax not in em.grid:
+                grid.append(ir.const(1))
+                continue
+            lo, hi = em.grid[ax]
+            ext = hi if _is_zero(lo) else ir.Binary("sub", hi, lo, "int64")
+            free = ir.free_vars(ext)
+            if not free <= known | set(host):
+                raise CudaPrintError(
+                    f"CUDA printer: the extent of block loop on axis {ax} depends on "
+                    f"{', '.join(sorted(free - known - set(host)))}: the grid must be "
+                    "rectangular (bounds over the params and host loops only)")
+            grid.append(ext)
+        block = tuple(em.block_axes.get(ax, 1) for ax in ir.GPU_AXES)
+        nthreads = math.prod(block)
+        if nthreads > MAX_THREADS:
+            raise CudaPrintError(f"CUDA printer: {nthreads} threads per block, beyond "
+                                 f"{MAX_THREADS}")
+        if em.shared > MAX_SHARED_BYTES:
+            raise CudaPrintError(f"CUDA printer: kernel {k} uses {em.shared} bytes of shared "
+                                 f"memory, beyond {MAX_SHARED_BYTES}")
+        name = f"{fn.name}_k{k}"
+        ps = _params(fn, temps, host)
+        kernels.append(f'extern "C" __global__ void __launch_bounds__({nthreads})\n'
+                       f"{name}({', '.join(ps)})\n{{\n" + "\n".join(consts + em.lines) + "\n}\n")
+        kl = KernelLaunch(name, tuple(grid), block, em.shared, _conj(guards), tuple(host))
+        plan.kernels.append(kl)
+        return kl
+
+    def steps(items):
+        out = []
+        for x in items:
+            if isinstance(x, HostLoop):
+                out.append(HostLoop(x.var, x.lo, x.hi, steps(x.steps), x.guard))
+            else:
+                out.append(kernel(*x))
+        return out
+
+    consts = [f"  const int64_t {n} = {int(v)};" for n, v in fn.constants.items()]
+    plan.steps = steps(found)
+    head = ["/* generated by tiramisu_py codegen.cuda */",
+            "#ifdef TPY_EMULATE",
+            '#include "tpy_emu.h"',
+            "#else",
+            "#include <stdint.h>",
+            "#endif", ""]
+    for h in sorted(helpers):
+        head.append(_helper_source(h).replace("static inline", "static __device__ inline")
+                    .replace("#pragma omp", "// #pragma omp"))
+    if helpers:
+        head.append("")
+    emu = ["#ifdef TPY_EMULATE"]
+    for kl in plan.kernels:
+        ps = _params(fn, temps, kl.host_vars)
+        args = [p.rsplit(" ", 1)[1] for p in ps]
+        emu.append(f'extern "C" int tpy_emu_{kl.name}(const int64_t *grid, const int64_t *block, '
+                   f"int order, uint64_t seed{''.join(', ' + p for p in ps)}) {{")
+        emu.append(f"  return tpy_emu::launch(grid, block, order, seed, [&]() {{ "
+                   f"{kl.name}({', '.join(args)}); }});")
+        emu.append("}")
+    emu.append("#endif")
+    return "\n".join(head + kernels + emu) + "\n", plan
+
+
+def _params(fn, temps, host):
+    """A kernel's parameters: scalars, host loop iterators, arrays, temporaries."""
+    ps = [f"int64_t {sc.name}" for sc in fn.scalars] + [f"int64_t {v}" for v in host]
+    ps += [f"{'' if a.writable else 'const '}{CTYPES[a.dtype]}* __restrict__ {a.name}"
+           for a in fn.arrays]
+    return ps + [f"{CTYPES[t[1]]}* __restrict__ {t[0]}" for t in temps]
+
+
+def emulator_declarations(plan: LaunchPlan) -> str:
+    """The cffi cdef of the emulator entry points (array pointers as intptr_t)."""
+    arrs = len(plan.arrays) + len(plan.temps)
+    return "\n".join(
+        f"int tpy_emu_{k.name}(const int64_t *, const int64_t *, int, uint64_t"
+        f"{', int64_t' * (len(plan.scalars) + len(k.host_vars))}{', intptr_t' * arrs});"
+        for k in plan.kernels)

@@ -1,0 +1,150 @@
+"""Building the generated CUDA: cubins with ``nvcc`` (ptxas's resource report
+parsed into :class:`Resources`, spills an error) and the CPU emulation
+library with the system C++ compiler.  Both cached on disk like the other
+backends (:mod:`codegen.cache`): a warm process never runs a compiler."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .. import cache, toolchain
+from ..toolchain import CompileError
+
+ARCHS = ("sm_80", "sm_90")
+NVCC_FLAGS = ("-cubin", "-O3", "-Xptxas", "-v,-warn-spills,-Werror")
+EMU_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fwrapv", "-DTPY_EMULATE")
+HEADER = Path(__file__).with_name("tpy_emu.h")
+
+
+@dataclass
+class Resources:
+    """ptxas's report for one kernel on one architecture."""
+    registers: int
+    shared_bytes: int
+    stack_bytes: int
+    spill_stores: int
+    spill_loads: int
+    barriers: int
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+
+
+def parse_ptxas(log: str) -> dict:
+    """{kernel: Resources} from ``ptxas -v`` output."""
+    out, name, frame = {}, None, (0, 0, 0)
+    for line in log.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            name, frame = m.group(1), (0, 0, 0)
+            continue
+        m = _FRAME.search(line)
+        if m and name:
+            frame = tuple(int(x) for x in m.groups())
+            continue
+        m = _USED.search(line)
+        if m and name:
+            out[name] = Resources(int(m.group(1)), int(m.group(3) or 0), frame[0], frame[1],
+                                  frame[2], int(m.group(2) or 0))
+            name = None
+    return out
+
+
+def find_nvcc():
+    return shutil.which("nvcc")
+
+
+def _identity(exe: str) -> str:
+    st = Path(exe).resolve().stat()
+    return f"{Path(exe).resolve()}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def build_cubin(source: str, arch: str) -> tuple:
+    """(cubin bytes, {kernel: Resources}) for ``arch``; cached.  Raises
+    CompileError when nvcc is absent, fails, or ptxas reports a spill."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CompileError("CUDA backend: nvcc is not on PATH; the cubin cannot be built "
+                           "(the emulator and the CPU backends need no CUDA toolkit)")
+    flags = (*NVCC_FLAGS, f"-arch={arch}")
+    key = cache.make_key(source, "nvcc:" + _identity(nvcc), flags)
+    rkey = cache.make_key(source, "ptxas-report:" + _identity(nvcc), flags)
+    directory = cache.cache_dir()
+    cubin, report = cache.lookup_object(key, directory), cache.lookup_object(rkey, directory)
+    if cubin is not None and report is not None:
+        try:
+            return cubin, {k: Resources(**v) for k, v in json.loads(report).items()}
+        except (ValueError, TypeError):
+            pass
+    directory = cache.build_directory(directory)
+    src = cache.temp_path(key, ".cu", directory)
+    out = cache.temp_path(key, ".cubin", directory)
+    try:
+        cache.atomic_write(src, source.encode())
+        cmd = [nvcc, *flags, "-o", str(out), "-x", "cu", str(src)]
+        try:
+            r = toolchain._run(cmd, cwd=str(directory))
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CompileError(f"nvcc could not run: {exc}\ncommand: {shlex.join(cmd)}") from exc
+        log = r.stdout + r.stderr
+        if r.returncode != 0:
+            kept = cache.object_paths(key, directory)[2].with_suffix(".cu")
+            cache.atomic_write(kept, source.encode())
+            raise CompileError(f"nvcc failed (exit {r.returncode}) for {arch} on {kept}\n"
+                               f"command: {shlex.join(cmd)}\n{log.strip()}", kept, log)
+        data = out.read_bytes()
+    finally:
+        cache._unlink(src)
+        cache._unlink(out)
+    res = parse_ptxas(log)
+    cache.install_object(key, data, directory)
+    cache.install_object(rkey, json.dumps({k: asdict(v) for k, v in res.items()}).encode(),
+                         directory)
+    return data, res
+
+
+def find_cxx():
+    for name in ("g++", "c++", "clang++"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def build_emulator(source: str) -> Path:
+    """The shared library of the emulated ``source`` (C++ with tpy_emu.h); cached."""
+    cxx = find_cxx()
+    if cxx is None:
+        raise CompileError("CUDA emulator: no C++ compiler (g++, c++, clang++) on PATH")
+    header = HEADER.read_text()
+    key = cache.make_key(header + "\0" + source, "cxx:" + _identity(cxx), EMU_FLAGS)
+    directory = cache.cache_dir()
+    hit = cache.lookup(key, directory)
+    if hit is not None:
+        return hit
+    directory = cache.build_directory(directory)
+    so, _, c_path = cache.paths(key, directory)
+    cu = c_path.with_suffix(".cu")
+    cache.atomic_write(cu, source.encode())
+    tmp = cache.temp_path(key, ".so", directory)
+    cmd = [cxx, *EMU_FLAGS, f"-I{HEADER.parent}", "-x", "c++", "-o", str(tmp), str(cu)]
+    try:
+        try:
+            r = toolchain._run(cmd, cwd=str(directory))
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CompileError(f"C++ compiler could not run: {exc}\ncommand: {shlex.join(cmd)}",
+                               cu) from exc
+        if r.returncode != 0:
+            raise CompileError(f"C++ compiler failed (exit {r.returncode}) on the emulated "
+                               f"CUDA {cu}\ncommand: {shlex.join(cmd)}\n{r.stderr.strip()}",
+                               cu, r.stderr)
+        return cache.install(key, tmp, directory)
+    finally:
+        cache._unlink(tmp)

@@ -1,0 +1,153 @@
+/* tiramisu_py's CPU emulation of the CUDA subset codegen.cuda prints.
+ *
+ * The generated .cu is compiled as C++17 with -DTPY_EMULATE.  Blocks run one
+ * at a time; each thread of a block is a fiber (ucontext) with its own stack.
+ * A thread runs until it reaches __syncthreads() or returns; then the
+ * scheduler runs the next thread.  One "phase" runs every live thread once,
+ * in forward, reverse or a seeded-shuffled order (a new shuffle per phase).
+ * After each phase every thread must be waiting at the same barrier or have
+ * returned: a barrier that only some threads reach is reported (error 2).
+ * __shared__ arrays are static locals of the kernel: one copy, shared by the
+ * block's threads (blocks run one after another, so one copy suffices; it is
+ * not cleared between blocks, like real shared memory).
+ * Global memory is the host's memory: the kernel writes the caller's arrays.
+ * A race between threads shows up as results that depend on the order.
+ */
+#pragma once
+#include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
+#include <ucontext.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+
+struct tpy_dim3 { unsigned x, y, z; };
+inline tpy_dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace tpy_emu {
+
+enum { FORWARD = 0, REVERSE = 1, SHUFFLE = 2 };
+constexpr size_t STACK_BYTES = 64 * 1024;   /* per thread: kernel locals are small */
+
+struct Fiber {
+  ucontext_t ctx;
+  char *stack;
+  tpy_dim3 tid;
+  bool done;
+  long barriers;
+};
+
+inline ucontext_t scheduler;
+inline Fiber *current = nullptr;
+inline void (*body)(void *) = nullptr;
+inline void *body_arg = nullptr;
+
+inline void trampoline() {
+  body(body_arg);
+  current->done = true;      /* uc_link returns to the scheduler */
+}
+
+inline uint64_t next(uint64_t &s) {   /* splitmix64 */
+  uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+template <class F> void call(void *f) { (*static_cast<F *>(f))(); }
+
+}  // namespace tpy_emu
+
+inline void __syncthreads() {
+  tpy_emu::Fiber *me = tpy_emu::current;
+  me->barriers++;
+  swapcontext(&me->ctx, &tpy_emu::scheduler);
+}
+
+namespace tpy_emu {
+
+/* Runs one kernel on grid x block threads, one block after another; each
+ * thread is a fiber.  Returns 0, or 2 when a barrier was not reached by every
+ * thread of a block, 3 on a bad launch or no memory. */
+inline int run(const int64_t *grid, const int64_t *block, int order, uint64_t seed) {
+  for (int d = 0; d < 3; d++)
+    if (grid[d] < 0 || block[d] < 1) return 3;
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return 0;
+  const int64_t n = block[0] * block[1] * block[2];
+  if (n > 1024) return 3;
+  Fiber *fibers = (Fiber *)calloc(n, sizeof(Fiber));
+  int64_t *idx = (int64_t *)malloc(n * sizeof(int64_t));
+  char *stacks = (char *)malloc(n * STACK_BYTES);
+  int rc = 0;
+  if (!fibers || !idx || !stacks) rc = 3;
+  gridDim = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
+  blockDim = {(unsigned)block[0], (unsigned)block[1], (unsigned)block[2]};
+  for (int64_t b = 0; rc == 0 && b < grid[0] * grid[1] * grid[2]; b++) {
+    blockIdx = {(unsigned)(b % grid[0]), (unsigned)(b / grid[0] % grid[1]),
+                (unsigned)(b / (grid[0] * grid[1]))};
+    for (int64_t t = 0; t < n; t++) {
+      Fiber &f = fibers[t];
+      f.tid = {(unsigned)(t % block[0]), (unsigned)(t / block[0] % block[1]),
+               (unsigned)(t / (block[0] * block[1]))};
+      f.done = false;
+      f.barriers = 0;
+      f.stack = stacks + t * STACK_BYTES;
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack;
+      f.ctx.uc_stack.ss_size = STACK_BYTES;
+      f.ctx.uc_link = &scheduler;
+      makecontext(&f.ctx, (void (*)())trampoline, 0);
+    }
+    for (;;) {
+      int64_t live = 0;
+      for (int64_t t = 0; t < n; t++)
+        if (!fibers[t].done) idx[live++] = t;
+      if (live == 0) break;
+      if (order == REVERSE) {
+        for (int64_t i = 0; i < live / 2; i++) {
+          int64_t x = idx[i]; idx[i] = idx[live - 1 - i]; idx[live - 1 - i] = x;
+        }
+      } else if (order == SHUFFLE) {       /* Fisher-Yates, a new order per phase */
+        for (int64_t i = live - 1; i > 0; i--) {
+          int64_t j = (int64_t)(next(seed) % (uint64_t)(i + 1));
+          int64_t x = idx[i]; idx[i] = idx[j]; idx[j] = x;
+        }
+      }
+      for (int64_t i = 0; i < live; i++) {
+        current = &fibers[idx[i]];
+        threadIdx = current->tid;
+        swapcontext(&scheduler, &current->ctx);
+      }
+      /* every thread must now wait at the same barrier, or all be done */
+      long bar = -1;
+      bool some_done = false, some_waiting = false;
+      for (int64_t t = 0; t < n; t++) {
+        Fiber &f = fibers[t];
+        if (f.done) { some_done = true; continue; }
+        some_waiting = true;
+        if (bar >= 0 && f.barriers != bar) rc = 2;
+        bar = f.barriers;
+      }
+      if (rc || (some_done && some_waiting)) { rc = 2; break; }
+    }
+  }
+  free(fibers);
+  free(idx);
+  free(stacks);
+  return rc;
+}
+
+template <class F>
+int launch(const int64_t *grid, const int64_t *block, int order, uint64_t seed, F fn) {
+  body = &call<F>;
+  body_arg = &fn;
+  return run(grid, block, order, seed);
+}
+
+}  // namespace tpy_emu

@@ -1,0 +1,203 @@
+"""``compile(target="cuda")``: the GPU-mapped loop IR printed as CUDA, built
+into cubins (nvcc, when present) with their ptxas resources, and a Kernel
+that launches through the CUDA driver (cuda-python) or, with
+:meth:`CudaKernel.emulate`, runs the same CUDA source on the CPU."""
+from __future__ import annotations
+
+import time
+
+from codegen import cuda as gpu_codegen
+from codegen.simplify import simplify_indices
+
+from .kernel import Kernel
+
+# the architectures compile(target="cuda") builds cubins for (nvcc present)
+CUDA_ARCHS = gpu_codegen.ARCHS
+
+
+class CudaKernel(Kernel):
+    """A compiled GPU function.  Calling it launches the kernels on the GPU
+    (``NoCudaDriverError`` where there is none).  ``source`` is the CUDA C;
+    ``launch_plan`` the host's launch sequence; ``cubins`` {arch: bytes} and
+    ``resources`` {arch: {kernel: Resources}} (registers, shared memory,
+    spills) when nvcc was found (else empty)."""
+
+    def __init__(self, *args, source, plan, cubins, resources, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._cuda_source = source
+        self.launch_plan = plan
+        self.cubins = cubins
+        self.resources = resources
+        self._emulated = None
+
+    @property
+    def source(self) -> str:
+        return self._cuda_source
+
+    def __call__(self, *args, **kwargs):
+        """NumPy arrays / CPU tensors: copied to the device and back around the
+        launches (synchronous).  Device arrays (torch CUDA tensors or any
+        object with ``__cuda_array_interface__``): launched on the current
+        stream (torch's for torch tensors), outputs allocated with torch when
+        an argument is a torch tensor, no synchronisation."""
+        if any(_on_device(x) for x in (*args, *kwargs.values())):
+            return self._device_call(args, kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def _device_call(self, args, kwargs):
+        from codegen.cuda.runtime import driver
+        driver()                                  # NoCudaDriverError first
+        if len(args) > len(self.inputs):
+            raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays, got "
+                            f"{len(args)}")
+        given = {b.name: a for b, a in zip(self.inputs, args)}
+        values = {}
+        names = {b.name for b in self.inputs + self.outputs}
+        for k, v in kwargs.items():
+            if k in names:
+                given[k] = v
+            elif k in self.params:
+                values[k] = int(v)
+            else:
+                raise TypeError(f"{self.name}() got an unexpected argument {k!r}")
+        missing = [b.name for b in self.inputs if b.name not in given]
+        if missing:
+            raise TypeError(f"{self.name}() missing array argument(s): {', '.join(missing)}")
+        arrs = {name: _DeviceArg(name, obj) for name, obj in given.items()}
+        for b in self.inputs + self.outputs:
+            if b.name in arrs and arrs[b.name].dtype != b.dtype.name:
+                raise TypeError(f"argument {b.name!r} has dtype {arrs[b.name].dtype}, expected "
+                                f"{b.dtype.name}")
+        self._infer_params(values, arrs)
+        torch_arg = next((a.obj for a in arrs.values() if a.is_torch), None)
+        results = {}
+        for b in self.outputs:
+            if b.name not in arrs:
+                if torch_arg is None:
+                    raise TypeError(f"{self.name}(): pass the output {b.name!r} (a device "
+                                    "array) by name; outputs are allocated only for torch")
+                import torch
+                make = torch.zeros if b.name in self.zeroed_outputs else torch.empty
+                arrs[b.name] = _DeviceArg(b.name, make(self._extents(b, values),
+                                                       dtype=getattr(torch, b.dtype.name),
+                                                       device=torch_arg.device))
+            results[b.name] = arrs[b.name].obj
+        for b in self.inputs + self.outputs:
+            if tuple(arrs[b.name].shape) != self._extents(b, values):
+                raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
+                                 f"expected {self._extents(b, values)}")
+        stream = 0
+        if torch_arg is not None:
+            import torch
+            stream = torch.cuda.current_stream(torch_arg.device).cuda_stream
+        scalars = [values[p] for p in self.params]
+        self._compiled.launch(scalars, [arrs[b.name].address for b in self.inputs + self.outputs],
+                              stream)
+        return next(iter(results.values())) if len(results) == 1 else results
+
+    def emulate(self, *args, order="forward", seed=0, **kwargs):
+        """Runs the generated CUDA source on the CPU (C++ with fibers, see
+        :mod:`codegen.cuda.emulator`) with the threads of each block in
+        ``order`` ("forward", "reverse" or "shuffle" with ``seed``);
+        arguments and result as for a call."""
+        from codegen.cuda.emulator import ORDERS, EmulatedFunction
+        if order not in ORDERS:
+            raise ValueError(f"emulate: order must be one of {', '.join(ORDERS)}, not {order!r}")
+        if self._emulated is None:
+            self._emulated = EmulatedFunction(self._cuda_source, self.launch_plan)
+        emu = self._emulated
+        emu.order, emu.seed = order, int(seed)
+        saved, self._compiled = self._compiled, emu
+        try:
+            return Kernel.__call__(self, *args, **kwargs)
+        finally:
+            self._compiled = saved
+
+
+def _on_device(x):
+    return hasattr(x, "__cuda_array_interface__") or (
+        type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type",
+                                                            None) == "cuda")
+
+
+class _DeviceArg:
+    """A device array through ``__cuda_array_interface__`` (C-contiguous)."""
+
+    def __init__(self, name, obj):
+        import numpy as np
+        if not hasattr(obj, "__cuda_array_interface__"):
+            raise TypeError(f"argument {name!r}: mixing host and device arrays; pass every "
+                            "array on the device")
+        cai = obj.__cuda_array_interface__
+        self.name, self.obj = name, obj
+        self.is_torch = type(obj).__module__.startswith("torch")
+        self.shape = tuple(cai["shape"])
+        dt = np.dtype(cai["typestr"])
+        self.dtype = dt.name
+        self.address = int(cai["data"][0])
+        strides = cai.get("strides")
+        if strides is not None:
+            expect, acc = [], dt.itemsize
+            for n in reversed(self.shape):
+                expect.append(acc)
+                acc *= n
+            if tuple(reversed(expect)) != tuple(strides) and 0 not in self.shape:
+                raise ValueError(f"argument {name!r} is not C-contiguous; pass a contiguous "
+                                 "copy")
+
+
+def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, model, state,
+                 t0, times):
+    unmapped = [s for s in state if plan is None or s not in plan.by_stmt]
+    if unmapped:
+        raise ValueError(f"compile(target='cuda'): {', '.join(unmapped)} "
+                         f"{'is' if len(unmapped) == 1 else 'are'} not mapped to the GPU; bind "
+                         "the outermost loop of every statement to a block (bind / gpu_tile)")
+    _check_shared(f, model, plan)
+    t2 = time.perf_counter()
+    lowered = simplify_indices(lowered)
+    source, launch = gpu_codegen.emit_cuda(lowered)
+    cubins, resources = {}, {}
+    if gpu_codegen.toolchain.find_nvcc() is not None:
+        for arch in CUDA_ARCHS:
+            cubins[arch], resources[arch] = gpu_codegen.build_cubin(source, arch)
+    from codegen.cuda.runtime import DeviceFunction
+    compiled = DeviceFunction(cubins, launch, source)
+    kernel = CudaKernel(f, compiled, inputs, outputs, temps, checker, lowered,
+                        zeroed_outputs={b.name for b in outputs if b.name in zeroed},
+                        source=source, plan=launch, cubins=cubins, resources=resources)
+    kernel.model, kernel.schedule, kernel.gpu_plan = model, state, plan
+    kernel.timings = {"analysis": times[0], "ast": times[1],
+                      "backend": time.perf_counter() - t2}
+    return kernel
+
+
+def _check_shared(f, model, plan):
+    """Each kernel's shared tiles fit in :data:`gpu.MAX_SHARED_BYTES`."""
+    from . import gpu
+    from .errors import IllegalScheduleError
+    from .function import const_value
+    for k in plan.kernels:
+        bufs = {}
+        for s in k.stmts:
+            for a in model.by_name[s].accesses:
+                if getattr(a.buffer, "memory", "global") == "shared":
+                    bufs[a.buffer.name] = a.buffer
+        sizes = {}
+        for name, b in bufs.items():
+            dims = [const_value(d) for d in b.shape]
+            if None in dims:
+                raise IllegalScheduleError(f"shared tile {name!r} has a shape that is not "
+                                           "constant; tile the loops that index it")
+            n = b.dtype.np.itemsize
+            for d in dims:
+                n *= d
+            sizes[name] = n
+        total = sum(sizes.values())
+        if total > gpu.MAX_SHARED_BYTES:
+            parts = ", ".join(f"{n} {tuple(const_value(d) for d in bufs[n].shape)} = {v} bytes"
+                              for n, v in sizes.items())
+            raise IllegalScheduleError(
+                f"the kernel of {', '.join(k.stmts)} needs {total} bytes of shared memory per "
+                f"block ({parts}), beyond the limit of {gpu.MAX_SHARED_BYTES} "
+                "(tiramisu_py.gpu.MAX_SHARED_BYTES); use smaller tiles in cache_shared")

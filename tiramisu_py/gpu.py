@@ -1,0 +1,400 @@
+"""GPU mapping: the legality of ``bind`` / ``gpu_tile`` schedules, checked
+exactly on the dependences, and the plan the lowering follows (which loops are
+blocks and threads, the thread index ranges, where barriers go).
+
+The mapping rules (each refused with an :class:`IllegalScheduleError` that
+names the command and, for dependences, two instances):
+
+* Shape: a mapped statement's loops are block loops (outermost, at least
+  one), then serial loops run by the whole block, then thread loops
+  (contiguous), then serial loops each thread runs.  The statements of one
+  kernel (those fused in its outermost loop) all share its block loops.
+* Block loops carry no dependence: blocks run in any order, concurrently;
+  they communicate only across kernel launches (separate top-level nests).
+* Two instances of one block in different threads that depend on each other
+  must be separated by a barrier.  Where their schedule times first differ
+  decides: a sequence or a serial loop outside the thread loops gets a
+  barrier there (between the sequenced children; at the end of each
+  iteration of the loop); a thread loop, or anything inside the thread
+  loops, cannot hold a barrier that all threads reach, so the schedule is
+  refused (a race).
+* A thread loop has a constant lower bound and a bounded extent; a block's
+  threads (product over x, y, z of the largest extent of that axis in the
+  kernel) are at most :data:`MAX_THREADS`.
+* A statement under no thread loop of an axis runs in thread 0 of that
+  axis only (the printer guards it); the check uses the same convention.
+
+Values never flow between threads through registers: statements communicate
+only through arrays (loads and stores are the only cross-statement channel
+in the loop IR), and temporaries a thread keeps in registers are private.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from .errors import IllegalScheduleError
+
+MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
+MAX_SHARED_BYTES = 48 * 1024       # static shared memory per block without opt-in
+AXES = ("x", "y", "z")
+LEVELS = ("block", "thread")
+
+
+@dataclass
+class Kernel:
+    """One GPU kernel: the statements fused in one outermost block loop."""
+    stmts: list
+    block_axes: list                      # axis of each block loop, outermost first
+    host: int = 0                         # serial loops around it on the host (launch loops)
+    thread_range: dict = field(default_factory=dict)   # axis -> (min, max) of its loop values
+
+    @property
+    def threads(self) -> dict:
+        return {a: hi - lo + 1 for a, (lo, hi) in self.thread_range.items()}
+
+
+@dataclass
+class GpuPlan:
+    kernels: list                                      # Kernel
+    loop_barriers: set = field(default_factory=set)     # (stmt, schedule position)
+    seq_barriers: set = field(default_factory=set)      # (src stmt, dst stmt, position)
+    by_stmt: dict = field(default_factory=dict)         # stmt -> Kernel
+
+    def kernel_of(self, stmt):
+        return self.by_stmt.get(stmt)
+
+
+def gpu_tags(st):
+    """[(loop index, level, axis, tag)] of a statement's mapped loops."""
+    names = [lp.name for lp in st.loops]
+    out = []
+    for loop, tag in st.tags.items():
+        if tag.kind in ("gpu_block", "gpu_thread") and loop in names:
+            out.append((names.index(loop), tag.kind[4:], tag.arg, tag))
+    return sorted(out, key=lambda x: x[0])
+
+
+def is_mapped(state) -> bool:
+    return any(gpu_tags(st) for st in state.values())
+
+
+def _shape(stmt, st, commands):
+    """(number of host loops, number of block loops, index of the first thread
+    loop or None) after checking the loop-kind order of a mapped statement."""
+    tags = gpu_tags(st)
+    kinds = {k: level for k, level, _, _ in tags}
+    text = commands[tags[0][3].command].text
+    blocks = [k for k, level, _, _ in tags if level == "block"]
+    if not blocks:
+        raise IllegalScheduleError(
+            f"{text}: {stmt} has thread loops but no block loop; bind an outer loop to "
+            "'block.x': a GPU kernel starts with its grid")
+    nh = blocks[0]                     # serial loops outside the kernel: host loops
+    if any(kinds.get(k) for k in range(nh)):
+        raise IllegalScheduleError(
+            f"{text}: {stmt}'s loop {st.loops[tags[0][0]].name!r} is a thread loop outside "
+            "its block loops; block loops come first")
+    nb = 0
+    while kinds.get(nh + nb) == "block":
+        nb += 1
+    threads = [k for k, level, _, _ in tags if level == "thread"]
+    for k, level, _, tag in tags:
+        if level == "block" and k >= nh + nb:
+            raise IllegalScheduleError(
+                f"{commands[tag.command].text}: block loop {st.loops[k].name!r} of {stmt} is "
+                "inside a loop that is not a block loop; the block loops of a kernel are "
+                "nested directly in one another")
+    if threads and threads != list(range(threads[0], threads[0] + len(threads))):
+        raise IllegalScheduleError(
+            f"{text}: the thread loops of {stmt} "
+            f"({', '.join(st.loops[k].name for k in threads)}) must be nested directly in "
+            "one another")
+    seen = {}
+    for k, level, axis, tag in tags:
+        if (level, axis) in seen:
+            raise IllegalScheduleError(
+                f"{commands[tag.command].text}: {stmt} already binds loop "
+                f"{seen[(level, axis)]!r} to {level}.{axis}")
+        seen[(level, axis)] = st.loops[k].name
+    return nh, nb, (threads[0] if threads else None)
+
+
+def _check_fused(state, commands):
+    """Statements fused in a loop (one loop of the generated code) map it the
+    same way."""
+    seen = {}
+    for stmt, st in state.items():
+        for k, lp in enumerate(st.loops):
+            tag = st.tags.get(lp.name)
+            gpu = (tag.kind, tag.arg) if tag is not None and tag.kind.startswith("gpu_") else None
+            key = (tuple(st.consts[:k + 1]), k)
+            if key not in seen:
+                seen[key] = (stmt, gpu, tag)
+                continue
+            other, g, t = seen[key]
+            if g != gpu:
+                cmd = commands[(tag or t).command].text
+                raise IllegalScheduleError(
+                    f"{cmd}: loop {lp.name!r} is shared by {other} and {stmt} but mapped "
+                    f"differently ({_mapping(g)} vs {_mapping(gpu)}); bind it the same way in "
+                    "both, or separate them (after)")
+
+
+def _mapping(g):
+    return "not mapped" if g is None else f"{g[0][4:]}.{g[1]}"
+
+
+def _per_stmt(umap):
+    out = {}
+    umap.foreach_map(lambda m: out.__setitem__(m.get_tuple_name(isl.dim_type.in_), m))
+    return out
+
+
+def plan(model, deps, state, commands) -> GpuPlan | None:
+    """Checks the GPU mapping of ``state``; None when nothing is mapped."""
+    if not is_mapped(state):
+        return None
+    from .legality import _depth, _describe
+    depth = _depth(model, state)
+    shapes = {}
+    for stmt, st in state.items():
+        if gpu_tags(st):
+            shapes[stmt] = _shape(stmt, st, commands)
+    _check_fused(state, commands)
+    # kernels: statements fused in the first block loop (inside the same host loops)
+    groups = {}
+    for stmt, st in state.items():
+        nh = shapes[stmt][0] if stmt in shapes else 0
+        groups.setdefault((nh, tuple(st.consts[:nh + 1])), []).append(stmt)
+    kernels, by_stmt = [], {}
+    for (nh, _), stmts in sorted(groups.items()):
+        mapped = [s for s in stmts if s in shapes]
+        if not mapped:
+            continue
+        lead = mapped[0]
+        text = commands[gpu_tags(state[lead])[0][3].command].text
+        unmapped = [s for s in stmts if s not in shapes]
+        if unmapped:
+            raise IllegalScheduleError(
+                f"{text}: {', '.join(unmapped)} shares the outermost loop of {lead}, a GPU "
+                "kernel, but is not mapped to it; bind its loops too")
+        nb = shapes[lead][1]
+        axes = [tag.arg for _, level, _, tag in gpu_tags(state[lead]) if level == "block"]
+        for s in mapped[1:]:
+            st = state[s]
+            b = [tag.arg for _, level, _, tag in gpu_tags(st) if level == "block"]
+            if shapes[s][1] != nb or b != axes or st.consts[:nh + nb] != state[lead].consts[:nh + nb]:
+                raise IllegalScheduleError(
+                    f"{text}: {s} and {lead} are in one kernel but do not share all its "
+                    f"block loops ({', '.join(lp.name for lp in state[lead].loops[nh:nh + nb])})")
+        k = Kernel(mapped, axes, host=nh)
+        kernels.append(k)
+        for s in mapped:
+            by_stmt[s] = k
+    out = GpuPlan(kernels, by_stmt=by_stmt)
+
+    sched = _per_stmt(deps.schedule(state).intersect_domain(model.union_domain(state)))
+    pos_of = {}          # stmt -> {axis: schedule position of its thread loop}
+    for k in kernels:
+        for s in k.stmts:
+            st, pos_of[s] = state[s], {}
+            for j, level, axis, tag in gpu_tags(st):
+                if level != "thread":
+                    continue
+                p = 2 * j + 1
+                pos_of[s][axis] = p
+                rng = sched[s].range()
+                lo, hi = _param_bound(rng, p, "min"), _param_bound(rng, p, "max")
+                if lo is None or hi is None:
+                    continue              # no instance
+                if lo == "unbounded" or hi == "unbounded":
+                    raise IllegalScheduleError(
+                        f"{commands[tag.command].text}: the thread loop {st.loops[j].name!r} of "
+                        f"{s} has no constant bound on its extent; split it and bind the inner "
+                        "loop")
+                old = k.thread_range.get(axis)
+                k.thread_range[axis] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        n = 1
+        for v in k.threads.values():
+            n *= v
+        if n > MAX_THREADS:
+            s = k.stmts[0]
+            raise IllegalScheduleError(
+                f"{commands[gpu_tags(state[s])[0][3].command].text}: the kernel of "
+                f"{', '.join(k.stmts)} has {' x '.join(str(v) for v in k.threads.values())} = {n} "
+                f"threads per block, beyond the limit of {MAX_THREADS} "
+                "(tiramisu_py.gpu.MAX_THREADS); use smaller thread tiles")
+
+    # dependences between instances of one block
+    def coord(stmt, var, axis):
+        k = by_stmt[stmt]
+        p = pos_of[stmt].get(axis)
+        return f"{var}{p}" if p is not None else str(k.thread_range[axis][0])
+
+    for buf, (d, conflicts) in deps.with_conflicts(state).items():
+        if conflicts is not None:
+            d = d.union(conflicts).union(conflicts.reverse())
+        pieces = []
+        d.foreach_map(pieces.append)
+        for m in pieces:
+            s, t = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+            if s not in by_stmt or t not in by_stmt or by_stmt[s] is not by_stmt[t]:
+                continue                     # different kernels: ordered by the launches
+            k = by_stmt[s]
+            nb, nh = len(k.block_axes), k.host
+            a = [f"a{i}" for i in range(depth)]
+            b = [f"b{i}" for i in range(depth)]
+
+            def rel(cons):
+                text = f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {' and '.join(cons) or 'true'} }}"
+                r = isl.Map(text, context=model.ctx)
+                return m.intersect(sched[s].apply_range(r).apply_range(sched[t].reverse()))
+
+            # one launch: the same host iterations (launches are ordered)
+            launch = [f"a{i} = b{i}" for i in range(2 * nh + 1)]
+            same_block = launch + [f"a{2 * j + 1} = b{2 * j + 1}" for j in range(nh, nh + nb)]
+            for j in range(nh, nh + nb):
+                if _per_block(model, deps, state, s, state[s].loops[j].name, buf):
+                    continue          # each block has its own copy; no value crosses blocks
+                bad = rel(launch + [f"a{2 * i + 1} = b{2 * i + 1}" for i in range(nh, j)]
+                          + [f"a{2 * j + 1} != b{2 * j + 1}"])
+                if not bad.is_empty():
+                    tag = state[s].tags[state[s].loops[j].name]
+                    raise IllegalScheduleError(
+                        f"{commands[tag.command].text} is illegal: block loop "
+                        f"{state[s].loops[j].name!r} carries a dependence (blocks run "
+                        "concurrently and communicate only across kernel launches): "
+                        + _describe(model, deps, buf, bad.to_union_map(), state, True))
+            axes = k.thread_range.keys()
+            if not axes:
+                continue
+            diff = "(" + " or ".join(f"{coord(s, 'a', x)} != {coord(t, 'b', x)}" for x in axes) + ")"
+            for q in range(2 * (nh + nb), depth):
+                bad = rel(same_block + [f"a{i} = b{i}" for i in range(2 * (nh + nb), q)]
+                          + [f"a{q} != b{q}", diff])
+                if bad.is_empty():
+                    continue
+                first_thread = min(shapes[x][2] if shapes[x][2] is not None else 10 ** 9
+                                   for x in (s, t))
+                level = q // 2               # loops enclosing position q
+                if q % 2 == 1 and level >= first_thread or q % 2 == 0 and level > first_thread:
+                    j = (q - 1) // 2 if q % 2 else level - 1
+                    loop = state[s].loops[min(j, len(state[s].loops) - 1)].name
+                    tag = state[s].tags.get(loop)
+                    cmd = commands[tag.command].text if tag is not None and tag.kind == "gpu_thread" \
+                        else commands[gpu_tags(state[s])[-1][3].command].text
+                    raise IllegalScheduleError(
+                        f"{cmd} is illegal: two threads of one block depend on each other "
+                        f"inside thread loop {loop!r}, where no barrier can separate them "
+                        "(a barrier must be reached by every thread of the block): "
+                        + _describe(model, deps, buf, bad.to_union_map(), state, True))
+                if q % 2 == 1:
+                    out.loop_barriers.add((s, q))
+                else:
+                    out.seq_barriers.add((s, t, q))
+    return out
+
+
+def _per_block(model, deps, state, stmt, loop, buf):
+    """True when ``buf`` lives in shared memory (one copy per block) and every
+    value read from it was written in the same iteration of block loop
+    ``loop`` (the rule that lets a parallel loop privatise a temporary)."""
+    from .legality import _privatisable
+    b = next((a.buffer for m in model.stmts for a in m.accesses if a.buffer.name == buf), None)
+    if getattr(b, "memory", "global") != "shared":
+        return False
+    return _privatisable(model, deps, state, stmt, loop, buf)
+
+
+def _param_bound(rng, p, which):
+    """The constant bound over all param values of position ``p``, None when
+    there is no instance, or "unbounded"."""
+    pw = rng.dim_min(p) if which == "min" else rng.dim_max(p)
+    if pw.n_piece() == 0:
+        return None
+    v = pw.min_val() if which == "min" else pw.max_val()
+    if not v.is_int():
+        return "unbounded"
+    return int(v.to_python())
+
+
+# ------------------------------------------------------------------ cache_shared
+def footprint_widths(f, copy_name):
+    """The bounding box of what one iteration of the loops a compute_at copy
+    sits in reads: per own dimension, the largest width (over iterations and
+    param values), or None when unbounded."""
+    from .compiler import _assign_buffers, _prepare
+    from .poly import PolyModel
+    from .schedule import replay
+    _prepare(f)
+    model = PolyModel(f)
+    _assign_buffers(f, model)
+    model.build_accesses()
+    state = replay(model, f._commands)
+    at = model.compute_ats(state)[copy_name]
+    dom = at.member_domain(copy_name)
+    depth = state[copy_name].at[2]
+    n = dom.dim(isl.dim_type.set) - depth
+    m = isl.Map.from_domain_and_range(dom, dom)
+    for k in range(depth):
+        m = m.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+    m = m.intersect_domain(dom).intersect_range(dom)
+    deltas = m.deltas()
+    out = []
+    for d in range(n):
+        pw = deltas.dim_max(depth + d)
+        v = pw.max_val() if pw.n_piece() else None
+        out.append(None if v is None or not v.is_int() else int(v.to_python()) + 1)
+    return out
+
+
+def cache_shared(stmt, source, loop, name):
+    f = stmt.function
+    text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
+    st = f._schedule_state()[stmt.name]
+    st.find(loop, text, stmt.name)
+    names = [lp.name for lp in st.loops]
+    k = names.index(loop)
+    tags = {n: t for n, t in st.tags.items() if t.kind in ("gpu_block", "gpu_thread")}
+    if any(tags.get(n) is not None and tags[n].kind == "gpu_thread" for n in names[:k + 1]):
+        raise ValueError(f"{text}: {loop!r} is a thread loop or inside one; the tile is copied "
+                         "once per block iteration, so give a block loop or a serial loop "
+                         "outside the thread loops")
+    threads = {t.arg: f._loop_extent(stmt.name, n) for n, t in tags.items() if t.kind == "gpu_thread"}
+    if not threads:
+        raise ValueError(f"{text}: {stmt.name} has no thread loop; bind its thread loops "
+                         "(bind / gpu_tile) before cache_shared")
+    copy_ = stmt.cache_at(source, loop, name=name or f"{source.name}_shared")
+    widths = footprint_widths(f, copy_.name)
+    if None in widths:
+        raise ValueError(f"{text}: the part of {source.name!r} one iteration of {loop!r} reads "
+                         "is unbounded; tile the loops that index it")
+    widths = [max(w, 1) for w in widths]
+    buf = f.buffer(f"{copy_.name}_tile", tuple(widths), source.dtype)
+    buf.memory = "shared"
+    copy_.store_in(buf, [v % w for v, w in zip(copy_.vars, widths)])
+    # the block's loops, as the consumer binds them
+    for n in names[:k + 1]:
+        if n in tags:
+            copy_._command("tag", n, tags[n].kind, tags[n].arg,
+                           text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
+    # own dims: the innermost on thread.x, then y, z; each split by min(width, threads)
+    axes = [a for a in AXES if a in threads]
+    own = [v.name for v in copy_.vars]
+    mapped = list(zip(reversed(own), axes))
+    outer, inner = [], []
+    for v, axis in mapped:
+        factor = min(widths[own.index(v)], threads[axis] or 1)
+        copy_.split(v, factor)
+        outer.append(v + "0")
+        inner.append((v + "1", axis))
+    rest = [v for v in own if v not in dict(mapped)]
+    order = rest + list(reversed(outer)) + [v for v, _ in reversed(inner)]
+    copy_.reorder(*order)
+    for v, axis in inner:
+        copy_._command("tag", v, "gpu_thread", axis,
+                       text=f"{copy_.name}.bind({v}, 'thread.{axis}')")
+    return copy_
+
