@@ -22,29 +22,15 @@ gradcheck possible, not tuned ones.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tiramisu_py as tp
 
 from .conv import ConvShape
 from .host import host
 
 
-@dataclass(frozen=True)
-class Conv(ConvShape):
-    """A conv2d problem (:class:`schedules.conv.ConvShape`) with stride,
-    padding and dilation as ``(h, w)`` pairs."""
-    stride: tuple = (1, 1)
-    padding: tuple = (0, 0)
-    dilation: tuple = (1, 1)
-
-    @property
-    def ho(self):
-        return (self.h + 2 * self.padding[0] - self.dilation[0] * (self.kh - 1) - 1) // self.stride[0] + 1
-
-    @property
-    def wo(self):
-        return (self.w + 2 * self.padding[1] - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
+# a conv2d problem: :class:`schedules.conv.ConvShape` takes stride, padding
+# and dilation as ints or (h, w) pairs, read per axis as sh/sw, ph/pw, dh/dw
+Conv = ConvShape
 
 
 def _dt(dtype):
@@ -89,7 +75,7 @@ def matmul(n, m, k, dtype="float64"):
 
 # ------------------------------------------------------------------ conv2d
 def _padded(f, X, s: Conv, dt, name="xp"):
-    (ph, pw) = s.padding
+    ph, pw = s.ph, s.pw
     if ph == 0 and pw == 0:
         return X
     hp, wp = s.h + 2 * ph, s.w + 2 * pw
@@ -106,7 +92,7 @@ def _conv_into(f, name, X, Wt, B, s: Conv, dt, dtype):
     """``name[n, co, y, x] = bias[co] + sum W * padded X`` (a computation)."""
     xp = _padded(f, X, s, dt)
     cig, cog = s.ci // s.groups, s.co // s.groups
-    (sh, sw), (dh, dw) = s.stride, s.dilation
+    sh, sw, dh, dw = s.sh, s.sw, s.dh, s.dw
     n, co = f.var(f"{name}_n", 0, s.n), f.var(f"{name}_co", 0, s.co)
     y, x = f.var(f"{name}_y", 0, s.ho), f.var(f"{name}_x", 0, s.wo)
     ci, ky, kx = f.var(f"{name}_ci", 0, cig), f.var(f"{name}_ky", 0, s.kh), f.var(f"{name}_kx", 0, s.kw)
@@ -141,7 +127,7 @@ def conv_grad_input(s: Conv, dtype="float32"):
     f = tp.Function(f"conv2d_grad_input_{dtype}", params={})
     G = f.input("grad", (s.n, s.co, s.ho, s.wo), dt)
     Wt = f.input("weight", (s.co, s.ci // s.groups, s.kh, s.kw), dt)
-    (sh, sw), (ph, pw), (dh, dw) = s.stride, s.padding, s.dilation
+    sh, sw, ph, pw, dh, dw = s.sh, s.sw, s.ph, s.pw, s.dh, s.dw
     qh, qw = dh * (s.kh - 1) - ph, dw * (s.kw - 1) - pw
     hd, wd = s.h + dh * (s.kh - 1), s.w + dw * (s.kw - 1)
     # the output gradient, zero-inserted by the stride and padded: gd[yy]
@@ -183,7 +169,7 @@ def conv_grad_weight(s: Conv, dtype="float32"):
     X = f.input("data", (s.n, s.ci, s.h, s.w), dt)
     G = f.input("grad", (s.n, s.co, s.ho, s.wo), dt)
     xp = _padded(f, X, s, dt)
-    (sh, sw), (dh, dw) = s.stride, s.dilation
+    sh, sw, dh, dw = s.sh, s.sw, s.dh, s.dw
     cig, cog = s.ci // s.groups, s.co // s.groups
     co, ci = f.var("co", 0, s.co), f.var("ci", 0, cig)
     ky, kx = f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)

@@ -17,7 +17,6 @@ Adding an op is one :func:`_op` call: a schema, an implementation, a fake
 """
 from __future__ import annotations
 
-import inspect
 
 import torch
 
@@ -64,8 +63,7 @@ def _conv(op, xshape, wshape, stride, padding, dilation, groups):
 
 
 def _square(s: BW.Conv):
-    return s.stride[0] == s.stride[1] and s.padding[0] == s.padding[1] \
-        and s.dilation[0] == s.dilation[1]
+    return s.sh == s.sw and s.ph == s.pw and s.dh == s.dw
 
 
 # ------------------------------------------------------------------ gemm
@@ -109,8 +107,8 @@ def _conv2d(x, weight, bias, stride, padding, dilation, groups, algo="auto"):
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
     if dt == "float32" and _square(s):
         from .conv_ops import conv2d
-        return conv2d(x, weight, bias, stride=s.stride[0], padding=s.padding[0],
-                      dilation=s.dilation[0], groups=groups, algo=algo)
+        return conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
+                      dilation=s.dh, groups=groups, algo=algo)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
     return k(data=x, weight=weight, **({"bias": bias} if bias is not None else {}))
 
@@ -174,20 +172,13 @@ conv2d_grad_weight = _op("conv2d_grad_weight",
 
 
 # ------------------------------------------------------------------ fused block
-def _fused_takes_padding():
-    from .conv_ops import conv_relu_maxpool
-    return "padding" in inspect.signature(conv_relu_maxpool).parameters
-
-
 def _fused(x, weight, bias, pool, padding, algo="auto"):
     dt = _dtype("conv_relu_maxpool", x, weight, bias)
     x, weight, bias = contiguous(x), contiguous(weight), contiguous(bias)
     s = _fused_conv(x, weight, pool, padding)
-    if dt == "float32" and (tuple(padding) == (1, 1) or
-                            (padding[0] == padding[1] and _fused_takes_padding())):
+    if dt == "float32" and padding[0] == padding[1]:
         from .conv_ops import conv_relu_maxpool
-        extra = {"padding": padding[0]} if _fused_takes_padding() else {}
-        return conv_relu_maxpool(x, weight, bias, pool=pool, algo=algo, **extra)
+        return conv_relu_maxpool(x, weight, bias, padding=padding[0], pool=pool, algo=algo)
     return _kernel(("fused", s, pool, dt), lambda: BW.fused_forward(s, pool, dt))(
         data=x, weight=weight, bias=bias)
 
