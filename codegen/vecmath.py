@@ -1,0 +1,246 @@
+"""Vector math: float32 ``exp``, ``log``, ``tanh`` and ``sigmoid`` as branchless
+polynomial programs that both backends emit, scalar or on ``<W x float>``.
+
+Each function is written once, against a tiny builder (:class:`CBuilder` makes a
+``static inline`` C helper that gcc vectorises inside ``omp simd`` loops and in
+the explicit vector code of widened loops; :class:`LLVMBuilder` makes an
+``alwaysinline`` LLVM function on ``float`` or ``<W x float>``), so both
+backends compute bit-identical results up to FMA contraction.  Only
+arithmetic, compares, selects and integer bit operations are used: no libm
+call, no branch, no table.
+
+Algorithms (Cephes single precision, as in Pommier's ``sse_mathfun``):
+
+* ``exp``: ``x = n*ln2 + r`` (``n`` rounded with the ``1.5*2^23`` trick,
+  ``ln2`` split in two), ``e^r`` a degree-7 polynomial, ``2^n`` applied as two
+  power-of-two factors so that overflow gives ``inf`` and underflow rounds
+  once into the subnormals (``x`` clamped to ``[-104, 89]`` first);
+* ``log``: exponent and mantissa in ``[sqrt(1/2), sqrt(2))`` from the bits
+  (subnormals scaled by ``2^23`` first), a degree-9 polynomial; ``log(0) =
+  log(-0.0) = -inf``, ``log(x < 0) = NaN``, ``log(inf) = inf``;
+* ``tanh``: ``x + x^3 P(x^2)`` for ``|x| <= 0.625`` (``x`` itself below
+  ``1e-4``, which keeps ``-0.0``), ``sign(x) (1 - 2 / (e^(2|x|) + 1))`` above;
+* ``sigmoid``: ``e = exp(-|x|)``, ``1 / (1 + e)`` for ``x >= 0`` and
+  ``e / (1 + e)`` below (no overflow, exact tails down to the subnormals).
+
+NaN in, NaN out everywhere.  Accuracy, measured against float64 NumPy over
+3 million points from -110 to 95 (and the edges in ``tests/test_vecmath.py``):
+exp < 1 ulp, log < 1 ulp, tanh < 1.5 ulp, sigmoid < 3 ulp (in ulps of the
+float32 result; subnormal results within one subnormal step).
+
+float64 keeps libm (``exp``, ``log``, ``tanh``; LLVM's ``llvm.exp`` on vectors
+is scalarised into libm calls).
+"""
+from __future__ import annotations
+
+VECMATH_FUNCS = ("exp", "log", "tanh", "sigmoid")
+
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+          1.6666665459e-1, 5.0000001201e-1)
+_LOG_P = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+          1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+          3.3333331174e-1)
+_TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1,
+           -3.33332819422e-1)
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_MAGIC = 12582912.0                     # 1.5 * 2**23: x + MAGIC rounds x to an integer
+_MAGIC_BITS = 0x4B400000
+
+
+def _horner(b, coeffs, x):
+    p = b.f(coeffs[0])
+    for c in coeffs[1:]:
+        p = b.op("fadd", b.op("fmul", p, x), b.f(c))
+    return p
+
+
+def exp_f32(b, x):
+    c = b.op("select", b.op("flt", x, b.f(-104.0)), b.f(-104.0), x)
+    c = b.op("select", b.op("fgt", c, b.f(89.0)), b.f(89.0), c)
+    c = b.op("select", b.op("fne", c, c), b.f(0.0), c)           # NaN: any finite value
+    t = b.op("fadd", b.op("fmul", c, b.f(1.44269504088896341)), b.f(_MAGIC))
+    n = b.op("isub", b.op("bits", t), b.i(_MAGIC_BITS))
+    nf = b.op("fsub", t, b.f(_MAGIC))
+    r = b.op("fsub", c, b.op("fmul", nf, b.f(_LN2_HI)))
+    r = b.op("fsub", r, b.op("fmul", nf, b.f(_LN2_LO)))
+    p = _horner(b, _EXP_P, r)
+    p = b.op("fadd", b.op("fadd", b.op("fmul", b.op("fmul", p, r), r), r), b.f(1.0))
+    n1 = b.op("ashr", n, b.i(1))
+    n2 = b.op("isub", n, n1)
+    s1 = b.op("from_bits", b.op("shl", b.op("iadd", n1, b.i(127)), b.i(23)))
+    s2 = b.op("from_bits", b.op("shl", b.op("iadd", n2, b.i(127)), b.i(23)))
+    y = b.op("fmul", b.op("fmul", p, s1), s2)
+    return b.op("select", b.op("fne", x, x), x, y)
+
+
+def log_f32(b, x):
+    sub = b.op("flt", x, b.f(1.17549435e-38))                   # subnormal (or <= 0)
+    xs = b.op("select", sub, b.op("fmul", x, b.f(8388608.0)), x)
+    bits = b.op("bits", xs)
+    e = b.op("isub", b.op("ashr", bits, b.i(23)), b.i(126))
+    e = b.op("isub", e, b.op("select", sub, b.i(23), b.i(0)))
+    m = b.op("from_bits", b.op("or", b.op("and", bits, b.i(0x007FFFFF)), b.i(0x3F000000)))
+    small = b.op("flt", m, b.f(0.707106781186547524))
+    e = b.op("isub", e, b.op("select", small, b.i(1), b.i(0)))
+    m = b.op("fsub", b.op("select", small, b.op("fadd", m, m), m), b.f(1.0))
+    ef = b.op("sitofp", e)
+    z = b.op("fmul", m, m)
+    y = b.op("fmul", b.op("fmul", _horner(b, _LOG_P, m), m), z)
+    y = b.op("fadd", y, b.op("fmul", ef, b.f(_LN2_LO)))
+    y = b.op("fsub", y, b.op("fmul", z, b.f(0.5)))
+    r = b.op("fadd", b.op("fadd", m, y), b.op("fmul", ef, b.f(_LN2_HI)))
+    r = b.op("select", b.op("flt", x, b.f(0.0)), b.f(float("nan")), r)
+    r = b.op("select", b.op("feq", x, b.f(0.0)), b.f(-float("inf")), r)
+    r = b.op("select", b.op("feq", x, b.f(float("inf"))), x, r)
+    return b.op("select", b.op("fne", x, x), x, r)
+
+
+def _abs_sign(b, x):
+    """(|x|, the sign bit of x as an int)."""
+    bits = b.op("bits", x)
+    return b.op("from_bits", b.op("and", bits, b.i(0x7FFFFFFF))), b.op("and", bits, b.i(-0x80000000))
+
+
+def tanh_f32(b, x):
+    a, sign = _abs_sign(b, x)
+    e = exp_f32(b, b.op("fadd", a, a))
+    big = b.op("fsub", b.f(1.0), b.op("fdiv", b.f(2.0), b.op("fadd", e, b.f(1.0))))
+    big = b.op("from_bits", b.op("or", b.op("bits", big), sign))
+    z = b.op("fmul", x, x)
+    sm = b.op("fadd", b.op("fmul", b.op("fmul", _horner(b, _TANH_P, z), z), x), x)
+    sm = b.op("select", b.op("flt", a, b.f(1e-4)), x, sm)
+    return b.op("select", b.op("fgt", a, b.f(0.625)), big, sm)
+
+
+def sigmoid_f32(b, x):
+    a, _ = _abs_sign(b, x)
+    e = exp_f32(b, b.op("fsub", b.f(0.0), a))
+    r = b.op("fdiv", b.f(1.0), b.op("fadd", b.f(1.0), e))
+    return b.op("select", b.op("fge", x, b.f(0.0)), r, b.op("fmul", e, r))
+
+
+PROGRAMS = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "sigmoid": sigmoid_f32}
+
+
+# ------------------------------------------------------------------ builders
+_C_BIN = {"fadd": "+", "fsub": "-", "fmul": "*", "fdiv": "/", "iadd": "+", "isub": "-",
+          "shl": "<<", "ashr": ">>", "and": "&", "or": "|",
+          "flt": "<", "fgt": ">", "fge": ">=", "fne": "!=", "feq": "=="}
+
+
+def c_helper(func: str) -> str:
+    """The ``static inline float tp_<func>_f32(float x)`` helper."""
+    b = _TypedCBuilder()
+    r = PROGRAMS[func](b, "x")
+    body = "\n".join(b.lines)
+    return (f"static inline float tp_{func}_f32(float x) {{  /* codegen.vecmath */\n"
+            f"{body}\n  return {r};\n}}")
+
+
+C_BITS_HELPERS = ("static inline int32_t tp_bits_f32(float x) { int32_t b; memcpy(&b, &x, 4); return b; }\n"
+                  "static inline float tp_from_bits_f32(int32_t b) { float x; memcpy(&x, &b, 4); return x; }")
+
+
+class _TypedCBuilder:
+    """Scalar C builder that tracks the C type of each temporary."""
+
+    def __init__(self):
+        self.lines, self.n, self.types = [], 0, {"x": "float"}
+
+    def f(self, v: float) -> str:
+        from .c_backend import c_literal
+        s = c_literal(v, "float32")
+        self.types[s] = "float"
+        return s
+
+    def i(self, v: int) -> str:
+        s = f"({v})" if v < 0 else str(v)
+        self.types[s] = "int32_t"
+        return s
+
+    def _new(self, ctype: str, text: str) -> str:
+        self.n += 1
+        name = f"t{self.n}"
+        self.types[name] = ctype
+        self.lines.append(f"  const {ctype} {name} = {text};")
+        return name
+
+    def op(self, name: str, *a) -> str:
+        if name == "bits":
+            return self._new("int32_t", f"tp_bits_f32({a[0]})")
+        if name == "from_bits":
+            return self._new("float", f"tp_from_bits_f32({a[0]})")
+        if name == "sitofp":
+            return self._new("float", f"(float){a[0]}")
+        if name == "select":
+            return self._new(self.types[a[1]], f"{a[0]} ? {a[1]} : {a[2]}")
+        if name in ("flt", "fgt", "fge", "fne", "feq"):
+            return self._new("int", f"{a[0]} {_C_BIN[name]} {a[1]}")
+        if name == "ashr":          # arithmetic shift of a signed int (gcc, clang)
+            return self._new("int32_t", f"{a[0]} >> {a[1]}")
+        if name == "shl":           # on unsigned: no signed-overflow UB
+            return self._new("int32_t", f"(int32_t)((uint32_t){a[0]} << {a[1]})")
+        return self._new("float" if name[0] == "f" else "int32_t", f"{a[0]} {_C_BIN[name]} {a[1]}")
+
+
+class LLVMBuilder:
+    """LLVM instructions on ``float``/``i32`` (``w`` None) or ``<w x float>``/``<w x i32>``."""
+
+    def __init__(self, func, w):
+        from .llvm_lower import lit
+        self.fn, self.w, self._lit = func, w, lit
+        self.ft = "float" if w is None else f"<{w} x float>"
+        self.it = "i32" if w is None else f"<{w} x i32>"
+        self.mt = "i1" if w is None else f"<{w} x i1>"
+        self.types = {}
+
+    def _splat(self, t: str, s: str) -> str:
+        return s if self.w is None else f"splat ({t} {s})"
+
+    def f(self, v: float) -> str:
+        s = self._splat("float", self._lit(v, "float32"))
+        self.types[s] = self.ft
+        return s
+
+    def i(self, v: int) -> str:
+        s = self._splat("i32", str(v))
+        self.types[s] = self.it
+        return s
+
+    def _new(self, t: str, text: str) -> str:
+        r = self.fn.op(text, "m")
+        self.types[r] = t
+        return r
+
+    def op(self, name: str, *a) -> str:
+        ft, it, mt = self.ft, self.it, self.mt
+        if name == "bits":
+            return self._new(it, f"bitcast {ft} {a[0]} to {it}")
+        if name == "from_bits":
+            return self._new(ft, f"bitcast {it} {a[0]} to {ft}")
+        if name == "sitofp":
+            return self._new(ft, f"sitofp {it} {a[0]} to {ft}")
+        if name == "select":
+            t = self.types[a[1]]
+            return self._new(t, f"select {mt} {a[0]}, {t} {a[1]}, {t} {a[2]}")
+        fc = {"flt": "olt", "fgt": "ogt", "fge": "oge", "fne": "une", "feq": "oeq"}
+        if name in fc:
+            return self._new(mt, f"fcmp {fc[name]} {ft} {a[0]}, {a[1]}")
+        if name[0] == "f":
+            return self._new(ft, f"{name} contract {ft} {a[0]}, {a[1]}")
+        ins = {"iadd": "add", "isub": "sub", "shl": "shl", "ashr": "ashr", "and": "and", "or": "or"}
+        return self._new(it, f"{ins[name]} {it} {a[0]}, {a[1]}")
+
+
+def llvm_function(func: str, w) -> tuple:
+    """(symbol, definition text) of the ``alwaysinline`` LLVM function computing
+    the float32 ``func`` on ``float`` (``w`` None) or ``<w x float>``."""
+    from .llvm_lower import Func
+    t = "float" if w is None else f"<{w} x float>"
+    sym = f"tp.{func}.{'f32' if w is None else f'v{w}f32'}"
+    fn = Func(f"define internal {t} @\"{sym}\"({t} %x) #1")
+    b = LLVMBuilder(fn, w)
+    b.types["%x"] = t
+    r = PROGRAMS[func](b, "%x")
+    fn.emit(f"ret {t} {r}")
+    return sym, fn.text()
