@@ -264,4 +264,12 @@ def report(fn: ir.LoweredFunction, default_width=None) -> list:
             if line not in seen:
                 seen.add(line)
                 out.append(line)
+    from .regblock import register_block
+    for s in ir.walk_stmts(register_block(fn).body):
+        r = isinstance(s, ir.For) and s.attrs.get("register_block")
+        line = (f"loop {s.var}: unrolled by {r} and jammed into the widened vector loop "
+                f"(a register block of {r} rows)") if r else None
+        if line and line not in seen:
+            seen.add(line)
+            out.append(line)
     return out
