@@ -42,7 +42,7 @@ import re
 import struct
 from fractions import Fraction
 
-from . import ir, regblock, vecmath, vectorize
+from . import ir, regblock, vecmath, vectorize, vreduce
 from .c_widen import WidenMixin, vector_helper
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
@@ -835,7 +835,7 @@ def cffi_declaration(fn: ir.LoweredFunction) -> str:
 
 def emit_c(fn: ir.LoweredFunction) -> str:
     """The C99 + OpenMP source of ``fn`` (one exported function ``fn.name``)."""
-    fn = regblock.register_block(fn)
+    fn = regblock.register_block(vreduce.hoist_vector_reductions(fn))
     symbol, cmap = fn.name, c_names(fn)
     fn = _renamed(fn, cmap)
     _check_name(fn.name, "function")

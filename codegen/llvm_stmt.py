@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from . import ir, regblock, vectorize
+from . import ir, regblock, vectorize, vreduce
 from .ir import expr_key
 from .c_backend import _const_eval
 from .llvm_expr import ExprLowering, VecState
@@ -611,4 +611,4 @@ def _disjoint(idx1, idx2, opaque: set) -> bool:
 
 def emit_llvm(fn: ir.LoweredFunction) -> str:
     """The LLVM IR text of ``fn`` (one exported function ``fn.name`` for this host)."""
-    return Lowering(regblock.register_block(fn), host()).run()
+    return Lowering(regblock.register_block(vreduce.hoist_vector_reductions(fn)), host()).run()
