@@ -71,7 +71,7 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     p.add_argument("--n", type=int, default=1024, help="GEMM size")
     p.add_argument("--corpus", action="store_true", help="run the parity corpus (bench.corpus)")
-    p.add_argument("--quick", action="store_true", help="corpus: small sizes, 2 repeats")
+    p.add_argument("--quick", action="store_true", help="corpus: small sizes, 3 repeats (a smoke test, not a benchmark)")
     p.add_argument("--only", default="polybench,fuzz,library,docs", help="corpus groups")
     p.add_argument("--fuzz", type=int, default=40, help="corpus: number of fuzz programs")
     args = p.parse_args(argv)
@@ -115,7 +115,7 @@ def _corpus(args):
     from bench import corpus
     print(corpus.HEADER)
     rows = corpus.run(tuple(g for g in args.only.split(",") if g), quick=args.quick,
-                      repeats=2 if args.quick else args.repeats, fuzz=args.fuzz)
+                      repeats=3 if args.quick else args.repeats, fuzz=args.fuzz)
     print(corpus.summary(rows))
     if args.json:
         with open(args.json, "w") as fh:

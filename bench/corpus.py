@@ -90,19 +90,23 @@ def fuzz_cases(quick, count):
         if len(out) >= count:
             break
         rank = int(rng.choice([1, 2, 2, 2, 3]))
-        bufs = BUFS[:int(rng.integers(1, 4))]
+        nst = int(rng.integers(1, 3))
+        bufs = BUFS[:nst + 1]
         stmts = []
-        for k in range(int(rng.integers(1, 3))):
-            loops = tuple(rng.permutation(SPATIAL)[:max(rank, int(rng.integers(1, 4)))])
+        for k in range(nst):       # writes its own buffer (a permutation of its loops), reads others
+            loops = tuple(str(x) for x in rng.permutation(SPATIAL[:rank]))
+            order = [str(x) for x in rng.permutation(loops)]
+            write = Acc(bufs[k], tuple(("v", v, 0) for v in order))
+            others = [x for x in bufs if x != bufs[k]]
 
             def index():
                 if rng.integers(0, 6):
                     return ("v", str(rng.choice(loops)), int(rng.integers(-1, 2)))
                 return ("c", int(rng.integers(0, 2)))
-            acc = lambda: Acc(str(rng.choice(bufs)), tuple(index() for _ in range(rank)))  # noqa: E731
-            reads = tuple(acc() for _ in range(int(rng.integers(1, 4))))
+            reads = tuple(Acc(str(rng.choice(others)), tuple(index() for _ in range(rank)))
+                          for _ in range(int(rng.integers(1, 4))))
             coefs = tuple(float(rng.choice([0.3, -0.3, 0.25, -0.2])) for _ in reads)
-            stmts.append(Stmt(f"s{k}", loops, acc(), reads, coefs))
+            stmts.append(Stmt(f"s{k}", loops, write, reads, coefs))
         prog = Program(rank, bufs, None, (0, 0), tuple(stmts))
         cmds = []
         for s in stmts:
@@ -149,9 +153,9 @@ def library_cases(quick):
     flops = 2.0 * b * co * hw * hw * ci * 9
 
     def conv_args():
-        return {"data": rng.standard_normal((b, ci, hw, hw), dtype=np.float32),
-                "weight": rng.standard_normal((co, ci, 3, 3), dtype=np.float32),
-                "bias": rng.standard_normal(co, dtype=np.float32)}
+        w = rng.standard_normal((co, ci, 3, 3), dtype=np.float32)
+        return {"data": rng.standard_normal((b, ci, hw, hw), dtype=np.float32), "weight": w,
+                "w2": w.reshape(co, -1), "bias": rng.standard_normal(co, dtype=np.float32)}
     for algo in ("direct", "im2col", "spatial_pack"):
         out.append(Case("library", f"conv2d {algo} {b}x{ci}x{hw}x{hw}->{co}",
                         lambda algo=algo: CO.conv2d_function(b, ci, hw, hw, co, algo=algo),
@@ -266,6 +270,8 @@ def run_case(case, repeats):
     except Exception as exc:            # reported, not fatal: the corpus goes on
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:100]}"
         return row
+    takes = {b.name for b in ks["c"].inputs + ks["c"].outputs} | set(ks["c"].params)
+    args = {n: v for n, v in args.items() if n in takes}
     outs = {}
     try:
         for t, k in ks.items():
