@@ -54,6 +54,7 @@ class _Wide:
     def __init__(self, var: str, w: int, n: int, plan):
         self.var, self.w, self.n, self.plan = var, w, n, plan
         self.lets = {}               # varying Let name -> dtype
+        self.held = set()            # accumulator variables (NAME_c per chunk)
         self.promoted = {}           # (array, index key) -> C variable (chunk c: NAME_c)
         self.chunk = 0               # the chunk of n lanes being emitted (lanes c*n ...)
         self.lane = None             # per-lane emission: the lane in the chunk (text), else None
@@ -151,6 +152,8 @@ class WidenMixin:
             return f"({name} + {off + int(wd.lane)})" if wd.lane.isdigit() else f"({name} + {off} + {wd.lane})"
         if name in wd.lets:
             return f"{name}__v{wd.chunk}[{wd.lane}]"
+        if name in wd.held:
+            return f"{name}_{wd.chunk}[{wd.lane}]"
         return None
 
     def lane_load(self, e):
@@ -285,6 +288,7 @@ class WidenMixin:
                 self.out(ind + 1, f"{self.vtype(dt)} {name}_{c} = {self.as_vector(ir.Load(a, ix, dt), dt)};")
             saved[key] = (wd.promoted.get(key), name, a, ix, dt)
             wd.promoted[key] = name
+            wd.held.add(name)
         self.out(ind + 1, head)
         self.wstmt(s.body, ind + 2)
         self.out(ind + 1, "}")

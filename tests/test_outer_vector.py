@@ -117,3 +117,19 @@ def test_register_block_and_remainder_rows(backend):
     b = RNG.standard_normal((9, 20), dtype=np.float32)
     np.testing.assert_allclose(kern(A=a, B=b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
     assert "unrolled by" in f.explain(file=open("/dev/null", "w"))
+
+
+def test_int_accumulator_and_select_lane_by_lane(backend):
+    """An int32 reduction held in registers, with a lane-dependent select inside
+    (evaluated lane by lane in C), widened in both backends."""
+    f = tp.Function("ov_int", params=["N", "M", "K"])
+    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    a = f.input("a", ("K", "M"), tp.int32)
+    s = f.computation("s", [i, j], 0, dtype=tp.int32)
+    s[i, j] += tp.select(a[k, j] > 0, a[k, j], -a[k, j]) * (i + 1)
+    s.update.vectorize("j", 8)
+    kern = f.compile()
+    av = RNG.integers(-50, 50, (7, 19)).astype(np.int32)
+    want = (np.abs(av).sum(0)[None, :] * np.arange(1, 4)[:, None]).astype(np.int32)
+    np.testing.assert_array_equal(kern(a=av, N=3), want)
+    assert "widened with the loops inside it" in f.explain(file=open("/dev/null", "w"))
