@@ -324,9 +324,13 @@ class Lowering(ReductionLowering, ExprLowering):
                 self.f.rollback(mark)
                 self.vec, self.spec, self.env = None, 0, env
                 reason = str(exc)
-        self.f.emit(f"; vector loop {_san(s.var)}: not widened ({' '.join(reason.split())}); "
-                    "left to the loop vectorizer")
-        md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 true')
+        self.scalar_vector_loop(s, step, f"not widened ({' '.join(reason.split())}); left to the "
+                                         "loop vectorizer",
+                                self.m.loop_md('!"llvm.loop.vectorize.enable", i1 true'))
+
+    def scalar_vector_loop(self, s: ir.For, step: int, why: str, md: str = "") -> None:
+        """A vector loop run as a scalar loop, with a comment saying why."""
+        self.f.emit(f"; vector loop {_san(s.var)}: {why}")
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
@@ -345,10 +349,8 @@ class Lowering(ReductionLowering, ExprLowering):
                 self.f.rollback(mark)
                 self.vec, self.spec, self.env = None, 0, env
                 reason = str(exc)
-        self.f.emit(f"; vector loop {_san(s.var)}: not widened ({' '.join(reason.split())}); "
-                    "runs as a scalar loop")
-        self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
-                          lambda v: self.with_var(s.var, Val(v, "int64"), s.body))
+        self.scalar_vector_loop(s, step, f"not widened ({' '.join(reason.split())}); runs as a "
+                                         "scalar loop")
 
     def vector_end(self, lo: str, hi: str, step: int, w: int) -> str:
         """The iterator value after the last whole group of ``w`` iterations."""
@@ -574,27 +576,7 @@ def _visit_loads(e, uncond, loads: dict, safe: set) -> None:
 
 def _affine_form(e, opaque: set):
     """``e`` as ({name: coefficient}, constant) over lane-invariant names, or None."""
-    if isinstance(e, ir.Const) and ir.is_int(e.dtype):
-        return {}, int(e.value)
-    if isinstance(e, ir.Var):
-        return None if e.name in opaque else ({e.name: 1}, 0)
-    if isinstance(e, ir.Cast) and ir.is_int(e.dtype):
-        return _affine_form(e.a, opaque)
-    if isinstance(e, ir.Binary) and e.op in ("add", "sub", "mul"):
-        a, b = _affine_form(e.a, opaque), _affine_form(e.b, opaque)
-        if a is None or b is None:
-            return None
-        if e.op == "mul":
-            if a[0] and b[0]:
-                return None
-            (va, ca), k = (a, b[1]) if not b[0] else (b, a[1])
-            return {n: c * k for n, c in va.items()}, ca * k
-        sign = 1 if e.op == "add" else -1
-        v = dict(a[0])
-        for n, c in b[0].items():
-            v[n] = v.get(n, 0) + sign * c
-        return {n: c for n, c in v.items() if c}, a[1] + sign * b[1]
-    return None
+    return vectorize._affine(e, lambda n: n not in opaque)
 
 
 def _disjoint(idx1, idx2, opaque: set) -> bool:

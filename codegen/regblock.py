@@ -24,14 +24,24 @@ from . import ir, vectorize
 
 def register_block(fn: ir.LoweredFunction) -> ir.LoweredFunction:
     """``fn`` with :func:`jam` applied where it is legal and useful."""
+    def jammed(s):
+        r = _factor(s) if int(s.step) == 1 else 1
+        return jam(s, r) if r > 1 else None
+    return rewrite_serial_loops(fn, jammed)
+
+
+def rewrite_serial_loops(fn: ir.LoweredFunction, rewrite) -> ir.LoweredFunction:
+    """``fn`` with ``rewrite(loop)`` (a statement, or None to keep the loop and
+    look inside) applied top-down to its serial and unrolled loops (vector
+    loops are not entered); ``fn`` itself when nothing changed."""
     changed = []
 
     def visit(s):
-        if isinstance(s, ir.For) and s.kind in ("serial", "unrolled") and int(s.step) == 1:
-            r = _factor(s)
-            if r > 1:
+        if isinstance(s, ir.For) and s.kind in ("serial", "unrolled"):
+            r = rewrite(s)
+            if r is not None:
                 changed.append(s.var)
-                return jam(s, r)
+                return r
         if isinstance(s, ir.For) and s.kind == "vector":
             return s
         return ir.rebuild(s, visit)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from . import ir
 from .ir import expr_key
+from .regblock import rewrite_serial_loops
 from .simplify import clamped_bound
 
 
@@ -36,22 +37,7 @@ def hoist_vector_reductions(fn: ir.LoweredFunction) -> ir.LoweredFunction:
             names.add(s.name)
         elif isinstance(s, (ir.Allocate, ir.Store)):
             names.add(s.array)
-    changed = []
-
-    def visit(s):
-        if isinstance(s, ir.For) and s.kind in ("serial", "unrolled"):
-            r = _hoist(s, names)
-            if r is not None:
-                changed.append(s.var)
-                return r
-        if isinstance(s, ir.For) and s.kind == "vector":
-            return s
-        return ir.rebuild(s, visit)
-
-    body = visit(fn.body)
-    if not changed:
-        return fn
-    return ir.LoweredFunction(fn.name, fn.scalars, fn.arrays, body, fn.constants)
+    return rewrite_serial_loops(fn, lambda s: _hoist(s, names))
 
 
 def _pattern(v: ir.For):
