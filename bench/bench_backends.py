@@ -2,7 +2,7 @@
 
     python -m bench.bench_backends [--repeats 10] [--json PATH]
     python -m bench.bench_backends --corpus [--quick] [--only polybench,fuzz,library,docs]
-                                   [--fuzz 40] [--repeats 5] [--json PATH]
+                                   [--fuzz 120] [--repeats 5] [--json PATH]
 
 ``--corpus`` runs the parity corpus instead (:mod:`bench.corpus`: the
 PolyBench legality suite's legal schedules, fuzz programs at benchmark sizes,
@@ -73,7 +73,7 @@ def main(argv=None):
     p.add_argument("--corpus", action="store_true", help="run the parity corpus (bench.corpus)")
     p.add_argument("--quick", action="store_true", help="corpus: small sizes, 3 repeats (a smoke test, not a benchmark)")
     p.add_argument("--only", default="polybench,fuzz,library,docs", help="corpus groups")
-    p.add_argument("--fuzz", type=int, default=40, help="corpus: number of fuzz programs")
+    p.add_argument("--fuzz", type=int, default=120, help="corpus: number of fuzz programs (quick: 30 at most)")
     args = p.parse_args(argv)
     if args.corpus:
         return _corpus(args)
@@ -115,7 +115,8 @@ def _corpus(args):
     from bench import corpus
     print(corpus.HEADER)
     rows = corpus.run(tuple(g for g in args.only.split(",") if g), quick=args.quick,
-                      repeats=3 if args.quick else args.repeats, fuzz=args.fuzz)
+                      repeats=3 if args.quick else args.repeats,
+                      fuzz=min(args.fuzz, 30) if args.quick else args.fuzz)
     print(corpus.summary(rows))
     if args.json:
         with open(args.json, "w") as fh:

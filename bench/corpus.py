@@ -293,7 +293,7 @@ def run_case(case, repeats):
     return row
 
 
-def run(groups=("polybench", "fuzz", "library", "docs"), quick=False, repeats=5, fuzz=40):
+def run(groups=("polybench", "fuzz", "library", "docs"), quick=False, repeats=5, fuzz=120):
     makers = {"polybench": lambda: polybench_cases(quick), "fuzz": lambda: fuzz_cases(quick, fuzz),
               "library": lambda: library_cases(quick), "docs": lambda: doc_cases(quick)}
     rows = []
