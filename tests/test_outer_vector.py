@@ -133,3 +133,30 @@ def test_int_accumulator_and_select_lane_by_lane(backend):
     want = (np.abs(av).sum(0)[None, :] * np.arange(1, 4)[:, None]).astype(np.int32)
     np.testing.assert_array_equal(kern(a=av, N=3), want)
     assert "widened with the loops inside it" in f.explain(file=open("/dev/null", "w"))
+
+
+def test_softmax_vector_reductions_across_strips(backend):
+    """Row max and sum vectorised by 8 (strip-mined j0, j1): the partial
+    results stay in an 8-slot tile across j0 (codegen.vreduce); NaN rows stay NaN."""
+    f = tp.Function("ov_softmax", params=["N", "M"])
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    x = f.input("x", ("N", "M"), tp.float32)
+    with f.nest(i):
+        mx = f.computation("mx", [i], -np.inf)
+        mx[i].max(x[i, j])
+        e = f.computation("e", [i, j], tp.exp(x[i, j] - mx[i]))
+        s = f.computation("s", [i], 0.0)
+        s[i] += e[i, j]
+        y = f.computation("y", [i, j], e[i, j] / s[i])
+    mx.update.vectorize("j", 8, allow_reassociation=True)
+    e.vectorize("j", 8)
+    s.update.vectorize("j", 8, allow_reassociation=True)
+    y.vectorize("j", 8)
+    mx.parallelize("i")
+    kern = f.compile()
+    xv = RNG.standard_normal((6, 37), dtype=np.float32) * 4
+    xv[2, 30] = np.nan
+    ref = np.exp(xv.astype(np.float64) - xv.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    np.testing.assert_allclose(kern(x=xv), ref, rtol=2e-6, atol=1e-7)
+    assert "mx_vacc" in kern.source and "s_vacc" in kern.source
