@@ -199,8 +199,8 @@ def _helper_source(name: str) -> str:
         return _ALLOC_SOURCE
     if name.startswith("tp_vec_"):
         return vector_helper(name)
-    if name == "tp_bits_f32":
-        return vecmath.C_BITS_HELPERS
+    if name in ("tp_bits_f32", "tp_bits_f64"):
+        return vecmath.c_bits_helpers("float32" if name.endswith("f32") else "float64")
     kind, suf = name[3:].rsplit("_", 1)
     dt = next(d for d, s in _SUFFIX.items() if s == suf)
     t = CTYPES[dt]
@@ -221,8 +221,8 @@ def _helper_source(name: str) -> str:
         minus1 = f"({t})(0 - (uint64_t)a)" if kind == "div" else "0"
         return (f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : b == -1 ? {minus1} "
                 f": ({t})(a {op} b); }}")
-    if kind in vecmath.VECMATH_FUNCS and dt == "float32":
-        return vecmath.c_helper(kind)
+    if vecmath.supported(kind, dt):
+        return vecmath.c_helper(kind, dt)
     if kind == "abs":
         return f"static inline {t} {name}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
     if kind == "sigmoid":
@@ -410,9 +410,9 @@ class _Emitter(WidenMixin):
         ir.check_call(e, "C backend")
         arg = e.args[0]
         if ir.is_float(dt):
-            if dt == "float32" and f in vecmath.VECMATH_FUNCS:     # branchless, vectorisable
-                self.helper("tp_bits_f32")
-                name = self.helper(f"tp_{f}_f32")
+            if vecmath.supported(f, dt):                 # branchless, vectorisable
+                self.helper(f"tp_bits_{_SUFFIX[dt]}")
+                name = self.helper(f"tp_{f}_{_SUFFIX[dt]}")
             elif f == "sigmoid":
                 name = self.helper(f"tp_sigmoid_{_SUFFIX[dt]}")
             else:

@@ -414,8 +414,8 @@ class ExprLowering:
         f = self.f
         w, (xs,) = self.lanes(x)
         t, st = vt(LLT[dt], w), LLT[dt]
-        if dt == "float32" and fname in vecmath.VECMATH_FUNCS:    # polynomial, no libm
-            sym = self.m.vecmath(fname, w)
+        if vecmath.supported(fname, dt):               # polynomial, no libm
+            sym = self.m.vecmath(fname, w, dt)
             return Val(f.op(f'call {t} @"{sym}"({t} {xs})', fname), dt, kind(w))
         if fname in _INTRINSICS:
             name, _ = self.m.intrinsic(f"llvm.{_INTRINSICS[fname]}", dt, w)

@@ -278,13 +278,13 @@ class Module:
         t = vt(LLT[dtype], w)
         return self.declare(f"{base}.{mangle(dtype, w)}", t, [t] * nargs + list(extra)), t
 
-    def vecmath(self, func: str, w) -> str:
-        """The symbol of the float32 ``func`` on ``float`` / ``<w x float>``
+    def vecmath(self, func: str, w, dtype: str = "float32") -> str:
+        """The symbol of ``func`` on ``dtype`` or ``w``-lane vectors of it
         (:mod:`codegen.vecmath`), defined once per module."""
         from .vecmath import llvm_function
-        key = ("vecmath", func, w)
+        key = ("vecmath", func, w, dtype)
         if key not in self.decls:
-            sym, text = llvm_function(func, w)
+            sym, text = llvm_function(func, w, dtype)
             self.decls[key] = sym
             self.funcs.append(text)
         return self.decls[key]

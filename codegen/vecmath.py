@@ -28,12 +28,13 @@ NaN in, NaN out everywhere.  Accuracy, measured against float64 NumPy over
 exp < 1 ulp, log < 1 ulp, tanh < 1.5 ulp, sigmoid < 3 ulp (in ulps of the
 float32 result; subnormal results within one subnormal step).
 
-float64 keeps libm (``exp``, ``log``, ``tanh``; LLVM's ``llvm.exp`` on vectors
-is scalarised into libm calls).
+float64 ``exp`` (and ``sigmoid`` through it) is Cephes' double precision
+``exp`` (a rational approximation, < 1 ulp measured against 120-bit mpmath);
+float64 ``log`` and ``tanh`` keep libm (scalar calls, also in vector loops).
 """
 from __future__ import annotations
 
-VECMATH_FUNCS = ("exp", "log", "tanh", "sigmoid")
+VECMATH_FUNCS = ("exp", "log", "tanh", "sigmoid")       # float32; float64: exp, sigmoid
 
 _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
           1.6666665459e-1, 5.0000001201e-1)
@@ -98,7 +99,8 @@ def log_f32(b, x):
 def _abs_sign(b, x):
     """(|x|, the sign bit of x as an int)."""
     bits = b.op("bits", x)
-    return b.op("from_bits", b.op("and", bits, b.i(0x7FFFFFFF))), b.op("and", bits, b.i(-0x80000000))
+    top = 1 << (b.bits - 1)
+    return b.op("from_bits", b.op("and", bits, b.i(top - 1))), b.op("and", bits, b.i(-top))
 
 
 def tanh_f32(b, x):
@@ -112,14 +114,49 @@ def tanh_f32(b, x):
     return b.op("select", b.op("fgt", a, b.f(0.625)), big, sm)
 
 
+_EXP64_P = (1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1)
+_EXP64_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.27265548208155028766e-1,
+            2.00000000000000000009e0)
+
+
+def exp_f64(b, x):
+    """Cephes ``exp``: ``e^r = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2))``, ``2^n`` in two factors."""
+    c = b.op("select", b.op("flt", x, b.f(-746.0)), b.f(-746.0), x)
+    c = b.op("select", b.op("fgt", c, b.f(710.0)), b.f(710.0), c)
+    c = b.op("select", b.op("fne", c, c), b.f(0.0), c)
+    magic = 6755399441055744.0                                    # 1.5 * 2**52
+    t = b.op("fadd", b.op("fmul", c, b.f(1.4426950408889634)), b.f(magic))
+    n = b.op("isub", b.op("bits", t), b.i(0x4338000000000000))
+    nf = b.op("fsub", t, b.f(magic))
+    r = b.op("fsub", c, b.op("fmul", nf, b.f(6.93145751953125e-1)))
+    r = b.op("fsub", r, b.op("fmul", nf, b.f(1.42860682030941723212e-6)))
+    rr = b.op("fmul", r, r)
+    px = b.op("fmul", r, _horner(b, _EXP64_P, rr))
+    q = b.op("fdiv", px, b.op("fsub", _horner(b, _EXP64_Q, rr), px))
+    p = b.op("fadd", b.op("fadd", q, q), b.f(1.0))
+    n1 = b.op("ashr", n, b.i(1))
+    n2 = b.op("isub", n, n1)
+    s1 = b.op("from_bits", b.op("shl", b.op("iadd", n1, b.i(1023)), b.i(52)))
+    s2 = b.op("from_bits", b.op("shl", b.op("iadd", n2, b.i(1023)), b.i(52)))
+    y = b.op("fmul", b.op("fmul", p, s1), s2)
+    return b.op("select", b.op("fne", x, x), x, y)
+
+
 def sigmoid_f32(b, x):
     a, _ = _abs_sign(b, x)
-    e = exp_f32(b, b.op("fsub", b.f(0.0), a))
+    e = (exp_f32 if b.bits == 32 else exp_f64)(b, b.op("fsub", b.f(0.0), a))
     r = b.op("fdiv", b.f(1.0), b.op("fadd", b.f(1.0), e))
     return b.op("select", b.op("fge", x, b.f(0.0)), r, b.op("fmul", e, r))
 
 
-PROGRAMS = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "sigmoid": sigmoid_f32}
+PROGRAMS = {("exp", "float32"): exp_f32, ("log", "float32"): log_f32,
+            ("tanh", "float32"): tanh_f32, ("sigmoid", "float32"): sigmoid_f32,
+            ("exp", "float64"): exp_f64, ("sigmoid", "float64"): sigmoid_f32}
+
+
+def supported(func: str, dtype: str) -> bool:
+    """Whether ``func`` on ``dtype`` is computed here (else libm)."""
+    return (func, dtype) in PROGRAMS
 
 
 # ------------------------------------------------------------------ builders
@@ -128,34 +165,49 @@ _C_BIN = {"fadd": "+", "fsub": "-", "fmul": "*", "fdiv": "/", "iadd": "+", "isub
           "flt": "<", "fgt": ">", "fge": ">=", "fne": "!=", "feq": "=="}
 
 
-def c_helper(func: str) -> str:
-    """The ``static inline float tp_<func>_f32(float x)`` helper."""
-    b = _TypedCBuilder()
-    r = PROGRAMS[func](b, "x")
+_SUF = {"float32": "f32", "float64": "f64"}
+_CT = {"float32": ("float", "int32_t", "uint32_t"), "float64": ("double", "int64_t", "uint64_t")}
+
+
+def c_helper(func: str, dtype: str = "float32") -> str:
+    """The ``static inline T tp_<func>_<f32|f64>(T x)`` helper."""
+    b = _TypedCBuilder(dtype)
+    r = PROGRAMS[(func, dtype)](b, "x")
     body = "\n".join(b.lines)
-    return (f"static inline float tp_{func}_f32(float x) {{  /* codegen.vecmath */\n"
+    ft = _CT[dtype][0]
+    return (f"static inline {ft} tp_{func}_{_SUF[dtype]}({ft} x) {{  /* codegen.vecmath */\n"
             f"{body}\n  return {r};\n}}")
 
 
-C_BITS_HELPERS = ("static inline int32_t tp_bits_f32(float x) { int32_t b; memcpy(&b, &x, 4); return b; }\n"
-                  "static inline float tp_from_bits_f32(int32_t b) { float x; memcpy(&x, &b, 4); return x; }")
+def c_bits_helpers(dtype: str) -> str:
+    """``tp_bits_<suf>`` / ``tp_from_bits_<suf>``: the float's bits as an int and back."""
+    ft, it, _ = _CT[dtype]
+    suf, n = _SUF[dtype], 4 if dtype == "float32" else 8
+    return (f"static inline {it} tp_bits_{suf}({ft} x) {{ {it} b; memcpy(&b, &x, {n}); return b; }}\n"
+            f"static inline {ft} tp_from_bits_{suf}({it} b) {{ {ft} x; memcpy(&x, &b, {n}); return x; }}")
 
 
 class _TypedCBuilder:
     """Scalar C builder that tracks the C type of each temporary."""
 
-    def __init__(self):
-        self.lines, self.n, self.types = [], 0, {"x": "float"}
+    def __init__(self, dtype="float32"):
+        self.dt, self.bits = dtype, 32 if dtype == "float32" else 64
+        self.ft, self.it, self.ut = _CT[dtype]
+        self.suf = _SUF[dtype]
+        self.lines, self.n, self.types = [], 0, {"x": self.ft}
 
     def f(self, v: float) -> str:
         from .c_backend import c_literal
-        s = c_literal(v, "float32")
-        self.types[s] = "float"
+        s = c_literal(v, self.dt)
+        self.types[s] = self.ft
         return s
 
     def i(self, v: int) -> str:
-        s = f"({v})" if v < 0 else str(v)
-        self.types[s] = "int32_t"
+        if self.bits == 64 and not -2**31 < v < 2**31:
+            s = f"({v}LL)" if v > -2**63 else "(-9223372036854775807LL - 1)"
+        else:
+            s = f"({v})" if v < 0 else str(v)
+        self.types[s] = self.it
         return s
 
     def _new(self, ctype: str, text: str) -> str:
@@ -166,31 +218,35 @@ class _TypedCBuilder:
         return name
 
     def op(self, name: str, *a) -> str:
+        ft, it = self.ft, self.it
         if name == "bits":
-            return self._new("int32_t", f"tp_bits_f32({a[0]})")
+            return self._new(it, f"tp_bits_{self.suf}({a[0]})")
         if name == "from_bits":
-            return self._new("float", f"tp_from_bits_f32({a[0]})")
+            return self._new(ft, f"tp_from_bits_{self.suf}({a[0]})")
         if name == "sitofp":
-            return self._new("float", f"(float){a[0]}")
+            return self._new(ft, f"({ft}){a[0]}")
         if name == "select":
             return self._new(self.types[a[1]], f"{a[0]} ? {a[1]} : {a[2]}")
         if name in ("flt", "fgt", "fge", "fne", "feq"):
             return self._new("int", f"{a[0]} {_C_BIN[name]} {a[1]}")
         if name == "ashr":          # arithmetic shift of a signed int (gcc, clang)
-            return self._new("int32_t", f"{a[0]} >> {a[1]}")
+            return self._new(it, f"{a[0]} >> {a[1]}")
         if name == "shl":           # on unsigned: no signed-overflow UB
-            return self._new("int32_t", f"(int32_t)((uint32_t){a[0]} << {a[1]})")
-        return self._new("float" if name[0] == "f" else "int32_t", f"{a[0]} {_C_BIN[name]} {a[1]}")
+            return self._new(it, f"({it})(({self.ut}){a[0]} << {a[1]})")
+        return self._new(ft if name[0] == "f" else it, f"{a[0]} {_C_BIN[name]} {a[1]}")
 
 
 class LLVMBuilder:
-    """LLVM instructions on ``float``/``i32`` (``w`` None) or ``<w x float>``/``<w x i32>``."""
+    """LLVM instructions on ``float``/``i32`` or ``double``/``i64`` (``w`` None) or
+    vectors of ``w`` of them."""
 
-    def __init__(self, func, w):
+    def __init__(self, func, w, dtype="float32"):
         from .llvm_lower import lit
-        self.fn, self.w, self._lit = func, w, lit
-        self.ft = "float" if w is None else f"<{w} x float>"
-        self.it = "i32" if w is None else f"<{w} x i32>"
+        self.fn, self.w, self._lit, self.dt = func, w, lit, dtype
+        self.bits = 32 if dtype == "float32" else 64
+        self.sft, self.sit = ("float", "i32") if self.bits == 32 else ("double", "i64")
+        self.ft = self.sft if w is None else f"<{w} x {self.sft}>"
+        self.it = self.sit if w is None else f"<{w} x {self.sit}>"
         self.mt = "i1" if w is None else f"<{w} x i1>"
         self.types = {}
 
@@ -198,12 +254,12 @@ class LLVMBuilder:
         return s if self.w is None else f"splat ({t} {s})"
 
     def f(self, v: float) -> str:
-        s = self._splat("float", self._lit(v, "float32"))
+        s = self._splat(self.sft, self._lit(v, self.dt))
         self.types[s] = self.ft
         return s
 
     def i(self, v: int) -> str:
-        s = self._splat("i32", str(v))
+        s = self._splat(self.sit, str(v))
         self.types[s] = self.it
         return s
 
@@ -232,15 +288,16 @@ class LLVMBuilder:
         return self._new(it, f"{ins[name]} {it} {a[0]}, {a[1]}")
 
 
-def llvm_function(func: str, w) -> tuple:
+def llvm_function(func: str, w, dtype: str = "float32") -> tuple:
     """(symbol, definition text) of the ``alwaysinline`` LLVM function computing
-    the float32 ``func`` on ``float`` (``w`` None) or ``<w x float>``."""
+    ``func`` on ``dtype`` (``w`` None) or ``w``-lane vectors of it."""
     from .llvm_lower import Func
-    t = "float" if w is None else f"<{w} x float>"
-    sym = f"tp.{func}.{'f32' if w is None else f'v{w}f32'}"
+    st, suf = ("float", "f32") if dtype == "float32" else ("double", "f64")
+    t = st if w is None else f"<{w} x {st}>"
+    sym = f"tp.{func}.{suf if w is None else f'v{w}{suf}'}"
     fn = Func(f"define internal {t} @\"{sym}\"({t} %x) #1")
-    b = LLVMBuilder(fn, w)
+    b = LLVMBuilder(fn, w, dtype)
     b.types["%x"] = t
-    r = PROGRAMS[func](b, "%x")
+    r = PROGRAMS[(func, dtype)](b, "%x")
     fn.emit(f"ret {t} {r}")
     return sym, fn.text()
