@@ -468,8 +468,30 @@ class ExprLowering:
         return f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {a.ptr}, i64 {lin}", "p")
 
     def lane_ptrs(self, a: Arr, idx: list) -> list:
-        """One pointer per lane (gather / scatter)."""
+        """One pointer per lane (gather / scatter).  Indices that are uniform or
+        affine in the lane, along a runtime row stride, give scalar pointers
+        ``p0 + k * delta`` (no 64-bit vector multiply, which AVX2 lacks)."""
         f, w = self.f, self.vec.w
+        if all(i.kind in ("u", "a") for i in idx) and any(
+                i.kind == "a" and not isinstance(st, int) for i, st in zip(idx, a.strides)):
+            p0 = self.addr(a, idx)
+            delta, dconst = None, 0
+            for i, st in zip(idx, a.strides):
+                if i.kind != "a":
+                    continue
+                if isinstance(st, int):
+                    dconst += i.stride * st
+                else:
+                    term = f.op(f"mul nsw i64 {st}, {i.stride}")
+                    delta = term if delta is None else f.op(f"add nsw i64 {delta}, {term}")
+            if dconst:
+                delta = str(dconst) if delta is None else f.op(f"add nsw i64 {delta}, {dconst}")
+            out = [p0]
+            for k in range(1, w):
+                off = str(k * dconst) if delta is not None and delta == str(dconst) else \
+                    (f.op(f"mul nsw i64 {delta}, {k}") if delta is not None else "0")
+                out.append(f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {p0}, i64 {off}", "p"))
+            return out
         lin = None
         for i, s in zip(idx, a.strides):
             v = self.mat(i)
