@@ -179,8 +179,10 @@ def _gemm_design(tile=(32, 32)):
     return f
 
 
-def _softmax():
-    f = tp.Function("softmax", params=["N", "M"])
+def softmax_function(name="softmax"):
+    """Softmax over rows as a user schedules it: rows parallel, columns
+    vectorised by 8 (the reductions with ``allow_reassociation``)."""
+    f = tp.Function(name, params=["N", "M"])
     i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
     x = f.input("x", ("N", "M"), tp.float32)
     with f.nest(i):
@@ -221,7 +223,7 @@ def doc_cases(quick):
              ab, flops),
         Case("docs", "bench_backends conv2d (co parallel, x vectorised)", BB.conv_scheduled,
              lambda: dict(zip(("inp", "w", "bias"), cin)), conv_flops),
-        Case("docs", f"softmax {rows}x1024 (rows parallel, columns vectorised)", _softmax,
+        Case("docs", f"softmax {rows}x1024 (rows parallel, columns vectorised)", softmax_function,
              lambda: {"x": rng.standard_normal((rows, 1024), dtype=np.float32)}, None),
         Case("docs", "examples/jacobi2d (unscheduled)", jacobi2d.build,
              lambda: {"A": jac[0], "B": jac[1], "T": 10}, None),

@@ -55,23 +55,35 @@ def _horner(b, coeffs, x):
     return p
 
 
-def exp_f32(b, x):
-    c = b.op("select", b.op("flt", x, b.f(-104.0)), b.f(-104.0), x)
-    c = b.op("select", b.op("fgt", c, b.f(89.0)), b.f(89.0), c)
+def _exp_reduce(b, x, lo, hi, magic, magic_bits, ln2_hi, ln2_lo):
+    """(n, r) with ``x = n ln2 + r`` for ``x`` clamped to ``[lo, hi]`` (NaN: 0):
+    ``n`` rounded by adding ``magic`` (1.5 * 2^mantissa bits), ``ln2`` in two parts."""
+    c = b.op("select", b.op("flt", x, b.f(lo)), b.f(lo), x)
+    c = b.op("select", b.op("fgt", c, b.f(hi)), b.f(hi), c)
     c = b.op("select", b.op("fne", c, c), b.f(0.0), c)           # NaN: any finite value
-    t = b.op("fadd", b.op("fmul", c, b.f(1.44269504088896341)), b.f(_MAGIC))
-    n = b.op("isub", b.op("bits", t), b.i(_MAGIC_BITS))
-    nf = b.op("fsub", t, b.f(_MAGIC))
-    r = b.op("fsub", c, b.op("fmul", nf, b.f(_LN2_HI)))
-    r = b.op("fsub", r, b.op("fmul", nf, b.f(_LN2_LO)))
-    p = _horner(b, _EXP_P, r)
-    p = b.op("fadd", b.op("fadd", b.op("fmul", b.op("fmul", p, r), r), r), b.f(1.0))
+    t = b.op("fadd", b.op("fmul", c, b.f(1.4426950408889634)), b.f(magic))
+    n = b.op("isub", b.op("bits", t), b.i(magic_bits))
+    nf = b.op("fsub", t, b.f(magic))
+    r = b.op("fsub", c, b.op("fmul", nf, b.f(ln2_hi)))
+    return n, b.op("fsub", r, b.op("fmul", nf, b.f(ln2_lo)))
+
+
+def _exp_scale(b, x, p, n, bias, shift):
+    """``p * 2^n`` as two power-of-two factors (one rounding into the
+    subnormals, overflow to inf); NaN ``x`` gives ``x``."""
     n1 = b.op("ashr", n, b.i(1))
     n2 = b.op("isub", n, n1)
-    s1 = b.op("from_bits", b.op("shl", b.op("iadd", n1, b.i(127)), b.i(23)))
-    s2 = b.op("from_bits", b.op("shl", b.op("iadd", n2, b.i(127)), b.i(23)))
+    s1 = b.op("from_bits", b.op("shl", b.op("iadd", n1, b.i(bias)), b.i(shift)))
+    s2 = b.op("from_bits", b.op("shl", b.op("iadd", n2, b.i(bias)), b.i(shift)))
     y = b.op("fmul", b.op("fmul", p, s1), s2)
     return b.op("select", b.op("fne", x, x), x, y)
+
+
+def exp_f32(b, x):
+    n, r = _exp_reduce(b, x, -104.0, 89.0, _MAGIC, _MAGIC_BITS, _LN2_HI, _LN2_LO)
+    p = _horner(b, _EXP_P, r)
+    p = b.op("fadd", b.op("fadd", b.op("fmul", b.op("fmul", p, r), r), r), b.f(1.0))
+    return _exp_scale(b, x, p, n, 127, 23)
 
 
 def log_f32(b, x):
@@ -120,26 +132,14 @@ _EXP64_Q = (3.00198505138664455042e-6, 2.52448340349684104192e-3, 2.272655482081
 
 
 def exp_f64(b, x):
-    """Cephes ``exp``: ``e^r = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2))``, ``2^n`` in two factors."""
-    c = b.op("select", b.op("flt", x, b.f(-746.0)), b.f(-746.0), x)
-    c = b.op("select", b.op("fgt", c, b.f(710.0)), b.f(710.0), c)
-    c = b.op("select", b.op("fne", c, c), b.f(0.0), c)
-    magic = 6755399441055744.0                                    # 1.5 * 2**52
-    t = b.op("fadd", b.op("fmul", c, b.f(1.4426950408889634)), b.f(magic))
-    n = b.op("isub", b.op("bits", t), b.i(0x4338000000000000))
-    nf = b.op("fsub", t, b.f(magic))
-    r = b.op("fsub", c, b.op("fmul", nf, b.f(6.93145751953125e-1)))
-    r = b.op("fsub", r, b.op("fmul", nf, b.f(1.42860682030941723212e-6)))
+    """Cephes ``exp``: ``e^r = 1 + 2 r P(r^2) / (Q(r^2) - r P(r^2))``."""
+    n, r = _exp_reduce(b, x, -746.0, 710.0, 6755399441055744.0, 0x4338000000000000,
+                       6.93145751953125e-1, 1.42860682030941723212e-6)
     rr = b.op("fmul", r, r)
     px = b.op("fmul", r, _horner(b, _EXP64_P, rr))
     q = b.op("fdiv", px, b.op("fsub", _horner(b, _EXP64_Q, rr), px))
     p = b.op("fadd", b.op("fadd", q, q), b.f(1.0))
-    n1 = b.op("ashr", n, b.i(1))
-    n2 = b.op("isub", n, n1)
-    s1 = b.op("from_bits", b.op("shl", b.op("iadd", n1, b.i(1023)), b.i(52)))
-    s2 = b.op("from_bits", b.op("shl", b.op("iadd", n2, b.i(1023)), b.i(52)))
-    y = b.op("fmul", b.op("fmul", p, s1), s2)
-    return b.op("select", b.op("fne", x, x), x, y)
+    return _exp_scale(b, x, p, n, 1023, 52)
 
 
 def sigmoid_f32(b, x):

@@ -138,21 +138,8 @@ def test_int_accumulator_and_select_lane_by_lane(backend):
 def test_softmax_vector_reductions_across_strips(backend):
     """Row max and sum vectorised by 8 (strip-mined j0, j1): the partial
     results stay in an 8-slot tile across j0 (codegen.vreduce); NaN rows stay NaN."""
-    f = tp.Function("ov_softmax", params=["N", "M"])
-    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
-    x = f.input("x", ("N", "M"), tp.float32)
-    with f.nest(i):
-        mx = f.computation("mx", [i], -np.inf)
-        mx[i].max(x[i, j])
-        e = f.computation("e", [i, j], tp.exp(x[i, j] - mx[i]))
-        s = f.computation("s", [i], 0.0)
-        s[i] += e[i, j]
-        y = f.computation("y", [i, j], e[i, j] / s[i])
-    mx.update.vectorize("j", 8, allow_reassociation=True)
-    e.vectorize("j", 8)
-    s.update.vectorize("j", 8, allow_reassociation=True)
-    y.vectorize("j", 8)
-    mx.parallelize("i")
+    from bench.corpus import softmax_function
+    f = softmax_function("ov_softmax")
     kern = f.compile()
     xv = RNG.standard_normal((6, 37), dtype=np.float32) * 4
     xv[2, 30] = np.nan
