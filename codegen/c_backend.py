@@ -42,7 +42,8 @@ import re
 import struct
 from fractions import Fraction
 
-from . import ir
+from . import ir, regblock, vecmath, vectorize, vreduce
+from .c_widen import WidenMixin, vector_helper
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
           "int32": "int32_t", "int64": "int64_t", "bool": "bool"}
@@ -196,6 +197,10 @@ def _const(e: ir.Const) -> tuple:
 def _helper_source(name: str) -> str:
     if name == "tp_alloc":
         return _ALLOC_SOURCE
+    if name.startswith("tp_vec_"):
+        return vector_helper(name)
+    if name in ("tp_bits_f32", "tp_bits_f64"):
+        return vecmath.c_bits_helpers("float32" if name.endswith("f32") else "float64")
     kind, suf = name[3:].rsplit("_", 1)
     dt = next(d for d, s in _SUFFIX.items() if s == suf)
     t = CTYPES[dt]
@@ -216,6 +221,8 @@ def _helper_source(name: str) -> str:
         minus1 = f"({t})(0 - (uint64_t)a)" if kind == "div" else "0"
         return (f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : b == -1 ? {minus1} "
                 f": ({t})(a {op} b); }}")
+    if vecmath.supported(kind, dt):
+        return vecmath.c_helper(kind, dt)
     if kind == "abs":
         return f"static inline {t} {name}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
     if kind == "sigmoid":
@@ -293,7 +300,7 @@ def _omp_op(op: str, dt: str, em: "_Emitter") -> str:
 
 
 # ------------------------------------------------------------------ emitter
-class _Emitter:
+class _Emitter(WidenMixin):
     def __init__(self, fn: ir.LoweredFunction):
         self.fn = fn
         self.helpers: dict = {}          # name -> None (ordered set)
@@ -333,9 +340,9 @@ class _Emitter:
         if isinstance(e, ir.Const):
             return _const(e)
         if isinstance(e, ir.Var):
-            return e.name, P_PRIMARY
+            return (self.lane_var(e.name) if self.wide else None) or e.name, P_PRIMARY
         if isinstance(e, ir.Load):
-            return self.access(e.array, e.index), P_PRIMARY
+            return (self.lane_load(e) if self.wide else None) or self.access(e.array, e.index), P_PRIMARY
         if isinstance(e, ir.Binary):
             return self._binary(e)
         if isinstance(e, ir.Unary):
@@ -403,7 +410,10 @@ class _Emitter:
         ir.check_call(e, "C backend")
         arg = e.args[0]
         if ir.is_float(dt):
-            if f == "sigmoid":
+            if vecmath.supported(f, dt):                 # branchless, vectorisable
+                self.helper(f"tp_bits_{_SUFFIX[dt]}")
+                name = self.helper(f"tp_{f}_{_SUFFIX[dt]}")
+            elif f == "sigmoid":
                 name = self.helper(f"tp_sigmoid_{_SUFFIX[dt]}")
             else:
                 name = _LIBM[f] + ("f" if dt == "float32" else "")
@@ -499,6 +509,8 @@ class _Emitter:
             clause, aliases = self.reduction_clause(s)
             self.out(ind, "#pragma omp parallel for" + clause)
             self.omp, self.in_parallel = "parallel", True
+        elif s.kind == "vector" and not s.attrs.get("reduction") and vectorize.nested(s.body):
+            return self.nested_vector_loop(s, ind)      # codegen.c_widen
         elif s.kind == "vector":
             if s.attrs.get("reduction"):
                 if self.vector_reduction(s, ind):
@@ -823,6 +835,7 @@ def cffi_declaration(fn: ir.LoweredFunction) -> str:
 
 def emit_c(fn: ir.LoweredFunction) -> str:
     """The C99 + OpenMP source of ``fn`` (one exported function ``fn.name``)."""
+    fn = regblock.register_block(vreduce.hoist_vector_reductions(fn))
     symbol, cmap = fn.name, c_names(fn)
     fn = _renamed(fn, cmap)
     _check_name(fn.name, "function")

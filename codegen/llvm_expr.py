@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from . import ir, llvm_lower
+from . import ir, llvm_lower, vecmath
 from .ir import expr_key
 from .llvm_lower import (_FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
                          CannotWiden, Ctx, Func, Host, Module, Val, common, kind, lit,
@@ -22,10 +22,13 @@ from .llvm_lower import (_FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
 
 class VecState:
     """While widening a vector loop body: the lane count, the arrays the body
-    loads, and the loads it evaluates unconditionally (safe to speculate)."""
+    loads, and the loads it evaluates unconditionally (safe to speculate); for
+    a body with loops (:mod:`codegen.vectorize`) its plan and the accumulators
+    now held in registers ({(array, index key): Val})."""
 
-    def __init__(self, w: int, loaded: set, safe: set):
-        self.w, self.loaded, self.safe = w, loaded, safe
+    def __init__(self, w: int, loaded: set, safe: set, plan=None):
+        self.w, self.loaded, self.safe, self.plan = w, loaded, safe, plan
+        self.promoted = {}
 
 
 _INT_LIT = re.compile(r"\A(?:splat \(i\d+ )?(-?\d+)\)?\Z")
@@ -411,6 +414,9 @@ class ExprLowering:
         f = self.f
         w, (xs,) = self.lanes(x)
         t, st = vt(LLT[dt], w), LLT[dt]
+        if vecmath.supported(fname, dt):               # polynomial, no libm
+            sym = self.m.vecmath(fname, w, dt)
+            return Val(f.op(f'call {t} @"{sym}"({t} {xs})', fname), dt, kind(w))
         if fname in _INTRINSICS:
             name, _ = self.m.intrinsic(f"llvm.{_INTRINSICS[fname]}", dt, w)
             return Val(f.op(f"call {t} @{name}({t} {xs})"), dt, kind(w))
@@ -462,8 +468,30 @@ class ExprLowering:
         return f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {a.ptr}, i64 {lin}", "p")
 
     def lane_ptrs(self, a: Arr, idx: list) -> list:
-        """One pointer per lane (gather / scatter)."""
+        """One pointer per lane (gather / scatter).  Indices that are uniform or
+        affine in the lane, along a runtime row stride, give scalar pointers
+        ``p0 + k * delta`` (no 64-bit vector multiply, which AVX2 lacks)."""
         f, w = self.f, self.vec.w
+        if all(i.kind in ("u", "a") for i in idx) and any(
+                i.kind == "a" and not isinstance(st, int) for i, st in zip(idx, a.strides)):
+            p0 = self.addr(a, idx)
+            delta, dconst = None, 0
+            for i, st in zip(idx, a.strides):
+                if i.kind != "a":
+                    continue
+                if isinstance(st, int):
+                    dconst += i.stride * st
+                else:
+                    term = f.op(f"mul nsw i64 {st}, {i.stride}")
+                    delta = term if delta is None else f.op(f"add nsw i64 {delta}, {term}")
+            if dconst:
+                delta = str(dconst) if delta is None else f.op(f"add nsw i64 {delta}, {dconst}")
+            out = [p0]
+            for k in range(1, w):
+                off = str(k * dconst) if delta is not None and delta == str(dconst) else \
+                    (f.op(f"mul nsw i64 {delta}, {k}") if delta is not None else "0")
+                out.append(f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {p0}, i64 {off}", "p"))
+            return out
         lin = None
         for i, s in zip(idx, a.strides):
             v = self.mat(i)
@@ -482,6 +510,10 @@ class ExprLowering:
             and idx[-1].stride == 1
 
     def load(self, e: ir.Load) -> Val:
+        if self.vec is not None and self.vec.promoted:
+            held = self.vec.promoted.get((e.array, tuple(expr_key(i) for i in e.index)))
+            if held is not None:
+                return self.convert(held, e.dtype) if e.dtype in LLT else held
         a = self.array(e.array)
         idx = self.indices(a, e.index, e.array)
         f, mt, al = self.f, MEMT[a.dtype], ELSIZE[a.dtype]
@@ -509,6 +541,11 @@ class ExprLowering:
         if not a.writable:
             raise ValueError(f"LLVM backend: store to read-only array {s.array!r}")
         val = self.convert(self.ex(s.value), a.dtype)
+        if self.vec is not None and self.vec.promoted:
+            key = (s.array, tuple(expr_key(i) for i in s.index))
+            if key in self.vec.promoted:
+                self.vec.promoted[key] = val
+                return
         idx = self.indices(a, s.index, s.array)
         f, mt, al = self.f, MEMT[a.dtype], ELSIZE[a.dtype]
         uniform = all(i.kind == "u" for i in idx)

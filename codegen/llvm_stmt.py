@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import math
 
-from . import ir
+from . import ir, regblock, vectorize, vreduce
 from .ir import expr_key
 from .c_backend import _const_eval
 from .llvm_expr import ExprLowering, VecState
 from .llvm_lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
-                         Val, _san, host)
-from .llvm_reduce import ReductionLowering
+                         Val, _san, host, vt)
+from .llvm_reduce import ACC, ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
@@ -137,9 +137,11 @@ class Lowering(ReductionLowering, ExprLowering):
             self.arrays = saved
 
     def if_(self, s: ir.If) -> None:
-        if self.vec is not None:
+        if self.vec is not None and self.vec.plan is None:
             raise CannotWiden("an If in the body")
         c = self.to_bool(self.ex(s.cond))
+        if c.kind != "u":
+            raise CannotWiden("the condition of an if depends on the vector iterator")
         f = self.f
         then, done = f.label("then"), f.label("endif")
         other = f.label("else") if s.else_ is not None else done
@@ -189,7 +191,9 @@ class Lowering(ReductionLowering, ExprLowering):
     def loop(self, s: ir.For) -> None:
         step = ir.check_loop(s, "LLVM backend")
         if self.vec is not None:
-            raise CannotWiden("an inner loop in the body")
+            if self.vec.plan is None:
+                raise CannotWiden("an inner loop in the body")
+            return self.inner_loop(s, step)
         if s.attrs.get("reduction") and s.kind in ("parallel", "vector"):
             return self.reduction_loop(s, step)          # codegen.llvm_reduce
         if s.kind == "parallel" and not self.ctx.parallel:
@@ -229,21 +233,7 @@ class Lowering(ReductionLowering, ExprLowering):
         stores, loads, safe, lets = {}, {}, set(), set()
 
         def visit(e, uncond):
-            if isinstance(e, ir.Load):
-                key = tuple(expr_key(i) for i in e.index)
-                loads.setdefault(e.array, {})[key] = e.index
-                if uncond:
-                    safe.add(("L", e.array, key))
-            if isinstance(e, ir.Select):
-                visit(e.cond, uncond)
-                visit(e.a, False)
-                visit(e.b, False)
-            elif isinstance(e, ir.Binary) and e.op in ir.LOGIC_OPS:
-                visit(e.a, uncond)
-                visit(e.b, False)
-            else:
-                for c in ir.expr_children(e):
-                    visit(c, uncond)
+            _visit_loads(e, uncond, loads, safe)
 
         def walk(s):
             if isinstance(s, ir.Block):
@@ -279,8 +269,52 @@ class Lowering(ReductionLowering, ExprLowering):
                     return f"{name} is loaded at another index than it is stored", None
         return None, (rmw, safe)
 
+    def inner_loop(self, s: ir.For, step: int) -> None:
+        """A loop inside a widened body: a lane-uniform iterator; the plan's
+        accumulators for it are carried in registers (phis) and stored after it."""
+        lo, hi = self.index(s.lo), self.index(s.hi)
+        if lo.kind != "u" or hi.kind != "u":
+            raise CannotWiden(f"the bounds of the inner loop {s.var} depend on the vector iterator")
+        vec, f = self.vec, self.f
+        accs = [(a, ix, (a, tuple(expr_key(i) for i in ix)))
+                for a, ix in vec.plan.promote.get(id(s), ())]
+        run = lambda v: self.with_var(s.var, Val(v, "int64"), s.body)     # noqa: E731
+        if not accs:
+            return self.counted_loop(s.var, lo.t, lambda: self.index(s.hi).t, step, run)
+        go, done = f.label("acc"), f.label("endacc")
+        f.cbr(f.op(f"icmp slt i64 {lo.t}, {hi.t}"), go, done)
+        f.start(go)
+        f.emit(f"; {', '.join(a for a, _, _ in accs)} held in registers over loop {_san(s.var)}")
+        outer = {k: vec.promoted.get(k) for _, _, k in accs}
+        inits = []
+        for a, ix, key in accs:
+            dt = self.array(a).dtype
+            v = self.ex(ir.Load(a, ix, dt))
+            inits.append((v.kind, dt, v.t if v.kind == "u" else self.mat(v)))
+
+        def body(v, regs):
+            for (_, _, key), (k, dt, _), r in zip(accs, inits, regs):
+                vec.promoted[key] = Val(r, dt, k)
+            run(v)
+            return [vec.promoted[key].t if k == "u" else self.mat(vec.promoted[key])
+                    for (_, _, key), (k, _, _) in zip(accs, inits)]
+
+        final = self.carried_loop(s.var, lo.t, lambda: self.index(s.hi).t, step,
+                                  [(vt(LLT[dt], None if k == "u" else vec.w), x) for k, dt, x in inits],
+                                  body)
+        for (a, ix, key), (k, dt, _), r in zip(accs, inits, final):
+            if outer[key] is None:
+                vec.promoted.pop(key, None)
+            else:
+                vec.promoted[key] = outer[key]
+            self.with_var(ACC, Val(r, dt, k), ir.Store(a, ix, ir.Var(ACC, dt)))
+        f.br(done)
+        f.start(done)
+
     def vector_loop(self, s: ir.For, step: int) -> None:
         w = self.vector_width(s)
+        if w > 1 and vectorize.nested(s.body):
+            return self.nested_vector_loop(s, step, w)
         reason, info = self.widen_check(s.body, s.var) if w > 1 else ("vector width 1", None)
         if reason is None:
             mark, env = self.f.mark(), self.env
@@ -290,11 +324,33 @@ class Lowering(ReductionLowering, ExprLowering):
                 self.f.rollback(mark)
                 self.vec, self.spec, self.env = None, 0, env
                 reason = str(exc)
-        self.f.emit(f"; vector loop {_san(s.var)}: not widened ({' '.join(reason.split())}); "
-                    "left to the loop vectorizer")
-        md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 true')
+        self.scalar_vector_loop(s, step, f"not widened ({' '.join(reason.split())}); left to the "
+                                         "loop vectorizer",
+                                self.m.loop_md('!"llvm.loop.vectorize.enable", i1 true'))
+
+    def scalar_vector_loop(self, s: ir.For, step: int, why: str, md: str = "") -> None:
+        """A vector loop run as a scalar loop, with a comment saying why."""
+        self.f.emit(f"; vector loop {_san(s.var)}: {why}")
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
+
+    def nested_vector_loop(self, s: ir.For, step: int, w: int) -> None:
+        """A vector loop with loops or ifs inside (:mod:`codegen.vectorize`)."""
+        p, reason = vectorize.plan(s) if step == 1 else (None, f"step {step}")
+        if p is not None:
+            loads, safe = {}, set()
+            for st in ir.walk_stmts(s.body):
+                for e in ir.stmt_exprs(st):
+                    _visit_loads(e, True, loads, safe)
+            mark, env = self.f.mark(), self.env
+            try:
+                return self.widened_loop(s, step, w, (p.written & set(loads), safe, p))
+            except CannotWiden as exc:
+                self.f.rollback(mark)
+                self.vec, self.spec, self.env = None, 0, env
+                reason = str(exc)
+        self.scalar_vector_loop(s, step, f"not widened ({' '.join(reason.split())}); runs as a "
+                                         "scalar loop")
 
     def vector_end(self, lo: str, hi: str, step: int, w: int) -> str:
         """The iterator value after the last whole group of ``w`` iterations."""
@@ -313,7 +369,8 @@ class Lowering(ReductionLowering, ExprLowering):
         f = self.f
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         vend = self.vector_end(lo, hi, step, w)
-        f.emit(f"; vector loop {_san(s.var)}: {w} lanes, then a scalar epilogue")
+        f.emit(f"; vector loop {_san(s.var)}: {w} lanes, then a scalar epilogue"
+               + ("; inner loops run once per vector iteration" if len(info) > 2 else ""))
 
         def vbody(base):
             self.vec = VecState(w, *info)
@@ -497,29 +554,29 @@ class Lowering(ReductionLowering, ExprLowering):
             f.start(after)
 
 
+def _visit_loads(e, uncond, loads: dict, safe: set) -> None:
+    """Records the loads of ``e`` ({array: {key: index}}) and, in ``safe``, those
+    evaluated whenever ``e`` is (not under a select's arm or a lazy operand)."""
+    if isinstance(e, ir.Load):
+        key = tuple(expr_key(i) for i in e.index)
+        loads.setdefault(e.array, {})[key] = e.index
+        if uncond:
+            safe.add(("L", e.array, key))
+    if isinstance(e, ir.Select):
+        _visit_loads(e.cond, uncond, loads, safe)
+        _visit_loads(e.a, False, loads, safe)
+        _visit_loads(e.b, False, loads, safe)
+    elif isinstance(e, ir.Binary) and e.op in ir.LOGIC_OPS:
+        _visit_loads(e.a, uncond, loads, safe)
+        _visit_loads(e.b, False, loads, safe)
+    else:
+        for c in ir.expr_children(e):
+            _visit_loads(c, uncond, loads, safe)
+
+
 def _affine_form(e, opaque: set):
     """``e`` as ({name: coefficient}, constant) over lane-invariant names, or None."""
-    if isinstance(e, ir.Const) and ir.is_int(e.dtype):
-        return {}, int(e.value)
-    if isinstance(e, ir.Var):
-        return None if e.name in opaque else ({e.name: 1}, 0)
-    if isinstance(e, ir.Cast) and ir.is_int(e.dtype):
-        return _affine_form(e.a, opaque)
-    if isinstance(e, ir.Binary) and e.op in ("add", "sub", "mul"):
-        a, b = _affine_form(e.a, opaque), _affine_form(e.b, opaque)
-        if a is None or b is None:
-            return None
-        if e.op == "mul":
-            if a[0] and b[0]:
-                return None
-            (va, ca), k = (a, b[1]) if not b[0] else (b, a[1])
-            return {n: c * k for n, c in va.items()}, ca * k
-        sign = 1 if e.op == "add" else -1
-        v = dict(a[0])
-        for n, c in b[0].items():
-            v[n] = v.get(n, 0) + sign * c
-        return {n: c for n, c in v.items() if c}, a[1] + sign * b[1]
-    return None
+    return vectorize._affine(e, lambda n: n not in opaque)
 
 
 def _disjoint(idx1, idx2, opaque: set) -> bool:
@@ -536,4 +593,4 @@ def _disjoint(idx1, idx2, opaque: set) -> bool:
 
 def emit_llvm(fn: ir.LoweredFunction) -> str:
     """The LLVM IR text of ``fn`` (one exported function ``fn.name`` for this host)."""
-    return Lowering(fn, host()).run()
+    return Lowering(regblock.register_block(vreduce.hoist_vector_reductions(fn)), host()).run()

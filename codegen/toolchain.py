@@ -35,7 +35,7 @@ from . import cache
 
 COMPILER_INVOCATIONS = 0          # subprocess compiler runs in this process (probe or build)
 
-BASE_FLAGS = ("-O3", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fwrapv")
+BASE_FLAGS = ("-O3", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fwrapv")
 OPTIONAL_FLAGS = ("-march=native", "-fopenmp", "-mprefer-vector-width=512",
                   "-Werror=implicit-function-declaration")
 LIBS = ("-lm",)

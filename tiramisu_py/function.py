@@ -540,6 +540,8 @@ class Function:
         from .legality import explain
         model, deps, state = analyse(self)
         text = explain(model, deps, state)
+        from .lower import vector_report
+        text += vector_report(self)
         print(text, file=file)
         return text
 

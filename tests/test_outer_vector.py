@@ -1,0 +1,149 @@
+"""Vector loops with loops inside (outer-loop vectorisation, codegen.vectorize):
+widened in both backends, checked against NumPy; loops that must not be
+widened stay scalar and say why (in the code and in f.explain())."""
+import numpy as np
+import pytest
+
+import tiramisu_py as tp
+from codegen import compile_c
+from codegen.c_backend import emit_c
+from codegen.ir import (ArrayArg, Binary, Block, Const, For, LoweredFunction, Load, ScalarArg,
+                        Store, Var)
+from codegen.llvm_stmt import emit_llvm
+
+RNG = np.random.default_rng(3)
+
+
+def _gemm(name, tile=(32, 32), width=16, n=(37, 45, 29)):
+    f = tp.Function(name, params=["N", "M", "K"])
+    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    A = f.input("A", ("N", "K"), tp.float32)
+    B = f.input("B", ("K", "M"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j] += A[i, k] * B[k, j]
+    C.update.tile(i, j, *tile)
+    C.update.vectorize("j1", width)
+    C.update.parallelize("i0")
+    return f
+
+
+@pytest.mark.parametrize("shape", [(37, 45, 29), (64, 64, 16), (5, 3, 7)])
+def test_reduction_inside_vector_loop(backend, shape):
+    """DESIGN.md's GEMM schedule: the vector loop j11 contains the k loop."""
+    N, M, K = shape
+    f = _gemm(f"ov_gemm_{N}_{M}_{K}")
+    k = f.compile()
+    a = RNG.standard_normal((N, K), dtype=np.float32)
+    b = RNG.standard_normal((K, M), dtype=np.float32)
+    np.testing.assert_allclose(k(A=a, B=b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    src = k.source
+    assert ("tp_vld_f32x" in src) if backend == "c" else ("inner loops run once per vector" in src)
+    assert "held in registers" in src
+    text = f.explain(file=open("/dev/null", "w"))
+    assert "vector loop j11 (16 lanes): widened with the loops inside it" in text
+    assert "C accumulated in registers" in text
+
+
+def test_triangular_inner_bound_not_widened(backend):
+    """k < j + 1 depends on the vector iterator: scalar, with the reason."""
+    f = tp.Function("ov_tri", params=["N"])
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "N")
+    k = f.var("k", 0, j + 1)
+    A = f.input("A", ("N", "N"), tp.float64)
+    S = f.computation("S", [i, j], 0.0)
+    S[i, j] += A[i, k]
+    S.update.vectorize("j", 4)
+    kern = f.compile()
+    a = RNG.standard_normal((19, 19))
+    np.testing.assert_allclose(kern(A=a), np.cumsum(a, axis=1), rtol=1e-12)
+    assert "not widened (the bounds of the inner loop k depend on the vector iterator" in kern.source
+    assert "triangular" in f.explain(file=open("/dev/null", "w"))
+
+
+def test_gather_inside_vector_loop(backend):
+    """y[i, j] += w[k] * x[k, perm[j]]: an indirect (gathered) load in the inner loop."""
+    f = tp.Function("ov_gather", params=["N", "M", "K"])
+    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    w = f.input("w", ("N", "K"), tp.float32)
+    x = f.input("x", ("K", "M"), tp.float32)
+    perm = f.input("perm", ("M",), tp.int64)
+    y = f.computation("y", [i, j], 0.0)
+    y[i, j] += w[i, k] * x[k, perm[j]]
+    y.update.vectorize("j", 8)
+    kern = f.compile()
+    N, M, K = 3, 21, 6
+    wv = RNG.standard_normal((N, K), dtype=np.float32)
+    xv = RNG.standard_normal((K, M), dtype=np.float32)
+    pv = RNG.permutation(M).astype(np.int64)
+    np.testing.assert_allclose(kern(w=wv, x=xv, perm=pv), wv.astype(np.float64) @ xv[:, pv],
+                               rtol=1e-5, atol=1e-5)
+    assert "widened with the loops inside it" in f.explain(file=open("/dev/null", "w"))
+
+
+def _conflict_ir():
+    """for j (vector): for k: X[idx[j]] = X[idx[j]] + k -- lanes may hit one element."""
+    n, j, kk = Var("n"), Var("j"), Var("k")
+    idx = Load("idx", (j,), "int64")
+    body = For("k", Const(0, "int64"), Const(3, "int64"),
+               Store("X", (idx,), Binary("add", Load("X", (idx,), "int64"), kk, "int64")))
+    return LoweredFunction("ov_conflict", [ScalarArg("n")],
+                           [ArrayArg("idx", "int64", (n,), False), ArrayArg("X", "int64", (n,), True)],
+                           For("j", Const(0, "int64"), n, Block([body]), kind="vector",
+                               attrs={"vector_width": 8}))
+
+
+def test_store_that_may_conflict_is_left_scalar():
+    fn = _conflict_ir()
+    idx = np.array([1, 1, 0, 1, 2, 2, 1, 0, 3, 1, 1], np.int64)
+    want = np.zeros(11, np.int64)
+    for v in idx:
+        want[v] += 0 + 1 + 2
+    for emit, compile_ in ((emit_c, compile_c), (emit_llvm, None)):
+        src = emit(fn)
+        assert "not widened (two lanes may access one element of X" in src
+        if compile_ is None:
+            from codegen import compile_llvm as compile_
+        X = np.zeros(11, np.int64)
+        cf = compile_(fn)
+        assert cf.call([11], [idx.ctypes.data, X.ctypes.data]) == 0
+        np.testing.assert_array_equal(X, want)
+
+
+def test_register_block_and_remainder_rows(backend):
+    """Rows unrolled and jammed by the register block, with a remainder of rows."""
+    f = _gemm("ov_rb", tile=(8, 16), width=8)
+    kern = f.compile()
+    a = RNG.standard_normal((11, 9), dtype=np.float32)       # 11 rows: 8 + 3, then 3 = 2 + 1
+    b = RNG.standard_normal((9, 20), dtype=np.float32)
+    np.testing.assert_allclose(kern(A=a, B=b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    assert "unrolled by" in f.explain(file=open("/dev/null", "w"))
+
+
+def test_int_accumulator_and_select_lane_by_lane(backend):
+    """An int32 reduction held in registers, with a lane-dependent select inside
+    (evaluated lane by lane in C), widened in both backends."""
+    f = tp.Function("ov_int", params=["N", "M", "K"])
+    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    a = f.input("a", ("K", "M"), tp.int32)
+    s = f.computation("s", [i, j], 0, dtype=tp.int32)
+    s[i, j] += tp.select(a[k, j] > 0, a[k, j], -a[k, j]) * (i + 1)
+    s.update.vectorize("j", 8)
+    kern = f.compile()
+    av = RNG.integers(-50, 50, (7, 19)).astype(np.int32)
+    want = (np.abs(av).sum(0)[None, :] * np.arange(1, 4)[:, None]).astype(np.int32)
+    np.testing.assert_array_equal(kern(a=av, N=3), want)
+    assert "widened with the loops inside it" in f.explain(file=open("/dev/null", "w"))
+
+
+def test_softmax_vector_reductions_across_strips(backend):
+    """Row max and sum vectorised by 8 (strip-mined j0, j1): the partial
+    results stay in an 8-slot tile across j0 (codegen.vreduce); NaN rows stay NaN."""
+    from bench.corpus import softmax_function
+    f = softmax_function("ov_softmax")
+    kern = f.compile()
+    xv = RNG.standard_normal((6, 37), dtype=np.float32) * 4
+    xv[2, 30] = np.nan
+    ref = np.exp(xv.astype(np.float64) - xv.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    np.testing.assert_allclose(kern(x=xv), ref, rtol=2e-6, atol=1e-7)
+    assert "mx_vacc" in kern.source and "s_vacc" in kern.source
