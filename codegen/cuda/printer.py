@@ -34,8 +34,8 @@ import math
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..c_backend import (CTYPES, _ELSIZE, _Emitter, _check_name, _const_eval, _helper_source,
-                         _renamed, c_names, P_ADD, P_REL)
+from ..c_backend import (CTYPES, _ELSIZE, _LIBM, _Emitter, _check_name, _const_eval,
+                         _helper_source, _renamed, c_names, P_ADD, P_PRIMARY, P_REL)
 
 MAX_SHARED_BYTES = 48 * 1024          # static shared memory per block (no opt-in)
 MAX_THREADS = 1024
@@ -148,6 +148,20 @@ class _CudaEmitter(_Emitter):
         self.grid = {}                # axis -> (lo, hi) of the block loop
         self.shared = 0
         self.locals_ = set()
+
+    def _call(self, e: ir.Call) -> tuple:
+        # CUDA's own math library (expf, logf, tanhf...), not the CPU backends'
+        # vectorisable polynomials: a GPU thread is scalar
+        f, dt = e.func, e.dtype
+        if not ir.is_float(dt):
+            return super()._call(e)
+        ir.check_call(e, "CUDA backend")
+        suf = "f" if dt == "float32" else ""
+        x = self.expr(e.args[0])
+        if f == "sigmoid":
+            one = "1.0f" if dt == "float32" else "1.0"
+            return f"({one} / ({one} + exp{suf}(-({x}))))", P_PRIMARY
+        return f"{_LIBM[f]}{suf}({x})", P_PRIMARY
 
     def access(self, array, index):
         if len(index) == 0:
