@@ -6,6 +6,8 @@ the public language and scheduling API (no hand-written C).
     schedules.batched_gemm(a, b)
     schedules.conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="auto")
     schedules.conv_relu_maxpool(x, w, bias, pool=2, algo="auto")   # direct or Winograd
+    schedules.sparse_conv2d(x, schedules.CSRWeights.from_dense(w), bias, stride=1, padding=1)
+    schedules.sparse_conv_relu_maxpool(x, csr_w, bias, pool=2)
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
@@ -16,8 +18,10 @@ from .gemm import function as gemm_function
 from .conv_ops import CONV_ALGOS, FUSED_ALGOS, conv2d, conv2d_function, conv_relu_maxpool
 from .fused import function as conv_relu_maxpool_function
 from .host import host
+from .sparse import CSRWeights, sparse_conv2d, sparse_conv2d_function, sparse_conv_relu_maxpool
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
-           "host"]
+           "host", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
+           "sparse_conv_relu_maxpool"]
