@@ -3,6 +3,7 @@ sparse-weight convolution and fused block against a float64 NumPy reference
 (dense weight with the same zeros) on both CPU backends: densities 0, 1%,
 30%, 100%, odd sizes, stride 2, padding 0 and 2, batch 1, both loop orders;
 torch and scipy forms where installed; bad input.  Nothing is timed."""
+import json
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
@@ -206,3 +207,35 @@ def test_kernel_refuses_bad_offsets():
     with pytest.raises(ValueError, match="rowptr"):
         k(data=x, rowptr=np.array([0, 2, 1], np.int32), colidx=np.array([0, 1], np.int32),
           val=np.ones(2, np.float32), bias=np.zeros(2, np.float32))
+
+
+# ------------------------------------------------------------------ find step
+def test_conv2d_algo_sparse_and_auto(monkeypatch, tmp_path):
+    """``algo="sparse"`` forces it (dense or sparse ``w``); "auto" times it
+    against the dense algorithms when the weight is sparse enough and
+    records the choice keyed by the density bucket; a weight denser than
+    ``SPARSE_MAX_DENSITY`` never tries it; a sparse ``w`` refuses dense algos."""
+    from schedules import conv_ops
+    from tiramisu_py import tuning
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    tuning.close()
+    x = RNG.standard_normal((2, 8, 6, 6), dtype=np.float32)
+    b = RNG.standard_normal(8, dtype=np.float32)
+    for density in (1.0, 0.05):
+        w = pruned(8, 8, 3, density)
+        c = CSRWeights.from_dense(w)
+        ref = ref_conv(x, w, b, 1, 1)
+        for wf, algo in ((w, "sparse"), (c, "sparse"), (w, "auto"), (c, "auto")):
+            out = schedules.conv2d(x, wf, b, stride=1, padding=1, algo=algo)
+            np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+    fused = schedules.conv_relu_maxpool(x, CSRWeights.from_dense(w), b, pool=2, algo="auto")
+    np.testing.assert_allclose(fused, ref_pool(ref, 2), rtol=1e-4, atol=1e-4)
+    records = [json.loads(k) for k in conv_ops.find_records()]
+    sparse_keys = [k for k in records if "density<=" in k]
+    assert sparse_keys and all(k[k.index("density<=") + 1] == 0.05 for k in sparse_keys)
+    assert {("conv_relu_maxpool" in k) for k in sparse_keys} == {True, False}
+    assert schedules.conv2d(x, w, b, stride=1, padding=1).shape == ref.shape     # remembered
+    assert any("density<=" not in k for k in records)            # the dense weight's record
+    with pytest.raises(ValueError, match="algo 'im2col' needs a dense w"):
+        schedules.conv2d(x, CSRWeights.from_dense(pruned(8, 8, 3, 0.1)), b, stride=1, padding=1,
+                         algo="im2col")
