@@ -240,3 +240,20 @@ def test_conv2d_algo_sparse_and_auto(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="algo 'im2col' needs a dense w"):
         schedules.conv2d(x, CSRWeights.from_dense(pruned(8, 8, 3, 0.1)), b, stride=1, padding=1,
                          algo="im2col")
+
+
+def test_bench_sparse_quick(tmp_path, capsys):
+    """``tiramisu-py bench sparse --quick``: every implementation runs and
+    agrees with torch; the break-even line and the JSON record are written."""
+    pytest.importorskip("torch")
+    from tiramisu_py import cli
+    path = tmp_path / "sparse.json"
+    assert cli.main(["bench", "sparse", "--quick", "--threads", "1", "--repeats", "1",
+                     "--densities", "1,50", "--impls", "tiramisu_py[sparse],tiramisu_py[fused],torch",
+                     "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert "break_even" in report and len(report["cases"]) == 3
+    for case in report["cases"]:
+        for r in case["impls"].values():
+            assert r["1"]["failure"] is None and r["1"]["error"] < 1e-3
+    assert "break-even density" in capsys.readouterr().out
