@@ -218,7 +218,7 @@ def conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="aut
         if algo == "sparse":
             return SP.sparse_conv2d(x, w if csr is None else csr, b, stride, padding, dilation, target=target)
     elif algo not in CONV_ALGOS:
-        raise ValueError(f"conv2d: algo must be 'auto', 'sparse' or one of {', '.join(CONV_ALGOS)}; "
+        raise ValueError(f"conv2d: algo must be 'auto' or one of {', '.join(CONV_ALGOS)}, sparse; "
                          f"got {algo!r}")
     elif not C.applicable(algo, s):
         raise ValueError(f"conv2d: algo {algo!r} needs groups=1 (got groups={groups}); use 'direct'")
@@ -259,8 +259,8 @@ def conv_relu_maxpool(x, w, bias, pool=2, algo="auto", target=None):
         if algo == "sparse":
             return SP.sparse_conv_relu_maxpool(x, w if csr is None else csr, b, pool, target=target)
     elif algo not in FUSED_ALGOS:
-        raise ValueError(f"conv_relu_maxpool: algo must be 'auto', 'sparse' or one of "
-                         f"{', '.join(FUSED_ALGOS)}; got {algo!r}")
+        raise ValueError(f"conv_relu_maxpool: algo must be 'auto' or one of "
+                         f"{', '.join(FUSED_ALGOS)}, sparse; got {algo!r}")
     elif not fused.applicable(algo, s, pool):
         raise ValueError(f"conv_relu_maxpool: algo {algo!r} needs a 3x3 kernel and pool=2 "
                          f"(got {s.kh}x{s.kw}, pool={pool}); use 'direct'")
