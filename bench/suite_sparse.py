@@ -15,6 +15,7 @@ Densities (percent of nonzero weights, unstructured, uniform at random):
   torch                F.conv2d (oneDNN), the baseline of the ratios
   torch.sparse         F.unfold (im2col) + torch.sparse.mm on the CSR weight
   scipy                NumPy im2col + scipy.sparse CSR @ (one thread)
+                       (torch.sparse up to 50%, scipy up to 20%: IM2COL_MAX_DENSITY)
 
 plus, at 1% and 10%, the fused block ``max_pool2d(relu(conv), 2)``:
 tiramisu_py[fused] (schedules.sparse_conv_relu_maxpool) against
@@ -44,6 +45,9 @@ SHAPES = {False: ((8, 512, 512, 14, 14), (8, 512, 512, 28, 28),
           True: ((2, 16, 16, 10, 10),)}
 DENSITIES = {False: (1, 2, 5, 10, 20, 30, 40, 50, 70, 100), True: (1, 50)}
 FUSED_DENSITIES = (1, 10)
+# the im2col baselines are left out above these densities (percent), where
+# they lose to dense by far and one call takes seconds to tens of seconds
+IM2COL_MAX_DENSITY = {"torch.sparse": 50, "scipy": 20}
 
 
 def cases(quick=False, shapes=None, densities=None) -> list[Case]:
@@ -96,7 +100,9 @@ def _case(op, shape, density):
         else:
             impls["tiramisu_py[fused]"] = lambda: schedules.sparse_conv_relu_maxpool(x, csr, b, pool=2)
         impls.update(_torch_impls(op, x, wt, b, csr))
-        if op == "conv":
+        if op == "fused" or density > IM2COL_MAX_DENSITY["torch.sparse"]:
+            impls.pop("torch.sparse", None)
+        if op == "conv" and density <= IM2COL_MAX_DENSITY["scipy"]:
             impls.update(_scipy_impl(x, csr, b))
         return impls
 
