@@ -143,6 +143,8 @@ class CSRWeights:
         return self.derived(("conv_offsets", kh, kw, hp, wp, dh, dw), make)
 
     def int32_rowptr(self):
+        if self.nnz >= 2 ** 31:
+            raise ValueError(f"sparse conv: {self.nnz} nonzeros do not fit 32-bit row pointers")
         return self.derived(("rowptr32",), lambda: self.rowptr.astype(np.int32))
 
     def padded_values(self):
@@ -222,6 +224,9 @@ def _pair(v, name, least):
 
 @dataclass(frozen=True)
 class SparseShape:
+    """A convolution's shape with per-axis stride, padding and dilation (the
+    fields of :class:`schedules.conv.ConvShape`, which takes single ints;
+    the two can merge once ConvShape takes pairs)."""
     n: int
     ci: int
     h: int
