@@ -257,3 +257,37 @@ def test_bench_sparse_quick(tmp_path, capsys):
         for r in case["impls"].values():
             assert r["1"]["failure"] is None and r["1"]["error"] < 1e-3
     assert "break-even density" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ legality, two-sided
+def test_nonzero_loop_legality():
+    """The schedule's freedoms come from the compiler's proofs: the nonzero
+    loop is a reduction (parallel or locally accumulated only with
+    reassociation allowed) and must stay inside the channel loop whose row
+    it reads; the register-tiled order is accepted and correct."""
+    import tiramisu_py as tp
+    from examples import sparse_conv
+
+    def update():
+        f = sparse_conv.build()
+        return f, f.computations["out"].update
+    f, u = update()
+    u.parallelize("j")
+    with pytest.raises(tp.IllegalScheduleError, match="allow_reassociation"):
+        f.compile(target="c")
+    f, u = update()
+    u.accumulate_locally("j")
+    with pytest.raises(tp.IllegalScheduleError, match="accumulate_locally"):
+        f.compile(target="c")
+    f, u = update()
+    u.interchange("co", "j")
+    with pytest.raises(ValueError, match="j"):
+        f.compile(target="c")
+    f, u = update()          # Park et al.'s order: the tile of x inside j, accumulated locally
+    u.split("x", 4, names=("x0", "x1"))
+    u.reorder("n", "co", "y", "x0", "j", "x1")
+    u.accumulate_locally("j", allow_reassociation=True)
+    u.parallelize("co")
+    inp, w, b = sparse_conv.random_inputs(density=0.4)
+    out = sparse_conv.run(f.compile(target="c"), inp, w, b)
+    np.testing.assert_allclose(out, ref_conv(inp, w, b, 1, 1), rtol=1e-4, atol=1e-4)
