@@ -119,17 +119,22 @@ def test_sparse_conv_shapes(n, ci, h, w, co, k, stride, padding, dilation):
 
 
 @pytest.mark.usefixtures("backend")
-@pytest.mark.parametrize("rows_outer,parallel", [(True, "n"), (True, "co"), (False, "co")])
-def test_sparse_conv_schedules(rows_outer, parallel):
-    """Both loop orders and both parallel loops give the same result (the
-    tile count is forced up with a small register tile)."""
+@pytest.mark.parametrize("rows_outer,parallel,cb", [(True, "n", 2), (True, "co", 1),
+                                                     (True, "n", None), (False, "co", None)])
+def test_sparse_conv_schedules(rows_outer, parallel, cb):
+    """Both loop orders, both parallel loops and channel blocks (2 of 2 and
+    1 channel, 3 of 1 channel) give the same result (the tile count is forced
+    up with a small register tile); the CSR's columns need not be sorted."""
     s = SparseShape.make((2, 3, 8, 7), (5, 3, 3, 3), 1, 1, 1)
     x = RNG.standard_normal((2, 3, 8, 7), dtype=np.float32)
     w, b = pruned(5, 3, 3, 0.5), RNG.standard_normal(5, dtype=np.float32)
     c = CSRWeights.from_dense(w)
-    k = sparse.function(s, vectors=2, rows_outer=rows_outer, parallel=parallel).compile(
-        target=os.environ["TIRAMISU_PY_TARGET"])
-    out = k(data=x, rowptr=c.rowptr, colidx=c.conv_offsets(3, 3, s.hp, s.wp), val=c.values, bias=b)
+    rev = np.concatenate([np.arange(c.rowptr[r], c.rowptr[r + 1])[::-1] for r in range(5)])
+    c = CSRWeights(c.rowptr, c.colidx[rev], c.values[rev], c.shape)     # columns descending
+    rowptr, colidx, val = c.conv_layout(3, 3, s.hp, s.wp, cb=cb)
+    k = sparse.function(s, vectors=2, rows_outer=rows_outer, parallel=parallel,
+                        channel_block=cb).compile(target=os.environ["TIRAMISU_PY_TARGET"])
+    out = k(data=x, rowptr=rowptr, colidx=colidx, val=val, bias=b)
     np.testing.assert_allclose(out, ref_conv(x, w, b, 1, 1), rtol=1e-4, atol=1e-4)
 
 
