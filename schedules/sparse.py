@@ -296,14 +296,19 @@ def tile_size(s: SparseShape, vectors=None):
     return t, ntiles * t
 
 
-def plan(s: SparseShape, vectors=None, rows_outer=None, channel_block=None):
-    """The schedule's choices for shape ``s`` (arguments given win):
-    ``tile`` / ``qp`` (:func:`tile_size`), ``size`` / ``tail`` (floats of
-    the flat padded image and of the zero tail after it that the last tile
-    may read), ``rows_outer`` (default: the image exceeds L2) and
-    ``channel_block`` (rows outer only: input channels per block, so that
-    one block of the band of input rows a tile reads fills half of L1;
-    None: no blocking)."""
+def plan(s: SparseShape, vectors=None, rows_outer=None, channel_block=None, density=1.0):
+    """The schedule's choices for shape ``s`` and weight ``density``
+    (arguments given win): ``tile`` / ``qp`` (:func:`tile_size`), ``size`` /
+    ``tail`` (floats of the flat padded image and of the zero tail after it
+    that the last tile may read), ``channel_block`` (input channels per
+    block, so that one block of the band of input rows a tile reads fills
+    half of L1; None or 0: no blocking) and ``rows_outer``: by default when
+    the padded image exceeds twice L2 and a block's share of a CSR row holds
+    at least 16 nonzeros on average.  Below that the tile loads and stores
+    per block cost more than L1 reuse saves, and channels outer won in every
+    measurement (8x512x14x14, one run: 7.6 vs 19.5 ms at 1%, 102 vs 108 ms
+    at 10%, 351 ms both at 40%; 4x512x28x28: 30 vs 44 ms at 1%, 876 vs 759 ms
+    at 40%, where rows outer with blocks wins and unblocked took 938 ms)."""
     t, qp = tile_size(s, vectors)
     size = s.ci * s.hp * s.wp
     # the last read: the largest offset of a nonzero + the last (padded) position
@@ -311,12 +316,13 @@ def plan(s: SparseShape, vectors=None, rows_outer=None, channel_block=None):
         (((qp - 1) // s.pitch) * s.sh * s.wp + ((qp - 1) % s.pitch) * s.sw if s.sh != s.sw
          else (qp - 1) * s.sh)
     tail = max(0, last + 1 - size)
-    if rows_outer is None:      # an image larger than L2 is swept once per tile, not per channel
-        rows_outer = 4 * (size + tail) > host().l2
-    if channel_block is None and rows_outer:
+    if channel_block is None:
         band = (-(-t // s.pitch) + 1) * s.sh + (s.kh - 1) * s.dh      # input rows a tile reads
         channel_block = max(1, host().l1d // 2 // (band * s.wp * 4))
-    if not rows_outer or (channel_block or 0) >= s.ci:
+    if rows_outer is None:
+        rows_outer = (4 * (size + tail) > 2 * host().l2
+                      and density * min(channel_block or s.ci, s.ci) * s.kh * s.kw >= 16)
+    if not rows_outer or not channel_block or channel_block >= s.ci:
         channel_block = None
     return dict(tile=t, qp=qp, size=size, tail=tail, rows_outer=rows_outer,
                 channel_block=channel_block)
@@ -324,7 +330,7 @@ def plan(s: SparseShape, vectors=None, rows_outer=None, channel_block=None):
 
 # ------------------------------------------------------------------ the Function
 def function(s: SparseShape, bias=True, pool=1, relu=False, vectors=None, parallel=None,
-             rows_outer=None, channel_block=None):
+             rows_outer=None, channel_block=None, density=1.0):
     """The scheduled sparse convolution (``pool > 1``: ``max_pool(relu?(conv))``
     with non-overlapping ``pool x pool`` windows, fused).  Kernel arguments:
     ``data`` (NCHW), ``rowptr`` (int32, Cout + 1), ``colidx`` (int32 flat
@@ -334,19 +340,18 @@ def function(s: SparseShape, bias=True, pool=1, relu=False, vectors=None, parall
     ``rows_outer``: loops ``n, q0, co`` (each tile of output rows for every
     channel, so the band of input rows it reads stays in L2; the image's
     output is kept whole) instead of ``n, co, q0`` (one channel's row at a
-    time, in L1); default: when the padded image exceeds L2.  Measured at
-    4x512x28x28, 40% dense: 492 vs 602 ms; at 1%: 16.6 vs 14.0 ms.
+    time, in L1).
     ``channel_block`` (rows outer only): loops ``n, q0, b, co, j`` where
     ``b`` runs over blocks of input channels and ``j`` over the nonzeros of
     row ``co`` in block ``b`` (``rowptr`` then has ``Cout * blocks + 1``
     entries, :meth:`CSRWeights.conv_layout`), so the slice of the input
     band one block reads stays in L1 while every channel reads it (4x512x28x28,
     40%: 547 ms with 16 channels per block, 1095 ms unblocked, one run).
-    Defaults: :func:`plan`."""
+    Defaults: :func:`plan` for ``density``."""
     name = "sparse_conv2d" if pool == 1 and not relu else "sparse_conv_relu_maxpool"
     f = tp.Function(name, params=["NNZ"])
     X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
-    p = plan(s, vectors, rows_outer, channel_block)
+    p = plan(s, vectors, rows_outer, channel_block, density)
     t, qp, size, tail, rows_outer, cb = (p[k] for k in ("tile", "qp", "size", "tail", "rows_outer",
                                                          "channel_block"))
     nb = -(-s.ci // cb) if cb else 1
@@ -437,9 +442,10 @@ def _write_out(f, s, acc, n, co, pool, relu):
 
 
 # ------------------------------------------------------------------ operators
-def _kernel(s, bias, pool, relu, target):
-    return runtime.kernel(("sparse_conv", s, bias, pool, relu),
-                          lambda: function(s, bias=bias, pool=pool, relu=relu), target)
+def _kernel(s, bias, pool, relu, p, target):
+    order = dict(rows_outer=p["rows_outer"], channel_block=p["channel_block"] or 0)
+    return runtime.kernel(("sparse_conv", s, bias, pool, relu, tuple(order.values())),
+                          lambda: function(s, bias=bias, pool=pool, relu=relu, **order), target)
 
 
 def _prepare(x, w, bias, stride, padding, dilation, groups, op):
@@ -462,9 +468,9 @@ def _prepare(x, w, bias, stride, padding, dilation, groups, op):
 
 
 def _call(x, csr, b, s, pool, relu, target):
-    k = _kernel(s, b is not None, pool, relu, target)
-    rowptr, colidx, val = csr.conv_layout(s.kh, s.kw, s.hp, s.wp, s.dh, s.dw,
-                                          plan(s)["channel_block"])
+    p = plan(s, density=csr.density)
+    k = _kernel(s, b is not None, pool, relu, p, target)
+    rowptr, colidx, val = csr.conv_layout(s.kh, s.kw, s.hp, s.wp, s.dh, s.dw, p["channel_block"])
     args = dict(data=x, rowptr=rowptr, colidx=colidx, val=val)
     if b is not None:
         args["bias"] = b
