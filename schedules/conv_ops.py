@@ -152,8 +152,9 @@ def _sparse_candidate(s, w, csr):
 
 def find(s, x, w, b, target=None, repeats=3, csr=None):
     """The fastest applicable conv2d algorithm for shape ``s``: remembered,
-    or timed now on these arguments and remembered.  "sparse" (on ``csr``,
-    made from ``w`` if not given) is a candidate when ``w`` is sparse enough."""
+    or timed now on these arguments and remembered.  "sparse" is a
+    candidate when the weight is sparse enough (timed on ``csr`` if given,
+    else on the dense ``w``, converted by each call as the user's will be)."""
     op, csr = _sparse_candidate(s, w, csr)
     cands = [a for a in CONV_ALGOS if C.applicable(a, s)] + (["sparse"] if op else [])
 
