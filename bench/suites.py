@@ -1,6 +1,6 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
-    tiramisu-py bench [gemm|conv|fused|all] [--threads 1,2] [--repeats N] [--quick]
+    tiramisu-py bench [gemm|conv|fused|sparse|all] [--threads 1,2] [--repeats N] [--quick]
                       [--shapes 0,2] [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
 
@@ -13,6 +13,8 @@ conv   NCHW float32, 3x3, stride 1, padding 1, with bias: tiramisu_py with each
 fused  the same convolutions followed by ReLU and a 2x2 max-pool:
        tiramisu_py (schedules.conv_relu_maxpool), torch eager (unfused), and
        torch.compile of the same function.
+sparse CSR sparse-weight conv over a density sweep, break-even density, time vs
+       density plot (bench/suite_sparse.py; not part of "all").
 
 FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
 ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
@@ -26,7 +28,7 @@ import functools
 
 import numpy as np
 
-from bench import harness
+from bench import harness, suite_sparse
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused")
@@ -138,13 +140,14 @@ def _indices(text):
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("suite", nargs="?", default="all", choices=(*SUITES, "all"),
+    p.add_argument("suite", nargs="?", default="all", choices=(*SUITES, "sparse", "all"),
                    help="which suite (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (a smoke test, not a benchmark)")
     p.add_argument("--shapes", type=_indices, metavar="0,2",
                    help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3)")
     harness.add_arguments(p)
+    suite_sparse.add_arguments(p)
     return p
 
 
@@ -155,5 +158,7 @@ QUICK_NOTE = ("--quick: a SMOKE TEST of the harness on tiny sizes, NOT A BENCHMA
 def main(args: argparse.Namespace) -> dict:
     if args.quick:
         print(QUICK_NOTE, flush=True)
+    if args.suite == "sparse":
+        return suite_sparse.main(args)
     return harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
                        **harness.run_args(args))

@@ -8,6 +8,8 @@ the public language and scheduling API (no hand-written C).
                      algo="auto")     # torch.nn.functional.conv2d's signature and defaults
     schedules.conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
                                 groups=1, *, pool=2, algo="auto")   # direct or Winograd
+    schedules.sparse_conv2d(x, schedules.CSRWeights.from_dense(w), bias, stride=1, padding=1)
+    schedules.sparse_conv_relu_maxpool(x, csr_w, bias, pool=2, padding=1)
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
@@ -21,8 +23,10 @@ from .conv_ops import CONV_ALGOS, FUSED_ALGOS, conv2d, conv2d_function, conv_rel
 from .fused import function as conv_relu_maxpool_function
 from .host import host
 from .gpu_gemm import function as gemm_cuda_function
+from .sparse import CSRWeights, sparse_conv2d, sparse_conv2d_function, sparse_conv_relu_maxpool
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
-           "host", "gemm_cuda_function"]
+           "host", "gemm_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
+           "sparse_conv_relu_maxpool"]

@@ -6,7 +6,9 @@
 backend) in the on-disk cache and uses it from then on,
 in this process and later ones.  ``algo=`` forces one.  The fused
 ``conv_relu_maxpool(..., algo="auto")`` chooses between its "direct" and
-"winograd" blocks the same way.
+"winograd" blocks the same way.  Both also consider "sparse"
+(:mod:`schedules.sparse`) when the weight is at most ``SPARSE_MAX_DENSITY``
+dense; those records are keyed by the density bucket too.
 """
 from __future__ import annotations
 
@@ -19,12 +21,15 @@ from tiramisu_py import tuning
 
 from . import conv as C
 from . import fused, runtime
+from . import sparse as SP
 from .host import host
 
 CONV_ALGOS = C.ALGOS
 FUSED_ALGOS = fused.ALGOS
 FIND_KIND = "conv_find"          # the records' kind in the tuning store
 FIND_FILE = "conv_find.json"     # the former store: imported once, then unused
+SPARSE_MAX_DENSITY = 0.7         # denser weights never try "sparse" in the find step
+DENSITY_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, SPARSE_MAX_DENSITY)
 
 
 def _pair(v, name, least):
@@ -164,20 +169,67 @@ def _choose(key, candidates, run, repeats):
     return best
 
 
-def find(s, x, w, b, target=None, repeats=3):
+def _sparse_candidate(s, w, csr):
+    """``(op, weight)``: the key prefix of a find that also tries "sparse"
+    (the density bucket) and the weight it runs on (``csr``, else the dense
+    ``w``, converted by each call as a user's call would), or ``((), None)``
+    where sparse cannot win (groups, or denser than ``SPARSE_MAX_DENSITY``)."""
+    if s.groups != 1:
+        return (), None
+    density = csr.density if csr is not None else SP.density_of(w)
+    bucket = next((d for d in DENSITY_BUCKETS if density <= d), None)
+    if bucket is None:
+        return (), None
+    return ("density<=", bucket), (csr if csr is not None else w)
+
+
+def find(s, x, w, b, target=None, repeats=3, csr=None):
     """The fastest applicable conv2d algorithm for shape ``s``: remembered,
-    or timed now on these arguments and remembered."""
-    return _choose(_find_key(s, b is not None, target),
-                   [a for a in CONV_ALGOS if C.applicable(a, s)],
-                   lambda algo: _run(algo, s, x, w, b, target), repeats)
+    or timed now on these arguments and remembered.  "sparse" is a
+    candidate when the weight is sparse enough (timed on ``csr`` if given,
+    else on the dense ``w``, converted by each call as the user's will be)."""
+    op, csr = _sparse_candidate(s, w, csr)
+    cands = [a for a in CONV_ALGOS if C.applicable(a, s)] + (["sparse"] if op else [])
+
+    def run(algo):
+        if algo == "sparse":
+            return SP.sparse_conv2d(x, csr, b, s.stride, s.padding, s.dilation, target=target)
+        return _run(algo, s, x, w, b, target)
+    return _choose(_find_key(s, b is not None, target, op=op), cands, run, repeats)
 
 
-def find_fused(s, pool, x, w, b, target=None, repeats=3):
-    """The same for the fused block: "direct" or "winograd" (where it
-    applies).  Its records start with "conv_relu_maxpool" and ``pool``."""
-    return _choose(_find_key(s, b is not None, target, op=("conv_relu_maxpool", pool)),
-                   [a for a in FUSED_ALGOS if fused.applicable(a, s, pool)],
-                   lambda algo: _run_fused(algo, s, pool, x, w, b, target), repeats)
+def find_fused(s, pool, x, w, b, target=None, repeats=3, csr=None):
+    """The same for the fused block: "direct", "winograd" (where it
+    applies) or "sparse" (as in :func:`find`).  Its records start with
+    "conv_relu_maxpool" and ``pool``."""
+    op, csr = _sparse_candidate(s, w, csr)
+    cands = [a for a in FUSED_ALGOS if fused.applicable(a, s, pool)] + (["sparse"] if op else [])
+
+    def run(algo):
+        if algo == "sparse":
+            return SP.sparse_conv_relu_maxpool(x, csr, b, pool, stride=s.stride, padding=s.padding,
+                                               dilation=s.dilation, target=target)
+        return _run_fused(algo, s, pool, x, w, b, target)
+    return _choose(_find_key(s, b is not None, target, op=("conv_relu_maxpool", pool, *op)),
+                   cands, run, repeats)
+
+
+def _sparse_args(x, w, bias, algo, op):
+    """For a sparse ``w`` (CSRWeights, torch sparse-CSR, scipy CSR): ``(x, w
+    dense, bias, csr)`` for the find step; ``None`` for a dense ``w``.  A
+    sparse ``w`` takes "auto" or "sparse" only."""
+    if not SP.is_sparse(w):
+        return None
+    if algo not in ("auto", "sparse"):
+        raise ValueError(f"{op}: algo {algo!r} needs a dense w; a sparse w takes 'auto' or 'sparse'")
+    runtime.same_kind((x, bias), ("x", "bias"))
+    x = runtime.float32_array(x, "x", 4)
+    csr = SP.as_csr(w, x.shape[1])
+    dense = csr.derived(("dense",), csr.to_dense)
+    if runtime.is_torch(x):
+        import torch
+        dense = torch.from_numpy(dense)
+    return x, dense, bias, csr
 
 
 # ------------------------------------------------------------------ operators
@@ -187,7 +239,14 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     defaults: NCHW float32 (NumPy arrays or CPU torch tensors; the result has
     the same kind); ``stride``, ``padding`` and ``dilation`` an int or a
     (height, width) pair; ``padding`` also "valid" or "same".  ``algo``:
-    "auto" (find step), "direct", "im2col" or "spatial_pack"."""
+    "auto" (find step), "direct", "im2col", "spatial_pack" or "sparse"
+    (:func:`schedules.sparse_conv2d`; ``weight`` may then also be a sparse
+    weight, see there)."""
+    if algo == "sparse":
+        return SP.sparse_conv2d(input, weight, bias, stride, padding, dilation, groups,
+                                target=target)
+    sp = _sparse_args(input, weight, bias, algo, "conv2d")
+    input, weight, bias, csr = sp if sp else (input, weight, bias, None)
     runtime.same_kind((input, weight, bias), ("input", "weight", "bias"))
     x, w = runtime.float32_array(input, "input", 4), runtime.float32_array(weight, "weight", 4)
     b = None if bias is None else runtime.float32_array(bias, "bias", 1)
@@ -196,9 +255,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
         raise ValueError(f"conv2d: bias has {b.shape[0]} values for {s.co} output channels")
     if algo == "auto":
         # nothing to time when the output is empty or no input channel feeds it
-        algo = "direct" if _degenerate(s) else find(s, x, w, b, target)
+        algo = "direct" if _degenerate(s) else find(s, x, w, b, target, csr=csr)
+        if algo == "sparse":
+            return SP.sparse_conv2d(x, w if csr is None else csr, b, s.stride, s.padding, s.dilation,
+                                    target=target)
     elif algo not in CONV_ALGOS:
-        raise ValueError(f"conv2d: algo must be 'auto' or one of {', '.join(CONV_ALGOS)}; got {algo!r}")
+        raise ValueError(f"conv2d: algo must be 'auto' or one of {', '.join(CONV_ALGOS)}, sparse; "
+                         f"got {algo!r}")
     elif not C.applicable(algo, s):
         raise ValueError(f"conv2d: algo {algo!r} needs groups=1 (got groups={groups}); use 'direct'")
     return _run(algo, s, x, w, b, target)
@@ -229,23 +292,32 @@ def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
     """``max_pool2d(relu(conv2d(input, weight, bias, stride, padding, dilation,
     groups)), pool)`` in one fused pass (see :mod:`schedules.fused`): the
     convolution's arguments and defaults are :func:`conv2d`'s (torch's);
-    ``groups`` must be 1.  ``algo``: "auto" (find step), "direct" or
-    "winograd" (3x3 kernels, stride 1, no dilation, ``pool=2``)."""
+    ``groups`` must be 1.  ``algo``: "auto" (find step), "direct",
+    "winograd" (3x3 kernels, stride 1, no dilation, ``pool=2``) or "sparse"
+    (:func:`schedules.sparse_conv_relu_maxpool`; ``weight`` may be sparse)."""
+    if groups != 1:
+        raise ValueError(f"conv_relu_maxpool: groups must be 1, got {groups!r}; use conv2d")
+    if algo == "sparse":
+        return SP.sparse_conv_relu_maxpool(input, weight, bias, pool, stride=stride,
+                                           padding=padding, dilation=dilation, target=target)
+    sp = _sparse_args(input, weight, bias, algo, "conv_relu_maxpool")
+    input, weight, bias, csr = sp if sp else (input, weight, bias, None)
     runtime.same_kind((input, weight, bias), ("input", "weight", "bias"))
     x, w = runtime.float32_array(input, "input", 4), runtime.float32_array(weight, "weight", 4)
     b = None if bias is None else runtime.float32_array(bias, "bias", 1)
     s = _shape(x, w, stride, padding, dilation, groups)
-    if groups != 1:
-        raise ValueError(f"conv_relu_maxpool: groups must be 1, got {groups!r}; use conv2d")
     if b is not None and b.shape[0] != s.co:
         raise ValueError(f"conv_relu_maxpool: bias has {b.shape[0]} values for {s.co} output channels")
     if not isinstance(pool, int) or isinstance(pool, bool) or not 1 <= pool <= min(s.ho, s.wo):
         raise ValueError(f"conv_relu_maxpool: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
     if algo == "auto":
-        algo = "direct" if _degenerate(s) else find_fused(s, pool, x, w, b, target)
+        algo = "direct" if _degenerate(s) else find_fused(s, pool, x, w, b, target, csr=csr)
+        if algo == "sparse":
+            return SP.sparse_conv_relu_maxpool(x, w if csr is None else csr, b, pool, stride=s.stride,
+                                               padding=s.padding, dilation=s.dilation, target=target)
     elif algo not in FUSED_ALGOS:
         raise ValueError(f"conv_relu_maxpool: algo must be 'auto' or one of "
-                         f"{', '.join(FUSED_ALGOS)}; got {algo!r}")
+                         f"{', '.join(FUSED_ALGOS)}, sparse; got {algo!r}")
     elif not fused.applicable(algo, s, pool):
         raise ValueError(f"conv_relu_maxpool: algo {algo!r} needs a 3x3 kernel and pool=2 "
                          f"(got {s.kh}x{s.kw}, pool={pool}); use 'direct'")
