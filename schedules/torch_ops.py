@@ -3,6 +3,8 @@
     torch.ops.tiramisu.gemm(a, b)
     torch.ops.tiramisu.conv2d(x, weight, bias, stride, padding, dilation, groups, algo)
     torch.ops.tiramisu.conv_relu_maxpool(x, weight, bias, pool, padding, algo)
+    torch.ops.tiramisu.sparse_conv2d(x, rowptr, colidx, values, weight_size, bias,
+                                     stride, padding, dilation)      # CSR weight, float32
 
 each with a backward made of compiled kernels, themselves ops
 (``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
@@ -235,6 +237,60 @@ conv_relu_maxpool_grad = _op(
     "(Tensor grad, Tensor x, Tensor weight, Tensor bias, int pool, int[2] padding) -> Tensor",
     _fused_grad, _fused_grad_fake)
 
+# ------------------------------------------------------------------ sparse conv
+def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation):
+    from .sparse import CSRWeights, sparse_conv2d
+    _dtype("sparse_conv2d", x, values, bias)
+    if values.dtype != torch.float32:
+        raise TypeError("tiramisu::sparse_conv2d: the sparse kernel is float32 only, got "
+                        f"{values.dtype}")
+    csr = CSRWeights(rowptr.numpy(), colidx.numpy(), values.detach().numpy(), tuple(weight_size))
+    return sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding), tuple(dilation))
+
+
+def _sparse_conv2d_fake(x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation):
+    s = _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, 1)
+    return x.new_empty((s.n, s.co, s.ho, s.wo))
+
+
+def _sparse_flat(rowptr, colidx, weight_size):
+    """Flat positions in the dense (Cout, Cin*KH*KW) weight of the nonzeros."""
+    co, k = weight_size[0], weight_size[1] * weight_size[2] * weight_size[3]
+    rows = torch.repeat_interleave(torch.arange(co), (rowptr[1:] - rowptr[:-1]).long())
+    return rows * k + colidx.long()
+
+
+def _sparse_setup(ctx, inputs, output):
+    x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation = inputs
+    ctx.save_for_backward(x, rowptr, colidx, values)
+    ctx.weight_size, ctx.has_bias = list(weight_size), bias is not None
+    ctx.conf = (list(stride), list(padding), list(dilation), 1)
+
+
+def _sparse_backward(ctx, g):
+    """Through the dense kernels: grad x with the weight scattered dense; the
+    values' gradient is the dense weight gradient at the nonzeros (the
+    sparsity pattern is fixed, as in pruned training)."""
+    x, rowptr, colidx, values = ctx.saved_tensors
+    flat = _sparse_flat(rowptr, colidx, ctx.weight_size)
+    gx = gv = gb = None
+    if ctx.needs_input_grad[0]:
+        n = ctx.weight_size[0] * ctx.weight_size[1] * ctx.weight_size[2] * ctx.weight_size[3]
+        dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
+        gx = conv2d_grad_input(g, dense, list(x.shape), *ctx.conf)
+    if ctx.needs_input_grad[3] or ctx.needs_input_grad[5]:
+        gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf)
+        gv = gw.reshape(-1)[flat]
+    return gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None
+
+
+sparse_conv2d = _op(
+    "sparse_conv2d",
+    "(Tensor x, Tensor rowptr, Tensor colidx, Tensor values, int[4] weight_size, Tensor? bias, "
+    "int[2] stride, int[2] padding, int[2] dilation) -> Tensor",
+    _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
+
+
 OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
-       "conv_relu_maxpool_grad": conv_relu_maxpool_grad}
+       "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d}

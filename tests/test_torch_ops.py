@@ -242,3 +242,37 @@ def test_compiled_model_no_graph_break_and_plain_kernel_inside():
     ref.sum().backward()
     for g, p in zip(grads, model.parameters()):
         torch.testing.assert_close(g, p.grad)
+
+
+def test_sparse_conv2d_op_module_and_grads():
+    """tiramisu::sparse_conv2d (CSR weight) passes opcheck; SparseConv2d.from_torch
+    of a pruned conv equals the conv; its gradients (input, values at the
+    nonzeros, bias) equal torch's dense ones restricted to the pattern."""
+    from schedules import CSRWeights
+    import schedules.torch_ops  # noqa: F401
+    import tiramisu_py.nn as tnn
+    torch.manual_seed(0)
+    conv = nn.Conv2d(4, 6, 3, stride=(1, 2), padding=1, bias=True)
+    with torch.no_grad():
+        conv.weight.mul_((torch.rand_like(conv.weight) < 0.3).float())     # pruned, ~30%
+    x = torch.randn(2, 4, 9, 8)
+    csr = CSRWeights.from_dense(conv.weight.detach().numpy())
+    args = (x, torch.as_tensor(csr.rowptr, dtype=torch.int64),
+            torch.as_tensor(csr.colidx, dtype=torch.int64), torch.as_tensor(csr.values),
+            list(csr.shape), conv.bias.detach(), [1, 2], [1, 1], [1, 1])
+    _opcheck(torch.ops.tiramisu.sparse_conv2d, args)
+    sp = tnn.SparseConv2d.from_torch(conv)
+    assert abs(sp.density - csr.density) < 1e-9
+    xg = x.clone().requires_grad_()
+    out = sp(xg)
+    ref_x = x.clone().requires_grad_()
+    ref = conv(ref_x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    g = torch.randn_like(ref)
+    out.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(xg.grad, ref_x.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(sp.bias.grad, conv.bias.grad, rtol=1e-4, atol=1e-4)
+    dense_grad = conv.weight.grad.reshape(6, -1)
+    rows = np.repeat(np.arange(6), np.diff(csr.rowptr))
+    torch.testing.assert_close(sp.values.grad, dense_grad[rows, csr.colidx], rtol=1e-4, atol=1e-4)

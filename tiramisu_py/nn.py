@@ -147,6 +147,52 @@ class ConvReLUMaxPool2d(nn.Module):
         return _adopt(new, conv)
 
 
+class SparseConv2d(nn.Module):
+    """``nn.Conv2d`` with a CSR sparse weight (a pruned layer), as
+    ``tiramisu::sparse_conv2d`` (:func:`schedules.sparse_conv2d`, float32,
+    groups 1).  The sparsity pattern (``rowptr``, ``colidx``: buffers) is
+    fixed; ``values`` (one per nonzero) and ``bias`` are parameters, trained
+    through the dense backward kernels."""
+
+    def __init__(self, csr, bias=None, stride=1, padding=0, dilation=1):
+        super().__init__()
+        pair = lambda v: list(v) if isinstance(v, (tuple, list)) else [int(v), int(v)]  # noqa: E731
+        self.weight_size = list(csr.shape)
+        self.register_buffer("rowptr", torch.as_tensor(csr.rowptr, dtype=torch.int64))
+        self.register_buffer("colidx", torch.as_tensor(csr.colidx, dtype=torch.int64))
+        self.values = nn.Parameter(torch.as_tensor(csr.values, dtype=torch.float32).clone())
+        self.bias = None if bias is None else nn.Parameter(torch.as_tensor(bias).detach().clone())
+        self.stride, self.padding, self.dilation = pair(stride), pair(padding), pair(dilation)
+
+    @property
+    def density(self):
+        co, ci, kh, kw = self.weight_size
+        return self.values.numel() / max(1, co * ci * kh * kw)
+
+    def extra_repr(self):
+        co, ci, kh, kw = self.weight_size
+        return (f"{ci}, {co}, kernel_size=({kh}, {kw}), stride={tuple(self.stride)}, "
+                f"padding={tuple(self.padding)}, density={self.density:.3f}")
+
+    def forward(self, x):
+        return ops.sparse_conv2d(x, self.rowptr, self.colidx, self.values, self.weight_size,
+                                 self.bias, self.stride, self.padding, self.dilation)
+
+    @classmethod
+    def from_torch(cls, module: nn.Conv2d, threshold=0.0):
+        """The pruned ``nn.Conv2d`` ``module`` (weights with ``|w| <=
+        threshold`` dropped), converted once to CSR."""
+        from schedules.sparse import CSRWeights
+        if not isinstance(module, nn.Conv2d):
+            raise TypeError(f"SparseConv2d.from_torch: expected an nn.Conv2d, got "
+                            f"{type(module).__name__}")
+        if module.groups != 1:
+            raise ValueError("SparseConv2d.from_torch: groups must be 1")
+        csr = CSRWeights.from_dense(module.weight.detach().float().numpy(), threshold=threshold)
+        bias = None if module.bias is None else module.bias.detach().float()
+        return cls(csr, bias, module.stride, _padding(module), module.dilation)
+
+
 def _pool_of(mp: nn.MaxPool2d):
     """The window of a non-overlapping floor-mode max-pool, else an error."""
     k = mp.kernel_size if isinstance(mp.kernel_size, int) else mp.kernel_size[0]
