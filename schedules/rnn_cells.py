@@ -1,0 +1,216 @@
+"""The loop nests of the recurrent operators (:mod:`schedules.rnn`): one
+layer's recurrence over all time steps (layer-major), a stack of layers as a
+wavefront, and the CSR (sparse-weight) forms.  Algorithm and schedule in the
+public language only.
+
+Layouts (made once by :mod:`schedules.rnn`; ``G`` gates: 4 for the LSTM
+(i, f, g, o), 3 for the GRU (r, z, n); hidden units in blocks of ``HB``,
+``NB`` blocks, ``Hp = NB * HB`` the padded hidden size)::
+
+    w   [NB][K][G][HB]        a weight matrix (G*H x K), a block of HB hidden
+                               units with its G gates side by side: one pass
+                               over the block's rows computes all its gates
+    xp  [T][B][NB*G*HB]       the hoisted input projection, columns in the
+                               same (block, gate, unit) order
+    bias[NB][G][HB]
+    y   [T + 1][B][Hp]        y[0] = h0, y[t + 1] = h_t (the layer's output)
+    c   [B][Hp]               the cell state, updated in place (LSTM)
+
+The recurrent step of one block ``jb`` at time ``t``: the gates' accumulators
+start from the projection (+ biases), the block's rows of ``w`` are swept once
+(``k`` outer, the ``G x HB`` gates of ``MB`` batch rows in registers:
+``accumulate_locally``), then the nonlinearities and the c/h update of the
+block's ``HB`` units follow in the same nest, from the scratch ``z`` that is
+never larger than ``NB x B x G x HB``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tiramisu_py as tp
+
+GATES = {"lstm": 4, "gru": 3}
+
+
+@dataclass(frozen=True)
+class Blocking:
+    hb: int          # hidden units per block (a multiple of the SIMD width)
+    mb: int          # batch rows in the register block
+    lanes: int       # SIMD lanes
+
+
+def padded(h, hb):
+    return -(-h // hb) * hb
+
+
+# ---------------------------------------------------------------- cell math
+def _lstm_cell(f, z, c_in, t, b, j, n, c_buf, y_out):
+    """c = f*c + i*g; h = o*tanh(c): statements ``cell`` and ``hidden``."""
+    cell = f.computation("cell", [*t, b, j],
+                         tp.sigmoid(z(1)) * c_in + tp.sigmoid(z(0)) * tp.tanh(z(2)))
+    cell.store_in(c_buf[0], c_buf[1])
+    hid = f.computation("hidden", [*t, b, j], tp.sigmoid(z(3)) * tp.tanh(c_buf[0][tuple(c_buf[1])]))
+    hid.store_in(y_out[0], y_out[1])
+    return [cell, hid]
+
+
+def _gru_cell(f, zi, zh, h_prev, t, b, j, y_out):
+    """r = s(zi_r + zh_r); u = s(zi_z + zh_z); n = tanh(zi_n + r * zh_n);
+    h = (1 - u) * n + u * h_prev: statement ``hidden``."""
+    r = tp.sigmoid(zi(0) + zh(0))
+    u = tp.sigmoid(zi(1) + zh(1))
+    nn = tp.tanh(zi(2) + r * zh(2))
+    hid = f.computation("hidden", [*t, b, j], (1.0 - u) * nn + u * h_prev)
+    hid.store_in(y_out[0], y_out[1])
+    return [hid]
+
+
+def _block_gemv(update, blk: Blocking, b="b", k="k", g="g", j="j"):
+    """Register blocking of ``z[.., b, g, j] += w[.., k, g, j] * h[.., b, k]``:
+    ``b0 k b1 g j`` with b1 (MB rows) and g unrolled, j vectorised, the
+    MB x G x HB accumulators kept in registers over ``k``."""
+    update.split(b, blk.mb, names=("b0", "b1"))
+    update.reorder("b0", k, "b1", g, j)
+    update.unroll("b1", blk.mb)
+    update.unroll(g)
+    update.vectorize(j, blk.lanes)
+    update.accumulate_locally(k, allow_reassociation=True)
+
+
+# ------------------------------------------------------------- layer-major
+def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True):
+    """One layer over all ``T`` steps, its input projection ``xp`` given
+    (hoisted: one GEMM over all steps).  Inputs ``xp, w (or rowptr, colidx,
+    values), bias, h0, c0 (LSTM)``; outputs ``y`` (and ``c``).  ``K`` is the
+    recurrent product's depth (H).  ``sparse``: ``w`` in CSR over the packed
+    rows ``(jb * G + g) * HB + j``."""
+    G, hb = GATES[cell], blk.hb
+    NB = padded(H, hb) // hb
+    Hp = NB * hb
+    f = tp.Function(f"{cell}_layer{'_csr' if sparse else ''}",
+                    params={"T": T, "B": B, "NB": NB, "HB": hb, "K": K,
+                            **({"NNZ": None} if sparse else {})})
+    t, jb = f.var("t", 0, "T"), f.var("jb", 0, "NB")
+    b, g, j = f.var("b", 0, "B"), f.var("g", 0, G), f.var("j", 0, "HB")
+    n = f.var("n", 0, Hp)
+    xp = f.input("xp", ("T", "B", NB * G * hb), tp.float32)
+    bias = f.input("bias", ("NB", G, "HB"), tp.float32)
+    h0 = f.input("h0", ("B", Hp), tp.float32)
+    y = f.buffer("y", ("T + 1", "B", Hp), tp.float32, output=True)
+    zb = f.buffer("gates_acc", ("NB", "B", G, "HB"), tp.float32)
+    f.computation("y_init", [b, n], h0[b, n]).store_in(y, [0, b, n])
+    if cell == "lstm":
+        c0 = f.input("c0", ("B", Hp), tp.float32)
+        cb = f.buffer("c", ("B", Hp), tp.float32, output=True)
+        f.computation("c_init", [b, n], c0[b, n]).store_in(cb, [b, n])
+    if sparse:
+        rowptr = f.input("rowptr", (NB * G * hb + 1,), tp.int32)
+        colidx = f.input("colidx", ("NNZ",), tp.int32)
+        values = f.input("values", ("NNZ",), tp.float32)
+    else:
+        w = f.input("w", ("NB", "K", G, "HB"), tp.float32)
+    u = jb * hb + j
+    with f.nest(t, jb):
+        # LSTM: the accumulators start from the projection; GRU: from b_hh
+        # (its n gate needs the recurrent part apart)
+        init = bias[jb, g, j] + (xp[t, b, (jb * G + g) * hb + j] if cell == "lstm" else 0.0)
+        z = f.computation("gates", [t, jb, b, g, j], init).store_in(zb, [jb, b, g, j])
+        if sparse:
+            row = (jb * G + g) * hb + j
+            nz = f.var("nz", rowptr[row], rowptr[row + 1])
+            z[t, jb, b, g, j].reduce("+", values[nz] * y[t, b, colidx[nz]],
+                                     loops=[t, jb, b, g, j, nz])
+        else:
+            k = f.var("k", 0, "K")
+            z[t, jb, b, g, j] += w[jb, k, g, j] * y[t, b, k]
+        zg = lambda gate: z[t, jb, b, gate, j]              # noqa: E731
+        if cell == "lstm":
+            stmts = _lstm_cell(f, zg, cb[b, u], [t, jb], b, j, u, (cb, [b, u]),
+                               (y, [t + 1, b, u]))
+        else:
+            bias_i = f.input("bias_i", ("NB", G, "HB"), tp.float32)
+            xg = lambda gate: xp[t, b, (jb * G + gate) * hb + j] + bias_i[jb, gate, j]  # noqa: E731
+            stmts = _gru_cell(f, xg, zg, y[t, b, u], [t, jb], b, j, (y, [t + 1, b, u]))
+    # schedule: the hidden blocks in parallel at every step
+    z.vectorize("j", blk.lanes)
+    if not sparse:
+        _block_gemv(z.update, blk)
+    for s in stmts:
+        s.vectorize("j", blk.lanes)
+    if parallel:
+        z.parallelize("jb")
+    return f
+
+
+# ---------------------------------------------------------------- wavefront
+def wavefront_function(cell, L, T, B, H, blk: Blocking, skew=True):
+    """``L`` layers of input size ``H`` (the layers above the first, or all
+    when I == H), each step computing its input product too (it reads the
+    layer below at the same step).  Time is skewed by the layer
+    (``t' = t + l``) and the layers of one anti-diagonal run in parallel.
+    Inputs ``xin (T, B, H), wi, wh [L][NB][H][G][HB], bi, bh [L][NB][G][HB],
+    h0, c0 [L][B][Hp]``; outputs ``h [L + 1][T + 1][B][Hp]`` (slot 0 the
+    input, ``h[l + 1][t + 1]`` layer l's h_t) and ``c [L][B][Hp]``."""
+    G, hb = GATES[cell], blk.hb
+    NB = padded(H, hb) // hb
+    Hp = NB * hb
+    f = tp.Function(f"{cell}_wavefront",
+                    params={"L": L, "T": T, "B": B, "NB": NB, "HB": hb, "H": H})
+    l, t, jb = f.var("l", 0, "L"), f.var("t", 0, "T"), f.var("jb", 0, "NB")
+    b, g, j = f.var("b", 0, "B"), f.var("g", 0, G), f.var("j", 0, "HB")
+    k, kh = f.var("k", 0, "H"), f.var("kh", 0, "H")
+    n, tx = f.var("n", 0, Hp), f.var("tx", 0, "T")
+    xin = f.input("xin", ("T", "B", "H"), tp.float32)
+    wi = f.input("wi", ("L", "NB", "H", G, "HB"), tp.float32)
+    wh = f.input("wh", ("L", "NB", "H", G, "HB"), tp.float32)
+    bi = f.input("bi", ("L", "NB", G, "HB"), tp.float32)
+    bh = f.input("bh", ("L", "NB", G, "HB"), tp.float32)
+    h0 = f.input("h0", ("L", "B", Hp), tp.float32)
+    hb_ = f.buffer("h", ("L + 1", "T + 1", "B", Hp), tp.float32, output=True)
+    f.computation("x_copy", [tx, b, kh], xin[tx, b, kh]).store_in(hb_, [0, tx + 1, b, kh])
+    f.computation("h_init", [l, b, n], h0[l, b, n]).store_in(hb_, [l + 1, 0, b, n])
+    if cell == "lstm":
+        c0 = f.input("c0", ("L", "B", Hp), tp.float32)
+        cb = f.buffer("c", ("L", "B", Hp), tp.float32, output=True)
+        f.computation("c_init", [l, b, n], c0[l, b, n]).store_in(cb, [l, b, n])
+    u = jb * hb + j
+    zib = f.buffer("zi_acc", ("L", "NB", "B", G, "HB"), tp.float32)
+    nested = []
+    with f.nest(l, t, jb):
+        if cell == "lstm":
+            # one pass over both matrices: z = b + Wi h_below + Wh h_prev
+            zi = f.computation("zi", [l, t, jb, b, g, j], bi[l, jb, g, j] + bh[l, jb, g, j])
+            zi.store_in(zib, [l, jb, b, g, j])
+            zi[l, t, jb, b, g, j] += (wi[l, jb, k, g, j] * hb_[l, t + 1, b, k]
+                                      + wh[l, jb, k, g, j] * hb_[l + 1, t, b, k])
+            zg = lambda gate: zi[l, t, jb, b, gate, j]      # noqa: E731
+            stmts = _lstm_cell(f, zg, cb[l, b, u], [l, t, jb], b, j, u, (cb, [l, b, u]),
+                               (hb_, [l + 1, t + 1, b, u]))
+            nested = [zi, zi.update]
+        else:
+            zi = f.computation("zi", [l, t, jb, b, g, j], bi[l, jb, g, j])
+            zi.store_in(zib, [l, jb, b, g, j])
+            zi[l, t, jb, b, g, j] += wi[l, jb, k, g, j] * hb_[l, t + 1, b, k]
+            zh = f.computation("zh", [l, t, jb, b, g, j], bh[l, jb, g, j])
+            zh.store_in(f.buffer("zh_acc", ("L", "NB", "B", G, "HB"), tp.float32),
+                        [l, jb, b, g, j])
+            zh[l, t, jb, b, g, j] += wh[l, jb, kh, g, j] * hb_[l + 1, t, b, kh]
+            stmts = _gru_cell(f, lambda gate: zi[l, t, jb, b, gate, j],
+                              lambda gate: zh[l, t, jb, b, gate, j], hb_[l + 1, t, b, u],
+                              [l, t, jb], b, j, (hb_, [l + 1, t + 1, b, u]))
+            nested = [zi, zi.update, zh, zh.update]
+    for s in nested[::2]:
+        s.vectorize("j", blk.lanes)
+    _block_gemv(nested[1], blk)
+    if cell == "gru":
+        _block_gemv(nested[3], blk, k="kh")
+    for s in stmts:
+        s.vectorize("j", blk.lanes)
+    if skew:
+        for s in nested + stmts:
+            s.skew("l", "t", 1)
+            s.interchange("l", "t")
+        nested[0].parallelize("l")
+    else:
+        nested[0].parallelize("jb")
+    return f
