@@ -6,6 +6,8 @@ the public language and scheduling API (no hand-written C).
     schedules.batched_gemm(a, b)
     schedules.conv2d(x, w, bias=None, stride=1, padding=1, dilation=1, groups=1, algo="auto")
     schedules.conv_relu_maxpool(x, w, bias, pool=2, algo="auto")   # direct or Winograd
+    y, (h_n, c_n) = schedules.lstm(x, weights, h0=None, c0=None)   # torch.nn.LSTM's forward
+    y, h_n = schedules.gru(x, weights, h0=None)                     # torch.nn.GRU's forward
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
@@ -16,8 +18,10 @@ from .gemm import function as gemm_function
 from .conv_ops import CONV_ALGOS, FUSED_ALGOS, conv2d, conv2d_function, conv_relu_maxpool
 from .fused import function as conv_relu_maxpool_function
 from .host import host
+from .rnn import SCHEDULES as RNN_SCHEDULES
+from .rnn import RNNWeights, gru, gru_function, lstm, lstm_function
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
-           "host"]
+           "host", "lstm", "gru", "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES"]

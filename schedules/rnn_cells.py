@@ -70,10 +70,12 @@ def _block_gemv(update, blk: Blocking, b="b", k="k", g="g", j="j"):
     ``b0 k b1 g j`` with b1 (MB rows) and g unrolled, j vectorised, the
     MB x G x HB accumulators kept in registers over ``k``."""
     update.split(b, blk.mb, names=("b0", "b1"))
-    update.reorder("b0", k, "b1", g, j)
+    update.split(j, blk.lanes, names=("j0", "j1"))
+    update.reorder("b0", k, "b1", g, "j0", "j1")
     update.unroll("b1", blk.mb)
     update.unroll(g)
-    update.vectorize(j, blk.lanes)
+    update.unroll("j0")
+    update.vectorize("j1", blk.lanes)
     update.accumulate_locally(k, allow_reassociation=True)
 
 
