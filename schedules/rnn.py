@@ -208,13 +208,16 @@ class RNNWeights:
     def _pack_csr(self, blk):
         out = []
         for l, (wih, whh, _, _) in enumerate(self.layers):
-            out.append(dict(wi=self._csr_packed(wih, blk.hb), wh=self._csr_packed(whh, blk.hb),
+            out.append(dict(wi=self._csr_packed(wih, blk.hb),
+                            wh=self._csr_packed(whh, blk.hb, group=blk.lanes),
                             **self._biases(l, blk.hb)))
         return out
 
-    def _csr_packed(self, m, hb):
+    def _csr_packed(self, m, hb, group=1):
         """CSR with its rows in the packed order ``(jb * G + g) * HB + j``
-        (padded units: empty rows)."""
+        (padded units: empty rows); ``group`` > 1: each row padded with
+        zeros to a multiple of ``group`` nonzeros, ``rowptr`` counting
+        groups."""
         G, H = self.gates, self.hidden
         rowptr, colidx, values = ((np.asarray(m.rowptr), np.asarray(m.colidx),
                                    np.asarray(m.values)) if _is_csr(m) else _csr_arrays(m))
@@ -223,12 +226,18 @@ class RNNWeights:
         unit = (jb * hb + j).ravel()
         src = np.where(unit < H, g.ravel() * H + np.minimum(unit, H - 1), -1)
         counts = np.where(src >= 0, np.diff(rowptr.astype(np.int64))[np.maximum(src, 0)], 0)
+        slots = -(-counts // group) * group
         newptr = np.zeros(len(src) + 1, np.int64)
-        np.cumsum(counts, out=newptr[1:])
-        starts = np.repeat(rowptr[np.maximum(src, 0)].astype(np.int64) - newptr[:-1], counts)
-        gather = starts + np.arange(newptr[-1])
-        return (newptr.astype(np.int32), np.ascontiguousarray(colidx[gather], np.int32),
-                np.ascontiguousarray(values[gather], np.float32))
+        np.cumsum(slots, out=newptr[1:])
+        # slot s of packed row p holds nonzero s of the source row, or a zero
+        p = np.repeat(np.arange(len(src)), slots)
+        s = np.arange(newptr[-1]) - newptr[p]
+        real = s < counts[p]
+        gather = np.where(real, rowptr[np.maximum(src, 0)][p].astype(np.int64) + s, 0)
+        cols = np.where(real, colidx[gather] if len(colidx) else 0, 0)
+        vals = np.where(real, values[gather] if len(values) else 0, 0)
+        return ((newptr // group).astype(np.int32), np.ascontiguousarray(cols, np.int32),
+                np.ascontiguousarray(vals, np.float32))
 
 
 def _csr_to_dense(m):
@@ -265,19 +274,25 @@ def _wavefront_kernel(cell, L, T, B, H, blk, target):
 
 
 def _projection_kernel(M, R, I, target):
-    """CSR input projection ``xp[m, r] = sum_nz values[nz] * x[m, colidx[nz]]``
-    over the packed rows ``r`` (for all T * B rows ``m`` at once: hoisted)."""
+    """CSR input projection of all T * B rows at once (hoisted), transposed:
+    ``xp[r, m] = sum_nz values[nz] * x[colidx[nz], m]`` over the packed rows
+    ``r``; each nonzero scales a contiguous row of ``x`` (I x M), the row of
+    ``xp`` accumulates in a local tile."""
     def build():
         f = tp.Function("rnn_csr_projection", params={"M": M, "R": R, "I": I, "NNZ": None})
-        m, r = f.var("m", 0, "M"), f.var("r", 0, "R")
-        x = f.input("x", ("M", "I"), tp.float32)
+        r, m = f.var("r", 0, "R"), f.var("m", 0, "M")
+        x = f.input("x", ("I", "M"), tp.float32)
         rowptr = f.input("rowptr", ("R + 1",), tp.int32)
         colidx = f.input("colidx", ("NNZ",), tp.int32)
         values = f.input("values", ("NNZ",), tp.float32)
         nz = f.var("nz", rowptr[r], rowptr[r + 1])
-        xp = f.computation("xp", [m, r], 0.0, dtype=tp.float32)
-        xp[m, r].reduce("+", values[nz] * x[m, colidx[nz]], loops=[m, r, nz])
-        xp.parallelize("m")
+        xp = f.computation("xp", [r, m], 0.0, dtype=tp.float32)
+        xp[r, m].reduce("+", values[nz] * x[colidx[nz], m], loops=[r, nz, m])
+        lanes = host().lanes(4)
+        xp.vectorize("m", lanes)
+        xp.update.vectorize("m", lanes)
+        xp.update.accumulate_locally("nz", allow_reassociation=True)
+        xp.parallelize("r")
         return f
     return runtime.kernel(("rnn_csr_projection", M, R, I), build, target)
 
@@ -292,7 +307,8 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
         p = W.packed("csr", B)[l]
         rowptr, colidx, values = p["wi"]
         xp = _projection_kernel(T * B, len(rowptr) - 1, K, target)(
-            x=seq.reshape(T * B, K), rowptr=rowptr, colidx=colidx, values=values)
+            x=np.ascontiguousarray(seq.reshape(T * B, K).T), rowptr=rowptr, colidx=colidx,
+            values=values)
         rowptr, colidx, values = p["wh"]
         weights = dict(rowptr=rowptr, colidx=colidx, values=values)
     else:
@@ -300,7 +316,8 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
         xp = gemm(seq.reshape(T * B, K), p["wiT"], target=target)
         weights = dict(w=p["w"])
     kern = _layer_kernel(W.cell, T, B, H, H, blk, W.sparse, target)
-    args = dict(xp=xp.reshape(T, B, -1), h0=h0, bias=p["bias"], **weights)
+    args = dict(xp=xp.reshape((-1, T, B) if W.sparse else (T, B, -1)), h0=h0, bias=p["bias"],
+                **weights)
     if W.cell == "lstm":
         out = kern(c0=c0, **args)
         return out["y"][1:], out["c"]

@@ -95,7 +95,13 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True)
     t, jb = f.var("t", 0, "T"), f.var("jb", 0, "NB")
     b, g, j = f.var("b", 0, "B"), f.var("g", 0, G), f.var("j", 0, "HB")
     n = f.var("n", 0, Hp)
-    xp = f.input("xp", ("T", "B", NB * G * hb), tp.float32)
+    # the CSR projection is made transposed, [rows][T][B] (see rnn_csr.py)
+    xp = f.input("xp", (NB * G * hb, "T", "B") if sparse else ("T", "B", NB * G * hb), tp.float32)
+
+    def xp_at(gate):
+        row = (jb * G + gate) * hb + j
+        return xp[row, t, b] if sparse else xp[t, b, row]
+
     bias = f.input("bias", ("NB", G, "HB"), tp.float32)
     h0 = f.input("h0", ("B", Hp), tp.float32)
     y = f.buffer("y", ("T + 1", "B", Hp), tp.float32, output=True)
@@ -106,7 +112,7 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True)
         cb = f.buffer("c", ("B", Hp), tp.float32, output=True)
         f.computation("c_init", [b, n], c0[b, n]).store_in(cb, [b, n])
     if sparse:
-        rowptr = f.input("rowptr", (NB * G * hb + 1,), tp.int32)
+        rowptr = f.input("rowptr", (NB * G * hb + 1,), tp.int32)      # in groups
         colidx = f.input("colidx", ("NNZ",), tp.int32)
         values = f.input("values", ("NNZ",), tp.float32)
     else:
@@ -115,13 +121,19 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True)
     with f.nest(t, jb):
         # LSTM: the accumulators start from the projection; GRU: from b_hh
         # (its n gate needs the recurrent part apart)
-        init = bias[jb, g, j] + (xp[t, b, (jb * G + g) * hb + j] if cell == "lstm" else 0.0)
+        init = bias[jb, g, j] + (xp_at(g) if cell == "lstm" else 0.0)
         z = f.computation("gates", [t, jb, b, g, j], init).store_in(zb, [jb, b, g, j])
         if sparse:
-            row = (jb * G + g) * hb + j
+            # rows padded to groups of ``lanes`` nonzeros (rowptr counts
+            # groups): a group is one vector of products, its lanes summed
+            # in a register tile over the row, reduced once
+            row, q = (jb * G + g) * hb + j, f.var("q", 0, blk.lanes)
             nz = f.var("nz", rowptr[row], rowptr[row + 1])
-            z[t, jb, b, g, j].reduce("+", values[nz] * y[t, b, colidx[nz]],
-                                     loops=[t, jb, b, g, j, nz])
+            z[t, jb, b, g, j].reduce(
+                "+", values[nz * blk.lanes + q] * y[t, b, colidx[nz * blk.lanes + q]],
+                loops=[t, jb, b, g, j, nz, q])
+            z.update.vectorize("q", blk.lanes)
+            z.update.accumulate_locally("nz", allow_reassociation=True)
         else:
             k = f.var("k", 0, "K")
             z[t, jb, b, g, j] += w[jb, k, g, j] * y[t, b, k]
@@ -131,7 +143,7 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True)
                                (y, [t + 1, b, u]))
         else:
             bias_i = f.input("bias_i", ("NB", G, "HB"), tp.float32)
-            xg = lambda gate: xp[t, b, (jb * G + gate) * hb + j] + bias_i[jb, gate, j]  # noqa: E731
+            xg = lambda gate: xp_at(gate) + bias_i[jb, gate, j]  # noqa: E731
             stmts = _gru_cell(f, xg, zg, y[t, b, u], [t, jb], b, j, (y, [t + 1, b, u]))
     # schedule: the hidden blocks in parallel at every step
     z.vectorize("j", blk.lanes)
