@@ -86,7 +86,7 @@ def test_matches_torch(cell):
     """torch.nn.LSTM/GRU's own weights (module.all_weights, parameters) and
     torch tensors in and out."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
-    L, T, B, I, H = 3, 5, 3, 6, 11
+    L, T, B, I, H = CONFIGS[0]                # the kernels of test_matches_numpy
     torch.manual_seed(0)
     module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(I, H, L)
     x, h0, c0 = torch.randn(T, B, I), torch.randn(L, B, H), torch.randn(L, B, H)
@@ -173,3 +173,24 @@ def test_bad_arguments_gru_and_schedule():
         schedules.gru(x, weights, h0, schedule="wavefront")
     with pytest.raises(ValueError, match="weights: packed for 'lstm'"):
         schedules.gru(x, schedules.RNNWeights(ref.random_weights("lstm", 1, 3, 4), "lstm"))
+
+
+def test_bench_rnn_quick(tmp_path):
+    """The rnn suite's tiny LSTM (a) and sparse cases through ``tiramisu-py
+    bench``: every implementation runs and is checked; the batch-1
+    bandwidths and the host's are in the JSON."""
+    import json
+
+    from tiramisu_py import cli
+    path = tmp_path / "rnn.json"
+    assert cli.main(["bench", "rnn", "--quick", "--shapes", "0,6", "--threads", "1",
+                     "--repeats", "1", "--impls", "tiramisu_py,torch", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert [c["name"].split()[:2] for c in report["cases"]] == [["lstm", "(a)"], ["lstm", "(a)"]]
+    assert "tiramisu_py[csr]" in report["cases"][1]["impls"]
+    for case in report["cases"]:
+        for r in case["impls"].values():
+            assert r["1"]["failure"] is None and r["1"]["error"] < 1e-3
+            assert "bandwidth_GBps" not in r["1"] or r["1"]["bandwidth_GBps"] > 0
+    assert report["host_bandwidth"]["copy_GBps"] > 0
+    assert report["cases"][0]["impls"]["tiramisu_py[layer]"]["1"]["bandwidth_GBps"] > 0
