@@ -69,6 +69,30 @@ def _csr_arrays(dense, threshold=0.0):
     return rowptr, cols.astype(np.int32), np.ascontiguousarray(dense[rows, cols], np.float32)
 
 
+def _check_csr(m, name):
+    """``m`` (an object with rowptr, colidx, values, shape) if it is a valid
+    CSR matrix; else a ValueError naming the tensor."""
+    try:
+        rows, cols = (int(v) for v in m.shape)
+        rowptr, colidx, values = (np.asarray(a) for a in (m.rowptr, m.colidx, m.values))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not a CSR matrix ({e})") from None
+    problem = None
+    if rowptr.shape != (rows + 1,) or rowptr.dtype.kind not in "iu":
+        problem = f"rowptr must be {rows + 1} integers, got {rowptr.dtype} {rowptr.shape}"
+    elif rowptr[0] != 0 or np.any(np.diff(rowptr) < 0) or rowptr[-1] != len(values):
+        problem = "rowptr must start at 0, not decrease and end at len(values)"
+    elif colidx.shape != values.shape or values.ndim != 1 or colidx.dtype.kind not in "iu":
+        problem = "colidx and values must be 1-D of one length, colidx integers"
+    elif len(colidx) and (colidx.min() < 0 or colidx.max() >= cols):
+        problem = f"colidx must lie in [0, {cols})"
+    elif values.dtype != np.float32:
+        problem = f"values must be float32, got {values.dtype}"
+    if problem:
+        raise ValueError(f"{name}: invalid CSR matrix: {problem}")
+    return m
+
+
 def _numpy(x, name):
     """A float32 NumPy view of an array or CPU tensor (parameters detached)."""
     if runtime.is_torch(x):
@@ -124,7 +148,7 @@ class RNNWeights:
         out = []
         for k, m in enumerate(layer):
             name = f"weights[{l}][{k}] ({_TENSORS[k]} of layer {l})"
-            m = m if k < 2 and _is_csr(m) else _numpy(m, name)
+            m = _check_csr(m, name) if k < 2 and _is_csr(m) else _numpy(m, name)
             shape = tuple(m.shape)
             if k >= 2:
                 want = (G * H,)
@@ -157,9 +181,11 @@ class RNNWeights:
         return self._packed[key]
 
     # --- packing: [G*H, K] (gate-major rows) -> [NB][K][G][HB] and friends ---
-    def _dense(self, m):
-        return m.to_dense() if _is_csr(m) and hasattr(m, "to_dense") else (
-            _csr_to_dense(m) if _is_csr(m) else m)
+    @staticmethod
+    def _dense(m):
+        if not _is_csr(m):
+            return m
+        return m.to_dense() if hasattr(m, "to_dense") else _csr_to_dense(m)
 
     def _blocked(self, m, hb):
         """[G*H, K] -> [NB, K, G, HB] (padded units are zero rows)."""

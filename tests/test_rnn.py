@@ -161,6 +161,20 @@ def test_bad_arguments(change, error, message):
         _bad("lstm", **change)
 
 
+def test_bad_csr_weights():
+    x, weights, h0, c0 = _inputs("lstm", 1, 2, 1, 3, 4)
+    bad = _csr(weights[0][1])
+    bad.colidx = bad.colidx.copy()
+    bad.colidx[0] = 4
+    with pytest.raises(ValueError, match=r"weights\[0\]\[1\] \(w_hh of layer 0\): invalid CSR "
+                                         r"matrix: colidx must lie in \[0, 4\)"):
+        schedules.lstm(x, [[weights[0][0], bad]])
+    bad = _csr(weights[0][0])
+    bad.rowptr = bad.rowptr[::-1].copy()
+    with pytest.raises(ValueError, match=r"weights\[0\]\[0\].*rowptr must start at 0"):
+        schedules.lstm(x, [[bad, weights[0][1]]])
+
+
 def test_bad_arguments_gru_and_schedule():
     with pytest.raises(ValueError, match=r"weights\[0\]\[1\] \(w_hh of layer 0\): expected "
                                          r"shape \(15, 5\)"):
