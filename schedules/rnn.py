@@ -37,6 +37,7 @@ once per schedule and is reused by later calls.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -397,10 +398,20 @@ def _forward(W, x, h0, c0, schedule, target):
 
 
 # ----------------------------------------------------------------- find step
+def _threads():
+    """The OpenMP threads a kernel will use ($OMP_NUM_THREADS, else the
+    cores): the wavefront's worth depends on it."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
+    except ValueError:
+        return host().cores
+
+
 def _find_key(W, T, B, target):
     h = host()
     return json.dumps([W.cell, len(W.layers), W.input_size, W.hidden, T, B, W.sparse,
-                       runtime.target_of(target), h.vector_bits, h.cores, tp.__version__])
+                       runtime.target_of(target), h.vector_bits, h.cores, _threads(),
+                       tp.__version__])
 
 
 def _valid_record(value):
