@@ -24,6 +24,7 @@ memory bandwidth (NumPy copy, 1 thread; a 2-thread read with torch).
 from __future__ import annotations
 
 import functools
+import json
 import time
 
 import numpy as np
@@ -160,15 +161,14 @@ def _gru_step(xp, h, c, w_hh, b_hh):
 
 
 # ---------------------------------------------------------- bandwidth report
-def host_bandwidth(mib=64):
+def host_bandwidth(mib=64, l3_mib=4):
     """{"copy_GBps": NumPy copy (read + write, 1 thread), "read_GBps": a
-    parallel sum compiled by tiramisu_py (all cores)} of a ``mib``-MiB array,
-    far beyond the L3."""
+    parallel sum compiled by tiramisu_py (all cores) of a ``mib``-MiB array,
+    far beyond the L3, "l3_read_GBps": the same over ``l3_mib`` MiB, read
+    again and again from the L3}."""
     import tiramisu_py as tp
-    a = np.ones(((mib << 20) // 4 // 4096, 4096), np.float32)
-    b = np.empty_like(a)
     # 32 running sums per row (4 SIMD vectors of 8), kept in registers
-    f = tp.Function("stream_read", params={"R": a.shape[0], "C": a.shape[1] // 32})
+    f = tp.Function("stream_read", params=["R", "C"])
     i, jb, v = f.var("i", 0, "R"), f.var("jb", 0, "C"), f.var("v", 0, 32)
     src = f.input("a", ("R", "C * 32"), tp.float32)
     part = f.computation("part", [i, v], 0.0, dtype=tp.float32)
@@ -189,8 +189,13 @@ def host_bandwidth(mib=64):
             fn()
             t.append(time.perf_counter() - t0)
         return min(t)
-    return {"copy_GBps": 2 * a.nbytes / best(lambda: np.copyto(b, a)) / 1e9,
-            "read_GBps": a.nbytes / best(lambda: read(a=a)) / 1e9}
+    a = np.ones(((mib << 20) // 4 // 4096, 4096), np.float32)
+    b = np.empty_like(a)
+    small = a[: (l3_mib << 20) // 4 // 4096]
+    return {"l3_MiB": l3_mib, "copy_GBps": 2 * a.nbytes / best(lambda: np.copyto(b, a)) / 1e9,
+            "read_GBps": a.nbytes / best(lambda: read(a=a)) / 1e9,
+            "l3_read_GBps": 10 * small.nbytes / best(lambda: [read(a=small) for _ in range(10)])
+            / 1e9}
 
 
 def annotate(report, cases_):
@@ -201,6 +206,7 @@ def annotate(report, cases_):
     lines = [f"achieved weight bandwidth at batch 1 (GB/s; host: NumPy copy "
              f"{hb['copy_GBps']:.1f} GB/s 1 thread"
              + f", parallel read {hb['read_GBps']:.1f} GB/s"
+             + f", {hb['l3_MiB']} MiB from L3 {hb['l3_read_GBps']:.1f} GB/s"
              + f", L3 {host().l3 >> 20} MiB):"]
     for case, c in zip(cases_, report["cases"]):
         s = getattr(case, "rnn", None)
@@ -216,4 +222,29 @@ def annotate(report, cases_):
                     r["bandwidth_GBps"] = nbytes / r["median_s"] / 1e9
                     cols.append(f"{n} thr {r['bandwidth_GBps']:6.1f}")
             lines.append(f"  {c['name']:<42} {impl:<24} {nbytes / 1e9:5.2f} GB  " + "  ".join(cols))
-    return "\n".join(lines)
+    return "\n".join(lines + find_choices(report, cases_))
+
+
+def find_choices(report, cases_):
+    """Lines saying which schedule the find step chose per case and thread
+    count (from the tuning store), with the times it measured; also stored
+    in the report's cases as ``find``."""
+    import schedules.rnn as rnn
+    records = {}
+    for key, value in rnn.find_records().items():
+        k = json.loads(key)           # cell, layers, I, H, T, B, sparse, ..., threads, version
+        records[(*k[:7], k[-2])] = value
+    lines = ["find step (schedule=\"auto\"): choice and its timings (ms) per thread count:"]
+    for case, c in zip(cases_, report["cases"]):
+        s = getattr(case, "rnn", None)
+        if not s or s["density"] < 1:
+            continue
+        found = {}
+        for n in report["threads"]:
+            r = records.get((s["cell"], s["L"], s["I"], s["H"], s["T"], s["B"], False, n))
+            if r:
+                found[str(n)] = r
+                times = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in r["seconds"].items())
+                lines.append(f"  {c['name']:<42} {n} thr: {r['schedule']:<10} ({times})")
+        c["find"] = found
+    return lines
