@@ -157,20 +157,32 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True)
 
 
 # ---------------------------------------------------------------- wavefront
-def wavefront_function(cell, L, T, B, H, blk: Blocking, skew=True):
-    """``L`` layers of input size ``H`` (the layers above the first, or all
-    when I == H), each step computing its input product too (it reads the
-    layer below at the same step).  Time is skewed by the layer
-    (``t' = t + l``) and the layers of one anti-diagonal run in parallel.
+def chunk_of(T, limit=16):
+    """The wavefront's chunk of steps: the largest divisor of T <= limit."""
+    return max(c for c in range(1, min(T, limit) + 1) if T % c == 0)
+
+
+def wavefront_function(cell, L, T, B, H, blk: Blocking, chunk=None):
+    """``L`` stacked layers of input size ``H`` (the layers above the first,
+    or all when I == H) as a wavefront over chunks of ``chunk`` steps: the
+    chunk ``tc`` of layer ``l`` first projects its ``chunk * B`` inputs (the
+    layer below's outputs of the same chunk) in one small GEMM (``proj``,
+    hoisted out of the steps: ``w_ih`` is read once per chunk, not once per
+    step), then runs its steps.  The chunk loop is skewed by the layer
+    (``tc' = tc + l``) and the layers of one anti-diagonal run in parallel:
+    one barrier per anti-diagonal, not per step.
     Inputs ``xin (T, B, H), wi, wh [L][NB][H][G][HB], bi, bh [L][NB][G][HB],
     h0, c0 [L][B][Hp]``; outputs ``h [L + 1][T + 1][B][Hp]`` (slot 0 the
     input, ``h[l + 1][t + 1]`` layer l's h_t) and ``c [L][B][Hp]``."""
     G, hb = GATES[cell], blk.hb
+    TC = chunk or chunk_of(T)
     NB = padded(H, hb) // hb
     Hp = NB * hb
     f = tp.Function(f"{cell}_wavefront",
-                    params={"L": L, "T": T, "B": B, "NB": NB, "HB": hb, "H": H})
-    l, t, jb = f.var("l", 0, "L"), f.var("t", 0, "T"), f.var("jb", 0, "NB")
+                    params={"L": L, "T": T, "B": B, "NB": NB, "HB": hb, "H": H, "TC": TC,
+                            "NC": T // TC})
+    l, tc, jb = f.var("l", 0, "L"), f.var("tc", 0, "NC"), f.var("jb", 0, "NB")
+    t1, r = f.var("t1", 0, "TC"), f.var("r", 0, "TC * B")
     b, g, j = f.var("b", 0, "B"), f.var("g", 0, G), f.var("j", 0, "HB")
     k, kh = f.var("k", 0, "H"), f.var("kh", 0, "H")
     n, tx = f.var("n", 0, Hp), f.var("tx", 0, "T")
@@ -187,44 +199,34 @@ def wavefront_function(cell, L, T, B, H, blk: Blocking, skew=True):
         c0 = f.input("c0", ("L", "B", Hp), tp.float32)
         cb = f.buffer("c", ("L", "B", Hp), tp.float32, output=True)
         f.computation("c_init", [l, b, n], c0[l, b, n]).store_in(cb, [l, b, n])
-    u = jb * hb + j
-    zib = f.buffer("zi_acc", ("L", "NB", "B", G, "HB"), tp.float32)
-    nested = []
-    with f.nest(l, t, jb):
-        if cell == "lstm":
-            # one pass over both matrices: z = b + Wi h_below + Wh h_prev
-            zi = f.computation("zi", [l, t, jb, b, g, j], bi[l, jb, g, j] + bh[l, jb, g, j])
-            zi.store_in(zib, [l, jb, b, g, j])
-            zi[l, t, jb, b, g, j] += (wi[l, jb, k, g, j] * hb_[l, t + 1, b, k]
-                                      + wh[l, jb, k, g, j] * hb_[l + 1, t, b, k])
-            zg = lambda gate: zi[l, t, jb, b, gate, j]      # noqa: E731
-            stmts = _lstm_cell(f, zg, cb[l, b, u], [l, t, jb], b, j, u, (cb, [l, b, u]),
-                               (hb_, [l + 1, t + 1, b, u]))
-            nested = [zi, zi.update]
-        else:
-            zi = f.computation("zi", [l, t, jb, b, g, j], bi[l, jb, g, j])
-            zi.store_in(zib, [l, jb, b, g, j])
-            zi[l, t, jb, b, g, j] += wi[l, jb, k, g, j] * hb_[l, t + 1, b, k]
-            zh = f.computation("zh", [l, t, jb, b, g, j], bh[l, jb, g, j])
-            zh.store_in(f.buffer("zh_acc", ("L", "NB", "B", G, "HB"), tp.float32),
-                        [l, jb, b, g, j])
-            zh[l, t, jb, b, g, j] += wh[l, jb, kh, g, j] * hb_[l + 1, t, b, kh]
-            stmts = _gru_cell(f, lambda gate: zi[l, t, jb, b, gate, j],
-                              lambda gate: zh[l, t, jb, b, gate, j], hb_[l + 1, t, b, u],
-                              [l, t, jb], b, j, (hb_, [l + 1, t + 1, b, u]))
-            nested = [zi, zi.update, zh, zh.update]
-    for s in nested[::2]:
+    u, t = jb * hb + j, tc * TC + t1
+    xpb = f.buffer("proj_acc", ("L", "TC * B", "NB", G, "HB"), tp.float32)
+    zb = f.buffer("gates_acc", ("L", "NB", "B", G, "HB"), tp.float32)
+    with f.nest(l, tc):
+        # the chunk's input projection (LSTM: both biases; GRU: b_ih)
+        pinit = bi[l, jb, g, j] + (bh[l, jb, g, j] if cell == "lstm" else 0.0)
+        proj = f.computation("proj", [l, tc, jb, r, g, j], pinit).store_in(xpb, [l, r, jb, g, j])
+        proj[l, tc, jb, r, g, j] += wi[l, jb, kh, g, j] * hb_[l, tc * TC + r // B + 1, r % B, kh]
+        with f.nest(t1, jb):
+            xp = lambda gate: xpb[l, t1 * B + b, jb, gate, j]       # noqa: E731
+            z = f.computation("gates", [l, tc, t1, jb, b, g, j],
+                              xp(g) if cell == "lstm" else bh[l, jb, g, j])
+            z.store_in(zb, [l, jb, b, g, j])
+            z[l, tc, t1, jb, b, g, j] += wh[l, jb, k, g, j] * hb_[l + 1, t, b, k]
+            zg = lambda gate: z[l, tc, t1, jb, b, gate, j]          # noqa: E731
+            loops = [l, tc, t1, jb]
+            if cell == "lstm":
+                stmts = _lstm_cell(f, zg, cb[l, b, u], loops, b, j, u, (cb, [l, b, u]),
+                                   (hb_, [l + 1, t + 1, b, u]))
+            else:
+                stmts = _gru_cell(f, xp, zg, hb_[l + 1, t, b, u], loops, b, j,
+                                  (hb_, [l + 1, t + 1, b, u]))
+    for s in (proj, z, *stmts):
         s.vectorize("j", blk.lanes)
-    _block_gemv(nested[1], blk)
-    if cell == "gru":
-        _block_gemv(nested[3], blk, k="kh")
-    for s in stmts:
-        s.vectorize("j", blk.lanes)
-    if skew:
-        for s in nested + stmts:
-            s.skew("l", "t", 1)
-            s.interchange("l", "t")
-        nested[0].parallelize("l")
-    else:
-        nested[0].parallelize("jb")
+    _block_gemv(proj.update, blk, b="r", k="kh")
+    _block_gemv(z.update, blk)
+    for s in (proj, proj.update, z, z.update, *stmts):
+        s.skew("l", "tc", 1)
+        s.interchange("l", "tc")
+    proj.parallelize("l")
     return f
