@@ -21,9 +21,10 @@ the tuning store, kind "rnn_find", per shape and machine):
   (:func:`schedules.rnn_cells.layer_function`).
 - ``"wavefront"``: one kernel for the stacked layers whose input size is H
   (all of them when I == H, else the ones above layer 0, which runs
-  layer-major): time skewed by the layer, the layers of one anti-diagonal in
-  parallel, each step computing its input product from the layer below in the
-  same pass as the recurrent one (no hoisting is possible across layers).
+  layer-major), over chunks of steps: each chunk of a layer first projects its
+  inputs (the layer below's outputs of that chunk) in one small GEMM, then
+  runs its steps; chunks skewed by the layer, the layers of one anti-diagonal
+  in parallel (:func:`schedules.rnn_cells.wavefront_function`).
 
 Sparse weights (``sparse=True``, or any weight given as a CSR object with
 ``rowptr, colidx, values, shape`` such as ``schedules.CSRWeights``): both
@@ -227,7 +228,6 @@ class RNNWeights:
         bi = [self._bias(l, 2, blk.hb) for l in range(first, len(self.layers))]
         bh = [self._bias(l, 3, blk.hb) for l in range(first, len(self.layers))]
         return dict(first=first,
-                    layer0=self._pack_layer(blk)[0] if first else None,
                     wi=np.stack([self._blocked(w[0], blk.hb) for w in ups]),
                     wh=np.stack([self._blocked(w[1], blk.hb) for w in ups]),
                     bi=np.stack(bi), bh=np.stack(bh))
