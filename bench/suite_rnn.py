@@ -55,8 +55,10 @@ def _flops(cell, L, H, I, T, B):
 def weight_bytes(cell, L, H, I, T, impl, density=1.0):
     """Bytes of weights an implementation reads per call at batch 1: the
     recurrent matrices every step, the input ones once (hoisted GEMM) or
-    every step (the wavefront's layers of input size H); CSR reads a value
-    and a column index per nonzero."""
+    once per chunk of steps (the wavefront's layers of input size H); CSR
+    reads a value and a column index per nonzero, the input matrix once
+    per row of the projection (T times)."""
+    from schedules.rnn_cells import chunk_of
     G = 4 if cell == "lstm" else 3
     ih = [G * H * (I if l == 0 else H) * 4 for l in range(L)]
     hh = G * H * H * 4
@@ -64,7 +66,7 @@ def weight_bytes(cell, L, H, I, T, impl, density=1.0):
         return T * density * (sum(ih) + L * hh) * 2
     if "wavefront" in impl:
         first = 0 if I == H else 1
-        return first * (ih[0] + T * hh) + (L - first) * T * (ih[-1] + hh)
+        return first * ih[0] + (L - first) * T // chunk_of(T) * ih[-1] + L * T * hh
     return sum(ih) + L * T * hh
 
 

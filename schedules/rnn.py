@@ -53,6 +53,7 @@ from .host import host
 
 SCHEDULES = ("layer", "wavefront")
 FIND_KIND = "rnn_find"
+FIND_VERSION = 2        # in the records' key: bump when a schedule changes
 _TENSORS = ("w_ih", "w_hh", "b_ih", "b_hh")
 
 
@@ -411,7 +412,7 @@ def _find_key(W, T, B, target):
     h = host()
     return json.dumps([W.cell, len(W.layers), W.input_size, W.hidden, T, B, W.sparse,
                        runtime.target_of(target), h.vector_bits, h.cores, _threads(),
-                       tp.__version__])
+                       f"{tp.__version__}/{FIND_VERSION}"])
 
 
 def _valid_record(value):
