@@ -332,8 +332,7 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
     """One layer, layer-major: the hoisted projection, then the recurrence.
     Returns (y (T, B, Hp) view, c (B, Hp) or None)."""
     T, B, K = seq.shape
-    H, G = W.hidden, W.gates
-    Hp = cells.padded(H, blk.hb)
+    H = W.hidden
     if W.sparse:
         p = W.packed("csr", B)[l]
         rowptr, colidx, values = p["wi"]
