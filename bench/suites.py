@@ -1,6 +1,6 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
-    tiramisu-py bench [gemm|conv|fused|sparse|all] [--threads 1,2] [--repeats N] [--quick]
+    tiramisu-py bench [gemm|conv|fused|sparse|rnn|all] [--threads 1,2] [--repeats N] [--quick]
                       [--shapes 0,2] [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
 
@@ -16,6 +16,9 @@ fused  the same convolutions followed by ReLU and a 2x2 max-pool:
 sparse CSR sparse-weight conv over a density sweep, break-even density, time vs
        density plot (bench/suite_sparse.py; not part of "all").
 
+rnn    multilayer LSTM and GRU against torch.nn.LSTM/GRU and torch.compile, with the
+       achieved weight bandwidth at batch 1 (bench/suite_rnn.py).
+
 FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
 ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
 once per case and shared by all implementations (torch sees them through
@@ -25,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 
 import numpy as np
 
-from bench import harness, suite_sparse
+from bench import harness, suite_rnn, suite_sparse
 from bench.harness import Case
 
-SUITES = ("gemm", "conv", "fused")
+SUITES = ("gemm", "conv", "fused", "rnn")
 GEMM_SIZES = {False: (512, 1024, 2048), True: (48, 96)}
 # (batch, in channels, out channels, height, width)
 CONV_SHAPES = {False: ((8, 128, 256, 112, 112), (32, 64, 64, 56, 56),
@@ -45,7 +49,8 @@ def cases(suite="all", quick=False, shapes=None) -> list[Case]:
     case's ``setup()``."""
     make = {"gemm": lambda: [_gemm(n) for n in GEMM_SIZES[quick]],
             "conv": lambda: [_conv("conv", s) for s in CONV_SHAPES[quick]],
-            "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]]}
+            "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]],
+            "rnn": lambda: suite_rnn.cases(quick)}
     return [case for name in (SUITES if suite == "all" else (suite,))
             for i, case in enumerate(make[name]()) if shapes is None or i in shapes]
 
@@ -145,7 +150,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (a smoke test, not a benchmark)")
     p.add_argument("--shapes", type=_indices, metavar="0,2",
-                   help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3)")
+                   help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3, "
+                        "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a))")
     harness.add_arguments(p)
     suite_sparse.add_arguments(p)
     return p
@@ -160,5 +166,11 @@ def main(args: argparse.Namespace) -> dict:
         print(QUICK_NOTE, flush=True)
     if args.suite == "sparse":
         return suite_sparse.main(args)
-    return harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
-                       **harness.run_args(args))
+    report = harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
+                         **harness.run_args(args))
+    if args.suite in ("rnn", "all"):
+        print(suite_rnn.annotate(report, cases(args.suite, args.quick, args.shapes)))
+        if args.json:                   # again, with the bandwidths
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+    return report

@@ -10,6 +10,8 @@ the public language and scheduling API (no hand-written C).
                                 groups=1, *, pool=2, algo="auto")   # direct or Winograd
     schedules.sparse_conv2d(x, schedules.CSRWeights.from_dense(w), bias, stride=1, padding=1)
     schedules.sparse_conv_relu_maxpool(x, csr_w, bias, pool=2, padding=1)
+    y, (h_n, c_n) = schedules.lstm(x, weights, h0=None, c0=None)   # torch.nn.LSTM's forward
+    y, h_n = schedules.gru(x, weights, h0=None)                     # torch.nn.GRU's forward
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
@@ -24,9 +26,12 @@ from .fused import function as conv_relu_maxpool_function
 from .host import host
 from .gpu_gemm import function as gemm_cuda_function
 from .sparse import CSRWeights, sparse_conv2d, sparse_conv2d_function, sparse_conv_relu_maxpool
+from .rnn import SCHEDULES as RNN_SCHEDULES
+from .rnn import RNNWeights, gru, gru_function, lstm, lstm_function
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
            "host", "gemm_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
-           "sparse_conv_relu_maxpool"]
+           "sparse_conv_relu_maxpool", "lstm", "gru", "lstm_function", "gru_function", "RNNWeights",
+           "RNN_SCHEDULES"]

@@ -1,0 +1,252 @@
+"""The ``rnn`` suite: multilayer LSTM and GRU (``schedules.lstm`` / ``gru``)
+against ``torch.nn.LSTM`` / ``torch.nn.GRU`` and ``torch.compile`` of a
+hand-written cell loop.
+
+Sizes (layers, hidden, input, T, batch): (a) the TIRAMISU paper's seq-to-seq
+layer stack 4 x 1024, input 1024, T = 100, batch 1; (b) 4 x 512, T = 100,
+batch 64; (c) 2 x 256, T = 50, batch 16; and the LSTM (a) with 15% of its
+weights nonzero (uniform), ours with CSR weights against torch with the dense
+zero-filled ones.  Implementations: ``tiramisu_py`` (schedule="auto": the find
+step's choice), ``tiramisu_py[layer]`` and ``tiramisu_py[wavefront]`` forced,
+``tiramisu_py[csr]`` (sparse), ``torch`` (nn.LSTM/GRU, no grad) and
+``torch.compile`` (the cell step compiled, the loops over layers and steps in
+Python, each layer's input product one matmul; left out by ``--quick``, whose
+tiny sizes then run in seconds once our kernels are in the disk cache).  Weights are packed once
+(``schedules.RNNWeights``), like the module's parameters.
+
+FLOP counts: 2 * T * B * G * H * (I_l + H) per layer (G = 4 gates for the
+LSTM, 3 for the GRU; nonlinearities not counted); the sparse case counts the
+dense FLOPs (its ratio is a speed-up).  After the table, the achieved
+bandwidth of each implementation at batch 1 (the weights each schedule must
+read per call over the median time) is printed against this host's measured
+memory bandwidth (NumPy copy, 1 thread; a 2-thread read with torch).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import time
+
+import numpy as np
+
+from bench.harness import Case
+
+# (name, cell, layers, hidden, input, T, batch, density)
+SIZES = {False: (("a", 4, 1024, 1024, 100, 1), ("b", 4, 512, 512, 100, 64),
+                 ("c", 2, 256, 256, 50, 16)),
+         True: (("a", 2, 16, 16, 5, 1), ("b", 2, 16, 12, 4, 3), ("c", 1, 8, 8, 3, 2))}
+DENSITY = 0.15
+
+
+def cases(quick=False):
+    """LSTM and GRU at each size, then the sparse LSTM at size (a)."""
+    out = []
+    for tag, *size in SIZES[quick]:
+        out += [_case("lstm", tag, *size, quick=quick), _case("gru", tag, *size, quick=quick)]
+    tag, *size = SIZES[quick][0]
+    return out + [_case("lstm", tag, *size, density=DENSITY, quick=quick)]
+
+
+def _flops(cell, L, H, I, T, B):
+    G = 4 if cell == "lstm" else 3
+    return sum(2.0 * T * B * G * H * ((I if l == 0 else H) + H) for l in range(L))
+
+
+def weight_bytes(cell, L, H, I, T, impl, density=1.0):
+    """Bytes of weights an implementation reads per call at batch 1: the
+    recurrent matrices every step, the input ones once (hoisted GEMM) or
+    once per chunk of steps (the wavefront's layers of input size H); CSR
+    reads a value and a column index per nonzero, the input matrix once
+    per row of the projection (T times)."""
+    from schedules.rnn_cells import chunk_of
+    G = 4 if cell == "lstm" else 3
+    ih = [G * H * (I if l == 0 else H) * 4 for l in range(L)]
+    hh = G * H * H * 4
+    if "csr" in impl:
+        return T * density * (sum(ih) + L * hh) * 2
+    if "wavefront" in impl:
+        first = 0 if I == H else 1
+        return first * ih[0] + (L - first) * T // chunk_of(T) * ih[-1] + L * T * hh
+    return sum(ih) + L * T * hh
+
+
+def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False):
+    import examples.rnn as ref
+
+    @functools.cache
+    def inputs():
+        weights = ref.random_weights(cell, L, I, H, density=density)
+        x = np.random.default_rng(1).standard_normal((T, B, I)).astype(np.float32)
+        return x, weights
+
+    @functools.cache
+    def reference():
+        return ref.reference(cell, *inputs())[0]
+
+    def setup():
+        import schedules
+        x, weights = inputs()
+        op = schedules.lstm if cell == "lstm" else schedules.gru
+        if density < 1:
+            packed = schedules.RNNWeights(weights, cell, sparse=True)
+            ours = {"tiramisu_py[csr]": lambda: op(x, packed, schedule="layer")[0]}
+        else:
+            packed = schedules.RNNWeights(weights, cell)
+            ours = {"tiramisu_py": lambda: op(x, packed)[0]}
+            ours.update({f"tiramisu_py[{s}]": (lambda s=s: op(x, packed, schedule=s)[0])
+                         for s in schedules.RNN_SCHEDULES
+                         if s in schedules.rnn.candidates(packed, T, B)})
+        return {**ours, **_torch_impls(cell, x, weights, compiled=density == 1 and not quick)}
+
+    name = f"{cell} ({tag}) {L}x{H} in {I} T={T} B={B}" + (
+        f" {density:.0%} dense" if density < 1 else "")
+    case = Case(name, _flops(cell, L, H, I, T, B), setup,
+                lambda out: float(np.max(np.abs(np.asarray(out, np.float64) - reference()))))
+    case.rnn = dict(cell=cell, L=L, H=H, I=I, T=T, B=B, density=density)
+    return case
+
+
+def _torch_impls(cell, x, weights, compiled=True):
+    """``{"torch": nn.LSTM/GRU, "torch.compile": the compiled cell loop}``
+    on the same weights (zero-copy tensors); empty without torch."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    L, H, I = len(weights), weights[0][1].shape[1], x.shape[2]
+    module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(I, H, L)
+    with torch.no_grad():
+        for layer, ws in zip(module.all_weights, weights):
+            for p, w in zip(layer, ws):
+                p.copy_(torch.from_numpy(w))
+    xt = torch.from_numpy(x)
+    tw = [[torch.from_numpy(w) for w in layer] for layer in weights]
+
+    def eager():
+        with torch.no_grad():
+            return module(xt)[0]
+
+    out = {"torch": eager}
+    if compiled:
+        step = functools.cache(lambda: torch.compile(_lstm_step if cell == "lstm" else _gru_step,
+                                                     dynamic=False))
+
+        def loop():
+            with torch.no_grad():
+                seq = xt
+                for w_ih, w_hh, b_ih, b_hh in tw:
+                    xp = torch.matmul(seq, w_ih.t()) + b_ih          # hoisted per layer
+                    h = seq.new_zeros(seq.shape[1], w_hh.shape[1])
+                    c, outs = torch.zeros_like(h), []
+                    for t in range(seq.shape[0]):
+                        h, c = step()(xp[t], h, c, w_hh, b_hh)
+                        outs.append(h)
+                    seq = torch.stack(outs)
+                return seq
+        out["torch.compile"] = loop
+    return out
+
+
+def _lstm_step(xp, h, c, w_hh, b_hh):
+    import torch
+    i, f, g, o = (xp + torch.matmul(h, w_hh.t()) + b_hh).chunk(4, dim=1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _gru_step(xp, h, c, w_hh, b_hh):
+    import torch
+    ri, zi, ni = xp.chunk(3, dim=1)
+    rh, zh, nh = (torch.matmul(h, w_hh.t()) + b_hh).chunk(3, dim=1)
+    r, z = torch.sigmoid(ri + rh), torch.sigmoid(zi + zh)
+    return (1 - z) * torch.tanh(ni + r * nh) + z * h, c
+
+
+# ---------------------------------------------------------- bandwidth report
+def host_bandwidth(mib=64, l3_mib=4):
+    """{"copy_GBps": NumPy copy (read + write, 1 thread), "read_GBps": a
+    parallel sum compiled by tiramisu_py (all cores) of a ``mib``-MiB array,
+    far beyond the L3, "l3_read_GBps": the same over ``l3_mib`` MiB, read
+    again and again from the L3}."""
+    import tiramisu_py as tp
+    # 32 running sums per row (4 SIMD vectors of 8), kept in registers
+    f = tp.Function("stream_read", params=["R", "C"])
+    i, jb, v = f.var("i", 0, "R"), f.var("jb", 0, "C"), f.var("v", 0, 32)
+    src = f.input("a", ("R", "C * 32"), tp.float32)
+    part = f.computation("part", [i, v], 0.0, dtype=tp.float32)
+    part[i, v] += src[i, jb * 32 + v]
+    part.update.interchange("v", "jb")
+    part.update.split("v", 8, names=("v0", "v1"))
+    part.update.unroll("v0")
+    part.update.vectorize("v1", 8)
+    part.update.accumulate_locally("jb", allow_reassociation=True)
+    part.update.parallelize("i")
+    read = f.compile(target="llvm")          # the C backend keeps the sums in memory
+
+    def best(fn, n=5):
+        fn()
+        t = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+        return min(t)
+    a = np.ones(((mib << 20) // 4 // 4096, 4096), np.float32)
+    b = np.empty_like(a)
+    small = a[: (l3_mib << 20) // 4 // 4096]
+    return {"l3_MiB": l3_mib, "copy_GBps": 2 * a.nbytes / best(lambda: np.copyto(b, a)) / 1e9,
+            "read_GBps": a.nbytes / best(lambda: read(a=a)) / 1e9,
+            "l3_read_GBps": 10 * small.nbytes / best(lambda: [read(a=small) for _ in range(10)])
+            / 1e9}
+
+
+def annotate(report, cases_):
+    """Adds ``bandwidth_GBps`` to each batch-1 result and ``host_bandwidth``
+    to ``report``; returns the text of the bandwidth table."""
+    from schedules.host import host
+    hb = report["host_bandwidth"] = host_bandwidth()
+    lines = [f"achieved weight bandwidth at batch 1 (GB/s; host: NumPy copy "
+             f"{hb['copy_GBps']:.1f} GB/s 1 thread"
+             + f", parallel read {hb['read_GBps']:.1f} GB/s"
+             + f", {hb['l3_MiB']} MiB from L3 {hb['l3_read_GBps']:.1f} GB/s"
+             + f", L3 {host().l3 >> 20} MiB):"]
+    for case, c in zip(cases_, report["cases"]):
+        s = getattr(case, "rnn", None)
+        if not s or s["B"] != 1:
+            continue
+        for impl, per_n in c["impls"].items():
+            if impl == "torch.compile" or impl == "tiramisu_py":
+                continue
+            nbytes = weight_bytes(s["cell"], s["L"], s["H"], s["I"], s["T"], impl, s["density"])
+            cols = []
+            for n, r in per_n.items():
+                if r.get("median_s"):
+                    r["bandwidth_GBps"] = nbytes / r["median_s"] / 1e9
+                    cols.append(f"{n} thr {r['bandwidth_GBps']:6.1f}")
+            lines.append(f"  {c['name']:<42} {impl:<24} {nbytes / 1e9:5.2f} GB  " + "  ".join(cols))
+    return "\n".join(lines + find_choices(report, cases_))
+
+
+def find_choices(report, cases_):
+    """Lines saying which schedule the find step chose per case and thread
+    count (from the tuning store), with the times it measured; also stored
+    in the report's cases as ``find``."""
+    import schedules.rnn as rnn
+    records = {}
+    for key, value in rnn.find_records().items():
+        k = json.loads(key)           # cell, layers, I, H, T, B, sparse, ..., threads, version
+        records[(*k[:7], k[-2])] = value
+    lines = ["find step (schedule=\"auto\"): choice and its timings (ms) per thread count:"]
+    for case, c in zip(cases_, report["cases"]):
+        s = getattr(case, "rnn", None)
+        if not s or s["density"] < 1:
+            continue
+        found = {}
+        for n in report["threads"]:
+            r = records.get((s["cell"], s["L"], s["I"], s["H"], s["T"], s["B"], False, n))
+            if r:
+                found[str(n)] = r
+                times = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in r["seconds"].items())
+                lines.append(f"  {c['name']:<42} {n} thr: {r['schedule']:<10} ({times})")
+        c["find"] = found
+    return lines
