@@ -5,6 +5,8 @@
     torch.ops.tiramisu.conv_relu_maxpool(x, weight, bias, pool, padding, algo)
     torch.ops.tiramisu.sparse_conv2d(x, rowptr, colidx, values, weight_size, bias,
                                      stride, padding, dilation)      # CSR weight, float32
+    torch.ops.tiramisu.lstm(x, weights, num_layers, h0, c0) -> (y, h_n, c_n)   # forward only
+    torch.ops.tiramisu.gru(x, weights, num_layers, h0) -> (y, h_n)             # forward only
 
 each with a backward made of compiled kernels, themselves ops
 (``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
@@ -291,6 +293,60 @@ sparse_conv2d = _op(
     _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
 
 
+# ------------------------------------------------------------------ recurrent
+def _rnn_layers(op, weights, num_layers):
+    per = len(weights) // num_layers if num_layers > 0 else 0
+    torch._check(num_layers >= 1 and per in (2, 4) and per * num_layers == len(weights),
+                 lambda: f"tiramisu::{op}: weights must be num_layers x [w_ih, w_hh(, b_ih, b_hh)] "
+                         f"(as module.all_weights flattened), got {len(weights)} tensors for "
+                         f"{num_layers} layers")
+    return [list(weights[i * per:(i + 1) * per]) for i in range(num_layers)]
+
+
+def _rnn_fake(op, x, weights, num_layers, gates):
+    layers = _rnn_layers(op, weights, num_layers)
+    torch._check(x.dim() == 3, lambda: f"tiramisu::{op}: x must be (T, B, I)")
+    h = layers[0][1].shape[1]
+    torch._check(layers[0][1].shape[0] == gates * h,
+                 lambda: f"tiramisu::{op}: w_hh of layer 0 must be ({gates}*H, H)")
+    t, b = x.shape[0], x.shape[1]
+    return x.new_empty((t, b, h)), x.new_empty((num_layers, b, h))
+
+
+def _lstm(x, weights, num_layers, h0=None, c0=None):
+    from .rnn import lstm
+    _dtype("lstm", x, *weights)
+    y, (hn, cn) = lstm(contiguous(x), [[contiguous(w).detach() for w in layer]
+                                       for layer in _rnn_layers("lstm", weights, num_layers)],
+                       None if h0 is None else contiguous(h0), None if c0 is None else contiguous(c0))
+    return y, hn, cn
+
+
+def _lstm_fake(x, weights, num_layers, h0=None, c0=None):
+    y, hn = _rnn_fake("lstm", x, weights, num_layers, 4)
+    return y, hn, hn.new_empty(hn.shape)
+
+
+def _gru(x, weights, num_layers, h0=None):
+    from .rnn import gru
+    _dtype("gru", x, *weights)
+    y, hn = gru(contiguous(x), [[contiguous(w).detach() for w in layer]
+                                for layer in _rnn_layers("gru", weights, num_layers)],
+                None if h0 is None else contiguous(h0))
+    return y, hn
+
+
+def _gru_fake(x, weights, num_layers, h0=None):
+    return _rnn_fake("gru", x, weights, num_layers, 3)
+
+
+# forward only: no backward kernels yet (asking for a gradient raises "has no backward")
+lstm = _op("lstm", "(Tensor x, Tensor[] weights, int num_layers, Tensor? h0=None, "
+           "Tensor? c0=None) -> (Tensor, Tensor, Tensor)", _lstm, _lstm_fake)
+gru = _op("gru", "(Tensor x, Tensor[] weights, int num_layers, Tensor? h0=None) -> (Tensor, Tensor)",
+          _gru, _gru_fake)
+
 OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
-       "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d}
+       "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d,
+       "lstm": lstm, "gru": gru}

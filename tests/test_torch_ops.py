@@ -276,3 +276,25 @@ def test_sparse_conv2d_op_module_and_grads():
     dense_grad = conv.weight.grad.reshape(6, -1)
     rows = np.repeat(np.arange(6), np.diff(csr.rowptr))
     torch.testing.assert_close(sp.values.grad, dense_grad[rows, csr.colidx], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_recurrent_ops_and_modules(kind):
+    """tiramisu::lstm / gru pass opcheck (forward-only ops) and nn.LSTM/GRU
+    .from_torch equal torch's modules, with and without an initial state."""
+    import schedules.torch_ops  # noqa: F401
+    import tiramisu_py.nn as tnn
+    torch.manual_seed(0)
+    mod = getattr(nn, kind)(5, 7, num_layers=2)
+    x = torch.randn(4, 3, 5)
+    flat = [w.detach() for layer in mod.all_weights for w in layer]
+    op = getattr(torch.ops.tiramisu, kind.lower())
+    _opcheck(op, (x, flat, 2))
+    ours = getattr(tnn, kind).from_torch(mod)
+    h0 = torch.randn(2, 3, 7)
+    state = (h0, torch.randn(2, 3, 7)) if kind == "LSTM" else h0
+    with torch.no_grad():
+        for args in ((x,), (x, state)):
+            got, want = ours(*args), mod(*args)
+            torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)

@@ -193,6 +193,63 @@ class SparseConv2d(nn.Module):
         return cls(csr, bias, module.stride, _padding(module), module.dilation)
 
 
+class _Recurrent(nn.Module):
+    """A torch ``nn.LSTM``/``nn.GRU``'s parameters (the same objects) run by
+    ``tiramisu::lstm``/``gru`` (:func:`schedules.lstm`, float32, forward only:
+    no backward kernels yet, asking for a gradient raises)."""
+
+    _torch = None
+
+    def __init__(self, module):
+        super().__init__()
+        if not isinstance(module, self._torch):
+            raise TypeError(f"{type(self).__name__}.from_torch: expected an "
+                            f"{self._torch.__name__}, got {type(module).__name__}")
+        if module.bidirectional or getattr(module, "proj_size", 0):
+            raise ValueError(f"{type(self).__name__}.from_torch: bidirectional and proj_size are "
+                             "not supported")
+        self.num_layers, self.batch_first = module.num_layers, module.batch_first
+        self.hidden_size = module.hidden_size
+        self._names = [n for layer in module._all_weights for n in layer]
+        for n in self._names:
+            setattr(self, n, getattr(module, n))
+        self.train(module.training)
+
+    @classmethod
+    def from_torch(cls, module):
+        return cls(module)
+
+    def _run(self, x, *state):
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        out = self._op(x, [getattr(self, n) for n in self._names], self.num_layers, *state)
+        y = out[0].transpose(0, 1) if self.batch_first else out[0]
+        return y, out[1:]
+
+
+class LSTM(_Recurrent):
+    """``tiramisu_py.nn.LSTM.from_torch(lstm)``: ``forward(x, (h0, c0)=None)``
+    returns ``(y, (h_n, c_n))`` as ``nn.LSTM`` does."""
+    _torch = nn.LSTM
+
+    def forward(self, x, hx=None):
+        h0, c0 = (None, None) if hx is None else hx
+        self._op = ops.lstm
+        y, (hn, cn) = self._run(x, h0, c0)
+        return y, (hn, cn)
+
+
+class GRU(_Recurrent):
+    """``tiramisu_py.nn.GRU.from_torch(gru)``: ``forward(x, h0=None)`` returns
+    ``(y, h_n)`` as ``nn.GRU`` does."""
+    _torch = nn.GRU
+
+    def forward(self, x, hx=None):
+        self._op = ops.gru
+        y, (hn,) = self._run(x, hx)
+        return y, hn
+
+
 def _pool_of(mp: nn.MaxPool2d):
     """The window of a non-overlapping floor-mode max-pool, else an error."""
     k = mp.kernel_size if isinstance(mp.kernel_size, int) else mp.kernel_size[0]
