@@ -233,6 +233,20 @@ def _sparse_args(x, w, bias, algo, op):
 
 
 # ------------------------------------------------------------------ operators
+def _arguments(op, input, weight, bias, stride, padding, dilation, groups, algo):
+    """The checked arguments of a dense-algorithm call ``(x, w, b, shape,
+    csr)``: a sparse ``weight`` is densified (``csr`` kept for "sparse")."""
+    sp = _sparse_args(input, weight, bias, algo, op)
+    input, weight, bias, csr = sp if sp else (input, weight, bias, None)
+    runtime.same_kind((input, weight, bias), ("input", "weight", "bias"))
+    x, w = runtime.float32_array(input, "input", 4), runtime.float32_array(weight, "weight", 4)
+    b = None if bias is None else runtime.float32_array(bias, "bias", 1)
+    s = _shape(x, w, stride, padding, dilation, groups)
+    if b is not None and b.shape[0] != s.co:
+        raise ValueError(f"{op}: bias has {b.shape[0]} values for {s.co} output channels")
+    return x, w, b, s, csr
+
+
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, algo="auto",
            target=None):
     """2-D convolution with ``torch.nn.functional.conv2d``'s signature and
@@ -245,14 +259,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     if algo == "sparse":
         return SP.sparse_conv2d(input, weight, bias, stride, padding, dilation, groups,
                                 target=target)
-    sp = _sparse_args(input, weight, bias, algo, "conv2d")
-    input, weight, bias, csr = sp if sp else (input, weight, bias, None)
-    runtime.same_kind((input, weight, bias), ("input", "weight", "bias"))
-    x, w = runtime.float32_array(input, "input", 4), runtime.float32_array(weight, "weight", 4)
-    b = None if bias is None else runtime.float32_array(bias, "bias", 1)
-    s = _shape(x, w, stride, padding, dilation, groups)
-    if b is not None and b.shape[0] != s.co:
-        raise ValueError(f"conv2d: bias has {b.shape[0]} values for {s.co} output channels")
+    x, w, b, s, csr = _arguments("conv2d", input, weight, bias, stride, padding, dilation,
+                                 groups, algo)
     if algo == "auto":
         # nothing to time when the output is empty or no input channel feeds it
         algo = "direct" if _degenerate(s) else find(s, x, w, b, target, csr=csr)
@@ -300,14 +308,8 @@ def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
     if algo == "sparse":
         return SP.sparse_conv_relu_maxpool(input, weight, bias, pool, stride=stride,
                                            padding=padding, dilation=dilation, target=target)
-    sp = _sparse_args(input, weight, bias, algo, "conv_relu_maxpool")
-    input, weight, bias, csr = sp if sp else (input, weight, bias, None)
-    runtime.same_kind((input, weight, bias), ("input", "weight", "bias"))
-    x, w = runtime.float32_array(input, "input", 4), runtime.float32_array(weight, "weight", 4)
-    b = None if bias is None else runtime.float32_array(bias, "bias", 1)
-    s = _shape(x, w, stride, padding, dilation, groups)
-    if b is not None and b.shape[0] != s.co:
-        raise ValueError(f"conv_relu_maxpool: bias has {b.shape[0]} values for {s.co} output channels")
+    x, w, b, s, csr = _arguments("conv_relu_maxpool", input, weight, bias, stride, padding,
+                                 dilation, groups, algo)
     if not isinstance(pool, int) or isinstance(pool, bool) or not 1 <= pool <= min(s.ho, s.wo):
         raise ValueError(f"conv_relu_maxpool: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
     if algo == "auto":
