@@ -32,6 +32,29 @@ def kernel(key, build, target):
     return k
 
 
+def use_cuda(target, *arrays) -> bool:
+    """Whether a library call runs on the GPU: ``target="cuda"`` (or
+    $TIRAMISU_PY_TARGET=cuda with no ``target``), or no target given and an
+    argument is a device array (a torch CUDA tensor, ``__cuda_array_interface__``).
+    Device arrays with a CPU target are refused, naming the target."""
+    from tiramisu_py.cuda_kernel import on_device
+    on_gpu = any(a is not None and on_device(a) for a in arrays)
+    if target_of(target) == "cuda":
+        return True
+    if on_gpu:
+        if target is not None:
+            raise ValueError(f"target={target!r} runs on the CPU, but an argument is on a GPU; "
+                             "pass target='cuda' (or no target) for device arrays")
+        return True
+    return False
+
+
+def cuda_kernel(key, build):
+    """The CUDA kernel for ``key`` (``build()`` returns the GPU-scheduled
+    Function), compiled once per process."""
+    return kernel(key, build, "cuda")
+
+
 def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 

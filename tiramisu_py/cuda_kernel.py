@@ -114,10 +114,15 @@ class CudaKernel(Kernel):
             self._compiled = saved
 
 
-def _on_device(x):
+def on_device(x) -> bool:
+    """Whether ``x`` is a GPU array: a torch CUDA tensor or any object with
+    ``__cuda_array_interface__`` (CuPy, Numba, pycuda's GPUArray)."""
     return hasattr(x, "__cuda_array_interface__") or (
         type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type",
                                                             None) == "cuda")
+
+
+_on_device = on_device
 
 
 class _DeviceArg:
