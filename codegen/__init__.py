@@ -1,4 +1,6 @@
-"""Code generation: the loop IR (:mod:`codegen.ir`) and its C backend.
+"""Code generation: the loop IR (:mod:`codegen.ir`) and its three backends
+(C + OpenMP here, LLVM in :mod:`codegen.llvm_backend`, CUDA in
+:mod:`codegen.cuda`).
 
 ``compile_c(fn)`` emits C for a :class:`ir.LoweredFunction`, builds it with the
 system C compiler (or takes it from the on-disk cache) and loads it with cffi in
