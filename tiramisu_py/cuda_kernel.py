@@ -1,5 +1,5 @@
 """``compile(target="cuda")``: the GPU-mapped loop IR printed as CUDA, built
-into cubins (nvcc, when present) with their ptxas resources, and a Kernel
+into cubins (nvcc or NVRTC, when present) with their ptxas resources, and a Kernel
 that launches through the CUDA driver (cuda-python) or, with
 :meth:`CudaKernel.emulate`, runs the same CUDA source on the CPU."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from codegen.simplify import simplify_indices
 
 from .kernel import Kernel
 
-# the architectures compile(target="cuda") builds cubins for (nvcc present)
+# the architectures compile(target="cuda") builds cubins for (nvcc or NVRTC present)
 CUDA_ARCHS = gpu_codegen.ARCHS
 
 
@@ -20,7 +20,8 @@ class CudaKernel(Kernel):
     (``NoCudaDriverError`` where there is none).  ``source`` is the CUDA C;
     ``launch_plan`` the host's launch sequence; ``cubins`` {arch: bytes} and
     ``resources`` {arch: {kernel: Resources}} (registers, shared memory,
-    spills) when nvcc was found (else empty)."""
+    spills) when nvcc or NVRTC was found (else empty; ``cubin_compiler`` says
+    which built them, $TIRAMISU_PY_CUDA_COMPILER chooses)."""
 
     def __init__(self, *args, source, plan, cubins, resources, **kwargs):
         super().__init__(*args, **kwargs)
@@ -163,14 +164,15 @@ def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mode
     lowered = simplify_indices(lowered)
     source, launch = gpu_codegen.emit_cuda(lowered)
     cubins, resources = {}, {}
-    if gpu_codegen.toolchain.find_nvcc() is not None:
-        for arch in CUDA_ARCHS:
-            cubins[arch], resources[arch] = gpu_codegen.build_cubin(source, arch)
+    compiler = gpu_codegen.cuda_compiler() if CUDA_ARCHS else None
+    for arch in CUDA_ARCHS if compiler else ():
+        cubins[arch], resources[arch] = gpu_codegen.build_cubin(source, arch, compiler)
     from codegen.cuda.runtime import DeviceFunction
     compiled = DeviceFunction(cubins, launch, source)
     kernel = CudaKernel(f, compiled, inputs, outputs, temps, checker, lowered,
                         zeroed_outputs={b.name for b in outputs if b.name in zeroed},
                         source=source, plan=launch, cubins=cubins, resources=resources)
+    kernel.cubin_compiler = compiler if cubins else None
     kernel.model, kernel.schedule, kernel.gpu_plan = model, state, plan
     kernel.timings = {"analysis": times[0], "ast": times[1],
                       "backend": time.perf_counter() - t2}
