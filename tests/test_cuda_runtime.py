@@ -2,6 +2,7 @@
 ptxas report as nvcc), the compiler choice, DLPack capsules parsed with
 ctypes, device arguments marshalled up to the driver call (the launch is
 recorded instead of run), and bench/bench_cuda.py's case table."""
+import ctypes
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from codegen.toolchain import CompileError
+from tiramisu_py import device_arrays as da
 from tests.test_cuda import reverse_in_block    # one barrier between two statements
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,3 +195,343 @@ except NoCudaDriverError as e:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "ERR no CUDA driver on this machine" in r.stdout and "cuda-python" in r.stdout
+
+
+# ------------------------------------------------------------ DLPack capsules
+def _managed(capsule):
+    """The DLTensor inside a capsule (for the checks and the fakes below)."""
+    name = da._get_name(capsule)
+    ptr = da._get_pointer(capsule, name)
+    if name == b"dltensor_versioned":
+        return da.DLManagedTensorVersioned.from_address(ptr).dl_tensor
+    return da.DLManagedTensor.from_address(ptr).dl_tensor
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_parse_numpy_capsule(versioned):
+    base = np.arange(2 * 5 * 6, dtype=np.float32).reshape(2, 5, 6)
+    a = base[:, 1:4, ::2]                       # strided view, nonzero offset
+    cap = a.__dlpack__(max_version=(1, 0)) if versioned else a.__dlpack__()
+    v = da.parse_capsule(cap, "x")
+    assert v.address == a.__array_interface__["data"][0]
+    assert v.shape == a.shape and v.dtype == "float32" and v.itemsize == 4
+    assert v.strides == tuple(s // 4 for s in a.strides)
+    assert v.device == (da.kDLCPU, 0)
+    assert v.version[0] == (1 if versioned else 0) and not v.read_only
+    ro = np.arange(4, dtype=np.int16)
+    ro.flags.writeable = False
+    v = da.parse_capsule(ro.__dlpack__(max_version=(1, 0)))
+    assert v.read_only and v.dtype == "int16" and v.strides in (None, (1,))
+
+
+def test_parse_torch_capsules():
+    torch = pytest.importorskip("torch")
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()     # transposed view
+    v = da.parse_capsule(t.__dlpack__(), "t")
+    assert (v.address, v.shape, v.strides) == (t.data_ptr(), (4, 3), t.stride())
+    s = torch.zeros(10, dtype=torch.int64)[3:]
+    v = da.parse_capsule(s.__dlpack__(), "s")
+    assert v.address == s.data_ptr() and v.dtype == "int64" and v.shape == (7,)
+    for dt, name in ((torch.bool, "bool"), (torch.bfloat16, "bfloat16"),
+                     (torch.uint8, "uint8"), (torch.float64, "float64")):
+        assert da.parse_capsule(torch.ones(2, dtype=dt).__dlpack__()).dtype == name
+
+
+def test_parse_capsule_errors():
+    with pytest.raises(TypeError, match="'x': __dlpack__\\(\\) returned int"):
+        da.parse_capsule(3, "x")
+    a = np.ones(3, np.float32)
+    cap = a.__dlpack__()
+
+    class Once:
+        def __dlpack__(self, stream=None):
+            return cap
+
+        def __dlpack_device__(self):
+            return (1, 0)
+    np.from_dlpack(Once())                      # consumes it: renamed used_dltensor
+    with pytest.raises(ValueError, match="'y'.*'used_dltensor' was consumed"):
+        da.parse_capsule(cap, "y")
+    c = np.ones(2, np.complex64).__dlpack__()
+    _managed(c).dtype.lanes = 4
+    with pytest.raises(TypeError, match="'z': DLPack dtype .* 4 lanes"):
+        da.parse_capsule(c, "z")
+    _managed(c).dtype.lanes = 1
+
+
+class FakeGPUArray:
+    """A DLPack producer that says it lives on a CUDA device: a NumPy
+    array's capsule with its device field rewritten.  Only the launch is
+    faked below, so the host pointer is never dereferenced as device memory.
+    Records the ``stream`` each ``__dlpack__`` call is given."""
+
+    def __init__(self, array, device=(da.kDLCUDA, 0), versioned=True):
+        self.array, self.device, self.versioned = array, device, versioned
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if max_version is not None and not self.versioned:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        self.streams.append(stream)
+        cap = self.array.__dlpack__(max_version=max_version)
+        t = _managed(cap)
+        t.device.device_type, t.device.device_id = self.device
+        return cap
+
+    @property
+    def address(self):
+        return self.array.__array_interface__["data"][0]
+
+
+class FakeCAIArray:
+    """``__cuda_array_interface__`` (version 3) over a NumPy array."""
+
+    def __init__(self, array, stream=None, readonly=False):
+        self.array = array
+        self.__cuda_array_interface__ = {
+            "shape": array.shape, "typestr": array.dtype.str, "version": 3,
+            "data": (array.__array_interface__["data"][0], readonly),
+            "strides": None if array.flags.c_contiguous else array.strides, "stream": stream}
+
+
+def test_on_device_detection():
+    from schedules.runtime import use_cuda
+    a = np.zeros(3, np.float32)
+    assert da.on_device(FakeGPUArray(a)) and da.on_device(FakeGPUArray(a, (da.kDLCUDAManaged, 0)))
+    assert da.on_device(FakeCAIArray(a))
+    assert not da.on_device(a) and not da.on_device(FakeGPUArray(a, (da.kDLCPU, 0)))
+    assert not da.on_device(FakeGPUArray(a, (10, 0)))          # kDLROCM
+    assert not da.on_device(3.0) and not da.on_device(None)
+
+    class Broken:
+        def __dlpack_device__(self):
+            raise RuntimeError("no")
+    assert not da.on_device(Broken())
+    assert use_cuda(None, a, FakeGPUArray(a)) and not use_cuda(None, a)
+    with pytest.raises(ValueError, match="target='llvm' runs on the CPU"):
+        use_cuda("llvm", FakeGPUArray(a))
+    torch = pytest.importorskip("torch")
+    assert not da.on_device(torch.zeros(2))
+
+
+# ------------------------------------------------------------ device calls, launch recorded
+@pytest.fixture
+def launches(monkeypatch):
+    """Every DeviceFunction.launch as a dict instead of a launch (the driver
+    check passes)."""
+    from codegen.cuda import runtime
+    calls = []
+    monkeypatch.setattr(runtime, "driver", lambda: None)
+
+    def launch(self, scalars, pointers, stream=0, waits=(), device=0):
+        calls.append(dict(scalars=list(scalars), pointers=list(pointers), stream=stream,
+                          waits=[w for w in waits if w is not None], device=device))
+    monkeypatch.setattr(runtime.DeviceFunction, "launch", launch)
+    return calls
+
+
+def f32(*shape):
+    return np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+
+
+def _has_driver():
+    from codegen.cuda.runtime import NoCudaDriverError, driver
+    try:
+        driver()
+    except NoCudaDriverError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_has_driver(), reason="a CUDA driver is present")
+def test_launch_without_driver_on_dlpack_arguments():
+    from codegen.cuda.runtime import NoCudaDriverError
+    k = printed(gemm_shared)
+    with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
+        k(FakeGPUArray(f32(64, 32)), FakeGPUArray(f32(32, 48)), C=FakeGPUArray(f32(64, 48)))
+
+
+def test_dlpack_arguments_are_passed_by_pointer(launches):
+    k = printed(gemm_shared)
+    a, b, c = FakeGPUArray(f32(64, 32)), FakeGPUArray(f32(32, 48), versioned=False), \
+        FakeGPUArray(f32(64, 48))
+    assert k(a, b, C=c) is c
+    (call,) = launches
+    assert call["pointers"] == [a.address, b.address, c.address]
+    assert call["stream"] == 0 and call["device"] == 0 and call["scalars"] == []
+    assert a.streams == b.streams == c.streams == [1]        # legacy default stream: 1
+
+
+def test_dlpack_params_inferred_and_byte_offset(launches):
+    k = printed(reverse_in_block)
+    base = f32(9, 32)
+    a, c = FakeGPUArray(base[2:7]), FakeGPUArray(np.empty((5, 32), np.float32))
+    k(a, C=c)
+    assert launches[0]["scalars"] == [5]                     # N from A's shape
+    assert launches[0]["pointers"][0] == base.__array_interface__["data"][0] + 2 * 32 * 4
+    k(a, C=c, N=5)
+    with pytest.raises(ValueError, match="argument 'C' has shape \\(5, 32\\), expected \\(4, 32\\)"):
+        k(FakeGPUArray(base[:4]), C=c)
+
+
+def test_dlpack_argument_errors(launches):
+    k = printed(gemm_shared)
+    a, b, c = f32(64, 32), f32(32, 48), np.empty((64, 48), np.float32)
+    dev = FakeGPUArray
+    with pytest.raises(TypeError, match="argument 'A' has dtype float64, expected float32"):
+        k(dev(a.astype(np.float64)), dev(b), C=dev(c))
+    with pytest.raises(ValueError, match="argument 'B' is not C-contiguous"):
+        k(dev(a), dev(np.asfortranarray(b)), C=dev(c))
+    with pytest.raises(ValueError, match="argument 'B' has 3 dimensions, expected 2"):
+        k(dev(a), dev(b[None]), C=dev(c))
+    with pytest.raises(TypeError, match="argument 'B': mixing host and device"):
+        k(dev(a), b, C=dev(c))
+    with pytest.raises(TypeError, match="argument 'B' lives on DLPack device kDLROCM:0"):
+        k(dev(a), dev(b, (10, 0)), C=dev(c))
+    with pytest.raises(ValueError, match="'A' \\(cuda:0\\) and 'B' \\(cuda:1\\) are on different"):
+        k(dev(a), dev(b, (da.kDLCUDA, 1)), C=dev(c))
+    ro = c.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="output argument 'C' is read-only"):
+        k(dev(a), dev(b), C=dev(ro))
+    buf = f32(64 * 48)
+    with pytest.raises(ValueError, match="output argument 'C' overlaps argument 'A'"):
+        k(dev(buf[:64 * 32].reshape(64, 32)), dev(b), C=dev(buf.reshape(64, 48)))
+    with pytest.raises(TypeError, match="pass the output 'C' \\(a device array of shape "
+                                        "\\(64, 48\\), dtype float32\\) by name"):
+        k(dev(a), dev(b))
+    with pytest.raises(TypeError, match="param 'N' must be an int"):
+        printed(reverse_in_block)(dev(f32(5, 32)), C=dev(f32(5, 32)), N=5.0)
+    assert launches == []
+
+
+def test_cuda_array_interface_stream_waited_for(launches):
+    k = printed(gemm_shared)
+    a, b, c = FakeCAIArray(f32(64, 32), stream=77), FakeGPUArray(f32(32, 48)), \
+        FakeCAIArray(np.empty((64, 48), np.float32))
+    k(a, b, C=c)
+    assert launches[0]["waits"] == [77]
+    assert launches[0]["pointers"][0] == a.array.__array_interface__["data"][0]
+    with pytest.raises(ValueError, match="output argument 'C' is read-only"):
+        k(a, b, C=FakeCAIArray(np.empty((64, 48), np.float32), readonly=True))
+
+
+def test_outputs_allocated_with_the_inputs_framework(launches, monkeypatch):
+    """CuPy (faked as a module): CuPy's current stream, output by cupy.zeros
+    / cupy.empty on the inputs' device."""
+    import types
+    made = []
+
+    class ndarray(FakeCAIArray):
+        pass
+    ndarray.__module__ = "cupy._core.core"
+
+    class Device:
+        def __init__(self, index):
+            made.append(("device", index))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    def factory(kind):
+        def make(shape, dtype):
+            made.append((kind, tuple(shape), np.dtype(dtype).name))
+            return ndarray(np.zeros(shape, dtype))
+        return make
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = types.SimpleNamespace(Device=Device, get_current_stream=lambda: types.
+                                      SimpleNamespace(ptr=4242))
+    cupy.zeros, cupy.empty = factory("zeros"), factory("empty")
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    k = printed(gemm_shared)
+    a, b = ndarray(f32(64, 32)), FakeGPUArray(f32(32, 48))
+    out = k(a, b)
+    assert isinstance(out, ndarray) and out.array.shape == (64, 48)
+    assert ("device", 0) in made and made[-1][1:] == ((64, 48), "float32")
+    assert launches[0]["stream"] == 4242 and b.streams == [4242]
+    assert launches[0]["pointers"][2] == out.array.__array_interface__["data"][0]
+
+
+class FakeDriver:
+    """Enough of cuda.bindings.driver to run DeviceFunction.launch: records
+    each cuLaunchKernel with its kernel parameters read back from memory."""
+    class CUdevice_attribute:
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+
+    class CUevent_flags:
+        CU_EVENT_DISABLE_TIMING = 2
+
+    def __init__(self, plan, major=9):
+        nptr = len(plan.arrays) + len(plan.temps)
+        self.nargs = {k.name: len(plan.scalars) + len(k.host_vars) + nptr for k in plan.kernels}
+        self.major, self.log, self.launches = major, [], []
+
+    def cuModuleGetFunction(self, module, name):
+        return (0, name.decode())
+
+    def CUstream(self, s):
+        return ("stream", s)
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.log.append((name, args))
+            return (0, f"{name}-handle")
+        return call
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        return (0, self.major)
+
+    def cuMemAllocAsync(self, nbytes, stream):
+        self.log.append(("cuMemAllocAsync", (nbytes, stream)))
+        return (0, 0x10000 * (1 + len(self.log)))
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        vals = [ctypes.c_int64.from_address(ctypes.c_uint64.from_address(params + 8 * i).value)
+                .value for i in range(self.nargs[f])]
+        self.launches.append(dict(kernel=f, grid=(gx, gy, gz), block=(bx, by, bz),
+                                  shared=shared, stream=stream, args=vals))
+        return (0,)
+
+
+def test_runtime_launch_marshals_kernel_parameters(monkeypatch):
+    """DeviceFunction.launch against a fake driver: module for the device's
+    architecture, grid from the params, int64 scalars then pointers, one
+    launch per kernel and host-loop step, producer streams waited for."""
+    from codegen.cuda import runtime
+    k = printed(reverse_in_block)
+    fn = runtime.DeviceFunction({"sm_90": b"cubin"}, k.launch_plan, k.source)
+    fake = FakeDriver(k.launch_plan)
+    monkeypatch.setattr(runtime, "driver", lambda: fake)
+    fn.launch([7], [0xA000, 0xC000], stream=99, waits=[5, None, 99], device=0)
+    (l,) = fake.launches
+    assert l["grid"] == (7, 1, 1) and l["block"] == (32, 1, 1) and l["stream"] == ("stream", 99)
+    names = [n for n, _ in fake.log]
+    (alloc,) = [a for n, a in fake.log if n == "cuMemAllocAsync"]   # the temporary B
+    assert alloc == (7 * 32 * 4, ("stream", 99))
+    assert l["args"][:3] == [7, 0xA000, 0xC000] and len(l["args"]) == 4
+    assert ("cuMemFreeAsync", (l["args"][3], ("stream", 99))) in fake.log
+    assert ("cuModuleLoadData", (b"cubin",)) in fake.log
+    assert names.count("cuEventRecord") == 1 and ("cuStreamWaitEvent" in names)
+    fake.major = 8                                  # another device without an sm_80 cubin
+    with pytest.raises(RuntimeError, match="no cubin for this device \\(sm_80\\); built: sm_90"):
+        fn.launch([7], [0xA000, 0xC000], device=1)
+
+
+def test_runtime_launch_host_loop_steps(monkeypatch):
+    from codegen.cuda import runtime
+    k = printed(lstm_wavefront)
+    plan = k.launch_plan
+    fake = FakeDriver(plan)
+    fn = runtime.DeviceFunction({"sm_90": b"cubin"}, plan, k.source)
+    monkeypatch.setattr(runtime, "driver", lambda: fake)
+    fn.launch([], list(range(0x1000, 0x1000 + 8 * len(plan.arrays), 8)))
+    assert [l["kernel"] for l in fake.launches[:3]] == ["lstm_k0", "lstm_k1", "lstm_k2"]
+    steps = [l for l in fake.launches if l["kernel"] == "lstm_k3"]
+    assert [l["args"][0] for l in steps] == list(range(7))     # t, one launch per anti-diagonal
+    assert [l["grid"][0] for l in steps] == [1, 2, 3, 3, 3, 2, 1]
