@@ -535,3 +535,65 @@ def test_runtime_launch_host_loop_steps(monkeypatch):
     steps = [l for l in fake.launches if l["kernel"] == "lstm_k3"]
     assert [l["args"][0] for l in steps] == list(range(7))     # t, one launch per anti-diagonal
     assert [l["grid"][0] for l in steps] == [1, 2, 3, 3, 3, 2, 1]
+
+
+# ------------------------------------------------------------ bench/bench_cuda.py
+def test_bench_cuda_case_table_builds_without_gpu():
+    from bench import bench_cuda, suite_rnn, suite_sparse, suites
+    table = bench_cuda.cases()
+    by_name = {c.name: c for c in table}
+    assert len(by_name) == len(table)
+    assert by_name["gemm 4096x4096x4096"].flops == 2.0 * 4096 ** 3
+    assert [c.name for c in table if c.name.startswith("gemm")] == \
+        [f"gemm {n}x{n}x{n}" for n in (512, 1024, 2048, 4096)]
+    convs = [c for c in table if c.name.startswith("conv ")]
+    assert len(convs) == len(suites.CONV_SHAPES[False])
+    n, ci, co, h, w = suites.CONV_SHAPES[False][1]
+    assert by_name[f"conv {n}x{ci}x{h}x{w} -> {co}"].flops == 2.0 * n * co * h * w * ci * 9
+    sparse = [c for c in table if c.name.startswith("sparse ")]
+    assert len(sparse) == len(suite_sparse.SHAPES[False]) * 3
+    assert sparse[0].name.endswith("@ 1%") and sparse[0].flops > 0
+    lstms = [c for c in table if c.name.startswith("lstm ")]
+    L, H, I, T, B = suite_rnn.SIZES[False][0][1:]
+    assert len(lstms) == 3 and lstms[0].flops == suite_rnn._flops("lstm", L, H, I, T, B)
+    assert all(callable(c.setup) and callable(c.check) for c in table)
+    assert [c.name for c in bench_cuda.cases("gemm", sizes=(64,))] == ["gemm 64x64x64"]
+    with pytest.raises(ValueError, match="unknown suite\\(s\\) fft"):
+        bench_cuda.cases("gemm,fft")
+
+
+def test_bench_cuda_exits_2_with_the_reason():
+    from bench import bench_cuda
+    reason = bench_cuda.no_gpu_reason()
+    if reason is None:
+        pytest.skip("a GPU is present: the benchmark would run")
+    run = [sys.executable, "-m", "bench.bench_cuda", "--quick", "--suite", "gemm"]
+    r = subprocess.run(run, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.strip() == f"bench_cuda: {reason}"
+    r = subprocess.run(run + ["--list"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0
+    assert [line.split()[1] for line in r.stdout.splitlines()] == ["256x256x256", "512x512x512"]
+
+
+def test_bench_cuda_baselines_agree_on_cpu(monkeypatch):
+    """Each quick case's setup on the CPU (DEVICE patched): the torch
+    baselines agree with the reference (so im2col + torch.sparse computes the
+    convolution), and every tiramisu_py entry point either matches or raises
+    (a missing target="cuda" path, or no driver) instead of crashing."""
+    torch = pytest.importorskip("torch")
+    from bench import bench_cuda
+    monkeypatch.setattr(bench_cuda, "DEVICE", "cpu")
+    for case in bench_cuda.cases(quick=True):
+        impls = case.setup()
+        assert "torch" in impls
+        for name, fn in impls.items():
+            if name.startswith("tiramisu_py"):
+                try:
+                    out = fn()
+                except Exception as exc:         # what the bench reports as a failure
+                    assert str(exc)
+                    continue
+            else:
+                out = fn()
+            assert isinstance(out, torch.Tensor)
+            assert case.check(out) < 1e-3 * max(1.0, float(out.abs().max())), (case.name, name)
