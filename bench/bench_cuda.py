@@ -1,17 +1,35 @@
-"""tiramisu_py's CUDA GEMM against torch (cuBLAS) on a GPU.
+"""tiramisu_py's CUDA operators against torch (cuBLAS / cuDNN) on a GPU.
 
-    python -m bench.bench_cuda [--sizes 4096] [--repeats 20] [--json PATH]
+    python -m bench.bench_cuda [--suite all|gemm,conv,sparse,lstm] [--quick]
+                               [--sizes 512,4096] [--repeats 20] [--json PATH] [--list]
 
-For each size: ``schedules.gemm_cuda_function(n, n, n)`` compiled with
-``target="cuda"``, called on torch CUDA tensors (launched on torch's current
-stream), against ``torch.mm`` on the same tensors; median milliseconds from
-CUDA events over ``--repeats`` calls after a warm-up, GFLOP/s, the ratio to
-torch, the max abs error against torch, and the kernels' ptxas resources.
+Cases (the CPU suites' shapes, bench/suites.py, suite_sparse.py, suite_rnn.py):
+gemm    n x n x n, n in 512, 1024, 2048, 4096 (``--sizes``):
+        ``schedules.gemm(a, b, target="cuda")`` vs ``torch.mm`` (cuBLAS)
+conv    the conv suite's NCHW shapes, 3x3, stride 1, padding 1, bias:
+        ``schedules.conv2d(x, w, b, stride=1, padding=1, target="cuda")`` vs
+        ``F.conv2d`` (cuDNN)
+sparse  the sparse suite's shapes at 1%, 10%, 50% nonzero weights:
+        ``schedules.sparse_conv2d(x, csr, b, padding=1, target="cuda")`` vs
+        cuDNN dense on the same (mostly zero) weights ("torch") and im2col
+        (``F.unfold``) + ``torch.sparse.mm`` with a CSR weight ("torch.sparse");
+        GFLOP/s are dense-equivalent
+lstm    the rnn suite's LSTM sizes: ``schedules.lstm(x, weights,
+        target="cuda")`` vs ``torch.nn.LSTM`` (cuDNN) with the same weights
+
+All inputs are torch CUDA float32 tensors; TF32 is off for cuBLAS and cuDNN
+(our kernels compute in float32).  Each implementation is called once as a
+warm-up (it compiles; its result is checked against torch's: max abs error;
+an exception there, e.g. a ``target="cuda"`` path not built yet, is reported
+in the table and the JSON, not raised), then ``--repeats`` calls are timed
+one by one with CUDA events on torch's current stream: median and minimum,
+GFLOP/s from the median, the ratio to "torch" (> 1: faster).  The JSON has
+the layout of bench/harness.py's reports (one "thread count": "gpu"), plus
+the ptxas resources of the CUDA kernels each case compiled.
+
 Needs a GPU, its driver, torch with CUDA and cuda-python; otherwise it says
-which is missing and exits with status 2 (nothing is measured).
-
-Not yet here (no GPU schedules for them): the conv shapes (cuDNN) and the
-LSTM wavefront of issue 20.
+which is missing and exits with status 2 (nothing is measured).  ``--list``
+prints the case table (names, GFLOP counts) without a GPU.
 """
 from __future__ import annotations
 
@@ -20,68 +38,251 @@ import json
 import os
 import statistics
 import sys
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import suite_rnn, suite_sparse, suites          # noqa: E402
+from bench.harness import Case, _merge, format_table, machine_info    # noqa: E402
 
-def _events_ms(torch, call, repeats):
-    call()
+SUITES = ("gemm", "conv", "sparse", "lstm")
+GEMM_SIZES = {False: (*suites.GEMM_SIZES[False], 4096), True: (256, 512)}
+SPARSE_DENSITIES = {False: (1, 10, 50), True: (10,)}
+KEY = "gpu"                     # the harness's thread-count key for GPU runs
+DEVICE = "cuda"                 # where setup() puts the inputs ("cpu" in the tests)
+
+
+def cases(suite="all", quick=False, sizes=None) -> list[Case]:
+    """The cases of ``suite`` ("all" or a comma-separated list); nothing is
+    allocated and no GPU is touched until a case's ``setup()``."""
+    names = SUITES if suite == "all" else tuple(suite.split(","))
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise ValueError(f"bench_cuda: unknown suite(s) {', '.join(unknown)}; "
+                         f"choose from all, {', '.join(SUITES)}")
+    make = {"gemm": lambda: [_gemm(n) for n in (sizes or GEMM_SIZES[quick])],
+            "conv": lambda: [_conv(s) for s in suites.CONV_SHAPES[quick]],
+            "sparse": lambda: [_sparse(s, d) for s in suite_sparse.SHAPES[quick]
+                               for d in SPARSE_DENSITIES[quick]],
+            "lstm": lambda: [_lstm(tag, *size) for tag, *size in suite_rnn.SIZES[quick]]}
+    return [c for n in names for c in make[n]()]
+
+
+def _checked(case: Case, setup):
+    """``case`` with ``setup`` that stores torch's output as the reference of
+    ``check`` (max abs error, on the GPU)."""
+    state = {}
+
+    def wrapped():
+        impls, reference = setup()
+        state["ref"] = reference
+        return impls
+
+    def check(out):
+        ref = state["ref"]() if callable(state["ref"]) else state["ref"]
+        state["ref"] = ref
+        return float((out.float() - ref).abs().max())
+    case.setup, case.check = wrapped, check
+    return case
+
+
+def _randn(torch, *shape, seed=0):
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    return torch.randn(*shape, device=DEVICE, generator=g)
+
+
+def _gemm(n):
+    def setup():
+        import torch
+        import schedules
+        a, b = _randn(torch, n, n), _randn(torch, n, n, seed=1)
+        return ({"tiramisu_py": lambda: schedules.gemm(a, b, target="cuda"),
+                 "torch": lambda: torch.mm(a, b)}, lambda: torch.mm(a, b))
+    return _checked(Case(f"gemm {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
+
+
+def _conv(shape):
+    n, ci, co, h, w = shape
+
+    def setup():
+        import torch
+        import schedules
+        F = torch.nn.functional
+        x, wt, b = _randn(torch, n, ci, h, w), _randn(torch, co, ci, 3, 3, seed=1) / 10, \
+            _randn(torch, co, seed=2)
+        torch_conv = lambda: F.conv2d(x, wt, b, stride=1, padding=1)       # noqa: E731
+        return ({"tiramisu_py": lambda: schedules.conv2d(x, wt, b, stride=1, padding=1,
+                                                         target="cuda"),
+                 "torch": torch_conv}, torch_conv)
+    return _checked(Case(f"conv {n}x{ci}x{h}x{w} -> {co}", 2.0 * n * co * h * w * ci * 9, None),
+                    setup)
+
+
+def _sparse(shape, density):
+    n, ci, co, h, w = shape
+
+    def setup():
+        import numpy as np
+        import torch
+        import schedules
+        F = torch.nn.functional
+        rng = np.random.default_rng(density)
+        wt = rng.standard_normal((co, ci, 3, 3), dtype=np.float32)
+        wt *= rng.random(wt.shape) < density / 100
+        csr = schedules.CSRWeights.from_dense(wt)
+        x, b = _randn(torch, n, ci, h, w), _randn(torch, co, seed=2)
+        wd = torch.from_numpy(wt).to(DEVICE)
+        with warnings.catch_warnings():                 # "sparse CSR support is in beta"
+            warnings.simplefilter("ignore", UserWarning)
+            ws = wd.reshape(co, -1).to_sparse_csr()
+
+        def im2col_sparse():
+            cols = F.unfold(x, 3, padding=1)                    # (n, ci*9, h*w)
+            cols = cols.permute(1, 0, 2).reshape(ci * 9, n * h * w)
+            y = torch.sparse.mm(ws, cols).reshape(co, n, h, w).permute(1, 0, 2, 3)
+            return y + b[:, None, None]
+        dense = lambda: F.conv2d(x, wd, b, stride=1, padding=1)          # noqa: E731
+        return ({"tiramisu_py[sparse]": lambda: schedules.sparse_conv2d(x, csr, b, padding=1,
+                                                                        target="cuda"),
+                 "torch": dense, "torch.sparse": im2col_sparse}, dense)
+    return _checked(Case(f"sparse {n}x{ci}x{h}x{w} -> {co} @ {density}%",
+                         2.0 * n * co * h * w * ci * 9, None), setup)
+
+
+def _lstm(tag, L, H, I, T, B):
+    def setup():
+        import torch
+        import schedules
+        from examples import rnn
+        weights = rnn.random_weights("lstm", L, I, H)
+        module = torch.nn.LSTM(I, H, L).to(DEVICE)
+        with torch.no_grad():
+            for layer, ws in zip(module.all_weights, weights):
+                for p, w in zip(layer, ws):
+                    p.copy_(torch.from_numpy(w))
+        tw = [[p.detach() for p in layer] for layer in module.all_weights]
+        x = _randn(torch, T, B, I)
+
+        def cudnn():
+            with torch.no_grad():
+                return module(x)[0]
+        return ({"tiramisu_py": lambda: schedules.lstm(x, tw, target="cuda")[0],
+                 "torch": cudnn}, cudnn)
+    return _checked(Case(f"lstm ({tag}) {L}x{H} in {I} T={T} B={B}",
+                         suite_rnn._flops("lstm", L, H, I, T, B), None), setup)
+
+
+def _events_s(torch, fn, repeats):
+    """Seconds per call of ``fn`` from CUDA events on the current stream."""
+    fn()
     torch.cuda.synchronize()
     out = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        call()
+        fn()
         end.record()
         end.synchronize()
-        out.append(start.elapsed_time(end))
-    return statistics.median(out)
+        out.append(start.elapsed_time(end) / 1e3)
+    return out
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sizes", default="4096", help="comma-separated square GEMM sizes")
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+def _cuda_resources(before):
+    """The ptxas resources of the library's CUDA kernels compiled since ``before``."""
+    from schedules import runtime
+    out = {}
+    for key, k in runtime._KERNELS.items():
+        if key not in before and key[1] == "cuda" and getattr(k, "resources", None):
+            out[str(key[0])] = {arch: {name: vars(r) for name, r in rs.items()}
+                                for arch, rs in k.resources.items()}
+    return out
+
+
+def measure(torch, case: Case, repeats: int) -> tuple:
+    """({impl: {"median_s", "min_s", "error", "failure"}}, resources) of one case."""
+    from schedules import runtime
+    before = set(runtime._KERNELS)
+    results = {}
+    try:
+        impls = case.setup()
+    except Exception as e:                      # e.g. an entry point not there yet
+        return {"tiramisu_py": dict(median_s=None, min_s=None, error=None,
+                                    failure=f"setup: {type(e).__name__}: {e}")}, {}
+    for name, fn in impls.items():
+        r = results[name] = dict(median_s=None, min_s=None, error=None, failure=None)
+        try:
+            out = fn()
+            torch.cuda.synchronize()
+            r["error"] = case.check(out)
+            ts = _events_s(torch, fn, repeats)
+        except Exception as e:                  # reported, the other impls go on
+            r["failure"] = f"{type(e).__name__}: {e}".splitlines()[0]
+            continue
+        r.update(median_s=statistics.median(ts), min_s=min(ts))
+    return results, _cuda_resources(before)
+
+
+def no_gpu_reason():
+    """Why nothing can be measured here, or None."""
     try:
         import torch
     except ImportError:
-        print("bench_cuda: torch is not installed", file=sys.stderr)
-        return 2
+        return "torch is not installed"
     if not torch.cuda.is_available():
-        print("bench_cuda: torch sees no CUDA device on this machine; nothing measured",
-              file=sys.stderr)
-        return 2
-    import schedules
+        return "torch sees no CUDA device on this machine; nothing measured"
     from codegen.cuda.runtime import NoCudaDriverError, driver
     try:
         driver()
     except NoCudaDriverError as exc:
-        print(f"bench_cuda: {exc}", file=sys.stderr)
+        return str(exc)
+    return None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--suite", default="all", help=f"all or a comma-separated list of "
+                                                  f"{', '.join(SUITES)}")
+    p.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    p.add_argument("--sizes", default=None, help="comma-separated square GEMM sizes")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--json", default=None)
+    p.add_argument("--list", action="store_true", help="print the cases and exit (no GPU)")
+    args = p.parse_args(argv)
+    sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
+    try:
+        table = cases(args.suite, args.quick, sizes)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 2
+    if args.list:
+        for c in table:
+            print(f"{c.name:44} {c.flops / 1e9:12.3f} GFLOP")
+        return 0
+    reason = no_gpu_reason()
+    if reason:
+        print(f"bench_cuda: {reason}", file=sys.stderr)
+        return 2
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    device = torch.cuda.get_device_name()
+    print(f"device: {device}, torch {torch.__version__}, cuDNN "
+          f"{torch.backends.cudnn.version()}", flush=True)
     rows = []
-    print(f"device: {torch.cuda.get_device_name()}")
-    print(f"{'n':>6} {'impl':>12} {'ms':>9} {'GFLOP/s':>9} {'vs torch':>8}")
-    for n in (int(x) for x in args.sizes.split(",")):
-        g = torch.Generator(device="cuda").manual_seed(0)
-        a = torch.randn(n, n, device="cuda", generator=g)
-        b = torch.randn(n, n, device="cuda", generator=g)
-        kern = schedules.gemm_cuda_function(n, n, n).compile(target="cuda")
-        ref = torch.mm(a, b)
-        err = float((kern(a, b) - ref).abs().max())
-        flops = 2.0 * n ** 3
-        t_ours = _events_ms(torch, lambda: kern(a, b), args.repeats)
-        t_torch = _events_ms(torch, lambda: torch.mm(a, b), args.repeats)
-        for impl, t in (("tiramisu_py", t_ours), ("torch", t_torch)):
-            print(f"{n:>6} {impl:>12} {t:>9.3f} {flops / t / 1e6:>9.1f} {t_torch / t:>8.2f}")
-        res = {arch: {k: vars(r) for k, r in rs.items()} for arch, rs in kern.resources.items()}
-        print(f"       max abs error vs torch: {err:.3g}; resources: {res}")
-        rows.append({"n": n, "ms": t_ours, "torch_ms": t_torch, "max_abs_error": err,
-                     "resources": res})
+    for i, case in enumerate(table):
+        print(f"[{i + 1}/{len(table)}] {case.name}", file=sys.stderr, flush=True)
+        results, resources = measure(torch, case, args.repeats)
+        row = _merge(case, 0, {KEY: [results]})
+        row["resources"] = resources
+        rows.append(row)
+    report = {"machine": machine_info(), "device": device, "suite": "bench.bench_cuda",
+              "arguments": {"suite": args.suite, "quick": args.quick, "sizes": sizes},
+              "threads": [KEY], "repeats": args.repeats, "cases": rows}
+    print(format_table(report).replace(f"{KEY} threads", "GPU, events"))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, fh, indent=1)
+            json.dump(report, fh, indent=1)
+        print(f"wrote {args.json}")
     return 0
 
 

@@ -1,17 +1,21 @@
 """``compile(target="cuda")``: the GPU-mapped loop IR printed as CUDA, built
-into cubins (nvcc, when present) with their ptxas resources, and a Kernel
+into cubins (nvcc or NVRTC, when present) with their ptxas resources, and a Kernel
 that launches through the CUDA driver (cuda-python) or, with
 :meth:`CudaKernel.emulate`, runs the same CUDA source on the CPU."""
 from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from codegen import cuda as gpu_codegen
 from codegen.simplify import simplify_indices
 
+from . import device_arrays
+from .device_arrays import on_device
 from .kernel import Kernel
 
-# the architectures compile(target="cuda") builds cubins for (nvcc present)
+# the architectures compile(target="cuda") builds cubins for (nvcc or NVRTC present)
 CUDA_ARCHS = gpu_codegen.ARCHS
 
 
@@ -20,7 +24,8 @@ class CudaKernel(Kernel):
     (``NoCudaDriverError`` where there is none).  ``source`` is the CUDA C;
     ``launch_plan`` the host's launch sequence; ``cubins`` {arch: bytes} and
     ``resources`` {arch: {kernel: Resources}} (registers, shared memory,
-    spills) when nvcc was found (else empty)."""
+    spills) when nvcc or NVRTC was found (else empty; ``cubin_compiler`` says
+    which built them, $TIRAMISU_PY_CUDA_COMPILER chooses)."""
 
     def __init__(self, *args, source, plan, cubins, resources, **kwargs):
         super().__init__(*args, **kwargs)
@@ -36,11 +41,12 @@ class CudaKernel(Kernel):
 
     def __call__(self, *args, **kwargs):
         """NumPy arrays / CPU tensors: copied to the device and back around the
-        launches (synchronous).  Device arrays (torch CUDA tensors or any
-        object with ``__cuda_array_interface__``): launched on the current
-        stream (torch's for torch tensors), outputs allocated with torch when
-        an argument is a torch tensor, no synchronisation."""
-        if any(_on_device(x) for x in (*args, *kwargs.values())):
+        launches (synchronous).  Device arrays (torch CUDA tensors, objects
+        with ``__cuda_array_interface__`` or CUDA DLPack producers, see
+        :mod:`tiramisu_py.device_arrays`): zero-copy, launched on the
+        framework's current stream (torch's for torch tensors), outputs
+        allocated with the inputs' framework, no synchronisation."""
+        if any(on_device(x) for x in (*args, *kwargs.values())):
             return self._device_call(args, kwargs)
         return super().__call__(*args, **kwargs)
 
@@ -54,45 +60,56 @@ class CudaKernel(Kernel):
         values = {}
         names = {b.name for b in self.inputs + self.outputs}
         for k, v in kwargs.items():
+            if k in given:
+                raise TypeError(f"{self.name}() got argument {k!r} twice")
             if k in names:
                 given[k] = v
             elif k in self.params:
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"param {k!r} must be an int, not {type(v).__name__}")
                 values[k] = int(v)
             else:
                 raise TypeError(f"{self.name}() got an unexpected argument {k!r}")
         missing = [b.name for b in self.inputs if b.name not in given]
         if missing:
             raise TypeError(f"{self.name}() missing array argument(s): {', '.join(missing)}")
-        arrs = {name: _DeviceArg(name, obj) for name, obj in given.items()}
+        stream = device_arrays.consumer_stream(given.values())
+        arrs = {b.name: device_arrays.DeviceArray(b.name, given[b.name], stream)
+                for b in self.inputs + self.outputs if b.name in given}
         for b in self.inputs + self.outputs:
-            if b.name in arrs and arrs[b.name].dtype != b.dtype.name:
-                raise TypeError(f"argument {b.name!r} has dtype {arrs[b.name].dtype}, expected "
+            a = arrs.get(b.name)
+            if a is None:
+                continue
+            if a.dtype != b.dtype.name:
+                raise TypeError(f"argument {b.name!r} has dtype {a.dtype}, expected "
                                 f"{b.dtype.name}")
+            if len(a.shape) != len(b.shape):
+                raise ValueError(f"argument {b.name!r} has {len(a.shape)} dimensions, "
+                                 f"expected {len(b.shape)}")
+            if b in self.outputs and a.read_only:
+                raise ValueError(f"output argument {b.name!r} is read-only (its producer "
+                                 "exported it read-only or as a copy)")
+        device = device_arrays.common_device(arrs.values())
         self._infer_params(values, arrs)
-        torch_arg = next((a.obj for a in arrs.values() if a.is_torch), None)
+        like = next((a for a in arrs.values() if a.framework == "torch"),
+                    next((a for a in arrs.values() if a.framework), None))
         results = {}
         for b in self.outputs:
             if b.name not in arrs:
-                if torch_arg is None:
-                    raise TypeError(f"{self.name}(): pass the output {b.name!r} (a device "
-                                    "array) by name; outputs are allocated only for torch")
-                import torch
-                make = torch.zeros if b.name in self.zeroed_outputs else torch.empty
-                arrs[b.name] = _DeviceArg(b.name, make(self._extents(b, values),
-                                                       dtype=getattr(torch, b.dtype.name),
-                                                       device=torch_arg.device))
+                obj = device_arrays.allocate(like, b.name, self._extents(b, values),
+                                             b.dtype.name, b.name in self.zeroed_outputs,
+                                             self.name)
+                arrs[b.name] = device_arrays.DeviceArray(b.name, obj, stream)
             results[b.name] = arrs[b.name].obj
         for b in self.inputs + self.outputs:
             if tuple(arrs[b.name].shape) != self._extents(b, values):
                 raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
                                  f"expected {self._extents(b, values)}")
-        stream = 0
-        if torch_arg is not None:
-            import torch
-            stream = torch.cuda.current_stream(torch_arg.device).cuda_stream
+        self._check_aliasing(arrs)
         scalars = [values[p] for p in self.params]
         self._compiled.launch(scalars, [arrs[b.name].address for b in self.inputs + self.outputs],
-                              stream)
+                              stream, waits=[a.wait_stream for a in arrs.values()],
+                              device=device)
         return next(iter(results.values())) if len(results) == 1 else results
 
     def emulate(self, *args, order="forward", seed=0, **kwargs):
@@ -114,43 +131,6 @@ class CudaKernel(Kernel):
             self._compiled = saved
 
 
-def on_device(x) -> bool:
-    """Whether ``x`` is a GPU array: a torch CUDA tensor or any object with
-    ``__cuda_array_interface__`` (CuPy, Numba, pycuda's GPUArray)."""
-    return hasattr(x, "__cuda_array_interface__") or (
-        type(x).__module__.startswith("torch") and getattr(getattr(x, "device", None), "type",
-                                                            None) == "cuda")
-
-
-_on_device = on_device
-
-
-class _DeviceArg:
-    """A device array through ``__cuda_array_interface__`` (C-contiguous)."""
-
-    def __init__(self, name, obj):
-        import numpy as np
-        if not hasattr(obj, "__cuda_array_interface__"):
-            raise TypeError(f"argument {name!r}: mixing host and device arrays; pass every "
-                            "array on the device")
-        cai = obj.__cuda_array_interface__
-        self.name, self.obj = name, obj
-        self.is_torch = type(obj).__module__.startswith("torch")
-        self.shape = tuple(cai["shape"])
-        dt = np.dtype(cai["typestr"])
-        self.dtype = dt.name
-        self.address = int(cai["data"][0])
-        strides = cai.get("strides")
-        if strides is not None:
-            expect, acc = [], dt.itemsize
-            for n in reversed(self.shape):
-                expect.append(acc)
-                acc *= n
-            if tuple(reversed(expect)) != tuple(strides) and 0 not in self.shape:
-                raise ValueError(f"argument {name!r} is not C-contiguous; pass a contiguous "
-                                 "copy")
-
-
 def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, model, state,
                  t0, times):
     unmapped = [s for s in state if plan is None or s not in plan.by_stmt]
@@ -163,14 +143,15 @@ def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mode
     lowered = simplify_indices(lowered)
     source, launch = gpu_codegen.emit_cuda(lowered)
     cubins, resources = {}, {}
-    if gpu_codegen.toolchain.find_nvcc() is not None:
-        for arch in CUDA_ARCHS:
-            cubins[arch], resources[arch] = gpu_codegen.build_cubin(source, arch)
+    compiler = gpu_codegen.cuda_compiler() if CUDA_ARCHS else None
+    for arch in CUDA_ARCHS if compiler else ():
+        cubins[arch], resources[arch] = gpu_codegen.build_cubin(source, arch, compiler)
     from codegen.cuda.runtime import DeviceFunction
     compiled = DeviceFunction(cubins, launch, source)
     kernel = CudaKernel(f, compiled, inputs, outputs, temps, checker, lowered,
                         zeroed_outputs={b.name for b in outputs if b.name in zeroed},
                         source=source, plan=launch, cubins=cubins, resources=resources)
+    kernel.cubin_compiler = compiler if cubins else None
     kernel.model, kernel.schedule, kernel.gpu_plan = model, state, plan
     kernel.timings = {"analysis": times[0], "ast": times[1],
                       "backend": time.perf_counter() - t2}

@@ -1,9 +1,9 @@
 """The CUDA backend: a printer of the GPU-mapped loop IR (:mod:`.printer`),
-nvcc cubins with ptxas resources (:mod:`.toolchain`), a CPU emulator of the
-printed CUDA (:mod:`.emulator`, ``tpy_emu.h``) and the driver launch
+cubins by nvcc or NVRTC (:mod:`.nvrtc`) with ptxas resources
+(:mod:`.toolchain`), a CPU emulator of the printed CUDA (:mod:`.emulator`, ``tpy_emu.h``) and the driver launch
 (:mod:`.runtime`, needs ``cuda-python`` and a driver; imported lazily)."""
 from .printer import CudaPrintError, KernelLaunch, LaunchPlan, emit_cuda, evaluate
-from .toolchain import ARCHS, Resources, build_cubin, parse_ptxas
+from .toolchain import ARCHS, COMPILER_ENV, Resources, build_cubin, cuda_compiler, parse_ptxas
 
 __all__ = ["CudaPrintError", "KernelLaunch", "LaunchPlan", "emit_cuda", "evaluate", "ARCHS",
-           "Resources", "build_cubin", "parse_ptxas"]
+           "COMPILER_ENV", "Resources", "build_cubin", "cuda_compiler", "parse_ptxas"]

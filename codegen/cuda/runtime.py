@@ -72,11 +72,11 @@ class DeviceFunction:
     def __init__(self, cubins: dict, plan: LaunchPlan, source: str):
         self.cubins, self.plan, self.source = cubins, plan, source
         self.path = "<cuda>"
-        self._funcs = None
+        self._funcs, self._modules, self._contexts = {}, {}, {}   # per device ordinal
 
-    def _load(self):
+    def _load(self, device=0):
         cu = driver()
-        dev = _check(cu.cuDeviceGet(0), "cuDeviceGet")
+        dev = _check(cu.cuDeviceGet(int(device)), "cuDeviceGet")
         major = _check(cu.cuDeviceGetAttribute(
             cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "attribute")
         ctx = _check(cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
@@ -84,24 +84,40 @@ class DeviceFunction:
         arch = f"sm_{major}0"
         if arch not in self.cubins:
             raise RuntimeError(f"CUDA: no cubin for this device ({arch}); built: "
-                               f"{', '.join(self.cubins)}")
+                               f"{', '.join(self.cubins) or 'none (no nvcc or NVRTC)'}")
         mod = _check(cu.cuModuleLoadData(self.cubins[arch]), "cuModuleLoadData")
-        self._funcs = {k.name: _check(cu.cuModuleGetFunction(mod, k.name.encode()),
-                                      "cuModuleGetFunction") for k in self.plan.kernels}
-        self._module = mod
+        self._modules[device] = mod
+        self._funcs[device] = {k.name: _check(cu.cuModuleGetFunction(mod, k.name.encode()),
+                                              "cuModuleGetFunction") for k in self.plan.kernels}
+        self._contexts[device] = ctx
 
-    def launch(self, scalars, pointers, stream=0) -> None:
+    def _activate(self, cu, device):
+        """Loads the module on ``device`` once; makes its context current."""
+        if device not in self._funcs:
+            self._load(device)
+        else:
+            _check((cu.cuCtxSetCurrent(self._contexts[device])[0], None), "cuCtxSetCurrent")
+
+    def launch(self, scalars, pointers, stream=0, waits=(), device=0) -> None:
         """Launches the kernels in order on ``stream`` (a CUstream handle as an
-        int; 0 the legacy default stream) with device ``pointers`` for the
-        arrays; temporaries are allocated and freed on the stream
-        (cuMemAllocAsync / cuMemFreeAsync).  Does not synchronise."""
+        int; 0 the legacy default stream) of CUDA device ``device`` with
+        device ``pointers`` for the arrays, after the work queued on each
+        stream of ``waits`` (producers' streams: an event recorded there,
+        waited for on ``stream``); temporaries are allocated and freed on the
+        stream (cuMemAllocAsync / cuMemFreeAsync).  Does not synchronise."""
         cu = driver()
-        if self._funcs is None:
-            self._load()
+        self._activate(cu, device)
         plan = self.plan
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
         st = cu.CUstream(int(stream))
+        for w in sorted({int(w) for w in waits if w is not None and int(w) != int(stream)}):
+            ev = _check(cu.cuEventCreate(int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
+            try:
+                _check((cu.cuEventRecord(ev, cu.CUstream(w))[0], None), "cuEventRecord")
+                _check((cu.cuStreamWaitEvent(st, ev, 0)[0], None), "cuStreamWaitEvent")
+            finally:
+                cu.cuEventDestroy(ev)
         temps = []
         try:
             for _, dtype, n, zero in plan.temp_sizes(values):
@@ -110,13 +126,13 @@ class DeviceFunction:
                 temps.append(p)
                 if zero:
                     _check((cu.cuMemsetD8Async(p, 0, nbytes, st)[0], None), "cuMemsetD8Async")
-            self._launch_all(cu, values, scalars, [int(p) for p in pointers] +
-                             [int(p) for p in temps], st)
+            self._launch_all(cu, self._funcs[device], values, scalars,
+                             [int(p) for p in pointers] + [int(p) for p in temps], st)
         finally:
             for p in temps:
                 cu.cuMemFreeAsync(p, st)
 
-    def _launch_all(self, cu, values, scalars, pointers, stream):
+    def _launch_all(self, cu, funcs, values, scalars, pointers, stream):
         keep = []
         for k, vals in self.plan.launches(values):
             grid = [evaluate(g, vals) for g in k.grid]
@@ -127,13 +143,14 @@ class DeviceFunction:
             args += [np.array(p, dtype=np.uint64) for p in pointers]
             ptrs = np.array([a.ctypes.data for a in args], dtype=np.uint64)
             keep.append((args, ptrs))       # alive until the launches are queued
-            _check((cu.cuLaunchKernel(self._funcs[k.name], *grid, *k.block, k.shared_bytes,
+            _check((cu.cuLaunchKernel(funcs[k.name], *grid, *k.block, k.shared_bytes,
                                       stream, ptrs.ctypes.data, 0)[0], None), f"launch {k.name}")
 
     def call(self, scalars, addresses) -> int:
         """Host arrays: copied to the device, launched (:meth:`launch`, legacy
         stream), synchronised, writable arrays copied back."""
         cu = driver()
+        self._activate(cu, 0)           # the context is current before cuMemAlloc
         plan = self.plan
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})

@@ -1,10 +1,11 @@
-"""Building the generated CUDA: cubins with ``nvcc`` (ptxas's resource report
-parsed into :class:`Resources`, spills an error) and the CPU emulation
-library with the system C++ compiler.  Both cached on disk like the other
+"""Building the generated CUDA: cubins with ``nvcc`` or NVRTC (:func:`cuda_compiler`
+chooses; ptxas's resource report parsed into :class:`Resources`, spills an
+error) and the CPU emulation library with the system C++ compiler.  Both cached on disk like the other
 backends (:mod:`codegen.cache`): a warm process never runs a compiler."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -66,24 +67,67 @@ def _identity(exe: str) -> str:
     return f"{Path(exe).resolve()}:{st.st_size}:{st.st_mtime_ns}"
 
 
-def build_cubin(source: str, arch: str) -> tuple:
-    """(cubin bytes, {kernel: Resources}) for ``arch``; cached.  Raises
-    CompileError when nvcc is absent, fails, or ptxas reports a spill."""
-    nvcc = find_nvcc()
-    if nvcc is None:
-        raise CompileError("CUDA backend: nvcc is not on PATH; the cubin cannot be built "
-                           "(the emulator and the CPU backends need no CUDA toolkit)")
-    flags = (*NVCC_FLAGS, f"-arch={arch}")
-    key = cache.make_key(source, "nvcc:" + _identity(nvcc), flags)
-    rkey = cache.make_key(source, "ptxas-report:" + _identity(nvcc), flags)
-    directory = cache.cache_dir()
-    cubin, report = cache.lookup_object(key, directory), cache.lookup_object(rkey, directory)
-    if cubin is not None and report is not None:
-        try:
-            return cubin, {k: Resources(**v) for k, v in json.loads(report).items()}
-        except (ValueError, TypeError):
-            pass
-    directory = cache.build_directory(directory)
+COMPILER_ENV = "TIRAMISU_PY_CUDA_COMPILER"
+COMPILERS = ("nvcc", "nvrtc")
+
+
+def cuda_compiler(choice=None):
+    """The compiler that builds the cubins: ``choice``, else
+    $TIRAMISU_PY_CUDA_COMPILER: "nvcc", "nvrtc", "none" (print and emulate
+    only) or "auto" (the default: nvcc when on PATH, else NVRTC when
+    cuda-python and its library load, else None: no cubins).  Naming a
+    compiler that is not there raises CompileError saying why."""
+    choice = (choice or os.environ.get(COMPILER_ENV) or "auto").strip().lower()
+    if choice == "none":
+        return None
+    if choice not in ("auto", *COMPILERS):
+        raise ValueError(f"CUDA compiler must be one of auto, nvcc, nvrtc, none (from "
+                         f"${COMPILER_ENV} or the compiler argument), not {choice!r}")
+    from . import nvrtc
+    if choice == "nvcc" and find_nvcc() is None:
+        raise CompileError(f"CUDA backend: nvcc was asked for (${COMPILER_ENV}) but is not on "
+                           "PATH")
+    if choice == "nvrtc":
+        reason = nvrtc.unavailable()
+        if reason:
+            raise CompileError(f"CUDA backend: NVRTC was asked for (${COMPILER_ENV}) but cannot "
+                               f"be used: {reason}")
+    if choice != "auto":
+        return choice
+    if find_nvcc() is not None:
+        return "nvcc"
+    return "nvrtc" if nvrtc.unavailable() is None else None
+
+
+def build_cubin(source: str, arch: str, compiler=None) -> tuple:
+    """(cubin bytes, {kernel: Resources}) for ``arch`` built by ``compiler``
+    ("nvcc" | "nvrtc"; default :func:`cuda_compiler`); cached.  Raises
+    CompileError when no compiler is there, it fails, or ptxas reports a
+    spill."""
+    which = cuda_compiler(compiler)
+    if which is None:
+        raise CompileError("CUDA backend: neither nvcc (on PATH) nor NVRTC (pip install "
+                           "'tiramisu_py[cuda]') is available; the cubin cannot be built (the "
+                           "emulator and the CPU backends need no CUDA toolkit)")
+    if which == "nvcc":
+        nvcc = find_nvcc()
+        flags = (*NVCC_FLAGS, f"-arch={arch}")
+        return _cached_cubin(source, arch, "nvcc:" + _identity(nvcc), flags,
+                             lambda d: _nvcc_cubin(nvcc, flags, source, d))
+    from . import nvrtc
+    flags = (*nvrtc.OPTIONS, f"--gpu-architecture={arch}")
+    return _cached_cubin(source, arch, "nvrtc:" + nvrtc.identity(), flags,
+                         lambda d: _nvrtc_cubin(source, arch))
+
+
+class _Failed(Exception):
+    def __init__(self, message, log=""):
+        super().__init__(message)
+        self.log = log
+
+
+def _nvcc_cubin(nvcc, flags, source, directory):
+    key = cache.make_key(source, "nvcc-build", flags)
     src = cache.temp_path(key, ".cu", directory)
     out = cache.temp_path(key, ".cubin", directory)
     try:
@@ -95,15 +139,48 @@ def build_cubin(source: str, arch: str) -> tuple:
             raise CompileError(f"nvcc could not run: {exc}\ncommand: {shlex.join(cmd)}") from exc
         log = r.stdout + r.stderr
         if r.returncode != 0:
-            kept = cache.object_paths(key, directory)[2].with_suffix(".cu")
-            cache.atomic_write(kept, source.encode())
-            raise CompileError(f"nvcc failed (exit {r.returncode}) for {arch} on {kept}\n"
-                               f"command: {shlex.join(cmd)}\n{log.strip()}", kept, log)
-        data = out.read_bytes()
+            raise _Failed(f"nvcc failed (exit {r.returncode})\ncommand: {shlex.join(cmd)}", log)
+        return out.read_bytes(), log
     finally:
         cache._unlink(src)
         cache._unlink(out)
+
+
+def _nvrtc_cubin(source, arch):
+    from . import nvrtc
+    try:
+        return nvrtc.compile_cubin(source, arch)
+    except nvrtc.CompileFailed as exc:
+        raise _Failed(f"{exc}\noptions: {' '.join(nvrtc.OPTIONS)}", exc.log) from None
+
+
+def _cached_cubin(source, arch, identity, flags, build):
+    """The cubin and ptxas report of ``source`` from the cache, else from
+    ``build(directory) -> (bytes, log)``; a failed build keeps the source as
+    ``<key>.cu`` and names it; a reported spill is an error."""
+    key = cache.make_key(source, identity, flags)
+    rkey = cache.make_key(source, "ptxas-report:" + identity, flags)
+    directory = cache.cache_dir()
+    cubin, report = cache.lookup_object(key, directory), cache.lookup_object(rkey, directory)
+    if cubin is not None and report is not None:
+        try:
+            return cubin, {k: Resources(**v) for k, v in json.loads(report).items()}
+        except (ValueError, TypeError):
+            pass
+    directory = cache.build_directory(directory)
+    try:
+        data, log = build(directory)
+    except _Failed as exc:
+        kept = cache.object_paths(key, directory)[2].with_suffix(".cu")
+        cache.atomic_write(kept, source.encode())
+        raise CompileError(f"{exc} for {arch} on {kept}\n{exc.log.strip()}", kept,
+                           exc.log) from None
     res = parse_ptxas(log)
+    spilled = [f"{k} ({r.spill_stores} bytes spill stores, {r.spill_loads} bytes spill loads)"
+               for k, r in res.items() if r.spill_stores or r.spill_loads]
+    if spilled:
+        raise CompileError(f"CUDA backend: ptxas spilled registers for {arch} in "
+                           f"{', '.join(spilled)}; use smaller register tiles")
     cache.install_object(key, data, directory)
     cache.install_object(rkey, json.dumps({k: asdict(v) for k, v in res.items()}).encode(),
                          directory)
