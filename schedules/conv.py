@@ -118,11 +118,8 @@ def _accumulators():
 
 
 # ------------------------------------------------------------------ direct
-def direct_algorithm(s: ConvShape, bias=True, name="conv2d_direct"):
-    """The direct convolution, unscheduled: ``(f, xp, out)`` with ``xp`` the
-    padded input (a computation, or the input ``data`` without padding) and
-    ``out[n, co, y, x]`` (init: the bias) updated over ``ci, ky, kx``."""
-    f, X, Wt, B = _function(name, s, bias)
+def direct(s: ConvShape, bias=True):
+    f, X, Wt, B = _function("conv2d_direct", s, bias)
     xp = padded(f, X, s)
     cig, cog = s.ci // s.groups, s.co // s.groups
     n, co = f.var("n", 0, s.n), f.var("co", 0, s.co)
@@ -132,11 +129,6 @@ def direct_algorithm(s: ConvShape, bias=True, name="conv2d_direct"):
     chan = ci if s.groups == 1 else (co // cog) * cig + ci
     out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * s.sh + ky * s.dh,
                                                  x * s.sw + kx * s.dw]
-    return f, xp, out
-
-
-def direct(s: ConvShape, bias=True):
-    f, _, out = direct_algorithm(s, bias)
     lanes = host().lanes(4)
     xb = _vector_tile(s.wo, lanes)
     cob = max(1, min(s.co, _accumulators() // -(-xb // lanes)))

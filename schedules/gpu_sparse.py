@@ -59,7 +59,7 @@ def function(s: SparseShape, bias=True, threads=None):
     inside = (y >= s.ph) & (y < s.h + s.ph) & (x >= s.pw) & (x < s.w + s.pw)
     xp = f.computation("x_padded", [n, c, y, x], tp.select(inside, X[n, c, y - s.ph, x - s.pw], 0.0))
     xp.store_in(ximg, [n, c * plane + y * s.wp + x])
-    map_rows(xp, "img", "ic", "iy", "ix", s.wp)
+    map_rows(xp, ("img", "ic", "iy0"), "iy", "ix", s.wp)
 
     n, co, q = f.var("n", 0, s.n), f.var("co", 0, s.co), f.var("q", 0, p)
     j = f.var("j", rowptr[co], rowptr[co + 1])          # the nonzeros of row co

@@ -20,8 +20,8 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
-needs_cxx = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
-                               reason="no C++ compiler for the CUDA emulator")
+HAVE_CXX = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
+needs_cxx = pytest.mark.skipif(not HAVE_CXX, reason="no C++ compiler for the CUDA emulator")
 ORDERS = ("forward", "reverse", "shuffle")
 
 
@@ -69,7 +69,7 @@ CONV_CASES = {
     # per-axis stride, padding and dilation, default tiles
     "dilated_pairs": (ConvShape(1, 4, 8, 7, 3, 3, 2, stride=(1, 2), padding=(2, 1),
                                 dilation=(2, 1)), None),
-    # no padding: the input itself is staged in shared memory (one kernel)
+    # no padding, a 1x3 kernel
     "unpadded": (ConvShape(2, 2, 7, 6, 4, 1, 3), (2, 4, 4, None)),
 }
 
@@ -97,11 +97,13 @@ def test_conv_gpu_schedule_runs_on_cpu(case):
 def test_conv_emulated_matches_torch_in_every_order(case):
     s = CONV_CASES[case][0]
     k = emulated(conv_function, case)
-    padded = s.ph or s.pw
-    assert len(k.launch_plan.kernels) == (2 if padded else 1)   # the padded input first
+    assert len(k.launch_plan.kernels) == 2          # the input tiles first, then the conv
     # the tiles are shared; the barriers come from the legality check
     assert "__shared__ float weight_shared_tile[" in k.source
-    assert f"__shared__ float {'xp' if padded else 'data'}_shared_tile[" in k.source
+    assert "__shared__ float x_tiles_shared_tile[" in k.source
+    # the inner loop indexes the shared input tile without a modulo
+    inner = next(ln for ln in k.source.splitlines() if "out[" in ln and "+ weight_shared_tile" in ln)
+    assert "floormod" not in inner and "floordiv" not in inner
     tci = gpu_conv.tiles(s, *(CONV_CASES[case][1] or ()))[3]
     assert k.gpu_plan.seq_barriers                  # RAW: after the copies
     # WAR: before the next step's copies, when there is a next step (n or ci0)
@@ -199,7 +201,7 @@ def test_sparse_partial_pixel_blocks():
     args, want, _ = sparse_args(s, 0.4, seed=4, empty_rows=(2,))
     f = gpu_sparse.function(s, threads=32)                     # 63 pixels: blocks of 32
     np.testing.assert_allclose(f.compile(target="llvm")(**args), want, rtol=1e-4, atol=1e-4)
-    if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+    if not HAVE_CXX:
         pytest.skip("no C++ compiler for the CUDA emulator")
     k = emulated(functools.partial(gpu_sparse.function, threads=32), s)
     assert [evaluate_grid(k)] == [(2, 3, 1)]
@@ -279,15 +281,16 @@ def test_conv2d_target_cuda_takes_the_gpu_schedule():
     got = cuda_call(schedules.conv2d, x, w, b, padding=1, target="cuda")
     k = library_conv_kernel()            # the kernel the call compiled (once per process)
     assert type(k).__name__ == "CudaKernel" and k.name == "conv2d_cuda"
-    if got is None:
-        assert no_driver()
-        got = k.emulate(data=x, weight=w, bias=b, order="shuffle", seed=1) \
-            if shutil.which("g++") or shutil.which("c++") else want
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     # the CPU path is unchanged
     cpu = schedules.conv2d(x, w, b, padding=1, algo="direct")
     assert isinstance(cpu, np.ndarray)
     np.testing.assert_allclose(cpu, want, rtol=1e-4, atol=1e-4)
+    if got is None:
+        assert no_driver()
+        if not HAVE_CXX:
+            pytest.skip("no C++ compiler to emulate the kernel the call compiled")
+        got = k.emulate(data=x, weight=w, bias=b, order="shuffle", seed=1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_sparse_conv2d_target_cuda_takes_the_gpu_schedule():
@@ -297,16 +300,20 @@ def test_sparse_conv2d_target_cuda_takes_the_gpu_schedule():
     got = cuda_call(schedules.sparse_conv2d, x, csr, b, padding=1, target="cuda")
     k = library_sparse_kernel()
     assert type(k).__name__ == "CudaKernel" and k.name == "sparse_conv2d_cuda"
-    if got is None:
-        rowptr, colidx, val = csr.conv_layout(3, 3, 30, 30)
-        got = k.emulate(data=x, rowptr=rowptr, colidx=colidx, val=val, bias=b, order="reverse") \
-            if shutil.which("g++") or shutil.which("c++") else want
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     # conv2d with a sparse weight (or algo="sparse") takes the same kernel on the GPU
+    before = len(runtime._KERNELS)
     for kw in ({}, {"algo": "sparse"}):
         got2 = cuda_call(schedules.conv2d, x, csr, b, padding=1, target="cuda", **kw)
         if got2 is not None:
             np.testing.assert_allclose(got2, want, rtol=1e-4, atol=1e-4)
+    assert len(runtime._KERNELS) == before
+    if got is None:
+        assert no_driver()
+        if not HAVE_CXX:
+            pytest.skip("no C++ compiler to emulate the kernel the call compiled")
+        rowptr, colidx, val = csr.conv_layout(3, 3, 30, 30)
+        got = k.emulate(data=x, rowptr=rowptr, colidx=colidx, val=val, bias=b, order="reverse")
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 class FakeDeviceArray:
