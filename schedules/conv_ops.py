@@ -259,7 +259,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     target: the CUDA schedules (:mod:`schedules.gpu_ops`; "auto"/"direct":
     :mod:`schedules.gpu_conv`, a sparse weight: :mod:`schedules.gpu_sparse`;
     ``groups=1``), the result on the input's device."""
-    if runtime.use_cuda(target, input, weight, bias):
+    if runtime.use_cuda(target, input, None if SP.is_sparse(weight) else weight, bias):
         from .gpu_ops import conv2d_cuda
         return conv2d_cuda(input, weight, bias, stride, padding, dilation, groups, algo)
     if algo == "sparse":

@@ -93,7 +93,7 @@ def conv2d_cuda(input, weight, bias, stride, padding, dilation, groups, algo):
 
 def _csr(w, ci):
     """A sparse or dense weight (host or torch CUDA) as CSRWeights."""
-    if runtime.is_torch(w) and on_device(w):
+    if runtime.is_torch(w) and w.device.type == "cuda":
         if str(w.dtype) != "torch.float32":
             raise TypeError(f"w: expected a float32 tensor, got {w.dtype}")
         w = w.cpu()                 # converted on every call, as a dense host weight is

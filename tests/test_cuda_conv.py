@@ -279,6 +279,7 @@ def test_conv2d_target_cuda_takes_the_gpu_schedule():
     x, w, b = conv_inputs(CUBIN_CONV, seed=5)
     want = conv_want(CUBIN_CONV, x, w, b)
     got = cuda_call(schedules.conv2d, x, w, b, padding=1, target="cuda")
+    assert (got is None) == no_driver()
     k = library_conv_kernel()            # the kernel the call compiled (once per process)
     assert type(k).__name__ == "CudaKernel" and k.name == "conv2d_cuda"
     # the CPU path is unchanged
@@ -298,12 +299,14 @@ def test_sparse_conv2d_target_cuda_takes_the_gpu_schedule():
     csr = CSRWeights.from_dense(w)
     want = reference(x, w, b, padding=1)
     got = cuda_call(schedules.sparse_conv2d, x, csr, b, padding=1, target="cuda")
+    assert (got is None) == no_driver()
     k = library_sparse_kernel()
     assert type(k).__name__ == "CudaKernel" and k.name == "sparse_conv2d_cuda"
     # conv2d with a sparse weight (or algo="sparse") takes the same kernel on the GPU
     before = len(runtime._KERNELS)
     for kw in ({}, {"algo": "sparse"}):
         got2 = cuda_call(schedules.conv2d, x, csr, b, padding=1, target="cuda", **kw)
+        assert (got2 is None) == no_driver()
         if got2 is not None:
             np.testing.assert_allclose(got2, want, rtol=1e-4, atol=1e-4)
     assert len(runtime._KERNELS) == before
@@ -314,6 +317,23 @@ def test_sparse_conv2d_target_cuda_takes_the_gpu_schedule():
         rowptr, colidx, val = csr.conv_layout(3, 3, 30, 30)
         got = k.emulate(data=x, rowptr=rowptr, colidx=colidx, val=val, bias=b, order="reverse")
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_torch_sparse_weight_routes_by_target():
+    """A torch sparse-CSR weight: target="cuda" takes the GPU path, no target
+    stays on the CPU (torch in, torch out)."""
+    x, w, b = conv_inputs(CUBIN_CONV, seed=7, density=0.2)
+    ws = torch.from_numpy(w.reshape(w.shape[0], -1)).to_sparse_csr()
+    xt, bt = torch.from_numpy(x), torch.from_numpy(b)
+    want = reference(x, w, b, padding=1)
+    cpu = schedules.sparse_conv2d(xt, ws, bt, padding=1)
+    assert isinstance(cpu, torch.Tensor)
+    np.testing.assert_allclose(cpu.numpy(), want, rtol=1e-4, atol=1e-4)
+    got = cuda_call(schedules.sparse_conv2d, xt, ws, bt, padding=1, target="cuda")
+    assert (got is None) == no_driver()          # the CUDA path was taken
+    if got is not None:
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
 
 
 class FakeDeviceArray:
