@@ -255,7 +255,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     (height, width) pair; ``padding`` also "valid" or "same".  ``algo``:
     "auto" (find step), "direct", "im2col", "spatial_pack" or "sparse"
     (:func:`schedules.sparse_conv2d`; ``weight`` may then also be a sparse
-    weight, see there)."""
+    weight, see there).  ``target="cuda"``, or torch CUDA tensors with no
+    target: the CUDA schedules (:mod:`schedules.gpu_ops`; "auto"/"direct":
+    :mod:`schedules.gpu_conv`, a sparse weight: :mod:`schedules.gpu_sparse`;
+    ``groups=1``), the result on the input's device."""
+    if runtime.use_cuda(target, input, None if SP.is_sparse(weight) else weight, bias):
+        from .gpu_ops import conv2d_cuda
+        return conv2d_cuda(input, weight, bias, stride, padding, dilation, groups, algo)
     if algo == "sparse":
         return SP.sparse_conv2d(input, weight, bias, stride, padding, dilation, groups,
                                 target=target)

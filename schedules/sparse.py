@@ -483,7 +483,13 @@ def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, ta
     with zeros (converted on every call), :class:`CSRWeights` (convert once
     with ``CSRWeights.from_dense``), a torch sparse-CSR tensor or a scipy CSR
     matrix of shape (Cout, Cin*K*K) (a square K x K kernel).  ``stride``,
-    ``padding``, ``dilation``: ints or pairs; ``groups`` must be 1."""
+    ``padding``, ``dilation``: ints or pairs; ``groups`` must be 1.
+    ``target="cuda"``, or torch CUDA tensors with no target: the CUDA
+    schedule :mod:`schedules.gpu_sparse`, the result on the input's device."""
+    # (a torch sparse tensor raises on the device probe: the input decides)
+    if runtime.use_cuda(target, x, None if is_sparse(w) else w, bias):
+        from .gpu_ops import sparse_conv2d_cuda
+        return sparse_conv2d_cuda(x, w, bias, stride, padding, dilation, groups)
     x, csr, b, s = _prepare(x, w, bias, stride, padding, dilation, groups, "sparse_conv2d")
     return _call(x, csr, b, s, 1, False, target)
 

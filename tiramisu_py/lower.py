@@ -215,12 +215,16 @@ class AstLowering:
         """Barriers between the children of a sequence at the schedule position
         the plan names: one before a child that reads (or overwrites) what an
         earlier child wrote in another thread, unless one already separates
-        them (fewest barriers: intervals by their right end)."""
-        q = self.dims[-1] + 1 if self.dims else 0
+        them (fewest barriers: intervals by their right end).  The sequence's
+        schedule position is where the two statements' sequence constants
+        first differ, not the innermost enclosing loop's + 1: isl drops the
+        loops of one iteration and merges the sequences around them into one
+        block (the barrier would otherwise be lost)."""
         leaves = [set(self.leaves(k)) for k in kids]
         need = []
         for s, t, pos in self.gpu.seq_barriers:
-            if pos != q:
+            a, b = self.state[s].consts, self.state[t].consts
+            if pos != 2 * next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), len(a)):
                 continue
             i = next((k for k, lv in enumerate(leaves) if s in lv), None)
             j = next((k for k, lv in enumerate(leaves) if t in lv), None)

@@ -1,0 +1,126 @@
+"""conv2d on a GPU: the direct convolution of :mod:`schedules.conv` (same
+algorithm, NCHW float32, torch's stride / padding / dilation) with a CUDA
+schedule, written in the public language only.
+
+Two kernels, launched in order:
+
+* ``x_tiles``: the input as overlapping, zero-padded tiles
+  ``x_tiles[n][ty0][tx0][ci][IH][IW]``, tile ``(ty0, tx0)`` holding the
+  ``IH x IW`` input pixels the ``TY x TX`` output tile reads, with
+  ``IH = (TY - 1) * stride + (KH - 1) * dilation + 1`` (``IW`` alike): a
+  tile's origin is 0, so the shared copy is indexed without a modulo in
+  the inner loop (indexing the padded input directly put a 64-bit modulo
+  there, and ptxas spilled).  ``n -> blockIdx.z``, ``ci -> blockIdx.y``,
+  ``ty0 -> blockIdx.x``, a tile's pixels on ``threadIdx.y/x``;
+* the convolution::
+
+      co0, y0, x0 -> blockIdx.z, .y, .x   (TCO channels x TY x TX pixels)
+      n        serial, the whole block    (every image, one launch)
+        init   co1, y1, x1 -> threadIdx.z, .y, .x: out = bias
+        ci0    serial, the whole block    (steps of TCI input channels)
+          x_tiles_shared TCI x IH x IW   (cache_shared: copied by the
+          weight_shared  TCO x TCI x KH x KW        block's threads)
+          barrier                                  (derived: RAW)
+          co1, y1, x1 -> threadIdx.z, .y, .x       (one output per thread)
+            ci1, ky, kx serial: out += w_tile * x_tile
+          barrier                                  (derived: WAR, next step)
+
+  The barriers are not written here: the GPU legality check derives them
+  from the dependences through the shared tiles.
+
+``groups`` must be 1 (a tile of output channels reads one input-channel
+range).  Not yet: register blocking (several outputs per thread, kept in
+registers across ``ci0``: needs per-thread storage that outlives a thread
+loop, see docs/DESIGN.md), double buffering.
+"""
+from __future__ import annotations
+
+import tiramisu_py as tp
+
+from .conv import ConvShape, _function
+
+THREADS = 256            # threads per block the default tiles aim at
+SHARED_BUDGET = 16 * 1024  # bytes of shared tiles per block the default TCI aims at
+
+
+def tiles(s: ConvShape, tile_co=None, tile_y=None, tile_x=None, tile_ci=None):
+    """``(TCO, TY, TX, TCI)``: the given ones, else TX up to 16 columns, TY up
+    to 8 rows, TCO channels to fill :data:`THREADS` threads (a power of 2),
+    TCI input channels per step to fill :data:`SHARED_BUDGET`."""
+    tx = tile_x or min(16, s.wo)
+    ty = tile_y or min(8, s.ho, max(1, THREADS // tx))
+    if tile_co is None:
+        tile_co = 1
+        while tile_co * 2 * ty * tx <= THREADS and tile_co * 2 <= max(1, s.co):
+            tile_co *= 2
+    if tile_ci is None:
+        ih = (ty - 1) * s.sh + (s.kh - 1) * s.dh + 1
+        iw = (tx - 1) * s.sw + (s.kw - 1) * s.dw + 1
+        per_ci = 4 * (ih * iw + tile_co * s.kh * s.kw)
+        tile_ci = max(1, min(s.ci, SHARED_BUDGET // per_ci, 16))
+    for name, v in (("tile_co", tile_co), ("tile_y", ty), ("tile_x", tx), ("tile_ci", tile_ci)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"conv2d (cuda): {name} must be a positive int, got {v!r}")
+    return tile_co, ty, tx, tile_ci
+
+
+def function(shape: ConvShape, bias=True, tile_co=None, tile_y=None, tile_x=None, tile_ci=None):
+    """The direct conv2d of ``shape`` scheduled for CUDA (see the module);
+    compile it with ``.compile(target="cuda")``, or for the CPU, where
+    blocks and threads run as loops.  Arguments: ``data``, ``weight`` and
+    (``bias=True``) ``bias``; the tiles as in :func:`tiles`."""
+    s = shape
+    if s.groups != 1:
+        raise ValueError(f"conv2d: target='cuda' supports groups=1 only, got groups={s.groups}; "
+                         "use a CPU target for grouped convolutions")
+    tco, ty, tx, tci = tiles(s, tile_co, tile_y, tile_x, tile_ci)
+    f, X, Wt, B = _function("conv2d_cuda", s, bias)
+    # the input as overlapping tiles, zero-padded: tile (ty0, tx0) holds the
+    # IH x IW input pixels the TY x TX output tile reads (its origin is 0)
+    ih = (ty - 1) * s.sh + (s.kh - 1) * s.dh + 1
+    iw = (tx - 1) * s.sw + (s.kw - 1) * s.dw + 1
+    n, c = f.var("tn", 0, s.n), f.var("tc", 0, s.ci)
+    y0, x0 = f.var("ty0", 0, -(-s.ho // ty)), f.var("tx0", 0, -(-s.wo // tx))
+    yy, xx = f.var("tyy", 0, ih), f.var("txx", 0, iw)
+    iy, ix = y0 * (ty * s.sh) + yy - s.ph, x0 * (tx * s.sw) + xx - s.pw
+    inside = (iy >= 0) & (iy < s.h) & (ix >= 0) & (ix < s.w)
+    xt = f.computation("x_tiles", [n, y0, x0, c, yy, xx],
+                       tp.select(inside, X[n, c, iy, ix], 0.0))
+    map_rows(xt, ("tn", "tc", "ty0"), "tyy", "txx", iw, serial=("tx0",))
+
+    n, co = f.var("n", 0, s.n), f.var("co", 0, s.co)
+    y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
+    ci, ky, kx = f.var("ci", 0, s.ci), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0)
+    out[n, co, y, x] += Wt[co, ci, ky, kx] * xt[n, y // ty, x // tx, ci, (y % ty) * s.sh + ky * s.dh,
+                                               (x % tx) * s.sw + kx * s.dw]
+    u = out.update
+    for st in (out, u):
+        st.split("co", tco).split("y", ty).split("x", tx)
+    out.reorder("co0", "y0", "x0", "n", "co1", "y1", "x1")
+    u.split("ci", tci)
+    u.reorder("co0", "y0", "x0", "n", "ci0", "co1", "y1", "x1", "ci1", "ky", "kx")
+    for st in (out, u):
+        for loop, to in (("co0", "block.z"), ("y0", "block.y"), ("x0", "block.x"),
+                         ("co1", "thread.z"), ("y1", "thread.y"), ("x1", "thread.x")):
+            st.bind(loop, to)
+    u.after(out, "n")
+    u.cache_shared(xt, "ci0")
+    u.cache_shared(Wt, "ci0")
+    return f
+
+
+def map_rows(comp, blocks, y, x, width, serial=(), threads=THREADS):
+    """A copy-like computation mapped to the GPU: the loops ``blocks`` on
+    block.z, .y, .x (outermost first), then the loops ``serial``; rows ``y``
+    and columns ``x`` split into thread tiles (at most 64 columns, ``threads``
+    in all) on thread.y/.x, their outer parts (``y0``, ``x0``) block loops
+    when named in ``blocks``, else serial in the block."""
+    tx = min(64, width)
+    comp.split(y, max(1, threads // tx)).split(x, tx)
+    rest = [v for v in (y + "0", x + "0") if v not in blocks]
+    comp.reorder(*blocks, *serial, *rest, y + "1", x + "1")
+    for loop, to in zip(blocks, ("block.z", "block.y", "block.x")):
+        comp.bind(loop, to)
+    comp.bind(y + "1", "thread.y")
+    return comp.bind(x + "1", "thread.x")
