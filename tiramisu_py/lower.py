@@ -216,11 +216,15 @@ class AstLowering:
         the plan names: one before a child that reads (or overwrites) what an
         earlier child wrote in another thread, unless one already separates
         them (fewest barriers: intervals by their right end)."""
+        # the sequence's schedule position is q, or deeper when isl dropped
+        # the loops between (a loop of one iteration, e.g. a block loop of
+        # extent 1, is substituted, not printed): a pair split by this
+        # sequence first differs here, so a planned position >= q is this one
         q = self.dims[-1] + 1 if self.dims else 0
         leaves = [set(self.leaves(k)) for k in kids]
         need = []
         for s, t, pos in self.gpu.seq_barriers:
-            if pos != q:
+            if pos < q:
                 continue
             i = next((k for k, lv in enumerate(leaves) if s in lv), None)
             j = next((k for k, lv in enumerate(leaves) if t in lv), None)
