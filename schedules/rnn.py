@@ -541,7 +541,12 @@ def _gpu_options(sparse, schedule):
 
 
 def gru(x, weights, h0=None, *, sparse=False, schedule="auto", target=None):
-    """``torch.nn.GRU`` (batch_first=False) forward: returns ``(y, h_n)``."""
+    """``torch.nn.GRU`` (batch_first=False) forward: returns ``(y, h_n)``.
+    ``target="cuda"`` or device arrays: the GPU wavefront, as :func:`lstm`."""
+    if runtime.use_cuda(target, x, h0, *_tensors(weights)):
+        _gpu_options(sparse, schedule)
+        from . import gpu_rnn
+        return gpu_rnn.gru(x, weights, h0)
     y, hn, _ = _run("gru", x, weights, h0, None, sparse, schedule, target)
     return y, hn
 

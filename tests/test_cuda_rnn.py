@@ -1,6 +1,6 @@
-"""The multilayer LSTM wavefront as a library GPU schedule
+"""The multilayer LSTM (and GRU) wavefront as a library GPU schedule
 (``schedules.gpu_rnn``) and ``target="cuda"`` on ``schedules.gemm`` /
-``schedules.lstm``, tested without a GPU: the generated CUDA emulated in
+``schedules.lstm`` / ``schedules.gru``, tested without a GPU: the generated CUDA emulated in
 three thread orders and the same GPU-mapped Function run on the CPU, both
 against a float64 NumPy LSTM (and torch's module when torch is installed);
 cubins for sm_80/sm_90 without spills; the dispatch (the CUDA path is taken
@@ -39,6 +39,24 @@ def sigmoid(v):
     return 1 / (1 + np.exp(-v))
 
 
+def gru_reference(x, weights, h0):
+    """torch.nn.GRU's forward in float64 NumPy: y, h_n."""
+    seq, hn = x.astype(np.float64), []
+    for l, (wih, whh, bih, bhh) in enumerate(weights):
+        H = whh.shape[1]
+        h, outs = h0[l].astype(np.float64), []
+        for t in range(seq.shape[0]):
+            gi, gh = seq[t] @ wih.T + bih, h @ whh.T + bhh
+            r = sigmoid(gi[:, :H] + gh[:, :H])
+            z = sigmoid(gi[:, H:2 * H] + gh[:, H:2 * H])
+            n = np.tanh(gi[:, 2 * H:] + r * gh[:, 2 * H:])
+            h = (1 - z) * n + z * h
+            outs.append(h)
+        seq = np.stack(outs)
+        hn.append(h)
+    return seq, np.stack(hn)
+
+
 def reference(x, weights, h0, c0):
     """torch.nn.LSTM's forward in float64 NumPy: y, h_n, c_n."""
     seq = x.astype(np.float64)
@@ -60,27 +78,33 @@ def reference(x, weights, h0, c0):
     return seq, np.stack(hn), np.stack(cn)
 
 
-def problem(L, T, B, I, H, seed=0):
+def problem(L, T, B, I, H, seed=0, gates=4):
     rng = np.random.default_rng(seed)
     s = 1 / np.sqrt(H)
+    G = gates
     x = rng.standard_normal((T, B, I)).astype(np.float32)
     weights = [[rng.uniform(-s, s, shape).astype(np.float32)
-                for shape in ((4 * H, I if l == 0 else H), (4 * H, H), (4 * H,), (4 * H,))]
+                for shape in ((G * H, I if l == 0 else H), (G * H, H), (G * H,), (G * H,))]
                for l in range(L)]
     h0 = rng.standard_normal((L, B, H)).astype(np.float32)
     c0 = rng.standard_normal((L, B, H)).astype(np.float32)
     return x, weights, h0, c0
 
 
-def kernel_args(x, weights, h0, c0):
-    L, H = len(weights), weights[0][1].shape[1]
-    return dict(x=x, **gpu_rnn.pack(weights, x.shape[2], H, x), h0=h0, c0=c0)
+def kernel_args(x, weights, h0, c0=None):
+    H = weights[0][1].shape[1]
+    cell = "lstm" if c0 is not None else "gru"
+    return dict(x=x, **gpu_rnn.pack(weights, x.shape[2], H, x, cell), h0=h0,
+                **({} if c0 is None else {"c0": c0}))
 
 
 def check(out, want, atol=2e-5):
-    y, (hn, cn) = gpu_rnn.unpack(out["h"], out["c"], gpu_rnn._Arrays(out["h"]))
-    for got, ref in zip((y, hn, cn), want):
-        np.testing.assert_allclose(got, ref, atol=atol, rtol=1e-5)
+    """The kernel's ``out`` (LSTM: {h, c}; GRU: h) against y, h_n (, c_n)."""
+    h, c = (out["h"], out["c"]) if isinstance(out, dict) else (out, None)
+    got = gpu_rnn.unpack(h, c, gpu_rnn._Arrays(h))
+    assert len(want) == 3 - (c is None)
+    for g, ref in zip(got, want):
+        np.testing.assert_allclose(g, ref, atol=atol, rtol=1e-5)
 
 
 # (L, T, B, I, H, hc, bc): hidden and batch chunks that do not divide the
@@ -90,13 +114,13 @@ SHAPES = [(3, 4, 3, 5, 10, 4, 2), (2, 3, 5, 6, 6, 4, 4), (1, 3, 1, 2, 3, None, N
 
 
 @functools.lru_cache(maxsize=None)
-def cuda_kernel(shape, cubins=False):
+def cuda_kernel(shape, cubins=False, cell="lstm"):
     from tiramisu_py import cuda_kernel as ck
     L, T, B, I, H, hc, bc = shape
     saved = ck.CUDA_ARCHS
     ck.CUDA_ARCHS = saved if cubins else ()
     try:
-        return gpu_rnn.function(L, T, B, I, H, hc=hc, bc=bc).compile(target="cuda")
+        return gpu_rnn.function(L, T, B, I, H, hc=hc, bc=bc, cell=cell).compile(target="cuda")
     finally:
         ck.CUDA_ARCHS = saved
 
@@ -119,6 +143,20 @@ def test_cpu_run_of_the_gpu_function_matches_reference(shape):
     prob = problem(L, T, B, I, H, seed=1)
     k = gpu_rnn.function(L, T, B, I, H, hc=hc, bc=bc).compile(target="llvm")
     check(k(**kernel_args(*prob)), reference(*prob))
+
+
+@needs_cxx
+@pytest.mark.parametrize("shape", SHAPES[:2])
+def test_gru_emulated_and_cpu_match_reference(shape):
+    L, T, B, I, H, hc, bc = shape
+    x, weights, h0, _ = problem(L, T, B, I, H, seed=2, gates=3)
+    want = gru_reference(x, weights, h0)
+    k = cuda_kernel(shape, cell="gru")
+    assert k.source.count("__syncthreads();") == 1
+    for order in ORDERS:
+        check(k.emulate(order=order, seed=11, **kernel_args(x, weights, h0)), want)
+    cpu = gpu_rnn.function(L, T, B, I, H, hc=hc, bc=bc, cell="gru").compile(target="llvm")
+    check(cpu(**kernel_args(x, weights, h0)), want)
 
 
 def test_matches_torch_module():
@@ -163,11 +201,12 @@ def test_one_launch_per_antidiagonal_layers_on_blocks():
 
 
 @needs_nvcc
-def test_cubins_without_spills_at_a_real_size():
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_cubins_without_spills_at_a_real_size(cell):
     """L=4, B=64, I=H=512: the step kernel's registers, shared memory and
     barriers recorded for sm_80 and sm_90."""
     from tiramisu_py import cuda_kernel as ck
-    k = gpu_rnn.function(4, 16, 64, 512, 512).compile(target="cuda")
+    k = gpu_rnn.function(4, 16, 64, 512, 512, cell=cell).compile(target="cuda")
     assert set(k.resources) == set(ck.CUDA_ARCHS) and {"sm_80", "sm_90"} <= set(k.resources)
     step = next(s for s in k.launch_plan.steps if not hasattr(s, "block")).steps[0]
     assert step.block == (gpu_rnn.HC, 4, gpu_rnn.BC)
@@ -194,6 +233,9 @@ def test_target_cuda_takes_the_cuda_path():
     x, weights, h0, c0 = problem(2, 3, 2, 4, 6)
     with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
         schedules.lstm(x, weights, h0, c0, target="cuda")
+    xg, wg, hg, _ = problem(2, 3, 2, 4, 6, gates=3)
+    with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
+        schedules.gru(xg, wg, hg, target="cuda")
     a = np.ones((40, 3), np.float32)
     with pytest.raises(NoCudaDriverError, match="no CUDA driver on this machine"):
         schedules.gemm(a, a.T.copy(), target="cuda")
@@ -240,6 +282,13 @@ def test_dispatch_end_to_end_through_the_emulator(monkeypatch):
     for got, want in ((got_y, y), (got_hn, hn), (got_cn, cn)):
         assert tuple(got.shape) == tuple(want.shape)
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    g = torch.nn.GRU(5, 7, 2)
+    with torch.no_grad():
+        y, hn = g(x, h0)
+    got_y, got_hn = schedules.gru(x, [[p.detach() for p in layer] for layer in g.all_weights],
+                                  h0, target="cuda")
+    torch.testing.assert_close(got_y, y, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(got_hn, hn, atol=2e-5, rtol=1e-5)
     a = np.random.default_rng(0).standard_normal((19, 23), dtype=np.float32)
     b = np.random.default_rng(1).standard_normal((23, 17), dtype=np.float32)
     np.testing.assert_allclose(schedules.gemm(a, b, target="cuda"), a @ b, atol=1e-4, rtol=1e-4)
