@@ -26,8 +26,8 @@ waste), so ``z_2`` is n's input part (+ b_in) and ``z_3`` its hidden part
 
 The schedule (``schedule(f, hc, bc)``)::
 
-    xp:     one launch: gate rows in chunks of xp_rows on block.x / thread.x,
-            b on block.y, t on block.z, k serial per thread
+    xp:     one launch: gate rows in chunks of xp_rows on block.z / thread.x,
+            b on block.y, t on block.x, k serial per thread
     inits:  one launch each (h0, c0 copied into h[l + 1, 0], c[l, 0])
     d (anti-diagonal = t + l, host loop: one launch per anti-diagonal)
       l   -> block.x                      (the layers of the anti-diagonal)
@@ -148,9 +148,9 @@ def schedule(f, hc=None, bc=None, xp_rows=None):
     for s in (xp, xp.update):
         s.split("g", rows)
         s.reorder("t", "b", "g0", "g1")
-        s.bind("g0", "block.x")
+        s.bind("t", "block.x")          # x: up to 2^31 - 1 blocks (y, z: 65535)
         s.bind("b", "block.y")
-        s.bind("t", "block.z")
+        s.bind("g0", "block.z")
         s.bind("g1", "thread.x")
     xp.update.after(xp, "g1")
     lstm = "c_step" in cs

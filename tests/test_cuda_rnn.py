@@ -355,3 +355,29 @@ def test_barrier_kept_where_isl_drops_a_one_iteration_loop():
     b = rng.standard_normal((3, 19), dtype=np.float32)
     for order in ORDERS:
         np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, atol=1e-5, rtol=1e-5)
+
+
+def test_layers_on_blocks_without_the_skew_is_refused():
+    """Without the skew, one launch per step would run layer l beside layer
+    l - 1 of the same step, whose output it reads: the check refuses the
+    block loop (blocks communicate only across launches)."""
+    import tiramisu_py as tp
+    g = gpu_rnn.algorithm(3, 4, 2, 5, 6)
+    cs = g.computations
+    xp = cs["xp"]
+    for s in (xp, xp.update):
+        s.bind("t", "block.x")
+        s.bind("g", "thread.x")
+    xp.update.after(xp, "g")
+    for name in ("h_init", "c_init"):
+        cs[name].bind("l", "block.x")
+        gpu_rnn._units(cs[name], ("l",), 4, 2)
+    for s in (cs["z"], cs["z"].update, cs["c_step"], cs["h_step"]):
+        s.interchange("l", "t")           # time on the host, layers on blocks: no skew
+        s.bind("l", "block.x")
+        gpu_rnn._units(s, ("t", "l"), 4, 2)
+    cs["z"].update.after(cs["z"], "j1")
+    cs["c_step"].after(cs["z"].update, "b0")
+    cs["h_step"].after(cs["c_step"], "j1")
+    with pytest.raises(tp.IllegalScheduleError, match="block loop 'l' carries a dependence"):
+        g.compile(target="llvm")
