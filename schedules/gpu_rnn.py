@@ -262,6 +262,9 @@ def _layers(weights, like, cell):
     for l, layer in enumerate(weights):
         if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
             raise ValueError(f"weights[{l}]: expected [w_ih, w_hh, b_ih, b_hh] or [w_ih, w_hh]")
+        if any(all(hasattr(m, a) for a in ("rowptr", "colidx", "values")) for m in layer):
+            raise ValueError(f"weights[{l}]: sparse (CSR) weights have no GPU schedule; pass "
+                             "dense ones")
         ms = [_as_kind(m, like, f"weights[{l}][{k}] ({_TENSORS[k]} of layer {l})")
               for k, m in enumerate(layer)]
         out.append(ms + [None] * (4 - len(ms)))

@@ -282,6 +282,11 @@ def test_dispatch_end_to_end_through_the_emulator(monkeypatch):
     for got, want in ((got_y, y), (got_hn, hn), (got_cn, cn)):
         assert tuple(got.shape) == tuple(want.shape)
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-5)
+    packed = schedules.RNNWeights([[p.numpy() for p in layer] for layer in weights], "lstm")
+    np_y, (np_hn, np_cn) = schedules.lstm(x.numpy(), packed, h0.numpy(), target="cuda")
+    assert isinstance(np_y, np.ndarray)
+    for got, want in ((np_y, y), (np_hn, hn), (np_cn, cn)):
+        np.testing.assert_allclose(got, want.numpy(), atol=2e-5, rtol=1e-5)
     g = torch.nn.GRU(5, 7, 2)
     with torch.no_grad():
         y, hn = g(x, h0)
@@ -304,6 +309,10 @@ def test_cuda_bad_arguments_are_named():
     bad[1][1] = bad[1][1][:, :5]
     with pytest.raises(ValueError, match=r"weights\[1\]\[1\] \(w_hh of layer 1\)"):
         schedules.lstm(x, bad, target="cuda")
+    csr = [list(layer) for layer in weights]
+    csr[0][1] = schedules.CSRWeights.from_dense(weights[0][1])
+    with pytest.raises(ValueError, match=r"weights\[0\]: sparse \(CSR\) weights"):
+        schedules.lstm(x, csr, target="cuda")
     with pytest.raises(ValueError, match="c0: expected shape"):
         schedules.lstm(x, weights, h0, c0[:1], target="cuda")
     with pytest.raises(TypeError, match="x: expected float32"):
