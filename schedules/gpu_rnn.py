@@ -43,8 +43,9 @@ The schedule (``schedule(f, hc, bc)``)::
 Layer ``l`` at step ``t`` reads ``h[l, t + 1]`` (layer ``l - 1`` at step
 ``t``) and ``h[l + 1, t]`` (itself at step ``t - 1``): both on the previous
 anti-diagonal, hence written by the previous launch; the blocks of one
-launch share nothing but ``xp`` and the weights (read only), so the block
-loops carry no dependence and the check accepts them.
+launch read only data written before it and write disjoint slices of ``h``,
+``c`` and the gate buffer, so the block loops carry no dependence and the
+check accepts them (and refuses layers on blocks without the skew).
 """
 from __future__ import annotations
 

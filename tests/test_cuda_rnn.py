@@ -127,8 +127,10 @@ def cuda_kernel(shape, cubins=False, cell="lstm"):
 
 # ------------------------------------------------------------------ semantics
 @needs_cxx
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", SHAPES + [(2, 2, 4, 3, 64, None, None)])
 def test_emulated_wavefront_matches_reference_in_three_orders(shape):
+    """The last shape has the default chunks: 32 units x 4 gates x 2 rows =
+    256 threads per block, whole warps."""
     L, T, B, I, H, _, _ = shape
     prob = problem(L, T, B, I, H)
     want = reference(*prob)
