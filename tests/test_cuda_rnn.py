@@ -392,3 +392,25 @@ def test_layers_on_blocks_without_the_skew_is_refused():
     cs["h_step"].after(cs["c_step"], "j1")
     with pytest.raises(tp.IllegalScheduleError, match="block loop 'l' carries a dependence"):
         g.compile(target="llvm")
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_torch_packing_equals_numpy_packing(cell):
+    """The device path packs and unpacks with torch operations on the
+    tensors' device; on CPU tensors they give NumPy's packing exactly."""
+    torch = pytest.importorskip("torch", reason="torch not installed")
+    G = 4 if cell == "lstm" else 3
+    x, weights, h0, c0 = problem(3, 2, 2, 5, 6, gates=G)
+    want = gpu_rnn.pack(weights, 5, 6, x, cell)
+    got = gpu_rnn.pack([[torch.from_numpy(m) for m in layer] for layer in weights], 5, 6,
+                       torch.from_numpy(x), cell)
+    assert set(got) == set(want) == {"w_ih0T", "wiT", "whT", "bias"}
+    for name in want:
+        assert got[name].is_contiguous()
+        np.testing.assert_array_equal(got[name].numpy(), want[name])
+    h = np.random.default_rng(0).standard_normal((4, 3, 2, 6)).astype(np.float32)
+    c = h[1:] + 1
+    for a, b in zip(gpu_rnn.unpack(torch.from_numpy(h), torch.from_numpy(c),
+                                   gpu_rnn._Arrays(torch.from_numpy(h))),
+                    gpu_rnn.unpack(h, c, gpu_rnn._Arrays(h))):
+        np.testing.assert_array_equal(a.numpy(), b)
