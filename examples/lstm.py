@@ -56,13 +56,16 @@ def wavefront_gpu(f):
     loop stays on the host), its layers on blocks, batch x gates (or batch x
     hidden) on threads.  The barrier between the gate sums and the cell
     update is placed by the GPU legality check.  Needs fixed sizes
-    (``build(sizes)``)."""
+    (``build(sizes)``).  The wavefront itself is the library's
+    (:func:`schedules.gpu_rnn.wavefront`); the library's full LSTM on the GPU
+    (torch's weights, hidden units over several blocks) is
+    :func:`schedules.gpu_rnn.function`, which :func:`schedules.lstm` runs
+    with ``target="cuda"``."""
+    from schedules.gpu_rnn import wavefront
     for s in f.statements:
         loops = [v.name for v in s.vars]
         if loops[:2] == ["l", "t"]:
-            s.skew("l", "t", 1)
-            s.interchange("l", "t")
-            s.bind("l", "block.x")
+            wavefront(s)
         else:                                   # copy_x (t, b, i), inits (l, b, i)
             s.bind(loops[0], "block.x")
         s.bind("b", "thread.y")

@@ -16,7 +16,10 @@ the public language and scheduling API (no hand-written C).
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
 ``schedules.gemm_cuda_function(n, m, k)`` is GEMM scheduled for CUDA
-(shared-memory tiles; ``.compile(target="cuda")``).
+(shared-memory tiles; ``.compile(target="cuda")``), and
+``schedules.rnn_cuda_function(L, T, B, I, H, cell="lstm")`` the stacked
+LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
+``gemm``, ``lstm`` and ``gru`` on the GPU.
 """
 from .gemm import GemmParams, batched_gemm, gemm
 from .gemm import default_params as gemm_params
@@ -25,6 +28,7 @@ from .conv_ops import CONV_ALGOS, FUSED_ALGOS, conv2d, conv2d_function, conv_rel
 from .fused import function as conv_relu_maxpool_function
 from .host import host
 from .gpu_gemm import function as gemm_cuda_function
+from .gpu_rnn import function as rnn_cuda_function
 from .sparse import CSRWeights, sparse_conv2d, sparse_conv2d_function, sparse_conv_relu_maxpool
 from .rnn import SCHEDULES as RNN_SCHEDULES
 from .rnn import RNNWeights, gru, gru_function, lstm, lstm_function
@@ -32,6 +36,6 @@ from .rnn import RNNWeights, gru, gru_function, lstm, lstm_function
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
-           "host", "gemm_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
+           "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
            "sparse_conv_relu_maxpool", "lstm", "gru", "lstm_function", "gru_function", "RNNWeights",
            "RNN_SCHEDULES"]

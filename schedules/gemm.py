@@ -192,7 +192,12 @@ def function(n, m, k, batch=None, params: GemmParams | None = None):
 
 def gemm(a, b, params: GemmParams | None = None, target=None):
     """``a @ b`` for float32 matrices (NumPy arrays or CPU torch tensors, the
-    result has the same kind).  Compiles once per shape (cached)."""
+    result has the same kind).  Compiles once per shape (cached).
+    ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
+    the CUDA schedule of :mod:`schedules.gpu_gemm` (the result allocated by
+    torch on the inputs' device)."""
+    if runtime.use_cuda(target, a, b):
+        return _gemm_cuda(a, b, params)
     runtime.same_kind((a, b), ("a", "b"))
     a, b = runtime.float32_array(a, "a", 2), runtime.float32_array(b, "b", 2)
     (n, k), (k2, m) = a.shape, b.shape
@@ -200,6 +205,19 @@ def gemm(a, b, params: GemmParams | None = None, target=None):
         raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
     p = params or default_params(n, m, k)
     kern = runtime.kernel(("gemm", n, m, k, p), lambda: function(n, m, k, params=p), target)
+    return kern(a, b)
+
+
+def _gemm_cuda(a, b, params):
+    from . import gpu_gemm
+    if params is not None:
+        raise ValueError("params: GemmParams are the CPU schedule's tiles; the CUDA GEMM "
+                         "(target='cuda' or device arrays) takes none")
+    a, b = runtime.cuda_float32(a, "a", 2), runtime.cuda_float32(b, "b", 2)
+    (n, k), (k2, m) = a.shape, b.shape
+    if k != k2:
+        raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
+    kern = runtime.cuda_kernel(("gemm_cuda", n, m, k), lambda: gpu_gemm.function(n, m, k))
     return kern(a, b)
 
 

@@ -513,13 +513,40 @@ def lstm(x, weights, h0=None, c0=None, *, sparse=False, schedule="auto", target=
     """``torch.nn.LSTM`` (batch_first=False) forward: returns ``(y, (h_n, c_n))``.
     ``weights``: ``module.all_weights`` (or CSR matrices, or :class:`RNNWeights`);
     ``sparse=True`` runs CSR products (exact zeros dropped); ``schedule``:
-    "auto" (find step), "layer" or "wavefront"."""
+    "auto" (find step), "layer" or "wavefront".  ``target="cuda"``, or device
+    arrays (torch CUDA tensors) with no target: the GPU wavefront of
+    :mod:`schedules.gpu_rnn` (dense weights)."""
+    if runtime.use_cuda(target, x, h0, c0, *_tensors(weights)):
+        _gpu_options(sparse, schedule)
+        from . import gpu_rnn
+        return gpu_rnn.lstm(x, weights, h0, c0)
     y, hn, cn = _run("lstm", x, weights, h0, c0, sparse, schedule, target)
     return y, (hn, cn)
 
 
+def _tensors(weights):
+    """The arrays of a per-layer weight list (for the device check)."""
+    if isinstance(weights, (list, tuple)):
+        return [m for layer in weights if isinstance(layer, (list, tuple)) for m in layer]
+    return []
+
+
+def _gpu_options(sparse, schedule):
+    if sparse:
+        raise ValueError("sparse=True: sparse (CSR) weights have no GPU schedule; run them on "
+                         "the CPU")
+    if schedule not in ("auto", "wavefront"):
+        raise ValueError(f"schedule={schedule!r}: on the GPU the schedule is the wavefront; "
+                         "pass 'auto' or 'wavefront'")
+
+
 def gru(x, weights, h0=None, *, sparse=False, schedule="auto", target=None):
-    """``torch.nn.GRU`` (batch_first=False) forward: returns ``(y, h_n)``."""
+    """``torch.nn.GRU`` (batch_first=False) forward: returns ``(y, h_n)``.
+    ``target="cuda"`` or device arrays: the GPU wavefront, as :func:`lstm`."""
+    if runtime.use_cuda(target, x, h0, *_tensors(weights)):
+        _gpu_options(sparse, schedule)
+        from . import gpu_rnn
+        return gpu_rnn.gru(x, weights, h0)
     y, hn, _ = _run("gru", x, weights, h0, None, sparse, schedule, target)
     return y, hn
 

@@ -85,3 +85,23 @@ def same_kind(args, names):
     kinds = {is_torch(a) for a in args if a is not None}
     if len(kinds) > 1:
         raise TypeError(f"{', '.join(names)}: pass all NumPy arrays or all torch tensors")
+
+
+def cuda_float32(x, name, ndim):
+    """An argument of a library call on the GPU: a device array (torch CUDA
+    tensor, made contiguous; or any ``__cuda_array_interface__`` object)
+    checked as float32 with ``ndim`` dimensions, else as
+    :func:`float32_array` (a host array, copied to the device by the call)."""
+    from tiramisu_py.cuda_kernel import on_device
+    if not on_device(x):
+        return float32_array(x, name, ndim)
+    if is_torch(x):
+        dtype, shape = str(x.dtype).replace("torch.", ""), tuple(x.shape)
+    else:
+        cai = x.__cuda_array_interface__
+        dtype, shape = np.dtype(cai["typestr"]).name, tuple(cai["shape"])
+    if dtype != "float32":
+        raise TypeError(f"{name}: expected float32, got {dtype}")
+    if len(shape) != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {shape}")
+    return x.detach().contiguous() if is_torch(x) else x

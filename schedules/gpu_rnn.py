@@ -1,0 +1,384 @@
+"""The multilayer LSTM (and GRU) on a GPU: the wavefront over time x layers,
+written in the public language only, with ``torch.nn.LSTM``'s (``GRU``'s)
+semantics.
+
+The algorithm (``function(L, T, B, I, H)``), gate order i, f, g, o::
+
+    xp[t, b, g]    = sum_k x[t, b, k] * w_ih0T[k, g]                (layer 0's input
+                                                                   projection, hoisted)
+    z[l, t, b, q, j] = bias[l, g] + (l == 0 ? xp[t, b, g] : 0)     (g = q * H + j)
+                     + sum_k whT[l, k, g] * h[l + 1, t, b, k]       (previous step)
+                     + (l > 0 ? sum_k wiT[l, k, g] * h[l, t + 1, b, k] : 0)   (layer below)
+    c[l, t + 1, b, j] = sig(z_f) * c[l, t, b, j] + sig(z_i) * tanh(z_g)
+    h[l + 1, t + 1, b, j] = sig(z_o) * tanh(c[l, t + 1, b, j])
+
+``h`` holds every layer's outputs at every step (``h[0]`` is unused: layer
+0 reads ``xp``), ``c`` every cell state; ``h[l + 1, 0]`` and ``c[l, 0]`` are
+``h0`` / ``c0``.  Weights are transposed (``[k][gate row]``) so that the
+threads of a warp, consecutive hidden units, read consecutive words.
+
+The GRU (``cell="gru"``, gates r, z, n) runs the same four gate sums, with
+its weights packed as four gate blocks: input rows [r, z, n, 0], hidden rows
+[r, z, 0, n] (the zero blocks are read: a quarter of the weight traffic is
+waste), so ``z_2`` is n's input part (+ b_in) and ``z_3`` its hidden part
+(+ b_hn); the update is ``h' = (1 - sig(z_1)) * tanh(z_2 + sig(z_0) * z_3)
++ sig(z_1) * h``, no ``c``.
+
+The schedule (``schedule(f, hc, bc)``)::
+
+    xp:     one launch: gate rows in chunks of xp_rows on block.z / thread.x,
+            b on block.y, t on block.x, k serial per thread
+    inits:  one launch each (h0, c0 copied into h[l + 1, 0], c[l, 0])
+    d (anti-diagonal = t + l, host loop: one launch per anti-diagonal)
+      l   -> block.x                      (the layers of the anti-diagonal)
+      j0  -> block.y                      (a chunk of hc hidden units)
+      b0  -> block.z                      (a chunk of bc batch rows)
+        b1 -> thread.z, q -> thread.y, j1 -> thread.x    (one gate sum per thread,
+          k serial                                        the four gates of a unit
+                                                          in four threads)
+        barrier                           (placed by the GPU legality check: the
+                                           cell update reads the other gates)
+        b1 -> thread.z, j1 -> thread.x    (c and h of one unit, thread.y == 0)
+
+Layer ``l`` at step ``t`` reads ``h[l, t + 1]`` (layer ``l - 1`` at step
+``t``) and ``h[l + 1, t]`` (itself at step ``t - 1``): both on the previous
+anti-diagonal, hence written by the previous launch; the blocks of one
+launch read only data written before it and write disjoint slices of ``h``,
+``c`` and the gate buffer, so the block loops carry no dependence and the
+check accepts them (and refuses layers on blocks without the skew).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tiramisu_py as tp
+
+from . import runtime
+
+HC = 32          # hidden units per block (threads along x)
+BC = 2           # batch rows per block (threads along z): 4 * HC * BC threads
+XP_ROWS = 128    # gate rows per block of the input projection
+
+
+def algorithm(L, T, B, I, H, cell="lstm"):
+    """The unscheduled multilayer LSTM or GRU (``cell``; sizes fixed: the GPU
+    schedule needs constant thread extents)."""
+    if cell not in ("lstm", "gru"):
+        raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")
+    for name, v in (("L", L), ("T", T), ("B", B), ("I", I), ("H", H)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name}: expected a positive int, got {v!r}")
+    f = tp.Function(f"{cell}_gpu", params={"L": L, "T": T, "B": B, "I": I, "H": H})
+    l, t, b = f.var("l", 0, "L"), f.var("t", 0, "T"), f.var("b", 0, "B")
+    q, j, g = f.var("q", 0, 4), f.var("j", 0, "H"), f.var("g", 0, "4 * H")
+    k, ki = f.var("k", 0, "H"), f.var("ki", 0, "I")
+    Hs = f.param("H")
+    x = f.input("x", ("T", "B", "I"), tp.float32)
+    w_ih0T = f.input("w_ih0T", ("I", "4 * H"), tp.float32)
+    wiT = f.input("wiT", ("L", "H", "4 * H"), tp.float32)      # wiT[0] unused
+    whT = f.input("whT", ("L", "H", "4 * H"), tp.float32)
+    bias = f.input("bias", ("L", "4 * H"), tp.float32)         # b_ih + b_hh
+    h0 = f.input("h0", ("L", "B", "H"), tp.float32)
+    h = f.buffer("h", ("L + 1", "T + 1", "B", "H"), tp.float32, output=True)
+    zb = f.buffer("gates", ("L", "B", "4", "H"), tp.float32)
+
+    xp = f.computation("xp", [t, b, g], 0.0, dtype=tp.float32)
+    xp[t, b, g] += x[t, b, ki] * w_ih0T[ki, g]
+    f.computation("h_init", [l, b, j], h0[l, b, j]).store_in(h, [l + 1, 0, b, j])
+    if cell == "lstm":
+        c0 = f.input("c0", ("L", "B", "H"), tp.float32)
+        c = f.buffer("c", ("L", "T + 1", "B", "H"), tp.float32, output=True)
+        f.computation("c_init", [l, b, j], c0[l, b, j]).store_in(c, [l, 0, b, j])
+    with f.nest(l, t):
+        gi = q * Hs + j
+        z = f.computation("z", [l, t, b, q, j],
+                          bias[l, gi] + tp.select(l == 0, xp[t, b, gi], 0.0)
+                          ).store_in(zb, [l, b, q, j])
+        z[l, t, b, q, j] += (whT[l, k, gi] * h[l + 1, t, b, k]
+                             + tp.select(l > 0, wiT[l, k, gi] * h[l, t + 1, b, k], 0.0))
+        if cell == "gru":
+            zz = tp.sigmoid(zb[l, b, 1, j])
+            f.computation("h_step", [l, t, b, j],
+                          (1.0 - zz) * tp.tanh(zb[l, b, 2, j] + tp.sigmoid(zb[l, b, 0, j])
+                                               * zb[l, b, 3, j]) + zz * h[l + 1, t, b, j]
+                          ).store_in(h, [l + 1, t + 1, b, j])
+            return f
+        f.computation("c_step", [l, t, b, j],
+                      tp.sigmoid(zb[l, b, 1, j]) * c[l, t, b, j]
+                      + tp.sigmoid(zb[l, b, 0, j]) * tp.tanh(zb[l, b, 2, j])
+                      ).store_in(c, [l, t + 1, b, j])
+        f.computation("h_step", [l, t, b, j],
+                      tp.sigmoid(zb[l, b, 3, j]) * tp.tanh(c[l, t + 1, b, j])
+                      ).store_in(h, [l + 1, t + 1, b, j])
+    return f
+
+
+def wavefront(s, layer="l", time="t"):
+    """The GPU wavefront of a layers x time recurrence statement ``s``: time
+    skewed by the layer (``time`` becomes the anti-diagonal ``time + layer``)
+    and moved outermost, where it stays a host loop (one launch per
+    anti-diagonal), and the layers of an anti-diagonal on ``block.x``."""
+    s.skew(layer, time, 1)
+    s.interchange(layer, time)
+    s.bind(layer, "block.x")
+    return s
+
+
+def _chunk(extent, limit):
+    """A chunk size <= ``limit`` giving at least two chunks when ``extent``
+    allows: a kernel whose block loops all have one iteration is dropped by
+    isl's degenerate-loop elimination and refused by the CUDA printer."""
+    return max(1, min(limit, -(-extent // 2)))
+
+
+def schedule(f, hc=None, bc=None, xp_rows=None):
+    """Applies the wavefront GPU schedule to :func:`algorithm`'s Function:
+    ``hc`` hidden units and ``bc`` batch rows per block of the step kernel
+    (default :data:`HC`, :data:`BC`, smaller for sizes under two chunks),
+    ``xp_rows`` gate rows per block of the input projection."""
+    cs = f.computations
+    L, H, B = f.fixed["L"], f.fixed["H"], f.fixed["B"]
+    if L == 1 and H == 1 and B == 1:
+        raise ValueError("L, H, B: the GPU schedule needs more than one block (L, H or B "
+                         "above 1); a single-block kernel is not printed yet")
+    hc = _chunk(H, HC) if hc is None else min(hc, H)
+    bc = _chunk(B, BC) if bc is None else min(bc, B)
+    # the hoisted input projection: a thread per (t, b, gate row)
+    xp = cs["xp"]
+    rows = _chunk(4 * H, xp_rows or XP_ROWS)
+    for s in (xp, xp.update):
+        s.split("g", rows)
+        s.reorder("t", "b", "g0", "g1")
+        s.bind("t", "block.x")          # x: up to 2^31 - 1 blocks (y, z: 65535)
+        s.bind("b", "block.y")
+        s.bind("g0", "block.z")
+        s.bind("g1", "thread.x")
+    xp.update.after(xp, "g1")
+    lstm = "c_step" in cs
+    for name in ("h_init", "c_init") if lstm else ("h_init",):
+        cs[name].bind("l", "block.x")
+        _units(cs[name], ("l",), hc, bc)
+    z = cs["z"]
+    cell = [cs["c_step"], cs["h_step"]] if lstm else [cs["h_step"]]
+    for s in (z, z.update, *cell):
+        _units(wavefront(s), ("t", "l"), hc, bc)
+    z.update.after(z, "j1")
+    cell[0].after(z.update, "b0")
+    if lstm:
+        cs["h_step"].after(cs["c_step"], "j1")
+    return f
+
+
+def _units(s, outer, hc, bc):
+    """Hidden units in chunks of ``hc`` (block.y, thread.x), batch rows in
+    chunks of ``bc`` (block.z, thread.z), the gates (if ``s`` has them) on
+    thread.y; ``outer`` are the loops kept outside."""
+    s.split("j", hc)
+    s.split("b", bc)
+    gate = ["q"] if "q" in [v.name for v in s.vars] else []
+    s.reorder(*outer, "j0", "b0", "b1", *gate, "j1")
+    s.bind("j0", "block.y")
+    s.bind("b0", "block.z")
+    s.bind("b1", "thread.z")
+    if gate:
+        s.bind("q", "thread.y")
+    s.bind("j1", "thread.x")
+
+
+def function(L, T, B, I, H, hc=None, bc=None, cell="lstm"):
+    """The ``L``-layer LSTM (input size ``I``, hidden size ``H``, ``T`` steps,
+    batch ``B``; ``cell="gru"``: the GRU) scheduled for CUDA: compile with
+    ``.compile(target="cuda")`` (or for the CPU, blocks and threads as
+    loops).  Arguments ``x, w_ih0T, wiT, whT, bias, h0`` (and ``c0``), see
+    :func:`pack`; outputs ``h`` (and ``c``)."""
+    return schedule(algorithm(L, T, B, I, H, cell), hc, bc)
+
+
+# ------------------------------------------------------------------ the call
+class _Arrays:
+    """The few array operations packing needs, for NumPy arrays or torch
+    tensors (on the tensors' device)."""
+
+    def __init__(self, like):
+        self.torch = runtime.is_torch(like)
+        if self.torch:
+            import torch
+            self.mod, self.device = torch, like.device
+        else:
+            self.mod, self.device = np, None
+
+    def zeros(self, *shape):
+        if self.torch:
+            return self.mod.zeros(shape, dtype=self.mod.float32, device=self.device)
+        return np.zeros(shape, np.float32)
+
+    def stack(self, items):
+        return self.mod.stack(list(items))
+
+    def cat(self, items):
+        return self.mod.cat(items) if self.torch else np.concatenate(items)
+
+    def contiguous(self, a):
+        return a.contiguous() if self.torch else np.ascontiguousarray(a)
+
+    def copy(self, a):
+        return a.clone() if self.torch else a.copy()
+
+
+def _as_kind(a, like, name):
+    """``a`` (a weight or state) checked as float32 and of ``like``'s kind
+    and device (NumPy weights, as :class:`RNNWeights` keeps them, are copied
+    to a torch ``like``'s device)."""
+    if runtime.is_torch(like):
+        import torch
+        if isinstance(a, np.ndarray) and name.startswith("weights"):
+            a = torch.from_numpy(a).to(like.device)
+        if not runtime.is_torch(a):
+            raise TypeError(f"{name}: expected a torch tensor like x, got {type(a).__name__}")
+        if a.dtype != torch.float32:
+            raise TypeError(f"{name}: expected a float32 tensor, got {a.dtype}")
+        if a.device != like.device:
+            raise ValueError(f"{name}: on {a.device}, but x is on {like.device}")
+        return a.detach()
+    if runtime.is_torch(a) or not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a NumPy array like x, got {type(a).__name__}")
+    if a.dtype != np.float32:
+        raise TypeError(f"{name}: expected float32, got {a.dtype}")
+    return a
+
+
+def _layers(weights, like, cell):
+    """[[w_ih, w_hh, b_ih or None, b_hh or None]] per layer, of x's kind."""
+    from .rnn import RNNWeights
+    if isinstance(weights, RNNWeights):
+        if weights.cell != cell:
+            raise ValueError(f"weights: packed for {weights.cell!r}, used with {cell!r}")
+        if weights.sparse:
+            raise ValueError("weights: sparse (CSR) weights have no GPU schedule; pass dense ones")
+        weights = [[m for m in layer if m is not None] for layer in weights.layers]
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise TypeError("weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, b_hh] "
+                        f"(like {cell.upper()}.all_weights), got {type(weights).__name__}")
+    out = []
+    for l, layer in enumerate(weights):
+        if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
+            raise ValueError(f"weights[{l}]: expected [w_ih, w_hh, b_ih, b_hh] or [w_ih, w_hh]")
+        if any(all(hasattr(m, a) for a in ("rowptr", "colidx", "values")) for m in layer):
+            raise ValueError(f"weights[{l}]: sparse (CSR) weights have no GPU schedule; pass "
+                             "dense ones")
+        ms = [_as_kind(m, like, f"weights[{l}][{k}] ({_TENSORS[k]} of layer {l})")
+              for k, m in enumerate(layer)]
+        out.append(ms + [None] * (4 - len(ms)))
+    return out
+
+
+_TENSORS = ("w_ih", "w_hh", "b_ih", "b_hh")
+
+
+def pack(layers, I, H, like, cell="lstm"):
+    """The kernel's weight arguments from torch's per-layer ``[w_ih, w_hh,
+    b_ih, b_hh]``: ``w_ih0T`` (I, 4H), ``wiT`` / ``whT`` (L, H, 4H, ``wiT[0]``
+    zero), ``bias`` (L, 4H) = b_ih + b_hh (GRU: rows as four gate blocks,
+    see the module's text)."""
+    ar = _Arrays(like)
+    L, G = len(layers), 4 if cell == "lstm" else 3
+    for l, (wih, whh, bih, bhh) in enumerate(layers):
+        want = {0: (G * H, I if l == 0 else H), 1: (G * H, H), 2: (G * H,), 3: (G * H,)}
+        for k, m in enumerate((wih, whh, bih, bhh)):
+            if m is not None and tuple(m.shape) != want[k]:
+                raise ValueError(f"weights[{l}][{k}] ({_TENSORS[k]} of layer {l}): expected "
+                                 f"shape {want[k]} ({G} gates x hidden size {H}), got "
+                                 f"{tuple(m.shape)}")
+        if (bih is None) != (layers[0][2] is None):
+            raise ValueError(f"weights[{l}]: give every layer the same form (with or without "
+                             "biases)")
+
+    def rows(m, hidden):
+        """[G*H, ...] -> the four gate blocks (GRU: n's input / hidden part)."""
+        if cell == "lstm":
+            return m
+        zero = ar.zeros(H, *m.shape[1:])
+        return ar.cat([m[:2 * H], zero, m[2 * H:]] if hidden else [m[:2 * H], m[2 * H:], zero])
+
+    bias = (ar.stack([rows(b_ih, False) + rows(b_hh, True) for _, _, b_ih, b_hh in layers])
+            if layers[0][2] is not None else ar.zeros(L, 4 * H))
+    return dict(w_ih0T=ar.contiguous(rows(layers[0][0], False).T),
+                wiT=ar.contiguous(ar.stack([ar.zeros(H, 4 * H)]
+                                           + [rows(w[0], False).T for w in layers[1:]])),
+                whT=ar.contiguous(ar.stack([rows(w[1], True).T for w in layers])),
+                bias=ar.contiguous(bias))
+
+
+def lstm(x, weights, h0=None, c0=None):
+    """``torch.nn.LSTM`` (batch_first=False) forward on the GPU: ``(y, (h_n,
+    c_n))``.  Device arrays (torch CUDA tensors) stay on the device, outputs
+    allocated by torch on the current stream; NumPy arrays or CPU tensors
+    are copied to the device and back."""
+    y, hn, cn = _call("lstm", x, weights, h0, c0)
+    return y, (hn, cn)
+
+
+def gru(x, weights, h0=None):
+    """``torch.nn.GRU`` (batch_first=False) forward on the GPU: ``(y, h_n)``."""
+    y, hn, _ = _call("gru", x, weights, h0, None)
+    return y, hn
+
+
+def _call(cell, x, weights, h0, c0):
+    from tiramisu_py.cuda_kernel import on_device
+    if on_device(x) or any(on_device(s) for s in (h0, c0) if s is not None):
+        from codegen.cuda.runtime import driver
+        driver()          # NoCudaDriverError before any device work
+        if not runtime.is_torch(x):
+            import torch  # other device arrays: zero-copy through __cuda_array_interface__
+            x = torch.as_tensor(x, device="cuda")
+    elif runtime.is_torch(x):
+        import torch
+        out = _call(cell, _numpy(x, "x"), _host(weights), _numpy(h0, "h0"), _numpy(c0, "c0"))
+        return tuple(None if a is None else torch.from_numpy(a) for a in out)
+    x = _as_kind(x, x, "x")
+    if len(x.shape) != 3 or min(x.shape) < 1:
+        raise ValueError(f"x: expected (T, B, I) (batch_first=False) with no zero extent, got "
+                         f"shape {tuple(x.shape)}")
+    T, B, I = (int(v) for v in x.shape)
+    layers = _layers(weights, x, cell)
+    L, H = len(layers), int(layers[0][1].shape[-1])
+    ar = _Arrays(x)
+    states = {}
+    for name, s in (("h0", h0), ("c0", c0)) if cell == "lstm" else (("h0", h0),):
+        if s is None:
+            s = ar.zeros(L, B, H)
+        s = _as_kind(s, x, name)
+        if tuple(s.shape) != (L, B, H):
+            raise ValueError(f"{name}: expected shape {(L, B, H)} (layers, batch, hidden), "
+                             f"got {tuple(s.shape)}")
+        states[name] = ar.contiguous(s)
+    args = dict(x=ar.contiguous(x), **pack(layers, I, H, x, cell), **states)
+    kern = runtime.cuda_kernel((f"{cell}_cuda", L, T, B, I, H),
+                               lambda: function(L, T, B, I, H, cell=cell))
+    out = kern(**args)
+    return unpack(out["h"], out["c"], ar) if cell == "lstm" else unpack(out, None, ar)
+
+
+def unpack(h, c, ar):
+    """``y, h_n, c_n`` from the kernel's ``h`` (L+1, T+1, B, H) and ``c``
+    (L, T+1, B, H; ``None`` for the GRU: ``c_n`` is ``None``)."""
+    L, T = int(h.shape[0]) - 1, int(h.shape[1]) - 1
+    return (ar.copy(ar.contiguous(h[L, 1:])), ar.contiguous(h[1:, T]),
+            None if c is None else ar.contiguous(c[:, T]))
+
+
+def _numpy(a, name):
+    if a is None or not runtime.is_torch(a):
+        return a
+    if a.device.type != "cpu":
+        raise ValueError(f"{name}: on {a.device}, but x is on the CPU")
+    return a.detach().contiguous().numpy()
+
+
+def _host(weights):
+    if isinstance(weights, (list, tuple)):
+        return [[_numpy(m, f"weights[{l}][{k}]") for k, m in enumerate(layer)]
+                if isinstance(layer, (list, tuple)) else layer
+                for l, layer in enumerate(weights)]
+    return weights
