@@ -18,7 +18,12 @@ order).  Inside a kernel:
   are not repeated by every thread;
 * ``Barrier`` is ``__syncthreads()``; a ``shared`` Allocate is a static
   ``__shared__`` array (constant shape), any other Allocate in a kernel is a
-  per-thread local array (constant shape);
+  per-thread local array (constant shape; scope ``thread``: a per-thread
+  tile of :mod:`codegen.accumulate`);
+* a loop with ``attrs["full_extent"] = E`` (a slot loop of a per-thread
+  tile) is ``#pragma unroll`` ``for (v = lo; v < lo + E; v++) if (v < hi)``:
+  a constant trip count, so that the tile's indices are constants after
+  unrolling and the tile lives in registers;
 * arrays are flat pointers indexed row-major (``A[i * K + k]``).
 
 The printed subset is what the CPU emulator (:mod:`codegen.cuda.emulator`)
@@ -220,6 +225,9 @@ class _CudaEmitter(_Emitter):
             self.out(ind, "}")
             return
         step = ir.check_loop(s, "CUDA printer")
+        if "full_extent" in s.attrs and step == 1 and isinstance(s.lo, ir.Const):
+            self._full_loop(s, ind, int(s.attrs["full_extent"]))
+            return
         if s.kind == "unrolled":
             self.out(ind, f"#pragma unroll {int(s.attrs.get('unroll', 4))}")
         elif s.kind in ("parallel", "vector"):
@@ -228,6 +236,18 @@ class _CudaEmitter(_Emitter):
         self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
                       f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
         self.body(s.body, ind + 1)
+        self.out(ind, "}")
+
+    def _full_loop(self, s, ind, extent):
+        lo = int(s.lo.value)
+        self.out(ind, "#pragma unroll")
+        self.out(ind, f"for (int64_t {s.var} = {lo}; {s.var} < {lo + extent}; {s.var}++) {{")
+        if isinstance(s.hi, ir.Const) and int(s.hi.value) >= lo + extent:
+            self.body(s.body, ind + 1)
+        else:
+            self.out(ind + 1, f"if ({s.var} < {self._wrap(s.hi, P_REL + 1)}) {{")
+            self.body(s.body, ind + 2)
+            self.out(ind + 1, "}")
         self.out(ind, "}")
 
     def allocate(self, s, ind):
@@ -242,6 +262,8 @@ class _CudaEmitter(_Emitter):
         if s.scope == "shared":
             self.shared += n * _ELSIZE[s.dtype]
             self.out(ind, f"__shared__ {t} {s.array}[{n}];")
+        elif s.scope == "thread":
+            self.out(ind, f"{t} {s.array}[{n}];  /* per-thread tile (registers) */")
         else:
             self.out(ind, f"{t} {s.array}[{n}];")
         if s.zero_init:
