@@ -23,6 +23,11 @@ names the command and, for dependences, two instances):
   kernel) are at most :data:`MAX_THREADS`.
 * A statement under no thread loop of an axis runs in thread 0 of that
   axis only (the printer guards it); the check uses the same convention.
+* ``accumulate_locally(loop)`` (register tiles): ``loop`` is a serial loop,
+  inside the block loops, the whole block runs (the tile is per thread and
+  lives across its iterations) or inside the thread loops; never a block,
+  thread or host loop (a tile is private to one thread and one launch).
+  The CPU rule (``legality._check_accumulate``) applies as well.
 
 Values never flow between threads through registers: statements communicate
 only through arrays (loads and stores are the only cross-statement channel
@@ -163,6 +168,9 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
         if gpu_tags(st):
             shapes[stmt] = _shape(stmt, st, commands)
     _check_fused(state, commands)
+    for stmt, st in state.items():
+        if stmt in shapes:
+            _check_accumulate(stmt, st, shapes[stmt], commands)
     # kernels: statements fused in the first block loop (inside the same host loops)
     groups = {}
     for stmt, st in state.items():
@@ -295,6 +303,33 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 else:
                     out.seq_barriers.add((s, t, q))
     return out
+
+
+def _check_accumulate(stmt, st, shape, commands):
+    """``accumulate_locally(loop)`` of a mapped statement: ``loop`` is a serial
+    loop the whole block runs (the tile is per thread and lives across its
+    iterations; the thread loops inside close and reopen) or a serial loop
+    inside the thread loops; never a block, thread or host loop."""
+    names = [lp.name for lp in st.loops]
+    nh, nb, first = shape
+    for loop, index in st.accumulate.items():
+        if loop not in names:
+            continue                       # the CPU rule reports it
+        k, tag = names.index(loop), st.tags.get(loop)
+        text = commands[index].text
+        if tag is not None and tag.kind in ("gpu_block", "gpu_thread"):
+            level = tag.kind[4:]
+            raise IllegalScheduleError(
+                f"{text} is illegal on the GPU: {loop!r} is a {level} loop of {stmt} "
+                f"({level}.{tag.arg}); a local tile is private to one thread, so it can "
+                f"accumulate only over a serial loop (e.g. the k-step loop between the block "
+                "and the thread loops), not combine partial results of different "
+                f"{level}s")
+        if k < nh:
+            raise IllegalScheduleError(
+                f"{text} is illegal on the GPU: {loop!r} is a host loop of {stmt} (one kernel "
+                "launch per iteration) and a thread's local tile does not outlive a launch; "
+                "accumulate over a serial loop inside the block loops")
 
 
 def _per_block(model, deps, state, stmt, loop, buf):

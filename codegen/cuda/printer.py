@@ -153,6 +153,7 @@ class _CudaEmitter(_Emitter):
         self.grid = {}                # axis -> (lo, hi) of the block loop
         self.shared = 0
         self.locals_ = set()
+        self.thread_tiles = False     # a per-thread tile (scope "thread") in this kernel
 
     def _call(self, e: ir.Call) -> tuple:
         # CUDA's own math library (expf, logf, tanhf...), not the CPU backends'
@@ -263,6 +264,7 @@ class _CudaEmitter(_Emitter):
             self.shared += n * _ELSIZE[s.dtype]
             self.out(ind, f"__shared__ {t} {s.array}[{n}];")
         elif s.scope == "thread":
+            self.thread_tiles = True
             self.out(ind, f"{t} {s.array}[{n}];  /* per-thread tile (registers) */")
         else:
             self.out(ind, f"{t} {s.array}[{n}];")
@@ -360,7 +362,10 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
                                  f"memory, beyond {MAX_SHARED_BYTES}")
         name = f"{fn.name}_k{k}"
         ps = _params(fn, temps, host)
-        kernels.append(f'extern "C" __global__ void __launch_bounds__({nthreads})\n'
+        # a per-thread tile needs its registers: without a minimum of blocks
+        # per SM, ptxas caps registers for occupancy and spills the tile
+        bounds = f"{nthreads}, 1" if em.thread_tiles else f"{nthreads}"
+        kernels.append(f'extern "C" __global__ void __launch_bounds__({bounds})\n'
                        f"{name}({', '.join(ps)})\n{{\n" + "\n".join(consts + em.lines) + "\n}\n")
         kl = KernelLaunch(name, tuple(grid), block, em.shared, _conj(guards), tuple(host))
         plan.kernels.append(kl)
