@@ -12,7 +12,8 @@ names the command and, for dependences, two instances):
 * Block loops carry no dependence: blocks run in any order, concurrently;
   they communicate only across kernel launches (separate top-level nests).
 * Two instances of one block in different threads that depend on each other
-  must be separated by a barrier.  Where their schedule times first differ
+  must be separated by a barrier (a reassociated reduction's updates of one
+  element count: no atomics).  Where their schedule times first differ
   decides: a sequence or a serial loop outside the thread loops gets a
   barrier there (between the sequenced children; at the end of each
   iteration of the loop); a thread loop, or anything inside the thread
@@ -241,7 +242,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
         p = pos_of[stmt].get(axis)
         return f"{var}{p}" if p is not None else str(k.thread_range[axis][0])
 
-    for buf, (d, conflicts) in deps.with_conflicts(state).items():
+    for buf, (d, conflicts) in _gpu_dependences(deps, state, by_stmt).items():
         if conflicts is not None:
             d = d.union(conflicts).union(conflicts.reverse())
         pieces = []
@@ -302,6 +303,20 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                     out.loop_barriers.add((s, q))
                 else:
                     out.seq_barriers.add((s, t, q))
+    return out
+
+
+def _gpu_dependences(deps, state, by_stmt):
+    """buffer -> (dependences, conflicts) as for the CPU, plus the reduction
+    self-dependences that ``allow_reassociation`` dropped, as conflicts: a
+    reassociated reduction may run in any order, but two threads (or blocks)
+    updating one element at the same time lose updates (no atomics)."""
+    out = dict(deps.with_conflicts(state))
+    for stmt, (buf, red) in deps.reductions_in(state).items():
+        if stmt not in by_stmt or not state[stmt].reassociate or red.is_empty():
+            continue
+        d, c = out.get(buf, (red, None))
+        out[buf] = (d, red if c is None else c.union(red))
     return out
 
 
