@@ -231,3 +231,17 @@ def test_cubins_without_spills_and_resources_recorded(build, threads, registers)
         assert r.stack_bytes == 0                 # the tile is in registers, not local memory
         assert r.shared_bytes == 2 * 64 * 16 * 4 and r.barriers == 1
         assert registers[0] <= r.registers <= registers[1]
+
+
+@needs_cxx
+def test_micro_1_is_the_plain_shared_tile_gemm():
+    def build():
+        return gpu_gemm.function(*SMALL, tile=16, tk=16, micro=1)
+    k = cuda_kernel(build, cubins=True)
+    assert "C_local" not in k.source and k.launch_plan.kernels[1].block == (16, 16, 1)
+    a, b = gemm_args(*SMALL)
+    for order in ORDERS:
+        np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, rtol=1e-4, atol=1e-4)
+    for arch, res in k.resources.items():
+        r = res["gemm_k1"]
+        assert r.spill_stores == 0 and r.shared_bytes == 2 * 16 * 16 * 4 and r.registers <= 40
