@@ -245,3 +245,21 @@ def test_micro_1_is_the_plain_shared_tile_gemm():
     for arch, res in k.resources.items():
         r = res["gemm_k1"]
         assert r.spill_stores == 0 and r.shared_bytes == 2 * 16 * 16 * 4 and r.registers <= 40
+
+
+@needs_cxx
+@pytest.mark.parametrize("shape,barriers", [((1, 1, 1), 0), ((5, 3, 2), 1), ((64, 64, 16), 1),
+                                            ((3, 130, 7), 1)])
+def test_one_iteration_block_and_k_loops(shape, barriers):
+    """isl drops loops with one iteration: a GEMM within one tile has no block
+    loop left (one kernel, one block), a single k-step has no k0 loop (the
+    copy -> compute barrier stays, placed where the statements part)."""
+    k = gpu_gemm.function(*shape).compile(target="cuda")
+    assert len(k.launch_plan.kernels) == 2
+    assert k.source.count("__syncthreads();") == barriers
+    a, b = gemm_args(*shape)
+    for order in ORDERS:
+        np.testing.assert_allclose(k.emulate(a, b, order=order, seed=7), a @ b,
+                                   rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gpu_gemm.function(*shape).compile()(a, b), a @ b,
+                               rtol=1e-4, atol=1e-4)

@@ -9,7 +9,10 @@ order).  Inside a kernel:
 
 * a ``gpu_block`` loop ``for (i0 = lo; i0 < hi; i0++)`` is
   ``i0 = lo + blockIdx.<axis>; if (i0 < hi)``; the grid extent ``hi - lo``
-  must depend on the params only (a rectangular grid);
+  must depend on the params only (a rectangular grid); a kernel whose block
+  loops were all dropped by isl (one iteration each) runs as one block;
+  top-level serial loops are host loops when the lowering marks them
+  ``attrs["host"]`` (or they contain a block loop);
 * a ``gpu_thread`` loop (``attrs``: axis, min, extent) is
   ``i1 = min + threadIdx.<axis>; if (lo <= i1 && i1 < hi)``; the block has,
   per axis, the largest extent of its thread loops;
@@ -287,7 +290,7 @@ def _kernels(s, guards, out, host=()):
         _kernels(s.then, guards + [s.cond], out, host)
     elif isinstance(s, ir.For) and s.kind == "gpu_block":
         out.append((guards, host, s))
-    elif isinstance(s, ir.For) and s.kind == "serial" and int(s.step) == 1:
+    elif isinstance(s, ir.For) and s.kind == "serial" and int(s.step) == 1 and _is_host(s):
         _check_name(s.var, "loop")
         inner = []
         _kernels(s.body, [], inner, host + (s.var,))
@@ -295,9 +298,16 @@ def _kernels(s, guards, out, host=()):
     elif isinstance(s, ir.Let):
         raise CudaPrintError("CUDA printer: a value computed outside the kernels")
     else:
-        what = f"loop {s.var!r}" if isinstance(s, ir.For) else type(s).__name__
-        raise CudaPrintError(f"CUDA printer: {what} runs outside any GPU kernel; bind the "
-                             "outermost loop of every statement to a block (bind / gpu_tile)")
+        # a kernel whose block loops all have one iteration: isl's AST drops
+        # such degenerate loops (a GEMM no larger than one tile); one block
+        out.append((guards, host, s))
+
+
+def _is_host(s: ir.For) -> bool:
+    """A serial loop around kernels (the lowering marks it ``host``; IR built
+    by hand: a loop with a block loop inside), not a kernel's own loop."""
+    return bool(s.attrs.get("host")) or any(
+        isinstance(x, ir.For) and x.kind == "gpu_block" for x in ir.walk_stmts(s.body))
 
 
 def _conj(guards):
@@ -336,7 +346,10 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             a = shared[name]
             em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
                                     "shared"), 1)
-        em.loop(loop, 1)
+        if isinstance(loop, ir.For) and loop.kind == "gpu_block":
+            em.loop(loop, 1)
+        else:
+            em.body(loop, 1)         # degenerate block loops: a one-block grid
         helpers.update(em.helpers)
         grid = []
         for ax in ir.GPU_AXES:
