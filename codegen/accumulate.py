@@ -23,6 +23,21 @@ take as it is (an If or a temporary around the update, an unbounded inner
 loop, other reads of the array) is left unchanged: that part then accumulates
 into the array directly, which is the same result.
 
+On the GPU (a ``gpu_thread`` loop between the marked loop and the update,
+e.g. the block-level k-step loop of a GEMM around its thread loops), the tile
+is per thread: an Allocate of scope ``"thread"`` (a local array of the
+kernel, so registers once indexed by constants) indexed by the slot loops
+only, without the thread loops (each thread touches only its own slots), and
+the init and combine loops reopen the thread loops.  Slot loops are the
+non-thread loops whose iterator the updated element's index uses; the others
+(the k loop inside the k-step) all update one slot and are not repeated in
+the init and combine, so their bounds may vary with the marked loop.  Each
+slot loop needs a constant lower bound and a constant bound on its extent
+(interval arithmetic over the enclosing loops, ``div`` by constants
+included): it is marked ``attrs["full_extent"]``, and the CUDA printer runs it
+that many times with its real bound as a guard, under ``#pragma unroll``, so
+that every tile index is a constant and the tile lives in registers.
+
 This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
@@ -112,26 +127,34 @@ def _takeable(loop: ir.For, store: ir.Store, path, op: str, written: set):
     return v.b
 
 
-def _wrap(path, body):
+def _wrap(path, body, keys=("vector_width", "unroll")):
     for p in reversed(path):
         if isinstance(p, ir.For):
-            attrs = {k: v for k, v in p.attrs.items() if k in ("vector_width", "unroll")}
+            attrs = {k: v for k, v in p.attrs.items() if k in keys}
             body = ir.For(p.var, p.lo, p.hi, body, kind=p.kind, step=p.step, attrs=attrs)
         else:
             body = ir.Let(p.name, p.value, body)
     return body
 
 
-def _replace(s, new):
+def _replace(s, new, attrs=None):
+    """``s`` with the statements ``new`` maps (by id) replaced, and the loops
+    ``attrs`` maps given those extra attributes."""
     if id(s) in new:
         return new[id(s)]
-    return ir.rebuild(s, lambda x: _replace(x, new))
+    out = ir.rebuild(s, lambda x: _replace(x, new, attrs))
+    if attrs and id(s) in attrs:
+        out = ir.For(out.var, out.lo, out.hi, out.body, kind=out.kind, step=out.step,
+                     attrs={**out.attrs, **attrs[id(s)]})
+    return out
 
 
 def _rewrite(loop: ir.For, ops: dict, taken: set) -> ir.Stmt:
     sites = _sites(loop, ops)
     if not sites:
         return loop
+    if any(isinstance(p, ir.For) and p.kind == "gpu_thread" for _, path in sites for p in path):
+        return _rewrite_gpu(loop, ops, taken, sites)
     written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
     self_loads = set()
     plans = []
@@ -173,4 +196,142 @@ def _rewrite(loop: ir.For, ops: dict, taken: set) -> ir.Stmt:
                                    step=loop.step, attrs=attrs)] + combines)
     for name, dtype, shape in reversed(tiles):
         out = ir.Allocate(name, dtype, shape, out)
+    return out
+
+
+# ------------------------------------------------------------------ GPU: per-thread tiles
+_GPU_KEYS = ("axis", "min", "extent", "full_extent", "unroll")
+
+
+def _interval(e, ranges):
+    """Inclusive (lo, hi) of an integer expression over ``ranges`` (var ->
+    (lo, hi)); None for an unknown bound.  + - * min max neg, and div /
+    floordiv by a positive constant (both monotone)."""
+    if isinstance(e, ir.Const) and not isinstance(e.value, bool):
+        return int(e.value), int(e.value)
+    if isinstance(e, ir.Var):
+        return ranges.get(e.name, (None, None))
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        lo, hi = _interval(e.a, ranges)
+        return (None if hi is None else -hi), (None if lo is None else -lo)
+    if not isinstance(e, ir.Binary):
+        return None, None
+    (alo, ahi), (blo, bhi) = _interval(e.a, ranges), _interval(e.b, ranges)
+
+    def both(f, x, y):
+        return None if x is None or y is None else f(x, y)
+
+    if e.op == "add":
+        return both(int.__add__, alo, blo), both(int.__add__, ahi, bhi)
+    if e.op == "sub":
+        return both(int.__sub__, alo, bhi), both(int.__sub__, ahi, blo)
+    if e.op == "mul" and None not in (alo, ahi, blo, bhi):
+        products = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+        return min(products), max(products)
+    if e.op == "min":
+        return both(min, alo, blo), min((x for x in (ahi, bhi) if x is not None), default=None)
+    if e.op == "max":
+        return max((x for x in (alo, blo) if x is not None), default=None), both(max, ahi, bhi)
+    if e.op in ("div", "floordiv") and blo is not None and blo == bhi and blo > 0:
+        def q(x):                   # div truncates toward zero, floordiv floors
+            if x is None:
+                return None
+            return -(-x // blo) if e.op == "div" and x < 0 else x // blo
+        return q(alo), q(ahi)
+    return None, None
+
+
+def _needed(store: ir.Store, path) -> set:
+    """The iterators and let names the updated element's index depends on."""
+    need = set()
+    for i in store.index:
+        need |= ir.free_vars(i)
+    for p in reversed(path):
+        if isinstance(p, ir.Let) and p.name in need:
+            need |= ir.free_vars(p.value)
+    return need
+
+
+def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set):
+    """(rhs, kept path, [(slot loop, extent)]) for a per-thread tile, or None
+    when the update cannot be taken (see the module)."""
+    v = store.value
+    if op not in ir.COMBINE or not isinstance(v, ir.Binary) or v.op != op \
+            or not isinstance(v.a, ir.Load) or v.a.array != store.array or v.dtype != v.a.dtype \
+            or ir.expr_key(v.a) != ir.expr_key(ir.Load(store.array, store.index, v.dtype)):
+        return None
+    need = _needed(store, path)
+    if loop.var in need or any(x.array in written for i in store.index for x in _loads(i)):
+        return None
+    kept = [p for p in path if isinstance(p, ir.For) and (p.kind == "gpu_thread" or p.var in need)
+            or isinstance(p, ir.Let) and p.name in need]
+    varying = {loop.var} | {p.var for p in path if isinstance(p, ir.For) and p not in kept}
+    ranges, slots = {}, []
+    for p in kept:
+        exprs = [p.value] if isinstance(p, ir.Let) else [p.lo, p.hi]
+        if any(ir.free_vars(e) & varying or any(x.array in written for x in _loads(e))
+               for e in exprs):
+            return None
+        if isinstance(p, ir.Let):
+            ranges.pop(p.name, None)
+            continue
+        if p.step != 1:
+            return None
+        if p.kind == "gpu_thread":
+            lo = int(p.attrs["min"])
+            ranges[p.var] = (lo, lo + int(p.attrs["extent"]) - 1)
+            continue
+        if not isinstance(p.lo, ir.Const):
+            return None
+        lo, hi = int(p.lo.value), _interval(p.hi, ranges)[1]
+        if hi is None:
+            return None
+        slots.append((p, max(1, hi - lo)))
+        ranges[p.var] = (lo, hi - 1)
+    return v.b, kept, slots
+
+
+def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites) -> ir.Stmt:
+    written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
+    plans, self_loads = [], set()
+    for store, path in sites:
+        got = _gpu_plan(loop, store, path, ops[store.array], written)
+        if got is None:
+            return loop
+        self_loads.add(id(store.value.a))
+        plans.append((store, got))
+    for s in ir.walk_stmts(loop.body):
+        for e in ir.stmt_exprs(s):
+            if any(x.array in ops and id(x) not in self_loads for x in _loads(e)):
+                return loop
+    new, marks, inits, combines, tiles = {}, {}, [], [], []
+    for store, (rhs, kept, slots) in plans:
+        dtype, op = store.value.dtype, ops[store.array]
+        name = f"{store.array}_local"
+        k = 1
+        while name in taken:
+            name, k = f"{store.array}_local{k}", k + 1
+        taken.add(name)
+        for p, ext in slots:
+            marks[id(p)] = {"full_extent": ext}
+        shape = tuple(ir.Const(ext, ir.INDEX) for _, ext in slots) or (ir.Const(1, ir.INDEX),)
+        tidx = tuple(ir.Var(p.var) if p.lo.value == 0 else
+                     ir.Binary("sub", ir.Var(p.var), p.lo, ir.INDEX) for p, _ in slots) \
+            or (ir.Const(0, ir.INDEX),)
+        tile = ir.Load(name, tidx, dtype)
+        new[id(store)] = ir.Store(name, tidx, ir.Binary(store.value.op, tile, rhs, dtype))
+        wrap = [ir.For(p.var, p.lo, p.hi, p.body, kind=p.kind, step=p.step,
+                       attrs={**p.attrs, **marks.get(id(p), {})})
+                if isinstance(p, ir.For) else p for p in kept]
+        inits.append(_wrap(wrap, ir.Store(name, tidx, ir.Const(ir.identity(op, dtype), dtype)),
+                           _GPU_KEYS))
+        combined = ir.Binary(ir.COMBINE[op], ir.Load(store.array, store.index, dtype), tile, dtype)
+        combines.append(_wrap(wrap, ir.Store(store.array, store.index, combined), _GPU_KEYS))
+        tiles.append((name, dtype, shape))
+    attrs = {k: v for k, v in loop.attrs.items() if k != "accumulate"}
+    body = _replace(loop.body, new, marks)
+    out = ir.Block(inits + [ir.For(loop.var, loop.lo, loop.hi, body, kind=loop.kind,
+                                   step=loop.step, attrs=attrs)] + combines)
+    for name, dtype, shape in reversed(tiles):
+        out = ir.Allocate(name, dtype, shape, out, scope="thread")
     return out

@@ -40,7 +40,8 @@ MATH_FUNCS = ("exp", "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil")
 LOOP_KINDS = ("serial", "parallel", "vector", "unrolled", "gpu_block", "gpu_thread")
 GPU_KINDS = ("gpu_block", "gpu_thread")   # attrs["axis"]: "x" | "y" | "z"
 GPU_AXES = ("x", "y", "z")
-MEMORY_SCOPES = ("global", "shared")      # where an Allocate lives (shared: one per GPU block)
+MEMORY_SCOPES = ("global", "shared", "thread")   # where an Allocate lives (shared: one per
+#   GPU block; thread: one per GPU thread, indexed without the thread coordinates)
 
 
 def is_float(dtype: str) -> bool:
@@ -156,7 +157,9 @@ class Allocate(Stmt):
     shape: tuple
     body: Stmt
     zero_init: bool = False
-    scope: str = "global"     # "shared": one copy per GPU block (``__shared__``)
+    scope: str = "global"     # "shared": one copy per GPU block (``__shared__``);
+    # "thread": one copy per GPU thread (registers), made by codegen.accumulate
+    # on GPU-mapped code only: ir.for_cpu refuses it
 
 
 @dataclass(eq=False)
@@ -361,6 +364,9 @@ def for_cpu(s: Stmt) -> Stmt:
     if isinstance(s, For) and s.kind in GPU_KINDS:
         attrs = {k: v for k, v in s.attrs.items() if k not in ("axis", "extent")}
         return For(s.var, s.lo, s.hi, s.body, kind="serial", step=s.step, attrs=attrs)
+    if isinstance(s, Allocate) and s.scope == "thread":
+        raise ValueError(f"ir.for_cpu: {s.array!r} has one copy per GPU thread; serialising "
+                         "the threads would share it (run codegen.accumulate after for_cpu)")
     if isinstance(s, Allocate) and s.scope != "global":
         return Allocate(s.array, s.dtype, s.shape, s.body, s.zero_init)
     return s

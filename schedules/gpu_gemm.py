@@ -1,44 +1,85 @@
 """GEMM on a GPU: the same algorithm as :mod:`schedules.gemm` with a CUDA
 schedule, written in the public language only.
 
-    i0, j0  -> blockIdx.y, blockIdx.x        (a TILE x TILE block of C)
-    k0      serial, the whole block           (steps of TK along k)
+With register blocking (``micro > 1``, the default: 64 x 64 C tile per
+block, 16 x 16 threads, a 4 x 4 micro-tile of C per thread)::
+
+    i0, j0    -> blockIdx.y, blockIdx.x      (a TILE x TILE tile of C)
+    C_local   per-thread tile (registers)    (accumulate_locally(k0): set to 0)
+    k0        serial, the whole block         (steps of TK along k)
       A_shared, B_shared                      (cache_shared: TILE x TK and TK x TILE
                                                tiles copied by the block's threads)
       barrier                                 (placed by the legality check: RAW)
-      i1, j1 -> threadIdx.y, threadIdx.x      (one element of C per thread)
-        k1  serial                            (C += A_tile * B_tile)
+      i_th, j_th -> threadIdx.y, threadIdx.x  (TILE/MICRO threads per axis)
+        k1    serial
+          i_reg, j_reg  (MICRO x MICRO, unrolled)   C_local += A_tile * B_tile
       barrier                                 (WAR: the next copy overwrites the tiles)
+    C += C_local                              (once per thread, after the k loop)
+
+A thread owns rows ``i0*TILE + i_reg*(TILE/MICRO) + i_th`` (and likewise
+columns): neighbouring threads read neighbouring B_shared words and store
+neighbouring C words (no bank conflicts, coalesced stores).  ``micro=1`` is
+the plain shared-tile GEMM (one element of C per thread, accumulated in
+global memory).
 
 The barriers are not written by the schedule: the GPU legality check derives
-them from the dependences through the shared tiles.  C's initialisation is a
-kernel of its own (launched first).  Not yet: register blocking (a micro-tile
-of C per thread, accumulated in registers), double buffering, vector loads.
+them from the dependences through the shared tiles; the per-thread tile is
+``accumulate_locally`` over the block-level k loop (its legality: a
+reassociated reduction whose element does not change with k0, on a serial
+loop the whole block runs).  C's initialisation is a kernel of its own
+(launched first).  Not yet: double buffering, vector loads.
 """
 from __future__ import annotations
 
 from .gemm import algorithm
 
-TILE = 16        # C tile per block (TILE x TILE threads)
+TILE = 64        # C tile per block
 TK = 16          # k step of the shared tiles
+MICRO = 4        # C micro-tile per thread (MICRO x MICRO registers)
 
 
-def function(n, m, k, tile=TILE, tk=TK):
+def function(n, m, k, tile=TILE, tk=TK, micro=MICRO):
     """``C = A @ B`` (float32, shapes fixed) scheduled for CUDA; compile it
     with ``.compile(target="cuda")`` (or for the CPU, where blocks and threads
     run as loops)."""
-    return schedule(algorithm(n, m, k), tile, tk)
+    return schedule(algorithm(n, m, k), tile, tk, micro)
 
 
-def schedule(f, tile=TILE, tk=TK):
+def _check(name, v):
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"gpu_gemm: {name} must be a positive int, got {v!r}")
+
+
+def schedule(f, tile=TILE, tk=TK, micro=MICRO):
     """Applies the CUDA GEMM schedule to a GEMM Function ``f`` (computation
-    ``C`` over ``i, j`` with its update over ``k``, inputs ``A`` and ``B``)."""
+    ``C`` over ``i, j`` with its update over ``k``, inputs ``A`` and ``B``):
+    ``tile`` x ``tile`` of C per block, ``tk`` the k step of the shared
+    tiles, ``micro`` x ``micro`` elements of C per thread in registers."""
+    for name, v in (("tile", tile), ("tk", tk), ("micro", micro)):
+        _check(name, v)
+    if tile % micro:
+        raise ValueError(f"gpu_gemm: tile ({tile}) must be a multiple of micro ({micro})")
+    threads = tile // micro
+    if threads * threads > 1024:
+        raise ValueError(f"gpu_gemm: tile // micro = {threads}: {threads} x {threads} threads "
+                         "per block, beyond the limit of 1024; raise micro or lower tile")
     c = f.computations["C"]
     u = c.update
-    c.gpu_tile("i", "j", tile, tile)
-    u.gpu_tile("i", "j", tile, tile)
-    u.split("k", tk)
-    u.reorder("k0", "i1", "j1", "k1")
+    c.gpu_tile("i", "j", min(threads, 16), min(threads, 16))
+    if micro == 1:
+        u.gpu_tile("i", "j", tile, tile)
+        u.split("k", tk)
+        u.reorder("k0", "i1", "j1", "k1")
+    else:
+        u.tile("i", "j", tile, tile)
+        u.split("i1", threads, names=("i_reg", "i_th"))
+        u.split("j1", threads, names=("j_reg", "j_th"))
+        u.split("k", tk)
+        u.reorder("i0", "j0", "k0", "i_th", "j_th", "k1", "i_reg", "j_reg")
+        u.bind("i0", "block.y").bind("j0", "block.x")
+        u.bind("i_th", "thread.y").bind("j_th", "thread.x")
     u.cache_shared(f.buffers["A"], "k0")
     u.cache_shared(f.buffers["B"], "k0")
+    if micro > 1:
+        u.accumulate_locally("k0", allow_reassociation=True)
     return f

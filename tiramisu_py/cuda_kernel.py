@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from codegen import cuda as gpu_codegen
+from codegen.accumulate import accumulate_locally
 from codegen.simplify import simplify_indices
 
 from . import device_arrays
@@ -140,7 +141,7 @@ def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mode
                          "the outermost loop of every statement to a block (bind / gpu_tile)")
     _check_shared(f, model, plan)
     t2 = time.perf_counter()
-    lowered = simplify_indices(lowered)
+    lowered = accumulate_locally(simplify_indices(lowered))   # per-thread tiles
     source, launch = gpu_codegen.emit_cuda(lowered)
     cubins, resources = {}, {}
     compiler = gpu_codegen.cuda_compiler() if CUDA_ARCHS else None

@@ -12,7 +12,8 @@ names the command and, for dependences, two instances):
 * Block loops carry no dependence: blocks run in any order, concurrently;
   they communicate only across kernel launches (separate top-level nests).
 * Two instances of one block in different threads that depend on each other
-  must be separated by a barrier.  Where their schedule times first differ
+  must be separated by a barrier (a reassociated reduction's updates of one
+  element count: no atomics).  Where their schedule times first differ
   decides: a sequence or a serial loop outside the thread loops gets a
   barrier there (between the sequenced children; at the end of each
   iteration of the loop); a thread loop, or anything inside the thread
@@ -23,6 +24,11 @@ names the command and, for dependences, two instances):
   kernel) are at most :data:`MAX_THREADS`.
 * A statement under no thread loop of an axis runs in thread 0 of that
   axis only (the printer guards it); the check uses the same convention.
+* ``accumulate_locally(loop)`` (register tiles): ``loop`` is a serial loop,
+  inside the block loops, the whole block runs (the tile is per thread and
+  lives across its iterations) or inside the thread loops; never a block,
+  thread or host loop (a tile is private to one thread and one launch).
+  The CPU rule (``legality._check_accumulate``) applies as well.
 
 Values never flow between threads through registers: statements communicate
 only through arrays (loads and stores are the only cross-statement channel
@@ -163,6 +169,9 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
         if gpu_tags(st):
             shapes[stmt] = _shape(stmt, st, commands)
     _check_fused(state, commands)
+    for stmt, st in state.items():
+        if stmt in shapes:
+            _check_accumulate(stmt, st, shapes[stmt], commands)
     # kernels: statements fused in the first block loop (inside the same host loops)
     groups = {}
     for stmt, st in state.items():
@@ -233,7 +242,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
         p = pos_of[stmt].get(axis)
         return f"{var}{p}" if p is not None else str(k.thread_range[axis][0])
 
-    for buf, (d, conflicts) in deps.with_conflicts(state).items():
+    for buf, (d, conflicts) in _gpu_dependences(deps, state, by_stmt).items():
         if conflicts is not None:
             d = d.union(conflicts).union(conflicts.reverse())
         pieces = []
@@ -295,6 +304,47 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 else:
                     out.seq_barriers.add((s, t, q))
     return out
+
+
+def _gpu_dependences(deps, state, by_stmt):
+    """buffer -> (dependences, conflicts) as for the CPU, plus the reduction
+    self-dependences that ``allow_reassociation`` dropped, as conflicts: a
+    reassociated reduction may run in any order, but two threads (or blocks)
+    updating one element at the same time lose updates (no atomics)."""
+    out = dict(deps.with_conflicts(state))
+    for stmt, (buf, red) in deps.reductions_in(state).items():
+        if stmt not in by_stmt or not state[stmt].reassociate or red.is_empty():
+            continue
+        d, c = out.get(buf, (red, None))
+        out[buf] = (d, red if c is None else c.union(red))
+    return out
+
+
+def _check_accumulate(stmt, st, shape, commands):
+    """``accumulate_locally(loop)`` of a mapped statement: ``loop`` is a serial
+    loop the whole block runs (the tile is per thread and lives across its
+    iterations; the thread loops inside close and reopen) or a serial loop
+    inside the thread loops; never a block, thread or host loop."""
+    names = [lp.name for lp in st.loops]
+    nh, nb, first = shape
+    for loop, index in st.accumulate.items():
+        if loop not in names:
+            continue                       # the CPU rule reports it
+        k, tag = names.index(loop), st.tags.get(loop)
+        text = commands[index].text
+        if tag is not None and tag.kind in ("gpu_block", "gpu_thread"):
+            level = tag.kind[4:]
+            raise IllegalScheduleError(
+                f"{text} is illegal on the GPU: {loop!r} is a {level} loop of {stmt} "
+                f"({level}.{tag.arg}); a local tile is private to one thread, so it can "
+                f"accumulate only over a serial loop (e.g. the k-step loop between the block "
+                "and the thread loops), not combine partial results of different "
+                f"{level}s")
+        if k < nh:
+            raise IllegalScheduleError(
+                f"{text} is illegal on the GPU: {loop!r} is a host loop of {stmt} (one kernel "
+                "launch per iteration) and a thread's local tile does not outlive a launch; "
+                "accumulate over a serial loop inside the block loops")
 
 
 def _per_block(model, deps, state, stmt, loop, buf):

@@ -117,6 +117,7 @@ class AstLowering:
     def __init__(self, model, state, reserved_names, gpu=None):
         self.gpu = gpu                  # tiramisu_py.gpu.GpuPlan: barriers, thread ranges
         self.dims = []                  # schedule positions of the enclosing loops
+        self.in_kernel = False          # inside a GPU kernel's block loops
         self.model = model
         self.state = state
         self.ex = ExprLowering(model.f.fixed)
@@ -133,6 +134,45 @@ class AstLowering:
 
     # nodes ------------------------------------------------------------------
     def node(self, n, scope, loops):
+        if self.gpu is not None and not self.in_kernel:
+            k = self.degenerate_kernel(n)
+            if k is not None:
+                return self.one_block(k, lambda: self._node(n, scope, loops))
+        return self._node(n, scope, loops)
+
+    def degenerate_kernel(self, n):
+        """The kernel ``n`` belongs to, outside any kernel, when isl dropped
+        all its block loops (one iteration each: a GEMM no larger than a tile)
+        so that ``n`` holds no loop at a host or block position; else None."""
+        ks = {id(self.gpu.kernel_of(s)): self.gpu.kernel_of(s) for s in self.leaves(n)}
+        if len(ks) != 1 or None in ks.values():
+            return None
+        k = next(iter(ks.values()))
+        limit = 2 * (k.host + len(k.block_axes))
+        found = []
+
+        def cb(x):
+            if x.get_type() == isl.ast_node_type.for_:
+                found.append(int(x.for_get_iterator().get_id().get_name()[1:]))
+            return True
+        n.foreach_descendant_top_down(cb)
+        return None if any(d < limit for d in found) else k
+
+    def one_block(self, k, build):
+        """``build()`` (the kernel's statements) in one-iteration block loops,
+        named as the kernel's, so that the CUDA printer sees one kernel."""
+        self.in_kernel = True
+        try:
+            body = build()
+        finally:
+            self.in_kernel = False
+        st = self.state[k.stmts[0]]
+        for j in reversed(range(len(k.block_axes))):
+            body = ir.For(st.loops[k.host + j].name, ir.const(0), ir.const(1), body,
+                          kind="gpu_block", attrs={"axis": k.block_axes[j]})
+        return body
+
+    def _node(self, n, scope, loops):
         t = n.get_type()
         if t == isl.ast_node_type.for_:
             return self.for_node(n, scope, loops)
@@ -143,6 +183,8 @@ class AstLowering:
             return ir.If(cond, then, els)
         if t == isl.ast_node_type.block:
             kids = _block_children(n)
+            if self.gpu is not None and not self.in_kernel:
+                return ir.Block(self.kernel_groups(kids, scope, loops))
             out = [self.node(k, scope, loops) for k in kids]
             if self.gpu is not None and self.gpu.seq_barriers:
                 out = self.sequence_barriers(kids, out)
@@ -172,7 +214,13 @@ class AstLowering:
         inner = dict(scope)
         inner[it] = name
         self.dims.append(dim)
-        body = self.node(n.for_get_body(), inner, loops + [name])
+        k = self.gpu.kernel_of(stmts[0]) if self.gpu is not None else None
+        enter = k is not None and not self.in_kernel and dim > 2 * k.host
+        self.in_kernel |= enter                # a block loop: the kernel starts here
+        try:
+            body = self.node(n.for_get_body(), inner, loops + [name])
+        finally:
+            self.in_kernel = self.in_kernel and not enter
         self.dims.pop()
         kind, attrs = self.loop_kind(stmts, dim)
         if self.gpu is not None and any((x, dim) in self.gpu.loop_barriers for x in stmts):
@@ -186,6 +234,8 @@ class AstLowering:
             st = self.state[stmt_name]
             names = st.dim_names()
             nm = names[dim] if dim < len(names) else None
+            if self.gpu is not None and dim < 2 * getattr(self.gpu.kernel_of(stmt_name), "host", 0):
+                attrs["host"] = True          # one kernel launch per iteration (CUDA printer)
             if nm in st.accumulate:
                 red = self.model.by_name[stmt_name].stmt
                 attrs["accumulate"] = [(resolve(Access(red.parent, red.lhs))[0].name, red.op)]
@@ -210,6 +260,29 @@ class AstLowering:
                     lo, hi = self.gpu.kernel_of(stmt_name).thread_range[tag.arg]
                     attrs["min"], attrs["extent"] = lo, hi - lo + 1
         return kind, attrs
+
+    def kernel_groups(self, kids, scope, loops):
+        """A sequence outside the kernels: consecutive children that are parts
+        of one kernel whose block loops isl dropped become one kernel."""
+        groups = []
+        for kid in kids:
+            k = self.degenerate_kernel(kid)
+            if k is not None and groups and groups[-1][0] is k:
+                groups[-1][1].append(kid)
+            else:
+                groups.append((k, [kid]))
+        out = []
+        for k, part in groups:
+            if k is None:
+                out += [self.node(x, scope, loops) for x in part]
+                continue
+
+            def build(part=part):
+                res = [self._node(x, scope, loops) for x in part]
+                return ir.Block(self.sequence_barriers(part, res) if self.gpu.seq_barriers
+                                else res)
+            out.append(self.one_block(k, build))
+        return out
 
     def sequence_barriers(self, kids, out):
         """Barriers between the children of a sequence at the schedule position

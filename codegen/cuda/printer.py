@@ -9,7 +9,10 @@ order).  Inside a kernel:
 
 * a ``gpu_block`` loop ``for (i0 = lo; i0 < hi; i0++)`` is
   ``i0 = lo + blockIdx.<axis>; if (i0 < hi)``; the grid extent ``hi - lo``
-  must depend on the params only (a rectangular grid);
+  must depend on the params only (a rectangular grid); a kernel whose block
+  loops were all dropped by isl (one iteration each) runs as one block;
+  top-level serial loops are host loops when the lowering marks them
+  ``attrs["host"]`` (or they contain a block loop);
 * a ``gpu_thread`` loop (``attrs``: axis, min, extent) is
   ``i1 = min + threadIdx.<axis>; if (lo <= i1 && i1 < hi)``; the block has,
   per axis, the largest extent of its thread loops;
@@ -18,7 +21,12 @@ order).  Inside a kernel:
   are not repeated by every thread;
 * ``Barrier`` is ``__syncthreads()``; a ``shared`` Allocate is a static
   ``__shared__`` array (constant shape), any other Allocate in a kernel is a
-  per-thread local array (constant shape);
+  per-thread local array (constant shape; scope ``thread``: a per-thread
+  tile of :mod:`codegen.accumulate`);
+* a loop with ``attrs["full_extent"] = E`` (a slot loop of a per-thread
+  tile) is ``#pragma unroll`` ``for (v = lo; v < lo + E; v++) if (v < hi)``:
+  a constant trip count, so that the tile's indices are constants after
+  unrolling and the tile lives in registers;
 * arrays are flat pointers indexed row-major (``A[i * K + k]``).
 
 The printed subset is what the CPU emulator (:mod:`codegen.cuda.emulator`)
@@ -148,6 +156,7 @@ class _CudaEmitter(_Emitter):
         self.grid = {}                # axis -> (lo, hi) of the block loop
         self.shared = 0
         self.locals_ = set()
+        self.thread_tiles = False     # a per-thread tile (scope "thread") in this kernel
 
     def _call(self, e: ir.Call) -> tuple:
         # CUDA's own math library (expf, logf, tanhf...), not the CPU backends'
@@ -220,6 +229,9 @@ class _CudaEmitter(_Emitter):
             self.out(ind, "}")
             return
         step = ir.check_loop(s, "CUDA printer")
+        if "full_extent" in s.attrs and step == 1 and isinstance(s.lo, ir.Const):
+            self._full_loop(s, ind, int(s.attrs["full_extent"]))
+            return
         if s.kind == "unrolled":
             self.out(ind, f"#pragma unroll {int(s.attrs.get('unroll', 4))}")
         elif s.kind in ("parallel", "vector"):
@@ -228,6 +240,18 @@ class _CudaEmitter(_Emitter):
         self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
                       f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
         self.body(s.body, ind + 1)
+        self.out(ind, "}")
+
+    def _full_loop(self, s, ind, extent):
+        lo = int(s.lo.value)
+        self.out(ind, "#pragma unroll")
+        self.out(ind, f"for (int64_t {s.var} = {lo}; {s.var} < {lo + extent}; {s.var}++) {{")
+        if isinstance(s.hi, ir.Const) and int(s.hi.value) >= lo + extent:
+            self.body(s.body, ind + 1)
+        else:
+            self.out(ind + 1, f"if ({s.var} < {self._wrap(s.hi, P_REL + 1)}) {{")
+            self.body(s.body, ind + 2)
+            self.out(ind + 1, "}")
         self.out(ind, "}")
 
     def allocate(self, s, ind):
@@ -242,6 +266,9 @@ class _CudaEmitter(_Emitter):
         if s.scope == "shared":
             self.shared += n * _ELSIZE[s.dtype]
             self.out(ind, f"__shared__ {t} {s.array}[{n}];")
+        elif s.scope == "thread":
+            self.thread_tiles = True
+            self.out(ind, f"{t} {s.array}[{n}];  /* per-thread tile (registers) */")
         else:
             self.out(ind, f"{t} {s.array}[{n}];")
         if s.zero_init:
@@ -263,7 +290,7 @@ def _kernels(s, guards, out, host=()):
         _kernels(s.then, guards + [s.cond], out, host)
     elif isinstance(s, ir.For) and s.kind == "gpu_block":
         out.append((guards, host, s))
-    elif isinstance(s, ir.For) and s.kind == "serial" and int(s.step) == 1:
+    elif isinstance(s, ir.For) and s.kind == "serial" and int(s.step) == 1 and _is_host(s):
         _check_name(s.var, "loop")
         inner = []
         _kernels(s.body, [], inner, host + (s.var,))
@@ -271,9 +298,16 @@ def _kernels(s, guards, out, host=()):
     elif isinstance(s, ir.Let):
         raise CudaPrintError("CUDA printer: a value computed outside the kernels")
     else:
-        what = f"loop {s.var!r}" if isinstance(s, ir.For) else type(s).__name__
-        raise CudaPrintError(f"CUDA printer: {what} runs outside any GPU kernel; bind the "
-                             "outermost loop of every statement to a block (bind / gpu_tile)")
+        # a kernel whose block loops all have one iteration: isl's AST drops
+        # such degenerate loops (a GEMM no larger than one tile); one block
+        out.append((guards, host, s))
+
+
+def _is_host(s: ir.For) -> bool:
+    """A serial loop around kernels (the lowering marks it ``host``; IR built
+    by hand: a loop with a block loop inside), not a kernel's own loop."""
+    return bool(s.attrs.get("host")) or any(
+        isinstance(x, ir.For) and x.kind == "gpu_block" for x in ir.walk_stmts(s.body))
 
 
 def _conj(guards):
@@ -312,7 +346,10 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             a = shared[name]
             em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
                                     "shared"), 1)
-        em.loop(loop, 1)
+        if isinstance(loop, ir.For) and loop.kind == "gpu_block":
+            em.loop(loop, 1)
+        else:
+            em.body(loop, 1)         # degenerate block loops: a one-block grid
         helpers.update(em.helpers)
         grid = []
         for ax in ir.GPU_AXES:
@@ -338,7 +375,10 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
                                  f"memory, beyond {MAX_SHARED_BYTES}")
         name = f"{fn.name}_k{k}"
         ps = _params(fn, temps, host)
-        kernels.append(f'extern "C" __global__ void __launch_bounds__({nthreads})\n'
+        # a per-thread tile needs its registers: without a minimum of blocks
+        # per SM, ptxas caps registers for occupancy and spills the tile
+        bounds = f"{nthreads}, 1" if em.thread_tiles else f"{nthreads}"
+        kernels.append(f'extern "C" __global__ void __launch_bounds__({bounds})\n'
                        f"{name}({', '.join(ps)})\n{{\n" + "\n".join(consts + em.lines) + "\n}\n")
         kl = KernelLaunch(name, tuple(grid), block, em.shared, _conj(guards), tuple(host))
         plan.kernels.append(kl)
