@@ -264,3 +264,44 @@ def test_cpu_targets_see_serial_loops_of_one_iteration():
     b = RNG.standard_normal((5, 16), dtype=np.float32)
     np.testing.assert_allclose(gemm_tiled(1, 16, 5).compile(target="llvm")(a, b), a @ b,
                                rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------ fuzz: tiny fixed sizes
+def test_fuzz_tiny_fixed_sizes_race_free(monkeypatch):
+    """tests/test_cuda_fuzz.py's random fused programs with N fixed to 1, 2
+    or 3: block and thread loops of one iteration (or none) everywhere.
+    Every accepted mapping compiles and its emulation equals the
+    program-order interpreter in three orders."""
+    import dataclasses
+
+    from tests.fuzz_programs import build, interpret, random_arrays
+    from tests.test_cuda_fuzz import random_program
+    from tiramisu_py import cuda_kernel as ck
+    if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        pytest.skip("no C++ compiler for the CUDA emulator")
+    monkeypatch.setattr(ck, "CUDA_ARCHS", ())
+    rng = np.random.default_rng(77)
+    accepted = one_block = 0
+    for case in range(40):
+        n = int(rng.integers(1, 4))
+        p = dataclasses.replace(random_program(rng), fixed_n=n)
+        f, ns = build(p)
+        for s in p.stmts:
+            ns[s.name].bind("i", "block.x")
+            if rng.integers(0, 4):
+                ns[s.name].bind("j", "thread.x")
+        try:
+            k = f.compile(target="cuda")
+        except tp.IllegalScheduleError:
+            continue
+        accepted += 1
+        one_block += (1, 1, 1) in grids(k)
+        arrays = random_arrays(p, n, case)
+        want = interpret(p, {"N": n}, arrays)
+        for order in ORDERS:
+            got = {b: a.copy() for b, a in arrays.items()}
+            k.emulate(order=order, seed=case, **got)
+            for b in p.bufs:
+                np.testing.assert_allclose(got[b], want[b], rtol=1e-12, atol=1e-12,
+                                           err_msg=f"case {case}, order {order}:\n{k.source}")
+    assert accepted >= 20 and one_block >= 5

@@ -162,8 +162,8 @@ class AstLowering:
             ext = ident.flat_range_product(vals).set_tuple_name(isl.dim_type.out, name)
             out.append(ext.reverse().apply_range(mp))
         sched.foreach_map(extend)
-        res = out[0].to_union_map()
-        for mp in out[1:]:
+        res = isl.UnionMap.empty(sched.get_space())
+        for mp in out:
             res = res.union(mp.to_union_map())
         return res
 
