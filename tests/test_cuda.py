@@ -31,10 +31,11 @@ def gemm_args(n=37, m=29, k=53):
             RNG.standard_normal((k, m), dtype=np.float32))
 
 
-def reverse_in_block():
+def reverse_in_block(n=None):
     """B in one thread is read by C in another thread of the same block: the
-    compiler must put a barrier between the two statements."""
-    f = tp.Function("rev", params=["N"])
+    compiler must put a barrier between the two statements.  ``n``: N fixed
+    to that size."""
+    f = tp.Function("rev", params=["N"] if n is None else {"N": n})
     i, j = f.var("i", 0, "N"), f.var("j", 0, 32)
     a = f.input("A", ("N", 32), tp.float32)
     b = f.computation("B", [i, j], a[i, j] * 2.0)

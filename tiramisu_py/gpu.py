@@ -214,6 +214,8 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                     continue
                 p = 2 * j + 1
                 pos_of[s][axis] = p
+                if s not in sched:
+                    continue              # no instance (e.g. an empty fixed-size range)
                 rng = sched[s].range()
                 lo, hi = _param_bound(rng, p, "min"), _param_bound(rng, p, "max")
                 if lo is None or hi is None:

@@ -16,6 +16,7 @@ from . import types as T
 from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, _weak_default,
                    strong_type, weak_partner_type)
 from .function import Computation, Var
+from .gpu import gpu_tags
 from .poly import resolve
 
 _ISL_OPS = {
@@ -117,7 +118,6 @@ class AstLowering:
     def __init__(self, model, state, reserved_names, gpu=None):
         self.gpu = gpu                  # tiramisu_py.gpu.GpuPlan: barriers, thread ranges
         self.dims = []                  # schedule positions of the enclosing loops
-        self.in_kernel = False          # inside a GPU kernel's block loops
         self.model = model
         self.state = state
         self.ex = ExprLowering(model.f.fixed)
@@ -129,50 +129,105 @@ class AstLowering:
         m = self.model
         build = isl.AstBuild.from_context(m.context())
         sched = m.schedule_map(self.state).intersect_domain(m.union_domain(self.state))
+        if self.gpu is not None:
+            sched = self.with_gpu_values(sched)
         root = build.node_from_schedule_map(sched)
         return self.node(root, {}, [])
 
-    # nodes ------------------------------------------------------------------
-    def node(self, n, scope, loops):
-        if self.gpu is not None and not self.in_kernel:
-            k = self.degenerate_kernel(n)
-            if k is not None:
-                return self.one_block(k, lambda: self._node(n, scope, loops))
-        return self._node(n, scope, loops)
+    # GPU loops of one iteration ---------------------------------------------------
+    def gpu_positions(self, stmt_name):
+        """Schedule positions of a statement's block and thread loops."""
+        return [2 * j + 1 for j, _, _, _ in gpu_tags(self.state[stmt_name])]
 
-    def degenerate_kernel(self, n):
-        """The kernel ``n`` belongs to, outside any kernel, when isl dropped
-        all its block loops (one iteration each: a GEMM no larger than a tile)
-        so that ``n`` holds no loop at a host or block position; else None."""
-        ks = {id(self.gpu.kernel_of(s)): self.gpu.kernel_of(s) for s in self.leaves(n)}
-        if len(ks) != 1 or None in ks.values():
+    def with_gpu_values(self, sched):
+        """``sched`` with each statement's instance tuple extended by the values
+        of its GPU-mapped schedule dimensions (``S[i, j] -> S[i, j, i0, j0]``):
+        isl eliminates a loop of one iteration and substitutes its value into
+        the call arguments, so these extra arguments give the value of every
+        GPU dimension, as an expression of the outer loops, even where the loop
+        is gone (:meth:`degenerate`)."""
+        out = []
+
+        def extend(mp):
+            name = mp.get_tuple_name(isl.dim_type.in_)
+            keep = self.gpu_positions(name)
+            if not keep:
+                out.append(mp)
+                return
+            vals = mp.copy()
+            for p in reversed(range(mp.dim(isl.dim_type.out))):
+                if p not in keep:
+                    vals = vals.project_out(isl.dim_type.out, p, 1)
+            ident = isl.Map.identity(mp.get_space().domain().map_from_set())
+            ext = ident.flat_range_product(vals).set_tuple_name(isl.dim_type.out, name)
+            out.append(ext.reverse().apply_range(mp))
+        sched.foreach_map(extend)
+        res = isl.UnionMap.empty(sched.get_space())
+        for mp in out:
+            res = res.union(mp.to_union_map())
+        return res
+
+    def missing_dim(self, n):
+        """(position, loop prefix) of the outermost GPU loop that every statement
+        under AST node ``n`` shares, that encloses ``n`` in the schedule, and that
+        isl eliminated (one iteration), or None."""
+        if self.gpu is None:
             return None
-        k = next(iter(ks.values()))
-        limit = 2 * (k.host + len(k.block_axes))
+        last = self.dims[-1] if self.dims else -1
+        own = self.for_dim(n)
+        stmts = self.leaves(n)
+        p = next((p for p in self.gpu_positions(stmts[0]) if p > last
+                  and (own is None or p < own)), None) if stmts else None
+        if p is None:
+            return None
+        j = (p - 1) // 2
+        key = tuple(self.state[stmts[0]].consts[:j + 1])
+        if not all(p in self.gpu_positions(s) and tuple(self.state[s].consts[:j + 1]) == key
+                   for s in stmts[1:]):
+            return None
         found = []
 
         def cb(x):
-            if x.get_type() == isl.ast_node_type.for_:
-                found.append(int(x.for_get_iterator().get_id().get_name()[1:]))
-            return True
+            if self.for_dim(x) == p:
+                found.append(x)
+            return not found
         n.foreach_descendant_top_down(cb)
-        return None if any(d < limit for d in found) else k
+        return None if found else (p, key)     # a loop at p in n: not eliminated for all of n
 
-    def one_block(self, k, build):
-        """``build()`` (the kernel's statements) in one-iteration block loops,
-        named as the kernel's, so that the CUDA printer sees one kernel."""
-        self.in_kernel = True
-        try:
-            body = build()
-        finally:
-            self.in_kernel = False
-        st = self.state[k.stmts[0]]
-        for j in reversed(range(len(k.block_axes))):
-            body = ir.For(st.loops[k.host + j].name, ir.const(0), ir.const(1), body,
-                          kind="gpu_block", attrs={"axis": k.block_axes[j]})
-        return body
+    @staticmethod
+    def for_dim(n):
+        if n.get_type() != isl.ast_node_type.for_:
+            return None
+        return int(n.for_get_iterator().get_id().get_name()[1:])
 
-    def _node(self, n, scope, loops):
+    def degenerate(self, key, kids, scope, loops):
+        """The GPU loop at schedule position ``key[0]`` that isl eliminated
+        around the AST nodes ``kids``: a loop of the right kind running exactly
+        its one value (for a thread loop, the thread the legality check assumed),
+        placed where the loop would have been."""
+        p = key[0]
+        stmts = []
+        for k in kids:
+            stmts += [s for s in self.leaves(k) if s not in stmts]
+        m = self.model.by_name[stmts[0]]
+        call = self.first_call(kids[0], m.name)
+        arg = len(self.model.tuple_vars(m, self.state)) + 1 + self.gpu_positions(m.name).index(p)
+        lo = self.aexpr(call.get_op_arg(arg), scope, kids[0])
+        name = self.loop_name(stmts, p, scope)
+        inner = dict(scope)
+        inner[f"c{p}"] = name
+        self.dims.append(p)
+        body = self.node(kids[0], inner, loops + [name]) if len(kids) == 1 \
+            else ir.Block(self.sequence(kids, inner, loops + [name]))
+        self.dims.pop()
+        kind, attrs = self.loop_kind(stmts, p)
+        return ir.For(name, lo, _plus_one(lo), body, kind=kind, attrs=attrs)
+
+    # nodes ------------------------------------------------------------------
+    def node(self, n, scope, loops):
+        key = self.missing_dim(n)
+        if key is not None:
+            return self.degenerate(key, [n], scope, loops)
         t = n.get_type()
         if t == isl.ast_node_type.for_:
             return self.for_node(n, scope, loops)
@@ -182,13 +237,7 @@ class AstLowering:
             els = self.node(n.if_get_else_node(), scope, loops) if n.if_has_else_node() else None
             return ir.If(cond, then, els)
         if t == isl.ast_node_type.block:
-            kids = _block_children(n)
-            if self.gpu is not None and not self.in_kernel:
-                return ir.Block(self.kernel_groups(kids, scope, loops))
-            out = [self.node(k, scope, loops) for k in kids]
-            if self.gpu is not None and self.gpu.seq_barriers:
-                out = self.sequence_barriers(kids, out)
-            return ir.Block(out)
+            return ir.Block(self.sequence(_block_children(n), scope, loops))
         if t == isl.ast_node_type.user:
             return self.user(n, scope)
         if t == isl.ast_node_type.mark:
@@ -214,13 +263,7 @@ class AstLowering:
         inner = dict(scope)
         inner[it] = name
         self.dims.append(dim)
-        k = self.gpu.kernel_of(stmts[0]) if self.gpu is not None else None
-        enter = k is not None and not self.in_kernel and dim > 2 * k.host
-        self.in_kernel |= enter                # a block loop: the kernel starts here
-        try:
-            body = self.node(n.for_get_body(), inner, loops + [name])
-        finally:
-            self.in_kernel = self.in_kernel and not enter
+        body = self.node(n.for_get_body(), inner, loops + [name])
         self.dims.pop()
         kind, attrs = self.loop_kind(stmts, dim)
         if self.gpu is not None and any((x, dim) in self.gpu.loop_barriers for x in stmts):
@@ -261,30 +304,29 @@ class AstLowering:
                     attrs["min"], attrs["extent"] = lo, hi - lo + 1
         return kind, attrs
 
-    def kernel_groups(self, kids, scope, loops):
-        """A sequence outside the kernels: consecutive children that are parts
-        of one kernel whose block loops isl dropped become one kernel."""
+    def sequence(self, kids, scope, loops):
+        """The children of a sequence; consecutive children under one eliminated
+        GPU loop (the same loop: same sequence constants before it) in one
+        loop of one iteration (:meth:`degenerate`)."""
         groups = []
-        for kid in kids:
-            k = self.degenerate_kernel(kid)
-            if k is not None and groups and groups[-1][0] is k:
-                groups[-1][1].append(kid)
+        for k in kids:
+            key = self.missing_dim(k)
+            if key is not None and groups and groups[-1][0] == key:
+                groups[-1][1].append(k)
             else:
-                groups.append((k, [kid]))
-        out = []
-        for k, part in groups:
-            if k is None:
-                out += [self.node(x, scope, loops) for x in part]
-                continue
-
-            def build(part=part):
-                res = [self._node(x, scope, loops) for x in part]
-                return ir.Block(self.sequence_barriers(part, res) if self.gpu.seq_barriers
-                                else res)
-            out.append(self.one_block(k, build))
+                groups.append((key, [k]))
+        out, leaves = [], []
+        for key, members in groups:
+            if key is None:
+                out.append(self.node(members[0], scope, loops))
+            else:
+                out.append(self.degenerate(key, members, scope, loops))
+            leaves.append({s for k in members for s in self.leaves(k)})
+        if self.gpu is not None and self.gpu.seq_barriers:
+            out = self.sequence_barriers(leaves, out)
         return out
 
-    def sequence_barriers(self, kids, out):
+    def sequence_barriers(self, leaves, out):
         """Barriers between the children of a sequence at the schedule position
         the plan names: one before a child that reads (or overwrites) what an
         earlier child wrote in another thread, unless one already separates
@@ -292,8 +334,8 @@ class AstLowering:
         schedule position is where the two statements' sequence constants
         first differ, not the innermost enclosing loop's + 1: isl drops the
         loops of one iteration and merges the sequences around them into one
-        block (the barrier would otherwise be lost)."""
-        leaves = [set(self.leaves(k)) for k in kids]
+        block (the barrier would otherwise be lost).  ``leaves``: the statements
+        under each child."""
         need = []
         for s, t, pos in self.gpu.seq_barriers:
             a, b = self.state[s].consts, self.state[t].consts

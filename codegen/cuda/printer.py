@@ -280,6 +280,10 @@ def _is_zero(e):
     return isinstance(e, ir.Const) and int(e.value) == 0
 
 
+def _is_one(e):
+    return isinstance(e, ir.Const) and int(e.value) == 1
+
+
 def _kernels(s, guards, out, host=()):
     """Collects the top-level structure: kernels (a block loop) as (guards,
     host loop vars, loop), and serial loops around them as HostLoop steps."""
@@ -346,6 +350,12 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             a = shared[name]
             em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
                                     "shared"), 1)
+        # threads per axis known before the first store (a store before the
+        # kernel's first thread loop of an axis is guarded too)
+        for x in ir.walk_stmts(loop):
+            if isinstance(x, ir.For) and x.kind == "gpu_thread":
+                ax = x.attrs["axis"]
+                em.block_axes[ax] = max(em.block_axes.get(ax, 1), int(x.attrs["extent"]))
         if isinstance(loop, ir.For) and loop.kind == "gpu_block":
             em.loop(loop, 1)
         else:
@@ -358,6 +368,9 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
                 continue
             lo, hi = em.grid[ax]
             ext = hi if _is_zero(lo) else ir.Binary("sub", hi, lo, "int64")
+            if isinstance(hi, ir.Binary) and hi.op == "add" and _is_one(hi.b) \
+                    and ir.expr_key(hi.a) == ir.expr_key(lo):
+                ext = ir.const(1)           # a block loop of one iteration: lo .. lo + 1
             free = ir.free_vars(ext)
             if not free <= known | set(host):
                 raise CudaPrintError(
