@@ -14,8 +14,9 @@ statement is repeated for ``i, i+1, ..., i+R-1`` where it stands (lets that
 depend on ``i`` get one copy per row, ``name__r``), followed by a loop over
 the remaining ``< R`` rows.  The inner loop then holds ``R`` rows of
 accumulators and loads ``B`` once for all of them (BLIS's micro-kernel,
-derived by the compiler).  ``R`` is the largest of 4, 3, 2 whose accumulators
-fit in the SIMD registers with four to spare.
+derived by the compiler).  ``R`` (:func:`choose_rows`) gives about eight
+accumulator registers, at most eight rows, four registers spare, and divides
+the loop's trip count when that has a constant bound (a tile).
 """
 from __future__ import annotations
 
@@ -71,10 +72,58 @@ def _factor(loop: ir.For) -> int:
     regs = 32 if vectorize.host_lanes(32) >= 16 else 16
     if not _independent(loop):
         return 1
-    for r in (4, 3, 2):
-        if r * regs_per_row <= regs - 4:
-            return r
-    return 1
+    return choose_rows(regs_per_row, regs, _max_trip(loop))
+
+
+#: accumulator registers a register block aims for: two FMA pipes x four cycles
+#: of FMA latency (fewer leave the FMA units waiting on the dependence chains)
+ACCUMULATORS = 8
+#: most rows in one block: the ``R`` rows of the broadcast operand are read at
+#: one row stride, often a power of two, so they can all fall into one L1 set
+#: (eight ways); more rows then evict each other on every ``k``
+MAX_ROWS = 8
+
+
+def choose_rows(regs_per_row: int, regs: int, trip=None) -> int:
+    """The register block's row count ``R`` for accumulators of
+    ``regs_per_row`` registers each on a host with ``regs`` SIMD registers and
+    a loop of at most ``trip`` iterations (None: unknown): among 8, 6, 4, 3, 2
+    those whose accumulators fit in ``max(ACCUMULATORS, regs_per_row)`` and
+    leave four registers spare; the largest that divides ``trip`` (no rows
+    left to the one-row remainder loop), else the largest.  AVX-512 (32
+    registers) with one register per row: 8 rows; AVX2 (16) with two: 4."""
+    fits = [r for r in (8, 6, 4, 3, 2) if r <= MAX_ROWS and r * regs_per_row <= regs - 4
+            and r * regs_per_row <= max(ACCUMULATORS, regs_per_row)]
+    if trip is not None:
+        fits = [r for r in fits if r <= trip]
+        exact = [r for r in fits if trip % r == 0]
+        if exact:
+            return exact[0]
+    return fits[0] if fits else 1
+
+
+def _max_trip(loop: ir.For):
+    """An upper bound on the iterations of ``loop`` when its lower bound is a
+    constant and its upper bound has a constant bound (``min(31, N - ...) + 1``),
+    else None."""
+    if not isinstance(loop.lo, ir.Const):
+        return None
+    hi = _upper(loop.hi)
+    return None if hi is None else max(0, hi - int(loop.lo.value))
+
+
+def _upper(e):
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Binary):
+        a, b = _upper(e.a), _upper(e.b)
+        if e.op == "min":
+            return a if b is None else b if a is None else min(a, b)
+        if e.op == "add" and a is not None and b is not None:
+            return a + b
+        if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
+            return a - int(e.b.value)
+    return None
 
 
 def _bits(body) -> int:

@@ -147,3 +147,39 @@ def test_softmax_vector_reductions_across_strips(backend):
     ref /= ref.sum(1, keepdims=True)
     np.testing.assert_allclose(kern(x=xv), ref, rtol=2e-6, atol=1e-7)
     assert "mx_vacc" in kern.source and "s_vacc" in kern.source
+
+
+def test_register_block_rows_rule():
+    """R: about eight accumulator registers, at most eight rows, four registers
+    spare, a divisor of a tile's trip count when there is one."""
+    from codegen.regblock import choose_rows
+    assert choose_rows(1, 32) == 8            # AVX-512, W = 16 float32: one zmm per row
+    assert choose_rows(2, 32) == 4            # AVX-512, W = 32: two per row
+    assert choose_rows(2, 16) == 4            # AVX2, W = 16: two ymm per row (as before)
+    assert choose_rows(4, 16) == 2
+    assert choose_rows(1, 32, trip=32) == 8
+    assert choose_rows(1, 32, trip=30) == 6   # divides the tile: no one-row remainder
+    assert choose_rows(1, 32, trip=5) == 4    # none divides 5: the largest that fits
+    assert choose_rows(1, 32, trip=1) == 1
+    assert choose_rows(12, 16) == 1           # accumulators do not fit twice
+
+
+def test_register_block_rows_from_host_and_tile(backend):
+    """DESIGN.md's GEMM schedule: the rows of the register block come from the
+    host's registers and the tile's bound (i1 < min(31, ...) + 1: 32 rows), the
+    result matches NumPy with full blocks, a partial tile and remainder rows."""
+    from codegen import vectorize
+    from codegen.regblock import choose_rows
+    f = _gemm("ov_rb_rows")
+    per = -(-16 // vectorize.host_lanes(32))
+    regs = 32 if vectorize.host_lanes(32) >= 16 else 16
+    r = choose_rows(per, regs, 32)
+    explained = []
+    f.explain(file=type("W", (), {"write": lambda self, s: explained.append(s)})())
+    assert f"loop i1: unrolled by {r} and jammed" in "".join(explained)
+    kern = f.compile()
+    a = RNG.standard_normal((70, 33), dtype=np.float32)    # tiles of 32, 32 and 6 rows
+    b = RNG.standard_normal((33, 50), dtype=np.float32)
+    np.testing.assert_allclose(kern(A=a, B=b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    if backend == "c":
+        assert kern.source.count(f"(i1 + {r - 1})") > 0 and f"(i1 + {r})" not in kern.source
