@@ -152,7 +152,8 @@ def _disjoint(loop: ir.For, spread: bool = True) -> bool:
     accesses, written = {}, set()
     for s in ir.walk_stmts(loop.body):
         if isinstance(s, ir.For):
-            trips[s.var] = vectorize.max_trip(s) if spread and int(s.step) == 1 else None
+            t = vectorize.max_trip(s) if spread and int(s.step) == 1 else None
+            trips[s.var] = None if t is None or trips.get(s.var, 0) is None else max(t, trips.get(s.var, 0))
         elif isinstance(s, ir.Let):
             lets.add(s.name)
         elif isinstance(s, ir.Store):

@@ -240,3 +240,17 @@ def test_two_offsets_of_one_array_in_a_vector_loop(offset, widened):
         X = np.zeros(16 + offset, np.int64)
         assert compile_(fn).call([16 + offset], [X.ctypes.data]) == 0
         np.testing.assert_array_equal(X, want)
+
+
+@pytest.mark.parametrize("trips,disjoint", [((16, 16), True), ((32, 16), False), ((16, 32), False),
+                                            ((16, 8), True)])
+def test_strip_loop_disjointness_by_ranges(trips, disjoint):
+    """for j0: {for u < T1: X[16*j0 + u] = 1; for u < T2: X[16*j0 + u] = 2}:
+    iterations of j0 touch disjoint elements only if every u stays below 16
+    (two loops of one name: the wider range counts)."""
+    from codegen.regblock import _disjoint
+    j0 = Var("j0")
+    at = Binary("add", Binary("mul", Const(16, "int64"), j0, "int64"), Var("u"), "int64")
+    inner = [For("u", Const(0, "int64"), Const(t, "int64"), Store("X", (at,), Const(v, "int64")))
+             for v, t in enumerate(trips)]
+    assert _disjoint(For("j0", Const(0, "int64"), Const(4, "int64"), Block(inner))) == disjoint
