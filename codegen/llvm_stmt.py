@@ -11,7 +11,8 @@ becomes ``llvm.fma``.  A body is widened only if it is made of ``Store``/``Let``
 ``Block`` and every array it stores is stored at one index and loaded (if at all)
 at that same index, with distinct lanes; otherwise -- an inner loop, an ``If``, an
 ``Allocate``, a possible cross-lane dependence, or a lane-dependent condition
-guarding a load -- the loop stays scalar with
+guarding a gathered load (a contiguous one is an ``llvm.masked.load``) -- the
+loop stays scalar with
 ``llvm.loop.vectorize.enable`` metadata (LLVM's vectorizer then checks legality
 itself) and a comment in the IR says why.
 
