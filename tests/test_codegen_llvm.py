@@ -84,7 +84,9 @@ def test_gemm_parallel_outer_vector_inner():
     tc.run_gemm(f, M=1, N=70, seed=2)
     src = f.source
     assert "call void @GOMP_parallel(ptr @\"gemm.par0\"" in src and "ptr noalias" in src
-    assert widths(src, "float") == {16 if llvm_lower.host().avx512 else 8}
+    w = 16 if llvm_lower.host().avx512 else 8
+    assert widths(src, "float") == {w, w // 2}        # then one half-width step, then scalar
+    assert "then at most one step of" in src
     assert re.search(r"@llvm\.fma\.v\d+f32", src) and "llvm.loop.unroll.count\", i32 4" in src
     assert Path(f.path).exists() and Path(f.ll_path).read_text() == src
     rng = np.random.default_rng(7)
@@ -258,13 +260,14 @@ def test_vector_remainder_broadcast_strided(dtype, width):
     src = emit_llvm(fn)
     t = "float" if dtype == "float32" else "double"
     w = width or llvm_lower.host().vector_bits // (32 if dtype == "float32" else 64)
-    assert widths(src, t) == {w} and f"; vector loop i: {w} lanes" in src
+    # then one step of w/2 lanes for a remainder of at least w/2 (w >= 8), then scalar
+    assert widths(src, t) == ({w, w // 2} if w >= 8 else {w}) and f"; vector loop i: {w} lanes" in src
     assert f"load <{w} x {t}>" in src and "shufflevector" in src         # unit stride, broadcast
     assert f"insertelement <{w} x {t}>" in src                           # gather B[2i], A[n-1-i]
     assert "not widened" not in src and re.search(rf"@llvm\.fma\.v{w}f", src)
     f = compile_llvm(fn)
     rng = np.random.default_rng(11)
-    for n in (0, 1, w - 1, w, 2 * w + 3, 37):
+    for n in (0, 1, w // 2, w - 1, w, w + w // 2 + 1, 2 * w + 3, 37):
         A, B = rng.standard_normal(n).astype(dtype), rng.standard_normal(2 * n).astype(dtype)
         S = np.array([1.5], dtype)
         outs = [np.full(n, 7, dtype), np.full(2 * n, 7, dtype), np.full(n, 7, dtype)]
