@@ -3,8 +3,9 @@ outlined parallel), temporaries, and :func:`emit_llvm`.
 
 Vector loops (``For.kind == "vector"``, ``attrs["vector_width"]`` lanes, by
 default one 512-bit register on AVX-512 hosts: 16 float32 / 8 float64) become
-explicit ``<W x T>`` code followed by, for a straight-line body with ``W >= 8``,
-at most one step of ``W/2`` lanes, then a scalar epilogue for the remainder.  In the
+explicit ``<W x T>`` code followed by, for a straight-line body with ``W >= 8`` a
+power of two, at most one step of ``W/2`` lanes, then a scalar epilogue for the
+remainder.  In the
 widened body an index that is affine with unit stride in the iterator is a vector
 load/store, one that does not depend on it is a scalar load + broadcast, anything
 else a gather/scatter of scalar accesses (lanes in order).  ``a*b+c`` on floats
@@ -382,7 +383,7 @@ class Lowering(ReductionLowering, ExprLowering):
                 self.vec = None
         self.counted_loop(s.var, lo, vend, w * step, vbody,
                           self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
-        if len(info) == 2 and w >= 8 and w % 2 == 0:
+        if len(info) == 2 and w >= 8 and w & (w - 1) == 0:
             # straight-line body: half the remainder (at most one group of w/2
             # lanes) as one narrower vector step, as gcc's masked epilogue would
             vend, start = self.vector_end(vend, hi, step, w // 2), vend
