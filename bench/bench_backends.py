@@ -27,6 +27,10 @@ import sys
 import time
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+# NumPy's OpenBLAS threads spin ~0.1 s after each call (2^28 cycles) and, on a
+# 2-core host, halve the speed of a kernel timed right after a NumPy call:
+# let them sleep at once, as our own threads do (OMP_WAIT_POLICY=passive)
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402

@@ -31,6 +31,8 @@ class VecState:
         self.promoted = {}
 
 
+_SUFFIX = {"float": "f32", "double": "f64"}     # intrinsic name mangling of element types
+
 _INT_LIT = re.compile(r"\A(?:splat \(i\d+ )?(-?\d+)\)?\Z")
 
 
@@ -53,6 +55,7 @@ class ExprLowering:
         self.ctx: Ctx = None
         self.vec: VecState = None
         self.spec = 0                # > 0: evaluating lanes that may be inactive
+        self.masks: list = []        # the active lanes there (<W x i1>), innermost last
 
     # -------------------------------------------------------------- lanes
     def lanes(self, *vals) -> tuple:
@@ -316,13 +319,28 @@ class ExprLowering:
                 return self._short_circuit(e, a)
             self.spec += 1
             try:
-                b = self.to_bool(self.ex(e.b))
+                b = self.to_bool(self.masked(a, e.op == "or", lambda: self.ex(e.b)))
             finally:
                 self.spec -= 1
         else:
             b = self.to_bool(self.ex(e.b))
         w, (x, y) = self.lanes(a, b)
         return Val(self.f.op(f"{e.op} {vt('i1', w)} {x}, {y}"), "bool", kind(w))
+
+    def masked(self, c: Val, negate: bool, lower):
+        """``lower()`` with the lanes where ``c`` (or, ``negate``, not ``c``)
+        holds, within the current mask, as the active lanes: a contiguous load
+        there becomes ``llvm.masked.load``, touching no inactive lane."""
+        w, (m,) = self.lanes(c)
+        if negate:
+            m = self.f.op(f"xor {vt('i1', w)} {m}, {splat_lit('true', 'i1', w)}")
+        if self.masks:
+            m = self.f.op(f"and {vt('i1', w)} {m}, {self.masks[-1]}")
+        self.masks.append(m)
+        try:
+            return lower()
+        finally:
+            self.masks.pop()
 
     def _short_circuit(self, e: ir.Binary, a: Val) -> Val:
         f = self.f
@@ -363,7 +381,8 @@ class ExprLowering:
                 return self._lazy_select(e, c)
             self.spec += 1
             try:
-                a, b = self.ex(e.a), self.ex(e.b)
+                a = self.masked(c, False, lambda: self.ex(e.a))
+                b = self.masked(c, True, lambda: self.ex(e.b))
             finally:
                 self.spec -= 1
         else:
@@ -452,8 +471,9 @@ class ExprLowering:
                              f"indexed with {len(index)} indices")
         return [self.index(i) for i in index]
 
-    def addr(self, a: Arr, idx: list) -> str:
-        """Pointer to the element at lane 0 (scalar indices, or the bases of affine ones)."""
+    def addr(self, a: Arr, idx: list, inbounds: bool = True) -> str:
+        """Pointer to the element at lane 0 (scalar indices, or the bases of affine
+        ones); not ``inbounds`` for a masked access, whose lane 0 may lie outside."""
         f, const, acc = self.f, 0, None
         for i, s in zip(idx, a.strides):
             if i.const is not None and isinstance(s, int):
@@ -465,7 +485,8 @@ class ExprLowering:
             lin = str(const)
         else:
             lin = f.op(f"add nsw i64 {acc}, {const}") if const else acc
-        return f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {a.ptr}, i64 {lin}", "p")
+        return f.op(f"getelementptr {'inbounds ' if inbounds else ''}{MEMT[a.dtype]}, ptr {a.ptr}, "
+                    f"i64 {lin}", "p")
 
     def lane_ptrs(self, a: Arr, idx: list) -> list:
         """One pointer per lane (gather / scatter).  Indices that are uniform or
@@ -521,10 +542,16 @@ class ExprLowering:
             x = f.op(f"load {mt}, ptr {self.addr(a, idx)}, align {al}", "ld")
             r = Val(f.op(f"icmp ne i8 {x}, 0") if a.dtype == "bool" else x, a.dtype)
             return self.convert(r, e.dtype) if e.dtype in LLT else r
-        if self.spec and ("L", e.array, tuple(expr_key(i) for i in e.index)) not in self.vec.safe:
-            raise CannotWiden(f"load of {e.array} under a lane-dependent condition")
         w = self.vec.w
-        if self.contiguous(idx):
+        if self.spec and ("L", e.array, tuple(expr_key(i) for i in e.index)) not in self.vec.safe:
+            if not (self.masks and self.contiguous(idx)):
+                raise CannotWiden(f"load of {e.array} under a lane-dependent condition")
+            vty = f"<{w} x {mt}>"
+            name = f"llvm.masked.load.v{w}{_SUFFIX.get(mt, mt)}.p0"
+            self.m.declare(name, vty, ["ptr", f"<{w} x i1>", vty])
+            x = f.op(f"call {vty} @{name}(ptr align {al} {self.addr(a, idx, False)}, <{w} x i1> "
+                     f"{self.masks[-1]}, {vty} poison)", "mld")
+        elif self.contiguous(idx):
             x = f.op(f"load <{w} x {mt}>, ptr {self.addr(a, idx)}, align {al}", "vld")
         else:
             x = "poison"

@@ -3,7 +3,9 @@ outlined parallel), temporaries, and :func:`emit_llvm`.
 
 Vector loops (``For.kind == "vector"``, ``attrs["vector_width"]`` lanes, by
 default one 512-bit register on AVX-512 hosts: 16 float32 / 8 float64) become
-explicit ``<W x T>`` code followed by a scalar epilogue for the remainder.  In the
+explicit ``<W x T>`` code followed by, for a straight-line body with ``W >= 8`` a
+power of two, at most one step of ``W/2`` lanes, then a scalar epilogue for the
+remainder.  In the
 widened body an index that is affine with unit stride in the iterator is a vector
 load/store, one that does not depend on it is a scalar load + broadcast, anything
 else a gather/scatter of scalar accesses (lanes in order).  ``a*b+c`` on floats
@@ -11,7 +13,8 @@ becomes ``llvm.fma``.  A body is widened only if it is made of ``Store``/``Let``
 ``Block`` and every array it stores is stored at one index and loaded (if at all)
 at that same index, with distinct lanes; otherwise -- an inner loop, an ``If``, an
 ``Allocate``, a possible cross-lane dependence, or a lane-dependent condition
-guarding a load -- the loop stays scalar with
+guarding a gathered load (a contiguous one is an ``llvm.masked.load``) -- the
+loop stays scalar with
 ``llvm.loop.vectorize.enable`` metadata (LLVM's vectorizer then checks legality
 itself) and a comment in the IR says why.
 
@@ -372,7 +375,7 @@ class Lowering(ReductionLowering, ExprLowering):
         f.emit(f"; vector loop {_san(s.var)}: {w} lanes, then a scalar epilogue"
                + ("; inner loops run once per vector iteration" if len(info) > 2 else ""))
 
-        def vbody(base):
+        def vbody(base, w=w):
             self.vec = VecState(w, *info)
             try:
                 self.with_var(s.var, Val(base, "int64", "a", step), s.body)
@@ -380,6 +383,13 @@ class Lowering(ReductionLowering, ExprLowering):
                 self.vec = None
         self.counted_loop(s.var, lo, vend, w * step, vbody,
                           self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
+        if len(info) == 2 and w >= 8 and w & (w - 1) == 0:
+            # straight-line body: half the remainder (at most one group of w/2
+            # lanes) as one narrower vector step, as gcc's masked epilogue would
+            vend, start = self.vector_end(vend, hi, step, w // 2), vend
+            f.emit(f"; vector loop {_san(s.var)}: then at most one step of {w // 2} lanes")
+            self.counted_loop(s.var, start, vend, w // 2 * step, lambda b: vbody(b, w // 2),
+                              self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
         self.counted_loop(s.var, vend, hi, step, lambda v: self.with_var(s.var, Val(v, "int64"), s.body),
                           self.m.loop_md('!"llvm.loop.vectorize.width", i32 1',
                                          '!"llvm.loop.interleave.count", i32 1'))

@@ -99,6 +99,43 @@ def _lane_dims(index, var, inner):
     return out
 
 
+def max_trip(loop: ir.For):
+    """An upper bound on the iterations of ``loop`` when its lower bound is a
+    constant and its upper bound has a constant bound (``min(31, N - ...) + 1``),
+    else None."""
+    if not isinstance(loop.lo, ir.Const):
+        return None
+    hi = _upper(loop.hi)
+    return None if hi is None else max(0, hi - int(loop.lo.value))
+
+
+def _upper(e):
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Binary):
+        a, b = _upper(e.a), _upper(e.b)
+        if e.op == "min":
+            return a if b is None else b if a is None else min(a, b)
+        if e.op == "add" and a is not None and b is not None:
+            return a + b
+        if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
+            return a - int(e.b.value)
+    return None
+
+
+def _apart(f, g, trip) -> bool:
+    """Two accesses ``a*v + rest + c1`` and ``a*v + rest + c2`` (``_lane_dims``
+    forms) whose elements no two different lanes share: the same ``a`` and
+    ``rest``, and the same offset, or offsets that ``a * (v1 - v2)`` never
+    bridges (not a multiple of ``a``, or at least ``|a| * trip`` apart for a
+    loop of at most ``trip`` iterations: ``C[16*j0 + j1]`` and
+    ``C[16*j0 + 16 + j1]`` with ``0 <= j1 < 16``, a register block's columns)."""
+    if g is None or f[:2] != g[:2]:
+        return False
+    d, a = f[2] - g[2], f[0]
+    return d == 0 or d % a != 0 or (trip is not None and abs(d) >= abs(a) * trip)
+
+
 def plan(loop: ir.For):
     """(Plan, None) if ``loop`` (a vector loop with a nested body) can be
     widened, else (None, reason)."""
@@ -153,11 +190,12 @@ def plan(loop: ir.For):
     reason = walk(loop.body)
     if reason:
         return None, reason
+    trip = max_trip(loop)
     for name in sorted(written):
         forms = [_lane_dims(ix, var, inner) for ix in accesses[name]]
         common = set(forms[0])
         for fm in forms[1:]:
-            common &= {d for d in fm if fm[d] == forms[0].get(d)}
+            common &= {d for d in fm if _apart(fm[d], forms[0].get(d), trip)}
         if not common:
             return None, (f"two lanes may access one element of {name} (no index of every "
                           f"access to it is the same multiple of {var} plus the same offset)")
@@ -267,8 +305,11 @@ def report(fn: ir.LoweredFunction, default_width=None) -> list:
     from .regblock import register_block
     for s in ir.walk_stmts(register_block(fn).body):
         r = isinstance(s, ir.For) and s.attrs.get("register_block")
+        c = isinstance(s, ir.For) and s.attrs.get("register_block_columns")
         line = (f"loop {s.var}: unrolled by {r} and jammed into the widened vector loop "
-                f"(a register block of {r} rows)") if r else None
+                f"(a register block of {r} rows)") if r else (
+                f"loop {s.var}: unrolled by {c} and jammed into the widened vector loop "
+                f"({c} vectors per row of the register block)") if c else None
         if line and line not in seen:
             seen.add(line)
             out.append(line)

@@ -84,7 +84,9 @@ def test_gemm_parallel_outer_vector_inner():
     tc.run_gemm(f, M=1, N=70, seed=2)
     src = f.source
     assert "call void @GOMP_parallel(ptr @\"gemm.par0\"" in src and "ptr noalias" in src
-    assert widths(src, "float") == {16 if llvm_lower.host().avx512 else 8}
+    w = 16 if llvm_lower.host().avx512 else 8
+    assert widths(src, "float") == {w, w // 2}        # then one half-width step, then scalar
+    assert "then at most one step of" in src
     assert re.search(r"@llvm\.fma\.v\d+f32", src) and "llvm.loop.unroll.count\", i32 4" in src
     assert Path(f.path).exists() and Path(f.ll_path).read_text() == src
     rng = np.random.default_rng(7)
@@ -258,13 +260,14 @@ def test_vector_remainder_broadcast_strided(dtype, width):
     src = emit_llvm(fn)
     t = "float" if dtype == "float32" else "double"
     w = width or llvm_lower.host().vector_bits // (32 if dtype == "float32" else 64)
-    assert widths(src, t) == {w} and f"; vector loop i: {w} lanes" in src
+    # then one step of w/2 lanes for a remainder of at least w/2 (w >= 8), then scalar
+    assert widths(src, t) == ({w, w // 2} if w >= 8 else {w}) and f"; vector loop i: {w} lanes" in src
     assert f"load <{w} x {t}>" in src and "shufflevector" in src         # unit stride, broadcast
     assert f"insertelement <{w} x {t}>" in src                           # gather B[2i], A[n-1-i]
     assert "not widened" not in src and re.search(rf"@llvm\.fma\.v{w}f", src)
     f = compile_llvm(fn)
     rng = np.random.default_rng(11)
-    for n in (0, 1, w - 1, w, 2 * w + 3, 37):
+    for n in (0, 1, w // 2, w - 1, w, w + w // 2 + 1, 2 * w + 3, 37):
         A, B = rng.standard_normal(n).astype(dtype), rng.standard_normal(2 * n).astype(dtype)
         S = np.array([1.5], dtype)
         outs = [np.full(n, 7, dtype), np.full(2 * n, 7, dtype), np.full(n, 7, dtype)]
@@ -294,8 +297,9 @@ def _fallback_cases():
         "if": (If(b("lt", i, c(5)), Store("X", (i,), i)),
                "the condition of an if depends on the vector iterator i",
                lambda x, n: np.where(np.arange(n) < 5, np.arange(n), x)),
-        # a lane-dependent condition guarding a load that could be out of bounds
-        "guarded": (Store("Y", (i,), Select(b("gt", i, c(0)), X(b("sub", i, c(1))), c(-1), "int64")),
+        # a lane-dependent condition guarding a gathered load that could be out of
+        # bounds (a contiguous one becomes llvm.masked.load: test_guarded_load_is_masked)
+        "guarded": (Store("Y", (i,), Select(b("gt", i, c(0)), X(b("sub", n, i)), c(-1), "int64")),
                     "lane-dependent condition", None),
     }
 
@@ -316,7 +320,33 @@ def test_vector_fallback_is_scalar_and_correct(case):
     if expect is not None:
         np.testing.assert_array_equal(Xo, expect(X, 40))
     else:
-        np.testing.assert_array_equal(Yo, np.concatenate([[-1], X[:-1]]))
+        np.testing.assert_array_equal(Yo, np.concatenate([[-1], X[:0:-1]]))
+
+
+@pytest.mark.parametrize("dtype,width", [("float32", 16), ("float64", 8), ("int32", 8)])
+def test_guarded_load_is_masked(dtype, width):
+    """Y[i] = (i > 0 && i < n - 1) ? X[i - 1] + X[i + 1] : -1: contiguous loads
+    under a lane-dependent condition are widened as llvm.masked.load (the
+    inactive lanes' addresses, X[-1] and X[n], are never touched); the result
+    matches NumPy for trip counts with and without a remainder."""
+    i, n = Var("i"), Var("n")
+    X = lambda e: Load("X", (e,), dtype)  # noqa: E731
+    guard = b("and", b("gt", i, c(0)), b("lt", i, b("sub", n, c(1))))
+    val = Select(guard, b("add", X(b("sub", i, c(1))), X(b("add", i, c(1)))), c(-1, dtype), dtype)
+    fn = LoweredFunction(f"masked_{dtype}", [ScalarArg("n")],
+                         [ArrayArg("X", dtype, (n,), False), ArrayArg("Y", dtype, (n,), True)],
+                         For("i", c(0), n, Store("Y", (i,), val), kind="vector",
+                             attrs={"vector_width": width}))
+    src = emit_llvm(fn)
+    assert "llvm.masked.load" in src and "not widened" not in src
+    f = compile_llvm(fn)
+    for m in (1, 2, 17, 40):
+        Xv = (np.arange(m) * 3 - 7).astype(dtype)
+        Yv = np.zeros(m, dtype)
+        assert f.call([m], [addr(Xv), addr(Yv)]) == 0
+        want = np.full(m, -1, dtype)
+        want[1:-1] = Xv[:-2] + Xv[2:]
+        np.testing.assert_array_equal(Yv, want)
 
 
 def test_parallel_outlining_captures_and_nesting():
@@ -511,13 +541,13 @@ def test_vector_reduction_step_fallbacks_and_in_order():
         check_dot("add", "float64", O[1], 2, X, Y, step=3)
     # a term that cannot be widened (a load guarded by a lane-dependent condition): scalar
     k = Var("k")
-    guarded = Select(b("gt", k, c(0)), Load("X", (b("sub", k, c(1)),), "int64"), c(-1), "int64")
+    guarded = Select(b("gt", k, c(0)), Load("X", (b("sub", Var("n"), k),), "int64"), c(-1), "int64")
     fn = dot_ir("int64", "add", "vector", term=guarded)
     src = emit_llvm(fn)
     assert "not widened" in src and "lane-dependent condition" in src and not REDUCE_CALL.search(src)
     X = rng.integers(-99, 99, 40).astype(np.int64)
     _, (_, _, O) = parity(fn, [40], [X, X, np.array([5, 2, 7], np.int64)])
-    assert O[1] == 2 - 1 + X[:39].sum()
+    assert O[1] == 2 - 1 + X[1:].sum()
     # the accumulator element varies with k: runs in order
     n = Var("n")
     body = Store("O", (b("mod", k, c(3)),), b("add", Load("O", (b("mod", k, c(3)),), "int64"),
