@@ -13,7 +13,8 @@ import pytest
 
 import schedules
 from schedules import sparse
-from schedules.sparse import CSRWeights, SparseShape
+from schedules.conv import pair
+from schedules.sparse import CSRWeights, conv_shape
 
 RNG = np.random.default_rng(18)
 
@@ -24,7 +25,8 @@ def pruned(co, ci, k, density, kw=None):
 
 
 def ref_conv(x, w, b, stride=1, padding=0, dilation=1):
-    (sh, sw), (ph, pw), (dh, dw) = (sparse._pair(v, "v", 0) for v in (stride, padding, dilation))
+    (sh, sw), (ph, pw), (dh, dw) = (np.broadcast_to(pair(v, "v", 0), 2)
+                                    for v in (stride, padding, dilation))
     n, ci, h, wd = x.shape
     co, _, kh, kw = w.shape
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
@@ -125,7 +127,7 @@ def test_sparse_conv_schedules(rows_outer, parallel, cb):
     """Both loop orders, both parallel loops and channel blocks (2 of 2 and
     1 channel, 3 of 1 channel) give the same result (the tile count is forced
     up with a small register tile); the CSR's columns need not be sorted."""
-    s = SparseShape.make((2, 3, 8, 7), (5, 3, 3, 3), 1, 1, 1)
+    s = conv_shape((2, 3, 8, 7), (5, 3, 3, 3), 1, 1, 1)
     x = RNG.standard_normal((2, 3, 8, 7), dtype=np.float32)
     w, b = pruned(5, 3, 3, 0.5), RNG.standard_normal(5, dtype=np.float32)
     c = CSRWeights.from_dense(w)
@@ -203,7 +205,7 @@ def test_bad_calls():
 def test_kernel_refuses_bad_offsets():
     """The compiled kernel itself proves every gather in range: a colidx
     pointing outside the padded image is refused before native code runs."""
-    s = SparseShape.make((1, 2, 4, 4), (2, 2, 3, 3), 1, 1, 1)
+    s = conv_shape((1, 2, 4, 4), (2, 2, 3, 3), 1, 1, 1)
     k = sparse.function(s).compile(target="c")
     x = RNG.standard_normal((1, 2, 4, 4), dtype=np.float32)
     with pytest.raises(ValueError, match="colidx"):
