@@ -73,7 +73,7 @@ def _padded(f, X, s: ConvShape, dt, name="xp"):
     ph, pw = s.ph, s.pw
     if ph == 0 and pw == 0:
         return X
-    hp, wp = s.h + 2 * ph, s.w + 2 * pw
+    hp, wp = s.hp, s.wp
     n, c = f.var(f"{name}_n", 0, s.n), f.var(f"{name}_c", 0, s.ci)
     y, x = f.var(f"{name}_y", 0, hp), f.var(f"{name}_x", 0, wp)
     inside = (y >= ph) & (y < s.h + ph) & (x >= pw) & (x < s.w + pw)
