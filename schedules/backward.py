@@ -28,11 +28,6 @@ from .conv import ConvShape
 from .host import host
 
 
-# a conv2d problem: :class:`schedules.conv.ConvShape` takes stride, padding
-# and dilation as ints or (h, w) pairs, read per axis as sh/sw, ph/pw, dh/dw
-Conv = ConvShape
-
-
 def _dt(dtype):
     return {"float32": tp.float32, "float64": tp.float64}[dtype]
 
@@ -74,11 +69,11 @@ def matmul(n, m, k, dtype="float64"):
 
 
 # ------------------------------------------------------------------ conv2d
-def _padded(f, X, s: Conv, dt, name="xp"):
+def _padded(f, X, s: ConvShape, dt, name="xp"):
     ph, pw = s.ph, s.pw
     if ph == 0 and pw == 0:
         return X
-    hp, wp = s.h + 2 * ph, s.w + 2 * pw
+    hp, wp = s.hp, s.wp
     n, c = f.var(f"{name}_n", 0, s.n), f.var(f"{name}_c", 0, s.ci)
     y, x = f.var(f"{name}_y", 0, hp), f.var(f"{name}_x", 0, wp)
     inside = (y >= ph) & (y < s.h + ph) & (x >= pw) & (x < s.w + pw)
@@ -88,7 +83,7 @@ def _padded(f, X, s: Conv, dt, name="xp"):
     return xp
 
 
-def _conv_into(f, name, X, Wt, B, s: Conv, dt, dtype):
+def _conv_into(f, name, X, Wt, B, s: ConvShape, dt, dtype):
     """``name[n, co, y, x] = bias[co] + sum W * padded X`` (a computation)."""
     xp = _padded(f, X, s, dt)
     cig, cog = s.ci // s.groups, s.co // s.groups
@@ -108,7 +103,7 @@ def _conv_into(f, name, X, Wt, B, s: Conv, dt, dtype):
     return out
 
 
-def conv_forward(s: Conv, dtype="float64", bias=True):
+def conv_forward(s: ConvShape, dtype="float64", bias=True):
     """conv2d, NCHW, any stride/padding/dilation/groups (inputs ``data``,
     ``weight``, ``bias``; output ``out``)."""
     dt = _dt(dtype)
@@ -120,7 +115,7 @@ def conv_forward(s: Conv, dtype="float64", bias=True):
     return f
 
 
-def conv_grad_input(s: Conv, dtype="float32"):
+def conv_grad_input(s: ConvShape, dtype="float32"):
     """``grad_data`` from ``grad`` (N, Co, Ho, Wo) and ``weight``: the
     transposed convolution."""
     dt = _dt(dtype)
@@ -161,7 +156,7 @@ def conv_grad_input(s: Conv, dtype="float32"):
     return f
 
 
-def conv_grad_weight(s: Conv, dtype="float32"):
+def conv_grad_weight(s: ConvShape, dtype="float32"):
     """``grad_weight`` (Co, Ci/g, Kh, Kw) and ``grad_bias`` (Co,) from the
     input ``data`` and ``grad``: a correlation, and a sum."""
     dt = _dt(dtype)
@@ -187,7 +182,7 @@ def conv_grad_weight(s: Conv, dtype="float32"):
 
 
 # ------------------------------------------------------------------ fused block
-def _window_first(f, z, s: Conv, pool, dt):
+def _window_first(f, z, s: ConvShape, pool, dt):
     """``m`` (the window maximum) and ``first`` (the window position
     ``dy * pool + dx`` of its first occurrence, row-major as torch scans)."""
     n, c = f.var("wn", 0, s.n), f.var("wc", 0, s.co)
@@ -208,7 +203,7 @@ def _window_first(f, z, s: Conv, pool, dt):
     return m, fi
 
 
-def fused_forward(s: Conv, pool, dtype="float64"):
+def fused_forward(s: ConvShape, pool, dtype="float64"):
     """``max_pool2d(relu(conv2d(data, weight, bias)), pool)`` (floor mode),
     plain: the convolution, then the pooled maximum."""
     dt = _dt(dtype)
@@ -229,7 +224,7 @@ def fused_forward(s: Conv, pool, dtype="float64"):
     return f
 
 
-def fused_grad_pre(s: Conv, pool, dtype="float32"):
+def fused_grad_pre(s: ConvShape, pool, dtype="float32"):
     """``grad_conv`` (N, Co, Ho, Wo): the pooled output's ``grad`` sent to the
     first maximum of its window where the convolution is positive (ReLU), 0
     elsewhere.  Recomputes the convolution from ``data``, ``weight``,

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 import tiramisu_py as tp
 
 from .gemm import blis, default_params
@@ -60,17 +62,88 @@ class ConvShape:
     dh = property(lambda self: self._hw("dilation", 0))
     dw = property(lambda self: self._hw("dilation", 1))
 
+    hp = property(lambda self: self.h + 2 * self.ph, doc="the zero-padded input's height")
+    wp = property(lambda self: self.w + 2 * self.pw, doc="the zero-padded input's width")
+
     @property
     def ho(self):
-        return (self.h + 2 * self.ph - self.dh * (self.kh - 1) - 1) // self.sh + 1
+        return (self.hp - self.dh * (self.kh - 1) - 1) // self.sh + 1
 
     @property
     def wo(self):
-        return (self.w + 2 * self.pw - self.dw * (self.kw - 1) - 1) // self.sw + 1
+        return (self.wp - self.dw * (self.kw - 1) - 1) // self.sw + 1
 
     @property
     def flops(self):
         return 2 * self.n * self.co * self.ho * self.wo * (self.ci // self.groups) * self.kh * self.kw
+
+    @classmethod
+    def make(cls, x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1, op="conv2d",
+             names=("input", "weight")):
+        """The shape of ``op``'s call on an input of shape ``x_shape`` (NCHW)
+        and a weight of shape ``w_shape`` (OIHW), checked: ValueError starting
+        with ``op`` and naming the argument (``names``: what the op calls its
+        input and weight).  ``stride``, ``padding``, ``dilation``: an int or a
+        (height, width) pair, as torch takes them; ``padding`` also "valid"
+        or "same" (:func:`padding_of`)."""
+        stride, dilation = pair(stride, "stride", 1, op), pair(dilation, "dilation", 1, op)
+        if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
+            raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+        n, ci, h, w = x_shape
+        co, cig, kh, kw = w_shape
+        if kh < 1 or kw < 1:
+            raise ValueError(f"{op}: the kernel is {kh}x{kw}; it must be at least 1x1")
+        padding = padding_of(padding, kh, kw, stride, dilation, op)
+        if ci % groups or co % groups:
+            raise ValueError(f"{op}: groups={groups} must divide the {ci} input and {co} output "
+                             "channels")
+        (xn, wn), groups = names, int(groups)
+        if cig != ci // groups:
+            raise ValueError(f"{op}: {wn} has {cig} input channels, {xn} has {ci}" if groups == 1
+                             else f"{op}: {wn} has {cig} input channels per group; {xn} has {ci} "
+                             f"channels in {groups} groups, so {ci // groups} were expected")
+        s = cls(n, ci, h, w, co, kh, kw, stride, padding, dilation, groups)
+        if s.ho < 1 or s.wo < 1:
+            raise ValueError(f"{op}: the {kh}x{kw} kernel (dilation {dilation}) does not fit the "
+                             f"{h}x{w} input with padding {padding}")
+        return s
+
+
+def pair(v, name, least, op="conv2d"):
+    """``v`` (an int, or a pair of ints for height and width, as torch takes
+    them) checked: each at least ``least``; an int or a tuple of two ints."""
+    def ok(i):
+        return isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= least
+    items = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not (ok(v) or (isinstance(v, (tuple, list)) and len(items) == 2 and all(map(ok, items)))):
+        what = "non-negative" if least == 0 else "positive"
+        raise ValueError(f"{op}: {name} must be a {what} int or a pair of them "
+                         f"(height, width), got {v!r}")
+    return int(items[0]) if len(items) == 1 else (int(items[0]), int(items[1]))
+
+
+def padding_of(padding, kh, kw, stride, dilation, op="conv2d"):
+    """torch's ``padding``: an int, a pair, "valid" (0) or "same" (stride 1;
+    the total padding ``dilation * (k - 1)`` must be even: torch puts an odd
+    extra row on one side, which these kernels do not).  ``stride`` and
+    ``dilation`` as :func:`pair` returns them."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return 0
+        if padding != "same":
+            raise ValueError(f"{op}: padding must be an int, a pair, 'valid' or 'same'; "
+                             f"got {padding!r}")
+        if stride not in (1, (1, 1)):
+            raise ValueError(f"{op}: padding='same' is not supported for strided convolutions "
+                             f"(stride={stride!r}), as in torch")
+        dh, dw = dilation if isinstance(dilation, tuple) else (dilation, dilation)
+        th, tw = dh * (kh - 1), dw * (kw - 1)
+        if th % 2 or tw % 2:
+            raise ValueError(f"{op}: padding='same' with a {kh}x{kw} kernel (dilation "
+                             f"{dilation!r}) needs uneven padding, which is not supported; "
+                             f"pad the input and use padding=0")
+        return (th // 2, tw // 2)
+    return pair(padding, "padding", 0, op)
 
 
 def applicable(algo, s: ConvShape) -> bool:
@@ -91,7 +164,7 @@ def padded(f, X, s: ConvShape, name="xp"):
     ph, pw = s.ph, s.pw
     if ph == pw == 0:
         return X
-    hp, wp = s.h + 2 * ph, s.w + 2 * pw
+    hp, wp = s.hp, s.wp
     n, c = f.var(f"{name}_n", 0, s.n), f.var(f"{name}_c", 0, s.ci)
     y, x = f.var(f"{name}_y", 0, hp), f.var(f"{name}_x", 0, wp)
     inside = (y >= ph) & (y < s.h + ph) & (x >= pw) & (x < s.w + pw)

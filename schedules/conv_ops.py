@@ -32,59 +32,9 @@ SPARSE_MAX_DENSITY = 0.7         # denser weights never try "sparse" in the find
 DENSITY_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, SPARSE_MAX_DENSITY)
 
 
-def _pair(v, name, least):
-    """``v`` (an int, or a pair of ints for height and width, as torch takes
-    them) checked: each at least ``least``."""
-    items = tuple(v) if isinstance(v, (tuple, list)) else (v,)
-    if (len(items) not in (1, 2) or (len(items) == 1 and isinstance(v, (tuple, list)))
-            or any(not isinstance(i, int) or isinstance(i, bool) or i < least for i in items)):
-        what = "non-negative" if least == 0 else "positive"
-        raise ValueError(f"conv2d: {name} must be a {what} int or a pair of them "
-                         f"(height, width), got {v!r}")
-    return items[0] if len(items) == 1 else items
-
-
-def _padding(padding, kh, kw, stride, dilation):
-    """torch's ``padding``: an int, a pair, "valid" (0) or "same" (stride 1;
-    the total padding ``dilation * (k - 1)`` must be even: torch puts an odd
-    extra row on one side, which these kernels do not)."""
-    if padding == "valid":
-        return 0
-    if padding == "same":
-        if stride not in (1, (1, 1)):
-            raise ValueError("conv2d: padding='same' is not supported for strided convolutions "
-                             f"(stride={stride!r}), as in torch")
-        dh, dw = dilation if isinstance(dilation, tuple) else (dilation, dilation)
-        th, tw = dh * (kh - 1), dw * (kw - 1)
-        if th % 2 or tw % 2:
-            raise ValueError(f"conv2d: padding='same' with a {kh}x{kw} kernel (dilation "
-                             f"{dilation!r}) needs uneven padding, which is not supported; "
-                             f"pad the input and use padding=0")
-        return (th // 2, tw // 2)
-    if isinstance(padding, str):
-        raise ValueError(f"conv2d: padding must be an int, a pair, 'valid' or 'same'; got {padding!r}")
-    return _pair(padding, "padding", 0)
-
-
 def _shape(x, w, stride, padding, dilation, groups):
-    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
-        raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
-    n, ci, h, wd = x.shape
-    co, cig, kh, kw = w.shape
-    if kh < 1 or kw < 1:
-        raise ValueError(f"conv2d: the kernel is {kh}x{kw}; it must be at least 1x1")
-    padding = _padding(padding, kh, kw, stride, dilation)
-    if ci % groups or co % groups:
-        raise ValueError(f"conv2d: groups={groups} must divide the {ci} input and {co} output channels")
-    if cig != ci // groups:
-        raise ValueError(f"conv2d: weight has {cig} input channels per group; input has {ci} channels in "
-                         f"{groups} group(s), so {ci // groups} were expected")
-    s = C.ConvShape(n, ci, h, wd, co, kh, kw, stride, padding, dilation, groups)
-    if s.ho < 1 or s.wo < 1:
-        raise ValueError(f"conv2d: the {kh}x{kw} kernel (dilation {dilation}) does not fit the "
-                         f"{h}x{wd} input with padding {padding}")
-    return s
+    """The checked :class:`schedules.conv.ConvShape` of a conv2d call."""
+    return C.ConvShape.make(x.shape, w.shape, stride, padding, dilation, groups)
 
 
 def _degenerate(s):
@@ -285,9 +235,9 @@ def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1
                     algo="direct", bias=True):
     """The scheduled Function of one algorithm, to inspect or re-schedule
     (``stride``, ``padding``, ``dilation`` as in :func:`conv2d`)."""
-    stride, dilation = _pair(stride, "stride", 1), _pair(dilation, "dilation", 1)
-    s = C.ConvShape(n, ci, h, w, co, kh, kw, stride, _padding(padding, kh, kw, stride, dilation),
-                    dilation, groups)
+    good = isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1
+    s = C.ConvShape.make((n, ci, h, w), (co, ci // groups if good else ci, kh, kw), stride,
+                         padding, dilation, groups, op="conv2d_function")   # (bad groups: named)
     return C.BUILDERS[algo](s, bias=bias)
 
 

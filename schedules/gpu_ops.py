@@ -110,7 +110,7 @@ def sparse_conv2d_cuda(x, w, bias, stride, padding, dilation, groups):
     csr = _csr(w, x.shape[1])
     if len(csr.shape) != 4:
         raise ValueError(f"{op}: w must be a 4-D (Cout, Cin, KH, KW) weight, got shape {csr.shape}")
-    s = SP.SparseShape.make(tuple(x.shape), csr.shape, stride, padding, dilation, op)
+    s = SP.conv_shape(tuple(x.shape), csr.shape, stride, padding, dilation, op)
     b = None if bias is None else _array(bias, "bias", 1, dev)
     if b is not None and b.shape[0] != s.co:
         raise ValueError(f"{op}: bias has {b.shape[0]} values for {s.co} output channels")

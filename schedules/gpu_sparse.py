@@ -31,12 +31,12 @@ from __future__ import annotations
 import tiramisu_py as tp
 
 from .gpu_conv import map_rows
-from .sparse import SparseShape
+from .conv import ConvShape
 
 THREADS = 128            # output pixels per block (the last block of a row is partial)
 
 
-def function(s: SparseShape, bias=True, threads=None):
+def function(s: ConvShape, bias=True, threads=None):
     """The sparse convolution of shape ``s`` scheduled for CUDA (compile with
     ``.compile(target="cuda")``, or for the CPU).  Arguments: ``data``
     (NCHW), ``rowptr`` (int32, Cout + 1), ``colidx`` (int32 flat offsets,

@@ -53,7 +53,7 @@ def packed_input(f, X, s: ConvShape, n, per_image: bool):
     cb = max(1, min(s.ci, host().lanes(4)))      # 1 for Ci = 0 (an empty packed input)
     cib = -(-s.ci // cb)
     ph, pw = s.ph, s.pw
-    hp, wp = s.h + 2 * ph, s.w + 2 * pw
+    hp, wp = s.hp, s.wp
     xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
                        (("icb", cib), ("iy", hp), ("ix", wp), ("ic", cb)))
     inside = (xb_ * cb + xc < s.ci) & (xy >= ph) & (xy < s.h + ph) & (xx >= pw) & (xx < s.w + pw)

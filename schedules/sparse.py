@@ -26,13 +26,12 @@ an algorithm and a schedule in the DSL (:func:`function`):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 import tiramisu_py as tp
 
 from . import runtime
+from .conv import ConvShape
 from .host import host
 
 _INDEX_DTYPES = (np.int32, np.int64)
@@ -228,75 +227,32 @@ def as_csr(w, ci, name="w"):
 
 
 # ------------------------------------------------------------------ shape
-def _pair(v, name, least):
-    t = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-    if len(t) != 2 or any(isinstance(e, bool) or not isinstance(e, (int, np.integer)) or e < least
-                          for e in t):
-        kind = "non-negative" if least == 0 else "positive"
-        raise ValueError(f"sparse_conv2d: {name} must be a {kind} int or a pair of them, got {v!r}")
-    return int(t[0]), int(t[1])
+def pitch(s: ConvShape):
+    """Row pitch of the flat output row of shape ``s``: the padded width
+    when both strides agree (then an output row is a run of the flat input),
+    else Wo."""
+    return s.wp if s.sh == s.sw else s.wo
 
 
-@dataclass(frozen=True)
-class SparseShape:
-    """A convolution's shape with per-axis stride, padding and dilation (the
-    fields of :class:`schedules.conv.ConvShape`, which takes single ints;
-    the two can merge once ConvShape takes pairs)."""
-    n: int
-    ci: int
-    h: int
-    w: int
-    co: int
-    kh: int
-    kw: int
-    sh: int = 1
-    sw: int = 1
-    ph: int = 0
-    pw: int = 0
-    dh: int = 1
-    dw: int = 1
-
-    hp = property(lambda s: s.h + 2 * s.ph)
-    wp = property(lambda s: s.w + 2 * s.pw)
-    ho = property(lambda s: (s.hp - s.dh * (s.kh - 1) - 1) // s.sh + 1)
-    wo = property(lambda s: (s.wp - s.dw * (s.kw - 1) - 1) // s.sw + 1)
-
-    @property
-    def pitch(self):
-        """Row pitch of the flat output row: the padded width when both
-        strides agree (then an output row is a run of the flat input), else Wo."""
-        return self.wp if self.sh == self.sw else self.wo
-
-    @classmethod
-    def make(cls, x_shape, w_shape, stride, padding, dilation, op="sparse_conv2d"):
-        n, ci, h, w = x_shape
-        co, wci, kh, kw = w_shape
-        if wci != ci:
-            raise ValueError(f"{op}: w has {wci} input channels, x has {ci}")
-        if kh < 1 or kw < 1:
-            raise ValueError(f"{op}: the kernel is {kh}x{kw}; it must be at least 1x1")
-        (sh, sw), (ph, pw), (dh, dw) = (_pair(stride, "stride", 1), _pair(padding, "padding", 0),
-                                        _pair(dilation, "dilation", 1))
-        s = cls(n, ci, h, w, co, kh, kw, sh, sw, ph, pw, dh, dw)
-        if s.ho < 1 or s.wo < 1:
-            raise ValueError(f"{op}: the {kh}x{kw} kernel (dilation {dilation}) does not fit the "
-                             f"{h}x{w} input with padding {padding}")
-        return s
+def conv_shape(x_shape, w_shape, stride, padding, dilation, op="sparse_conv2d"):
+    """The checked :class:`schedules.conv.ConvShape` of a sparse convolution
+    (``groups`` 1; errors name ``op``, ``x`` and ``w``)."""
+    return ConvShape.make(x_shape, w_shape, stride, padding, dilation, 1, op, names=("x", "w"))
 
 
-def tile_size(s: SparseShape, vectors=None):
+def tile_size(s: ConvShape, vectors=None):
     """``(T, Qp)``: floats per register tile (whole SIMD vectors, at most
     ``vectors``, default two fewer than the vector registers: one holds the
     broadcast weight) and the flat output row padded to whole tiles."""
     lanes = host().lanes(4)
     vectors = vectors or max(1, host().vector_registers - 2)
-    q = (s.ho - 1) * s.pitch + s.wo
+    q = (s.ho - 1) * pitch(s) + s.wo
     ntiles = -(-q // (vectors * lanes))
     t = -(-(-(-q // ntiles)) // lanes) * lanes
     return t, ntiles * t
 
 
-def plan(s: SparseShape, vectors=None, rows_outer=None, channel_block=None, density=1.0):
+def plan(s: ConvShape, vectors=None, rows_outer=None, channel_block=None, density=1.0):
     """The schedule's choices for shape ``s`` and weight ``density``
     (arguments given win): ``tile`` / ``qp`` (:func:`tile_size`), ``size`` /
     ``tail`` (floats of the flat padded image and of the zero tail after it
@@ -313,11 +269,11 @@ def plan(s: SparseShape, vectors=None, rows_outer=None, channel_block=None, dens
     size = s.ci * s.hp * s.wp
     # the last read: the largest offset of a nonzero + the last (padded) position
     last = max(s.ci - 1, 0) * s.hp * s.wp + (s.kh - 1) * s.dh * s.wp + (s.kw - 1) * s.dw + \
-        (((qp - 1) // s.pitch) * s.sh * s.wp + ((qp - 1) % s.pitch) * s.sw if s.sh != s.sw
+        (((qp - 1) // pitch(s)) * s.sh * s.wp + ((qp - 1) % pitch(s)) * s.sw if s.sh != s.sw
          else (qp - 1) * s.sh)
     tail = max(0, last + 1 - size)
     if channel_block is None:
-        band = (-(-t // s.pitch) + 1) * s.sh + (s.kh - 1) * s.dh      # input rows a tile reads
+        band = (-(-t // pitch(s)) + 1) * s.sh + (s.kh - 1) * s.dh      # input rows a tile reads
         channel_block = max(1, host().l1d // 2 // (band * s.wp * 4))
     if rows_outer is None:
         rows_outer = (4 * (size + tail) > 2 * host().l2
@@ -329,7 +285,7 @@ def plan(s: SparseShape, vectors=None, rows_outer=None, channel_block=None, dens
 
 
 # ------------------------------------------------------------------ the Function
-def function(s: SparseShape, bias=True, pool=1, relu=False, vectors=None, parallel=None,
+def function(s: ConvShape, bias=True, pool=1, relu=False, vectors=None, parallel=None,
              rows_outer=None, channel_block=None, density=1.0):
     """The scheduled sparse convolution (``pool > 1``: ``max_pool(relu?(conv))``
     with non-overlapping ``pool x pool`` windows, fused).  Kernel arguments:
@@ -364,7 +320,7 @@ def function(s: SparseShape, bias=True, pool=1, relu=False, vectors=None, parall
     def offset(q):          # where output position q starts reading the flat image
         if s.sh == s.sw:
             return q * s.sh
-        return (q // s.pitch) * (s.sh * s.wp) + (q % s.pitch) * s.sw
+        return (q // pitch(s)) * (s.sh * s.wp) + (q % pitch(s)) * s.sw
     plane = s.hp * s.wp
     ximg = f.buffer("x_image", (size + tail,), tp.float32)
     if parallel is None:
@@ -436,7 +392,7 @@ def _write_out(f, s, acc, n, co, pool, relu):
     best = None
     for dy in range(pool):
         for dx in range(pool):
-            v = acc[n, co, (oy * pool + dy) * s.pitch + ox * pool + dx]
+            v = acc[n, co, (oy * pool + dy) * pitch(s) + ox * pool + dx]
             best = v if best is None else tp.max(best, v)
     return f.computation("out", [n, co, oy, ox], tp.max(best, 0.0) if relu else best)
 
@@ -460,7 +416,7 @@ def _prepare(x, w, bias, stride, padding, dilation, groups, op):
     csr = as_csr(w, x.shape[1])
     if len(csr.shape) != 4:
         raise ValueError(f"{op}: w must be a 4-D (Cout, Cin, KH, KW) weight, got shape {csr.shape}")
-    s = SparseShape.make(tuple(x.shape), csr.shape, stride, padding, dilation, op)
+    s = conv_shape(tuple(x.shape), csr.shape, stride, padding, dilation, op)
     b = None if bias is None else runtime.float32_array(bias, "bias", 1)
     if b is not None and b.shape[0] != s.co:
         raise ValueError(f"{op}: bias has {b.shape[0]} values for {s.co} output channels")
@@ -512,5 +468,6 @@ def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, di
 def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1,
                            bias=True, pool=1, relu=False, **schedule):
     """The scheduled Function, to inspect or re-schedule."""
-    s = SparseShape.make((n, ci, h, w), (co, ci, kh, kw), stride, padding, dilation)
+    s = conv_shape((n, ci, h, w), (co, ci, kh, kw), stride, padding, dilation,
+                   "sparse_conv2d_function")
     return function(s, bias=bias, pool=pool, relu=relu, **schedule)

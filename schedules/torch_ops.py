@@ -28,6 +28,7 @@ from tiramisu_py.torch_ops import contiguous, define
 
 from . import backward as BW
 from . import runtime
+from .conv import ConvShape
 
 NS = "tiramisu"
 FLOATS = {torch.float32: "float32", torch.float64: "float64"}
@@ -60,13 +61,13 @@ def _conv(op, xshape, wshape, stride, padding, dilation, groups):
     torch._check(groups >= 1 and ci % groups == 0 and co % groups == 0 and cig * groups == ci,
                  lambda: f"tiramisu::{op}: weight {wshape} does not fit input {xshape} "
                          f"with groups={groups}")
-    s = BW.Conv(n, ci, h, wd, co, kh, kw, tuple(stride), tuple(padding), tuple(dilation), groups)
+    s = ConvShape(n, ci, h, wd, co, kh, kw, tuple(stride), tuple(padding), tuple(dilation), groups)
     torch._check(s.ho >= 1 and s.wo >= 1,
                  lambda: f"tiramisu::{op}: the {kh}x{kw} kernel does not fit the {h}x{wd} input")
     return s
 
 
-def _square(s: BW.Conv):
+def _square(s: ConvShape):
     return s.sh == s.sw and s.ph == s.pw and s.dh == s.dw
 
 

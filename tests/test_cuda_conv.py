@@ -14,7 +14,7 @@ import schedules
 import tiramisu_py as tp
 from schedules import gpu_conv, gpu_sparse, runtime
 from schedules.conv import ConvShape
-from schedules.sparse import CSRWeights, SparseShape
+from schedules.sparse import CSRWeights, conv_shape
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
@@ -160,7 +160,7 @@ def test_conv_groups_refused_on_cuda():
 
 
 # ------------------------------------------------------------------ sparse conv
-SPARSE_SHAPE = SparseShape.make((2, 3, 9, 11), (5, 3, 3, 3), stride=2, padding=1, dilation=(1, 2))
+SPARSE_SHAPE = conv_shape((2, 3, 9, 11), (5, 3, 3, 3), stride=2, padding=1, dilation=(1, 2))
 
 
 def sparse_args(s, density, seed=0, empty_rows=(1,)):
@@ -197,7 +197,7 @@ def test_sparse_emulated_matches_torch_in_every_order(density):
 
 def test_sparse_partial_pixel_blocks():
     """More pixels than threads per block: the last block of each row is partial."""
-    s = SparseShape.make((1, 2, 7, 9), (3, 2, 3, 3), stride=1, padding=1, dilation=1)
+    s = conv_shape((1, 2, 7, 9), (3, 2, 3, 3), stride=1, padding=1, dilation=1)
     args, want, _ = sparse_args(s, 0.4, seed=4, empty_rows=(2,))
     f = gpu_sparse.function(s, threads=32)                     # 63 pixels: blocks of 32
     np.testing.assert_allclose(f.compile(target="llvm")(**args), want, rtol=1e-4, atol=1e-4)
@@ -214,7 +214,7 @@ def evaluate_grid(k):
 
 
 def test_data_dependent_loop_on_a_thread_axis_refused():
-    f = gpu_sparse.function(SparseShape.make((1, 2, 6, 6), (3, 2, 3, 3), 1, 1, 1))
+    f = gpu_sparse.function(conv_shape((1, 2, 6, 6), (3, 2, 3, 3), 1, 1, 1))
     f.computations["acc"].update.bind("j", "thread.y")
     with pytest.raises(tp.IllegalScheduleError,
                        match=r"thread loop 'j' of acc_update has no constant bound"):
@@ -223,7 +223,7 @@ def test_data_dependent_loop_on_a_thread_axis_refused():
 
 # ------------------------------------------------------------------ cubins (one shape per op)
 CUBIN_CONV = ConvShape(2, 16, 28, 28, 32, 3, 3, stride=1, padding=1)
-CUBIN_SPARSE = SparseShape.make((2, 16, 28, 28), (32, 16, 3, 3), 1, 1, 1)
+CUBIN_SPARSE = conv_shape((2, 16, 28, 28), (32, 16, 3, 3), 1, 1, 1)
 
 
 def library_conv_kernel():

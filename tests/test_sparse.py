@@ -13,7 +13,8 @@ import pytest
 
 import schedules
 from schedules import sparse
-from schedules.sparse import CSRWeights, SparseShape
+from schedules.conv import pair
+from schedules.sparse import CSRWeights, conv_shape
 
 RNG = np.random.default_rng(18)
 
@@ -24,7 +25,8 @@ def pruned(co, ci, k, density, kw=None):
 
 
 def ref_conv(x, w, b, stride=1, padding=0, dilation=1):
-    (sh, sw), (ph, pw), (dh, dw) = (sparse._pair(v, "v", 0) for v in (stride, padding, dilation))
+    (sh, sw), (ph, pw), (dh, dw) = (np.broadcast_to(pair(v, "v", 0), 2)
+                                    for v in (stride, padding, dilation))
     n, ci, h, wd = x.shape
     co, _, kh, kw = w.shape
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
@@ -125,7 +127,7 @@ def test_sparse_conv_schedules(rows_outer, parallel, cb):
     """Both loop orders, both parallel loops and channel blocks (2 of 2 and
     1 channel, 3 of 1 channel) give the same result (the tile count is forced
     up with a small register tile); the CSR's columns need not be sorted."""
-    s = SparseShape.make((2, 3, 8, 7), (5, 3, 3, 3), 1, 1, 1)
+    s = conv_shape((2, 3, 8, 7), (5, 3, 3, 3), 1, 1, 1)
     x = RNG.standard_normal((2, 3, 8, 7), dtype=np.float32)
     w, b = pruned(5, 3, 3, 0.5), RNG.standard_normal(5, dtype=np.float32)
     c = CSRWeights.from_dense(w)
@@ -177,6 +179,52 @@ def test_scipy_form():
     np.testing.assert_allclose(out, ref_conv(x, w, None, 1, 1), rtol=1e-4, atol=1e-4)
 
 
+# ------------------------------------------------------------------ the shape (ConvShape)
+def test_shape_is_conv_shape_and_keys_distinguish_axes():
+    """The sparse ops' shape is ConvShape: per-axis fields, padded sizes and
+    the pitch; shapes differing in one axis of one field differ (as kernel
+    keys), equal pairs equal the int."""
+    from schedules.conv import ConvShape
+    s = conv_shape((2, 3, 9, 11), (5, 3, 3, 3), stride=(2, 1), padding=(1, 0), dilation=(1, 2))
+    assert isinstance(s, ConvShape)
+    assert (s.sh, s.sw, s.ph, s.pw, s.dh, s.dw) == (2, 1, 1, 0, 1, 2)
+    assert (s.hp, s.wp, s.ho, s.wo) == (11, 11, 5, 7)
+    assert sparse.pitch(s) == s.wo                          # strides differ: Wo
+    same = conv_shape((2, 3, 9, 11), (5, 3, 3, 3), 2, 1, 1)
+    assert sparse.pitch(same) == same.wp == 13
+    assert conv_shape((1, 2, 6, 6), (3, 2, 3, 3), (1, 1), [1, 1], (1, 1)) == \
+        conv_shape((1, 2, 6, 6), (3, 2, 3, 3), 1, 1, 1)
+    variants = [conv_shape((1, 2, 8, 8), (3, 2, 3, 3), st, pd, dl)
+                for st in (1, (1, 2), (2, 1)) for pd in (0, (0, 1), (1, 0))
+                for dl in (1, (1, 2), (2, 1))]
+    assert len(set(variants)) == len(variants) == 27
+    assert len({repr(v) for v in variants}) == 27          # the warm-start key is the repr
+
+
+def test_padding_same_and_valid():
+    x = RNG.standard_normal((1, 3, 6, 7), dtype=np.float32)
+    w = pruned(4, 3, 3, 0.5)
+    c = CSRWeights.from_dense(w)
+    for padding, ref_padding in (("same", 1), ("valid", 0)):
+        np.testing.assert_allclose(schedules.sparse_conv2d(x, c, padding=padding),
+                                   ref_conv(x, w, None, 1, ref_padding), rtol=1e-4, atol=1e-4)
+
+
+def test_shape_errors_name_the_op():
+    x = RNG.standard_normal((1, 3, 5, 5), dtype=np.float32)
+    c = CSRWeights.from_dense(pruned(4, 3, 3, 0.5))
+    with pytest.raises(ValueError, match="^sparse_conv_relu_maxpool: stride must be"):
+        schedules.sparse_conv_relu_maxpool(x, c, stride=0)
+    with pytest.raises(ValueError, match="^sparse_conv2d: padding must be a non-negative int"):
+        schedules.sparse_conv2d(x, c, padding=-1)
+    with pytest.raises(ValueError, match="^sparse_conv2d: padding='same' is not supported"):
+        schedules.sparse_conv2d(x, c, stride=2, padding="same")
+    with pytest.raises(ValueError, match="^sparse_conv2d_function: the 3x3 kernel .* does not fit"):
+        schedules.sparse_conv2d_function(1, 3, 2, 2, 4)
+    with pytest.raises(ValueError, match="^conv2d_function: groups must be a positive int"):
+        schedules.conv2d_function(1, 4, 6, 6, 4, groups=0)
+
+
 # ------------------------------------------------------------------ bad input
 def test_bad_calls():
     x = RNG.standard_normal((1, 3, 5, 5), dtype=np.float32)
@@ -203,7 +251,7 @@ def test_bad_calls():
 def test_kernel_refuses_bad_offsets():
     """The compiled kernel itself proves every gather in range: a colidx
     pointing outside the padded image is refused before native code runs."""
-    s = SparseShape.make((1, 2, 4, 4), (2, 2, 3, 3), 1, 1, 1)
+    s = conv_shape((1, 2, 4, 4), (2, 2, 3, 3), 1, 1, 1)
     k = sparse.function(s).compile(target="c")
     x = RNG.standard_normal((1, 2, 4, 4), dtype=np.float32)
     with pytest.raises(ValueError, match="colidx"):
