@@ -132,6 +132,29 @@ def shared_k_steps(f, init, update, k, j, buffers):
         u.cache_shared(f.buffers[b], f"{k}0")
 
 
+def gemm_registers():
+    """8 x 8 of C per block, 4 x 4 threads, 2 x 2 of C per thread in registers
+    (`accumulate_locally` over the block-level k-step loop), A and B tiles in
+    shared memory.  3 barriers: after the copies, at the end of each k-step,
+    and before the register tile is added to C (scale wrote C in 8 x 8
+    threads, the combine reads it in 4 x 4)."""
+    f = SPECS["gemm"].build()
+    s, u = S(f, "scale"), S(f, "scale_update")
+    s.gpu_tile("i", "j", 8, 8)
+    u.tile("i", "j", 8, 8)
+    u.split("i1", 4, names=("i_reg", "i_th"))
+    u.split("j1", 4, names=("j_reg", "j_th"))
+    u.split("k", 4)
+    u.reorder("i0", "j0", "k0", "i_th", "j_th", "k1", "i_reg", "j_reg")
+    u.bind("i0", "block.y").bind("j0", "block.x")
+    u.bind("i_th", "thread.y").bind("j_th", "thread.x")
+    u.after(s, "j0")
+    u.cache_shared(f.buffers["A"], "k0")
+    u.cache_shared(f.buffers["B"], "k0")
+    u.accumulate_locally("k0", allow_reassociation=True)
+    return f
+
+
 def mm2_tile():
     """Two kernels (tmp, then D), one element per thread each."""
     f = SPECS["2mm"].build()
@@ -203,6 +226,21 @@ def heat3d_host():
     return f
 
 
+def heat3d_block():
+    """5 x 5 x 5 points on the threads of one block (N = 7), time loop inside:
+    2 barriers (sB -> sA, end of step)."""
+    f = fixed("heat-3d", N=7)
+    for n in ("sB", "sA"):
+        s = S(f, n)
+        s.split("i", 8)
+        s.tile("j", "k", 8, 8)
+        s.reorder("i0", "j0", "k0", "t", "i1", "j1", "k1")
+        s.bind("i0", "block.z").bind("j0", "block.y").bind("k0", "block.x")
+        s.bind("i1", "thread.z").bind("j1", "thread.y").bind("k1", "thread.x")
+    S(f, "sA").after(S(f, "sB"), "t")
+    return f
+
+
 def seidel_wavefront():
     """(t, i, j) -> (i + 2t, t, j + i + 2t): the wavefront i' on the host (one
     launch per wavefront), t on blocks and threads (no dependence at fixed i'),
@@ -237,6 +275,28 @@ def fdtd2d_host():
     S(f, "s1").gpu_tile("ei", "ej", 4, 8)
     S(f, "s2").gpu_tile("xi", "xj", 4, 8)
     S(f, "s3").gpu_tile("hi", "hj", 4, 8)
+    return f
+
+
+def fdtd2d_block():
+    """The four statements of a step in one block (NX = 10 rows on thread.y,
+    NY = 11 columns on thread.x), time loop inside: 2 barriers, before s3
+    (it reads the neighbours' ex and ey, and overwrites the hz that s1 and
+    s2 read in other threads) and at the end of each step (s1, s2 read the
+    neighbours' hz)."""
+    f = fixed("fdtd-2d", NX=10, NY=11)
+    s0 = S(f, "s0")
+    s0.split("y0", 16)
+    s0.interchange("t", "y00")
+    s0.bind("y00", "block.x").bind("y01", "thread.x")
+    prev = s0
+    for n, (i, j) in (("s1", ("ei", "ej")), ("s2", ("xi", "xj")), ("s3", ("hi", "hj"))):
+        s = S(f, n)
+        s.split(j, 16)
+        s.reorder(f"{j}0", "t", i, f"{j}1")
+        s.bind(f"{j}0", "block.x").bind(i, "thread.y").bind(f"{j}1", "thread.x")
+        s.after(prev, "t")
+        prev = s
     return f
 
 
@@ -333,9 +393,24 @@ def adi_host():
     return f
 
 
+def adi_block():
+    """Both sweeps of every step in one block (N = 10): one line per thread;
+    2 barriers (column sweep -> row sweep, end of step)."""
+    f = fixed("adi", N=10)
+    for n in ADI:
+        s = S(f, n)
+        s.split("i", 16)
+        s.interchange("t", "i0")
+        s.bind("i0", "block.x").bind("i1", "thread.x")
+    for prev, n in zip(ADI, ADI[1:]):
+        S(f, n).after(S(f, prev), "t" if n == "r1" else "i1")
+    return f
+
+
 MAPPINGS = {
     "gemm_tile": ("gemm", gemm_tile, 0),
     "gemm_shared": ("gemm", gemm_shared, 2),
+    "gemm_registers": ("gemm", gemm_registers, 3),
     "2mm_tile": ("2mm", mm2_tile, 0),
     "2mm_shared": ("2mm", mm2_shared, 2),
     "jacobi-1d_host": ("jacobi-1d", jacobi1d_host, 0),
@@ -343,9 +418,11 @@ MAPPINGS = {
     "jacobi-2d_host": ("jacobi-2d", jacobi2d_host, 0),
     "jacobi-2d_block": ("jacobi-2d", jacobi2d_block, 2),
     "heat-3d_host": ("heat-3d", heat3d_host, 0),
+    "heat-3d_block": ("heat-3d", heat3d_block, 2),
     "seidel-2d_wavefront": ("seidel-2d", seidel_wavefront, 0),
     "seidel-2d_block": ("seidel-2d", seidel_block, 1),
     "fdtd-2d_host": ("fdtd-2d", fdtd2d_host, 0),
+    "fdtd-2d_block": ("fdtd-2d", fdtd2d_block, 2),
     "lu_block": ("lu", lu_block, 1),
     "cholesky_block": ("cholesky", cholesky_block, 1),
     "trisolv_block": ("trisolv", trisolv_block, 3),
@@ -353,6 +430,7 @@ MAPPINGS = {
     "syrk_tile": ("syrk", syrk_tile, 0),
     "syrk_reversed_scale": ("syrk", syrk_reversed_scale, 1),
     "adi_host": ("adi", adi_host, 0),
+    "adi_block": ("adi", adi_block, 2),
 }
 
 
@@ -402,7 +480,8 @@ def test_host_loops_launch_per_step():
 def test_persistent_kernels_are_one_launch_of_one_block():
     for name, values in (("jacobi-1d_block", dict(T=5)), ("jacobi-2d_block", dict(T=5)),
                          ("seidel-2d_block", {}), ("trisolv_block", {}),
-                         ("cholesky_block", {})):
+                         ("cholesky_block", {}), ("heat-3d_block", dict(T=3)),
+                         ("fdtd-2d_block", dict(T=4)), ("adi_block", dict(T=3))):
         assert launches(name, **values) == [(f"{mapping(name)().name}_k0", (1, 1, 1))], name
     # lu: the identity copy A0, then one single-block launch per row i >= 1
     # (row 0 has no instance: its k and ku ranges are empty)
@@ -506,7 +585,8 @@ def _without(source, which):
 
 @needs_cxx
 @pytest.mark.parametrize("name,which", [("jacobi-1d_block", 0), ("jacobi-1d_block", 1),
-                                        ("trisolv_block", 1), ("lu_block", 0)])
+                                        ("trisolv_block", 1), ("lu_block", 0),
+                                        ("fdtd-2d_block", 0)])
 def test_emulator_catches_a_removed_barrier(name, which):
     kernel = MAPPINGS[name][0]
     k = cuda_kernel(mapping(name))
@@ -521,7 +601,7 @@ def test_emulator_catches_a_removed_barrier(name, which):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", ["gemm_shared", "trisolv_block"])
+@pytest.mark.parametrize("name", ["gemm_registers", "trisolv_block"])
 def test_cubins_without_spills(name):
     k = cuda_kernel(mapping(name), cubins=True)
     assert set(k.cubins) == {"sm_80", "sm_90"}
