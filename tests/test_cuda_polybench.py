@@ -352,7 +352,9 @@ def floyd_block():
     """Exact dependences leave no two FW instances of one k independent
     (row and column k are read and written in the same k step: safe only
     because path[k][k] >= 0, which no analysis knows), so the legal mapping
-    is one thread: k on the host, one block (N = 11 < 16)."""
+    is one thread: k on the host, one block (N = 11 < 16).  No mapping of FW
+    with two threads is legal (rows or columns on threads: refused, see
+    floyd_naive_threads), hence none with a barrier."""
     f = fixed("floyd-warshall", N=11)
     split_bind(S(f, "FW"), "i", 16, thread=None)
     return f
@@ -436,6 +438,10 @@ MAPPINGS = {
 
 def test_every_suite_kernel_has_a_mapping():
     assert {k for k, _, _ in MAPPINGS.values()} == set(SPECS)
+    # one with barriers for every kernel but floyd-warshall (see floyd_block)
+    assert {k for k, _, b in MAPPINGS.values() if b} == set(SPECS) - {"floyd-warshall"}
+    racy = {"seidel-2d", "lu", "cholesky", "trisolv", "floyd-warshall", "adi"}
+    assert {n.rsplit("_", 1)[0] for n in ILLEGAL} == racy
 
 
 @functools.lru_cache(maxsize=None)
@@ -537,6 +543,15 @@ def floyd_naive():
     return f
 
 
+def floyd_naive_threads():
+    """Rows on the threads of one block: every row reads row k, which row
+    k's thread rewrites in the same step (a dependence between two threads
+    of one thread loop)."""
+    f = fixed("floyd-warshall", N=11)
+    split_bind(S(f, "FW"), "i", 16)
+    return f
+
+
 def adi_naive_threads():
     """The column sweep's recurrence along j on threads."""
     f = SPECS["adi"].build()
@@ -564,6 +579,9 @@ ILLEGAL = {
                                                    i=INST)),
     "floyd-warshall_blocks": (floyd_naive, BLOCK.format(cmd=r"FW\.bind\(i0, 'block.y'\)",
                                                         loop="i0", i=INST)),
+    "floyd-warshall_threads": (floyd_naive_threads,
+                               THREAD.format(cmd=r"FW\.bind\(i1, 'thread.x'\)", loop="i1",
+                                             i=INST)),
     "adi_threads": (adi_naive_threads, THREAD.format(cmd=r"c[45]\.bind\(j1, 'thread.x'\)",
                                                      loop="j1", i=INST)),
 }
