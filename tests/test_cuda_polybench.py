@@ -552,6 +552,29 @@ def floyd_naive_threads():
     return f
 
 
+def jacobi1d_fused(gpu=True):
+    """sA shifted by one and fused into sB's i loop: legal on the CPU (sA(i)
+    runs after sB(i + 1)), a race on threads (sB(i + 1) is another thread)."""
+    f = fixed("jacobi-1d", N=23)
+    sB, sA = S(f, "sB"), S(f, "sA")
+    sA.shift("i", 1)
+    for s in (sB, sA):
+        s.split("i", 32)
+        s.interchange("t", "i0")
+        if gpu:
+            s.bind("i0", "block.x").bind("i1", "thread.x")
+    sA.after(sB, "i1")
+    return f
+
+
+def test_fused_stencil_legal_on_cpu_refused_on_threads():
+    assert_reference(run(jacobi1d_fused(gpu=False).compile(), "jacobi-1d"), "jacobi-1d", "cpu")
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=re.compile(THREAD.format(cmd=re.escape("sB.bind(i1, 'thread.x')"),
+                                                      loop="i1", i=INST), re.S)):
+        jacobi1d_fused().compile(target="cuda")
+
+
 def adi_naive_threads():
     """The column sweep's recurrence along j on threads."""
     f = SPECS["adi"].build()
