@@ -114,24 +114,22 @@ def gemm_registers():
     return f
 
 
-def mm2_tile():
-    """Two kernels (tmp, then D), one element per thread each."""
+def mm2_tile(shared=False):
+    """Two kernels (tmp, then D), one element per thread each; ``shared``:
+    the D kernel with tmp and C tiles in shared memory per j-step (2 barriers)."""
     f = SPECS["2mm"].build()
     both_tiled(f, ["T", "T_update"], "i", "j")
     both_tiled(f, ["Dscale", "Dscale_update"], "i", "l")
     S(f, "T_update").after(S(f, "T"), "j1")
-    S(f, "Dscale_update").after(S(f, "Dscale"), "l1")
+    if shared:
+        shared_k_steps(f, "Dscale", "Dscale_update", "j", "l", ["tmp", "C"])
+    else:
+        S(f, "Dscale_update").after(S(f, "Dscale"), "l1")
     return f
 
 
 def mm2_shared():
-    """The D kernel with tmp and C tiles in shared memory per j-step: 2 barriers."""
-    f = SPECS["2mm"].build()
-    both_tiled(f, ["T", "T_update"], "i", "j")
-    both_tiled(f, ["Dscale", "Dscale_update"], "i", "l")
-    S(f, "T_update").after(S(f, "T"), "j1")
-    shared_k_steps(f, "Dscale", "Dscale_update", "j", "l", ["tmp", "C"])
-    return f
+    return mm2_tile(shared=True)
 
 
 def jacobi1d_host():
