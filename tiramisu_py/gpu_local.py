@@ -93,6 +93,11 @@ def cache_local(stmt, source, loop, name):
     buf.local_command = text
     copy_.store_in(buf, [(v // s) % c if s > 1 else v % c
                          for v, s, c in zip(copy_.vars, strides, counts)])
+    # a strided dimension is split by its stride: the outer part runs the
+    # ``count`` slots (v // stride = lo + slot), the inner one is fixed
+    for v, st_ in zip(copy_.vars, strides):
+        if st_ > 1:
+            copy_.split(v.name, st_)
     # the copy runs in the consumer's blocks and threads
     for n in names[:k + 1]:
         if n in tags:
