@@ -46,7 +46,7 @@ MAX_LOCAL_ELEMENTS = 256           # elements of one per-thread copy (registers)
 
 def cache_local(stmt, source, loop, name):
     from .function import Buffer, Computation, check_name
-    from .schedule import _make_copy, _writers_in_root_item
+    from .schedule import _make_copy
     f = stmt.function
     text = f"{stmt.name}.cache_local({getattr(source, 'name', source)}, {loop})"
     if not isinstance(source, (Buffer, Computation)):
@@ -69,9 +69,17 @@ def cache_local(stmt, source, loop, name):
                          "a per-thread copy is made at the innermost thread loop or a serial "
                          "loop inside it (one thread's footprint); for a copy shared by the "
                          "block's threads use cache_shared")
-    writers = [w for w in _writers_in_root_item(f, stmt, source)
-               if state[w].consts[:k + 1] == st.consts[:k + 1]
-               and [lp.name for lp in state[w].loops[:k + 1]] == names[:k + 1]]
+    at = state[source.name].at if isinstance(source, Computation) and source.name in state \
+        else None
+    if at is not None and at[1] == stmt.name:
+        raise ValueError(f"{text}: {source.name} is itself a copy computed at {stmt.name} "
+                         "(cache_shared / cache_at / compute_at), and a computed-at copy has one "
+                         "reader; make the per-thread copy of the original array first, then the "
+                         "shared tile for that copy: "
+                         f"{stmt.name}.cache_local(X, {loop!r}).cache_shared(X, <block loop>)")
+    writers = [w.name for w in f.statements if w.name in state and _writes(w, source)
+               and state[w.name].consts[:k + 1] == st.consts[:k + 1]
+               and len(state[w.name].loops) > k]       # shares the loops up to ``loop``
     if writers:
         raise ValueError(f"{text}: {', '.join(writers)} writes {source.name!r} inside {loop!r}, "
                          "so a copy made at the start of each iteration would be stale")
@@ -104,6 +112,13 @@ def cache_local(stmt, source, loop, name):
             copy_._command("tag", n, tags[n].kind, tags[n].arg,
                            text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
     return copy_
+
+
+def _writes(s, source):
+    """True when statement ``s`` writes ``source`` (a buffer or computation)."""
+    from .function import Buffer
+    target = s.parent if s.is_update else s
+    return (isinstance(source, Buffer) and target.buffer is source) or target is source
 
 
 def footprint_strides(f, copy_name):
