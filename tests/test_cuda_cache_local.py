@@ -126,6 +126,20 @@ def test_cubins_without_spills_resources_recorded(build, kernel, stack):
         assert 0 < r.registers <= 255
 
 
+def test_parse_ptxas_with_a_stack_frame():
+    """ptxas puts "cumulative stack size" between barriers and smem when a
+    kernel has a stack frame (a local array indexed at run time); the smem
+    must still be read (it was reported as 0 before)."""
+    from codegen.cuda.toolchain import parse_ptxas
+    log = ("ptxas info    : Compiling entry function 'k' for 'sm_80'\n"
+           "ptxas info    : Function properties for k\n"
+           "    16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 32 registers, used 1 barriers, 16 bytes cumulative stack size, "
+           "1024 bytes smem, 364 bytes cmem[0]\n")
+    r = parse_ptxas(log)["k"]
+    assert (r.registers, r.barriers, r.stack_bytes, r.shared_bytes) == (32, 1, 16, 1024)
+
+
 # ------------------------------------------------------------------ refused
 def test_unmapped_statement_refused():
     f2 = tp.Function("plain", params={"N": 8})
