@@ -27,7 +27,10 @@ them from the dependences through the shared tiles; the per-thread tile is
 ``accumulate_locally`` over the block-level k loop (its legality: a
 reassociated reduction whose element does not change with k0, on a serial
 loop the whole block runs).  C's initialisation is a kernel of its own
-(launched first).  Not yet: double buffering, vector loads.
+(launched first).  ``fragments=True`` adds per-thread copies of the ``micro`` A
+and ``micro`` B values of each k1 step (``cache_local``); off by default (no
+register gain measured, see docs/DESIGN.md).  Not yet: double buffering,
+vector loads.
 """
 from __future__ import annotations
 

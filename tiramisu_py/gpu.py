@@ -29,6 +29,9 @@ names the command and, for dependences, two instances):
   lives across its iterations) or inside the thread loops; never a block,
   thread or host loop (a tile is private to one thread and one launch).
   The CPU rule (``legality._check_accumulate``) applies as well.
+* Per-thread arrays (``cache_local``, :mod:`tiramisu_py.gpu_local`): every
+  value read from one was written by the same thread; their storage
+  conflicts between threads and blocks are then no dependences (skipped).
 
 Values never flow between threads through registers: statements communicate
 only through arrays (loads and stores are the only cross-statement channel
