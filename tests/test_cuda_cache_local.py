@@ -159,13 +159,35 @@ def test_block_level_loop_refused():
         u.cache_local(f.computations["A_shared"], "k0")
 
 
-def test_copy_of_a_shared_tile_computed_at_the_consumer_refused():
+def shared_then_local():
+    """The library schedule, then per-thread copies of its shared tiles: the
+    tiles are retargeted to be computed at the copies (nested compute_at)."""
     f = gpu_gemm.function(*SMALL, tile=32, tk=8, micro=4)
     u = f.computations["C"].update
-    with pytest.raises(ValueError, match=r"cache_local\(A_shared, k1\): A_shared is itself a "
-                                         r"copy computed at C_update.*cache_local\(X, 'k1'\)"
-                                         r"\.cache_shared"):
-        u.cache_local(f.computations["A_shared"], "k1")
+    u.cache_local(f.computations["A_shared"], "k1")
+    u.cache_local(f.computations["B_shared"], "k1")
+    return f
+
+
+@needs_cxx
+def test_copy_of_a_shared_tile_after_cache_shared():
+    f = shared_then_local()
+    cmds = f.schedule_commands()
+    assert "A_shared.compute_at(A_shared_local, k0)" in cmds
+    assert "A_shared.compute_at(C_update, k0)" not in cmds
+    assert cmds.index("A_shared_local.compute_at(C_update, k1)") < \
+        cmds.index("A_shared.compute_at(A_shared_local, k0)")
+    plan, body = lowered_gpu(shared_then_local())
+    assert sum(isinstance(s, ir.Barrier) for s in ir.walk_stmts(body)) == 2
+    k = cuda_kernel(shared_then_local)
+    assert "float A_shared_local_regs[4];  /* per-thread copy (registers) */" in k.source
+    assert "= A_shared_local_regs[" not in k.source      # read by the micro-kernel only
+    assert "* B_shared_local_regs[" in k.source
+    a, b = gemm_args(*SMALL)
+    for order in ORDERS:
+        np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(shared_then_local().compile(target="c")(a, b), a @ b,
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_non_constant_footprint_refused():

@@ -69,21 +69,19 @@ def cache_local(stmt, source, loop, name):
                          "a per-thread copy is made at the innermost thread loop or a serial "
                          "loop inside it (one thread's footprint); for a copy shared by the "
                          "block's threads use cache_shared")
-    at = state[source.name].at if isinstance(source, Computation) and source.name in state \
-        else None
-    if at is not None and at[1] == stmt.name:
-        raise ValueError(f"{text}: {source.name} is itself a copy computed at {stmt.name} "
-                         "(cache_shared / cache_at / compute_at), and a computed-at copy has one "
-                         "reader; make the per-thread copy of the original array first, then the "
-                         "shared tile for that copy: "
-                         f"{stmt.name}.cache_local(X, {loop!r}).cache_shared(X, <block loop>)")
     writers = [w.name for w in f.statements if w.name in state and _writes(w, source)
                and state[w.name].consts[:k + 1] == st.consts[:k + 1]
                and len(state[w.name].loops) > k]       # shares the loops up to ``loop``
     if writers:
         raise ValueError(f"{text}: {', '.join(writers)} writes {source.name!r} inside {loop!r}, "
                          "so a copy made at the start of each iteration would be stale")
+    at = state[source.name].at if isinstance(source, Computation) else None
     copy_ = _make_copy(stmt, source, loop, name or f"{source.name}_local")
+    if at is not None and at[1] == stmt.name:
+        # ``source`` is itself a copy computed at ``stmt`` (a shared tile):
+        # its one reader is now the per-thread copy, so it is computed at that
+        # copy, at the same loop (a nested compute_at)
+        _retarget(f, source, copy_)
     from .gpu import footprint_widths
     widths = footprint_widths(f, copy_.name)
     if None in widths:
@@ -112,6 +110,25 @@ def cache_local(stmt, source, loop, name):
             copy_._command("tag", n, tags[n].kind, tags[n].arg,
                            text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
     return copy_
+
+
+def _retarget(f, producer, consumer):
+    """Makes the compute_at of ``producer`` (and the commands given after it
+    for its group: binds) act on ``consumer`` instead, after ``consumer``'s
+    own compute_at: ``producer.compute_at(consumer, <same loop>)``."""
+    import dataclasses
+    from .schedule import _attaching_command
+    cmds = f._commands
+    i = _attaching_command(cmds, producer.name)
+    c = cmds[i]
+    group = {c.stmt, *c.args[2]}
+    new = dataclasses.replace(c, args=(consumer.name,) + tuple(c.args[1:]),
+                              text=f"{c.stmt}.compute_at({consumer.name}, {c.args[1]})")
+    later = cmds[i + 1:]
+    cmds[:] = cmds[:i] + [x for x in later if x.stmt not in group] + [new] + \
+        [x for x in later if x.stmt in group]
+    f._state_cache = f._compiled = None
+    f._schedule_state()            # replayed now: an error names the commands
 
 
 def _writes(s, source):
