@@ -248,3 +248,17 @@ def test_source_written_inside_the_loop_refused():
                                          r"so a copy made at the start of each iteration "
                                          r"would be stale"):
         y.cache_local(t, "i1")
+
+
+def test_flow_between_threads_through_a_local_array_refused():
+    """The rule itself (no public command builds such a schedule): B, read
+    by C in another thread of the block, marked per-thread by hand."""
+    from tests.test_cuda import reverse_in_block
+    f = reverse_in_block(64)
+    buf = f.buffer("B_regs", (64, 32), tp.float32)
+    buf.memory = "local"
+    f.computations["B"].store_in(buf)
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=r"is illegal: a value flows between threads through the per-thread "
+                             r"array 'B_regs'.*B\(i=\d+, j=\d+\).*C\(i=\d+, j=\d+\)"):
+        f.compile(target="cuda")
