@@ -24,6 +24,10 @@ The command is a ``cache_at`` whose copy is made by one thread for itself:
   cooperative copy) are ordered by the GPU check like any other dependence:
   a barrier where the copy's read of another thread's write is carried
   outside the thread loops, a refusal inside them.
+* ``src`` may be a copy already computed at the consumer (``A_shared``
+  after ``cache_shared``): a computed-at copy has one reader, so its
+  compute_at is retargeted to the new per-thread copy, at the same loop (a
+  nested compute_at), and moved after that copy's own compute_at.
 
 The rule (``check_local``, at ``compile()``): every value read from a local
 array was written by the same thread of the same block of the same launch
@@ -75,7 +79,7 @@ def cache_local(stmt, source, loop, name):
     if writers:
         raise ValueError(f"{text}: {', '.join(writers)} writes {source.name!r} inside {loop!r}, "
                          "so a copy made at the start of each iteration would be stale")
-    at = state[source.name].at if isinstance(source, Computation) else None
+    at = getattr(state.get(source.name), "at", None) if isinstance(source, Computation) else None
     copy_ = _make_copy(stmt, source, loop, name or f"{source.name}_local")
     if at is not None and at[1] == stmt.name:
         # ``source`` is itself a copy computed at ``stmt`` (a shared tile):
