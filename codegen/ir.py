@@ -159,7 +159,9 @@ class Allocate(Stmt):
     zero_init: bool = False
     scope: str = "global"     # "shared": one copy per GPU block (``__shared__``);
     # "thread": one copy per GPU thread (registers), made by codegen.accumulate
-    # on GPU-mapped code only: ir.for_cpu refuses it
+    # on GPU-mapped code only: ir.for_cpu refuses it; "local": one copy per GPU
+    # thread whose values never outlive one thread's use (cache_local), a
+    # plain temporary on the CPU
 
 
 @dataclass(eq=False)

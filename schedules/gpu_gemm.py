@@ -27,7 +27,10 @@ them from the dependences through the shared tiles; the per-thread tile is
 ``accumulate_locally`` over the block-level k loop (its legality: a
 reassociated reduction whose element does not change with k0, on a serial
 loop the whole block runs).  C's initialisation is a kernel of its own
-(launched first).  Not yet: double buffering, vector loads.
+(launched first).  ``fragments=True`` adds per-thread copies of the ``micro`` A
+and ``micro`` B values of each k1 step (``cache_local``); off by default (no
+register gain measured, see docs/DESIGN.md).  Not yet: double buffering,
+vector loads.
 """
 from __future__ import annotations
 
@@ -38,11 +41,11 @@ TK = 16          # k step of the shared tiles
 MICRO = 4        # C micro-tile per thread (MICRO x MICRO registers)
 
 
-def function(n, m, k, tile=TILE, tk=TK, micro=MICRO):
+def function(n, m, k, tile=TILE, tk=TK, micro=MICRO, fragments=False):
     """``C = A @ B`` (float32, shapes fixed) scheduled for CUDA; compile it
     with ``.compile(target="cuda")`` (or for the CPU, where blocks and threads
-    run as loops)."""
-    return schedule(algorithm(n, m, k), tile, tk, micro)
+    run as loops).  ``fragments``: see :func:`schedule`."""
+    return schedule(algorithm(n, m, k), tile, tk, micro, fragments)
 
 
 def _check(name, v):
@@ -50,11 +53,18 @@ def _check(name, v):
         raise ValueError(f"gpu_gemm: {name} must be a positive int, got {v!r}")
 
 
-def schedule(f, tile=TILE, tk=TK, micro=MICRO):
+def schedule(f, tile=TILE, tk=TK, micro=MICRO, fragments=False):
     """Applies the CUDA GEMM schedule to a GEMM Function ``f`` (computation
     ``C`` over ``i, j`` with its update over ``k``, inputs ``A`` and ``B``):
     ``tile`` x ``tile`` of C per block, ``tk`` the k step of the shared
-    tiles, ``micro`` x ``micro`` elements of C per thread in registers."""
+    tiles, ``micro`` x ``micro`` elements of C per thread in registers.
+    ``fragments=True`` (with ``micro > 1``) also copies, per k step, the
+    ``micro`` A and ``micro`` B values a thread reads into per-thread
+    arrays (``cache_local`` at ``k1``; the shared tiles are then made for
+    those copies).  Off by default: see docs/DESIGN.md for the measured
+    resources."""
+    if not isinstance(fragments, bool):
+        raise ValueError(f"gpu_gemm: fragments must be a bool, got {fragments!r}")
     for name, v in (("tile", tile), ("tk", tk), ("micro", micro)):
         _check(name, v)
     if tile % micro:
@@ -78,8 +88,13 @@ def schedule(f, tile=TILE, tk=TK, micro=MICRO):
         u.reorder("i0", "j0", "k0", "i_th", "j_th", "k1", "i_reg", "j_reg")
         u.bind("i0", "block.y").bind("j0", "block.x")
         u.bind("i_th", "thread.y").bind("j_th", "thread.x")
-    u.cache_shared(f.buffers["A"], "k0")
-    u.cache_shared(f.buffers["B"], "k0")
+    if micro > 1 and fragments:
+        # register fragments at k1, each filled from its shared tile at k0
+        u.cache_local(f.buffers["A"], "k1").cache_shared(f.buffers["A"], "k0")
+        u.cache_local(f.buffers["B"], "k1").cache_shared(f.buffers["B"], "k0")
+    else:
+        u.cache_shared(f.buffers["A"], "k0")
+        u.cache_shared(f.buffers["B"], "k0")
     if micro > 1:
         u.accumulate_locally("k0", allow_reassociation=True)
     return f

@@ -29,6 +29,9 @@ names the command and, for dependences, two instances):
   lives across its iterations) or inside the thread loops; never a block,
   thread or host loop (a tile is private to one thread and one launch).
   The CPU rule (``legality._check_accumulate``) applies as well.
+* Per-thread arrays (``cache_local``, :mod:`tiramisu_py.gpu_local`): every
+  value read from one was written by the same thread; their storage
+  conflicts between threads and blocks are then no dependences (skipped).
 
 Values never flow between threads through registers: statements communicate
 only through arrays (loads and stores are the only cross-statement channel
@@ -244,7 +247,23 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
         p = pos_of[stmt].get(axis)
         return f"{var}{p}" if p is not None else str(k.thread_range[axis][0])
 
-    for buf, (d, conflicts) in _gpu_dependences(deps, state, by_stmt).items():
+    def same_thread(s, t):
+        k = by_stmt[s]
+        nh, nb = k.host, len(k.block_axes)
+        cons = [f"a{i} = b{i}" for i in range(2 * nh + 1)]
+        cons += [f"a{2 * j + 1} = b{2 * j + 1}" for j in range(nh, nh + nb)]
+        cons += [f"{coord(s, 'a', x)} = {coord(t, 'b', x)}" for x in k.thread_range]
+        return " and ".join(cons)
+
+    # per-thread arrays (cache_local): no value crosses threads, so their
+    # storage conflicts between threads are none (each has its own copy)
+    from .gpu_local import check_local, local_buffers
+    gdeps = _gpu_dependences(deps, state, by_stmt)
+    check_local(model, deps, state, by_stmt, sched, same_thread, gdeps)
+    local = local_buffers(model)
+    for buf, (d, conflicts) in gdeps.items():
+        if buf in local:
+            continue
         if conflicts is not None:
             d = d.union(conflicts).union(conflicts.reverse())
         pieces = []
@@ -414,7 +433,11 @@ def cache_shared(stmt, source, loop, name):
         raise ValueError(f"{text}: {loop!r} is a thread loop or inside one; the tile is copied "
                          "once per block iteration, so give a block loop or a serial loop "
                          "outside the thread loops")
-    threads = {t.arg: f._loop_extent(stmt.name, n) for n, t in tags.items() if t.kind == "gpu_thread"}
+    # a compute_at copy (a cache_local copy) shares its thread loops with its consumer
+    owner = stmt.name
+    while f._schedule_state()[owner].at is not None:
+        owner = f._schedule_state()[owner].at[1]
+    threads = {t.arg: f._loop_extent(owner, n) for n, t in tags.items() if t.kind == "gpu_thread"}
     if not threads:
         raise ValueError(f"{text}: {stmt.name} has no thread loop; bind its thread loops "
                          "(bind / gpu_tile) before cache_shared")

@@ -610,23 +610,24 @@ class Schedulable:
             raise ValueError(f"{self.name}.cache_at({source.name}): {', '.join(writers)} writes "
                              f"{source.name!r} in the same loop nest, so a copy made before it "
                              "would be stale")
-        if isinstance(source, Computation):
-            vars_ = list(source.vars)
-        else:
-            vars_ = [f.var(f"{name}_{k}", 0, dim) for k, dim in enumerate(source.shape)]
-        # declare the copy right before the consumer's outermost loop nest
-        saved_stack, saved_objs = f._nest_stack, getattr(f, "_nest_objs", [])
-        f._nest_stack, f._nest_objs = [], []
-        try:
-            copy_ = f.computation(name, vars_, source[tuple(vars_)], dtype=source.dtype)
-        finally:
-            f._nest_stack, f._nest_objs = saved_stack, saved_objs
-        root = f._root.items
-        root.remove(copy_)
-        root.insert(root.index(_root_item(f, self)), copy_)
-        self.value = _redirect(self.value, source, copy_)
-        copy_.compute_at(self, loop)
-        return copy_
+        return _make_copy(self, source, loop, name)
+
+    @provenance.command
+    def cache_local(self, source, loop, name=None):
+        """A :meth:`cache_at` into per-thread registers on the GPU: the part
+        of ``source`` that ONE thread reads in one iteration of ``loop`` (a
+        thread loop or a serial loop inside the thread loops) is copied by
+        that thread into a local array (the classic register fragments: the
+        A and B values of a micro-tile per k step); this statement then reads
+        the copy.  The array is shaped by that footprint (isl: per dimension
+        the bounding box, compressed by its stride), at most
+        :data:`tiramisu_py.gpu_local.MAX_LOCAL_ELEMENTS` elements.  No
+        barrier is needed; ``compile()`` checks that every value read from
+        the copy was written by the same thread.  ``source`` (an input, a
+        temporary or a shared tile such as ``A_shared``) must not be written
+        inside ``loop``."""
+        from . import gpu_local
+        return gpu_local.cache_local(self, source, loop_name(loop), name)
 
     @provenance.command
     def cache_shared(self, source, loop, name=None):
@@ -648,3 +649,27 @@ class Schedulable:
         """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""
         other.after(self, loop)
         return other
+
+
+def _make_copy(stmt, source, loop, name):
+    """The copy of ``cache_at``: a computation reading ``source`` over its
+    whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy."""
+    from .function import Computation
+    f = stmt.function
+    if isinstance(source, Computation):
+        vars_ = list(source.vars)
+    else:
+        vars_ = [f.var(f"{name}_{k}", 0, dim) for k, dim in enumerate(source.shape)]
+    # declare the copy right before the consumer's outermost loop nest
+    saved_stack, saved_objs = f._nest_stack, getattr(f, "_nest_objs", [])
+    f._nest_stack, f._nest_objs = [], []
+    try:
+        copy_ = f.computation(name, vars_, source[tuple(vars_)], dtype=source.dtype)
+    finally:
+        f._nest_stack, f._nest_objs = saved_stack, saved_objs
+    root = f._root.items
+    root.remove(copy_)
+    root.insert(root.index(_root_item(f, stmt)), copy_)
+    stmt.value = _redirect(stmt.value, source, copy_)
+    copy_.compute_at(stmt, loop)
+    return copy_

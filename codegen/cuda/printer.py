@@ -22,7 +22,8 @@ order).  Inside a kernel:
 * ``Barrier`` is ``__syncthreads()``; a ``shared`` Allocate is a static
   ``__shared__`` array (constant shape), any other Allocate in a kernel is a
   per-thread local array (constant shape; scope ``thread``: a per-thread
-  tile of :mod:`codegen.accumulate`);
+  tile of :mod:`codegen.accumulate`; scope ``local``: a per-thread copy of
+  ``cache_local``, declared at the top of the kernels using it);
 * a loop with ``attrs["full_extent"] = E`` (a slot loop of a per-thread
   tile) is ``#pragma unroll`` ``for (v = lo; v < lo + E; v++) if (v < hi)``:
   a constant trip count, so that the tile's indices are constants after
@@ -269,6 +270,9 @@ class _CudaEmitter(_Emitter):
         elif s.scope == "thread":
             self.thread_tiles = True
             self.out(ind, f"{t} {s.array}[{n}];  /* per-thread tile (registers) */")
+        elif s.scope == "local":
+            self.thread_tiles = True
+            self.out(ind, f"{t} {s.array}[{n}];  /* per-thread copy (registers) */")
         else:
             self.out(ind, f"{t} {s.array}[{n}];")
         if s.zero_init:
@@ -326,7 +330,8 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     fn = _renamed(fn, c_names(fn))
     body, temps, shared = fn.body, [], {}
     while isinstance(body, ir.Allocate):
-        if body.scope == "shared":          # one per block: declared in the kernels using it
+        if body.scope in ("shared", "local"):   # per block / per thread: declared in the
+            # kernels using it
             shared[body.array] = body
         else:
             temps.append((body.array, body.dtype, body.shape, body.zero_init))
@@ -349,7 +354,7 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
         for name in sorted(used & set(shared)):
             a = shared[name]
             em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
-                                    "shared"), 1)
+                                    a.scope), 1)
         # threads per axis known before the first store (a store before the
         # kernel's first thread loop of an axis is guarded too)
         for x in ir.walk_stmts(loop):

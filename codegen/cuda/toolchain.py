@@ -35,7 +35,9 @@ class Resources:
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes smem)?")
+# a kernel with a stack frame also reports "N bytes cumulative stack size" before smem
+_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?"
+                   r"(?:, \d+ bytes cumulative stack size)?(?:, (\d+) bytes smem)?")
 
 
 def parse_ptxas(log: str) -> dict:
