@@ -58,7 +58,8 @@ def tiles(s: ConvShape, tile_co=None, tile_y=None, tile_x=None, tile_ci=None,
     """``(TCO, TY, TX, TCI)``: the given ones, else TX up to 16 threads of
     ``micro_x`` columns, TY up to 8 rows, TCO a power of 2 of threads (each
     ``micro_co`` channels) to fill :data:`THREADS` threads, TCI input
-    channels per step to fill :data:`SHARED_BUDGET`.  ``micro_co`` /
+    channels per step to fill :data:`SHARED_BUDGET` (at most 16 and half
+    the channels: two steps or more).  ``micro_co`` /
     ``micro_x`` default to :data:`MICRO_CO` / :data:`MICRO_X` (with a tile
     given: its largest divisor up to those)."""
     micro_co, micro_x = _micro(tile_co, micro_co, MICRO_CO), _micro(tile_x, micro_x, MICRO_X)
@@ -76,7 +77,10 @@ def tiles(s: ConvShape, tile_co=None, tile_y=None, tile_x=None, tile_ci=None,
         ih = (ty - 1) * s.sh + (s.kh - 1) * s.dh + 1
         iw = (tx - 1) * s.sw + (s.kw - 1) * s.dw + 1
         per_ci = 4 * (ih * iw + tile_co * s.kh * s.kw)
-        tile_ci = max(1, min(s.ci, SHARED_BUDGET // per_ci, 16))
+        # at least two steps: the tile then spans ci0 (with one step it spans
+        # the thread's ci1 loop, which ptxas 13 unrolled into 254 registers
+        # on sm_80 at 2x16x28x28 -> 32, 96 on sm_90)
+        tile_ci = max(1, min(-(-s.ci // 2), SHARED_BUDGET // per_ci, 16))
     for name, v in (("tile_co", tile_co), ("tile_y", ty), ("tile_x", tx), ("tile_ci", tile_ci)):
         _check(name, v)
     for name, tile, micro in (("tile_co", tile_co, micro_co), ("tile_x", tx, micro_x)):

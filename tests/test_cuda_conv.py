@@ -334,6 +334,9 @@ def test_conv_cubins_no_spills_and_resources():
         conv = res["conv2d_cuda_k1"]
         assert conv.shared_bytes == tile_bytes and conv.barriers == 1
         assert res["conv2d_cuda_k0"].shared_bytes == 0
+        # the per-thread tile lives in registers: no stack frame (local memory)
+        assert conv.stack_bytes == 0 and conv.registers <= 128
+    assert "float out_local[4];  /* per-thread tile (registers) */" in k.source
 
 
 @needs_nvcc
@@ -344,7 +347,31 @@ def test_sparse_cubins_no_spills_and_resources():
         assert set(res) == {"sparse_conv2d_cuda_k0", "sparse_conv2d_cuda_k1"}
         for r in res.values():
             assert r.spill_stores == r.spill_loads == 0 and 0 < r.registers <= 255
-            assert r.shared_bytes == 0 and r.barriers == 0
+            assert r.shared_bytes == 0 and r.barriers == 0 and r.stack_bytes == 0
+    assert f"float out_local[{gpu_sparse.MICRO}];  /* per-thread tile (registers) */" in k.source
+
+
+def assert_cubins_without_spills(k):
+    from tiramisu_py import cuda_kernel as ck
+    assert set(k.cubins) == set(ck.CUDA_ARCHS) == {"sm_80", "sm_90"}
+    for res in k.resources.values():
+        for r in res.values():
+            assert r.spill_stores == r.spill_loads == 0 and r.stack_bytes == 0, r
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv_odd_sizes_build_cubins_without_spills(case):
+    """Partial block tiles, partial micro-tiles (guarded unrolled slots) and
+    one-step reductions: cubins for sm_80/sm_90, no spills, no stack frame."""
+    assert_cubins_without_spills(conv_function(case).compile(target="cuda"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kw", [{"threads": 16}, {"threads": 8, "micro": 3}])
+def test_sparse_odd_sizes_build_cubins_without_spills(kw):
+    s = SparseShape.make((1, 2, 7, 9), (3, 2, 3, 3), stride=1, padding=1, dilation=1)
+    assert_cubins_without_spills(gpu_sparse.function(s, **kw).compile(target="cuda"))
 
 
 # ------------------------------------------------------------------ entry points
