@@ -16,22 +16,29 @@ Two kernels, launched in order:
 
       co0, y0, x0 -> blockIdx.z, .y, .x   (TCO channels x TY x TX pixels)
       n        serial, the whole block    (every image, one launch)
-        init   co1, y1, x1 -> threadIdx.z, .y, .x: out = bias
+        init   co_th, y1, x_th -> threadIdx.z, .y, .x: out = bias
+               (co_reg, x_reg: the thread's micro_co x micro_x outputs)
+        out_local = 0                    (per-thread tile, registers)
         ci0    serial, the whole block    (steps of TCI input channels)
           x_tiles_shared TCI x IH x IW   (cache_shared: copied by the
           weight_shared  TCO x TCI x KH x KW        block's threads)
           barrier                                  (derived: RAW)
-          co1, y1, x1 -> threadIdx.z, .y, .x       (one output per thread)
-            ci1, ky, kx serial: out += w_tile * x_tile
+          co_th, y1, x_th -> threadIdx.z, .y, .x
+            ci1, ky, kx serial
+              co_reg, x_reg (unrolled): out_local += w_tile * x_tile
           barrier                                  (derived: WAR, next step)
+        out += out_local                 (once per output, after ci0)
+
+  A thread owns channels ``co_th + k * TCO / micro_co`` and columns
+  ``x_th + k * TX / micro_x``; the tile is ``accumulate_locally`` over
+  ``ci0`` (over the first of ``ci1, ky, kx`` with several iterations when
+  there is a single ci step: isl drops a loop of one iteration).
 
   The barriers are not written here: the GPU legality check derives them
   from the dependences through the shared tiles.
 
 ``groups`` must be 1 (a tile of output channels reads one input-channel
-range).  Not yet: register blocking (several outputs per thread, kept in
-registers across ``ci0``: needs per-thread storage that outlives a thread
-loop, see docs/DESIGN.md), double buffering.
+range).  Not yet: double buffering, vector loads.
 """
 from __future__ import annotations
 

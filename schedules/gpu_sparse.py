@@ -12,11 +12,18 @@ Two kernels, launched in order:
 * the convolution, over the output pixels ``q = y*Wo + x`` of each
   (image, output channel = CSR row)::
 
-      q0, co, n -> blockIdx.x, .y, .z     (TQ output pixels of one row)
-        q1 -> threadIdx.x                  (one output pixel per thread)
+      q0, co, n -> blockIdx.x, .y, .z     (TQ * micro output pixels of one row)
+        q_th -> threadIdx.x                (micro pixels per thread: q_reg)
           out = bias[co]
+          out_local = 0                              (per-thread tile, registers)
           for j in rowptr[co] .. rowptr[co+1]:      (data-dependent, serial)
-            out += val[j] * x_image[n][colidx[j] + y*sh*Wp + x*sw]
+            for q_reg (unrolled):
+              out_local += val[j] * x_image[n][colidx[j] + y*sh*Wp + x*sw]
+          out += out_local
+
+The tile is ``accumulate_locally`` over the data-dependent ``j`` loop (a
+thread's own loop: the tile's element does not change with ``j``), so no
+store to ``out`` happens inside it.
 
 Every thread of a block runs the same CSR row, so the data-dependent bounds
 and ``val[j]``, ``colidx[j]`` are block-uniform (one broadcast load per
