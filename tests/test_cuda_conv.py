@@ -73,6 +73,9 @@ CONV_CASES = {
     "unpadded": (ConvShape(2, 2, 7, 6, 4, 1, 3), (2, 4, 4, None)),
     # 2 x 2 outputs per thread: partial micro-tiles on co (7 = 4 + 3) and x (13 = 8 + 5)
     "micro2x2": (ConvShape(2, 5, 9, 13, 7, 3, 3, padding=1), (4, 4, 8, 2), (2, 2)),
+    # all input channels in one step: isl drops ci0, the tile spans ci1
+    "one_ci_step": (ConvShape(1, 4, 8, 7, 3, 3, 2, stride=(1, 2), padding=(2, 1),
+                              dilation=(2, 1)), (None, None, None, 4)),
     # one output per thread, accumulated in global memory (no per-thread tile)
     "one_per_thread": (ConvShape(2, 3, 9, 11, 5, 3, 3, stride=2, padding=1), (4, 4, 4, 2), (1, 1)),
 }
@@ -134,6 +137,8 @@ def test_conv_emulated_matches_torch_in_every_order(case):
         init, combine = stores_to(conv, "out")
         assert "= bias[" in init and "+ out_local[" in combine
         assert conv.index(inner.strip()) < conv.index(combine)
+        # one ci step: no ci0 loop, the tile over the thread's ci1 loop
+        assert ("for (int64_t ci0" in conv) == (case != "one_ci_step")
         if "for (int64_t ci0" in conv:        # no global out inside the ci0 loop
             assert "out[" not in conv[conv.index("for (int64_t ci0"):conv.index(combine)]
     else:
