@@ -53,8 +53,9 @@ def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
 
     def visit(s, threads):
         if isinstance(s, ir.For) and s.kind == "gpu_thread":
-            lo = int(s.attrs["min"])
-            threads = {**threads, s.var: (lo, lo + int(s.attrs["extent"]) - 1)}
+            lo, ext = s.attrs.get("min"), s.attrs.get("extent")
+            rng = (None, None) if lo is None or ext is None else (int(lo), int(lo) + int(ext) - 1)
+            threads = {**threads, s.var: rng}
         s = ir.rebuild(s, lambda x: visit(x, threads))
         if isinstance(s, ir.For) and s.attrs.get("accumulate"):
             s = _rewrite(s, dict(s.attrs["accumulate"]), taken, threads)
