@@ -24,7 +24,8 @@ loop, other reads of the array) is left unchanged: that part then accumulates
 into the array directly, which is the same result.
 
 On the GPU (a ``gpu_thread`` loop between the marked loop and the update,
-e.g. the block-level k-step loop of a GEMM around its thread loops), the tile
+e.g. the block-level k-step loop of a GEMM around its thread loops, or one
+around the marked loop, e.g. a thread's own loop over a CSR row), the tile
 is per thread: an Allocate of scope ``"thread"`` (a local array of the
 kernel, so registers once indexed by constants) indexed by the slot loops
 only, without the thread loops (each thread touches only its own slots), and
@@ -50,13 +51,17 @@ def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
     taken = {a.name for a in fn.arrays} | {s.array for s in ir.walk_stmts(fn.body)
                                            if isinstance(s, ir.Allocate)}
 
-    def visit(s):
-        s = ir.rebuild(s, visit)
+    def visit(s, threads):
+        if isinstance(s, ir.For) and s.kind == "gpu_thread":
+            lo, ext = s.attrs.get("min"), s.attrs.get("extent")
+            rng = (None, None) if lo is None or ext is None else (int(lo), int(lo) + int(ext) - 1)
+            threads = {**threads, s.var: rng}
+        s = ir.rebuild(s, lambda x: visit(x, threads))
         if isinstance(s, ir.For) and s.attrs.get("accumulate"):
-            s = _rewrite(s, dict(s.attrs["accumulate"]), taken)
+            s = _rewrite(s, dict(s.attrs["accumulate"]), taken, threads)
         return s
 
-    fn.body = visit(fn.body)
+    fn.body = visit(fn.body, {})
     return fn
 
 
@@ -149,12 +154,14 @@ def _replace(s, new, attrs=None):
     return out
 
 
-def _rewrite(loop: ir.For, ops: dict, taken: set) -> ir.Stmt:
+def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
+    """``threads``: the GPU thread loops around ``loop`` (var -> inclusive range)."""
     sites = _sites(loop, ops)
     if not sites:
         return loop
-    if any(isinstance(p, ir.For) and p.kind == "gpu_thread" for _, path in sites for p in path):
-        return _rewrite_gpu(loop, ops, taken, sites)
+    if threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
+                      for _, path in sites for p in path):
+        return _rewrite_gpu(loop, ops, taken, sites, threads)
     written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
     self_loads = set()
     plans = []
@@ -252,9 +259,10 @@ def _needed(store: ir.Store, path) -> set:
     return need
 
 
-def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set):
+def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set, threads: dict):
     """(rhs, kept path, [(slot loop, extent)]) for a per-thread tile, or None
-    when the update cannot be taken (see the module)."""
+    when the update cannot be taken (see the module); ``threads``: the ranges
+    of the thread loops around ``loop``."""
     v = store.value
     if op not in ir.COMBINE or not isinstance(v, ir.Binary) or v.op != op \
             or not isinstance(v.a, ir.Load) or v.a.array != store.array or v.dtype != v.a.dtype \
@@ -266,7 +274,7 @@ def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set):
     kept = [p for p in path if isinstance(p, ir.For) and (p.kind == "gpu_thread" or p.var in need)
             or isinstance(p, ir.Let) and p.name in need]
     varying = {loop.var} | {p.var for p in path if isinstance(p, ir.For) and p not in kept}
-    ranges, slots = {}, []
+    ranges, slots = dict(threads), []
     for p in kept:
         exprs = [p.value] if isinstance(p, ir.Let) else [p.lo, p.hi]
         if any(ir.free_vars(e) & varying or any(x.array in written for x in _loads(e))
@@ -291,11 +299,11 @@ def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set):
     return v.b, kept, slots
 
 
-def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites) -> ir.Stmt:
+def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> ir.Stmt:
     written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
     plans, self_loads = [], set()
     for store, path in sites:
-        got = _gpu_plan(loop, store, path, ops[store.array], written)
+        got = _gpu_plan(loop, store, path, ops[store.array], written, threads)
         if got is None:
             return loop
         self_loads.add(id(store.value.a))

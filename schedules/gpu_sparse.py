@@ -12,11 +12,18 @@ Two kernels, launched in order:
 * the convolution, over the output pixels ``q = y*Wo + x`` of each
   (image, output channel = CSR row)::
 
-      q0, co, n -> blockIdx.x, .y, .z     (TQ output pixels of one row)
-        q1 -> threadIdx.x                  (one output pixel per thread)
+      q0, co, n -> blockIdx.x, .y, .z     (TQ * micro output pixels of one row)
+        q_th -> threadIdx.x                (micro pixels per thread: q_reg)
           out = bias[co]
+          out_local = 0                              (per-thread tile, registers)
           for j in rowptr[co] .. rowptr[co+1]:      (data-dependent, serial)
-            out += val[j] * x_image[n][colidx[j] + y*sh*Wp + x*sw]
+            for q_reg (unrolled):
+              out_local += val[j] * x_image[n][colidx[j] + y*sh*Wp + x*sw]
+          out += out_local
+
+The tile is ``accumulate_locally`` over the data-dependent ``j`` loop (a
+thread's own loop: the tile's element does not change with ``j``), so no
+store to ``out`` happens inside it.
 
 Every thread of a block runs the same CSR row, so the data-dependent bounds
 and ``val[j]``, ``colidx[j]`` are block-uniform (one broadcast load per
@@ -33,17 +40,22 @@ import tiramisu_py as tp
 from .gpu_conv import map_rows
 from .conv import ConvShape
 
-THREADS = 128            # output pixels per block (the last block of a row is partial)
+THREADS = 128            # threads per block (the last block of a row is partial)
+MICRO = 2                # output pixels per thread (registers)
 
 
-def function(s: ConvShape, bias=True, threads=None):
+def function(s: ConvShape, bias=True, threads=None, micro=MICRO):
     """The sparse convolution of shape ``s`` scheduled for CUDA (compile with
     ``.compile(target="cuda")``, or for the CPU).  Arguments: ``data``
     (NCHW), ``rowptr`` (int32, Cout + 1), ``colidx`` (int32 flat offsets,
     :meth:`CSRWeights.conv_offsets`), ``val`` (float32), ``bias``; the param
-    ``NNZ`` is the length of ``colidx``/``val`` (at least 1)."""
+    ``NNZ`` is the length of ``colidx``/``val`` (at least 1).  ``threads``
+    per block (default: up to 128), each summing ``micro`` output pixels in
+    registers."""
     p = s.ho * s.wo
-    tq = threads or min(THREADS, -(-p // 32) * 32)
+    if not isinstance(micro, int) or isinstance(micro, bool) or micro < 1:
+        raise ValueError(f"sparse_conv2d (cuda): micro must be a positive int, got {micro!r}")
+    tq = threads or min(THREADS, -(-p // (32 * micro)) * 32)
     if not isinstance(tq, int) or isinstance(tq, bool) or not 1 <= tq <= 1024:
         raise ValueError(f"sparse_conv2d (cuda): threads must be an int in [1, 1024], got {threads!r}")
     f = tp.Function("sparse_conv2d_cuda", params=["NNZ"])
@@ -69,11 +81,18 @@ def function(s: ConvShape, bias=True, threads=None):
     read = (q // s.wo) * (s.sh * s.wp) + (q % s.wo) * s.sw
     out[n, co, q].reduce("+", val[j] * ximg[n, colidx[j] + read], loops=[n, co, q, j])
     u = out.update
+    # a thread owns the pixels q0 * TQ * micro + q_reg * TQ + q_th: a warp's
+    # threads read neighbouring input words for each nonzero
     for st in (out, u):
-        st.split("q", tq)
-        st.reorder("q0", "co", "n", "q1")
+        st.split("q", tq * micro)
+        st.split("q1", tq, names=("q_reg", "q_th"))
         for loop, to in (("q0", "block.x"), ("co", "block.y"), ("n", "block.z"),
-                         ("q1", "thread.x")):
+                         ("q_th", "thread.x")):
             st.bind(loop, to)
-    u.after(out, "q1")
+    out.reorder("q0", "co", "n", "q_th", "q_reg")
+    u.reorder("q0", "co", "n", "q_th", "j", "q_reg")
+    u.after(out, "q_th")
+    # the sums over the row's nonzeros in registers (one per pixel of the
+    # thread): zeroed before j, added to out (= bias) after it
+    u.accumulate_locally("j", allow_reassociation=True)
     return f

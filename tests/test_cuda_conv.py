@@ -62,7 +62,7 @@ def emulated(build, *args):
 
 
 # ------------------------------------------------------------------ dense conv2d
-# (shape, tiles (tile_co, tile_y, tile_x, tile_ci) or None for the defaults)
+# (shape, tiles (tile_co, tile_y, tile_x, tile_ci) or None for the defaults[, micro (co, x)])
 CONV_CASES = {
     # stride 2, padding 1, odd sizes; partial tiles on co, y, x and ci
     "stride2_partial": (ConvShape(2, 3, 9, 11, 5, 3, 3, stride=2, padding=1), (4, 4, 4, 2)),
@@ -71,13 +71,37 @@ CONV_CASES = {
                                 dilation=(2, 1)), None),
     # no padding, a 1x3 kernel
     "unpadded": (ConvShape(2, 2, 7, 6, 4, 1, 3), (2, 4, 4, None)),
+    # 2 x 2 outputs per thread: partial micro-tiles on co (7 = 4 + 3) and x (13 = 8 + 5)
+    "micro2x2": (ConvShape(2, 5, 9, 13, 7, 3, 3, padding=1), (4, 4, 8, 2), (2, 2)),
+    # all input channels in one step: isl drops ci0, the tile spans ci1
+    "one_ci_step": (ConvShape(1, 4, 8, 7, 3, 3, 2, stride=(1, 2), padding=(2, 1),
+                              dilation=(2, 1)), (None, None, None, 4)),
+    # one output per thread, accumulated in global memory (no per-thread tile)
+    "one_per_thread": (ConvShape(2, 3, 9, 11, 5, 3, 3, stride=2, padding=1), (4, 4, 4, 2), (1, 1)),
 }
 
 
 def conv_function(case):
-    s, t = CONV_CASES[case]
-    return gpu_conv.function(s, **(dict(zip(("tile_co", "tile_y", "tile_x", "tile_ci"), t))
-                                   if t else {}))
+    s, t, *m = CONV_CASES[case]
+    kw = dict(zip(("tile_co", "tile_y", "tile_x", "tile_ci"), t)) if t else {}
+    if m:
+        kw.update(micro_co=m[0][0], micro_x=m[0][1])
+    return gpu_conv.function(s, **kw)
+
+
+def has_tile(case):
+    s, t, *m = CONV_CASES[case]
+    return not m or m[0] != (1, 1)
+
+
+def kernel_source(k, name):
+    """The printed ``__global__`` function ``name`` (without the emulator's glue)."""
+    src = k.source[k.source.index(name + "("):]
+    return src[:src.index("#ifdef TPY_EMULATE")] if "#ifdef TPY_EMULATE" in src else src
+
+
+def stores_to(src, array):
+    return [ln.strip() for ln in src.splitlines() if ln.strip().startswith(array + "[")]
 
 
 def conv_want(s, x, w, b):
@@ -102,9 +126,26 @@ def test_conv_emulated_matches_torch_in_every_order(case):
     assert "__shared__ float weight_shared_tile[" in k.source
     assert "__shared__ float x_tiles_shared_tile[" in k.source
     # the inner loop indexes the shared input tile without a modulo
-    inner = next(ln for ln in k.source.splitlines() if "out[" in ln and "+ weight_shared_tile" in ln)
+    inner = next(ln for ln in k.source.splitlines() if "+ weight_shared_tile" in ln)
     assert "floormod" not in inner and "floordiv" not in inner
-    tci = gpu_conv.tiles(s, *(CONV_CASES[case][1] or ()))[3]
+    conv = kernel_source(k, "conv2d_cuda_k1")
+    if has_tile(case):
+        # a per-thread tile over the reduction: out (= bias) is stored twice,
+        # the init and, after the reduction loop, the tile added once
+        assert "float out_local[" in conv and "/* per-thread tile (registers) */" in conv
+        assert inner.strip().startswith("out_local[")
+        init, combine = stores_to(conv, "out")
+        assert "= bias[" in init and "+ out_local[" in combine
+        assert conv.index(inner.strip()) < conv.index(combine)
+        # one ci step: no ci0 loop, the tile over the thread's ci1 loop
+        assert ("for (int64_t ci0" in conv) == (case != "one_ci_step")
+        if "for (int64_t ci0" in conv:        # no global out inside the ci0 loop
+            assert "out[" not in conv[conv.index("for (int64_t ci0"):conv.index(combine)]
+    else:
+        assert inner.strip().startswith("out[") and "out_local" not in conv
+    tiles = CONV_CASES[case][1] or ()
+    micro = dict(zip(("micro_co", "micro_x"), CONV_CASES[case][2])) if len(CONV_CASES[case]) > 2 else {}
+    tci = gpu_conv.tiles(s, *tiles, **micro)[3]
     assert k.gpu_plan.seq_barriers                  # RAW: after the copies
     # WAR: before the next step's copies, when there is a next step (n or ci0)
     assert bool(k.gpu_plan.loop_barriers) == (s.n * -(-s.ci // tci) > 1)
@@ -119,11 +160,22 @@ def test_conv_tile_shapes_and_threads():
     s, _ = CONV_CASES["stride2_partial"]
     k = emulated(conv_function, "stride2_partial")
     conv = k.launch_plan.kernels[-1]
-    assert conv.block == (4, 4, 4)          # x, y, z = tile_x, tile_y, tile_co threads
+    # x, y, z = tile_x, tile_y, tile_co / micro_co (= 4) threads
+    assert conv.block == (4, 4, 1)
+    assert emulated(conv_function, "one_per_thread").launch_plan.kernels[-1].block == (4, 4, 4)
+    assert emulated(conv_function, "micro2x2").launch_plan.kernels[-1].block == (4, 4, 2)
     # input tile: 2 channels x ((4-1)*2 + 3) rows x ((4-1)*2 + 3) columns; weights 4 x 2 x 3 x 3
     assert conv.shared_bytes == 4 * (2 * 9 * 9 + 4 * 2 * 3 * 3)
     tco, ty, tx, tci = gpu_conv.tiles(ConvShape(8, 64, 56, 56, 64, 3, 3, padding=1))
-    assert tco * ty * tx == gpu_conv.THREADS and tci >= 1
+    assert (tco // gpu_conv.MICRO_CO) * ty * (tx // gpu_conv.MICRO_X) == gpu_conv.THREADS
+    assert tci >= 1
+    # a given tile takes the largest micro-tile up to the default that divides it
+    assert gpu_conv.tiles(s, tile_co=6)[0] == 6
+    assert gpu_conv._micro(6, None, 4) == 3 and gpu_conv._micro(6, 1, 4) == 1
+    with pytest.raises(ValueError, match=r"tile_co \(6\) must be a multiple of micro_co \(4\)"):
+        gpu_conv.tiles(s, tile_co=6, micro_co=4)
+    with pytest.raises(ValueError, match="micro_x must be a positive int, got 0"):
+        gpu_conv.function(s, micro_x=0)
 
 
 @needs_cxx
@@ -185,27 +237,55 @@ def test_sparse_gpu_schedule_runs_on_cpu(density):
 def test_sparse_emulated_matches_torch_in_every_order(density):
     k = emulated(gpu_sparse.function, SPARSE_SHAPE)
     conv = k.launch_plan.kernels[-1]
-    assert conv.block == (SPARSE_SHAPE.ho * SPARSE_SHAPE.wo, 1, 1)   # one pixel per thread
+    # 25 pixels: 32 threads of 2 pixels cover them, so one pixel per thread
+    assert conv.block == (SPARSE_SHAPE.ho * SPARSE_SHAPE.wo, 1, 1)
     assert "__syncthreads" not in k.source and "__shared__" not in k.source
     # the data-dependent bounds: loads of rowptr, inside the thread loop
-    assert "j = (int64_t)rowptr[co]; j < (int64_t)rowptr[co + 1]; j++" in k.source
+    loop = "for (int64_t j = (int64_t)rowptr[co]; j < (int64_t)rowptr[co + 1]; j++) {"
+    assert loop in k.source
+    assert_sum_in_registers(kernel_source(k, "sparse_conv2d_cuda_k1"), loop)
     args, want, _ = sparse_args(SPARSE_SHAPE, density, seed=3)
     for order in ORDERS:
         np.testing.assert_allclose(k.emulate(order=order, seed=7, **args), want,
                                    rtol=1e-4, atol=1e-4)
 
 
+def assert_sum_in_registers(src, loop):
+    """The sum over a CSR row is a per-thread tile: zeroed before the ``j``
+    loop, no global ``out`` inside it, added to ``out`` (= bias) after it."""
+    assert "/* per-thread tile (registers) */" in src
+    init, combine = stores_to(src, "out")
+    assert "= bias[co]" in init and "+ out_local[" in combine
+    body = src[src.index(loop):src.index(combine)]
+    assert "out_local[" in body and "out[" not in body
+    assert src.index(init) < src.index("out_local") < src.index(loop)
+
+
 def test_sparse_partial_pixel_blocks():
-    """More pixels than threads per block: the last block of each row is partial."""
+    """More pixels than a block covers: the last block of each row is
+    partial, and so is the last thread's pair of pixels."""
     s = conv_shape((1, 2, 7, 9), (3, 2, 3, 3), stride=1, padding=1, dilation=1)
     args, want, _ = sparse_args(s, 0.4, seed=4, empty_rows=(2,))
-    f = gpu_sparse.function(s, threads=32)                     # 63 pixels: blocks of 32
-    np.testing.assert_allclose(f.compile(target="llvm")(**args), want, rtol=1e-4, atol=1e-4)
+    for kw, grid in (({"threads": 16}, (2, 3, 1)), ({"threads": 32, "micro": 1}, (2, 3, 1)),
+                     ({"threads": 8, "micro": 3}, (3, 3, 1))):
+        f = gpu_sparse.function(s, **kw)              # 63 pixels: blocks of 32 or 24
+        np.testing.assert_allclose(f.compile(target="llvm")(**args), want, rtol=1e-4, atol=1e-4)
+        if not HAVE_CXX:
+            continue
+        k = emulated(functools.partial(gpu_sparse.function, **kw), s)
+        assert [evaluate_grid(k)] == [grid]
+        src = kernel_source(k, "sparse_conv2d_cuda_k1")
+        if kw.get("micro", gpu_sparse.MICRO) > 1:
+            # the thread's pixels are the unrolled slots of its tile
+            assert "#pragma unroll" in src and f"float out_local[{kw.get('micro', 2)}];" in src
+        assert_sum_in_registers(src, "j < (int64_t)rowptr[co + 1]; j++) {")
+        for order in ORDERS:
+            np.testing.assert_allclose(k.emulate(order=order, seed=2, **args), want,
+                                       rtol=1e-4, atol=1e-4)
     if not HAVE_CXX:
         pytest.skip("no C++ compiler for the CUDA emulator")
-    k = emulated(functools.partial(gpu_sparse.function, threads=32), s)
-    assert [evaluate_grid(k)] == [(2, 3, 1)]
-    np.testing.assert_allclose(k.emulate(order="reverse", **args), want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="micro must be a positive int, got 0"):
+        gpu_sparse.function(s, micro=0)
 
 
 def evaluate_grid(k):
@@ -215,7 +295,16 @@ def evaluate_grid(k):
 
 def test_data_dependent_loop_on_a_thread_axis_refused():
     f = gpu_sparse.function(conv_shape((1, 2, 6, 6), (3, 2, 3, 3), 1, 1, 1))
-    f.computations["acc"].update.bind("j", "thread.y")
+    u = f.computations["acc"].update
+    u.bind("j", "thread.y")
+    # with the schedule's register tile over j, that tile is refused first
+    with pytest.raises(tp.IllegalScheduleError,
+                       match=r"acc_update\.accumulate_locally\(j\) is illegal on the GPU: 'j' is "
+                             r"a thread loop of acc_update \(thread\.y\)"):
+        f.compile()
+    f.undo()
+    f.undo()                                       # the bind, then accumulate_locally(j)
+    u.bind("j", "thread.y")
     with pytest.raises(tp.IllegalScheduleError,
                        match=r"thread loop 'j' of acc_update has no constant bound"):
         f.compile()
@@ -250,6 +339,9 @@ def test_conv_cubins_no_spills_and_resources():
         conv = res["conv2d_cuda_k1"]
         assert conv.shared_bytes == tile_bytes and conv.barriers == 1
         assert res["conv2d_cuda_k0"].shared_bytes == 0
+        # the per-thread tile lives in registers: no stack frame (local memory)
+        assert conv.stack_bytes == 0 and conv.registers <= 128
+    assert "float out_local[4];  /* per-thread tile (registers) */" in k.source
 
 
 @needs_nvcc
@@ -260,7 +352,31 @@ def test_sparse_cubins_no_spills_and_resources():
         assert set(res) == {"sparse_conv2d_cuda_k0", "sparse_conv2d_cuda_k1"}
         for r in res.values():
             assert r.spill_stores == r.spill_loads == 0 and 0 < r.registers <= 255
-            assert r.shared_bytes == 0 and r.barriers == 0
+            assert r.shared_bytes == 0 and r.barriers == 0 and r.stack_bytes == 0
+    assert f"float out_local[{gpu_sparse.MICRO}];  /* per-thread tile (registers) */" in k.source
+
+
+def assert_cubins_without_spills(k):
+    from tiramisu_py import cuda_kernel as ck
+    assert set(k.cubins) == set(ck.CUDA_ARCHS) == {"sm_80", "sm_90"}
+    for res in k.resources.values():
+        for r in res.values():
+            assert r.spill_stores == r.spill_loads == 0 and r.stack_bytes == 0, r
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv_odd_sizes_build_cubins_without_spills(case):
+    """Partial block tiles, partial micro-tiles (guarded unrolled slots) and
+    one-step reductions: cubins for sm_80/sm_90, no spills, no stack frame."""
+    assert_cubins_without_spills(conv_function(case).compile(target="cuda"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kw", [{"threads": 16}, {"threads": 8, "micro": 3}])
+def test_sparse_odd_sizes_build_cubins_without_spills(kw):
+    s = conv_shape((1, 2, 7, 9), (3, 2, 3, 3), stride=1, padding=1, dilation=1)
+    assert_cubins_without_spills(gpu_sparse.function(s, **kw).compile(target="cuda"))
 
 
 # ------------------------------------------------------------------ entry points

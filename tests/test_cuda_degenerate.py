@@ -236,6 +236,12 @@ def conv_reference(x, w, b, pad):
 CONV_ONE_BLOCK = ConvShape(1, 2, 4, 4, 2, 3, 3, padding=1)
 
 
+def conv_one_ci_step(s):
+    """The library's conv with all input channels in one step (the default
+    TCI takes at most half of them)."""
+    return gpu_conv.function(s, tile_ci=s.ci)
+
+
 @needs_cxx
 def test_fixed_conv_one_block():
     """One image, one channel block, one 4x4 pixel tile, one ci step: the
@@ -244,13 +250,14 @@ def test_fixed_conv_one_block():
     x = RNG.standard_normal((s.n, s.ci, s.h, s.w), dtype=np.float32)
     w = RNG.standard_normal((s.co, s.ci, s.kh, s.kw), dtype=np.float32)
     b = RNG.standard_normal((s.co,), dtype=np.float32)
-    k = check_everywhere(gpu_conv.function, (), conv_reference(x, w, b, 1), s,
+    k = check_everywhere(conv_one_ci_step, (), conv_reference(x, w, b, 1), s,
                          data=x, weight=w, bias=b)
     src = k.source
     assert grids(k)[1] == (1, 1, 1)
     for loop, idx in (("co0", "blockIdx.z"), ("y0", "blockIdx.y"), ("x0", "blockIdx.x")):
         assert f"const int64_t {loop} = (int64_t){idx};" in src and f"if ({loop} < 1) {{" in src
     assert "__syncthreads();" in src                     # after the shared copies
+    assert "for (int64_t ci0" not in src                 # one ci step
 
 
 # ------------------------------------------------------------ CPU backends keep the serial form
