@@ -184,10 +184,11 @@ class Val:
     """An SSA value or literal.  ``kind``: ``u`` a scalar (uniform over the lanes of
     a vector loop), ``v`` a ``<W x T>`` vector, ``a`` an affine int64 lane
     sequence ``t + lane * stride`` (``t`` scalar) inside a widened vector loop."""
-    __slots__ = ("t", "dtype", "kind", "stride", "const")
+    __slots__ = ("t", "dtype", "kind", "stride", "const", "peeled")
 
-    def __init__(self, t, dtype, kind="u", stride=0, const=None):
+    def __init__(self, t, dtype, kind="u", stride=0, const=None, peeled=None):
         self.t, self.dtype, self.kind, self.stride, self.const = t, dtype, kind, stride, const
+        self.peeled = peeled        # an index ``x + c``: (Val of x, int c), for addresses
 
 
 class Arr:
