@@ -71,6 +71,8 @@ class ExprLowering:
         self.f: Func = None
         self.ctx: Ctx = None
         self.vec: VecState = None
+        self.spromoted: dict = {}    # (array, index key) -> Val: held over serial loops
+        self.enclosing: list = []    # the For statements being emitted, outermost first
         self.spec = 0                # > 0: evaluating lanes that may be inactive
 
     # -------------------------------------------------------------- lanes
@@ -563,6 +565,10 @@ class ExprLowering:
             held = self.vec.promoted.get((e.array, tuple(expr_key(i) for i in e.index)))
             if held is not None:
                 return self.convert(held, e.dtype) if e.dtype in LLT else held
+        if self.vec is None and self.spromoted:
+            held = self.spromoted.get((e.array, tuple(expr_key(i) for i in e.index)))
+            if held is not None:
+                return self.convert(held, e.dtype) if e.dtype in LLT else held
         a = self.array(e.array)
         idx = self.indices(a, e.index, e.array)
         f, mt, al = self.f, MEMT[a.dtype], ELSIZE[a.dtype]
@@ -594,6 +600,11 @@ class ExprLowering:
             key = (s.array, tuple(expr_key(i) for i in s.index))
             if key in self.vec.promoted:
                 self.vec.promoted[key] = val
+                return
+        if self.vec is None and self.spromoted:
+            key = (s.array, tuple(expr_key(i) for i in s.index))
+            if key in self.spromoted:
+                self.spromoted[key] = val
                 return
         idx = self.indices(a, s.index, s.array)
         f, mt, al = self.f, MEMT[a.dtype], ELSIZE[a.dtype]
