@@ -23,8 +23,9 @@ where the FLOP count is known, the LLVM/C speed ratio (> 1: LLVM faster) of
 the medians and of the fastest calls (robust to a loaded machine), and for every vector loop whether it is
 widened and why not (:func:`codegen.vectorize.report`).  Both backends'
 outputs must agree (``rtol=1e-3``); a disagreement or a compile error is
-reported as such.  The summary gives the geometric mean of LLVM/C and the ten
-worst cases.
+reported as such.  The summary gives the geometric mean of LLVM/C, the ten
+worst cases and every case below 0.9x (by medians or minimums) with its
+vector-loop status (widened, or why not; "no vector loop" for scalar nests).
 """
 from __future__ import annotations
 
@@ -344,6 +345,11 @@ def summary(rows) -> str:
              f"{sum(r['llvm_over_c'] < 0.8 for r in ok)}, below 0.9: "
              f"{sum(r['llvm_over_c'] < 0.9 for r in ok)} (medians)", "worst ten (medians):"]
     lines += ["  " + format_row(r) for r in worst]
+    slow = sorted((r for r in ok if min(r["llvm_over_c"], r["llvm_over_c_min"]) < 0.9),
+                  key=lambda r: r["llvm_over_c_min"])
+    lines.append(f"below 0.9 (medians or minimums; {len(slow)}), with their vector loops:")
+    lines += [f"  {r['group']:9} {r['case'][:60]:60} {r['llvm_over_c']:5.2f} {r['llvm_over_c_min']:5.2f}  "
+              f"{r['vector'] if r['vector'] != '-' else 'no vector loop (scalar nest)'}" for r in slow]
     for g in sorted({r["group"] for r in ok}):
         gr = [r for r in ok if r["group"] == g]
         lines.append(f"  {g}: {len(gr)} cases, geomean "

@@ -3,7 +3,7 @@
 ``compile_llvm(fn)`` emits LLVM IR (:func:`emit_llvm`, see :mod:`codegen.llvm_lower`
 and :mod:`codegen.llvm_stmt`), optimises it with the new pass manager at speed
 level 3 for the host CPU (name and features, ``prefer-vector-width=512`` on
-AVX-512), emits an object file with ``TargetMachine.emit_object`` and loads it
+AVX-512, no gathers/scatters on AMD Zen: :func:`codegen.llvm_lower.tuning_features`), emits an object file with ``TargetMachine.emit_object`` and loads it
 into its own MCJIT engine with ``add_object_file``.  The calling convention is the
 C backend's: every scalar, then every array as a raw address; it returns 0, or 1
 if a temporary could not be allocated.

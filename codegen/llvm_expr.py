@@ -36,6 +36,25 @@ _SUFFIX = {"float": "f32", "double": "f64"}     # intrinsic name mangling of ele
 _INT_LIT = re.compile(r"\A(?:splat \(i\d+ )?(-?\d+)\)?\Z")
 
 
+def _split_offset(e) -> tuple:
+    """``(x, c)`` with ``e == x + c`` for an int64 ``e`` whose top-level adds and
+    subtractions have constant int64 operands; ``(e, 0)`` otherwise."""
+    if not (isinstance(e, ir.Binary) and e.op in ("add", "sub") and e.dtype == "int64"):
+        return e, 0
+
+    def const(x):
+        return x.value if isinstance(x, ir.Const) and x.dtype == "int64" \
+            and isinstance(x.value, int) and not isinstance(x.value, bool) else None
+    cb, ca = const(e.b), const(e.a)
+    if cb is not None and e.a.dtype == "int64":
+        x, c = _split_offset(e.a)
+        return x, c + (cb if e.op == "add" else -cb)
+    if ca is not None and e.op == "add" and e.b.dtype == "int64":
+        x, c = _split_offset(e.b)
+        return x, c + ca
+    return e, 0
+
+
 def _int_literal_of(text: str):
     """The value of an integer literal operand (``7``, ``splat (i32 7)``), else None."""
     m = _INT_LIT.match(text)
@@ -54,6 +73,8 @@ class ExprLowering:
         self.f: Func = None
         self.ctx: Ctx = None
         self.vec: VecState = None
+        self.spromoted: dict = {}    # (array, index key) -> Val: held over serial loops
+        self.enclosing: list = []    # the For statements being emitted, outermost first
         self.spec = 0                # > 0: evaluating lanes that may be inactive
         self.masks: list = []        # the active lanes there (<W x i1>), innermost last
 
@@ -469,18 +490,48 @@ class ExprLowering:
         if len(index) != len(a.strides):
             raise ValueError(f"LLVM backend: array {name!r} of rank {len(a.strides)} "
                              f"indexed with {len(index)} indices")
-        return [self.index(i) for i in index]
+        return [self.offset_index(i) for i in index]
+
+    def offset_index(self, e) -> Val:
+        """``index(e)``; an int64 ``x + c`` (constant ``c``) also keeps ``(x, c)``
+        (``Val.peeled``) so that :meth:`addr` forms ``x * stride + c * stride``:
+        the neighbours of a stencil (``A[i - 1][j]``, ``A[i + 1][j + 1]``) then
+        share ``i * N + j`` and differ by loop-invariant offsets that LLVM's
+        scalar evolution sees (it does not distribute ``(i + 1) * N``).  Exact:
+        int64 arithmetic wraps, so ``(x + c) * s == x * s + c * s``."""
+        x, c = _split_offset(e)
+        if not c or isinstance(x, ir.Const) or not -2**62 < c < 2**62:
+            return self.index(e)
+        v = self.index(x)
+        if v.const is not None or v.dtype != "int64":
+            return self.index(e)
+        f = self.f
+        if v.kind == "v":
+            full = Val(f.op(f"add <{self.vec.w} x i64> {v.t}, splat (i64 {c})"), "int64", "v")
+        else:
+            full = Val(f.op(f"add i64 {v.t}, {c}"), "int64", v.kind, v.stride)
+        full.peeled = (v, c)
+        return full
 
     def addr(self, a: Arr, idx: list, inbounds: bool = True) -> str:
         """Pointer to the element at lane 0 (scalar indices, or the bases of affine
         ones); not ``inbounds`` for a masked access, whose lane 0 may lie outside."""
-        f, const, acc = self.f, 0, None
+        f, const, acc, offs = self.f, 0, None, []
         for i, s in zip(idx, a.strides):
             if i.const is not None and isinstance(s, int):
                 const += i.const * s
                 continue
+            if i.peeled is not None:
+                i, c = i.peeled
+                if isinstance(s, int):
+                    const += c * s
+                else:
+                    offs.append(s if c == 1 else f.op(f"mul nsw i64 {s}, {c}"))
             term = i.t if s == 1 else f.op(f"mul nsw i64 {i.t}, {s}")
             acc = term if acc is None else f.op(f"add nsw i64 {acc}, {term}")
+        for o in offs:
+            acc = o if acc is None else f.op(f"add nsw i64 {acc}, {o}")
+        const = (const + 2**63) % 2**64 - 2**63      # an i64 literal (addresses wrap)
         if acc is None:
             lin = str(const)
         else:
@@ -535,6 +586,10 @@ class ExprLowering:
             held = self.vec.promoted.get((e.array, tuple(expr_key(i) for i in e.index)))
             if held is not None:
                 return self.convert(held, e.dtype) if e.dtype in LLT else held
+        if self.vec is None and self.spromoted:
+            held = self.spromoted.get((e.array, tuple(expr_key(i) for i in e.index)))
+            if held is not None:
+                return self.convert(held, e.dtype) if e.dtype in LLT else held
         a = self.array(e.array)
         idx = self.indices(a, e.index, e.array)
         f, mt, al = self.f, MEMT[a.dtype], ELSIZE[a.dtype]
@@ -572,6 +627,11 @@ class ExprLowering:
             key = (s.array, tuple(expr_key(i) for i in s.index))
             if key in self.vec.promoted:
                 self.vec.promoted[key] = val
+                return
+        if self.vec is None and self.spromoted:
+            key = (s.array, tuple(expr_key(i) for i in s.index))
+            if key in self.spromoted:
+                self.spromoted[key] = val
                 return
         idx = self.indices(a, s.index, s.array)
         f, mt, al = self.f, MEMT[a.dtype], ELSIZE[a.dtype]

@@ -93,12 +93,23 @@ def host() -> Host:
                 features = llvm.get_host_cpu_features().flatten()
             except RuntimeError:
                 features = ""
+            features = ",".join(x for x in (features, tuning_features(cpu)) if x)
             feats = set(features.split(","))
             bits = 512 if "+avx512f" in feats else 256 if "+avx" in feats else 128
             tm = _host_tm = target_machine(triple, cpu, features)
             _host = Host(triple, str(tm.target_data), cpu, features, bits,
                          ".".join(map(str, llvm.llvm_version_info)))
         return _host
+
+
+def tuning_features(cpu: str) -> str:
+    """Tuning LLVM's host defaults lack but gcc's ``-march=native`` has: on AMD
+    Zen (``znver*``) vector gathers and scatters are microcoded and slower than
+    the scalar loads they replace (gcc's znver tuning never emits them), yet
+    LLVM's cost model picks ``vgatherqpd`` for strided loops (heat-3d with
+    ``j`` innermost: 0.5x gcc); ``prefer-no-gather``/``prefer-no-scatter``
+    make it scalarise them as gcc does.  Part of the features, so of the cache key."""
+    return "+prefer-no-gather,+prefer-no-scatter" if cpu.startswith("znver") else ""
 
 
 def target_machine(triple, cpu, features):
@@ -173,10 +184,11 @@ class Val:
     """An SSA value or literal.  ``kind``: ``u`` a scalar (uniform over the lanes of
     a vector loop), ``v`` a ``<W x T>`` vector, ``a`` an affine int64 lane
     sequence ``t + lane * stride`` (``t`` scalar) inside a widened vector loop."""
-    __slots__ = ("t", "dtype", "kind", "stride", "const")
+    __slots__ = ("t", "dtype", "kind", "stride", "const", "peeled")
 
-    def __init__(self, t, dtype, kind="u", stride=0, const=None):
+    def __init__(self, t, dtype, kind="u", stride=0, const=None, peeled=None):
         self.t, self.dtype, self.kind, self.stride, self.const = t, dtype, kind, stride, const
+        self.peeled = peeled        # an index ``x + c``: (Val of x, int c), for addresses
 
 
 class Arr:

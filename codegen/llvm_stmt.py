@@ -39,12 +39,13 @@ from .c_backend import _const_eval
 from .llvm_expr import ExprLowering, VecState
 from .llvm_lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
                          Val, _san, host, vt)
+from .llvm_promote import PromotionLowering
 from .llvm_reduce import ACC, ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
 
-class Lowering(ReductionLowering, ExprLowering):
+class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
     def __init__(self, fn: ir.LoweredFunction, h):
         super().__init__(fn, h)
         self.npar = 0
@@ -192,6 +193,13 @@ class Lowering(ReductionLowering, ExprLowering):
         self.carried_loop(var, lo, hi, step, [], run, md)
 
     def loop(self, s: ir.For) -> None:
+        self.enclosing.append(s)
+        try:
+            self._loop(s)
+        finally:
+            self.enclosing.pop()
+
+    def _loop(self, s: ir.For) -> None:
         step = ir.check_loop(s, "LLVM backend")
         if self.vec is not None:
             if self.vec.plan is None:
@@ -206,6 +214,9 @@ class Lowering(ReductionLowering, ExprLowering):
         md = ""
         if s.kind == "unrolled":
             md = self.m.loop_md(f'!"llvm.loop.unroll.count", i32 {int(s.attrs.get("unroll", 8))}')
+        held = self._held(s)
+        if held:
+            return self.promoted_loop(s, step, held, md)
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
