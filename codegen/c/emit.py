@@ -42,8 +42,8 @@ import re
 import struct
 from fractions import Fraction
 
-from . import ir, regblock, vecmath, vectorize, vreduce
-from .c_widen import WidenMixin, vector_helper
+from .. import ir, regblock, vecmath, vectorize, vreduce
+from .widen import WidenMixin, vector_helper
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
           "int32": "int32_t", "int64": "int64_t", "bool": "bool"}
@@ -510,7 +510,7 @@ class _Emitter(WidenMixin):
             self.out(ind, "#pragma omp parallel for" + clause)
             self.omp, self.in_parallel = "parallel", True
         elif s.kind == "vector" and not s.attrs.get("reduction") and vectorize.nested(s.body):
-            return self.nested_vector_loop(s, ind)      # codegen.c_widen
+            return self.nested_vector_loop(s, ind)      # codegen.c.widen
         elif s.kind == "vector":
             if s.attrs.get("reduction"):
                 if self.vector_reduction(s, ind):

@@ -1,7 +1,7 @@
 """LLVM backend, IR building, part 1: the host target, types, exact literals and
 the text builders (functions of basic blocks, the module).  Expressions are in
-:mod:`codegen.llvm_expr`, statements, loops and :func:`emit_llvm` in
-:mod:`codegen.llvm_stmt`; :func:`codegen.compile_llvm` (:mod:`codegen.llvm_backend`)
+:mod:`codegen.llvm.expr`, statements, loops and :func:`emit_llvm` in
+:mod:`codegen.llvm.stmt`; :func:`codegen.compile_llvm` (:mod:`codegen.llvm.backend`)
 optimises, compiles, caches and loads the text.
 
 Conventions of the emitted module (same calling convention as the C backend):
@@ -17,9 +17,9 @@ Conventions of the emitted module (same calling convention as the C backend):
   ``and``/``or`` are lazy (branches) when an operand may trap (a load), as in C;
 * ``vector`` loops are widened to explicit ``<W x T>`` code plus a scalar
   epilogue; ``parallel`` loops are outlined and run through libgomp's
-  ``GOMP_parallel`` with static chunking (details in :mod:`codegen.llvm_stmt`);
+  ``GOMP_parallel`` with static chunking (details in :mod:`codegen.llvm.stmt`);
   loops with ``attrs["reduction"]`` accumulate privately and combine
-  (:mod:`codegen.llvm_reduce`);
+  (:mod:`codegen.llvm.reduce`);
 * temporaries: constant size <= 16 KiB -> ``alloca`` in the entry block, else
   ``malloc``/``calloc`` with overflow checks, freed on every path; a failed
   allocation returns 1 (inside a parallel loop: sets the status, skips the body).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from . import ir
-from .c_backend import _INT_RANGE, _to_f32
+from .. import ir
+from ..c.emit import _INT_RANGE, _to_f32
 
 LLT = {"bool": "i1", "int8": "i8", "uint8": "i8", "int32": "i32", "int64": "i64",
        "float32": "float", "float64": "double"}
@@ -158,7 +158,7 @@ def common(d1: str, d2: str) -> str:
 def may_trap(e) -> bool:
     """Whether evaluating ``e`` speculatively could fault: a load.  (Integer
     divisions never trap: a divisor of 0, or -1 against MIN, is replaced, see
-    :meth:`codegen.llvm_expr.ExprLowering._safe_divisor`.)"""
+    :meth:`codegen.llvm.expr.ExprLowering._safe_divisor`.)"""
     return any(isinstance(x, ir.Load) for x in ir.walk_exprs(e))
 
 
@@ -281,7 +281,7 @@ class Module:
     def vecmath(self, func: str, w, dtype: str = "float32") -> str:
         """The symbol of ``func`` on ``dtype`` or ``w``-lane vectors of it
         (:mod:`codegen.vecmath`), defined once per module."""
-        from .vecmath import llvm_function
+        from ..vecmath import llvm_function
         key = ("vecmath", func, w, dtype)
         if key not in self.decls:
             sym, text = llvm_function(func, w, dtype)
