@@ -1,5 +1,5 @@
 """Scalar promotion for serial loops (target-neutral analysis; the LLVM backend
-uses it, :meth:`codegen.llvm_stmt.Lowering.loop`).
+uses it, :meth:`codegen.llvm.stmt.Lowering.loop`).
 
 An element ``X[p]`` that a serial loop updates at an index ``p`` invariant in
 the loop (``A[i][j] -= A[i][k] * A[j][k]`` over ``k``) can live in a register

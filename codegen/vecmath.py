@@ -197,7 +197,7 @@ class _TypedCBuilder:
         self.lines, self.n, self.types = [], 0, {"x": self.ft}
 
     def f(self, v: float) -> str:
-        from .c_backend import c_literal
+        from .c.emit import c_literal
         s = c_literal(v, self.dt)
         self.types[s] = self.ft
         return s
@@ -241,7 +241,7 @@ class LLVMBuilder:
     vectors of ``w`` of them."""
 
     def __init__(self, func, w, dtype="float32"):
-        from .llvm_lower import lit
+        from .llvm.lower import lit
         self.fn, self.w, self._lit, self.dt = func, w, lit, dtype
         self.bits = 32 if dtype == "float32" else 64
         self.sft, self.sit = ("float", "i32") if self.bits == 32 else ("double", "i64")
@@ -291,7 +291,7 @@ class LLVMBuilder:
 def llvm_function(func: str, w, dtype: str = "float32") -> tuple:
     """(symbol, definition text) of the ``alwaysinline`` LLVM function computing
     ``func`` on ``dtype`` (``w`` None) or ``w``-lane vectors of it."""
-    from .llvm_lower import Func
+    from .llvm.lower import Func
     st, suf = ("float", "f32") if dtype == "float32" else ("double", "f64")
     t = st if w is None else f"<{w} x {st}>"
     sym = f"tp.{func}.{suf if w is None else f'v{w}{suf}'}"

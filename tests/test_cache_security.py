@@ -50,7 +50,7 @@ PRELUDE = textwrap.dedent("""
 
     def counter():
         if TARGET == "llvm":
-            import codegen.llvm_backend as lb
+            import codegen.llvm.backend as lb
             return lb.CODEGEN_RUNS
         return tc.COMPILER_INVOCATIONS
 """)

@@ -25,8 +25,8 @@ for p in (str(ROOT), str(TESTS)):
 
 import test_codegen_c as tc  # noqa: E402  (the C tests' IR builders)
 from codegen import LLVMCompileError, compile_c, compile_llvm, emit_llvm  # noqa: E402
-from codegen import llvm_backend as lb  # noqa: E402
-from codegen import llvm_lower  # noqa: E402
+from codegen.llvm import backend as lb  # noqa: E402
+from codegen.llvm import lower as llvm_lower  # noqa: E402
 from codegen.ir import (Allocate, ArrayArg, Binary, Block, Call, Cast, For, If, Let, Load,  # noqa: E402
                         LoweredFunction, ScalarArg, Select, Store, Unary, Var)
 
@@ -782,7 +782,8 @@ def _child(code, env=None, timeout=120):
 
 def test_missing_symbol_raises_and_the_process_survives():
     code = """
-    from codegen import LLVMCompileError, compile_llvm, llvm_lower
+    from codegen import LLVMCompileError, compile_llvm
+    from codegen.llvm import lower as llvm_lower
     from codegen.ir import Call
     llvm_lower.LIBM_NAMES[("tanh", "float64")] = "tp_no_such_tanhf"
     fn = tc.elementwise_ir("uses_tanh", "float64", "float64",
@@ -831,7 +832,7 @@ def test_object_cache_warm_start_and_corruption(tmp_path, monkeypatch):
 
     code = """
     from codegen import compile_llvm
-    import codegen.llvm_backend as lb
+    import codegen.llvm.backend as lb
     f = compile_llvm(tc.gemm_ir())
     tc.run_gemm(f)
     print(json.dumps({"runs": lb.CODEGEN_RUNS, "loads": lb.ENGINE_LOADS, "path": f.path}))

@@ -4,7 +4,7 @@ nests of the parity corpus):
 * an index ``x + c`` is addressed as ``x * stride + c * stride``
   (``LLVMExpr.offset_index``), so a stencil's neighbours share one linear
   index and differ by loop-invariant offsets (exact: int64 wraps);
-* host tuning (``codegen.llvm_lower.tuning_features``): on AMD Zen, LLVM is
+* host tuning (``codegen.llvm.lower.tuning_features``): on AMD Zen, LLVM is
   told to prefer scalar loads over (microcoded, slow) vector gathers, as gcc's
   znver tuning does; checked on the assembly for an explicit znver4 target (so
   it runs on any x86-64 host)."""
@@ -17,7 +17,7 @@ import pytest
 
 import tiramisu_py as tp
 from codegen import emit_llvm
-from codegen.llvm_lower import host, target_machine, tuning_features
+from codegen.llvm.lower import host, target_machine, tuning_features
 
 X86 = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
                          reason="znver4 tuning is an x86-64 property")

@@ -6,10 +6,10 @@ import pytest
 
 import tiramisu_py as tp
 from codegen import compile_c
-from codegen.c_backend import emit_c
+from codegen.c.emit import emit_c
 from codegen.ir import (ArrayArg, Binary, Block, Const, For, LoweredFunction, Load, ScalarArg,
                         Store, Var)
-from codegen.llvm_stmt import emit_llvm
+from codegen.llvm.stmt import emit_llvm
 
 RNG = np.random.default_rng(3)
 

@@ -123,3 +123,20 @@ def test_index_arrays_are_still_checked_after_a_warm_start():
     np.testing.assert_array_equal(k(np.array([4, 0], np.int32), x), [4, 0])
     with pytest.raises(ValueError, match=r"idx\[1\] = 5"):
         k(np.array([1, 5], np.int32), x)
+
+
+def test_code_version_covers_the_backend_subpackages(tmp_path, monkeypatch):
+    """An edit to a backend's subpackage (codegen/c/, codegen/llvm/,
+    codegen/cuda/) invalidates warm-start entries like one at codegen/'s top."""
+    for rel in ("tiramisu_py/warm.py", "codegen/ir.py", "codegen/c/emit.py", "codegen/c/__pycache__/emit.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    monkeypatch.setattr(warm, "__file__", str(tmp_path / "tiramisu_py" / "warm.py"))
+    monkeypatch.setattr(warm, "_code", {})
+    before = warm._code_version(("codegen",))
+    os.utime(tmp_path / "codegen/c/__pycache__/emit.py", ns=(1, 1))          # not source: ignored
+    warm._code.clear()
+    assert warm._code_version(("codegen",)) == before
+    (tmp_path / "codegen/c/emit.py").write_text("x = 22\n")
+    warm._code.clear()
+    assert warm._code_version(("codegen",)) != before

@@ -7,7 +7,7 @@ import keyword
 import re
 
 from . import types as T
-from codegen.c_backend import reserved_c_symbol
+from codegen.c.emit import reserved_c_symbol
 
 from . import provenance
 from .schedule import Schedulable
@@ -37,7 +37,7 @@ def check_name(name, what: str) -> str:
     Function may not take the name of a C library function (it is exported
     under its name).  C macros (``linux``, ``errno``, ``M_PI``, ``NULL``...)
     are fine: the C backend keeps every user name out of the preprocessor's
-    reach (see :mod:`codegen.c_backend`)."""
+    reach (see :mod:`codegen.c.emit`)."""
     if not isinstance(name, str) or not _IDENT.match(name):
         raise ValueError(f"{what} name {name!r} must be an identifier "
                          "(a letter, then letters, digits or _)")

@@ -45,17 +45,20 @@ _code: dict = {}
 
 def _code_version(dirs) -> str:
     """Size and mtime of the ``.py`` files of ``dirs`` (packages beside
-    this one), hashed once per process."""
+    this one) and of their subpackages (``codegen/c``, ``codegen/llvm``,
+    ``codegen/cuda``), hashed once per process."""
     key = tuple(dirs)
     if key not in _code:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         h = hashlib.sha256(str(FORMAT).encode())
         for d in dirs:
-            base = os.path.join(root, d)
-            for name in sorted(os.listdir(base)) if os.path.isdir(base) else ():
-                if name.endswith(".py"):
-                    st = os.stat(os.path.join(base, name))
-                    h.update(f"{d}/{name}:{st.st_size}:{st.st_mtime_ns};".encode())
+            for base, subdirs, files in os.walk(os.path.join(root, d)):
+                subdirs[:] = sorted(s for s in subdirs if s != "__pycache__")
+                rel = os.path.relpath(base, root).replace(os.sep, "/")
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        st = os.stat(os.path.join(base, name))
+                        h.update(f"{rel}/{name}:{st.st_size}:{st.st_mtime_ns};".encode())
         _code[key] = h.hexdigest()
     return _code[key]
 
@@ -168,7 +171,7 @@ def store(k, f, target, kernel):
         shell = ir.LoweredFunction(low.name, low.scalars, low.arrays, None, low.constants)
         decl = None
         if target != "llvm":
-            from codegen.c_backend import cffi_declaration
+            from codegen.c.emit import cffi_declaration
             decl = cffi_declaration(low)
         ch = kernel.checker
         entry = {

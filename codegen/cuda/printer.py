@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..c_backend import (CTYPES, _ELSIZE, _LIBM, _Emitter, _check_name, _const_eval,
+from ..c.emit import (CTYPES, _ELSIZE, _LIBM, _Emitter, _check_name, _const_eval,
                          _helper_source, _renamed, c_names, P_ADD, P_PRIMARY, P_REL)
 
 MAX_SHARED_BYTES = 48 * 1024          # static shared memory per block (no opt-in)

@@ -1,9 +1,9 @@
 """LLVM backend: the loop IR JIT-compiled in-process with llvmlite (no C compiler).
 
-``compile_llvm(fn)`` emits LLVM IR (:func:`emit_llvm`, see :mod:`codegen.llvm_lower`
-and :mod:`codegen.llvm_stmt`), optimises it with the new pass manager at speed
+``compile_llvm(fn)`` emits LLVM IR (:func:`emit_llvm`, see :mod:`codegen.llvm.lower`
+and :mod:`codegen.llvm.stmt`), optimises it with the new pass manager at speed
 level 3 for the host CPU (name and features, ``prefer-vector-width=512`` on
-AVX-512, no gathers/scatters on AMD Zen: :func:`codegen.llvm_lower.tuning_features`), emits an object file with ``TargetMachine.emit_object`` and loads it
+AVX-512, no gathers/scatters on AMD Zen: :func:`codegen.llvm.lower.tuning_features`), emits an object file with ``TargetMachine.emit_object`` and loads it
 into its own MCJIT engine with ``add_object_file``.  The calling convention is the
 C backend's: every scalar, then every array as a raw address; it returns 0, or 1
 if a temporary could not be allocated.
@@ -36,9 +36,9 @@ import cffi
 import llvmlite
 import llvmlite.binding as llvm
 
-from . import cache, ir
-from .llvm_lower import host, host_target_machine, target_machine
-from .llvm_stmt import emit_llvm
+from .. import cache, ir
+from .lower import host, host_target_machine, target_machine
+from .stmt import emit_llvm
 
 __all__ = ["emit_llvm", "compile_llvm", "LLVMCompileError", "LLVMCompiledFunction", "CODEGEN_RUNS"]
 

@@ -27,8 +27,8 @@ selects), and a store that is not unit-stride is a loop over the lanes
 """
 from __future__ import annotations
 
-from . import ir, vectorize
-from .ir import expr_key
+from .. import ir, vectorize
+from ..ir import expr_key
 
 CT = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
       "int32": "int32_t", "int64": "int64_t", "bool": "uint8_t"}
@@ -61,7 +61,7 @@ class _Wide:
 
 
 class WidenMixin:
-    """Needs :class:`codegen.c_backend._Emitter` (``expr``, ``out``, ``body``, ``helper``)."""
+    """Needs :class:`codegen.c.emit._Emitter` (``expr``, ``out``, ``body``, ``helper``)."""
 
     wide: _Wide = None
     nacc = 0

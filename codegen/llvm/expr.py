@@ -2,20 +2,21 @@
 
 :class:`ExprLowering` turns an expression into LLVM instructions.  Outside a
 vector loop every value is a scalar.  While a vector loop body is widened
-(``self.vec`` set) each value is tagged (:class:`~codegen.llvm_lower.Val`):
+(``self.vec`` set) each value is tagged (:class:`~codegen.llvm.lower.Val`):
 uniform over the lanes (``u``, kept scalar and broadcast only where it meets a
 vector), affine in the lane (``a``: ``base + lane * stride`` for int64 index
 arithmetic, so that unit-stride accesses become vector loads/stores) or a
 ``<W x T>`` vector (``v``).  Operators follow the C backend's semantics exactly
-(see :mod:`codegen.llvm_lower`).
+(see :mod:`codegen.llvm.lower`).
 """
 from __future__ import annotations
 
 import re
 
-from . import ir, llvm_lower, vecmath
-from .ir import expr_key
-from .llvm_lower import (_FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
+from .. import ir, vecmath
+from ..ir import expr_key
+from . import lower as llvm_lower
+from .lower import (_FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
                          CannotWiden, Ctx, Func, Host, Module, Val, common, kind, lit,
                          may_trap, splat_lit, vt, zero)
 

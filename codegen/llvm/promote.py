@@ -1,11 +1,11 @@
 """LLVM backend: serial loops holding elements in registers (scalar promotion,
-the analysis in :mod:`codegen.promote`), a mixin of :class:`codegen.llvm_stmt.Lowering`."""
+the analysis in :mod:`codegen.promote`), a mixin of :class:`codegen.llvm.stmt.Lowering`."""
 from __future__ import annotations
 
-from . import ir, promote
-from .ir import expr_key
-from .llvm_lower import LLT, Val, _san
-from .llvm_reduce import ACC
+from .. import ir, promote
+from ..ir import expr_key
+from .lower import LLT, Val, _san
+from .reduce import ACC
 
 
 class PromotionLowering:

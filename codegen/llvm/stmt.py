@@ -26,21 +26,21 @@ chunk by ``omp_get_thread_num``/``omp_get_num_threads`` and calls the
 ``alwaysinline`` ``NAME.parK.range`` whose array arguments are ``noalias``.
 Parallel loops nested in a parallel loop run serially (as nested OpenMP regions
 do by default).  Parallel and vector loops carrying a reassociated reduction
-(``attrs["reduction"]``) are lowered by :mod:`codegen.llvm_reduce` (accumulators,
+(``attrs["reduction"]``) are lowered by :mod:`codegen.llvm.reduce` (accumulators,
 horizontal reductions, per-thread partials or private array copies).
 """
 from __future__ import annotations
 
 import math
 
-from . import ir, regblock, vectorize, vreduce
-from .ir import expr_key
-from .c_backend import _const_eval
-from .llvm_expr import ExprLowering, VecState
-from .llvm_lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
+from .. import ir, regblock, vectorize, vreduce
+from ..c.emit import _const_eval
+from ..ir import expr_key
+from .expr import ExprLowering, VecState
+from .lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
                          Val, _san, host, vt)
-from .llvm_promote import PromotionLowering
-from .llvm_reduce import ACC, ReductionLowering
+from .promote import PromotionLowering
+from .reduce import ACC, ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
@@ -206,7 +206,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
                 raise CannotWiden("an inner loop in the body")
             return self.inner_loop(s, step)
         if s.attrs.get("reduction") and s.kind in ("parallel", "vector"):
-            return self.reduction_loop(s, step)          # codegen.llvm_reduce
+            return self.reduction_loop(s, step)          # codegen.llvm.reduce
         if s.kind == "parallel" and not self.ctx.parallel:
             return self.parallel_loop(s, step)
         if s.kind == "vector":
@@ -408,7 +408,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
     # -------------------------------------------------------------- parallel loops
     def parallel_loop(self, s: ir.For, step: int, red=None) -> None:
         """Outlines ``s`` and runs it through ``GOMP_parallel``.  ``red`` (a
-        :class:`codegen.llvm_reduce.ParallelHooks`, for reductions) adds struct
+        :class:`codegen.llvm.reduce.ParallelHooks`, for reductions) adds struct
         fields, per-thread arguments of the range function, its body, and code
         in the caller after the join; the team size is then written back."""
         f, m = self.f, self.m

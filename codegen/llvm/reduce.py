@@ -1,5 +1,5 @@
 """LLVM backend, part 3: reassociated reductions (mixed into
-:class:`codegen.llvm_stmt.Lowering`).
+:class:`codegen.llvm.stmt.Lowering`).
 
 A ``parallel`` or ``vector`` loop with ``attrs["reduction"] = [(array, op), ...]``
 (op in add/sub/mul/max/min) may reorder the ``elem = elem op term`` updates of
@@ -37,10 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import ir
-from .ir import COMBINE, expr_key, identity
-from .llvm_expr import VecState
-from .llvm_lower import ELSIZE, LLT, MEMT, Arr, CannotWiden, Val, _san, lit, mangle, vt
+from .. import ir
+from ..ir import COMBINE, expr_key, identity
+from .expr import VecState
+from .lower import ELSIZE, LLT, MEMT, Arr, CannotWiden, Val, _san, lit, mangle, vt
 
 ACC = "%acc"            # the accumulator in synthesised IR (not an identifier: cannot clash)
 UNROLL = 4              # independent vector accumulators in the main widened loop
@@ -61,7 +61,7 @@ class ParallelHooks:
 
 
 class ReductionLowering:
-    """Reduction loops; needs the rest of :class:`codegen.llvm_stmt.Lowering`."""
+    """Reduction loops; needs the rest of :class:`codegen.llvm.stmt.Lowering`."""
 
     # -------------------------------------------------------------- dispatch
     def reduction_loop(self, s: ir.For, step: int) -> None:

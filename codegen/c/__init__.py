@@ -1,0 +1,8 @@
+"""The C backend (C99 + OpenMP, loaded with cffi): :mod:`codegen.c.emit`
+prints the loop IR as C (:func:`emit_c`, :func:`cffi_declaration`),
+:mod:`codegen.c.widen` its explicit vector code (GCC/Clang vector extensions),
+:mod:`codegen.c.backend` builds, caches and loads it (:func:`compile_c`)."""
+from .backend import CompiledFunction, compile_c
+from .emit import cffi_declaration, emit_c
+
+__all__ = ["emit_c", "cffi_declaration", "compile_c", "CompiledFunction"]
