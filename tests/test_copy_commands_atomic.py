@@ -256,3 +256,20 @@ def test_undo_on_a_copy_of_the_function_leaves_the_original():
     assert observed(f) == after
     assert_gemm(g)
     assert_gemm(f)
+
+
+def test_undo_refused_while_a_later_statement_reads_the_copy():
+    f, u = tiled_gemm()
+    bp = u.cache_at(f.buffers["B"], "j0", name="Bp")
+    i, j = f.loop("i"), f.loop("j")
+    f.computation("D", [i, j], bp[i % 4, j] + 1.0)     # declared after, reads the copy
+    u.split("i0", 2)
+    after = observed(f)
+    assert f.undo() == 'u.split("i0", 2)'
+    after_split = observed(f)
+    for call in (f.undo, f.reset_schedule):
+        with pytest.raises(ValueError, match=r"f\.undo\(\) of u\.cache_at\(.*\): D uses Bp, "
+                                             r"which that call declared"):
+            call()
+        assert observed(f) == after_split
+    assert after["commands"][:-1] == after_split["commands"]

@@ -16,7 +16,8 @@ its loops and buffer), redirect the consumer's reads to it and record its
   removes the statements, computations, loops, buffers and names it added,
   gives the consumer back its expression and the command log its state
   before the call (``cache_local`` of a shared tile had retargeted that
-  tile's ``compute_at``).  What was declared after the call stays.
+  tile's ``compute_at``).  What was declared after the call stays; undo is
+  refused (nothing changed) while such a statement reads the copy.
 """
 from __future__ import annotations
 
@@ -75,7 +76,27 @@ class CopyCall:
                        if id(s) in old and s.value is not old[id(s)]["value"][0]]
         self.commands = list(ff["_commands"][1])
 
-    def undo(self, f):
+    def _check_unread(self, f, text):
+        """Refuses to undo while a statement declared after the call reads
+        the copy (it would read a computation that no longer exists)."""
+        from .expr import accesses
+        gone = {id(s) for s in self.statements} | {id(s) for s, _ in self.values}
+        added = set(self.computations) | set(self.buffers)
+        for s in f.statements:
+            if id(s) in gone:
+                continue
+            exprs = [s.value] + list(s.lhs if s.is_update else s.store_index or [])
+            target = s.parent if s.is_update else s
+            names = {a.target.name for e in exprs if e is not None for a in accesses(e)}
+            if target.buffer is not None and not getattr(target, "_auto_buffer", False):
+                names.add(target.buffer.name)
+            used = sorted(names & added)
+            if used:
+                raise ValueError(f"f.undo() of {text}: {s.name} uses {', '.join(used)}, which "
+                                 "that call declared; remove it first (or work on f.copy())")
+
+    def undo(self, f, text):
+        self._check_unread(f, text)
         gone = {id(s) for s in self.statements}
         f.statements[:] = [s for s in f.statements if id(s) not in gone]
         for n in _nests(f):
@@ -94,15 +115,23 @@ class CopyCall:
 
 
 @contextlib.contextmanager
-def copy_command(f):
-    """Runs a copy command atomically: on any exception the Function is put
-    back as it was; on success the call is recorded for ``f.undo()``."""
+def all_or_nothing(f):
+    """On any exception inside, ``f`` is put back as it was; yields the
+    snapshot taken."""
     before = _snapshot(f)
     try:
-        yield
+        yield before
     except BaseException:
         _restore(before)
         raise
+
+
+@contextlib.contextmanager
+def copy_command(f):
+    """Runs a copy command atomically: on any exception the Function is put
+    back as it was; on success the call is recorded for ``f.undo()``."""
+    with all_or_nothing(f) as before:
+        yield
     # a nested copy command (cache_shared's cache_at) shares the call id:
     # the outermost one, finishing last, records the whole call
     f._copy_calls[provenance.current().id] = CopyCall(f, before)

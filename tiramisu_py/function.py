@@ -500,9 +500,10 @@ class Function:
             return None
         last = max(c.call_id for c in self._commands)
         gone = [c for c in self._commands if c.call_id == last]
-        copy_call = self.__dict__.setdefault("_copy_calls", {}).pop(last, None)
+        copy_call = self.__dict__.setdefault("_copy_calls", {}).get(last)
         if copy_call is not None:
-            copy_call.undo(self)
+            copy_call.undo(self, gone[0].call or gone[0].text)
+            del self._copy_calls[last]
         else:
             self._commands[:] = [c for c in self._commands if c.call_id != last]
         self._state_cache = self._compiled = None
@@ -511,9 +512,12 @@ class Function:
     def reset_schedule(self):
         """Forgets every scheduling command: the program order again.  The
         algorithm (and ``store_in`` layouts) stay; the copies that copy
-        commands declared go with them (each call is undone, last first)."""
-        while self._commands:
-            self.undo()
+        commands declared go with them (each call is undone, last first; all
+        or nothing)."""
+        from .atomic import all_or_nothing
+        with all_or_nothing(self):
+            while self._commands:
+                self.undo()
         self._state_cache = self._compiled = None
 
     def copy(self, name=None):
