@@ -134,7 +134,7 @@ def copy_command(f):
         yield
     # a nested copy command (cache_shared's cache_at) shares the call id:
     # the outermost one, finishing last, records the whole call
-    f._copy_calls[provenance.current().id] = CopyCall(f, before)
+    f.__dict__.setdefault("_copy_calls", {})[provenance.current().id] = CopyCall(f, before)
 
 
 def atomic(method):
