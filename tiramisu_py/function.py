@@ -317,6 +317,7 @@ class Function:
         self._commands = []             # the schedule: commands in the order given
         self._state_cache = None
         self._model_cache = None
+        self._copy_calls = {}           # call id -> what a copy command added (undo)
 
     # declarations -----------------------------------------------------------
     def param(self, name) -> ParamRef:
@@ -491,19 +492,32 @@ class Function:
         recorded: ``vectorize`` is a split and a tag) and returns it as
         written (``'C.update.parallelize("k")'``), or None when there is
         none.  Commands are checked together at ``compile()``, so a refused
-        one stays recorded until it is undone."""
+        one stays recorded until it is undone.  Undoing a copy command
+        (``cache_at``, ``cache_shared``, ``cache_local``) also removes the
+        copy it declared (computation, loops, buffer) and gives the consumer
+        back its reads of the source (:mod:`tiramisu_py.atomic`)."""
         if not self._commands:
             return None
         last = max(c.call_id for c in self._commands)
         gone = [c for c in self._commands if c.call_id == last]
-        self._commands[:] = [c for c in self._commands if c.call_id != last]
+        copy_call = self.__dict__.setdefault("_copy_calls", {}).get(last)
+        if copy_call is not None:
+            copy_call.undo(self, gone[0].call or gone[0].text)
+            del self._copy_calls[last]
+        else:
+            self._commands[:] = [c for c in self._commands if c.call_id != last]
         self._state_cache = self._compiled = None
         return gone[0].call or gone[0].text
 
     def reset_schedule(self):
         """Forgets every scheduling command: the program order again.  The
-        algorithm (and ``store_in`` layouts) stay."""
-        self._commands.clear()
+        algorithm (and ``store_in`` layouts) stay; the copies that copy
+        commands declared go with them (each call is undone, last first; all
+        or nothing)."""
+        from .atomic import all_or_nothing
+        with all_or_nothing(self):
+            while self._commands:
+                self.undo()
         self._state_cache = self._compiled = None
 
     def copy(self, name=None):

@@ -13,6 +13,7 @@ import copy
 from dataclasses import dataclass, field
 
 from . import provenance
+from .atomic import atomic
 
 # Limits on unrolling, checked when the command is given (ValueError naming
 # it).  Unrolling copies the body in the generated code: the C and LLVM
@@ -590,13 +591,17 @@ class Schedulable:
                              text=f"{self.name}.compute_at({consumer.name}, {n})")
 
     @provenance.command
+    @atomic
     def cache_at(self, source, loop, name=None):
         """Array packing: a copy of the part of ``source`` (an input, a buffer
         or a computation) that one iteration of this statement's ``loop``
         reads, made just before it, inside that loop; this statement then reads
         the copy.  Returns the copy (a computation): ``store_in`` it to choose
         its layout (e.g. a small contiguous tile buffer, reused per iteration).
-        ``source`` must not be written inside the loop nest of this statement."""
+        ``source`` must not be written inside the loop nest of this statement.
+        Like ``cache_shared`` and ``cache_local``, atomic: refused, it leaves
+        the Function unchanged; ``f.undo()`` removes the copy too
+        (:mod:`tiramisu_py.atomic`)."""
         from .function import Buffer, Computation
         f = self.function
         if not isinstance(source, (Buffer, Computation)):
@@ -613,6 +618,7 @@ class Schedulable:
         return _make_copy(self, source, loop, name)
 
     @provenance.command
+    @atomic
     def cache_local(self, source, loop, name=None):
         """A :meth:`cache_at` into per-thread registers on the GPU: the part
         of ``source`` that ONE thread reads in one iteration of ``loop`` (a
@@ -630,6 +636,7 @@ class Schedulable:
         return gpu_local.cache_local(self, source, loop_name(loop), name)
 
     @provenance.command
+    @atomic
     def cache_shared(self, source, loop, name=None):
         """A :meth:`cache_at` into GPU shared memory: the part of ``source``
         one iteration of ``loop`` reads is copied, cooperatively by the
