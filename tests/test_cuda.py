@@ -3,7 +3,9 @@ explained), GPU-mapped functions run on the CPU (blocks and threads as serial
 loops) against NumPy, the generated CUDA compiled to cubins with nvcc (skipped
 without it), and the generated CUDA run by the fiber emulator in several
 thread orders (a missing barrier shows up as a difference)."""
+import contextlib
 import functools
+import os
 import shutil
 
 import numpy as np
@@ -53,18 +55,43 @@ def gemm_shared(t=16, tk=16):
     return gpu_gemm.schedule(gemm.build(), t, tk)
 
 
+@contextlib.contextmanager
+def emulation_cubins():
+    """Around a compile for CUDA in a test that emulates or prints: the
+    cubins are still built for sm_80 and sm_90 when NVRTC is there (tens of
+    ms a kernel; a spill fails the build, so every GPU kernel of the suite is
+    checked to build without spills), and skipped otherwise (nvcc takes
+    about a second a kernel; the tests that check cubins use it)."""
+    from codegen.cuda import nvrtc
+    from codegen.cuda.toolchain import COMPILER_ENV
+    from tiramisu_py import cuda_kernel as ck
+    if nvrtc.unavailable() is None:
+        old = os.environ.get(COMPILER_ENV)
+        os.environ[COMPILER_ENV] = "nvrtc"
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(COMPILER_ENV, None)
+            else:
+                os.environ[COMPILER_ENV] = old
+    else:
+        saved, ck.CUDA_ARCHS = ck.CUDA_ARCHS, ()
+        try:
+            yield
+        finally:
+            ck.CUDA_ARCHS = saved
+
+
 @functools.lru_cache(maxsize=None)
 def cuda_kernel(build, cubins=False):
     """The CUDA kernel of ``build()``, compiled once per session; with
     ``cubins`` also built by nvcc for sm_80/sm_90 (~1.5 s per arch), else
     printed and emulated only."""
-    from tiramisu_py import cuda_kernel as ck
-    saved = ck.CUDA_ARCHS
-    ck.CUDA_ARCHS = saved if cubins else ()
-    try:
+    if cubins:
         return build().compile(target="cuda")
-    finally:
-        ck.CUDA_ARCHS = saved
+    with emulation_cubins():
+        return build().compile(target="cuda")
 
 
 def emulate_source(k, source, *args, **kwargs):

@@ -53,12 +53,9 @@ def conv_inputs(s, seed=0, density=1.0, empty_rows=()):
 def emulated(build, *args):
     """``build(*args)`` compiled for CUDA once per session, printed and
     emulated only (no cubins)."""
-    from tiramisu_py import cuda_kernel as ck
-    saved, ck.CUDA_ARCHS = ck.CUDA_ARCHS, ()
-    try:
+    from tests.test_cuda import emulation_cubins
+    with emulation_cubins():
         return build(*args).compile(target="cuda")
-    finally:
-        ck.CUDA_ARCHS = saved
 
 
 # ------------------------------------------------------------------ dense conv2d

@@ -29,13 +29,11 @@ RNG = np.random.default_rng(31)
 def cuda_kernel(build, *args, cubins=False):
     """``build(*args)`` compiled for CUDA once per session; printed and
     emulated only unless ``cubins`` (nvcc or NVRTC for sm_80/sm_90)."""
-    from tiramisu_py import cuda_kernel as ck
-    saved = ck.CUDA_ARCHS
-    ck.CUDA_ARCHS = saved if cubins else ()
-    try:
+    if cubins:
         return build(*args).compile(target="cuda")
-    finally:
-        ck.CUDA_ARCHS = saved
+    from tests.test_cuda import emulation_cubins
+    with emulation_cubins():
+        return build(*args).compile(target="cuda")
 
 
 def grids(k):

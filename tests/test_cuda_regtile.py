@@ -244,7 +244,10 @@ def test_micro_1_is_the_plain_shared_tile_gemm():
         np.testing.assert_allclose(k.emulate(a, b, order=order), a @ b, rtol=1e-4, atol=1e-4)
     for arch, res in k.resources.items():
         r = res["gemm_k1"]
-        assert r.spill_stores == 0 and r.shared_bytes == 2 * 16 * 16 * 4 and r.registers <= 40
+        # no per-thread tile: the register floor of the launch bounds, not 255
+        from codegen.cuda.printer import REGISTER_FLOOR
+        assert r.spill_stores == 0 and r.shared_bytes == 2 * 16 * 16 * 4
+        assert r.registers <= REGISTER_FLOOR
 
 
 @needs_cxx

@@ -116,14 +116,13 @@ SHAPES = [(3, 4, 3, 5, 10, 4, 2), (2, 3, 5, 6, 6, 4, 4), (1, 3, 1, 2, 3, None, N
 
 @functools.lru_cache(maxsize=None)
 def cuda_kernel(shape, cubins=False, cell="lstm"):
-    from tiramisu_py import cuda_kernel as ck
+    from tests.test_cuda import emulation_cubins
     L, T, B, I, H, hc, bc = shape
-    saved = ck.CUDA_ARCHS
-    ck.CUDA_ARCHS = saved if cubins else ()
-    try:
-        return gpu_rnn.function(L, T, B, I, H, hc=hc, bc=bc, cell=cell).compile(target="cuda")
-    finally:
-        ck.CUDA_ARCHS = saved
+    f = gpu_rnn.function(L, T, B, I, H, hc=hc, bc=bc, cell=cell)
+    if cubins:
+        return f.compile(target="cuda")
+    with emulation_cubins():
+        return f.compile(target="cuda")
 
 
 # ------------------------------------------------------------------ semantics

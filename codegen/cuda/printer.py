@@ -325,6 +325,23 @@ def _conj(guards):
     return cond
 
 
+REGISTER_FLOOR = 64       # registers a thread may use without a per-thread tile
+
+
+def min_blocks(nthreads, thread_tiles):
+    """``__launch_bounds__``'s minimum of resident blocks per SM.  Given the
+    block size alone, ptxas caps the registers for occupancy (32 for a block
+    of 64 threads) and spills a kernel that needs more, which fails the build;
+    so the minimum is what leaves :data:`REGISTER_FLOOR` registers a thread
+    (65536 per SM, threads counted in whole warps, at most 32 blocks: ptxas's
+    range), and 1 (up to 255) for a kernel with a per-thread tile, whose
+    registers are the point."""
+    if thread_tiles:
+        return 1
+    warps = -(-nthreads // 32)
+    return min(32, max(1, 65536 // (warps * 32 * REGISTER_FLOOR)))
+
+
 def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     """(CUDA source, :class:`LaunchPlan`) of a GPU-mapped function."""
     fn = _renamed(fn, c_names(fn))
@@ -393,9 +410,7 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
                                  f"memory, beyond {MAX_SHARED_BYTES}")
         name = f"{fn.name}_k{k}"
         ps = _params(fn, temps, host)
-        # a per-thread tile needs its registers: without a minimum of blocks
-        # per SM, ptxas caps registers for occupancy and spills the tile
-        bounds = f"{nthreads}, 1" if em.thread_tiles else f"{nthreads}"
+        bounds = f"{nthreads}, {min_blocks(nthreads, em.thread_tiles)}"
         kernels.append(f'extern "C" __global__ void __launch_bounds__({bounds})\n'
                        f"{name}({', '.join(ps)})\n{{\n" + "\n".join(consts + em.lines) + "\n}\n")
         kl = KernelLaunch(name, tuple(grid), block, em.shared, _conj(guards), tuple(host))
