@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, regblock, vectorize, vreduce
+from .. import ir, regblock, simplify, vectorize, vreduce
 from ..c.emit import _const_eval
 from ..ir import expr_key
 from .expr import ExprLowering, VecState
@@ -149,7 +149,11 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         f = self.f
         then, done = f.label("then"), f.label("endif")
         other = f.label("else") if s.else_ is not None else done
-        f.cbr(c.t, then, other)
+        # full-tile versioning (codegen.simplify): the else branch runs the
+        # partial tiles, at most once per enclosing loop; weighted so that the
+        # register allocator spills what only the partial tiles use
+        partial = s.else_ is not None and simplify.partial_tiles(s.else_)
+        f.cbr(c.t, then, other, self.m.branch_weights(1000, 1) if partial else "")
         f.start(then)
         self.stmt(s.then)
         f.br(done)
@@ -327,8 +331,16 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
 
     def vector_loop(self, s: ir.For, step: int) -> None:
         w = self.vector_width(s)
+        if w & (w - 1):
+            # <26 x float> is no hardware width: LLVM's type legalisation
+            # split it lane by lane (vinsertps through the stack, 0.68x gcc on
+            # the library's direct conv2d).  The widest power of two below
+            # it runs the groups, then the half step and the scalar epilogue.
+            self.f.emit(f"; vector loop {_san(s.var)}: {w} lanes asked, {1 << (w.bit_length() - 1)} "
+                        "used (a power of two)")
+            w = 1 << (w.bit_length() - 1)
         if w > 1 and vectorize.nested(s.body):
-            return self.nested_vector_loop(s, step, w)
+            return self.nested_vector_loop(s, step, w, half=w != self.vector_width(s))
         reason, info = self.widen_check(s.body, s.var) if w > 1 else ("vector width 1", None)
         if reason is None:
             mark, env = self.f.mark(), self.env
@@ -348,8 +360,10 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
-    def nested_vector_loop(self, s: ir.For, step: int, w: int) -> None:
-        """A vector loop with loops or ifs inside (:mod:`codegen.vectorize`)."""
+    def nested_vector_loop(self, s: ir.For, step: int, w: int, half=False) -> None:
+        """A vector loop with loops or ifs inside (:mod:`codegen.vectorize`);
+        ``half``: a half step before the scalar epilogue (the width was rounded
+        down to a power of two)."""
         p, reason = vectorize.plan(s) if step == 1 else (None, f"step {step}")
         if p is not None:
             loads, safe = {}, set()
@@ -358,7 +372,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
                     _visit_loads(e, True, loads, safe)
             mark, env = self.f.mark(), self.env
             try:
-                return self.widened_loop(s, step, w, (p.written & set(loads), safe, p))
+                return self.widened_loop(s, step, w, (p.written & set(loads), safe, p), half)
             except CannotWiden as exc:
                 self.f.rollback(mark)
                 self.vec, self.spec, self.env = None, 0, env
@@ -379,7 +393,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             nv = f.op(f"mul nuw i64 {f.op(f'udiv i64 {n}, {w}')}, {w}", "vtrips")
         return f.op(f"add nsw i64 {lo}, {nv if step == 1 else f.op(f'mul nsw i64 {nv}, {step}')}", "vend")
 
-    def widened_loop(self, s: ir.For, step: int, w: int, info) -> None:
+    def widened_loop(self, s: ir.For, step: int, w: int, info, half=False) -> None:
         f = self.f
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         vend = self.vector_end(lo, hi, step, w)
@@ -394,8 +408,8 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
                 self.vec = None
         self.counted_loop(s.var, lo, vend, w * step, vbody,
                           self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
-        if len(info) == 2 and w >= 8 and w & (w - 1) == 0:
-            # straight-line body: half the remainder (at most one group of w/2
+        if (len(info) == 2 or half) and w >= 8 and w & (w - 1) == 0:
+            # straight-line body (or a rounded width): half the remainder (one group of w/2
             # lanes) as one narrower vector step, as gcc's masked epilogue would
             vend, start = self.vector_end(vend, hi, step, w // 2), vend
             f.emit(f"; vector loop {_san(s.var)}: then at most one step of {w // 2} lanes")
@@ -403,7 +417,8 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
                               self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
         self.counted_loop(s.var, vend, hi, step, lambda v: self.with_var(s.var, Val(v, "int64"), s.body),
                           self.m.loop_md('!"llvm.loop.vectorize.width", i32 1',
-                                         '!"llvm.loop.interleave.count", i32 1'))
+                                         '!"llvm.loop.interleave.count", i32 1',
+                                         '!"llvm.loop.unroll.disable"'))
 
     # -------------------------------------------------------------- parallel loops
     def parallel_loop(self, s: ir.For, step: int, red=None) -> None:
