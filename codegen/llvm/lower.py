@@ -239,8 +239,8 @@ class Func:
     def br(self, label: str, md: str = "") -> None:
         self.emit(f"br label %{label}" + (f", !llvm.loop {md}" if md else ""))
 
-    def cbr(self, cond: str, t: str, f: str, md: str = "") -> None:
-        self.emit(f"br i1 {cond}, label %{t}, label %{f}" + (f", !prof {md}" if md else ""))
+    def cbr(self, cond: str, t: str, f: str) -> None:
+        self.emit(f"br i1 {cond}, label %{t}, label %{f}")
 
     def alloca(self, ty: str, align: int, hint="a") -> str:
         r = self.tmp(hint)
@@ -300,11 +300,6 @@ class Module:
             self.decls[key] = sym
             self.funcs.append(text)
         return self.decls[key]
-
-    def branch_weights(self, taken: int, other: int) -> str:
-        n = len(self.md)
-        self.md.append(f'!{n} = !{{!"branch_weights", i32 {taken}, i32 {other}}}')
-        return f"!{n}"
 
     def loop_md(self, *props: str) -> str:
         n = len(self.md)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, regblock, simplify, vectorize, vreduce
+from .. import ir, regblock, vectorize, vreduce
 from ..c.emit import _const_eval
 from ..ir import expr_key
 from .expr import ExprLowering, VecState
@@ -149,11 +149,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         f = self.f
         then, done = f.label("then"), f.label("endif")
         other = f.label("else") if s.else_ is not None else done
-        # full-tile versioning (codegen.simplify): the else branch runs the
-        # partial tiles, at most once per enclosing loop; weighted so that the
-        # register allocator spills what only the partial tiles use
-        partial = s.else_ is not None and simplify.partial_tiles(s.else_)
-        f.cbr(c.t, then, other, self.m.branch_weights(1000, 1) if partial else "")
+        f.cbr(c.t, then, other)
         f.start(then)
         self.stmt(s.then)
         f.br(done)
@@ -415,6 +411,9 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             f.emit(f"; vector loop {_san(s.var)}: then at most one step of {w // 2} lanes")
             self.counted_loop(s.var, start, vend, w // 2 * step, lambda b: vbody(b, w // 2),
                               self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
+        # the epilogue runs fewer than w iterations: unrolled (LLVM's runtime
+        # unroll by 4 + remainder loop) its induction variables spilled the hot
+        # vector loop's (fuzz063, a tile of 4 lanes: 0.71x -> 0.91x gcc)
         self.counted_loop(s.var, vend, hi, step, lambda v: self.with_var(s.var, Val(v, "int64"), s.body),
                           self.m.loop_md('!"llvm.loop.vectorize.width", i32 1',
                                          '!"llvm.loop.interleave.count", i32 1',
