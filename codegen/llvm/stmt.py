@@ -2,10 +2,11 @@
 outlined parallel), temporaries, and :func:`emit_llvm`.
 
 Vector loops (``For.kind == "vector"``, ``attrs["vector_width"]`` lanes, by
-default one 512-bit register on AVX-512 hosts: 16 float32 / 8 float64) become
-explicit ``<W x T>`` code followed by, for a straight-line body with ``W >= 8`` a
-power of two, at most one step of ``W/2`` lanes, then a scalar epilogue for the
-remainder.  In the
+default one 512-bit register on AVX-512 hosts: 16 float32 / 8 float64; a width
+that is no power of two runs at the widest power of two below it) become
+explicit ``<W x T>`` code followed by, for a straight-line body (or a rounded
+width) with ``W >= 8``, at most one step of ``W/2`` lanes, then a scalar
+epilogue (not unrolled) for the remainder.  In the
 widened body an index that is affine with unit stride in the iterator is a vector
 load/store, one that does not depend on it is a scalar load + broadcast, anything
 else a gather/scatter of scalar accesses (lanes in order).  ``a*b+c`` on floats
