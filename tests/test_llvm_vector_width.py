@@ -68,7 +68,8 @@ def test_odd_width_with_a_reduction_inside(backend):
 def test_partial_tiles_epilogue_not_unrolled(backend):
     """tile + vectorize on a size that leaves partial tiles: full tiles and the
     partial ones agree with NumPy; the LLVM scalar epilogue (fewer than W
-    iterations) carries llvm.loop.unroll.disable."""
+    iterations) and the loop around the versioned body carry
+    llvm.loop.unroll.disable."""
     f = tp.Function("vw_tiles", params=["N"])
     i, j = f.var("i", 0, "N"), f.var("j", 0, "N")
     A = f.input("A", ("N", "N"), tp.float64)
@@ -87,3 +88,6 @@ def test_partial_tiles_epilogue_not_unrolled(backend):
         props = {m: src.split(f"\n{m} = ", 1)[1].split("\n", 1)[0] for e in epilogues for m in e[1:]}
         assert '!{!"llvm.loop.unroll.disable"}' in props.values()
         assert '!{!"llvm.loop.vectorize.width", i32 1}' in props.values()
+        # the tile loop holding the versioned body (full tile / partial tile) is not unrolled
+        alone = re.findall(r"^!\d+ = distinct !\{!\d+, (!\d+)\}", src, re.M)
+        assert any(re.search(rf"^{m} = !{{!\"llvm.loop.unroll.disable\"}}", src, re.M) for m in alone)
