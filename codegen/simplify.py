@@ -328,6 +328,12 @@ def _clamped_loops(s, bound_inside):
     return out
 
 
+def partial_tiles(s) -> bool:
+    """Whether ``s`` holds an unrolled or vector loop clamped by a ``min`` over
+    outer names: the generic (partial-tile) side of a versioned body."""
+    return bool(_clamped_loops(s, set()))
+
+
 def _with_bounds(s, fixed):
     """A copy of ``s`` where each loop in ``fixed`` gets its full-tile bound."""
     return ir.rebuild(s, lambda x: _with_bounds(x, fixed), fixed.get(id(s)))

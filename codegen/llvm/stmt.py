@@ -2,10 +2,11 @@
 outlined parallel), temporaries, and :func:`emit_llvm`.
 
 Vector loops (``For.kind == "vector"``, ``attrs["vector_width"]`` lanes, by
-default one 512-bit register on AVX-512 hosts: 16 float32 / 8 float64) become
-explicit ``<W x T>`` code followed by, for a straight-line body with ``W >= 8`` a
-power of two, at most one step of ``W/2`` lanes, then a scalar epilogue for the
-remainder.  In the
+default one 512-bit register on AVX-512 hosts: 16 float32 / 8 float64; a width
+that is no power of two runs at the widest power of two below it) become
+explicit ``<W x T>`` code followed by, for a straight-line body (or a rounded
+width) with ``W >= 8``, at most one step of ``W/2`` lanes, then a scalar
+epilogue (not unrolled) for the remainder.  In the
 widened body an index that is affine with unit stride in the iterator is a vector
 load/store, one that does not depend on it is a scalar load + broadcast, anything
 else a gather/scatter of scalar accesses (lanes in order).  ``a*b+c`` on floats
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, regblock, vectorize, vreduce
+from .. import ir, regblock, simplify, vectorize, vreduce
 from ..c.emit import _const_eval
 from ..ir import expr_key
 from .expr import ExprLowering, VecState
@@ -214,6 +215,12 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         md = ""
         if s.kind == "unrolled":
             md = self.m.loop_md(f'!"llvm.loop.unroll.count", i32 {int(s.attrs.get("unroll", 8))}')
+        elif isinstance(s.body, ir.If) and s.body.else_ is not None and simplify.partial_tiles(s.body.else_):
+            # the loop over tiles around a versioned body (full tile / partial
+            # tile): unrolled by LLVM, both copies' addresses competed for
+            # registers and the hot one reloaded its bases from the stack
+            # (fuzz037, a 2-trip loop of 4-lane tiles: 0.8x -> 0.92x gcc)
+            md = self.m.loop_md('!"llvm.loop.unroll.disable"')
         held = self._held(s)
         if held:
             return self.promoted_loop(s, step, held, md)
@@ -327,8 +334,16 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
 
     def vector_loop(self, s: ir.For, step: int) -> None:
         w = self.vector_width(s)
+        if w & (w - 1):
+            # <26 x float> is no hardware width: LLVM's type legalisation
+            # split it lane by lane (vinsertps through the stack, 0.68x gcc on
+            # the library's direct conv2d).  The widest power of two below
+            # it runs the groups, then the half step and the scalar epilogue.
+            self.f.emit(f"; vector loop {_san(s.var)}: {w} lanes asked, {1 << (w.bit_length() - 1)} "
+                        "used (a power of two)")
+            w = 1 << (w.bit_length() - 1)
         if w > 1 and vectorize.nested(s.body):
-            return self.nested_vector_loop(s, step, w)
+            return self.nested_vector_loop(s, step, w, half=w != self.vector_width(s))
         reason, info = self.widen_check(s.body, s.var) if w > 1 else ("vector width 1", None)
         if reason is None:
             mark, env = self.f.mark(), self.env
@@ -348,8 +363,10 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
-    def nested_vector_loop(self, s: ir.For, step: int, w: int) -> None:
-        """A vector loop with loops or ifs inside (:mod:`codegen.vectorize`)."""
+    def nested_vector_loop(self, s: ir.For, step: int, w: int, half=False) -> None:
+        """A vector loop with loops or ifs inside (:mod:`codegen.vectorize`);
+        ``half``: a half step before the scalar epilogue (the width was rounded
+        down to a power of two)."""
         p, reason = vectorize.plan(s) if step == 1 else (None, f"step {step}")
         if p is not None:
             loads, safe = {}, set()
@@ -358,7 +375,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
                     _visit_loads(e, True, loads, safe)
             mark, env = self.f.mark(), self.env
             try:
-                return self.widened_loop(s, step, w, (p.written & set(loads), safe, p))
+                return self.widened_loop(s, step, w, (p.written & set(loads), safe, p), half)
             except CannotWiden as exc:
                 self.f.rollback(mark)
                 self.vec, self.spec, self.env = None, 0, env
@@ -379,7 +396,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             nv = f.op(f"mul nuw i64 {f.op(f'udiv i64 {n}, {w}')}, {w}", "vtrips")
         return f.op(f"add nsw i64 {lo}, {nv if step == 1 else f.op(f'mul nsw i64 {nv}, {step}')}", "vend")
 
-    def widened_loop(self, s: ir.For, step: int, w: int, info) -> None:
+    def widened_loop(self, s: ir.For, step: int, w: int, info, half=False) -> None:
         f = self.f
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         vend = self.vector_end(lo, hi, step, w)
@@ -394,16 +411,20 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
                 self.vec = None
         self.counted_loop(s.var, lo, vend, w * step, vbody,
                           self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
-        if len(info) == 2 and w >= 8 and w & (w - 1) == 0:
-            # straight-line body: half the remainder (at most one group of w/2
+        if (len(info) == 2 or half) and w >= 8 and w & (w - 1) == 0:
+            # straight-line body (or a rounded width): half the remainder (one group of w/2
             # lanes) as one narrower vector step, as gcc's masked epilogue would
             vend, start = self.vector_end(vend, hi, step, w // 2), vend
             f.emit(f"; vector loop {_san(s.var)}: then at most one step of {w // 2} lanes")
             self.counted_loop(s.var, start, vend, w // 2 * step, lambda b: vbody(b, w // 2),
                               self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
+        # the epilogue runs fewer than w iterations: unrolled (LLVM's runtime
+        # unroll by 4 + remainder loop) its induction variables spilled the hot
+        # vector loop's (fuzz063, a tile of 4 lanes: 0.71x -> 0.91x gcc)
         self.counted_loop(s.var, vend, hi, step, lambda v: self.with_var(s.var, Val(v, "int64"), s.body),
                           self.m.loop_md('!"llvm.loop.vectorize.width", i32 1',
-                                         '!"llvm.loop.interleave.count", i32 1'))
+                                         '!"llvm.loop.interleave.count", i32 1',
+                                         '!"llvm.loop.unroll.disable"'))
 
     # -------------------------------------------------------------- parallel loops
     def parallel_loop(self, s: ir.For, step: int, red=None) -> None:
