@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, regblock, vectorize, vreduce
+from .. import ir, ordered, regblock, vectorize, vreduce
 from ..c.emit import _const_eval
 from ..ir import expr_key
 from .expr import ExprLowering, VecState
@@ -214,6 +214,12 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         md = ""
         if s.kind == "unrolled":
             md = self.m.loop_md(f'!"llvm.loop.unroll.count", i32 {int(s.attrs.get("unroll", 8))}')
+        else:
+            strided = ordered.strided_ordered_reduction(s, {n: a.dtype for n, a in self.arrays.items()})
+            if strided:
+                self.f.emit(f"; loop {_san(s.var)}: ordered float reduction not vectorised "
+                            f"({' '.join(strided.split())} is not contiguous in {_san(s.var)})")
+                md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 false')
         held = self._held(s)
         if held:
             return self.promoted_loop(s, step, held, md)
