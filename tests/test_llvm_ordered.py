@@ -7,17 +7,14 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
-from codegen import emit_llvm, ir
-from codegen.ir import Binary, Const, For, Load, Store, Var
+from codegen import emit_llvm
+from codegen.ir import Binary, Const, For, Load, Store
 from codegen.llvm import backend
 from codegen.llvm.lower import host_target_machine
 from codegen.ordered import strided_ordered_reduction
+from ir_helpers import I64, v
 
-I64, F32 = "int64", "float32"
-
-
-def v(n):
-    return Var(n, I64)
+F32 = "float32"
 
 
 def _acc_loop(b_index, dtype=F32, step=1):

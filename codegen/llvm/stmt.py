@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, ordered, regblock, vectorize, vreduce
+from .. import ir, jam, ordered, regblock, vectorize, vreduce
 from ..c.emit import _const_eval
 from ..ir import expr_key
 from .expr import ExprLowering, VecState
@@ -214,6 +214,12 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         md = ""
         if s.kind == "unrolled":
             md = self.m.loop_md(f'!"llvm.loop.unroll.count", i32 {int(s.attrs.get("unroll", 8))}')
+        elif jam.jam_count(s):
+            n = jam.jam_count(s)
+            self.f.emit(f"; loop {_san(s.var)}: unroll-and-jam {n} (a column walk: codegen.jam)")
+            md = self.m.loop_md(f'!"llvm.loop.unroll_and_jam.count", i32 {n}',   # done once
+                                '!"llvm.loop.unroll_and_jam.followup_all", '
+                                '!{!"llvm.loop.unroll_and_jam.disable"}')
         else:
             strided = ordered.strided_ordered_reduction(s, {n: a.dtype for n, a in self.arrays.items()})
             if strided:
