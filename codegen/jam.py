@@ -1,5 +1,5 @@
 """Unroll-and-jam of column walks: which serial loop nests the LLVM backend
-asks LLVM to unroll-and-jam.
+unrolls and jams.
 
 ``for j: for i: B[i][j] = f(A[i][j], A[i][j-1], A[i+1][j], ...)`` walks
 columns: the inner loop's accesses are strided (``i`` in an outer dimension)
@@ -8,12 +8,12 @@ Unrolling ``j`` by ``JAM`` and jamming the copies into one inner loop makes
 each inner iteration touch ``JAM`` adjacent elements of every row it visits
 (one cache line instead of ``JAM``) and share the loads the copies have in
 common (``A[i][j+1]`` of one copy is ``A[i][j]`` of the next).  gcc does this
-at ``-O3`` (``-floop-unroll-and-jam``); LLVM's pass runs only when enabled
-(the LLVM backend sets ``-enable-unroll-and-jam``) and, on x86, only where loop
-metadata asks for it (``llvm.loop.unroll_and_jam.count``).
+at ``-O3`` (``-floop-unroll-and-jam``); LLVM's pass runs on x86 only where
+loop metadata asks, and then failed on some fuzz nests (printing a warning),
+so the LLVM backend emits the jammed nest itself (:mod:`codegen.llvm.jam`).
 
 :func:`jam_count` asks only where the jam provably keeps the program's meaning
-and LLVM can do it, so it never reports a transformation it could not do:
+and pays:
 
 * the outer loop is serial with step 1 and its body is exactly one serial
   inner loop (step 1) whose bounds do not depend on the outer iterator, and
@@ -27,7 +27,9 @@ and LLVM can do it, so it never reports a transformation it could not do:
   distinct, ``noalias``);
 * some access is a column walk: its last dimension depends on the outer
   iterator and not on the inner one, and an earlier dimension depends on the
-  inner one.
+  inner one; every access depends on the inner iterator, and none in its last
+  dimension (a loop contiguous in its own iterator is the vectorizer's; an
+  element invariant in it is hoisted by LICM: neither is a column walk).
 
 This module imports nothing from ``tiramisu_py``.
 """
@@ -37,7 +39,12 @@ from . import ir
 from .ir import expr_key
 from .vectorize import _affine
 
-JAM = 4          # outer iterations per jammed inner loop (jacobi-2d: 2 -> 0.84x gcc, 4 -> 0.9x)
+JAM = 4          # outer iterations per jammed inner loop
+
+
+def inner_loop(loop: ir.For):
+    """The loop that is ``loop``'s whole body, or None."""
+    return _only_loop(loop.body)
 
 
 def _only_loop(s):
@@ -74,7 +81,7 @@ def _unit_in(e, var, other) -> bool:
 def jam_count(loop: ir.For) -> int:
     """How many iterations of ``loop`` to unroll-and-jam (0: none); see the
     module doc for the rule."""
-    inner = _only_loop(loop.body)
+    inner = inner_loop(loop)
     if (loop.kind != "serial" or loop.step != 1 or inner is None or inner.kind != "serial"
             or inner.step != 1 or loop.attrs or inner.attrs):
         return 0
@@ -99,7 +106,9 @@ def jam_count(loop: ir.For) -> int:
                 and any(_unit_in(e, loop.var, iters) for e in index)):
             return 0
     if any(not any(inner.var in ir.free_vars(e) for e in index) for _, index, _ in acc):
-        return 0          # an invariant load goes to the outer body: LLVM then does not jam
+        return 0
+    if any(index and inner.var in ir.free_vars(index[-1]) for _, index, _ in acc):
+        return 0
     for _, index, _ in acc:
         if (index and loop.var in ir.free_vars(index[-1])
                 and inner.var not in ir.free_vars(index[-1])

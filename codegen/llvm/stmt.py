@@ -39,13 +39,14 @@ from ..ir import expr_key
 from .expr import ExprLowering, VecState
 from .lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
                          Val, _san, host, vt)
+from .jam import JamLowering
 from .promote import PromotionLowering
 from .reduce import ACC, ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
 
-class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
+class Lowering(JamLowering, PromotionLowering, ReductionLowering, ExprLowering):
     def __init__(self, fn: ir.LoweredFunction, h):
         super().__init__(fn, h)
         self.npar = 0
@@ -214,12 +215,6 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         md = ""
         if s.kind == "unrolled":
             md = self.m.loop_md(f'!"llvm.loop.unroll.count", i32 {int(s.attrs.get("unroll", 8))}')
-        elif jam.jam_count(s):
-            n = jam.jam_count(s)
-            self.f.emit(f"; loop {_san(s.var)}: unroll-and-jam {n} (a column walk: codegen.jam)")
-            md = self.m.loop_md(f'!"llvm.loop.unroll_and_jam.count", i32 {n}',   # done once
-                                '!"llvm.loop.unroll_and_jam.followup_all", '
-                                '!{!"llvm.loop.unroll_and_jam.disable"}')
         else:
             strided = ordered.strided_ordered_reduction(s, {n: a.dtype for n, a in self.arrays.items()})
             if strided:
@@ -229,6 +224,8 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         held = self._held(s)
         if held:
             return self.promoted_loop(s, step, held, md)
+        if not md and jam.jam_count(s):
+            return self.jammed_loop(s, jam.jam_count(s))       # codegen.llvm.jam
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
