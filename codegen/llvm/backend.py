@@ -42,7 +42,7 @@ from .stmt import emit_llvm
 
 __all__ = ["emit_llvm", "compile_llvm", "LLVMCompileError", "LLVMCompiledFunction", "CODEGEN_RUNS"]
 
-FORMAT_VERSION = "tiramisu_py-llvm-1|O3|speed3|ordered-reductions|unroll-and-jam"
+FORMAT_VERSION = "tiramisu_py-llvm-1|O3|speed3|ordered-reductions|2"
 CODEGEN_RUNS = 0            # LLVM parse + optimisation + object emissions in this process
 ENGINE_LOADS = 0            # objects loaded into an MCJIT engine in this process
 _CFFI_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
@@ -172,16 +172,14 @@ def check_symbols(names, ll_path) -> None:
 
 
 # ------------------------------------------------------------------ build and load
-# process-wide LLVM options: codegen.ordered, codegen.jam (x86 jams only loops whose metadata asks)
-_OPTIONS = ("-force-ordered-reductions", "-enable-unroll-and-jam")
+_OPTIONS = ("-force-ordered-reductions",)   # process-wide LLVM options (codegen.ordered)
 _options_set = False
 
 
 def _set_options() -> None:
     """Sets :data:`_OPTIONS` once: in-order float reductions may be vectorised
     (the products in vector registers, the adds in program order; the loops where
-    that does not pay carry ``llvm.loop.vectorize.enable false``); the
-    unroll-and-jam pass runs (on the loops :mod:`codegen.jam` marks)."""
+    that does not pay carry ``llvm.loop.vectorize.enable false``)."""
     global _options_set
     if not _options_set:
         for o in _OPTIONS:
