@@ -10,7 +10,10 @@ each inner iteration touch ``JAM`` adjacent elements of every row it visits
 common (``A[i][j+1]`` of one copy is ``A[i][j]`` of the next).  gcc does this
 at ``-O3`` (``-floop-unroll-and-jam``); LLVM's pass runs on x86 only where
 loop metadata asks, and then failed on some fuzz nests (printing a warning),
-so the LLVM backend emits the jammed nest itself (:mod:`codegen.llvm.jam`).
+so the LLVM backend jams the nest itself (``regblock.jam``, the register
+blocking's unroll-and-jam: ``j`` by steps of ``JAM`` with the body's stores
+repeated for ``j .. j + JAM - 1`` in one inner loop, then the remaining
+``j`` one by one; the loops it makes carry ``attrs["jammed"]``).
 
 :func:`jam_count` asks only where the jam provably keeps the program's meaning
 and pays:

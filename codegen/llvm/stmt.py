@@ -39,14 +39,13 @@ from ..ir import expr_key
 from .expr import ExprLowering, VecState
 from .lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
                          Val, _san, host, vt)
-from .jam import JamLowering
 from .promote import PromotionLowering
 from .reduce import ACC, ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
 
-class Lowering(JamLowering, PromotionLowering, ReductionLowering, ExprLowering):
+class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
     def __init__(self, fn: ir.LoweredFunction, h):
         super().__init__(fn, h)
         self.npar = 0
@@ -225,7 +224,11 @@ class Lowering(JamLowering, PromotionLowering, ReductionLowering, ExprLowering):
         if held:
             return self.promoted_loop(s, step, held, md)
         if not md and jam.jam_count(s):
-            return self.jammed_loop(s, jam.jam_count(s))       # codegen.llvm.jam
+            n = jam.jam_count(s)
+            self.f.emit(f"; loop {_san(s.var)}: unroll-and-jam {n} into loop "
+                        f"{_san(jam.inner_loop(s).var)} (a column walk: codegen.jam)")
+            done = ir.For(s.var, s.lo, s.hi, s.body, kind=s.kind, step=s.step, attrs={"jammed": n})
+            return self.stmt(regblock.jam(done, n, attr="jammed"))
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
