@@ -6,27 +6,10 @@ import numpy as np
 import pytest
 
 from codegen import ir
-from codegen.ir import Binary, Block, Const, For, If, Load, Store, Var
+from codegen.ir import Binary, Block, For, If, Load, Store
 from codegen.promote import promotable
 from polybench_kernels import SPECS
-
-I64, F64 = "int64", "float64"
-
-
-def v(n):
-    return Var(n, I64)
-
-
-def c(x):
-    return Const(x, I64)
-
-
-def add(a, b):
-    return Binary("add", a, b, I64)
-
-
-def sub(a, b):
-    return Binary("sub", a, b, I64)
+from ir_helpers import F64, I64, add, c, sub, v
 
 
 def A(*ix):

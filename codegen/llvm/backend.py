@@ -42,7 +42,7 @@ from .stmt import emit_llvm
 
 __all__ = ["emit_llvm", "compile_llvm", "LLVMCompileError", "LLVMCompiledFunction", "CODEGEN_RUNS"]
 
-FORMAT_VERSION = "tiramisu_py-llvm-1|O3|speed3"
+FORMAT_VERSION = "tiramisu_py-llvm-1|O3|speed3|ordered-reductions|2"
 CODEGEN_RUNS = 0            # LLVM parse + optimisation + object emissions in this process
 ENGINE_LOADS = 0            # objects loaded into an MCJIT engine in this process
 _CFFI_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
@@ -172,6 +172,21 @@ def check_symbols(names, ll_path) -> None:
 
 
 # ------------------------------------------------------------------ build and load
+_OPTIONS = ("-force-ordered-reductions",)   # process-wide LLVM options (codegen.ordered)
+_options_set = False
+
+
+def _set_options() -> None:
+    """Sets :data:`_OPTIONS` once: in-order float reductions may be vectorised
+    (the products in vector registers, the adds in program order; the loops where
+    that does not pay carry ``llvm.loop.vectorize.enable false``)."""
+    global _options_set
+    if not _options_set:
+        for o in _OPTIONS:
+            llvm.set_option("tiramisu_py", o)
+        _options_set = True
+
+
 def _build(source: str, key: str, directory, ll_path) -> bytes:
     """Parses, verifies, optimises and compiles ``source``; stores the object."""
     global CODEGEN_RUNS
@@ -184,6 +199,7 @@ def _build(source: str, key: str, directory, ll_path) -> bytes:
     check_symbols([f.name for f in mod.functions
                    if f.is_declaration and not f.name.startswith("llvm.")], ll_path)
     tm = host_target_machine()
+    _set_options()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = pto.slp_vectorization = pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)

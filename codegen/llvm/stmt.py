@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, regblock, simplify, vectorize, vreduce
+from .. import ir, jam, ordered, regblock, simplify, vectorize, vreduce
 from ..c.emit import _const_eval
 from ..ir import expr_key
 from .expr import ExprLowering, VecState
@@ -221,9 +221,21 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             # registers and the hot one reloaded its bases from the stack
             # (fuzz037, a 2-trip loop of 4-lane tiles: 0.8x -> 0.92x gcc)
             md = self.m.loop_md('!"llvm.loop.unroll.disable"')
+        else:
+            strided = ordered.strided_ordered_reduction(s, {n: a.dtype for n, a in self.arrays.items()})
+            if strided:
+                self.f.emit(f"; loop {_san(s.var)}: ordered float reduction not vectorised "
+                            f"({' '.join(strided.split())} is not contiguous in {_san(s.var)})")
+                md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 false')
         held = self._held(s)
         if held:
             return self.promoted_loop(s, step, held, md)
+        if not md and jam.jam_count(s):
+            n = jam.jam_count(s)
+            self.f.emit(f"; loop {_san(s.var)}: unroll-and-jam {n} into loop "
+                        f"{_san(jam.inner_loop(s).var)} (a column walk: codegen.jam)")
+            done = ir.For(s.var, s.lo, s.hi, s.body, kind=s.kind, step=s.step, attrs={"jammed": n})
+            return self.stmt(regblock.jam(done, n, attr="jammed"))
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
