@@ -43,7 +43,7 @@ This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
 from . import ir
-from .simplify import clamped_bound
+from .simplify import clamped_bound, interval
 
 
 def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
@@ -210,44 +210,6 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
 _GPU_KEYS = ("axis", "min", "extent", "full_extent", "unroll")
 
 
-def _interval(e, ranges):
-    """Inclusive (lo, hi) of an integer expression over ``ranges`` (var ->
-    (lo, hi)); None for an unknown bound.  + - * min max neg, and div /
-    floordiv by a positive constant (both monotone)."""
-    if isinstance(e, ir.Const) and not isinstance(e.value, bool):
-        return int(e.value), int(e.value)
-    if isinstance(e, ir.Var):
-        return ranges.get(e.name, (None, None))
-    if isinstance(e, ir.Unary) and e.op == "neg":
-        lo, hi = _interval(e.a, ranges)
-        return (None if hi is None else -hi), (None if lo is None else -lo)
-    if not isinstance(e, ir.Binary):
-        return None, None
-    (alo, ahi), (blo, bhi) = _interval(e.a, ranges), _interval(e.b, ranges)
-
-    def both(f, x, y):
-        return None if x is None or y is None else f(x, y)
-
-    if e.op == "add":
-        return both(int.__add__, alo, blo), both(int.__add__, ahi, bhi)
-    if e.op == "sub":
-        return both(int.__sub__, alo, bhi), both(int.__sub__, ahi, blo)
-    if e.op == "mul" and None not in (alo, ahi, blo, bhi):
-        products = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
-        return min(products), max(products)
-    if e.op == "min":
-        return both(min, alo, blo), min((x for x in (ahi, bhi) if x is not None), default=None)
-    if e.op == "max":
-        return max((x for x in (alo, blo) if x is not None), default=None), both(max, ahi, bhi)
-    if e.op in ("div", "floordiv") and blo is not None and blo == bhi and blo > 0:
-        def q(x):                   # div truncates toward zero, floordiv floors
-            if x is None:
-                return None
-            return -(-x // blo) if e.op == "div" and x < 0 else x // blo
-        return q(alo), q(ahi)
-    return None, None
-
-
 def _needed(store: ir.Store, path) -> set:
     """The iterators and let names the updated element's index depends on."""
     need = set()
@@ -291,7 +253,7 @@ def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set, thread
             continue
         if not isinstance(p.lo, ir.Const):
             return None
-        lo, hi = int(p.lo.value), _interval(p.hi, ranges)[1]
+        lo, hi = int(p.lo.value), interval(p.hi, ranges)[1]
         if hi is None:
             return None
         slots.append((p, max(1, hi - lo)))

@@ -90,19 +90,20 @@ def _range(a: _Affine, ranges):
     return lo, hi
 
 
-def _interval(e, ranges):
-    """Inclusive (lo, hi) of an integer IR expression; either may be None
-    (unbounded).  Knows + - * by constants, unary minus, min and max."""
-    if isinstance(e, ir.Const):
+def interval(e, ranges):
+    """Inclusive (lo, hi) of an integer IR expression over ``ranges`` (var ->
+    (lo, hi)); either may be None (unbounded).  Knows + - *, unary minus,
+    min, max, and div / floordiv by a positive constant (both monotone)."""
+    if isinstance(e, ir.Const) and not isinstance(e.value, bool):
         return int(e.value), int(e.value)
     if isinstance(e, ir.Var):
         return ranges.get(e.name, (None, None))
     if isinstance(e, ir.Unary) and e.op == "neg":
-        lo, hi = _interval(e.a, ranges)
+        lo, hi = interval(e.a, ranges)
         return (None if hi is None else -hi), (None if lo is None else -lo)
     if not isinstance(e, ir.Binary):
         return None, None
-    (alo, ahi), (blo, bhi) = _interval(e.a, ranges), _interval(e.b, ranges)
+    (alo, ahi), (blo, bhi) = interval(e.a, ranges), interval(e.b, ranges)
     if e.op in ("add", "sub"):
         if e.op == "sub":
             blo, bhi = (None if bhi is None else -bhi), (None if blo is None else -blo)
@@ -116,7 +117,14 @@ def _interval(e, ranges):
     if e.op == "max":
         return max((x for x in (alo, blo) if x is not None), default=None), \
                (None if None in (ahi, bhi) else max(ahi, bhi))
+    if e.op in ("div", "floordiv") and blo is not None and blo == bhi and blo > 0:
+        def q(x):                   # div truncates toward zero, floordiv floors
+            if x is None:
+                return None
+            return -(-x // blo) if e.op == "div" and x < 0 else x // blo
+        return q(alo), q(ahi)
     return None, None
+
 
 
 def _split_mod(a: _Affine, m):
@@ -163,7 +171,7 @@ class _Simplifier:
         splits only a sum that does not: ``e``'s range is proven inside its
         dtype, or ``e`` is int64 over loop iterators and params only (index
         arithmetic; a load or a narrower value may be anything)."""
-        lo, hi = _interval(e, self.ranges)
+        lo, hi = interval(e, self.ranges)
         limits = ir.INT_LIMITS[e.dtype]
         if lo is not None and hi is not None and limits[0] <= lo and hi <= limits[1]:
             return True
@@ -200,14 +208,14 @@ class _Simplifier:
     def bounds_of(self, e):
         if e.dtype not in _INT:
             return None
-        lo, hi = _interval(e, self.ranges)
+        lo, hi = interval(e, self.ranges)
         return None if lo is None or hi is None else (lo, hi)
 
     def stmt(self, s):
         if isinstance(s, ir.For):
             lo, hi = self.expr(s.lo), self.expr(s.hi)
-            rlo = _interval(lo, self.ranges) if lo.dtype in _INT else (None, None)
-            rhi = _interval(hi, self.ranges) if hi.dtype in _INT else (None, None)
+            rlo = interval(lo, self.ranges) if lo.dtype in _INT else (None, None)
+            rhi = interval(hi, self.ranges) if hi.dtype in _INT else (None, None)
             saved = self.ranges.get(s.var), self.offsets.get(s.var)
             self.ranges.pop(s.var, None)
             self.offsets.pop(s.var, None)

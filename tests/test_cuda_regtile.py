@@ -10,7 +10,8 @@ import pytest
 
 import tiramisu_py as tp
 from codegen import ir
-from codegen.accumulate import _interval, accumulate_locally
+from codegen.accumulate import accumulate_locally
+from codegen.simplify import interval
 from schedules import gpu_gemm
 from schedules.gemm import algorithm
 from tests.test_cuda import (ORDERS, cuda_kernel, emulate_source, lowered_gpu, needs_cxx,
@@ -148,10 +149,10 @@ def test_interval_knows_division_by_constants():
         return ir.Binary(op, x, y, ir.INDEX)
     j, neg = ir.Var("j", ir.INDEX), (lambda x: ir.Unary("neg", x, ir.INDEX))
     e = b("add", neg(b("div", b("add", j, ir.const(3)), ir.const(8))), ir.const(4))
-    assert _interval(e, {"j": (0, 7)}) == (3, 4)
-    assert _interval(b("floordiv", neg(j), ir.const(4)), {"j": (0, 7)}) == (-2, 0)
-    assert _interval(b("div", neg(j), ir.const(4)), {"j": (0, 7)}) == (-1, 0)
-    assert _interval(b("div", j, ir.Var("n", ir.INDEX)), {"j": (0, 7)}) == (None, None)
+    assert interval(e, {"j": (0, 7)}) == (3, 4)
+    assert interval(b("floordiv", neg(j), ir.const(4)), {"j": (0, 7)}) == (-2, 0)
+    assert interval(b("div", neg(j), ir.const(4)), {"j": (0, 7)}) == (-1, 0)
+    assert interval(b("div", j, ir.Var("n", ir.INDEX)), {"j": (0, 7)}) == (None, None)
 
 
 def test_thread_tile_is_gpu_only():
