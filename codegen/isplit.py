@@ -79,7 +79,13 @@ def _subst_var(e, name, value):
     if isinstance(e, ir.Var) and e.name == name:
         return value
     if isinstance(e, ir.Binary):
-        return ir.Binary(e.op, _subst_var(e.a, name, value), _subst_var(e.b, name, value), e.dtype)
+        a, b = _subst_var(e.a, name, value), _subst_var(e.b, name, value)
+        zero = [isinstance(x, ir.Const) and x.value == 0 for x in (a, b)]
+        if e.op == "add" and any(zero):
+            return b if zero[0] else a
+        if e.op in ("add", "sub") and zero[1]:
+            return a
+        return ir.Binary(e.op, a, b, e.dtype)
     if isinstance(e, ir.Unary):
         return ir.Unary(e.op, _subst_var(e.a, name, value), e.dtype)
     return e
