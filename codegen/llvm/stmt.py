@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, jam, ordered, regblock, simplify, vectorize, vreduce
+from .. import ir, isplit, jam, ordered, regblock, simplify, vectorize, vreduce
 from ..c.emit import _const_eval
 from ..ir import expr_key
 from .expr import ExprLowering, VecState
@@ -81,7 +81,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         for p, a in zip(ptrs, fn.arrays):
             dims = [self._dim(d) for d in a.shape]
             self.arrays[a.name] = Arr(p, a.dtype, self.strides(dims), a.writable)
-        self.stmt(fn.body)
+        self.stmt(isplit.split_invariant_loads(fn.body))   # codegen.isplit
         r = self.f.op(f"load i32, ptr {status}, align 4")
         self.f.emit(f"ret i32 {r}")
         self.m.funcs.insert(0, self.f.text())
