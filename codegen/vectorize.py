@@ -109,6 +109,33 @@ def max_trip(loop: ir.For):
     return None if hi is None else max(0, hi - int(loop.lo.value))
 
 
+def trip_bound(loop: ir.For):
+    """An upper bound on the iterations of ``loop`` (unit step) when both
+    bounds are clamped by constants: ``lo`` a ``max`` with a constant argument
+    (``max(max(0, a), b)`` >= 0) and ``hi`` a ``min`` with one (``min(min(2,
+    c), d) + 1`` <= 3); else None.  Exact: ``max(k, ...) >= k`` and ``min(k,
+    ...) <= k`` hold for any values of the other arguments; the bound is
+    only used for loop hints, never for correctness."""
+    lo, hi = _lower(loop.lo), _upper(loop.hi)
+    if lo is None or hi is None or int(loop.step) != 1:
+        return None
+    return max(0, hi - lo)
+
+
+def _lower(e):
+    if isinstance(e, ir.Const):
+        return int(e.value)
+    if isinstance(e, ir.Binary):
+        a, b = _lower(e.a), _lower(e.b)
+        if e.op == "max":
+            return a if b is None else b if a is None else max(a, b)
+        if e.op == "add" and a is not None and b is not None:
+            return a + b
+        if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
+            return a - int(e.b.value)
+    return None
+
+
 def _upper(e):
     if isinstance(e, ir.Const):
         return int(e.value)
