@@ -230,6 +230,8 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             elif self._short_loop(s):
                 md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 false',
                                     '!"llvm.loop.unroll.disable"')
+            elif self._short_loop(s, nest=True):
+                md = self.m.loop_md('!"llvm.loop.unroll.disable"')
         held = self._held(s)
         if held:
             return self.promoted_loop(s, step, held, md)
@@ -242,26 +244,28 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
-    def _short_loop(self, s: ir.For) -> bool:
-        """An innermost serial loop, guarded (an ``if`` in its body), that runs
+    def _short_loop(self, s: ir.For, nest=False) -> bool:
+        """A guarded serial loop (an ``if`` somewhere in its body) that runs
         fewer iterations than one vector holds (``vectorize.trip_bound``:
-        ``max(0, ..) .. min(2, ..) + 1`` in a skewed time tile): LLVM's
-        vectorizer made it one masked vector step and its unroller copied it
-        three times, each copy's addresses competing for registers in the deep
-        nest (jacobi-2d time-tiled 0.71x gcc).  Metadata only: the hint never
-        changes what runs.  Unguarded short innermost loops are left to LLVM
-        (unrolling cholesky's 4-trip ``k1`` pays: 1.14x vs 0.97x), and so are
-        short loops around loops (keeping the library GEMM's 4-trip ``jv0``
-        rolled cost 2.4x; it gained nothing on jacobi-2d)."""
+        ``max(0, ..) .. min(2, ..) + 1`` in a skewed time tile).  Innermost:
+        LLVM's vectorizer made it one masked vector step and its unroller
+        copied it three times, each copy's addresses competing for registers
+        in the deep nest (jacobi-2d time-tiled 0.71x gcc): neither vectorised
+        nor unrolled.  Around loops (``nest``): not unrolled (jacobi-2d's
+        4-trip ``i1``: 0.78x unrolled, 0.95x not).  Metadata only: the hint
+        never changes what runs.  Unguarded short loops are left to LLVM:
+        unrolling cholesky's 4-trip ``k1`` pays (1.14x vs 0.97x), and keeping
+        the library GEMM's 4-trip ``jv0`` around its micro-kernel rolled cost
+        2.4x."""
         trip = vectorize.trip_bound(s)
         inner = list(ir.walk_stmts(s.body))
-        if trip is None or trip >= self.vector_width(s) or any(
+        if trip is None or trip >= self.vector_width(s) or nest != any(
                 isinstance(x, ir.For) for x in inner):
             return False
         if not any(isinstance(x, ir.If) for x in inner):
-            return False        # unguarded (cholesky's k1, floyd's j1): unrolling pays
+            return False        # unguarded (cholesky's k1, floyd's j1, GEMM's jv0)
         self.f.emit(f"; loop {_san(s.var)}: at most {trip} iterations, fewer than a vector: "
-                    "neither vectorised nor unrolled")
+                    + ("not unrolled (a loop nest)" if nest else "neither vectorised nor unrolled"))
         return True
 
     # -------------------------------------------------------------- vector loops
