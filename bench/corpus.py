@@ -236,18 +236,25 @@ def doc_cases(quick):
 
 
 # ------------------------------------------------------------------ running
-def _times(calls: dict, repeats, budget=2.0):
+def _times(calls: dict, repeats, budget=2.0, settle=0.3, most=51):
     """{name: [seconds]}: the calls interleaved (one of each per round, so load
-    changes hit both alike), after a warm-up each."""
+    changes hit both alike), after a warm-up each.  At least ``repeats``
+    rounds (fewer only past ``budget`` seconds), and short cases go on until
+    ``settle`` seconds (at most ``most`` rounds): a kernel of a few hundred
+    microseconds whose parallel regions wake sleeping threads times
+    bimodally, and a median of 5 rounds could land in different modes for
+    the two backends (trisolv ``column_oriented_parallelize_i`` read 0.37x
+    once, 1.0x on every rerun)."""
     for c in calls.values():
         c()
-    times, t_end = {n: [] for n in calls}, time.perf_counter() + budget
-    for _ in range(repeats):
+    times, t0_all = {n: [] for n in calls}, time.perf_counter()
+    for r in range(max(repeats, most)):
         for n, c in calls.items():
             t0 = time.perf_counter()
             c()
             times[n].append(time.perf_counter() - t0)
-        if time.perf_counter() > t_end and len(times[n]) >= 2:
+        spent = time.perf_counter() - t0_all
+        if (spent > budget and r >= 1) or (r + 1 >= repeats and spent > settle):
             break
     return times
 
