@@ -75,6 +75,7 @@ class ExprLowering:
         self.ctx: Ctx = None
         self.vec: VecState = None
         self.spromoted: dict = {}    # (array, index key) -> Val: held over serial loops
+        self.chains: set = set()     # registers on a latency-bound add chain (codegen.llvm.promote)
         self.enclosing: list = []    # the For statements being emitted, outermost first
         self.spec = 0                # > 0: evaluating lanes that may be inactive
         self.masks: list = []        # the active lanes there (<W x i1>), innermost last
@@ -246,6 +247,10 @@ class ExprLowering:
     def _arith(self, op: str, dt: str, x: str, y: str, w) -> str:
         f, t, c1 = self.f, vt(LLT[dt], w), vt("i1", w)
         if ir.is_float(dt):
+            if op in ("add", "sub") and w is None and (x in self.chains or y in self.chains):
+                r = f.op(f"f{op} {t} {x}, {y}")      # no FMA on the chain
+                self.chains.add(r)
+                return r
             if op in ("add", "sub", "mul", "div"):
                 return f.op(f"f{op} contract {t} {x}, {y}")
             if op == "mod":

@@ -23,6 +23,17 @@ class PromotionLowering:
                 out.append((a, ix, k))
         return out
 
+    def _latency_chain(self, s: ir.For, inits) -> bool:
+        """Whether the adds onto the held floats of innermost loop ``s`` form
+        latency-bound chains (at most two, nothing else carried): their
+        ``fadd``/``fsub`` then lose ``contract`` (:meth:`_arith`), so LLVM does
+        not fuse ``acc - a*b`` into an FMA, whose latency (4 cycles on Zen 4,
+        as on Intel) is longer than an add's (3 on Zen 4): the product leaves
+        the chain, as gcc's znver tuning does (trisolv's ``x[i] -= L[i][j] *
+        x[j]``: LLVM 0.88x gcc with the FMA chain)."""
+        return (len(inits) <= 2 and all(ir.is_float(x.dtype) for x in inits)
+                and not any(isinstance(x, ir.For) for x in ir.walk_stmts(s.body)))
+
     def promoted_loop(self, s: ir.For, step: int, held: list, md: str) -> None:
         """A serial loop with elements held in registers (phis): loaded before it
         (or taken from the enclosing loop's register), stored after it, only if
@@ -38,9 +49,13 @@ class PromotionLowering:
         outer = {k: reg.get(k) for _, _, k in held}
         inits = [self.ex(ir.Load(a, ix, self.array(a).dtype)) for a, ix, _ in held]
 
+        chain = self._latency_chain(s, inits)
+
         def body(v, regs):
             for (_, _, k), x, r in zip(held, inits, regs):
                 reg[k] = Val(r, x.dtype)
+                if chain:
+                    self.chains.add(r)
             self.with_var(s.var, Val(v, "int64"), s.body)
             return [reg[k].t for _, _, k in held]
 
