@@ -123,26 +123,24 @@ def trip_bound(loop: ir.For):
 
 
 def _lower(e):
-    if isinstance(e, ir.Const):
-        return int(e.value)
-    if isinstance(e, ir.Binary):
-        a, b = _lower(e.a), _lower(e.b)
-        if e.op == "max":
-            return a if b is None else b if a is None else max(a, b)
-        if e.op == "add" and a is not None and b is not None:
-            return a + b
-        if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
-            return a - int(e.b.value)
-    return None
+    return _bound(e, "max", max)
 
 
 def _upper(e):
+    return _bound(e, "min", min)
+
+
+def _bound(e, clamp, pick):
+    """A constant bound of ``e`` on one side (``clamp`` ``"max"``: below,
+    ``"min"``: above) that holds whatever its variables are: constants,
+    ``clamp`` with at least one bounded argument, sums of bounded terms, a
+    bounded term minus a constant; else None."""
     if isinstance(e, ir.Const):
         return int(e.value)
     if isinstance(e, ir.Binary):
-        a, b = _upper(e.a), _upper(e.b)
-        if e.op == "min":
-            return a if b is None else b if a is None else min(a, b)
+        a, b = _bound(e.a, clamp, pick), _bound(e.b, clamp, pick)
+        if e.op == clamp:
+            return a if b is None else b if a is None else pick(a, b)
         if e.op == "add" and a is not None and b is not None:
             return a + b
         if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
