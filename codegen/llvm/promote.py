@@ -61,6 +61,7 @@ class PromotionLowering:
 
         final = self.carried_loop(s.var, lo.t, lambda: self.index(s.hi).t, step,
                                   [(LLT[x.dtype], x.t) for x in inits], body, md)
+        self.chains.clear()             # the chain ends with the (innermost) loop
         for (a, ix, k), x, r in zip(held, inits, final):
             if outer[k] is None:
                 reg.pop(k, None)
