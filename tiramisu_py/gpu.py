@@ -47,6 +47,7 @@ from .errors import IllegalScheduleError
 
 MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
 MAX_SHARED_BYTES = 48 * 1024       # static shared memory per block without opt-in
+MAX_BLOCK_DIM = {"x": 1024, "y": 1024, "z": 64}    # threads per block along each axis
 AXES = ("x", "y", "z")
 LEVELS = ("block", "thread")
 
@@ -230,6 +231,15 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                         "loop")
                 old = k.thread_range.get(axis)
                 k.thread_range[axis] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        for axis, v in k.threads.items():
+            if v > MAX_BLOCK_DIM[axis]:
+                s = next(x for x in k.stmts if axis in pos_of[x])
+                tag = next(t for _, level, a, t in gpu_tags(state[s]) if level == "thread" and a == axis)
+                raise IllegalScheduleError(
+                    f"{commands[tag.command].text}: the kernel of {', '.join(k.stmts)} has {v} "
+                    f"threads along thread.{axis}, beyond CUDA's limit of {MAX_BLOCK_DIM[axis]} "
+                    "(tiramisu_py.gpu.MAX_BLOCK_DIM); bind a shorter loop to it, or use the x "
+                    "or y axis")
         n = 1
         for v in k.threads.values():
             n *= v
@@ -422,8 +432,12 @@ def footprint_widths(f, copy_name):
 
 
 def cache_shared(stmt, source, loop, name):
+    from .function import Buffer, Computation
     f = stmt.function
     text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
+    if not isinstance(source, (Buffer, Computation)):
+        raise TypeError(f"{text}: source must be a buffer or computation, not "
+                        f"{type(source).__name__}")
     st = f._schedule_state()[stmt.name]
     st.find(loop, text, stmt.name)
     names = [lp.name for lp in st.loops]

@@ -188,11 +188,34 @@ def _reverse(state, s, c, index, loop):
 
 def _tag(state, s, c, index, loop, kind, arg):
     s.find(loop, c.text, c.stmt)
+    _check_retag(s, loop, kind, arg, c.text)
     if kind == "unrolled":
         _check_unroll(s, loop, arg, c.text)
     if kind in ("gpu_block", "gpu_thread"):
         _check_bind(s, loop, kind, arg, c.text)
     s.tags[loop] = Tag(kind, arg, index)
+
+
+_TAG_WORDS = {"parallel": "parallelized", "vector": "vectorized", "unrolled": "unrolled"}
+
+
+def _check_retag(s, loop, kind, arg, text):
+    """A loop bound to the GPU keeps its binding: binding it again to another
+    axis, or parallelizing, vectorizing or unrolling it (which would replace
+    the binding), is refused, and so is binding a parallel, vector or
+    unrolled loop (it would silently drop that tag)."""
+    old = s.tags.get(loop)
+    if old is None or (old.kind, old.arg) == (kind, arg):
+        return
+    gpu = ("gpu_block", "gpu_thread")
+    if old.kind in gpu:
+        now = f"{old.kind[4:]}.{old.arg}"
+        raise ValueError(f"{text}: loop {loop!r} is already bound to {now}; a loop has one "
+                         "mapping (split it to give its parts different ones)")
+    if kind in gpu:
+        raise ValueError(f"{text}: loop {loop!r} is {_TAG_WORDS.get(old.kind, old.kind)} "
+                         "(a CPU mapping); a GPU loop cannot be parallelized, vectorized or "
+                         "unrolled as well: undo that command, or bind another loop")
 
 
 def _check_bind(s, loop, kind, axis, text):
@@ -661,8 +684,17 @@ class Schedulable:
 def _make_copy(stmt, source, loop, name):
     """The copy of ``cache_at``: a computation reading ``source`` over its
     whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy."""
+    from .expr import Access, walk
     from .function import Computation
     f = stmt.function
+    reads = [n.target for n in walk(stmt.value) if isinstance(n, Access)]
+    if not any(t is source for t in reads):
+        names = sorted({t.name for t in reads})
+        raise ValueError(f"{stmt.name}: cannot copy {source.name!r} for it at "
+                         f"{loop_name(loop)!r}: "
+                         f"{stmt.name} does not read {source.name!r} (it reads "
+                         f"{', '.join(names) or 'nothing'}; a source already copied is read "
+                         "through its copy)")
     if isinstance(source, Computation):
         vars_ = list(source.vars)
     else:
