@@ -4,6 +4,7 @@ that launches through the CUDA driver (cuda-python) or, with
 :meth:`CudaKernel.emulate`, runs the same CUDA source on the CPU."""
 from __future__ import annotations
 
+import operator
 import time
 
 import numpy as np
@@ -121,10 +122,16 @@ class CudaKernel(Kernel):
         from codegen.cuda.emulator import ORDERS, EmulatedFunction
         if order not in ORDERS:
             raise ValueError(f"emulate: order must be one of {', '.join(ORDERS)}, not {order!r}")
+        try:
+            value = None if isinstance(seed, bool) else operator.index(seed)
+        except TypeError:
+            value = None
+        if value is None or not 0 <= value < 2 ** 64:
+            raise ValueError(f"emulate: seed must be an int in [0, 2**64), not {seed!r}")
         if self._emulated is None:
             self._emulated = EmulatedFunction(self._cuda_source, self.launch_plan)
         emu = self._emulated
-        emu.order, emu.seed = order, int(seed)
+        emu.order, emu.seed = order, value
         saved, self._compiled = self._compiled, emu
         try:
             return Kernel.__call__(self, *args, **kwargs)
