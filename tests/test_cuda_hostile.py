@@ -268,3 +268,62 @@ def test_non_rectangular_grid_names_the_block_loop():
                                              r"\(block.y\) depends on i0"):
         with emulation_cubins():
             f.compile(target="cuda")
+
+
+# ------------------------------------------------------------ device arguments (launch recorded)
+class CaiArray:
+    """A device array known only by its ``__cuda_array_interface__``."""
+
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = cai
+
+
+def cai(shape, data=(4096, False), **kw):
+    return CaiArray(**{"shape": shape, "typestr": "<f4", "data": data, "strides": None,
+                       "version": 3, **kw})
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """A CUDA kernel whose launches are recorded (the driver check passes)."""
+    from codegen.cuda import runtime
+    calls = []
+    monkeypatch.setattr(runtime, "driver", lambda: None)
+    monkeypatch.setattr(runtime.DeviceFunction, "launch",
+                        lambda self, scalars, pointers, *a, **kw: calls.append(list(scalars)))
+    return cuda_kernel(one_thread_tiles), calls
+
+
+@pytest.mark.parametrize("bad", [
+    dict(shape=None), dict(data=None), dict(data=(1, 2, 3)), dict(strides=(4,)),
+    dict(strides="ab"), dict(stream="x"), dict(typestr=None, shape=(3, 4)),
+])
+def test_malformed_cuda_array_interface_is_one_clear_error(recorded, bad):
+    """Before: TypeError ("'NoneType' object is not iterable", "... not
+    subscriptable") from deep inside, or (strides of the wrong length) the
+    array was taken as contiguous."""
+    k, calls = recorded
+    a = cai(**{"shape": (3, 4), **bad})
+    if bad.get("typestr", "<f4") is None:
+        del a.__cuda_array_interface__["typestr"]
+    with pytest.raises(TypeError, match=r"argument 'A': malformed __cuda_array_interface__"):
+        k(a, cai((4, 5), data=(8192, False)), C=cai((3, 5), data=(16384, False)))
+    assert not calls
+
+
+def test_negative_extent_in_cuda_array_interface_refused(recorded):
+    k, calls = recorded
+    with pytest.raises(ValueError, match=r"'A': __cuda_array_interface__ shape \(-3, 4\) has a "
+                                         "negative extent"):
+        k(cai((-3, 4)), cai((4, 5), data=(8192, False)), C=cai((3, 5), data=(16384, False)))
+    assert not calls
+
+
+def test_input_shapes_checked_before_the_output_is_asked_for(recorded):
+    """Before: mismatched inputs were answered with 'pass the output C by
+    name' (from the output allocation, which came first)."""
+    k, calls = recorded
+    with pytest.raises(ValueError, match=r"argument 'B' has shape \(6, 5\), expected \(4, 5\)"):
+        k(cai((3, 4)), cai((6, 5), data=(8192, False)))
+    k(cai((3, 4)), cai((4, 5), data=(8192, False)), C=cai((3, 5), data=(16384, False)))
+    assert calls == [[3, 5, 4]]
