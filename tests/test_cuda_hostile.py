@@ -327,3 +327,35 @@ def test_input_shapes_checked_before_the_output_is_asked_for(recorded):
         k(cai((3, 4)), cai((6, 5), data=(8192, False)))
     k(cai((3, 4)), cai((4, 5), data=(8192, False)), C=cai((3, 5), data=(16384, False)))
     assert calls == [[3, 5, 4]]
+
+
+# ------------------------------------------------------------ refused calls record nothing
+def test_refused_gpu_tile_records_nothing():
+    """Before: gpu_tile's tile and first three binds stayed recorded when its
+    last bind was refused (thread.x already taken by 'k')."""
+    f, c, u = gemm_parts()
+    u.bind("k", "thread.x")
+    with pytest.raises(ValueError, match=r"C_update.bind\(j1, 'thread.x'\): loop 'k' of this "
+                                         r"statement is already bound to thread.x"):
+        u.gpu_tile("i", "j", 4, 4)
+    assert [cmd.text for cmd in f._commands] == ["C_update.bind(k, 'thread.x')"]
+    assert [lp.name for lp in f._schedule_state()["C_update"].loops] == ["i", "j", "k"]
+
+
+@pytest.mark.parametrize("refused", [
+    lambda u: u.accumulate_locally("zz", allow_reassociation=True),
+    lambda u: u.parallelize("zz", allow_reassociation=True),
+    lambda u: u.vectorize("k", 0, allow_reassociation=True),
+])
+def test_refused_command_leaves_no_allow_reassociation(refused):
+    """Before: the allow_reassociation() these calls record first stayed, so
+    a later accumulate_locally without it was accepted."""
+    f, c, u = shared_ready()
+    before = list(f._commands)
+    with pytest.raises(ValueError):
+        refused(u)
+    assert f._commands == before
+    u.accumulate_locally("k0")
+    with pytest.raises(tp.IllegalScheduleError, match=r"accumulate_locally\(k0\) is illegal: it "
+                                                      "reassociates the reduction"):
+        f.compile()

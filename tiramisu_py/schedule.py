@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 
 from . import provenance
-from .atomic import atomic
+from .atomic import all_or_nothing_call, atomic
 
 # Limits on unrolling, checked when the command is given (ValueError naming
 # it).  Unrolling copies the body in the generated code: the C and LLVM
@@ -474,6 +474,7 @@ class Schedulable:
         return self._command("reverse", n, text=f"{self.name}.reverse({n})")
 
     @provenance.command
+    @all_or_nothing_call
     def parallelize(self, loop, allow_reassociation=False):
         """Runs ``loop``'s iterations in parallel (OpenMP); legal when it
         carries no dependence in the final schedule."""
@@ -483,6 +484,7 @@ class Schedulable:
         return self._command("tag", n, "parallel", None, text=f"{self.name}.parallelize({n})")
 
     @provenance.command
+    @all_or_nothing_call
     def vectorize(self, loop, width, allow_reassociation=False):
         """Runs ``loop`` as SIMD lanes of ``width``; strip-mines it first
         (``loop0``, ``loop1``) unless its extent is at most ``width``."""
@@ -499,6 +501,7 @@ class Schedulable:
                              text=f"{self.name}.vectorize({n}, {width})")
 
     @provenance.command
+    @all_or_nothing_call
     def unroll(self, loop, factor=None):
         """Unrolls ``loop`` in the generated source; with ``factor``, strip-mines
         it first unless its extent is at most ``factor``.  The factor (or the
@@ -545,6 +548,7 @@ class Schedulable:
         return self._command("tag", n, "gpu_" + level, axis, text=text)
 
     @provenance.command
+    @all_or_nothing_call
     def gpu_tile(self, i, j, ti, tj, names=None):
         """``tile(i, j, ti, tj)`` and maps the tile loops to the GPU: ``i0`` to
         block.y, ``j0`` to block.x, ``i1`` to thread.y, ``j1`` to thread.x
@@ -564,6 +568,7 @@ class Schedulable:
         return self.bind(i1, "thread.y").bind(j1, "thread.x")
 
     @provenance.command
+    @all_or_nothing_call
     def accumulate_locally(self, loop, allow_reassociation=False):
         """Accumulates this reduction over ``loop`` (and the loops inside it) in
         a small local tile that starts at the reduction's identity, one slot
