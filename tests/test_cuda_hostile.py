@@ -359,3 +359,25 @@ def test_refused_command_leaves_no_allow_reassociation(refused):
     with pytest.raises(tp.IllegalScheduleError, match=r"accumulate_locally\(k0\) is illegal: it "
                                                       "reassociates the reduction"):
         f.compile()
+
+
+def _nvrtc_reason():
+    from codegen.cuda import nvrtc
+    return nvrtc.unavailable()
+
+
+@pytest.mark.skipif(_nvrtc_reason() is not None, reason=f"NVRTC cannot be used: {_nvrtc_reason()}")
+def test_a_spilling_register_tile_says_so_first(monkeypatch):
+    """256 accumulators a thread (micro=16) spill; the build fails under
+    -Werror, and the error began with NVRTC's log of unused-variable
+    warnings, the spill at its very end. Now its first line names it."""
+    from codegen.toolchain import CompileError
+    from tiramisu_py import cuda_kernel as ck
+    monkeypatch.setenv("TIRAMISU_PY_CUDA_COMPILER", "nvrtc")
+    monkeypatch.setattr(ck, "CUDA_ARCHS", ("sm_80",))
+    f = gpu_gemm.function(128, 128, 64, tile=128, tk=8, micro=16)
+    with pytest.raises(CompileError) as info:
+        f.compile(target="cuda")
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("CUDA backend: ptxas spilled registers for sm_80 in gemm_k1 (")
+    assert first.endswith("; use smaller register tiles")
