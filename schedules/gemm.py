@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 import tiramisu_py as tp
 
 from . import runtime
@@ -213,12 +215,26 @@ def _gemm_cuda(a, b, params):
     if params is not None:
         raise ValueError("params: GemmParams are the CPU schedule's tiles; the CUDA GEMM "
                          "(target='cuda' or device arrays) takes none")
+    runtime.same_kind((a, b), ("a", "b"))
     a, b = runtime.cuda_float32(a, "a", 2), runtime.cuda_float32(b, "b", 2)
     (n, k), (k2, m) = a.shape, b.shape
     if k != k2:
         raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
+    if min(n, m, k) == 0:               # an empty product: no kernel to launch
+        return _zeros_like(a, (n, m))
     kern = runtime.cuda_kernel(("gemm_cuda", n, m, k), lambda: gpu_gemm.function(n, m, k))
     return kern(a, b)
+
+
+def _zeros_like(a, shape):
+    """float32 zeros of ``shape`` in ``a``'s framework and on its device."""
+    if runtime.is_torch(a):
+        import torch
+        return torch.zeros(shape, dtype=torch.float32, device=a.device)
+    if isinstance(a, np.ndarray):
+        return np.zeros(shape, np.float32)
+    raise TypeError("gemm: an empty product of device arrays other than torch tensors has no "
+                    "output to allocate; pass torch CUDA tensors")
 
 
 def batched_gemm(a, b, params: GemmParams | None = None, target=None):

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
+from . import runtime
 from .conv import ConvShape, _function
 
 THREADS = 128            # threads per block the default tiles aim at
@@ -98,8 +99,17 @@ def tiles(s: ConvShape, tile_co=None, tile_y=None, tile_x=None, tile_ci=None,
 
 
 def _check(name, v):
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"conv2d (cuda): {name} must be a positive int, got {v!r}")
+    runtime.positive_int("conv2d (cuda)", name, v)
+
+
+def check_shape(op, shape, bias):
+    """The arguments every GPU conv schedule takes: a ConvShape and a bool."""
+    if not isinstance(shape, ConvShape):
+        raise TypeError(f"{op}: shape must be a schedules.conv.ConvShape, not "
+                        f"{type(shape).__name__}")
+    if not isinstance(bias, bool):
+        raise TypeError(f"{op}: bias must be a bool (whether the function takes a bias "
+                        f"argument), not {bias!r}")
 
 
 def function(shape: ConvShape, bias=True, tile_co=None, tile_y=None, tile_x=None, tile_ci=None,
@@ -111,6 +121,7 @@ def function(shape: ConvShape, bias=True, tile_co=None, tile_y=None, tile_x=None
     computes ``micro_co`` channels x ``micro_x`` columns of outputs in
     registers (``micro_co = micro_x = 1``: one output per thread, accumulated
     in global memory; defaults as in :func:`tiles`)."""
+    check_shape("conv2d (cuda)", shape, bias)
     s = shape
     if s.groups != 1:
         raise ValueError(f"conv2d: target='cuda' supports groups=1 only, got groups={s.groups}; "

@@ -34,6 +34,7 @@ vector loads.
 """
 from __future__ import annotations
 
+from . import runtime
 from .gemm import algorithm
 
 TILE = 64        # C tile per block
@@ -44,13 +45,16 @@ MICRO = 4        # C micro-tile per thread (MICRO x MICRO registers)
 def function(n, m, k, tile=TILE, tk=TK, micro=MICRO, fragments=False):
     """``C = A @ B`` (float32, shapes fixed) scheduled for CUDA; compile it
     with ``.compile(target="cuda")`` (or for the CPU, where blocks and threads
-    run as loops).  ``fragments``: see :func:`schedule`."""
+    run as loops).  ``fragments``: see :func:`schedule`.  The sizes are
+    positive (an empty product has no kernel; :func:`schedules.gemm` returns
+    it without one)."""
+    for name, v in (("n", n), ("m", m), ("k", k)):
+        _check(name, v)
     return schedule(algorithm(n, m, k), tile, tk, micro, fragments)
 
 
 def _check(name, v):
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValueError(f"gpu_gemm: {name} must be a positive int, got {v!r}")
+    runtime.positive_int("gpu_gemm", name, v)
 
 
 def schedule(f, tile=TILE, tk=TK, micro=MICRO, fragments=False):

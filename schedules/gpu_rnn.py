@@ -135,6 +135,9 @@ def schedule(f, hc=None, bc=None, xp_rows=None):
     ``hc`` hidden units and ``bc`` batch rows per block of the step kernel
     (default :data:`HC`, :data:`BC`, smaller for sizes under two chunks),
     ``xp_rows`` gate rows per block of the input projection."""
+    for name, v in (("hc", hc), ("bc", bc), ("xp_rows", xp_rows)):
+        if v is not None:
+            runtime.positive_int("gpu_rnn", name, v)
     cs = f.computations
     L, H, B = f.fixed["L"], f.fixed["H"], f.fixed["B"]
     hc = _chunk(H, HC) if hc is None else min(hc, H)

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from .gpu_conv import map_rows
+from . import runtime
+from .gpu_conv import check_shape, map_rows
 from .conv import ConvShape
 
 THREADS = 128            # threads per block (the last block of a row is partial)
@@ -52,10 +53,10 @@ def function(s: ConvShape, bias=True, threads=None, micro=MICRO):
     ``NNZ`` is the length of ``colidx``/``val`` (at least 1).  ``threads``
     per block (default: up to 128), each summing ``micro`` output pixels in
     registers."""
+    check_shape("sparse_conv2d (cuda)", s, bias)
     p = s.ho * s.wo
-    if not isinstance(micro, int) or isinstance(micro, bool) or micro < 1:
-        raise ValueError(f"sparse_conv2d (cuda): micro must be a positive int, got {micro!r}")
-    tq = threads or min(THREADS, -(-p // (32 * micro)) * 32)
+    runtime.positive_int("sparse_conv2d (cuda)", "micro", micro)
+    tq = threads if threads is not None else min(THREADS, -(-p // (32 * micro)) * 32)
     if not isinstance(tq, int) or isinstance(tq, bool) or not 1 <= tq <= 1024:
         raise ValueError(f"sparse_conv2d (cuda): threads must be an int in [1, 1024], got {threads!r}")
     f = tp.Function("sparse_conv2d_cuda", params=["NNZ"])

@@ -17,7 +17,17 @@ _KERNELS: dict = {}
 
 
 def target_of(target):
+    if target is not None and not isinstance(target, str):
+        raise TypeError(f"target must be a string ('llvm', 'c', 'cpu' or 'cuda') or None, not "
+                        f"{target!r}")
     return target or os.environ.get("TIRAMISU_PY_TARGET") or DEFAULT_TARGET
+
+
+def positive_int(op, name, v):
+    """Refuses ``v`` unless it is a positive int (not a bool), naming ``name``."""
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{op}: {name} must be a positive int, got {v!r}")
+    return v
 
 
 def kernel(key, build, target):

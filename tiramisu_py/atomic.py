@@ -137,6 +137,17 @@ def copy_command(f):
     f.__dict__.setdefault("_copy_calls", {})[provenance.current().id] = CopyCall(f, before)
 
 
+def all_or_nothing_call(method):
+    """Decorates a scheduling command that records several commands
+    (``gpu_tile``: a tile and four binds; ``parallelize(...,
+    allow_reassociation=True)``: two): refused, it records none of them."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with all_or_nothing(self.function):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 def atomic(method):
     """Decorates a copy command of a statement (under ``provenance.command``)."""
     @functools.wraps(method)

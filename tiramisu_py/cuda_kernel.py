@@ -4,6 +4,7 @@ that launches through the CUDA driver (cuda-python) or, with
 :meth:`CudaKernel.emulate`, runs the same CUDA source on the CPU."""
 from __future__ import annotations
 
+import operator
 import time
 
 import numpy as np
@@ -95,6 +96,9 @@ class CudaKernel(Kernel):
         like = next((a for a in arrs.values() if a.framework == "torch"),
                     next((a for a in arrs.values() if a.framework), None))
         results = {}
+        # the arrays given, before the outputs not given are allocated (or asked for)
+        self._check_shapes([b for b in self.inputs + self.outputs if b.name in arrs], arrs,
+                           values)
         for b in self.outputs:
             if b.name not in arrs:
                 obj = device_arrays.allocate(like, b.name, self._extents(b, values),
@@ -102,16 +106,18 @@ class CudaKernel(Kernel):
                                              self.name)
                 arrs[b.name] = device_arrays.DeviceArray(b.name, obj, stream)
             results[b.name] = arrs[b.name].obj
-        for b in self.inputs + self.outputs:
-            if tuple(arrs[b.name].shape) != self._extents(b, values):
-                raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
-                                 f"expected {self._extents(b, values)}")
         self._check_aliasing(arrs)
         scalars = [values[p] for p in self.params]
         self._compiled.launch(scalars, [arrs[b.name].address for b in self.inputs + self.outputs],
                               stream, waits=[a.wait_stream for a in arrs.values()],
                               device=device)
         return next(iter(results.values())) if len(results) == 1 else results
+
+    def _check_shapes(self, buffers, arrs, values):
+        for b in buffers:
+            if tuple(arrs[b.name].shape) != self._extents(b, values):
+                raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
+                                 f"expected {self._extents(b, values)}")
 
     def emulate(self, *args, order="forward", seed=0, **kwargs):
         """Runs the generated CUDA source on the CPU (C++ with fibers, see
@@ -121,10 +127,16 @@ class CudaKernel(Kernel):
         from codegen.cuda.emulator import ORDERS, EmulatedFunction
         if order not in ORDERS:
             raise ValueError(f"emulate: order must be one of {', '.join(ORDERS)}, not {order!r}")
+        try:
+            value = None if isinstance(seed, bool) else operator.index(seed)
+        except TypeError:
+            value = None
+        if value is None or not 0 <= value < 2 ** 64:
+            raise ValueError(f"emulate: seed must be an int in [0, 2**64), not {seed!r}")
         if self._emulated is None:
             self._emulated = EmulatedFunction(self._cuda_source, self.launch_plan)
         emu = self._emulated
-        emu.order, emu.seed = order, int(seed)
+        emu.order, emu.seed = order, value
         saved, self._compiled = self._compiled, emu
         try:
             return Kernel.__call__(self, *args, **kwargs)

@@ -29,6 +29,7 @@ other producers (Numba, pycuda, JAX...) the output must be passed by name.
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 from dataclasses import dataclass
 
@@ -243,22 +244,37 @@ class DeviceArray:
         name = self.name
         cai = obj.__cuda_array_interface__
         try:
-            dt = np.dtype(cai["typestr"])
+            typestr, shape, (ptr, read_only) = cai["typestr"], cai["shape"], cai["data"]
+            shape, address = tuple(operator.index(d) for d in shape), operator.index(ptr)
+            stream, strides = cai.get("stream"), cai.get("strides")
+            stream = None if stream is None else operator.index(stream)
+            strides = None if strides is None else tuple(operator.index(x) for x in strides)
+            if strides is not None and len(strides) != len(shape):
+                raise ValueError("strides")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise TypeError(f"argument {name!r}: malformed __cuda_array_interface__ (it needs "
+                            "'typestr', 'shape' as a tuple of ints, 'data' as (pointer, "
+                            "read_only), 'strides' as None or one int per dimension and an "
+                            f"int or no 'stream'): {cai!r}") from None
+        if any(d < 0 for d in shape):
+            raise ValueError(f"argument {name!r}: __cuda_array_interface__ shape {shape} has a "
+                             "negative extent")
+        try:
+            dt = np.dtype(typestr)
         except TypeError:
             raise TypeError(f"argument {name!r}: __cuda_array_interface__ typestr "
-                            f"{cai.get('typestr')!r} is not a NumPy dtype") from None
+                            f"{typestr!r} is not a NumPy dtype") from None
         if not dt.isnative and dt.itemsize > 1:
             raise TypeError(f"argument {name!r} has non-native byte order ({dt.str})")
         if cai.get("mask") is not None:
             raise ValueError(f"argument {name!r}: masked arrays (__cuda_array_interface__ "
                              "'mask') are not supported")
-        self.shape, self.dtype, self.itemsize = tuple(cai["shape"]), dt.name, dt.itemsize
-        self.address, self.read_only = int(cai["data"][0]), bool(cai["data"][1])
-        if not _c_contiguous(self.shape, cai.get("strides"), dt.itemsize):
+        self.shape, self.dtype, self.itemsize = shape, dt.name, dt.itemsize
+        self.address, self.read_only = address, bool(read_only)
+        if not _c_contiguous(self.shape, strides, dt.itemsize):
             raise ValueError(f"argument {name!r} is not C-contiguous (byte strides "
-                             f"{tuple(cai['strides'])}); pass a contiguous copy")
-        stream = cai.get("stream")
-        self.wait_stream = None if stream is None else int(stream)
+                             f"{strides}); pass a contiguous copy")
+        self.wait_stream = stream
         self.device = (kDLCUDA, None)
 
     def _from_dlpack(self, obj, stream):

@@ -47,6 +47,7 @@ from .errors import IllegalScheduleError
 
 MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
 MAX_SHARED_BYTES = 48 * 1024       # static shared memory per block without opt-in
+MAX_BLOCK_DIM = {"x": 1024, "y": 1024, "z": 64}    # threads per block along each axis
 AXES = ("x", "y", "z")
 LEVELS = ("block", "thread")
 
@@ -73,6 +74,44 @@ class GpuPlan:
 
     def kernel_of(self, stmt):
         return self.by_stmt.get(stmt)
+
+
+def check_tag(s, loop, kind, arg, text):
+    """The checks of tagging ``loop`` of the statement schedule ``s`` (a
+    ``bind``, ``parallelize``, ``vectorize`` or ``unroll``), when the command
+    is given: one mapping per loop, one loop per GPU axis."""
+    _check_retag(s, loop, kind, arg, text)
+    if kind in ("gpu_block", "gpu_thread"):
+        _check_bind(s, loop, kind, arg, text)
+
+
+_TAG_WORDS = {"parallel": "parallelized", "vector": "vectorized", "unrolled": "unrolled"}
+
+
+def _check_retag(s, loop, kind, arg, text):
+    """A loop bound to the GPU keeps its binding: binding it again to another
+    axis, or parallelizing, vectorizing or unrolling it (which would replace
+    the binding), is refused, and so is binding a parallel, vector or
+    unrolled loop (it would silently drop that tag)."""
+    old = s.tags.get(loop)
+    if old is None or (old.kind, old.arg) == (kind, arg):
+        return
+    gpu = ("gpu_block", "gpu_thread")
+    if old.kind in gpu:
+        now = f"{old.kind[4:]}.{old.arg}"
+        raise ValueError(f"{text}: loop {loop!r} is already bound to {now}; a loop has one "
+                         "mapping (split it to give its parts different ones)")
+    if kind in gpu:
+        raise ValueError(f"{text}: loop {loop!r} is {_TAG_WORDS.get(old.kind, old.kind)} "
+                         "(a CPU mapping); a GPU loop cannot be parallelized, vectorized or "
+                         "unrolled as well: undo that command, or bind another loop")
+
+
+def _check_bind(s, loop, kind, axis, text):
+    for other, t in s.tags.items():
+        if other != loop and t.kind == kind and t.arg == axis and other in {lp.name for lp in s.loops}:
+            raise ValueError(f"{text}: loop {other!r} of this statement is already bound to "
+                             f"{kind[4:]}.{axis}")
 
 
 def gpu_tags(st):
@@ -230,6 +269,15 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                         "loop")
                 old = k.thread_range.get(axis)
                 k.thread_range[axis] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        for axis, v in k.threads.items():
+            if v > MAX_BLOCK_DIM[axis]:
+                s = next(x for x in k.stmts if axis in pos_of[x])
+                tag = next(t for _, level, a, t in gpu_tags(state[s]) if level == "thread" and a == axis)
+                raise IllegalScheduleError(
+                    f"{commands[tag.command].text}: the kernel of {', '.join(k.stmts)} has {v} "
+                    f"threads along thread.{axis}, beyond CUDA's limit of {MAX_BLOCK_DIM[axis]} "
+                    "(tiramisu_py.gpu.MAX_BLOCK_DIM); bind a shorter loop to it, or use the x "
+                    "or y axis")
         n = 1
         for v in k.threads.values():
             n *= v
@@ -422,8 +470,12 @@ def footprint_widths(f, copy_name):
 
 
 def cache_shared(stmt, source, loop, name):
+    from .function import Buffer, Computation
     f = stmt.function
     text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
+    if not isinstance(source, (Buffer, Computation)):
+        raise TypeError(f"{text}: source must be a buffer or computation, not "
+                        f"{type(source).__name__}")
     st = f._schedule_state()[stmt.name]
     st.find(loop, text, stmt.name)
     names = [lp.name for lp in st.loops]

@@ -13,7 +13,7 @@ import copy
 from dataclasses import dataclass, field
 
 from . import provenance
-from .atomic import atomic
+from .atomic import all_or_nothing_call, atomic
 
 # Limits on unrolling, checked when the command is given (ValueError naming
 # it).  Unrolling copies the body in the generated code: the C and LLVM
@@ -187,19 +187,12 @@ def _reverse(state, s, c, index, loop):
 
 
 def _tag(state, s, c, index, loop, kind, arg):
+    from .gpu import check_tag
     s.find(loop, c.text, c.stmt)
+    check_tag(s, loop, kind, arg, c.text)
     if kind == "unrolled":
         _check_unroll(s, loop, arg, c.text)
-    if kind in ("gpu_block", "gpu_thread"):
-        _check_bind(s, loop, kind, arg, c.text)
     s.tags[loop] = Tag(kind, arg, index)
-
-
-def _check_bind(s, loop, kind, axis, text):
-    for other, t in s.tags.items():
-        if other != loop and t.kind == kind and t.arg == axis and other in {lp.name for lp in s.loops}:
-            raise ValueError(f"{text}: loop {other!r} of this statement is already bound to "
-                             f"{kind[4:]}.{axis}")
 
 
 def _check_unroll(s, loop, factor, text):
@@ -451,6 +444,7 @@ class Schedulable:
         return self._command("reverse", n, text=f"{self.name}.reverse({n})")
 
     @provenance.command
+    @all_or_nothing_call
     def parallelize(self, loop, allow_reassociation=False):
         """Runs ``loop``'s iterations in parallel (OpenMP); legal when it
         carries no dependence in the final schedule."""
@@ -460,6 +454,7 @@ class Schedulable:
         return self._command("tag", n, "parallel", None, text=f"{self.name}.parallelize({n})")
 
     @provenance.command
+    @all_or_nothing_call
     def vectorize(self, loop, width, allow_reassociation=False):
         """Runs ``loop`` as SIMD lanes of ``width``; strip-mines it first
         (``loop0``, ``loop1``) unless its extent is at most ``width``."""
@@ -476,6 +471,7 @@ class Schedulable:
                              text=f"{self.name}.vectorize({n}, {width})")
 
     @provenance.command
+    @all_or_nothing_call
     def unroll(self, loop, factor=None):
         """Unrolls ``loop`` in the generated source; with ``factor``, strip-mines
         it first unless its extent is at most ``factor``.  The factor (or the
@@ -522,6 +518,7 @@ class Schedulable:
         return self._command("tag", n, "gpu_" + level, axis, text=text)
 
     @provenance.command
+    @all_or_nothing_call
     def gpu_tile(self, i, j, ti, tj, names=None):
         """``tile(i, j, ti, tj)`` and maps the tile loops to the GPU: ``i0`` to
         block.y, ``j0`` to block.x, ``i1`` to thread.y, ``j1`` to thread.x
@@ -541,6 +538,7 @@ class Schedulable:
         return self.bind(i1, "thread.y").bind(j1, "thread.x")
 
     @provenance.command
+    @all_or_nothing_call
     def accumulate_locally(self, loop, allow_reassociation=False):
         """Accumulates this reduction over ``loop`` (and the loops inside it) in
         a small local tile that starts at the reduction's identity, one slot
@@ -661,8 +659,17 @@ class Schedulable:
 def _make_copy(stmt, source, loop, name):
     """The copy of ``cache_at``: a computation reading ``source`` over its
     whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy."""
+    from .expr import Access, walk
     from .function import Computation
     f = stmt.function
+    reads = [n.target for n in walk(stmt.value) if isinstance(n, Access)]
+    if not any(t is source for t in reads):
+        names = sorted({t.name for t in reads})
+        raise ValueError(f"{stmt.name}: cannot copy {source.name!r} for it at "
+                         f"{loop_name(loop)!r}: "
+                         f"{stmt.name} does not read {source.name!r} (it reads "
+                         f"{', '.join(names) or 'nothing'}; a source already copied is read "
+                         "through its copy)")
     if isinstance(source, Computation):
         vars_ = list(source.vars)
     else:

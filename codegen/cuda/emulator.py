@@ -38,6 +38,7 @@ class EmulatedFunction:
         plan = self.plan
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
+        plan.check_grids(values)
         temps = [(np.zeros if zero else np.empty)(n, dtype=dtype)
                  for _, dtype, n, zero in plan.temp_sizes(values)]
         addrs = list(addresses) + [t.ctypes.data for t in temps]

@@ -48,6 +48,7 @@ from ..c.emit import (CTYPES, _ELSIZE, _LIBM, _Emitter, _check_name, _const_eval
 
 MAX_SHARED_BYTES = 48 * 1024          # static shared memory per block (no opt-in)
 MAX_THREADS = 1024
+MAX_GRID = (2 ** 31 - 1, 65535, 65535)     # blocks along x, y, z (every GPU since sm_30)
 
 
 class CudaPrintError(ValueError):
@@ -104,6 +105,20 @@ class LaunchPlan:
         launch order for the params ``values``."""
         yield from _walk(self.steps, dict(values))
 
+    def check_grids(self, values):
+        """Refuses, before anything runs, a launch whose grid has more blocks
+        along an axis than CUDA allows (:data:`MAX_GRID`; the grid depends on
+        the params, so this is checked at each call)."""
+        for k, vals in self.launches(values):
+            grid = [evaluate(g, vals) for g in k.grid]
+            for axis, n, limit in zip("xyz", grid, MAX_GRID):
+                if n > limit:
+                    raise CudaPrintError(
+                        f"CUDA launch of {k.name}: {n} blocks along block.{axis} (grid "
+                        f"{tuple(grid)}), beyond CUDA's limit of {limit} for that axis; bind "
+                        "the loop with the most blocks to block.x (up to 2**31 - 1 blocks), "
+                        "or use larger tiles")
+
 
 def _walk(steps, values):
     for st in steps:
@@ -155,6 +170,7 @@ class _CudaEmitter(_Emitter):
         self.axes = set()             # thread axes bound around the current statement
         self.block_axes = {}          # axis -> threads (this kernel)
         self.grid = {}                # axis -> (lo, hi) of the block loop
+        self.grid_vars = {}           # axis -> the block loop's variable
         self.shared = 0
         self.locals_ = set()
         self.thread_tiles = False     # a per-thread tile (scope "thread") in this kernel
@@ -203,6 +219,7 @@ class _CudaEmitter(_Emitter):
             if ax in self.grid:
                 raise CudaPrintError(f"CUDA printer: two block loops on axis {ax} in one kernel")
             self.grid[ax] = (s.lo, s.hi)
+            self.grid_vars[ax] = s.var
             self.out(ind, f"{{  /* block loop {s.var}: blockIdx.{ax} */")
             base = "" if _is_zero(s.lo) else f"{self._wrap(s.lo, P_ADD)} + "
             self.out(ind + 1, f"const int64_t {s.var} = {base}(int64_t)blockIdx.{ax};")
@@ -396,9 +413,11 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             free = ir.free_vars(ext)
             if not free <= known | set(host):
                 raise CudaPrintError(
-                    f"CUDA printer: the extent of block loop on axis {ax} depends on "
+                    f"CUDA printer: kernel {fn.name}_k{k}: the extent of block loop "
+                    f"{em.grid_vars.get(ax, '?')!r} (block.{ax}) depends on "
                     f"{', '.join(sorted(free - known - set(host)))}: the grid must be "
-                    "rectangular (bounds over the params and host loops only)")
+                    "rectangular (bounds over the params and host loops only; e.g. a split "
+                    "loop's partial last tile, or a skew, between two block loops)")
             grid.append(ext)
         block = tuple(em.block_axes.get(ax, 1) for ax in ir.GPU_AXES)
         nthreads = math.prod(block)

@@ -105,11 +105,12 @@ class DeviceFunction:
         stream of ``waits`` (producers' streams: an event recorded there,
         waited for on ``stream``); temporaries are allocated and freed on the
         stream (cuMemAllocAsync / cuMemFreeAsync).  Does not synchronise."""
-        cu = driver()
-        self._activate(cu, device)
         plan = self.plan
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
+        plan.check_grids(values)
+        cu = driver()
+        self._activate(cu, device)
         st = cu.CUstream(int(stream))
         for w in sorted({int(w) for w in waits if w is not None and int(w) != int(stream)}):
             ev = _check(cu.cuEventCreate(int(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING)), "cuEventCreate")
@@ -149,11 +150,12 @@ class DeviceFunction:
     def call(self, scalars, addresses) -> int:
         """Host arrays: copied to the device, launched (:meth:`launch`, legacy
         stream), synchronised, writable arrays copied back."""
-        cu = driver()
-        self._activate(cu, 0)           # the context is current before cuMemAlloc
         plan = self.plan
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
+        plan.check_grids(values)        # before the driver: the same error anywhere
+        cu = driver()
+        self._activate(cu, 0)           # the context is current before cuMemAlloc
         host = []                   # (address, bytes) of each array argument
         for a, addr in zip(plan.arrays, addresses):
             n = 1

@@ -156,6 +156,14 @@ def _nvrtc_cubin(source, arch):
         raise _Failed(f"{exc}\noptions: {' '.join(nvrtc.OPTIONS)}", exc.log) from None
 
 
+def _spills(res, arch):
+    """The error message for the kernels of a ptxas report that spill, or ''."""
+    spilled = [f"{k} ({r.spill_stores} bytes spill stores, {r.spill_loads} bytes spill loads)"
+               for k, r in res.items() if r.spill_stores or r.spill_loads]
+    return (f"CUDA backend: ptxas spilled registers for {arch} in {', '.join(spilled)}; use "
+            "smaller register tiles") if spilled else ""
+
+
 def _cached_cubin(source, arch, identity, flags, build):
     """The cubin and ptxas report of ``source`` from the cache, else from
     ``build(directory) -> (bytes, log)``; a failed build keeps the source as
@@ -175,14 +183,14 @@ def _cached_cubin(source, arch, identity, flags, build):
     except _Failed as exc:
         kept = cache.object_paths(key, directory)[2].with_suffix(".cu")
         cache.atomic_write(kept, source.encode())
-        raise CompileError(f"{exc} for {arch} on {kept}\n{exc.log.strip()}", kept,
-                           exc.log) from None
+        # a spill fails the build (-Werror): say so first, the log after
+        spilled = _spills(parse_ptxas(exc.log), arch)
+        raise CompileError(f"{spilled + chr(10) if spilled else ''}{exc} for {arch} on "
+                           f"{kept}\n{exc.log.strip()}", kept, exc.log) from None
     res = parse_ptxas(log)
-    spilled = [f"{k} ({r.spill_stores} bytes spill stores, {r.spill_loads} bytes spill loads)"
-               for k, r in res.items() if r.spill_stores or r.spill_loads]
+    spilled = _spills(res, arch)
     if spilled:
-        raise CompileError(f"CUDA backend: ptxas spilled registers for {arch} in "
-                           f"{', '.join(spilled)}; use smaller register tiles")
+        raise CompileError(spilled)
     cache.install_object(key, data, directory)
     cache.install_object(rkey, json.dumps({k: asdict(v) for k, v in res.items()}).encode(),
                          directory)
