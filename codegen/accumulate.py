@@ -46,15 +46,6 @@ from . import ir
 from .simplify import clamped_bound, interval
 
 
-
-def _fresh(base: str, taken: set) -> str:
-    """``base``, or ``base1``, ``base2``... : the first not in ``taken`` (added to it)."""
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}{k}", k + 1
-    taken.add(name)
-    return name
-
 def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
     """``fn`` with every loop marked ``accumulate`` rewritten (see the module)."""
     taken = {a.name for a in fn.arrays} | {s.array for s in ir.walk_stmts(fn.body)
@@ -189,7 +180,7 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
     new, inits, combines, tiles = {}, [], [], []
     for n, (store, path, rhs) in enumerate(plans):
         dtype, op = store.value.dtype, ops[store.array]
-        name = _fresh(f"{store.array}_local", taken)
+        name = ir.fresh_name(f"{store.array}_local", taken)
         fors = [p for p in path if isinstance(p, ir.For)]
         shape = tuple(ir.Const(max(1, _extent(p)), ir.INDEX) for p in fors) \
             or (ir.Const(1, ir.INDEX),)
@@ -282,7 +273,7 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
     new, marks, inits, combines, tiles = {}, {}, [], [], []
     for store, (rhs, kept, slots) in plans:
         dtype, op = store.value.dtype, ops[store.array]
-        name = _fresh(f"{store.array}_local", taken)
+        name = ir.fresh_name(f"{store.array}_local", taken)
         for p, ext in slots:
             marks[id(p)] = {"full_extent": ext}
         shape = tuple(ir.Const(ext, ir.INDEX) for _, ext in slots) or (ir.Const(1, ir.INDEX),)

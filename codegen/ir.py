@@ -241,6 +241,15 @@ def check_call(e: "Call", backend: str) -> None:
         raise ValueError(f"{backend}: {e.func} takes 1 argument, got {len(e.args)}")
 
 
+def fresh_name(base: str, taken: set) -> str:
+    """``base``, or ``base1``, ``base2``...: the first not in ``taken`` (added to it)."""
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    taken.add(name)
+    return name
+
+
 def expr_key(e):
     """A hashable structural key of an expression (the IR classes compare by identity)."""
     if isinstance(e, Const):

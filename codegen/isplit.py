@@ -185,12 +185,7 @@ def _split_loop(s: ir.For, names):
         return None
     repl = {}
     for k, ld in keys.items():
-        n, c = f"{ld.array}_held", 0
-        while n in names:
-            c += 1
-            n = f"{ld.array}_held{c}"
-        names.add(n)
-        repl[k] = ir.Var(n, ld.dtype)
+        repl[k] = ir.Var(ir.fresh_name(f"{ld.array}_held", names), ld.dtype)
     body = _replace_stmt(s.body, keys, repl)
 
     def part(lo, hi):

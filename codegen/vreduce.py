@@ -106,7 +106,7 @@ def _hoist(loop: ir.For, names: set):
            for i in store.index for x in ir.walk_exprs(i)):
         return None
     dt = store.value.dtype
-    tile, lane = _fresh(f"{array}_vacc", names), _fresh(f"{array}_lane", names)
+    tile, lane = ir.fresh_name(f"{array}_vacc", names), ir.fresh_name(f"{array}_lane", names)
     repl = {}
     for v, (_, _, st) in pats:
         if not isinstance(v.hi, ir.Const):     # a partial tile keeps reducing into the array
@@ -133,11 +133,3 @@ def _replace(s, repl):
     if id(s) in repl:
         return repl[id(s)]
     return ir.rebuild(s, lambda x: _replace(x, repl))
-
-
-def _fresh(base: str, names: set) -> str:
-    name, k = base, 1
-    while name in names:
-        name, k = f"{base}{k}", k + 1
-    names.add(name)
-    return name
