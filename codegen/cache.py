@@ -314,6 +314,17 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def keep_copy(path: Path, text: str) -> None:
+    """Writes ``text`` (a kernel's source, kept beside its cached build for
+    the reader) to ``path`` unless it is there; optional: a read-only cache
+    goes without it."""
+    if not Path(path).exists():
+        try:
+            atomic_write(path, text.encode())
+        except OSError:
+            pass
+
+
 def temp_path(key: str, suffix: str, directory: Optional[Path] = None) -> Path:
     """A fresh path in the cache directory for a build output."""
     d = directory or cache_dir()

@@ -80,6 +80,14 @@ _get_pointer.restype, _get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object
 _DTYPE_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "bool"}
 
 
+def refuse_lazy_view(t, name) -> None:
+    """A torch tensor that is a lazy negated or conjugated view holds other
+    values than it shows: refused, naming the argument and the fix."""
+    if t.is_neg() or t.is_conj():
+        raise ValueError(f"argument {name!r} is a lazy negated/conjugated view; pass "
+                         f"{name}.resolve_neg().resolve_conj()")
+
+
 @dataclass
 class DLPackView:
     """What a DLPack capsule describes (nothing is copied)."""
@@ -230,9 +238,7 @@ class DeviceArray:
         if t.device.type != "cuda":
             raise TypeError(f"argument {name!r} is on {t.device}; mixing host and device "
                             "arrays: pass every array on the CUDA device")
-        if t.is_neg() or t.is_conj():
-            raise ValueError(f"argument {name!r} is a lazy negated/conjugated view; pass "
-                             f"{name}.resolve_neg().resolve_conj()")
+        refuse_lazy_view(t, name)
         if not t.is_contiguous():
             raise ValueError(f"argument {name!r} is not C-contiguous (strides {t.stride()}); "
                              f"pass {name}.contiguous()")

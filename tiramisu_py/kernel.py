@@ -19,6 +19,7 @@ import numpy as np
 from . import affine
 from .affine import NonAffine
 from .checks import check_monotone, memory_writable
+from .device_arrays import refuse_lazy_view
 
 
 class _Arg:
@@ -40,9 +41,7 @@ class _Arg:
             if obj.device.type != "cpu":
                 raise ValueError(f"argument {name!r} is on {obj.device}; the cpu kernel needs "
                                  "a CPU tensor")
-            if obj.is_neg() or obj.is_conj():
-                raise ValueError(f"argument {name!r} is a lazy negated/conjugated view; pass "
-                                 f"{name}.resolve_neg().resolve_conj()")
+            refuse_lazy_view(obj, name)
             self.shape = tuple(obj.shape)
             self.dtype = str(obj.dtype).split(".")[-1]
             self.address = obj.data_ptr()

@@ -107,11 +107,8 @@ def _compile_c(fn: ir.LoweredFunction, source: str, cc, declaration=None) -> Com
 
         def lookup():
             path = cache.lookup(key, directory)
-            if path is not None and not c_path.exists():
-                try:
-                    cache.atomic_write(c_path, source.encode())
-                except OSError:
-                    pass                # the source copy is optional (read-only cache)
+            if path is not None:
+                cache.keep_copy(c_path, source)
             return path
 
         path, (ffi, lib) = cache.load_or_build(

@@ -249,12 +249,8 @@ def compile_llvm(fn: ir.LoweredFunction, source=None) -> LLVMCompiledFunction:
 
         def lookup():
             data = cache.lookup_object(key, directory)
-            ll_path = cache.object_paths(key, directory)[2]
-            if data is not None and not ll_path.exists():
-                try:
-                    cache.atomic_write(ll_path, source.encode())
-                except OSError:
-                    pass            # the IR copy is optional (read-only cache)
+            if data is not None:
+                cache.keep_copy(cache.object_paths(key, directory)[2], source)
             return data
 
         def build():
