@@ -337,6 +337,25 @@ def expr_children(e: Expr) -> Sequence[Expr]:
     return ()
 
 
+def with_children(e: Expr, kids) -> Expr:
+    """``e`` with its sub-expressions (in :func:`expr_children`'s order)
+    replaced by ``kids``."""
+    kids = tuple(kids)
+    if isinstance(e, Load):
+        return Load(e.array, kids, e.dtype)
+    if isinstance(e, Binary):
+        return Binary(e.op, kids[0], kids[1], e.dtype)
+    if isinstance(e, Unary):
+        return Unary(e.op, kids[0], e.dtype)
+    if isinstance(e, Cast):
+        return Cast(kids[0], e.dtype)
+    if isinstance(e, Call):
+        return Call(e.func, kids, e.dtype)
+    if isinstance(e, Select):
+        return Select(kids[0], kids[1], kids[2], e.dtype)
+    return e
+
+
 def stmt_children(s: Stmt) -> Sequence[Stmt]:
     if isinstance(s, (For, Let, Allocate)):
         return (s.body,)

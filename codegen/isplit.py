@@ -113,20 +113,7 @@ def _replace_loads(e, keys, repl):
     kids = ir.expr_children(e)
     if not kids:
         return e
-    new = [_replace_loads(c, keys, repl) for c in kids]
-    if isinstance(e, ir.Load):
-        return ir.Load(e.array, tuple(new), e.dtype)
-    if isinstance(e, ir.Binary):
-        return ir.Binary(e.op, new[0], new[1], e.dtype)
-    if isinstance(e, ir.Unary):
-        return ir.Unary(e.op, new[0], e.dtype)
-    if isinstance(e, ir.Call):
-        return ir.Call(e.func, tuple(new), e.dtype)
-    if isinstance(e, ir.Select):
-        return ir.Select(new[0], new[1], new[2], e.dtype)
-    if isinstance(e, ir.Cast):
-        return ir.Cast(new[0], e.dtype)
-    return e
+    return ir.with_children(e, (_replace_loads(c, keys, repl) for c in kids))
 
 
 def _replace_stmt(s, keys, repl):

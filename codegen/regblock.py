@@ -238,19 +238,8 @@ def _subst(e, m: dict):
         return e
     if isinstance(e, ir.Var):
         return m.get(e.name, e)
-    if isinstance(e, ir.Load):
-        return ir.Load(e.array, tuple(_subst(i, m) for i in e.index), e.dtype)
-    if isinstance(e, ir.Binary):
-        return ir.Binary(e.op, _subst(e.a, m), _subst(e.b, m), e.dtype)
-    if isinstance(e, ir.Unary):
-        return ir.Unary(e.op, _subst(e.a, m), e.dtype)
-    if isinstance(e, ir.Call):
-        return ir.Call(e.func, tuple(_subst(a, m) for a in e.args), e.dtype)
-    if isinstance(e, ir.Select):
-        return ir.Select(_subst(e.cond, m), _subst(e.a, m), _subst(e.b, m), e.dtype)
-    if isinstance(e, ir.Cast):
-        return ir.Cast(_subst(e.a, m), e.dtype)
-    return e
+    kids = ir.expr_children(e)
+    return ir.with_children(e, (_subst(c, m) for c in kids)) if kids else e
 
 
 def jam(loop: ir.For, r: int, attr: str = "register_block") -> ir.Stmt:
