@@ -335,8 +335,14 @@ def test_real_device_matches_torch():
     torch, m, weights = torch_weights(3, 32, 64)
     m = m.cuda()
     x = torch.randn(10, 4, 32, device="cuda")
-    with torch.no_grad():
-        y, (hn, cn) = m(x)
+    # cuDNN's LSTM may multiply in TF32 (10-bit mantissa; torch's default
+    # allows it): a float32 reference needs it off, as bench/bench_cuda.py does
+    tf32, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False
+    try:
+        with torch.no_grad():
+            y, (hn, cn) = m(x)
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
     got_y, (got_hn, got_cn) = schedules.lstm(x, [[p.detach() for p in layer]
                                                 for layer in m.all_weights])
     for got, want in ((got_y, y), (got_hn, hn), (got_cn, cn)):

@@ -67,6 +67,31 @@ spill_k0(const float* __restrict__ A, float* __restrict__ B)
 
 # ------------------------------------------------------------ NVRTC
 @needs_nvrtc
+def test_an_empty_nvrtc_log_leaves_shared_bytes_alone():
+    """NVRTC writes its log's terminator into the buffer it is given.  An empty
+    log has size 1, and ``b" " * 1`` is CPython's shared one-byte object: the
+    log was once read into it, every later ``b" "`` of the process became
+    ``b"\\0"``, and the LLVM modules compiled after it lost their spaces (seen
+    on a GPU host whose NVRTC writes no ptxas report)."""
+    from cuda.bindings import nvrtc
+    from codegen.cuda.nvrtc import _output, _result
+    prog = _result(nvrtc.nvrtcCreateProgram(
+        b'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }',
+        b"k.cu", 0, [], []), "nvrtcCreateProgram")
+    try:
+        assert int(nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=sm_80"])[0]) == 0
+        log = _output(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, prog,
+                      "ProgramLog")
+        cubin = _output(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, prog, "CUBIN")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    assert log == b"\0"                       # the empty log: its terminator alone
+    assert cubin[:4] == b"\x7fELF"
+    space = bytes([32])                        # CPython's shared one-byte object
+    assert space[0] == 32 and space.decode() == " "
+
+
+@needs_nvrtc
 @pytest.mark.parametrize("build", [gemm_shared, lstm_wavefront, reverse_in_block])
 def test_nvrtc_cubins_with_ptxas_resources(build):
     from codegen.cuda import build_cubin
@@ -80,6 +105,65 @@ def test_nvrtc_cubins_with_ptxas_resources(build):
             # NVRTC and nvcc run the same ptxas on the same PTX: identical reports
             _, want = build_cubin(source, arch, "nvcc")
             assert res == want
+
+
+# kernels whose reports have every field non-zero on some architecture: a
+# stack frame (a local array indexed at run time), named barriers, shared memory
+RESOURCE_KERNELS = """extern "C" __global__ void frame_k(float* x, const int* idx, int n) {
+  float a[64];
+  for (int i = 0; i < 64; i++) a[i] = 0.0f;
+  for (int i = 0; i < n; i++) a[idx[i] & 63] += x[i];
+  x[threadIdx.x] = a[idx[threadIdx.x] & 63];
+}
+extern "C" __global__ void barriers_k(float* x) {
+  __shared__ float s[320];
+  s[threadIdx.x] = x[threadIdx.x];
+  asm volatile("bar.sync 3, 64;");
+  x[threadIdx.x] += s[63 - threadIdx.x];
+}
+extern "C" __global__ void plain_k(float* x) { x[threadIdx.x] += 1.0f; }
+"""
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("build", [None, gemm_shared, lstm_wavefront, reverse_in_block])
+def test_cubin_records_match_the_ptxas_report(build):
+    """The resources read from a cubin's ELF records equal ptxas's report
+    (what build_cubin falls back on when a compiler's log lacks it).  The
+    report comes from nvcc where it is installed: NVRTC 13.0 left it out of
+    some logs on an H100 host (NVRTC 13.5 here writes it every time)."""
+    from codegen.cuda import cubin, nvrtc, parse_ptxas, toolchain
+    source = RESOURCE_KERNELS if build is None else printed(build).source
+    nvcc = toolchain.find_nvcc()
+    for arch in ("sm_80", "sm_90"):
+        if nvcc:
+            data, log = toolchain._nvcc_cubin(nvcc, (*toolchain.NVCC_FLAGS, f"-arch={arch}"),
+                                              source, toolchain.cache.build_directory(
+                                                  toolchain.cache.cache_dir()))
+        else:
+            data, log = nvrtc.compile_cubin(source, arch)
+        report = parse_ptxas(log)
+        assert report and cubin.resources(data) == report
+        if build is None:
+            r = report
+            assert r["frame_k"].stack_bytes > 0 and r["barriers_k"].barriers == 4
+            assert r["barriers_k"].shared_bytes == 320 * 4 and r["plain_k"].barriers == 0
+
+
+@needs_nvrtc
+def test_a_log_without_the_report_takes_the_cubins_records(monkeypatch):
+    from codegen.cuda import build_cubin, cubin, nvrtc
+    real = nvrtc.compile_cubin
+    monkeypatch.setattr(nvrtc, "compile_cubin", lambda *a: (real(*a)[0], ""))
+    data, res = build_cubin(RESOURCE_KERNELS + "// empty log\n", "sm_90", "nvrtc")
+    assert set(res) == {"frame_k", "barriers_k", "plain_k"}
+    assert res == cubin.resources(data) and res["barriers_k"].barriers == 4
+
+
+def test_not_a_cubin_is_refused():
+    from codegen.cuda import cubin
+    with pytest.raises(cubin.CubinFormatError, match="ELF64"):
+        cubin.resources(b"\x7fELF\x01\x01" + bytes(58))
 
 
 @needs_nvrtc

@@ -87,6 +87,19 @@ def _result(ret, what):
     return ret[1] if len(ret) == 2 else ret[1:]
 
 
+def _output(get_size, get, prog, what: str) -> bytes:
+    """One of NVRTC's outputs (the log, the cubin), copied into a fresh writable
+    buffer.  Never an immutable ``bytes``: NVRTC writes into the buffer it is
+    given, and ``b" " * 1`` is CPython's shared one-byte object (an empty log
+    has size 1), so writing its terminator there turned every later ``b" "`` of
+    the process into ``b"\\0"`` and corrupted unrelated generated code (seen on
+    a GPU host whose NVRTC writes an empty log)."""
+    size = _result(get_size(prog), f"nvrtcGet{what}Size")
+    buf = bytearray(size)
+    _result((get(prog, buf)[0], None), f"nvrtcGet{what}")
+    return bytes(buf)
+
+
 def compile_cubin(source: str, arch: str, options=()) -> tuple:
     """(cubin bytes, NVRTC's log with ptxas's report) for ``arch`` ("sm_90");
     CompileFailed (with the log) when NVRTC or ptxas fails."""
@@ -98,15 +111,10 @@ def compile_cubin(source: str, arch: str, options=()) -> tuple:
     try:
         opts = [o.encode() for o in (f"--gpu-architecture={arch}", *OPTIONS, *options)]
         err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
-        size = _result(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        buf = b" " * size
-        _result((nvrtc.nvrtcGetProgramLog(prog, buf)[0], None), "nvrtcGetProgramLog")
-        log = buf.rstrip(b"\0").decode(errors="replace")
+        log = _output(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, prog, "ProgramLog")
+        log = log.rstrip(b"\0").decode(errors="replace")
         if int(err) != 0:
             raise CompileFailed(f"NVRTC failed ({err}) for {arch}", log)
-        size = _result(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        _result((nvrtc.nvrtcGetCUBIN(prog, cubin)[0], None), "nvrtcGetCUBIN")
-        return cubin, log
+        return _output(nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, prog, "CUBIN"), log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)

@@ -1,6 +1,6 @@
 """Building the generated CUDA: cubins with ``nvcc`` or NVRTC (:func:`cuda_compiler`
-chooses; ptxas's resource report parsed into :class:`Resources`, spills an
-error) and the CPU emulation library with the system C++ compiler.  Both cached on disk like the other
+chooses; ptxas's resource report parsed into :class:`Resources`, completed
+from the cubin where the log lacks it; spills an error) and the CPU emulation library with the system C++ compiler.  Both cached on disk like the other
 backends (:mod:`codegen.cache`): a warm process never runs a compiler."""
 from __future__ import annotations
 
@@ -10,27 +10,17 @@ import re
 import shlex
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from .. import cache, toolchain
+from .cubin import Resources, resources as cubin_resources
 from ..toolchain import CompileError
 
 ARCHS = ("sm_80", "sm_90")
 NVCC_FLAGS = ("-cubin", "-O3", "-Xptxas", "-v,-warn-spills,-Werror")
 EMU_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-fwrapv", "-DTPY_EMULATE")
 HEADER = Path(__file__).with_name("tpy_emu.h")
-
-
-@dataclass
-class Resources:
-    """ptxas's report for one kernel on one architecture."""
-    registers: int
-    shared_bytes: int
-    stack_bytes: int
-    spill_stores: int
-    spill_loads: int
-    barriers: int
 
 
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
@@ -191,6 +181,9 @@ def _cached_cubin(source, arch, identity, flags, build):
     spilled = _spills(res, arch)
     if spilled:
         raise CompileError(spilled)
+    # a log without the report of some kernel (NVRTC 13.0 returned empty logs
+    # on one GPU host): the cubin's own records (codegen.cuda.cubin)
+    res = {**cubin_resources(data), **res}
     cache.install_object(key, data, directory)
     cache.install_object(rkey, json.dumps({k: asdict(v) for k, v in res.items()}).encode(),
                          directory)
