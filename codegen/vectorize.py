@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import ir
+from . import ir, target
 from .ir import expr_key
 
 
@@ -281,25 +281,10 @@ def _promotable(loop: ir.For) -> list:
     return out
 
 
-_HOST_BITS = None
-
-
 def host_lanes(bits: int) -> int:
     """Lanes of ``bits``-wide elements in one SIMD register of this host
-    (AVX-512: 512 bits, AVX: 256, else 128; from /proc/cpuinfo's flags)."""
-    global _HOST_BITS
-    if _HOST_BITS is None:
-        flags = set()
-        try:
-            with open("/proc/cpuinfo") as fh:
-                for line in fh:
-                    if line.startswith("flags"):
-                        flags = set(line.split(":", 1)[1].split())
-                        break
-        except OSError:
-            pass
-        _HOST_BITS = 512 if "avx512f" in flags else 256 if "avx" in flags else 128
-    return max(1, _HOST_BITS // bits)
+    (:func:`codegen.target.vector_bits`: AVX-512 512 bits, AVX 256, else 128)."""
+    return max(1, target.vector_bits() // bits)
 
 
 def describe(loop: ir.For, width: int) -> str:

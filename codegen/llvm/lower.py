@@ -30,11 +30,12 @@ import math
 import re
 import struct
 import threading
+import dataclasses
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from .. import ir
+from .. import ir, target
 from ..c.emit import _INT_RANGE, _to_f32
 
 LLT = {"bool": "i1", "int8": "i8", "uint8": "i8", "int32": "i32", "int64": "i64",
@@ -77,12 +78,19 @@ _host_lock = threading.Lock()
 def host_target_machine():
     """The process's target machine for optimisation and ``emit_object``; it is
     never handed to an execution engine."""
-    host()
+    _native_host()
     return _host_tm
 
 
 def host() -> Host:
-    """The JIT target (initialises LLVM's native target once)."""
+    """The JIT target (initialises LLVM's native target once); its vector
+    width as :func:`codegen.target.vector_bits` pins it, else LLVM's."""
+    base = _native_host()
+    bits = target.pinned().get("vector_bits")
+    return base if bits is None else dataclasses.replace(base, vector_bits=bits)
+
+
+def _native_host() -> Host:
     global _host, _host_tm
     with _host_lock:
         if _host is None:
