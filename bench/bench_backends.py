@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-from examples import conv2d, gemm  # noqa: E402
+from bench.programs import conv_scheduled, gemm_scheduled  # noqa: E402
+from examples import conv2d  # noqa: E402
 
 
 def median_time(call, repeats):
@@ -46,27 +47,6 @@ def median_time(call, repeats):
         call()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def gemm_scheduled():
-    f = gemm.build()
-    C = f.computations["C"]
-    C.parallelize("i")
-    C.update.interchange("j", "k")
-    C.update.parallelize("i")
-    C.update.vectorize("j", 16)
-    return f
-
-
-def conv_scheduled():
-    f = conv2d.build()
-    out = f.computations["out"]
-    out.parallelize("co")
-    u = out.update
-    u.reorder("ci", "ky", "kx", "y", "x")     # n, co, ci, ky, kx, y, x
-    u.parallelize("co")
-    u.vectorize("x", 16)
-    return f
 
 
 def main(argv=None):

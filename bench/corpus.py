@@ -202,7 +202,7 @@ def softmax_function(name="softmax"):
 
 
 def doc_cases(quick):
-    from bench import bench_backends as BB
+    from bench import programs as BB
     from examples import conv2d, jacobi2d, lstm, trisolv
     rng = np.random.default_rng(1)
     n = 256 if quick else 1024
