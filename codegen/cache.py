@@ -81,12 +81,15 @@ class UnsafeCacheError(CacheError):
 
 
 def _configured() -> str:
+    """The cache directory as configured, absolute: ``~`` expanded and a
+    relative path taken from the working directory (the compilers run in the
+    cache directory, where a relative path would name another place)."""
     d = os.environ.get("TIRAMISU_PY_CACHE")
     if not d:
         xdg = os.environ.get("XDG_CACHE_HOME")
         d = os.path.join(xdg, "tiramisu_py") if xdg else os.path.join(
             os.path.expanduser("~"), ".cache", "tiramisu_py")
-    return d
+    return os.path.abspath(os.path.expanduser(d))
 
 
 def _advice(p) -> str:

@@ -88,7 +88,7 @@ def find_c_compiler() -> Compiler:
     for var in ("TIRAMISU_PY_CC", "CC"):
         value = os.environ.get(var, "").strip()
         if value:
-            argv = shlex.split(value)
+            argv = _split(var, value)
             exe = shutil.which(argv[0])
             if exe is None:
                 raise RuntimeError(f"no C compiler found: ${var}={value!r} is not an executable; "
@@ -233,8 +233,18 @@ def _run_probe(cc: Compiler) -> tuple:
         return tuple(f for f in OPTIONAL_FLAGS if ok((f,), omp if f == "-fopenmp" else plain))
 
 
+def _split(var: str, value: str) -> list:
+    """``value`` of the environment variable ``var`` split as a shell would;
+    ValueError naming the variable when it cannot be (an unclosed quote)."""
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise ValueError(f"${var}={value!r} cannot be split into arguments ({exc}); "
+                         "fix its quoting") from None
+
+
 def extra_flags() -> tuple:
-    return tuple(shlex.split(os.environ.get("TIRAMISU_PY_CFLAGS", "")))
+    return tuple(_split("TIRAMISU_PY_CFLAGS", os.environ.get("TIRAMISU_PY_CFLAGS", "")))
 
 
 def compiler_flags(cc: Compiler) -> tuple:

@@ -81,3 +81,34 @@ def test_llvm_kernel_needs_no_c_compiler(tmp_path):
                          text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-2:] == ["OK", "0"]
+
+
+def test_relative_and_home_cache_paths_are_made_absolute(tmp_path, monkeypatch):
+    """A relative ``$TIRAMISU_PY_CACHE`` named another place once the compiler
+    ran inside the cache directory (every C compile failed); ``~`` was taken
+    literally.  Both are made absolute, and a C kernel builds and runs."""
+    from codegen import cache
+    from examples import gemm
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    a = np.ones((2, 3), np.float32)
+    for value, want in (("rel/cache", tmp_path / "rel" / "cache"),
+                        ("~/tp-cache", tmp_path / "home" / "tp-cache")):
+        monkeypatch.setenv("TIRAMISU_PY_CACHE", value)
+        assert cache.cache_dir() == want
+        f = gemm.build()
+        f.computations["C"].update.interchange("j", "k")    # a source of its own: a real build
+        assert (f.compile(target="c")(a, np.ones((3, 2), np.float32)) == 3).all()
+        assert any(want.rglob("*.so"))
+
+
+def test_unparsable_compiler_variables_are_named(monkeypatch):
+    import pytest
+    from codegen import toolchain
+    monkeypatch.setenv("TIRAMISU_PY_CFLAGS", "-O2 '-DX=1")
+    with pytest.raises(ValueError, match=r"\$TIRAMISU_PY_CFLAGS=.*quoting"):
+        toolchain.extra_flags()
+    monkeypatch.delenv("TIRAMISU_PY_CFLAGS")
+    monkeypatch.setenv("TIRAMISU_PY_CC", 'gcc "-m64')
+    with pytest.raises(ValueError, match=r"\$TIRAMISU_PY_CC=.*quoting"):
+        toolchain.find_c_compiler()
