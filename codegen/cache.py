@@ -42,6 +42,7 @@ Trust (what is loaded is run, so the cache is treated like ``~/.ssh``):
 from __future__ import annotations
 
 import atexit
+import errno
 import hashlib
 import os
 import re
@@ -317,15 +318,21 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def keep_copy(path: Path, text: str) -> None:
-    """Writes ``text`` (a kernel's source, kept beside its cached build for
-    the reader) to ``path`` unless it is there; optional: a read-only cache
-    goes without it."""
-    if not Path(path).exists():
+def keep_copy(path: Path, text: str, replace: bool = False) -> bool:
+    """Writes ``text`` (a kernel's source, kept beside its build for the
+    reader and for error messages) to ``path`` unless it is there (or always,
+    ``replace=True``); whether it is there now.  Optional: a read-only cache
+    goes without it silently, a full disk (or quota) with a warning, and the
+    build goes on either way."""
+    if replace or not Path(path).exists():
         try:
             atomic_write(path, text.encode())
-        except OSError:
-            pass
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                warnings.warn(f"tiramisu_py: no space to keep the source copy {path} ({exc}); "
+                              "the build goes on without it", RuntimeWarning, stacklevel=2)
+            return False
+    return True
 
 
 def temp_path(key: str, suffix: str, directory: Optional[Path] = None) -> Path:

@@ -112,3 +112,26 @@ def test_unparsable_compiler_variables_are_named(monkeypatch):
     monkeypatch.setenv("TIRAMISU_PY_CC", 'gcc "-m64')
     with pytest.raises(ValueError, match=r"\$TIRAMISU_PY_CC=.*quoting"):
         toolchain.find_c_compiler()
+
+
+def test_a_full_disk_for_the_source_copy_warns_and_the_build_goes_on(tmp_path, monkeypatch):
+    """The ``.ll`` beside an in-memory LLVM build is for the reader: with no
+    space left for it the build warns and goes on (it failed before)."""
+    import errno
+    import pytest
+    from codegen import cache
+    from examples import gemm
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    real = cache.atomic_write
+
+    def full(path, data):
+        if str(path).endswith((".ll", ".c")):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data)
+    monkeypatch.setattr(cache, "atomic_write", full)
+    f = gemm.build()
+    f.computations["C"].update.interchange("j", "k")
+    with pytest.warns(RuntimeWarning, match="no space to keep the source copy"):
+        k = f.compile(target="llvm")
+    a = np.ones((2, 3), np.float32)
+    assert (k(a, np.ones((3, 4), np.float32)) == 3).all()

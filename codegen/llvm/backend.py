@@ -190,7 +190,7 @@ def _set_options() -> None:
 def _build(source: str, key: str, directory, ll_path) -> bytes:
     """Parses, verifies, optimises and compiles ``source``; stores the object."""
     global CODEGEN_RUNS
-    cache.atomic_write(ll_path, source.encode())
+    cache.keep_copy(ll_path, source, replace=True)     # for the reader; the build is in memory
     try:
         mod = llvm.parse_assembly(source)
         mod.verify()
