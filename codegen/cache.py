@@ -1,8 +1,9 @@
 """On-disk cache of compiled shared libraries.
 
 Directory: ``$TIRAMISU_PY_CACHE``, else ``$XDG_CACHE_HOME/tiramisu_py``, else
-``~/.cache/tiramisu_py``.  An entry is ``<key>.so`` plus ``<key>.sha256`` (the
-sha256 of the .so bytes); the generated ``<key>.c`` is kept beside them (an
+``~/.cache/tiramisu_py`` (``~`` and a relative path made absolute).  An entry
+is ``<key>.so`` plus ``<key>.sha256`` (the sha256 of the key and the .so bytes,
+:func:`entry_digest`: an entry moved under another key's name fails it); the generated ``<key>.c`` is kept beside them (an
 optional copy for reading: never needed to load an entry).  Every write goes
 to a temporary file in the same directory and is renamed into place
 (``os.replace``), the .so before its digest, so a concurrent reader sees either
@@ -231,12 +232,19 @@ def read_trusted(path, limit: int) -> Optional[bytes]:
         os.close(fd)
 
 
-def _trusted_digest(path, limit: int = ARTEFACT_MAX) -> Optional[str]:
+def _entry_hash(key: str):
+    """A sha256 started with the entry's key: an entry's digest covers the key
+    it was built for, so an artefact moved under another key's name (a swapped
+    entry) fails its check and is rebuilt, never run."""
+    return hashlib.sha256(f"tiramisu_py entry {key}\0".encode())
+
+
+def _trusted_digest(path, key: str, limit: int = ARTEFACT_MAX) -> Optional[str]:
     fd = _open_trusted(path, limit)
     if fd is None:
         return None
     try:
-        h = hashlib.sha256()
+        h = _entry_hash(key)
         for b in _chunks(fd, limit):
             h.update(b)
         return h.hexdigest()
@@ -257,9 +265,9 @@ def _read_digest(path) -> Optional[str]:
     return text if _HEX64.fullmatch(text) else None
 
 
-def _digest(path: Path) -> str:
-    """sha256 of a file this process just wrote."""
-    h = hashlib.sha256()
+def _digest(path: Path, key: str) -> str:
+    """The keyed sha256 of a file this process just wrote."""
+    h = _entry_hash(key)
     with open(path, "rb") as f:
         for b in iter(lambda: f.read(1 << 20), b""):
             h.update(b)
@@ -272,7 +280,7 @@ def lookup(key: str, directory: Optional[Path] = None) -> Optional[Path]:
     expected = _read_digest(dg)
     if expected is None:
         return None
-    return so if _trusted_digest(so) == expected else None
+    return so if _trusted_digest(so, key) == expected else None
 
 
 # ------------------------------------------------------------ writing
@@ -434,7 +442,7 @@ def install(key: str, built_so: Path, directory: Optional[Path] = None) -> Path:
     mode = stat.S_IMODE(os.stat(built_so).st_mode)
     if mode & 0o022:                    # the linker created it with the umask's mode
         os.chmod(built_so, mode & ~0o022)
-    digest = _digest(built_so)
+    digest = _digest(built_so, key)
     _replace(built_so, so)
     atomic_write(dg, (digest + "\n").encode())
     return so
@@ -472,14 +480,21 @@ def lookup_object(key: str, directory: Optional[Path] = None) -> Optional[bytes]
     data = read_trusted(obj, ARTEFACT_MAX)
     if data is None:
         return None
-    return data if hashlib.sha256(data).hexdigest() == expected else None
+    return data if entry_digest(key, data) == expected else None
+
+
+def entry_digest(key: str, data: bytes) -> str:
+    """What ``<key>.sha256`` (or ``<key>.o.sha256``) holds for an artefact ``data``."""
+    h = _entry_hash(key)
+    h.update(data)
+    return h.hexdigest()
 
 
 def install_object(key: str, data: bytes, directory: Optional[Path] = None) -> Path:
     """Writes the object, then its digest (both atomically)."""
     obj, dg, _ = object_paths(key, directory)
     atomic_write(obj, data)
-    atomic_write(dg, (hashlib.sha256(data).hexdigest() + "\n").encode())
+    atomic_write(dg, (entry_digest(key, data) + "\n").encode())
     return obj
 
 

@@ -201,7 +201,7 @@ def test_planted_library_is_not_loaded(tmp_path, how):
     data = evil.read_bytes()
     dg = so.with_suffix(".sha256")
     so.write_bytes(data)
-    dg.write_text(__import__("hashlib").sha256(data).hexdigest() + "\n")
+    dg.write_text(cache.entry_digest(so.stem, data) + "\n")
     if how == "foreign_owner":
         os.chown(so, OTHER_UID, OTHER_UID)
         os.chown(dg, OTHER_UID, OTHER_UID)
@@ -220,6 +220,26 @@ def test_planted_library_is_not_loaded(tmp_path, how):
     assert out == 1                                     # a miss: rebuilt
     st = so.stat()
     assert st.st_uid == os.getuid() and not st.st_mode & 0o022 and so.read_bytes() != data
+
+
+@needs_gcc
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_a_swapped_entry_is_rebuilt_not_run(tmp_path, target):
+    """Two intact entries with their digests, one moved over the other's
+    name: each digest covers its key, so the moved one fails the check and is
+    rebuilt (before, the kernel computing ``A * 3`` ran for ``A * 2``)."""
+    d = private(tmp_path / "cache")
+    env = {"TP_TARGET": target}
+    two, three = child_json("print(json.dumps([run(2.0).library_path, run(3.0).library_path]))",
+                            d, env=env)
+    digest = lambda p: Path(p + ".sha256") if target == "llvm" else Path(p).with_suffix(".sha256")  # noqa: E731
+    for p in (two, three):
+        assert Path(p).exists() and digest(p).exists()
+    Path(two).write_bytes(Path(three).read_bytes())
+    digest(two).write_bytes(digest(three).read_bytes())
+    # run() asserts the values: the swapped kernel would give A * 3
+    assert child_json("before = counter(); run(2.0); print(json.dumps(counter() - before))",
+                      d, env=env) == 1
 
 
 @needs_gcc
