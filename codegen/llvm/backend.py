@@ -36,7 +36,7 @@ import cffi
 import llvmlite
 import llvmlite.binding as llvm
 
-from .. import cache, ir
+from .. import budget, cache, ir
 from .lower import host, host_target_machine, target_machine
 from .stmt import emit_llvm
 
@@ -238,7 +238,9 @@ def compile_llvm(fn: ir.LoweredFunction, source=None) -> LLVMCompiledFunction:
     """Emits, compiles (or fetches from the cache) and loads ``fn``.
     ``source``: what ``emit_llvm(fn)`` gave before, to skip it (a warm
     start; ``fn`` then needs only its name, scalars and arrays)."""
-    source = emit_llvm(fn) if source is None else source
+    if source is None:
+        budget.check(fn)                 # LLVM runs in this process: bound its unrolling
+        source = emit_llvm(fn)
     key = make_key(source)
     directory = cache.cache_dir()
     with _lock:
