@@ -41,8 +41,8 @@ def _library():
     """name -> () -> the operator's kernel, as the operators get it."""
     import importlib
     from schedules import conv_ops, runtime
-    sg = importlib.import_module("schedules.gemm")
-    from schedules.conv import ConvShape
+    sg = importlib.import_module("schedules.blocks.blis")
+    from schedules.problems.conv import ConvShape
     s = ConvShape(1, 64, 56, 56, 64, 3, 3, 1, 1)
     p = sg.default_params(512, 512, 512)
     return {

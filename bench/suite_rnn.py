@@ -58,7 +58,7 @@ def weight_bytes(cell, L, H, I, T, impl, density=1.0):
     once per chunk of steps (the wavefront's layers of input size H); CSR
     reads a value and a column index per nonzero, the input matrix once
     per row of the projection (T times)."""
-    from schedules.rnn_cells import chunk_of
+    from schedules.blocks.rnn_cells import chunk_of
     G = 4 if cell == "lstm" else 3
     ih = [G * H * (I if l == 0 else H) * 4 for l in range(L)]
     hh = G * H * H * 4
