@@ -143,8 +143,8 @@ def fuzz_cases(quick, count):
 def library_cases(quick):
     import importlib
     G = importlib.import_module("schedules.blocks.blis")
-    CO = importlib.import_module("schedules.conv_ops")
-    FU = importlib.import_module("schedules.fused")
+    CO = importlib.import_module("schedules.api")
+    FU = importlib.import_module("schedules.solvers.conv_fused")
     from schedules.problems.conv import ConvShape
     n = 128 if quick else 512
     rng = np.random.default_rng(0)
