@@ -362,3 +362,30 @@ def test_conv_relu_maxpool_follows_conv2d(algo):
                                ref(b, 1), rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="groups must be 1"):
         schedules.conv_relu_maxpool(x, rand(8, 2, 3, 3), groups=2)
+
+
+def test_forced_algo_that_does_not_apply_lists_every_solver_and_why():
+    """One error, generated from the solvers' ``applicable``: the forced
+    one's reason first, then every solver of the operator and why it does
+    (not) apply."""
+    from schedules.registry import SOLVERS
+    x, w = rand(1, 4, 5, 5), rand(4, 2, 3, 3)
+    with pytest.raises(ValueError) as e:
+        schedules.conv2d(x, w, padding=1, groups=2, algo="im2col")
+    msg = str(e.value)
+    assert msg.startswith("conv2d: algo 'im2col' needs groups=1 (got groups=2)")
+    for s in SOLVERS["conv2d"]:
+        assert f"{s!r}: " in msg, s
+    assert "direct (cpu): applies" in msg and "spatial_pack (cpu): needs groups=1" in msg
+    assert "direct (cuda): runs with target='cuda'" in msg
+    with pytest.raises(ValueError, match=r"winograd \(cpu\): needs a 3x3 kernel.*"
+                                         r"sparse \(cpu\): is timed for weights at most 70%"):
+        schedules.conv_relu_maxpool(rand(1, 2, 6, 6), rand(4, 2, 5, 5), algo="winograd")
+
+
+def test_solver_modules_do_not_import_each_other():
+    import import_graph as ig
+    graph = ig.imports(ig.modules())
+    arrows = sorted((m, t) for m, edges in graph.items() if m.startswith("schedules.solvers.")
+                    for t, _ in edges if t.startswith("schedules.solvers.") and t != m)
+    assert not arrows, arrows
