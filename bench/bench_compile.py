@@ -8,7 +8,7 @@ Warm (``--warm``): a first process compiles the examples and the library
 operators into a fresh cache directory; a second, fresh process then times
 ``compile()`` of each example (its declaration and schedule commands are
 user code, not timed) and the first use of each library operator's kernel
-(``schedules.runtime.kernel``: the Function is not even built), median of
+(``schedules.core.kernels.kernel``: the Function is not even built), median of
 ``repeats`` fresh processes.  The first kernel of a process also loads the
 backends (llvmlite, libgomp): reported apart, as "backend start-up".
 
@@ -40,18 +40,27 @@ CASES = {
 def _library():
     """name -> () -> the operator's kernel, as the operators get it."""
     import importlib
-    from schedules import conv_ops, runtime
-    sg = importlib.import_module("schedules.gemm")
-    from schedules.conv import ConvShape
+    from schedules.core import kernels as runtime
+    from schedules.solvers import conv_dense, conv_fused
+    sg = importlib.import_module("schedules.blocks.blis")
+    from schedules.problems.conv import ConvShape
     s = ConvShape(1, 64, 56, 56, 64, 3, 3, 1, 1)
     p = sg.default_params(512, 512, 512)
+
+    def conv(algo):
+        return runtime.kernel(("conv2d", algo, s, True),
+                              lambda: conv_dense.BUILDERS[algo](s, bias=True), None)
+
+    def fused(algo):
+        return runtime.kernel(("conv_relu_maxpool", algo, s, 2, True),
+                              lambda: conv_fused.function(s, 2, bias=True, algo=algo), None)
     return {
         "library gemm 512": lambda: runtime.kernel(("gemm", 512, 512, 512, p),
                                                    lambda: sg.function(512, 512, 512, params=p), None),
-        "library conv2d direct": lambda: conv_ops._kernel("direct", s, True, None),
-        "library conv2d spatial_pack": lambda: conv_ops._kernel("spatial_pack", s, True, None),
-        "library fused direct": lambda: conv_ops._fused_kernel("direct", s, 2, True, None),
-        "library fused winograd": lambda: conv_ops._fused_kernel("winograd", s, 2, True, None),
+        "library conv2d direct": lambda: conv("direct"),
+        "library conv2d spatial_pack": lambda: conv("spatial_pack"),
+        "library fused direct": lambda: fused("direct"),
+        "library fused winograd": lambda: fused("winograd"),
     }
 
 
@@ -84,7 +93,7 @@ def main(repeats=7):
 
 def _child(mode):
     """One process: "fill" compiles everything; "time" prints the times (s)."""
-    import schedules.runtime  # noqa: F401 - imports are not compile time
+    import schedules.core.kernels  # noqa: F401 - imports are not compile time
     import tiramisu_py as tp
     out = {}
     for _ in (1,):            # backend start-up: a small kernel of its own, per backend

@@ -189,7 +189,7 @@ def _events_s(torch, fn, repeats):
 
 def _cuda_resources(before):
     """The ptxas resources of the library's CUDA kernels compiled since ``before``."""
-    from schedules import runtime
+    from schedules.core import kernels as runtime
     out = {}
     for key, k in runtime._KERNELS.items():
         if key not in before and key[1] == "cuda" and getattr(k, "resources", None):
@@ -200,7 +200,7 @@ def _cuda_resources(before):
 
 def measure(torch, case: Case, repeats: int) -> tuple:
     """({impl: {"median_s", "min_s", "error", "failure"}}, resources) of one case."""
-    from schedules import runtime
+    from schedules.core import kernels as runtime
     before = set(runtime._KERNELS)
     results = {}
     try:

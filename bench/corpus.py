@@ -142,10 +142,10 @@ def fuzz_cases(quick, count):
 # ------------------------------------------------------------------ library
 def library_cases(quick):
     import importlib
-    G = importlib.import_module("schedules.gemm")
-    CO = importlib.import_module("schedules.conv_ops")
-    FU = importlib.import_module("schedules.fused")
-    from schedules.conv import ConvShape
+    G = importlib.import_module("schedules.blocks.blis")
+    CO = importlib.import_module("schedules.api")
+    FU = importlib.import_module("schedules.solvers.conv_fused")
+    from schedules.problems.conv import ConvShape
     n = 128 if quick else 512
     rng = np.random.default_rng(0)
     out = [Case("library", f"schedules.gemm {n}^3", lambda: G.function(n, n, n),

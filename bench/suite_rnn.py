@@ -58,7 +58,7 @@ def weight_bytes(cell, L, H, I, T, impl, density=1.0):
     once per chunk of steps (the wavefront's layers of input size H); CSR
     reads a value and a column index per nonzero, the input matrix once
     per row of the projection (T times)."""
-    from schedules.rnn_cells import chunk_of
+    from schedules.blocks.rnn_cells import chunk_of
     G = 4 if cell == "lstm" else 3
     ih = [G * H * (I if l == 0 else H) * 4 for l in range(L)]
     hh = G * H * H * 4
@@ -95,7 +95,7 @@ def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False):
             ours = {"tiramisu_py": lambda: op(x, packed)[0]}
             ours.update({f"tiramisu_py[{s}]": (lambda s=s: op(x, packed, schedule=s)[0])
                          for s in schedules.RNN_SCHEDULES
-                         if s in schedules.rnn.candidates(packed, T, B)})
+                         if s in _applicable(cell, x, packed)})
         return {**ours, **_torch_impls(cell, x, weights, compiled=density == 1 and not quick)}
 
     name = f"{cell} ({tag}) {L}x{H} in {I} T={T} B={B}" + (
@@ -227,15 +227,25 @@ def annotate(report, cases_):
     return "\n".join(lines + find_choices(report, cases_))
 
 
+def _applicable(cell, x, packed):
+    """The CPU schedules (solvers) that apply to this call."""
+    from schedules.problems.rnn import RnnProblem
+    from schedules.registry import SOLVERS
+    p, _ = RnnProblem.from_call(cell, x, packed, None, None, False, None)
+    return [s.name for s in SOLVERS[cell] if s.applicable(p) is True]
+
+
 def find_choices(report, cases_):
     """Lines saying which schedule the find step chose per case and thread
     count (from the tuning store), with the times it measured; also stored
     in the report's cases as ``find``."""
-    import schedules.rnn as rnn
+    from schedules.core import find
     records = {}
-    for key, value in rnn.find_records().items():
-        k = json.loads(key)           # cell, layers, I, H, T, B, sparse, ..., threads, version
-        records[(*k[:7], k[-2])] = value
+    for key, value in find.records().items():
+        k = json.loads(key)
+        if k["op"] in ("lstm", "gru"):
+            records[(k["op"], k["layers"], k["input_size"], k["hidden"], k["T"], k["B"],
+                     k["sparse"], k["threads"])] = value
     lines = ["find step (schedule=\"auto\"): choice and its timings (ms) per thread count:"]
     for case, c in zip(cases_, report["cases"]):
         s = getattr(case, "rnn", None)
@@ -247,6 +257,6 @@ def find_choices(report, cases_):
             if r:
                 found[str(n)] = r
                 times = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in r["seconds"].items())
-                lines.append(f"  {c['name']:<42} {n} thr: {r['schedule']:<10} ({times})")
+                lines.append(f"  {c['name']:<42} {n} thr: {r['algo']:<10} ({times})")
         c["find"] = found
     return lines

@@ -113,10 +113,12 @@ def _case(op, shape, density):
 def _best_dense(x, wt, b):
     """The dense algorithm conv2d's find step picks for this shape (found on
     a fully dense weight, so "sparse" is not a candidate; remembered)."""
-    from schedules import conv_ops
+    from schedules.core.find import find
+    from schedules.problems.conv import ConvProblem
+    from schedules.registry import SOLVERS
     full = np.random.default_rng(1).standard_normal(wt.shape, dtype=np.float32)
-    s = conv_ops._shape(x, full, 1, 1, 1, 1)
-    return conv_ops.find(s, x, full, b)
+    p, args = ConvProblem.from_call("conv2d", x, full, b, 1, 1, 1, 1)
+    return find(p, SOLVERS["conv2d"], args, call="conv2d").name
 
 
 def _torch_impls(op, x, wt, b, csr):

@@ -57,11 +57,11 @@ def wavefront_gpu(f):
     hidden) on threads.  The barrier between the gate sums and the cell
     update is placed by the GPU legality check.  Needs fixed sizes
     (``build(sizes)``).  The wavefront itself is the library's
-    (:func:`schedules.gpu_rnn.wavefront`); the library's full LSTM on the GPU
+    (:func:`schedules.solvers.rnn_cuda.wavefront`); the library's full LSTM on the GPU
     (torch's weights, hidden units over several blocks) is
-    :func:`schedules.gpu_rnn.function`, which :func:`schedules.lstm` runs
+    :func:`schedules.solvers.rnn_cuda.function`, which :func:`schedules.lstm` runs
     with ``target="cuda"``."""
-    from schedules.gpu_rnn import wavefront
+    from schedules.solvers.rnn_cuda import wavefront
     for s in f.statements:
         loops = [v.name for v in s.vars]
         if loops[:2] == ["l", "t"]:

@@ -14,24 +14,26 @@ the public language and scheduling API (no hand-written C).
     y, h_n = schedules.gru(x, weights, h0=None)                     # torch.nn.GRU's forward
 
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
-users who want to change the schedule (``schedules.gemm_function(n, m, k)``).
+users who want to change the schedule (``schedules.gemm_function(n, m, k)``).  The design (problems, solvers, one
+registry, one find step): :mod:`schedules.registry`.
 ``schedules.gemm_cuda_function(n, m, k)`` is GEMM scheduled for CUDA
 (shared-memory tiles; ``.compile(target="cuda")``), and
 ``schedules.rnn_cuda_function(L, T, B, I, H, cell="lstm")`` the stacked
 LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 ``gemm``, ``lstm`` and ``gru`` on the GPU.
 """
-from .gemm import GemmParams, batched_gemm, gemm
-from .gemm import default_params as gemm_params
-from .gemm import function as gemm_function
-from .conv_ops import CONV_ALGOS, FUSED_ALGOS, conv2d, conv2d_function, conv_relu_maxpool
-from .fused import function as conv_relu_maxpool_function
+from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
+                  conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function, sparse_conv2d,
+                  sparse_conv2d_function, sparse_conv_relu_maxpool)
+from .blocks.blis import GemmParams
+from .blocks.blis import default_params as gemm_params
+from .blocks.blis import function as gemm_function
 from .host import host
-from .gpu_gemm import function as gemm_cuda_function
-from .gpu_rnn import function as rnn_cuda_function
-from .sparse import CSRWeights, sparse_conv2d, sparse_conv2d_function, sparse_conv_relu_maxpool
-from .rnn import SCHEDULES as RNN_SCHEDULES
-from .rnn import RNNWeights, gru, gru_function, lstm, lstm_function
+from .solvers.conv_fused import function as conv_relu_maxpool_function
+from .solvers.gemm_cuda import function as gemm_cuda_function
+from .solvers.rnn_cuda import function as rnn_cuda_function
+from .weights.csr import CSRWeights
+from .weights.rnn import RNNWeights
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",

@@ -11,10 +11,9 @@
 each with a backward made of compiled kernels, themselves ops
 (``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
 ``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
-float32 forwards run the tuned schedules (:mod:`schedules.gemm`,
-:mod:`schedules.conv_ops`); float64, and float32 shapes those do not take
+float32 forwards run the library's solvers (:mod:`schedules.api`); float64, and float32 shapes those do not take
 (unequal stride/padding/dilation pairs, a fused block with padding other than
-1), run the plain kernels of :mod:`schedules.backward`.
+1), run the plain kernels of :mod:`schedules.solvers.backward`.
 
 Adding an op is one :func:`_op` call: a schema, an implementation, a fake
 (shape) function and optionally a backward (see the ones below).
@@ -26,9 +25,11 @@ import torch
 
 from tiramisu_py.torch_ops import contiguous, define
 
-from . import backward as BW
-from . import runtime
-from .conv import ConvShape
+from . import api
+from .core.kernels import kernel
+from .problems.conv import ConvProblem, ConvShape
+from .solvers import backward as BW
+from .weights.csr import CSRWeights
 
 NS = "tiramisu"
 FLOATS = {torch.float32: "float32", torch.float64: "float64"}
@@ -47,24 +48,14 @@ def _dtype(op, *ts):
 
 
 def _kernel(key, build):
-    return runtime.kernel(("torch_ops",) + key, build, None)
+    return kernel(("torch_ops",) + key, build, None)
 
 
 def _conv(op, xshape, wshape, stride, padding, dilation, groups):
-    """The problem of input ``xshape`` and weights ``wshape`` (ints or
+    """The problem's shape of input ``xshape`` and weights ``wshape`` (ints or
     SymInts), checked."""
-    xshape, wshape = tuple(xshape), tuple(wshape)
-    torch._check(len(xshape) == 4 and len(wshape) == 4,
-                 lambda: f"tiramisu::{op}: x and weight must be 4-D (NCHW, OIHW)")
-    n, ci, h, wd = xshape
-    co, cig, kh, kw = wshape
-    torch._check(groups >= 1 and ci % groups == 0 and co % groups == 0 and cig * groups == ci,
-                 lambda: f"tiramisu::{op}: weight {wshape} does not fit input {xshape} "
-                         f"with groups={groups}")
-    s = ConvShape(n, ci, h, wd, co, kh, kw, tuple(stride), tuple(padding), tuple(dilation), groups)
-    torch._check(s.ho >= 1 and s.wo >= 1,
-                 lambda: f"tiramisu::{op}: the {kh}x{kw} kernel does not fit the {h}x{wd} input")
-    return s
+    return ConvProblem.from_meta(op, xshape, wshape, stride, padding, dilation, groups,
+                                 check=torch._check)
 
 
 def _square(s: ConvShape):
@@ -78,8 +69,7 @@ def _gemm(a, b):
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"tiramisu::gemm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
     if dt == "float32":
-        from .gemm import gemm
-        return gemm(a, b)
+        return api.gemm(a, b)
     (n, k), m = a.shape, b.shape[1]
     return _kernel(("matmul", n, m, k, dt), lambda: BW.matmul(n, m, k, dt))(a, b)
 
@@ -111,8 +101,7 @@ def _conv2d(x, weight, bias, stride, padding, dilation, groups, algo="auto"):
     x, weight, bias = contiguous(x), contiguous(weight), contiguous(bias)
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
     if dt == "float32" and _square(s):
-        from .conv_ops import conv2d
-        return conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
+        return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
                       dilation=s.dh, groups=groups, algo=algo)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
     return k(data=x, weight=weight, **({"bias": bias} if bias is not None else {}))
@@ -182,8 +171,7 @@ def _fused(x, weight, bias, pool, padding, algo="auto"):
     x, weight, bias = contiguous(x), contiguous(weight), contiguous(bias)
     s = _fused_conv(x, weight, pool, padding)
     if dt == "float32" and padding[0] == padding[1]:
-        from .conv_ops import conv_relu_maxpool
-        return conv_relu_maxpool(x, weight, bias, padding=padding[0], pool=pool, algo=algo)
+        return api.conv_relu_maxpool(x, weight, bias, padding=padding[0], pool=pool, algo=algo)
     return _kernel(("fused", s, pool, dt), lambda: BW.fused_forward(s, pool, dt))(
         data=x, weight=weight, bias=bias)
 
@@ -242,13 +230,12 @@ conv_relu_maxpool_grad = _op(
 
 # ------------------------------------------------------------------ sparse conv
 def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation):
-    from .sparse import CSRWeights, sparse_conv2d
     _dtype("sparse_conv2d", x, values, bias)
     if values.dtype != torch.float32:
         raise TypeError("tiramisu::sparse_conv2d: the sparse kernel is float32 only, got "
                         f"{values.dtype}")
     csr = CSRWeights(rowptr.numpy(), colidx.numpy(), values.detach().numpy(), tuple(weight_size))
-    return sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding), tuple(dilation))
+    return api.sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding), tuple(dilation))
 
 
 def _sparse_conv2d_fake(x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation):
@@ -315,9 +302,8 @@ def _rnn_fake(op, x, weights, num_layers, gates):
 
 
 def _lstm(x, weights, num_layers, h0=None, c0=None):
-    from .rnn import lstm
     _dtype("lstm", x, *weights)
-    y, (hn, cn) = lstm(contiguous(x), [[contiguous(w).detach() for w in layer]
+    y, (hn, cn) = api.lstm(contiguous(x), [[contiguous(w).detach() for w in layer]
                                        for layer in _rnn_layers("lstm", weights, num_layers)],
                        None if h0 is None else contiguous(h0), None if c0 is None else contiguous(c0))
     return y, hn, cn
@@ -329,9 +315,8 @@ def _lstm_fake(x, weights, num_layers, h0=None, c0=None):
 
 
 def _gru(x, weights, num_layers, h0=None):
-    from .rnn import gru
     _dtype("gru", x, *weights)
-    y, hn = gru(contiguous(x), [[contiguous(w).detach() for w in layer]
+    y, hn = api.gru(contiguous(x), [[contiguous(w).detach() for w in layer]
                                 for layer in _rnn_layers("gru", weights, num_layers)],
                 None if h0 is None else contiguous(h0))
     return y, hn

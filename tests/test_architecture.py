@@ -20,10 +20,6 @@ MAX_LINES = 720
 REMAINING = [
     ["codegen.c.emit", "codegen.llvm.lower", "codegen.vecmath"],
     ["codegen.regblock", "codegen.vectorize"],
-    ["schedules.conv", "schedules.nchwc"],
-    ["schedules.conv_ops", "schedules.gpu_ops", "schedules.sparse"],
-    ["schedules.gemm", "schedules.gpu_gemm"],
-    ["schedules.gpu_rnn", "schedules.rnn"],
     ["tiramisu_py.affine", "tiramisu_py.atomic", "tiramisu_py.checks", "tiramisu_py.compiler",
      "tiramisu_py.compute_at", "tiramisu_py.cuda_kernel", "tiramisu_py.dataflow",
      "tiramisu_py.expr", "tiramisu_py.function", "tiramisu_py.gpu", "tiramisu_py.gpu_local",

@@ -10,7 +10,7 @@ import pytest
 
 import tiramisu_py as tp
 from examples import gemm
-from schedules import gpu_gemm
+from schedules.solvers import gemm_cuda as gpu_gemm
 
 RNG = np.random.default_rng(14)
 SMALL = (37, 29, 53)

@@ -51,7 +51,7 @@ def reverse_in_block(n=None):
 
 def gemm_shared(t=16, tk=16):
     """Shared-memory tiles of A and B per k-step, copied by the block's threads."""
-    from schedules import gpu_gemm
+    from schedules.solvers import gemm_cuda as gpu_gemm
     return gpu_gemm.schedule(gemm.build(), t, tk)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import tiramisu_py as tp
 from codegen import ir
-from schedules import gpu_gemm
+from schedules.solvers import gemm_cuda as gpu_gemm
 from tests.test_cuda import ORDERS, cuda_kernel, lowered_gpu, needs_cxx, needs_nvcc
 
 RNG = np.random.default_rng(2021)

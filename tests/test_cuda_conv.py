@@ -12,9 +12,12 @@ import pytest
 
 import schedules
 import tiramisu_py as tp
-from schedules import gpu_conv, gpu_sparse, runtime
-from schedules.conv import ConvShape
-from schedules.sparse import CSRWeights, conv_shape
+from schedules.core import kernels as runtime
+from schedules.solvers import conv_cuda as gpu_conv
+from schedules.solvers import conv_sparse_cuda as gpu_sparse
+from schedules.problems.conv import ConvShape
+from schedules.problems.conv import conv_shape
+from schedules.weights.csr import CSRWeights
 from tests.test_sparse import ref_conv
 
 try:                                    # optional: only the routing tests need it

@@ -14,8 +14,8 @@ import pytest
 import schedules
 import tiramisu_py as tp
 from codegen.cuda.printer import evaluate
-from schedules import gpu_conv
-from schedules.conv import ConvShape
+from schedules.solvers import conv_cuda as gpu_conv
+from schedules.problems.conv import ConvShape
 from tests.test_cuda import reverse_in_block
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")

@@ -12,8 +12,11 @@ import pytest
 import schedules
 import tiramisu_py as tp
 from examples import gemm
-from schedules import gpu_conv, gpu_gemm, gpu_rnn, gpu_sparse
-from schedules.conv import ConvShape
+from schedules.solvers import conv_cuda as gpu_conv
+from schedules.solvers import conv_sparse_cuda as gpu_sparse
+from schedules.solvers import gemm_cuda as gpu_gemm
+from schedules.solvers import rnn_cuda as gpu_rnn
+from schedules.problems.conv import ConvShape
 from tests.test_cuda import cuda_kernel, emulation_cubins
 
 RNG = np.random.default_rng(44)
@@ -240,7 +243,7 @@ SHAPE = ConvShape(1, 2, 7, 9, 3, 3, 3, padding=(1, 1))
 def test_gpu_conv_functions_check_shape_and_bias(build):
     """Before: a tuple or None for the shape was an AttributeError; bias='yes'
     or None were taken as true / false."""
-    with pytest.raises(TypeError, match="shape must be a schedules.conv.ConvShape, not tuple"):
+    with pytest.raises(TypeError, match="shape must be a schedules.problems.conv.ConvShape, not tuple"):
         build((1, 2, 7, 9))
     for bias in ("yes", None, 1):
         with pytest.raises(TypeError, match="bias must be a bool"):

@@ -12,8 +12,8 @@ import tiramisu_py as tp
 from codegen import ir
 from codegen.accumulate import accumulate_locally
 from codegen.simplify import interval
-from schedules import gpu_gemm
-from schedules.gemm import algorithm
+from schedules.solvers import gemm_cuda as gpu_gemm
+from schedules.blocks.blis import algorithm
 from tests.test_cuda import (ORDERS, cuda_kernel, emulate_source, lowered_gpu, needs_cxx,
                              needs_nvcc)
 

@@ -1,5 +1,5 @@
 """The multilayer LSTM (and GRU) wavefront as a library GPU schedule
-(``schedules.gpu_rnn``) and ``target="cuda"`` on ``schedules.gemm`` /
+(``schedules.solvers.rnn_cuda``) and ``target="cuda"`` on ``schedules.gemm`` /
 ``schedules.lstm`` / ``schedules.gru``, tested without a GPU: the generated CUDA emulated in
 three thread orders and the same GPU-mapped Function run on the CPU, both
 against a float64 NumPy LSTM (and torch's module when torch is installed);
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import schedules
-from schedules import gpu_rnn
+from schedules.problems.rnn import DeviceArrays
+from schedules.solvers import rnn_cuda as gpu_rnn
 
 ORDERS = ("forward", "reverse", "shuffle")
 needs_cxx = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
@@ -101,7 +102,7 @@ def kernel_args(x, weights, h0, c0=None):
 def check(out, want, atol=2e-5):
     """The kernel's ``out`` (LSTM: {h, c}; GRU: h) against y, h_n (, c_n)."""
     h, c = (out["h"], out["c"]) if isinstance(out, dict) else (out, None)
-    got = gpu_rnn.unpack(h, c, gpu_rnn._Arrays(h))
+    got = gpu_rnn.unpack(h, c, DeviceArrays(h))
     assert len(want) == 3 - (c is None)
     for g, ref in zip(got, want):
         np.testing.assert_allclose(g, ref, atol=atol, rtol=1e-5)
@@ -305,7 +306,7 @@ def test_cuda_bad_arguments_are_named():
     x, weights, h0, c0 = problem(2, 3, 2, 4, 6)
     with pytest.raises(ValueError, match="sparse=True: sparse"):
         schedules.lstm(x, weights, target="cuda", sparse=True)
-    with pytest.raises(ValueError, match="schedule='layer': on the GPU"):
+    with pytest.raises(ValueError, match="schedule 'layer' has no CUDA schedule"):
         schedules.lstm(x, weights, target="cuda", schedule="layer")
     bad = [list(layer) for layer in weights]
     bad[1][1] = bad[1][1][:, :5]
@@ -357,7 +358,7 @@ def test_barrier_kept_where_isl_drops_a_one_iteration_loop():
     layer and one batch chunk) is substituted by isl, not printed: the
     barrier planned at the sequence inside it must still be placed (it was
     lost: every thread order gave a wrong product)."""
-    from schedules import gpu_gemm
+    from schedules.solvers import gemm_cuda as gpu_gemm
     from tiramisu_py import cuda_kernel as ck
     saved, ck.CUDA_ARCHS = ck.CUDA_ARCHS, ()
     try:
@@ -415,6 +416,6 @@ def test_torch_packing_equals_numpy_packing(cell):
     h = np.random.default_rng(0).standard_normal((4, 3, 2, 6)).astype(np.float32)
     c = h[1:] + 1
     for a, b in zip(gpu_rnn.unpack(torch.from_numpy(h), torch.from_numpy(c),
-                                   gpu_rnn._Arrays(torch.from_numpy(h))),
-                    gpu_rnn.unpack(h, c, gpu_rnn._Arrays(h))):
+                                   DeviceArrays(torch.from_numpy(h))),
+                    gpu_rnn.unpack(h, c, DeviceArrays(h))):
         np.testing.assert_array_equal(a.numpy(), b)

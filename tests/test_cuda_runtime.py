@@ -171,7 +171,7 @@ def test_nvrtc_gemm_registers_and_shared_memory():
     from codegen.cuda import build_cubin
     source = printed(gemm_shared).source
     k1 = {arch: build_cubin(source, arch, "nvrtc")[1]["gemm_k1"] for arch in ("sm_80", "sm_90")}
-    from schedules.gpu_gemm import TILE, TK
+    from schedules.solvers.gemm_cuda import TILE, TK
     # the shared tiles are the footprints of one k-step: A min(TILE, n) x TK, B TK x min(TILE, m)
     n, m = 64, 48
     assert k1["sm_80"].shared_bytes == k1["sm_90"].shared_bytes == \
@@ -388,7 +388,7 @@ class FakeCAIArray:
 
 
 def test_on_device_detection():
-    from schedules.runtime import use_cuda
+    from schedules.core.kernels import use_cuda
     a = np.zeros(3, np.float32)
     assert da.on_device(FakeGPUArray(a)) and da.on_device(FakeGPUArray(a, (da.kDLCUDAManaged, 0)))
     assert da.on_device(FakeCAIArray(a))

@@ -124,7 +124,7 @@ def test_data_dependent_bounds_make_writes_may_writes():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_gemm_packed_panels_and_output_are_not_zeroed(target):
-    G = importlib.import_module("schedules.gemm")   # the package's gemm is the function
+    G = importlib.import_module("schedules.blocks.blis")   # the package's gemm is the function
     p = G.GemmParams(mr=4, nr=16, kc=8, mc=8, nc=32, vector=8)
     k = G.function(19, 37, 21, params=p).compile(target=target)
     allocs = allocations(k)

@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 
 import schedules
-from schedules import backward, gpu_conv, gpu_sparse
-from schedules.conv import ConvShape
+from schedules.solvers import backward
+from schedules.solvers import conv_cuda as gpu_conv
+from schedules.solvers import conv_sparse_cuda as gpu_sparse
+from schedules.problems.conv import ConvShape
 
 RECORD = Path(__file__).with_name("data") / "generated_code.json"
 PIN = "vector_bits=512,vector_registers=32,l1d=49152,l2=1048576,l3=33554432,cores=2"

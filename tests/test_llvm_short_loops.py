@@ -49,7 +49,7 @@ def test_unguarded_short_loops_stay_llvms():
     """The library GEMM's 4-trip ``jv0`` around its micro-kernel has no ``if``:
     unrolled by LLVM (keeping it rolled cost 2.4x), so no hint on it."""
     import importlib
-    G = importlib.import_module("schedules.gemm")
+    G = importlib.import_module("schedules.blocks.blis")
     k = G.function(64, 64, 64).compile(target="llvm")
     assert "; loop jv0: at most" not in k.source
     rng = np.random.default_rng(0)

@@ -8,7 +8,10 @@ import pytest
 
 import schedules
 from examples import rnn as ref
-from schedules import rnn
+from schedules.core import find
+from schedules.problems.rnn import RnnProblem
+from schedules.registry import SOLVERS
+from schedules.weights import rnn
 from tiramisu_py import tuning
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -114,13 +117,15 @@ def test_packed_weights_reused():
 def test_find_step_records_choice():
     x, weights, h0, c0 = _inputs("gru", 3, 2, 1, 4, 4, seed=3)
     W = schedules.RNNWeights(weights, "gru")
-    choice = rnn.find(W, x, h0, None)
+    p, args = RnnProblem.from_call("gru", x, W, h0, None, False, None)
+    choice = find.find(p, SOLVERS["gru"], args, call="gru", repeats=2).name
     assert choice in schedules.RNN_SCHEDULES
-    key = rnn._find_key(W, 2, 1, None)
-    record = tuning.get(rnn.FIND_KIND, key)
-    assert record["schedule"] == choice and set(record["seconds"]) == {"layer", "wavefront"}
-    tuning.put(rnn.FIND_KIND, key, {"schedule": "wavefront", "seconds": {}})
-    assert rnn.find(W, x, h0, None) == "wavefront"           # remembered, not re-timed
+    cands = [s for s in SOLVERS["gru"] if s.applicable(p) is True]
+    key = find.key(p, cands)
+    record = tuning.get(find.KIND, key)
+    assert record["algo"] == choice and set(record["seconds"]) == {"layer", "wavefront"}
+    tuning.put(find.KIND, key, {"algo": "wavefront", "seconds": {}})
+    assert find.find(p, SOLVERS["gru"], args, call="gru").name == "wavefront"   # remembered
     _check(_call("gru", x, W, h0, None), ref.reference("gru", x, weights, h0))
 
 

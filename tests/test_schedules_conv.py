@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import schedules
-from schedules import conv_ops
+from schedules.core import find
 from tiramisu_py import tuning
-from schedules.conv import ConvShape
+from schedules.problems.conv import ConvProblem, ConvShape
+from schedules.registry import SOLVERS
 
 RNG = np.random.default_rng(3)
 
@@ -76,20 +77,28 @@ def test_conv2d_algorithms_match_numpy(algo, case):
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
 
 
+def _dims(key):
+    """n, ci, h, w, co of a find record's key."""
+    shape = json.loads(key).get("shape")          # (other operators' records have none)
+    return shape and [shape[f] for f in ("n", "ci", "h", "w", "co")]
+
+
 def test_find_step_times_once_and_remembers(monkeypatch):
     x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
     out = schedules.conv2d(x, w, b, padding=1, algo="auto")
     np.testing.assert_allclose(out, ref_conv(x, w, b, 1, 1, 1, 1), rtol=1e-4, atol=1e-4)
-    record = conv_ops.find_records()
-    (key, entry), = [(k, v) for k, v in record.items() if json.loads(k)[0][:5] == [1, 4, 6, 6, 8]]
+    record = find.records()
+    (key, entry), = [(k, v) for k, v in record.items()
+                     if _dims(k) == [1, 4, 6, 6, 8]]
     assert entry["algo"] in schedules.CONV_ALGOS
     assert set(entry["seconds"]) == set(schedules.CONV_ALGOS)
     # the record is what later calls use: no timing happens again
     entry["algo"] = "im2col"
-    tuning.put(conv_ops.FIND_KIND, key, entry)
-    monkeypatch.setattr(conv_ops.time, "perf_counter", lambda: pytest.fail("timed again"))
-    s = ConvShape(1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1)
-    assert conv_ops.find(s, x, w, b) == "im2col"
+    tuning.put(find.KIND, key, entry)
+    monkeypatch.setattr(find.time, "perf_counter", lambda: pytest.fail("timed again"))
+    p, args = ConvProblem.from_call("conv2d", x, w, b, 1, 1, 1, 1)
+    assert p.shape == ConvShape(1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1)
+    assert find.find(p, SOLVERS["conv2d"], args, call="conv2d").name == "im2col"
     np.testing.assert_allclose(schedules.conv2d(x, w, b, padding=1), out, rtol=1e-5, atol=1e-5)
 
 
@@ -97,9 +106,8 @@ def test_find_step_skips_inapplicable_algorithms():
     x, w = rand(1, 4, 5, 5), rand(4, 1, 3, 3)
     out = schedules.conv2d(x, w, None, padding=1, groups=4)
     np.testing.assert_allclose(out, ref_conv(x, w, None, 1, 1, 1, 4), rtol=1e-4, atol=1e-4)
-    record = conv_ops.find_records()
-    entries = [v for k, v in record.items() if json.loads(k)[0][:5] == [1, 4, 5, 5, 4]]
-    assert entries and set(entries[0]["seconds"]) == {"direct"}
+    # direct is the only candidate (groups=4): nothing to time, no record
+    assert not [k for k in find.records() if _dims(k) == [1, 4, 5, 5, 4]]
 
 
 @pytest.mark.parametrize("shape,pool", [((2, 5, 9, 11, 7), 2), ((1, 16, 12, 12, 32), 2),
@@ -149,15 +157,15 @@ def test_fused_find_step_times_both_algorithms_once():
     x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
     out = schedules.conv_relu_maxpool(x, w, b, padding=1)
     np.testing.assert_allclose(out, ref_block(x, w, b, 2), rtol=1e-4, atol=1e-4)
-    record = conv_ops.find_records()
+    record = find.records()
     entries = [v for k, v in record.items()
-               if json.loads(k)[:3] == ["conv_relu_maxpool", 2, [1, 4, 6, 6, 8, 3, 3, 1, 1, 1, 1]]]
+               if (json.loads(k)["op"], json.loads(k).get("pool")) == ("conv_relu_maxpool", 2)
+               and _dims(k) == [1, 4, 6, 6, 8]]
     assert entries and set(entries[0]["seconds"]) == set(schedules.FUSED_ALGOS)
-    # pool=3: Winograd does not apply, direct is the only candidate
+    # pool=3: Winograd does not apply, direct is the only candidate: not timed
     schedules.conv_relu_maxpool(x, w, b, padding=1, pool=3)
-    record = conv_ops.find_records()
-    entries = [v for k, v in record.items() if json.loads(k)[:2] == ["conv_relu_maxpool", 3]]
-    assert entries and set(entries[0]["seconds"]) == {"direct"}
+    assert not [k for k in find.records()
+                if (json.loads(k)["op"], json.loads(k).get("pool")) == ("conv_relu_maxpool", 3)]
 
 
 def test_winograd_refuses_what_it_cannot_compute():
@@ -179,7 +187,7 @@ def test_fused_block_keeps_only_a_tile_of_the_conv():
     kern = f.compile(target="c")
     allocs = [line for line in kern.source.splitlines() if "tp_alloc((" in line]
     tile = [line for line in allocs if "conv_tile" in line]
-    from schedules.nchwc import channel_block
+    from schedules.blocks.nchwc import channel_block
     vb = channel_block(s)                       # 32 with AVX-512, 16 with AVX2
     # 2 pooled rows = 4 conv rows (all channel blocks), not the whole image
     assert tile and f"{{{32 // vb}, 4, 10, {vb}}}" in tile[0], allocs
@@ -210,7 +218,7 @@ def test_fused_block_runs_whole_images_per_thread_when_there_are_enough(per_imag
 
 
 def test_spatial_pack_packs_each_image_into_a_private_buffer():
-    from schedules.conv import spatial_pack
+    from schedules.solvers.conv_dense import spatial_pack
     s = ConvShape(4, 5, 9, 7, 16, 3, 3, 1, 1)
     # images in parallel, named: the host's default is channels where it has
     # more cores than images (a 16-core host chose "c" for these 4 images)
@@ -233,13 +241,13 @@ def test_spatial_pack_computes_the_blocked_output_per_tile_of_rows(parallel, row
     # the NCHWc output exists only as one tile of rows (Ho = 9: a partial last
     # tile when rows = 4), unpacked to NCHW right after it is computed
     from codegen import ir
-    from schedules.conv import spatial_pack
-    from schedules.nchwc import tiled_block
+    from schedules.solvers.conv_dense import spatial_pack
+    from schedules.blocks.nchwc import tiled_block
     s = ConvShape(3, 5, 9, 7, 16, 3, 3, 1, 1)
     if pack is None:
         f = spatial_pack(s, parallel=parallel, rows=rows)
     else:
-        from schedules.conv import _function
+        from schedules.blocks.conv_common import conv_inputs as _function
         f, X, Wt, B = _function("sp", s, True)
         tiled_block(f, X, Wt, B, s, parallel=parallel, rows=rows, pack_per_image=pack)
     kern = f.compile(target=target)
@@ -354,3 +362,30 @@ def test_conv_relu_maxpool_follows_conv2d(algo):
                                ref(b, 1), rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="groups must be 1"):
         schedules.conv_relu_maxpool(x, rand(8, 2, 3, 3), groups=2)
+
+
+def test_forced_algo_that_does_not_apply_lists_every_solver_and_why():
+    """One error, generated from the solvers' ``applicable``: the forced
+    one's reason first, then every solver of the operator and why it does
+    (not) apply."""
+    from schedules.registry import SOLVERS
+    x, w = rand(1, 4, 5, 5), rand(4, 2, 3, 3)
+    with pytest.raises(ValueError) as e:
+        schedules.conv2d(x, w, padding=1, groups=2, algo="im2col")
+    msg = str(e.value)
+    assert msg.startswith("conv2d: algo 'im2col' needs groups=1 (got groups=2)")
+    for s in SOLVERS["conv2d"]:
+        assert f"{s!r}: " in msg, s
+    assert "direct (cpu): applies" in msg and "spatial_pack (cpu): needs groups=1" in msg
+    assert "direct (cuda): runs with target='cuda'" in msg
+    with pytest.raises(ValueError, match=r"winograd \(cpu\): needs a 3x3 kernel.*"
+                                         r"sparse \(cpu\): is timed for weights at most 70%"):
+        schedules.conv_relu_maxpool(rand(1, 2, 6, 6), rand(4, 2, 5, 5), algo="winograd")
+
+
+def test_solver_modules_do_not_import_each_other():
+    import import_graph as ig
+    graph = ig.imports(ig.modules())
+    arrows = sorted((m, t) for m, edges in graph.items() if m.startswith("schedules.solvers.")
+                    for t, _ in edges if t.startswith("schedules.solvers.") and t != m)
+    assert not arrows, arrows

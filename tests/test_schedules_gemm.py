@@ -13,7 +13,7 @@ import importlib
 import schedules
 from schedules.host import Host
 
-G = importlib.import_module("schedules.gemm")    # the module (schedules.gemm is the function)
+G = importlib.import_module("schedules.blocks.blis")    # the module (schedules.gemm is the function)
 
 RNG = np.random.default_rng(7)
 

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import schedules
-from schedules import sparse
-from schedules.conv import pair
-from schedules.sparse import CSRWeights, conv_shape
+from schedules.solvers import conv_sparse as sparse
+from schedules.problems.conv import pair
+from schedules.problems.conv import conv_shape
+from schedules.weights.csr import CSRWeights
 
 RNG = np.random.default_rng(18)
 
@@ -184,7 +185,7 @@ def test_shape_is_conv_shape_and_keys_distinguish_axes():
     """The sparse ops' shape is ConvShape: per-axis fields, padded sizes and
     the pitch; shapes differing in one axis of one field differ (as kernel
     keys), equal pairs equal the int."""
-    from schedules.conv import ConvShape
+    from schedules.problems.conv import ConvShape
     s = conv_shape((2, 3, 9, 11), (5, 3, 3, 3), stride=(2, 1), padding=(1, 0), dilation=(1, 2))
     assert isinstance(s, ConvShape)
     assert (s.sh, s.sw, s.ph, s.pw, s.dh, s.dw) == (2, 1, 1, 0, 1, 2)
@@ -268,7 +269,8 @@ def test_conv2d_algo_sparse_and_auto(monkeypatch, tmp_path):
     against the dense algorithms when the weight is sparse enough and
     records the choice keyed by the density bucket; a weight denser than
     ``SPARSE_MAX_DENSITY`` never tries it; a sparse ``w`` refuses dense algos."""
-    from schedules import conv_ops
+    from schedules.core import find
+    from schedules.problems.conv import DENSITY_BUCKETS
     from tiramisu_py import tuning
     monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
     tuning.close()
@@ -285,13 +287,13 @@ def test_conv2d_algo_sparse_and_auto(monkeypatch, tmp_path):
     fused = schedules.conv_relu_maxpool(x, CSRWeights.from_dense(w), b, padding=1, pool=3,
                                         algo="auto")
     np.testing.assert_allclose(fused, ref_pool(ref, 3), rtol=1e-4, atol=1e-4)
-    records = [json.loads(k) for k in conv_ops.find_records()]
-    sparse_keys = [k for k in records if "density<=" in k]
-    bucket = next(d for d in conv_ops.DENSITY_BUCKETS if CSRWeights.from_dense(w).density <= d)
-    assert sparse_keys and all(k[k.index("density<=") + 1] == bucket for k in sparse_keys)
-    assert {("conv_relu_maxpool" in k) for k in sparse_keys} == {True, False}
+    records = [json.loads(k) for k in find.records()]
+    sparse_keys = [k for k in records if k["density<="] is not None]
+    bucket = next(d for d in DENSITY_BUCKETS if CSRWeights.from_dense(w).density <= d)
+    assert sparse_keys and all(k["density<="] == bucket for k in sparse_keys)
+    assert {(k["op"] == "conv_relu_maxpool") for k in sparse_keys} == {True, False}
     assert schedules.conv2d(x, w, b, stride=1, padding=1).shape == ref.shape     # remembered
-    assert any("density<=" not in k for k in records)            # the dense weight's record
+    assert any(k["density<="] is None for k in records)          # the dense weight's record
     with pytest.raises(ValueError, match="algo 'im2col' needs a dense w"):
         schedules.conv2d(x, CSRWeights.from_dense(pruned(8, 8, 3, 0.1)), b, stride=1, padding=1,
                          algo="im2col")

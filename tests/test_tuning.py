@@ -2,7 +2,7 @@
 record is lost by concurrent processes or threads, no reader sees a partial
 value, a damaged store is reported once and repaired, a read-only directory
 gives an in-memory store; no user call raises.  Timing is simulated (the
-real ``conv_ops._choose`` with a no-op run), except one real
+real ``schedules.core.find.choose`` with a no-op run), except one real
 ``conv2d(algo="auto")`` per child in the first round."""
 import json
 import os
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from schedules import conv_ops
-from schedules.conv import ConvShape
+from schedules.core import find
+from schedules.problems.conv import ConvProblem, ConvShape
 from tiramisu_py import tuning
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,7 +39,8 @@ def cache(tmp_path, monkeypatch):
 
 def conv_key(tag, j):
     """A real conv2d find key, distinct per (tag, j)."""
-    return conv_ops._find_key(ConvShape(1, 1 + tag, 4, 4, 1 + j, 3, 3, 1, 1, 1, 1), False, None)
+    return find.key(ConvProblem("conv2d", ConvShape(1, 1 + tag, 4, 4, 1 + j, 3, 3, 1, 1, 1, 1),
+                                False, "llvm"))
 
 
 def choose(key, calls=None):
@@ -47,7 +48,7 @@ def choose(key, calls=None):
     def run(algo):
         if calls is not None:
             calls.append(algo)
-    return conv_ops._choose(key, CANDIDATES, run, 1)
+    return find.choose(key, CANDIDATES, run, 1)
 
 
 def store_warnings(record):
@@ -61,8 +62,8 @@ CHILD = textwrap.dedent("""
     i, procs, rounds, base = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     import numpy as np
     import schedules
-    from schedules import conv_ops
-    from schedules.conv import ConvShape
+    from schedules.core import find
+    from schedules.problems.conv import ConvProblem, ConvShape
     from tiramisu_py import tuning
 
     def barrier(name):
@@ -79,26 +80,26 @@ CHILD = textwrap.dedent("""
             barrier(f"go{r}")
             for j in range(2):
                 s = ConvShape(1, 1 + i, 4, 4, 1 + j, 3, 3, 1, 1, 1, 1)
-                key = conv_ops._find_key(s, False, None)
-                algo = conv_ops._choose(key, ["direct", "im2col", "spatial_pack"],
-                                        lambda a: None, 1)
+                key = find.key(ConvProblem("conv2d", s, False, "llvm"))
+                algo = find.choose(key, ["direct", "im2col", "spatial_pack"], lambda a: None, 1)
                 chosen.append([r, key, algo])
                 tuning.put("test", f"{i}-{j}", {"i": i, "j": j, "pad": "x" * (100 * i)})
                 for other in range(procs):       # others' records: absent or whole
                     v = tuning.get("test", f"{other}-{j}")
                     assert v is None or v == {"i": other, "j": j, "pad": "x" * (100 * other)}, v
-                    k = conv_ops._find_key(ConvShape(1, 1 + other, 4, 4, 1 + j, 3, 3, 1, 1, 1, 1),
-                                           False, None)
-                    rec = conv_ops._load_find(k)
+                    k = find.key(ConvProblem(
+                        "conv2d", ConvShape(1, 1 + other, 4, 4, 1 + j, 3, 3, 1, 1, 1, 1), False,
+                        "llvm"))
+                    rec = find.load(k)
                     assert rec is None or rec["algo"] in rec["seconds"], rec
             if r == 0 and i < 2:                 # one real find step (compile + time)
                 x = np.ones((1, 2 + i, 5, 5), np.float32)
                 w = np.ones((3, 2 + i, 3, 3), np.float32)
                 out = schedules.conv2d(x, w, padding=1, algo="auto")
                 assert out.shape == (1, 3, 5, 5) and out[0, 0, 2, 2] == 9 * (2 + i)
-                s = conv_ops._shape(x, w, 1, 1, 1, 1)
-                rec = conv_ops._load_find(conv_ops._find_key(s, False, None))
-                assert set(rec["seconds"]) == set(conv_ops.CONV_ALGOS), rec
+                rec = next(v for k, v in find.records().items()
+                           if json.loads(k)["shape"]["h"] == 5)     # the real one (h 5, not 4)
+                assert set(rec["seconds"]) == set(schedules.CONV_ALGOS), rec
         bad = [str(w.message) for w in caught if issubclass(w.category, tuning.TuningStoreWarning)]
         assert not bad, bad
     print("CHOSEN", json.dumps(chosen))
@@ -122,7 +123,7 @@ def test_processes_keep_every_record(tmp_path):
     for r in range(ROUNDS):
         s = tuning.Store(tmp_path / f"round{r}")
         try:
-            finds = s.records(conv_ops.FIND_KIND)
+            finds = s.records(find.KIND)
             expected = {key: algo for rr, key, algo in chosen if rr == r}
             assert len(expected) == PROCS * KEYS
             assert {k: finds[k]["algo"] for k in expected if k in finds} == expected
@@ -152,7 +153,7 @@ def test_threads_write_and_read_concurrently(cache, round_):
                     o, k = rng.randrange(THREADS), rng.randrange(10)
                     v = tuning.get("test", f"{o}-{k}")
                     assert v is None or v == {"t": o, "j": k, "data": list(range(o * k))}, v
-                    rec = conv_ops._load_find(conv_key(o, k))
+                    rec = find.load(conv_key(o, k))
                     assert rec is None or rec["algo"] in CANDIDATES, rec
         except BaseException as exc:            # noqa: BLE001 - reported below
             errors.append(exc)
@@ -166,7 +167,7 @@ def test_threads_write_and_read_concurrently(cache, round_):
             t.join()
     assert not errors, errors
     assert not store_warnings(caught)
-    records = conv_ops.find_records()
+    records = find.records()
     assert len(chosen) == THREADS * 10
     assert {k: records[k]["algo"] for k in chosen} == chosen
     assert len(tuning.records("test")) == THREADS * 10
@@ -241,9 +242,9 @@ def test_damaged_database_is_reported_once_and_repaired(cache, damage):
     aside = [p for p in cache.glob(tuning.DB_FILE + ".corrupt-*")
              if not p.name.endswith(("-wal", "-shm"))]        # (moved along with it)
     assert len(aside) == 1 and aside[0].read_bytes() == damaged
-    assert set(conv_ops.find_records()) == set(keys)
+    assert set(find.records()) == set(keys)
     tuning.close()                               # a later process sees the new records
-    assert set(conv_ops.find_records()) == set(keys)
+    assert set(find.records()) == set(keys)
 
 
 BAD_VALUES = ["direct", 3, None, [1, 2], {"algo": 3, "seconds": {}}, {"algo": "direct"},
@@ -253,10 +254,10 @@ BAD_VALUES = ["direct", 3, None, [1, 2], {"algo": 3, "seconds": {}}, {"algo": "d
 def test_record_of_wrong_type_is_ignored_and_retimed(cache):
     keys = [conv_key(60, j) for j in range(len(BAD_VALUES) + 1)]
     for key, value in zip(keys, BAD_VALUES):
-        tuning.put(conv_ops.FIND_KIND, key, value)
+        tuning.put(find.KIND, key, value)
     db = sqlite3.connect(str(cache / tuning.DB_FILE))          # not JSON at all
     db.execute("INSERT INTO records VALUES (?, ?, ?, 0, '{}')",
-               (conv_ops.FIND_KIND, keys[-1], '{"algo": "dir'))
+               (find.KIND, keys[-1], '{"algo": "dir'))
     db.commit()
     db.close()
     calls = []
@@ -270,7 +271,7 @@ def test_record_of_wrong_type_is_ignored_and_retimed(cache):
         assert len(calls) == len(keys) * len(TIMED)
     ws = store_warnings(caught)
     assert len(ws) == 1 and "damaged record" in str(ws[0].message)
-    assert set(conv_ops.find_records()) == set(keys)
+    assert set(find.records()) == set(keys)
 
 
 def test_readonly_directory_works_in_memory(tmp_path, monkeypatch):
@@ -328,7 +329,7 @@ def test_unopenable_database_and_no_cache_directory_work_in_memory(tmp_path, mon
 
 
 def test_warnings_as_errors_still_never_raise(cache):
-    tuning.put(conv_ops.FIND_KIND, conv_key(80, 0), "not a record")
+    tuning.put(find.KIND, conv_key(80, 0), "not a record")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert choose(conv_key(80, 0)) in CANDIDATES
@@ -349,21 +350,25 @@ def test_newer_schema_is_left_alone(cache):
 
 
 # ------------------------------------------------------------------ migration
-def test_legacy_json_records_are_imported_once(cache):
-    good, other = conv_key(90, 0), conv_key(90, 1)
-    legacy = {good: {"algo": "im2col", "seconds": {"direct": 2.0, "im2col": 1.0}},
-              other: {"algo": 7}, "x": "y"}
-    (cache / conv_ops.FIND_FILE).write_text(json.dumps(legacy))
-    assert conv_ops.find_records() == {good: legacy[good]}
-    assert choose(good, calls := []) == "im2col" and not calls
-    # imported once: a later change of the JSON file (an old version) is not read again
-    tuning.put(conv_ops.FIND_KIND, good, {"algo": "direct", "seconds": {"direct": 1.0}})
+def test_former_find_records_are_retired(cache):
+    """The former kinds ("conv_find", "rnn_find", keyed by position) are
+    retired: removed from the store on first use, never read; the legacy
+    ``conv_find.json`` is not imported; the problem is timed again."""
+    old = json.dumps([[1, 1, 4, 4, 1, 3, 3, 1, 1, 1, 1], False, "llvm", 256, 4, "0.1"])
+    for kind in find.RETIRED:
+        tuning.put(kind, old, {"algo": "im2col", "seconds": {"im2col": 1.0}})
+    (cache / "conv_find.json").write_text(json.dumps({conv_key(90, 0): {
+        "algo": "im2col", "seconds": {"direct": 2.0, "im2col": 1.0}}}))
     tuning.close()
-    assert conv_ops.find_records()[good]["algo"] == "direct"
+    find._retired.clear()
+    assert find.records() == {}
+    assert all(tuning.records(kind) == {} for kind in find.RETIRED)
+    assert choose(conv_key(90, 0), calls := []) in CANDIDATES and calls    # timed again
+    assert set(find.records()) == {conv_key(90, 0)}
 
 
 def test_garbage_legacy_json_is_ignored(cache):
-    (cache / conv_ops.FIND_FILE).write_bytes(b"\x00garbage{")
+    (cache / "conv_find.json").write_bytes(b"\x00garbage{")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert choose(conv_key(91, 0)) in CANDIDATES

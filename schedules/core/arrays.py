@@ -1,26 +1,12 @@
-"""What every operator shares: argument checks, the backend choice and the
-in-process table of compiled kernels (the on-disk cache of the backends makes
-a later process skip code generation)."""
+"""Arrays in and results out, for every operator: NumPy arrays, CPU torch
+tensors and device arrays checked as float32 of a rank (one family of
+checks, host and device), the one framework of a call's arrays, and the
+zeros of an empty result in the input's framework and on its device."""
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
-# The LLVM backend is the default for the operator library: it promotes the
-# register-blocked accumulators of the micro-kernels to vector registers (gcc
-# keeps them in memory) and needs no C compiler.  ``target=`` or
-# $TIRAMISU_PY_TARGET choose another one.
-DEFAULT_TARGET = "llvm"
-
-_KERNELS: dict = {}
-
-
-def target_of(target):
-    if target is not None and not isinstance(target, str):
-        raise TypeError(f"target must be a string ('llvm', 'c', 'cpu' or 'cuda') or None, not "
-                        f"{target!r}")
-    return target or os.environ.get("TIRAMISU_PY_TARGET") or DEFAULT_TARGET
+from tiramisu_py.cuda_kernel import on_device
 
 
 def positive_int(op, name, v):
@@ -28,41 +14,6 @@ def positive_int(op, name, v):
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise ValueError(f"{op}: {name} must be a positive int, got {v!r}")
     return v
-
-
-def kernel(key, build, target):
-    """The compiled kernel for ``key``, built by ``build()`` (a Function) once
-    per process."""
-    key = (key, target_of(target))
-    k = _KERNELS.get(key)
-    if k is None:       # a later process: from the warm-start entry, without building
-        from tiramisu_py.warm import library_kernel
-        from .host import host
-        k = _KERNELS[key] = library_kernel(key[0], build, key[1], repr(host()))
-    return k
-
-
-def use_cuda(target, *arrays) -> bool:
-    """Whether a library call runs on the GPU: ``target="cuda"`` (or
-    $TIRAMISU_PY_TARGET=cuda with no ``target``), or no target given and an
-    argument is a device array (a torch CUDA tensor, ``__cuda_array_interface__``).
-    Device arrays with a CPU target are refused, naming the target."""
-    from tiramisu_py.cuda_kernel import on_device
-    on_gpu = any(a is not None and on_device(a) for a in arrays)
-    if target_of(target) == "cuda":
-        return True
-    if on_gpu:
-        if target is not None:
-            raise ValueError(f"target={target!r} runs on the CPU, but an argument is on a GPU; "
-                             "pass target='cuda' (or no target) for device arrays")
-        return True
-    return False
-
-
-def cuda_kernel(key, build):
-    """The CUDA kernel for ``key`` (``build()`` returns the GPU-scheduled
-    Function), compiled once per process."""
-    return kernel(key, build, "cuda")
 
 
 def is_torch(x) -> bool:
@@ -102,7 +53,6 @@ def cuda_float32(x, name, ndim):
     tensor, made contiguous; or any ``__cuda_array_interface__`` object)
     checked as float32 with ``ndim`` dimensions, else as
     :func:`float32_array` (a host array, copied to the device by the call)."""
-    from tiramisu_py.cuda_kernel import on_device
     if not on_device(x):
         return float32_array(x, name, ndim)
     if is_torch(x):
@@ -115,3 +65,48 @@ def cuda_float32(x, name, ndim):
     if len(shape) != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {shape}")
     return x.detach().contiguous() if is_torch(x) else x
+
+
+def device_of(x):
+    """The torch device of a device array, None for a host array; other
+    device arrays are refused (the library allocates outputs with torch)."""
+    if x is None or not on_device(x):
+        return None
+    if not is_torch(x):
+        raise TypeError(f"on the GPU the library takes torch CUDA tensors (it allocates the "
+                        f"output with torch); got {type(x).__module__}.{type(x).__name__}")
+    return x.device
+
+
+def float32_on(x, name, ndim, device):
+    """``x`` checked (float32, ``ndim`` dimensions) and on the same side as
+    the input (``device``: the input's torch device, None on the host)."""
+    dev = device_of(x)
+    if dev != device:
+        where = lambda d: "the host" if d is None else str(d)     # noqa: E731
+        raise ValueError(f"{name}: on {where(dev)} but the input is on {where(device)}; pass "
+                         "every array on the same device")
+    if dev is None:
+        return float32_array(x, name, ndim)
+    if str(x.dtype) != "torch.float32":
+        raise TypeError(f"{name}: expected a float32 tensor, got {x.dtype}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
+    return x.contiguous()
+
+
+def zeros(like, shape, bias=None):
+    """float32 zeros of ``shape`` in ``like``'s framework and on its device;
+    with ``bias`` (a convolution with an empty sum) the bias broadcast over
+    the channels (axis 1)."""
+    if is_torch(like):
+        import torch
+        out = torch.zeros(shape, dtype=torch.float32, device=like.device)
+        return out + bias.reshape(1, -1, 1, 1) if bias is not None and shape[1] else out
+    if not isinstance(like, np.ndarray):
+        raise TypeError("an empty result of device arrays other than torch tensors has no "
+                        "output to allocate; pass torch CUDA tensors")
+    out = np.zeros(shape, np.float32)
+    if bias is not None and shape[1]:
+        out += np.asarray(bias).reshape(1, -1, 1, 1)
+    return out

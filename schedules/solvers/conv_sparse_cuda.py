@@ -1,5 +1,5 @@
 """The CSR sparse-weight convolution on a GPU: the algorithm of
-:mod:`schedules.sparse` (the padded input as a flat image per channel,
+:mod:`schedules.solvers.conv_sparse` (the padded input as a flat image per channel,
 ``colidx`` as flat offsets, a data-dependent loop over the nonzeros of a CSR
 row ``rowptr[co] <= j < rowptr[co + 1]``) with a CUDA schedule, written in
 the public language only.
@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from . import runtime
-from .gpu_conv import check_shape, map_rows
-from .conv import ConvShape
+from ..blocks.gpu_map import check_shape, map_rows
+from ..core.arrays import positive_int
+from ..core.kernels import cuda_kernel
+from ..core.solver import Solver
+from ..problems.conv import ConvShape
 
 THREADS = 128            # threads per block (the last block of a row is partial)
 MICRO = 2                # output pixels per thread (registers)
@@ -55,7 +57,7 @@ def function(s: ConvShape, bias=True, threads=None, micro=MICRO):
     registers."""
     check_shape("sparse_conv2d (cuda)", s, bias)
     p = s.ho * s.wo
-    runtime.positive_int("sparse_conv2d (cuda)", "micro", micro)
+    positive_int("sparse_conv2d (cuda)", "micro", micro)
     tq = threads if threads is not None else min(THREADS, -(-p // (32 * micro)) * 32)
     if not isinstance(tq, int) or isinstance(tq, bool) or not 1 <= tq <= 1024:
         raise ValueError(f"sparse_conv2d (cuda): threads must be an int in [1, 1024], got {threads!r}")
@@ -97,3 +99,38 @@ def function(s: ConvShape, bias=True, threads=None, micro=MICRO):
     # thread): zeroed before j, added to out (= bias) after it
     u.accumulate_locally("j", allow_reassociation=True)
     return f
+
+
+class CudaSparseCSR(Solver):
+    """The CSR sparse conv2d with the CUDA schedule of :func:`function`; the
+    CSR arrays are copied to the input's device once per CSRWeights and
+    device."""
+    op = "conv2d"
+    name = "sparse"
+    target = "cuda"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.weight != "csr":
+            return "needs a sparse w (or algo='sparse')"
+        return why
+
+    def build(self, p, params):
+        return function(p.shape, bias=p.bias, **params)
+
+    def run(self, p, args):
+        if p.degenerate:
+            return args.zeros(p)
+        s, csr, dev = p.shape, args.csr, args.device
+        layout = (s.kh, s.kw, s.hp, s.wp, s.dh, s.dw)
+        arrays = csr.conv_layout(*layout)
+        if dev is not None:
+            import torch
+            arrays = csr.derived(("cuda_layout", *layout, str(dev)),
+                                 lambda: tuple(torch.from_numpy(a).to(dev) for a in arrays))
+        rowptr, colidx, val = arrays
+        k = cuda_kernel(("sparse_conv2d", "cuda", s, p.bias), lambda: self.build(p, {}))
+        kw = dict(data=args.x, rowptr=rowptr, colidx=colidx, val=val)
+        if args.b is not None:
+            kw["bias"] = args.b
+        return k(**kw)

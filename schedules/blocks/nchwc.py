@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 import tiramisu_py as tp
 
-from .host import host
+from ..host import host
 
 if TYPE_CHECKING:
-    from .conv import ConvShape
+    from ..problems.conv import ConvShape
 
 
 def channel_block(s: ConvShape) -> int:

@@ -1,4 +1,4 @@
-"""conv2d on a GPU: the direct convolution of :mod:`schedules.conv` (same
+"""conv2d on a GPU: the direct convolution of :mod:`schedules.solvers.conv_dense` (same
 algorithm, NCHW float32, torch's stride / padding / dilation) with a CUDA
 schedule, written in the public language only.
 
@@ -44,8 +44,12 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from . import runtime
-from .conv import ConvShape, _function
+from ..blocks.conv_common import conv_inputs
+from ..blocks.gpu_map import check_shape, map_rows
+from ..core.arrays import positive_int
+from ..core.kernels import cuda_kernel
+from ..core.solver import Solver
+from ..problems.conv import ConvShape
 
 THREADS = 128            # threads per block the default tiles aim at
 SHARED_BUDGET = 16 * 1024  # bytes of shared tiles per block the default TCI aims at
@@ -99,17 +103,7 @@ def tiles(s: ConvShape, tile_co=None, tile_y=None, tile_x=None, tile_ci=None,
 
 
 def _check(name, v):
-    runtime.positive_int("conv2d (cuda)", name, v)
-
-
-def check_shape(op, shape, bias):
-    """The arguments every GPU conv schedule takes: a ConvShape and a bool."""
-    if not isinstance(shape, ConvShape):
-        raise TypeError(f"{op}: shape must be a schedules.conv.ConvShape, not "
-                        f"{type(shape).__name__}")
-    if not isinstance(bias, bool):
-        raise TypeError(f"{op}: bias must be a bool (whether the function takes a bias "
-                        f"argument), not {bias!r}")
+    positive_int("conv2d (cuda)", name, v)
 
 
 def function(shape: ConvShape, bias=True, tile_co=None, tile_y=None, tile_x=None, tile_ci=None,
@@ -128,7 +122,7 @@ def function(shape: ConvShape, bias=True, tile_co=None, tile_y=None, tile_x=None
                          "use a CPU target for grouped convolutions")
     tco, ty, tx, tci = tiles(s, tile_co, tile_y, tile_x, tile_ci, micro_co, micro_x)
     micro_co, micro_x = _micro(tile_co, micro_co, MICRO_CO), _micro(tile_x, micro_x, MICRO_X)
-    f, X, Wt, B = _function("conv2d_cuda", s, bias)
+    f, X, Wt, B = conv_inputs("conv2d_cuda", s, bias)
     # the input as overlapping tiles, zero-padded: tile (ty0, tx0) holds the
     # IH x IW input pixels the TY x TX output tile reads (its origin is 0)
     ih = (ty - 1) * s.sh + (s.kh - 1) * s.dh + 1
@@ -177,17 +171,31 @@ def function(shape: ConvShape, bias=True, tile_co=None, tile_y=None, tile_x=None
     return f
 
 
-def map_rows(comp, blocks, y, x, width, serial=(), threads=THREADS):
-    """A copy-like computation mapped to the GPU: the loops ``blocks`` on
-    block.z, .y, .x (outermost first), then the loops ``serial``; rows ``y``
-    and columns ``x`` split into thread tiles (at most 64 columns, ``threads``
-    in all) on thread.y/.x, their outer parts (``y0``, ``x0``) block loops
-    when named in ``blocks``, else serial in the block."""
-    tx = min(64, width)
-    comp.split(y, max(1, threads // tx)).split(x, tx)
-    rest = [v for v in (y + "0", x + "0") if v not in blocks]
-    comp.reorder(*blocks, *serial, *rest, y + "1", x + "1")
-    for loop, to in zip(blocks, ("block.z", "block.y", "block.x")):
-        comp.bind(loop, to)
-    comp.bind(y + "1", "thread.y")
-    return comp.bind(x + "1", "thread.x")
+class CudaDirect(Solver):
+    """The direct conv2d with the CUDA schedule of :func:`function`."""
+    op = "conv2d"
+    name = "direct"
+    target = "cuda"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.weight != "dense":
+            return "needs a dense w; a sparse w takes 'auto' or 'sparse'"
+        if why is True and p.shape.groups != 1:
+            return (f"target='cuda' supports groups=1 only, got groups={p.shape.groups}; use a "
+                    "CPU target for grouped convolutions")
+        return why
+
+    def space(self, p):
+        return {"tile_co": [16, 32, 64], "micro_co": [1, 2, 4], "micro_x": [1, 2]}
+
+    def build(self, p, params):
+        return function(p.shape, bias=p.bias, **params)
+
+    def run(self, p, args):
+        if p.degenerate:
+            return args.zeros(p)
+        k = cuda_kernel(("conv2d", "cuda", p.shape, p.bias), lambda: self.build(p, {}))
+        if args.b is not None:
+            return k(data=args.x, weight=args.w, bias=args.b)
+        return k(data=args.x, weight=args.w)

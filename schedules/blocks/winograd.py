@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 
 import tiramisu_py as tp
 
-from .host import host
+from ..host import host
 from .nchwc import channel_block, packed_input, register_block
 
 if TYPE_CHECKING:
-    from .conv import ConvShape
+    from ..problems.conv import ConvShape
 
 # F(2x2, 3x3) (Lavin & Gray, 2016)
 BT = ((1, 0, -1, 0), (0, 1, 1, 0), (0, -1, 1, 0), (0, 1, 0, -1))

@@ -53,7 +53,10 @@ import numpy as np
 
 import tiramisu_py as tp
 
-from . import runtime
+from ..core.arrays import positive_int
+from ..core.kernels import cuda_kernel
+from ..core.solver import Solver
+from ..problems.rnn import TENSORS, DeviceArrays
 
 HC = 32          # hidden units per block (threads along x)
 BC = 2           # batch rows per block (threads along z): 4 * HC * BC threads
@@ -137,7 +140,7 @@ def schedule(f, hc=None, bc=None, xp_rows=None):
     ``xp_rows`` gate rows per block of the input projection."""
     for name, v in (("hc", hc), ("bc", bc), ("xp_rows", xp_rows)):
         if v is not None:
-            runtime.positive_int("gpu_rnn", name, v)
+            positive_int("gpu_rnn", name, v)
     cs = f.computations
     L, H, B = f.fixed["L"], f.fixed["H"], f.fixed["B"]
     hc = _chunk(H, HC) if hc is None else min(hc, H)
@@ -194,98 +197,18 @@ def function(L, T, B, I, H, hc=None, bc=None, cell="lstm"):
 
 
 # ------------------------------------------------------------------ the call
-class _Arrays:
-    """The few array operations packing needs, for NumPy arrays or torch
-    tensors (on the tensors' device)."""
-
-    def __init__(self, like):
-        self.torch = runtime.is_torch(like)
-        if self.torch:
-            import torch
-            self.mod, self.device = torch, like.device
-        else:
-            self.mod, self.device = np, None
-
-    def zeros(self, *shape):
-        if self.torch:
-            return self.mod.zeros(shape, dtype=self.mod.float32, device=self.device)
-        return np.zeros(shape, np.float32)
-
-    def stack(self, items):
-        return self.mod.stack(list(items))
-
-    def cat(self, items):
-        return self.mod.cat(items) if self.torch else np.concatenate(items)
-
-    def contiguous(self, a):
-        return a.contiguous() if self.torch else np.ascontiguousarray(a)
-
-    def copy(self, a):
-        return a.clone() if self.torch else a.copy()
-
-
-def _as_kind(a, like, name):
-    """``a`` (a weight or state) checked as float32 and of ``like``'s kind
-    and device (NumPy weights, as :class:`RNNWeights` keeps them, are copied
-    to a torch ``like``'s device)."""
-    if runtime.is_torch(like):
-        import torch
-        if isinstance(a, np.ndarray) and name.startswith("weights"):
-            a = torch.from_numpy(a).to(like.device)
-        if not runtime.is_torch(a):
-            raise TypeError(f"{name}: expected a torch tensor like x, got {type(a).__name__}")
-        if a.dtype != torch.float32:
-            raise TypeError(f"{name}: expected a float32 tensor, got {a.dtype}")
-        if a.device != like.device:
-            raise ValueError(f"{name}: on {a.device}, but x is on {like.device}")
-        return a.detach()
-    if runtime.is_torch(a) or not isinstance(a, np.ndarray):
-        raise TypeError(f"{name}: expected a NumPy array like x, got {type(a).__name__}")
-    if a.dtype != np.float32:
-        raise TypeError(f"{name}: expected float32, got {a.dtype}")
-    return a
-
-
-def _layers(weights, like, cell):
-    """[[w_ih, w_hh, b_ih or None, b_hh or None]] per layer, of x's kind."""
-    from .rnn import RNNWeights
-    if isinstance(weights, RNNWeights):
-        if weights.cell != cell:
-            raise ValueError(f"weights: packed for {weights.cell!r}, used with {cell!r}")
-        if weights.sparse:
-            raise ValueError("weights: sparse (CSR) weights have no GPU schedule; pass dense ones")
-        weights = [[m for m in layer if m is not None] for layer in weights.layers]
-    if not isinstance(weights, (list, tuple)) or not weights:
-        raise TypeError("weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, b_hh] "
-                        f"(like {cell.upper()}.all_weights), got {type(weights).__name__}")
-    out = []
-    for l, layer in enumerate(weights):
-        if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
-            raise ValueError(f"weights[{l}]: expected [w_ih, w_hh, b_ih, b_hh] or [w_ih, w_hh]")
-        if any(all(hasattr(m, a) for a in ("rowptr", "colidx", "values")) for m in layer):
-            raise ValueError(f"weights[{l}]: sparse (CSR) weights have no GPU schedule; pass "
-                             "dense ones")
-        ms = [_as_kind(m, like, f"weights[{l}][{k}] ({_TENSORS[k]} of layer {l})")
-              for k, m in enumerate(layer)]
-        out.append(ms + [None] * (4 - len(ms)))
-    return out
-
-
-_TENSORS = ("w_ih", "w_hh", "b_ih", "b_hh")
-
-
 def pack(layers, I, H, like, cell="lstm"):
     """The kernel's weight arguments from torch's per-layer ``[w_ih, w_hh,
     b_ih, b_hh]``: ``w_ih0T`` (I, 4H), ``wiT`` / ``whT`` (L, H, 4H, ``wiT[0]``
     zero), ``bias`` (L, 4H) = b_ih + b_hh (GRU: rows as four gate blocks,
     see the module's text)."""
-    ar = _Arrays(like)
+    ar = DeviceArrays(like)
     L, G = len(layers), 4 if cell == "lstm" else 3
     for l, (wih, whh, bih, bhh) in enumerate(layers):
         want = {0: (G * H, I if l == 0 else H), 1: (G * H, H), 2: (G * H,), 3: (G * H,)}
         for k, m in enumerate((wih, whh, bih, bhh)):
             if m is not None and tuple(m.shape) != want[k]:
-                raise ValueError(f"weights[{l}][{k}] ({_TENSORS[k]} of layer {l}): expected "
+                raise ValueError(f"weights[{l}][{k}] ({TENSORS[k]} of layer {l}): expected "
                                  f"shape {want[k]} ({G} gates x hidden size {H}), got "
                                  f"{tuple(m.shape)}")
         if (bih is None) != (layers[0][2] is None):
@@ -308,57 +231,6 @@ def pack(layers, I, H, like, cell="lstm"):
                 bias=ar.contiguous(bias))
 
 
-def lstm(x, weights, h0=None, c0=None):
-    """``torch.nn.LSTM`` (batch_first=False) forward on the GPU: ``(y, (h_n,
-    c_n))``.  Device arrays (torch CUDA tensors) stay on the device, outputs
-    allocated by torch on the current stream; NumPy arrays or CPU tensors
-    are copied to the device and back."""
-    y, hn, cn = _call("lstm", x, weights, h0, c0)
-    return y, (hn, cn)
-
-
-def gru(x, weights, h0=None):
-    """``torch.nn.GRU`` (batch_first=False) forward on the GPU: ``(y, h_n)``."""
-    y, hn, _ = _call("gru", x, weights, h0, None)
-    return y, hn
-
-
-def _call(cell, x, weights, h0, c0):
-    from tiramisu_py.cuda_kernel import on_device
-    if on_device(x) or any(on_device(s) for s in (h0, c0) if s is not None):
-        from codegen.cuda.runtime import driver
-        driver()          # NoCudaDriverError before any device work
-        if not runtime.is_torch(x):
-            import torch  # other device arrays: zero-copy through __cuda_array_interface__
-            x = torch.as_tensor(x, device="cuda")
-    elif runtime.is_torch(x):
-        import torch
-        out = _call(cell, _numpy(x, "x"), _host(weights), _numpy(h0, "h0"), _numpy(c0, "c0"))
-        return tuple(None if a is None else torch.from_numpy(a) for a in out)
-    x = _as_kind(x, x, "x")
-    if len(x.shape) != 3 or min(x.shape) < 1:
-        raise ValueError(f"x: expected (T, B, I) (batch_first=False) with no zero extent, got "
-                         f"shape {tuple(x.shape)}")
-    T, B, I = (int(v) for v in x.shape)
-    layers = _layers(weights, x, cell)
-    L, H = len(layers), int(layers[0][1].shape[-1])
-    ar = _Arrays(x)
-    states = {}
-    for name, s in (("h0", h0), ("c0", c0)) if cell == "lstm" else (("h0", h0),):
-        if s is None:
-            s = ar.zeros(L, B, H)
-        s = _as_kind(s, x, name)
-        if tuple(s.shape) != (L, B, H):
-            raise ValueError(f"{name}: expected shape {(L, B, H)} (layers, batch, hidden), "
-                             f"got {tuple(s.shape)}")
-        states[name] = ar.contiguous(s)
-    args = dict(x=ar.contiguous(x), **pack(layers, I, H, x, cell), **states)
-    kern = runtime.cuda_kernel((f"{cell}_cuda", L, T, B, I, H),
-                               lambda: function(L, T, B, I, H, cell=cell))
-    out = kern(**args)
-    return unpack(out["h"], out["c"], ar) if cell == "lstm" else unpack(out, None, ar)
-
-
 def unpack(h, c, ar):
     """``y, h_n, c_n`` from the kernel's ``h`` (L+1, T+1, B, H) and ``c``
     (L, T+1, B, H; ``None`` for the GRU: ``c_n`` is ``None``)."""
@@ -367,17 +239,29 @@ def unpack(h, c, ar):
             None if c is None else ar.contiguous(c[:, T]))
 
 
-def _numpy(a, name):
-    if a is None or not runtime.is_torch(a):
-        return a
-    if a.device.type != "cpu":
-        raise ValueError(f"{name}: on {a.device}, but x is on the CPU")
-    return a.detach().contiguous().numpy()
+class CudaWavefront(Solver):
+    """``op`` ("lstm" or "gru") on the GPU: the wavefront of :func:`function`
+    over the arguments :func:`parse` checked; ``(y, h_n, c_n)``."""
+    name = "wavefront"
+    target = "cuda"
 
+    def __init__(self, op):
+        self.op = op
 
-def _host(weights):
-    if isinstance(weights, (list, tuple)):
-        return [[_numpy(m, f"weights[{l}][{k}]") for k, m in enumerate(layer)]
-                if isinstance(layer, (list, tuple)) else layer
-                for l, layer in enumerate(weights)]
-    return weights
+    def space(self, p):
+        return {"hc": [16, 32, 64], "bc": [1, 2, 4]}
+
+    def build(self, p, params):
+        return function(p.layers, p.T, p.B, p.input_size, p.hidden, cell=p.cell, **params)
+
+    def run(self, p, args):
+        x, layers, states, ar, to_torch = args
+        kw = dict(x=x, **pack(layers, p.input_size, p.hidden, x, p.cell), **states)
+        kern = cuda_kernel((f"{p.cell}_cuda", p.layers, p.T, p.B, p.input_size, p.hidden),
+                           lambda: self.build(p, {}))
+        out = kern(**kw)
+        res = unpack(out["h"], out["c"], ar) if p.cell == "lstm" else unpack(out, None, ar)
+        if to_torch:
+            import torch
+            res = tuple(None if a is None else torch.from_numpy(a) for a in res)
+        return res

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from .conv import ConvShape
-from .host import host
+from ..host import host
+from ..problems.conv import ConvShape
 
 
 def _dt(dtype):

@@ -29,12 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 import tiramisu_py as tp
 
-from . import runtime
-from .host import host
+from ..core.kernels import kernel as _kernel
+from ..host import host
 
 
 @dataclass(frozen=True)
@@ -192,64 +190,14 @@ def function(n, m, k, batch=None, params: GemmParams | None = None):
     return f
 
 
-def gemm(a, b, params: GemmParams | None = None, target=None):
-    """``a @ b`` for float32 matrices (NumPy arrays or CPU torch tensors, the
-    result has the same kind).  Compiles once per shape (cached).
-    ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
-    the CUDA schedule of :mod:`schedules.gpu_gemm` (the result allocated by
-    torch on the inputs' device)."""
-    if runtime.use_cuda(target, a, b):
-        return _gemm_cuda(a, b, params)
-    runtime.same_kind((a, b), ("a", "b"))
-    a, b = runtime.float32_array(a, "a", 2), runtime.float32_array(b, "b", 2)
-    (n, k), (k2, m) = a.shape, b.shape
-    if k != k2:
-        raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
-    p = params or default_params(n, m, k)
-    kern = runtime.kernel(("gemm", n, m, k, p), lambda: function(n, m, k, params=p), target)
-    return kern(a, b)
+def kernel(n, m, k, p: GemmParams, target, batch=None):
+    """The compiled ``C = A @ B`` of these sizes and tiles (``batch``:
+    batched), once per process: the GEMM solvers' kernel, and the RNN
+    layer's input projection."""
+    if batch is None:
+        return _kernel(("gemm", n, m, k, p), lambda: function(n, m, k, params=p), target)
+    return _kernel(("batched_gemm", batch, n, m, k, p),
+                   lambda: function(n, m, k, batch=batch, params=p), target)
 
 
-def _gemm_cuda(a, b, params):
-    from . import gpu_gemm
-    if params is not None:
-        raise ValueError("params: GemmParams are the CPU schedule's tiles; the CUDA GEMM "
-                         "(target='cuda' or device arrays) takes none")
-    runtime.same_kind((a, b), ("a", "b"))
-    a, b = runtime.cuda_float32(a, "a", 2), runtime.cuda_float32(b, "b", 2)
-    (n, k), (k2, m) = a.shape, b.shape
-    if k != k2:
-        raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
-    if min(n, m, k) == 0:               # an empty product: no kernel to launch
-        return _zeros_like(a, (n, m))
-    kern = runtime.cuda_kernel(("gemm_cuda", n, m, k), lambda: gpu_gemm.function(n, m, k))
-    return kern(a, b)
-
-
-def _zeros_like(a, shape):
-    """float32 zeros of ``shape`` in ``a``'s framework and on its device."""
-    if runtime.is_torch(a):
-        import torch
-        return torch.zeros(shape, dtype=torch.float32, device=a.device)
-    if isinstance(a, np.ndarray):
-        return np.zeros(shape, np.float32)
-    raise TypeError("gemm: an empty product of device arrays other than torch tensors has no "
-                    "output to allocate; pass torch CUDA tensors")
-
-
-def batched_gemm(a, b, params: GemmParams | None = None, target=None):
-    """``a @ b`` for float32 batches ``(B, N, K) @ (B, K, M)``."""
-    runtime.same_kind((a, b), ("a", "b"))
-    a, b = runtime.float32_array(a, "a", 3), runtime.float32_array(b, "b", 3)
-    (nb, n, k), (nb2, k2, m) = a.shape, b.shape
-    if nb != nb2 or k != k2:
-        raise ValueError(f"batched_gemm: shapes {tuple(a.shape)} and {tuple(b.shape)} do not "
-                         "match as (B, N, K) @ (B, K, M)")
-    p = params or default_params(n, m, k)
-    kern = runtime.kernel(("batched_gemm", nb, n, m, k, p),
-                          lambda: function(n, m, k, batch=nb, params=p), target)
-    return kern(a, b)
-
-
-__all__ = ["GemmParams", "default_params", "algorithm", "blis", "function", "gemm",
-           "batched_gemm"]
+__all__ = ["GemmParams", "default_params", "algorithm", "blis", "function", "kernel"]

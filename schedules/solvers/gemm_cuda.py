@@ -1,4 +1,4 @@
-"""GEMM on a GPU: the same algorithm as :mod:`schedules.gemm` with a CUDA
+"""GEMM on a GPU: the same algorithm as :mod:`schedules.blocks.blis` with a CUDA
 schedule, written in the public language only.
 
 With register blocking (``micro > 1``, the default: 64 x 64 C tile per
@@ -34,8 +34,10 @@ vector loads.
 """
 from __future__ import annotations
 
-from . import runtime
-from .gemm import algorithm
+from ..blocks.blis import algorithm
+from ..core.arrays import positive_int, zeros
+from ..core.kernels import cuda_kernel
+from ..core.solver import Solver
 
 TILE = 64        # C tile per block
 TK = 16          # k step of the shared tiles
@@ -54,7 +56,7 @@ def function(n, m, k, tile=TILE, tk=TK, micro=MICRO, fragments=False):
 
 
 def _check(name, v):
-    runtime.positive_int("gpu_gemm", name, v)
+    positive_int("gpu_gemm", name, v)
 
 
 def schedule(f, tile=TILE, tk=TK, micro=MICRO, fragments=False):
@@ -102,3 +104,30 @@ def schedule(f, tile=TILE, tk=TK, micro=MICRO, fragments=False):
     if micro > 1:
         u.accumulate_locally("k0", allow_reassociation=True)
     return f
+
+
+class CudaTiled(Solver):
+    """``a @ b`` with the CUDA schedule of :func:`schedule` (shared tiles,
+    register micro-tiles); the result allocated by torch on the inputs'
+    device."""
+    op = "gemm"
+    name = "cuda_tiled"
+    target = "cuda"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.params is not None:
+            return ("takes no params: GemmParams are the CPU schedule's tiles; the CUDA GEMM "
+                    "(target='cuda' or device arrays) takes none")
+        return why
+
+    def space(self, p):
+        return {"tile": [32, 64, 128], "tk": [8, 16, 32], "micro": [1, 2, 4, 8]}
+
+    def build(self, p, params):
+        return function(p.n, p.m, p.k, **params)
+
+    def run(self, p, args):
+        if p.degenerate:               # an empty product: no kernel to launch
+            return zeros(args[0], (p.n, p.m))
+        return cuda_kernel(("gemm_cuda", p.n, p.m, p.k), lambda: self.build(p, {}))(*args)

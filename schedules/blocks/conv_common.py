@@ -1,0 +1,32 @@
+"""Pieces several convolution solvers schedule with: the inputs every conv
+Function declares and the zero-padded input."""
+from __future__ import annotations
+
+import tiramisu_py as tp
+
+from ..host import host
+from ..problems.conv import ConvShape
+
+
+def conv_inputs(name, s: ConvShape, bias):
+    """``(f, data, weight, bias or None)``: a Function ``name`` with the
+    inputs of a convolution of shape ``s``."""
+    f = tp.Function(name, params={})
+    X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
+    Wt = f.input("weight", (s.co, s.ci // s.groups, s.kh, s.kw), tp.float32)
+    B = f.input("bias", (s.co,), tp.float32) if bias else None
+    return f, X, Wt, B
+
+
+def padded(f, X, s: ConvShape, name="xp"):
+    """The zero-padded input (a computation), or ``X`` itself without padding."""
+    ph, pw = s.ph, s.pw
+    if ph == pw == 0:
+        return X
+    hp, wp = s.hp, s.wp
+    n, c = f.var(f"{name}_n", 0, s.n), f.var(f"{name}_c", 0, s.ci)
+    y, x = f.var(f"{name}_y", 0, hp), f.var(f"{name}_x", 0, wp)
+    inside = (y >= ph) & (y < s.h + ph) & (x >= pw) & (x < s.w + pw)
+    xp = f.computation(name, [n, c, y, x], tp.select(inside, X[n, c, y - ph, x - pw], 0.0))
+    xp.parallelize(c if s.n < 2 * host().cores else n)
+    return xp

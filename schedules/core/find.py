@@ -1,0 +1,114 @@
+"""The one find step over the tuning store: the fastest applicable solver of
+a problem, remembered per problem key and host (see :mod:`schedules.registry`
+for the design)."""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import tiramisu_py as tp
+from tiramisu_py import tuning
+
+from ..host import host
+from .solver import reasons
+
+KIND = "find"                                 # the one record kind
+RETIRED = ("conv_find", "rnn_find")           # the former kinds: removed, never read
+_retired: set = set()
+
+
+def _valid(value):
+    """A find record: ``{"algo": name, "seconds": {name: time}}``."""
+    return (isinstance(value, dict) and isinstance(value.get("algo"), str)
+            and isinstance(value.get("seconds"), dict)
+            and all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                    for t in value["seconds"].values()))
+
+
+def store():
+    """The tuning store of the cache directory, the retired kinds' records
+    removed (once per process and directory)."""
+    s = tuning.store()
+    if s.directory not in _retired:
+        _retired.add(s.directory)
+        for kind in RETIRED:
+            s.forget(kind)
+    return s
+
+
+def key(p, candidates=()) -> str:
+    """The record's key: the problem's explicit key (every field by name and
+    the problem's version), the candidates' versions, the library's version
+    and the host (SIMD width, cores)."""
+    h = host()
+    return json.dumps({**p.key(), "solvers": {s.name: s.version for s in candidates},
+                       "library": tp.__version__,
+                       "host": {"vector_bits": h.vector_bits, "cores": h.cores}},
+                      sort_keys=True)
+
+
+def load(k):
+    """The record of key ``k``, or None: missing, or damaged (then reported
+    once and timed again)."""
+    return store().get(KIND, k, valid=_valid)
+
+
+def save(k, algo, seconds, repeats=None):
+    store().put(KIND, k, {"algo": algo, "seconds": seconds},
+                meta={"repeats": repeats, "pid": os.getpid()})
+
+
+def records():
+    """{key: record} of every find record in the cache directory."""
+    return store().records(KIND, valid=_valid)
+
+
+def choose(k, names, run, repeats):
+    """The remembered choice for key ``k`` if it is one of ``names``; else
+    each is run once (compile and warm-up), then timed ``repeats`` times on
+    the same arguments, and the fastest remembered."""
+    known = load(k)
+    if known is not None and known["algo"] in names:
+        return known["algo"]
+    times = {}
+    for name in names:
+        run(name)                                           # compile + warm up
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            run(name)
+            samples.append(time.perf_counter() - t0)
+        times[name] = min(samples)        # noise only ever slows a run down
+    best = min(times, key=times.get)
+    save(k, best, times, repeats)
+    return best
+
+
+def find(p, solvers, args, algo="auto", *, call, param="algo", repeats=3):
+    """The solver of ``solvers`` (in order of preference) that computes
+    ``p``: the one named by ``algo``, or with "auto" the only applicable one,
+    the first for a degenerate problem, else the fastest (remembered, or
+    timed now on ``args``).  Errors name the public ``call`` and list every
+    solver with why it does not apply."""
+    cands = [s for s in solvers if s.applicable(p) is True]
+    if algo != "auto":
+        names = list(dict.fromkeys(s.name for s in solvers))
+        if algo not in names:
+            raise ValueError(f"{call}: {param} must be 'auto' or one of {', '.join(names)}; got "
+                             f"{algo!r}")
+        chosen = next((s for s in cands if s.name == algo), None)
+        if chosen is None:
+            named = [s for s in solvers if s.name == algo]
+            mine = next((s for s in named if s.target == p.device), named[0])
+            raise ValueError(f"{call}: {param} {algo!r} {mine.applicable(p)} (the solvers of "
+                             f"{p.op}: {reasons(solvers, p)})")
+        return chosen
+    if not cands:
+        raise ValueError(f"{call}: no solver applies (the solvers of {p.op}: "
+                         f"{reasons(solvers, p)})")
+    if len(cands) == 1 or p.degenerate:
+        return cands[0]
+    by_name = {s.name: s for s in cands}
+    best = choose(key(p, cands), list(by_name), lambda n: by_name[n].run(p, args), repeats)
+    return by_name[best]

@@ -1,0 +1,55 @@
+"""A solver: one algorithm + schedule for one operator's problems (see
+:mod:`schedules.registry` for the design)."""
+from __future__ import annotations
+
+
+class Solver:
+    """One way to compute a problem of operator ``op``.
+
+    ``name`` is what ``algo=`` (``schedule=`` for the RNNs) calls it;
+    ``target`` "cpu" or "cuda" (the problem's ``device``); ``version`` goes
+    into the find key (bump it when the schedule changes what is fastest).
+    Subclasses define :meth:`build` and :meth:`run`, and narrow
+    :meth:`applicable`."""
+    op = ""
+    name = ""
+    target = "cpu"
+    version = 1
+
+    def applicable(self, p):
+        """True, or the reason (a phrase after the solver's name, such as
+        "needs groups=1 (got groups=2)") why this solver cannot compute ``p``."""
+        if p.device != self.target:
+            return ("has no CUDA schedule" if self.target == "cpu"
+                    else "runs with target='cuda' (or device arrays) only")
+        return True
+
+    def params(self, p) -> dict:
+        """The default schedule parameters for ``p`` (from :func:`schedules.host`)."""
+        return {}
+
+    def space(self, p) -> dict:
+        """The tunable parameters: ``{name: [values]}`` (empty: none)."""
+        return {}
+
+    def build(self, p, params):
+        """The scheduled ``tiramisu_py.Function`` of ``p``."""
+        raise NotImplementedError
+
+    def run(self, p, args):
+        """Computes ``p`` on the checked arguments ``args`` (the kernel compiled
+        once per process, the arguments laid out as it takes them)."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{self.name} ({self.target})"
+
+
+def reasons(solvers, p) -> str:
+    """Every solver and whether it applies to ``p``: "direct (cpu): applies;
+    im2col (cpu): needs groups=1 (got groups=2); ..."."""
+    out = []
+    for s in solvers:
+        why = s.applicable(p)
+        out.append(f"{s!r}: {'applies' if why is True else why}")
+    return "; ".join(out)

@@ -1,0 +1,56 @@
+"""The GEMM problem: ``a @ b`` (or a batch of them) parsed once, with its
+explicit, versioned key."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core import arrays as A
+from ..core.kernels import target_of, use_cuda
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """``(n x k) @ (k x m)`` float32 (``batch``: that many of them), the
+    backend ``target``, the ``device`` ("cpu" or "cuda") and the caller's
+    tiles ``params`` (a :class:`schedules.GemmParams`, or None: from the host)."""
+    op: str
+    n: int
+    m: int
+    k: int
+    target: str
+    device: str = "cpu"
+    batch: int | None = None
+    params: object = None
+
+    VERSION = 1
+
+    degenerate = property(lambda self: min(self.n, self.m, self.k) == 0)
+
+    def key(self) -> dict:
+        return {"op": self.op, "version": self.VERSION, "n": self.n, "m": self.m, "k": self.k,
+                "batch": self.batch, "target": self.target, "device": self.device,
+                "params": None if self.params is None else repr(self.params)}
+
+    @classmethod
+    def from_call(cls, op, a, b, params, target, gpu=True):
+        """``(problem, (a, b))``, checked: float32 matrices (``op`` "gemm") or
+        batches (``op`` "batched_gemm"), NumPy or torch of one kind; on the
+        GPU (``gpu`` and ``target="cuda"`` or device arrays) device arrays too."""
+        cuda = gpu and use_cuda(target, a, b)
+        A.same_kind((a, b), ("a", "b"))
+        ndim = 2 if op == "gemm" else 3
+        check = A.cuda_float32 if cuda else A.float32_array
+        a, b = check(a, "a", ndim), check(b, "b", ndim)
+        if op == "gemm":
+            (n, k), (k2, m) = a.shape, b.shape
+            if k != k2:
+                raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
+            batch = None
+        else:
+            (batch, n, k), (nb2, k2, m) = a.shape, b.shape
+            if batch != nb2 or k != k2:
+                raise ValueError(f"batched_gemm: shapes {tuple(a.shape)} and {tuple(b.shape)} do "
+                                 "not match as (B, N, K) @ (B, K, M)")
+        p = cls(op, int(n), int(m), int(k), target_of(target), "cuda" if cuda else "cpu",
+                batch, params)
+        return p, (a, b)

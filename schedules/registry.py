@@ -1,0 +1,67 @@
+"""The operator library's solvers, one list per operator in order of
+preference, and the design of the library.
+
+Design (as MIOpen's solver architecture)
+----------------------------------------
+* **Problem** (:mod:`schedules.problems`): per operator one frozen dataclass
+  (:class:`~schedules.problems.conv.ConvProblem` for conv2d and the fused
+  conv+ReLU+max-pool block, dense or CSR weights;
+  :class:`~schedules.problems.gemm.GemmProblem` for gemm / batched gemm;
+  :class:`~schedules.problems.rnn.RnnProblem` for lstm / gru), parsed ONCE
+  from the torch-style arguments by ``from_call`` (host or device arrays,
+  checked into the arguments the solvers run on) -- or, for shapes only,
+  ``ConvProblem.from_meta`` (torch's fake implementations,
+  :mod:`schedules.torch_ops`).  ``key()`` names every field and the
+  problem's ``VERSION``: a new field makes new keys, never orphaned records.
+* **Solver** (:class:`schedules.core.solver.Solver`, :mod:`schedules.solvers`):
+  ``applicable(problem)`` returns True or the reason it does not apply;
+  ``params(problem)`` the defaults (derived from :func:`schedules.host`);
+  ``space(problem)`` the tunable parameters (may be empty);
+  ``build(problem, params)`` the scheduled Function; ``run(problem, args)``
+  lays the arguments out (im2col's weight matrix, CSR arrays, RNN packing)
+  and runs the kernel compiled once per process
+  (:mod:`schedules.core.kernels`).  Solver modules never import each other:
+  what several share lives below them in :mod:`schedules.blocks` (schedule
+  pieces) and :mod:`schedules.weights` (CSR and RNN weight layouts).
+* **Registry** (``SOLVERS`` here): one list per operator.  A forced
+  ``algo=`` (``schedule=``) that does not apply raises one error naming
+  every solver of the operator and why it does not apply.
+* **Find** (:func:`schedules.core.find.find`): with "auto", the only
+  applicable solver, the first for a degenerate problem, else the fastest:
+  remembered in the tuning store (:class:`tiramisu_py.tuning.Store`) under
+  ONE record kind, "find", keyed by the problem's key, the candidates'
+  versions, the library's version and the host (SIMD width, cores); or
+  timed now on the call's arguments and recorded.
+* **Migration**: the former kinds "conv_find" and "rnn_find" (and the
+  legacy ``conv_find.json``) are retired, not migrated: their keys were
+  positional (``json.dumps(list(vars(ConvShape).values()))``), so their
+  records are removed from the store on first use and each problem is
+  timed once more (:data:`schedules.core.find.RETIRED`).
+* **API** (:mod:`schedules.api`): each public call is parse -> find -> run.
+"""
+from __future__ import annotations
+
+from .solvers.conv_cuda import CudaDirect
+from .solvers.conv_dense import Direct, Im2col, SpatialPack
+from .solvers.conv_fused import FusedDirect, FusedWinograd
+from .solvers.conv_sparse import SparseCSR
+from .solvers.conv_sparse_cuda import CudaSparseCSR
+from .solvers.gemm_blis import Blis
+from .solvers.gemm_cuda import CudaTiled
+from .solvers.rnn_cpu import Layer, Wavefront
+from .solvers.rnn_cuda import CudaWavefront
+
+SOLVERS = {
+    "conv2d": [Direct(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
+               CudaSparseCSR()],
+    "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
+    "gemm": [Blis("gemm"), CudaTiled()],
+    "batched_gemm": [Blis("batched_gemm")],
+    "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],
+    "gru": [Layer("gru"), Wavefront("gru"), CudaWavefront("gru")],
+}
+
+
+def names(op, target="cpu"):
+    """The names of ``op``'s solvers for ``target`` ("cpu" or "cuda"), in order."""
+    return tuple(dict.fromkeys(s.name for s in SOLVERS[op] if s.target == target))

@@ -1,0 +1,2 @@
+"""The solvers, one module per family; solver modules never import each
+other."""

@@ -1,0 +1,163 @@
+"""conv2d (NCHW, float32; stride, padding, dilation, groups incl. depthwise)
+with three algorithms, each an algorithm + schedule in the DSL:
+
+* ``direct``: the 7-deep loop nest; an output tile of COB channels x XB columns
+  is accumulated in registers (co unrolled, x vectorised) while ci, ky, kx run.
+* ``im2col``: per image, the input patches are copied into a matrix laid out as
+  the GEMM's packed B panels; the product with the weights (as a ``Co x
+  Ci*Kh*Kw`` matrix) is the BLIS GEMM of :mod:`schedules.blocks.blis`.  ``groups == 1``.
+* ``spatial_pack``: NCHWc blocking (:mod:`schedules.blocks.nchwc`): the input is
+  packed into ``[n][C/CB][H][W][CB]`` (per image) and the weights into
+  ``[Co/VB][Ci][Kh][Kw][VB]``; the output is computed in ``[Co/VB][rows][Wo][VB]``
+  tiles of rows (VB output channels in SIMD lanes, XB columns in registers)
+  that stay in L2, each unpacked to NCHW right away.  ``groups == 1``.
+
+Padding is a computation (``select`` on the borders) of the padded input.
+"""
+from __future__ import annotations
+
+import tiramisu_py as tp
+
+from ..blocks.blis import blis, default_params
+from ..blocks.conv_common import conv_inputs, padded
+from ..blocks.nchwc import tiled_block
+from ..core.kernels import kernel
+from ..core.solver import Solver
+from ..host import host
+from ..problems.conv import ConvShape
+
+
+# ------------------------------------------------------------------ direct
+def _vector_tile(extent, lanes):
+    """Columns per SIMD tile: the extent itself when short, else the largest
+    divisor in [lanes, 2 lanes] (a multiple of lanes first), else 2 lanes."""
+    if extent <= 2 * lanes:
+        return extent
+    for want_multiple in (True, False):
+        for t in range(2 * lanes, lanes - 1, -1):
+            if extent % t == 0 and (t % lanes == 0 or not want_multiple):
+                return t
+    return 2 * lanes
+
+
+def _accumulators():
+    """SIMD registers a register block may use for accumulators."""
+    return max(4, host().vector_registers // 2)
+
+
+
+def direct(s: ConvShape, bias=True):
+    f, X, Wt, B = conv_inputs("conv2d_direct", s, bias)
+    xp = padded(f, X, s)
+    cig, cog = s.ci // s.groups, s.co // s.groups
+    n, co = f.var("n", 0, s.n), f.var("co", 0, s.co)
+    y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
+    ci, ky, kx = f.var("ci", 0, cig), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0)
+    chan = ci if s.groups == 1 else (co // cog) * cig + ci
+    out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * s.sh + ky * s.dh,
+                                                 x * s.sw + kx * s.dw]
+    lanes = host().lanes(4)
+    xb = _vector_tile(s.wo, lanes)
+    cob = max(1, min(s.co, _accumulators() // -(-xb // lanes)))
+    u = out.update
+    u.split("co", cob, names=("co0", "co1")).split("x", xb, names=("x0", "x1"))
+    u.reorder("n", "co0", "y", "x0", "ci", "ky", "kx", "co1", "x1")
+    u.unroll("co1", cob)
+    u.vectorize("x1", xb)
+    par = "co0" if -(-s.co // cob) >= 4 * host().cores or s.n < host().cores else "n"
+    u.parallelize(par)
+    out.parallelize("co" if par == "co0" else "n")
+    return f
+
+
+# ------------------------------------------------------------------ im2col + GEMM
+def im2col(s: ConvShape, bias=True):
+    """``out[n] = W (Co x R) @ col[n] (R x P)``, R = Ci*Kh*Kw, P = Ho*Wo; the
+    weights are passed as the ``Co x R`` matrix ``w2``."""
+    if s.groups != 1:
+        raise ValueError("im2col: groups must be 1")
+    f = tp.Function("conv2d_im2col", params={})
+    X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
+    R, P = s.ci * s.kh * s.kw, s.ho * s.wo
+    W2 = f.input("w2", (s.co, R), tp.float32)
+    B = f.input("bias", (s.co,), tp.float32) if bias else None
+    xp = padded(f, X, s)
+    p_ = default_params(s.co, P, R)
+    n, r, p = f.var("cn", 0, s.n), f.var("r", 0, R), f.var("p", 0, P)
+    kk = s.kh * s.kw
+    col = f.computation("col", [n, r, p], xp[n, r // kk,
+                                              (p // s.wo) * s.sh + ((r // s.kw) % s.kh) * s.dh,
+                                              (p % s.wo) * s.sw + (r % s.kw) * s.dw])
+    # laid out as the GEMM's packed B panels: [p / NR][r][p % NR]
+    col.store_in(f.buffer("col_panels", (-(-P // p_.nr), R, p_.nr), tp.float32),
+                 [p // p_.nr, r, p % p_.nr])
+    n2, co, p2, r2 = f.var("n", 0, s.n), f.var("co", 0, s.co), f.var("j", 0, P), f.var("k", 0, R)
+    out = f.computation("out", [n2, co, p2], B[co] if bias else 0.0)
+    out[n2, co, p2] += W2[co, r2] * col[n2, r2, p2]
+    out.parallelize("co")
+    blis(out.update, W2, None, "co", "j", "k", p_, outer=("n",))
+    col.compute_at(out.update, "n")
+    return f
+
+
+# ------------------------------------------------------------------ spatial pack
+def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=None):
+    """NCHWc blocking (:mod:`schedules.blocks.nchwc`): ``vb`` output channels per
+    register (a multiple of the SIMD lanes), ``xb`` output columns per
+    register block, ``rows`` output rows per tile (computed blocked into an
+    L2-sized buffer, then unpacked to NCHW), ``parallel``: the loop run in
+    parallel, "n" (whole images per thread, each packing its own input) or
+    "c" (channels, inside each tile); defaults from the host."""
+    if s.groups != 1:
+        raise ValueError("spatial_pack: groups must be 1")
+    f, X, Wt, B = conv_inputs("conv2d_spatial_pack", s, bias)
+    tiled_block(f, X, Wt, B, s, pool=1, relu=False, rows=rows, parallel=parallel, vb=vb, xb=xb)
+    return f
+
+
+BUILDERS = {"direct": direct, "im2col": im2col, "spatial_pack": spatial_pack}
+
+
+# ------------------------------------------------------------------ solvers
+class _Dense(Solver):
+    """A dense conv2d solver on the CPU: the kernel of ``BUILDERS[name]``."""
+    op = "conv2d"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.weight != "dense":
+            return "needs a dense w; a sparse w takes 'auto' or 'sparse'"
+        if why is True and self.name != "direct" and p.shape.groups != 1:
+            return f"needs groups=1 (got groups={p.shape.groups}); use 'direct'"
+        return why
+
+    def build(self, p, params):
+        return BUILDERS[self.name](p.shape, bias=p.bias, **params)
+
+    def run(self, p, args):
+        s = p.shape
+        k = kernel(("conv2d", self.name, s, p.bias), lambda: self.build(p, self.params(p)),
+                   p.target)
+        kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
+        if self.name == "im2col":       # the weight as the GEMM's Co x Ci*Kh*Kw matrix
+            out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **kw)   # (-1 fails when Co = 0)
+            return out.reshape(s.n, s.co, s.ho, s.wo)
+        return k(weight=args.w, **kw)
+
+
+class Direct(_Dense):
+    name = "direct"
+
+
+class Im2col(_Dense):
+    name = "im2col"
+
+
+class SpatialPack(_Dense):
+    name = "spatial_pack"
+
+    def space(self, p):
+        lanes = host().lanes(4)
+        return {"vb": [v for v in (lanes, 2 * lanes) if p.shape.co % v == 0],
+                "parallel": ["n", "c"]}

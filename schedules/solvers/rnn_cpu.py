@@ -1,0 +1,198 @@
+"""The CPU solvers of multilayer LSTM and GRU, with ``torch.nn.LSTM`` / ``torch.nn.GRU``'s
+semantics (``batch_first=False``), dense or CSR (sparse) weights.
+
+    y, (h_n, c_n) = schedules.lstm(x, weights, h0=None, c0=None)
+    y, h_n = schedules.gru(x, weights, h0=None)
+
+``x`` is (T, B, I); ``weights`` a list per layer of ``[w_ih, w_hh, b_ih,
+b_hh]`` (or ``[w_ih, w_hh]``) exactly like ``module.all_weights``; gate order
+i, f, g, o (LSTM) and r, z, n (GRU, with ``b_hn`` inside ``r * (...)``).
+NumPy arrays or CPU torch tensors, float32; the results have the input's kind.
+
+The CPU solvers (``schedule=``; "auto": the find step of :mod:`schedules.core.find`):
+
+- ``"layer"`` (layer-major): per layer, the input projection of all T steps is
+  one library GEMM (:func:`schedules.blocks.blis.kernel`, ``W_ih`` repacked once so that the
+  GEMM writes the gates in the recurrence's order), then one kernel runs the
+  T recurrent steps: at each step the hidden units are split in blocks across
+  the cores, each block sweeps its rows of ``w_hh`` once for its four gates
+  (register-blocked), then applies the nonlinearities and the c/h update
+  (:func:`schedules.blocks.rnn_cells.layer_function`).
+- ``"wavefront"``: one kernel for the stacked layers whose input size is H
+  (all of them when I == H, else the ones above layer 0, which runs
+  layer-major), over chunks of steps: each chunk of a layer first projects its
+  inputs (the layer below's outputs of that chunk) in one small GEMM, then
+  runs its steps; chunks skewed by the layer, the layers of one anti-diagonal
+  in parallel (:func:`schedules.blocks.rnn_cells.wavefront_function`).
+
+Sparse weights (``sparse=True``, or any weight given as a CSR object with
+``rowptr, colidx, values, shape`` such as ``schedules.CSRWeights``): both
+products are CSR matrix-vector products (data-dependent bounds ``rowptr[r] ..
+rowptr[r + 1]``), layer-major.
+
+Weights are repacked into the kernels' layouts on every call, unless given as
+:class:`RNNWeights` (``schedules.RNNWeights(weights, "lstm")``), which packs
+once per schedule and is reused by later calls.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tiramisu_py as tp
+
+from ..blocks import rnn_cells as cells
+from ..blocks.blis import default_params
+from ..blocks.blis import kernel as gemm_kernel
+from ..core.kernels import kernel
+from ..core.solver import Solver
+from ..host import host
+from ..weights.rnn import blocking
+
+SCHEDULES = ("layer", "wavefront")
+
+
+def _layer_kernel(cell, T, B, H, K, blk, sparse, target):
+    return kernel(("rnn_layer", cell, T, B, H, K, blk, sparse),
+                          lambda: cells.layer_function(cell, T, B, H, K, blk, sparse=sparse),
+                          target)
+
+
+def _wavefront_kernel(cell, L, T, B, H, blk, target):
+    return kernel(("rnn_wavefront", cell, L, T, B, H, blk),
+                          lambda: cells.wavefront_function(cell, L, T, B, H, blk), target)
+
+
+def _projection_kernel(M, R, I, target):
+    """CSR input projection of all T * B rows at once (hoisted), transposed:
+    ``xp[r, m] = sum_nz values[nz] * x[colidx[nz], m]`` over the packed rows
+    ``r``; each nonzero scales a contiguous row of ``x`` (I x M), the row of
+    ``xp`` accumulates in a local tile."""
+    def build():
+        f = tp.Function("rnn_csr_projection", params={"M": M, "R": R, "I": I, "NNZ": None})
+        r, m = f.var("r", 0, "R"), f.var("m", 0, "M")
+        x = f.input("x", ("I", "M"), tp.float32)
+        rowptr = f.input("rowptr", ("R + 1",), tp.int32)
+        colidx = f.input("colidx", ("NNZ",), tp.int32)
+        values = f.input("values", ("NNZ",), tp.float32)
+        nz = f.var("nz", rowptr[r], rowptr[r + 1])
+        xp = f.computation("xp", [r, m], 0.0, dtype=tp.float32)
+        xp[r, m].reduce("+", values[nz] * x[colidx[nz], m], loops=[r, nz, m])
+        lanes = host().lanes(4)
+        xp.vectorize("m", lanes)
+        xp.update.vectorize("m", lanes)
+        xp.update.accumulate_locally("nz", allow_reassociation=True)
+        xp.parallelize("r")
+        return f
+    return kernel(("rnn_csr_projection", M, R, I), build, target)
+
+
+def _run_layer(W, l, seq, h0, c0, blk, target):
+    """One layer, layer-major: the hoisted projection, then the recurrence.
+    Returns (y (T, B, Hp) view, c (B, Hp) or None)."""
+    T, B, K = seq.shape
+    H = W.hidden
+    if W.sparse:
+        p = W.packed("csr", B)[l]
+        rowptr, colidx, values = p["wi"]
+        xp = _projection_kernel(T * B, len(rowptr) - 1, K, target)(
+            x=np.ascontiguousarray(seq.reshape(T * B, K).T), rowptr=rowptr, colidx=colidx,
+            values=values)
+        rowptr, colidx, values = p["wh"]
+        weights = dict(rowptr=rowptr, colidx=colidx, values=values)
+    else:
+        p = W.packed("layer", B)[l]
+        a, wiT = seq.reshape(T * B, K), p["wiT"]          # the library GEMM's kernel
+        xp = gemm_kernel(T * B, wiT.shape[1], K, default_params(T * B, wiT.shape[1], K),
+                         target)(np.ascontiguousarray(a), wiT)
+        weights = dict(w=p["w"])
+    kern = _layer_kernel(W.cell, T, B, H, H, blk, W.sparse, target)
+    args = dict(xp=xp.reshape((-1, T, B) if W.sparse else (T, B, -1)), h0=h0, bias=p["bias"],
+                **weights)
+    if W.cell == "lstm":
+        out = kern(c0=c0, **args)
+        return out["y"][1:], out["c"]
+    args["bias_i"] = p["bias_i"]
+    return kern(**args)[1:], None
+
+
+def _pad(a, Hp):
+    """(..., H) -> contiguous (..., Hp), zero-padded."""
+    if a.shape[-1] == Hp:
+        return np.ascontiguousarray(a)
+    out = np.zeros(a.shape[:-1] + (Hp,), np.float32)
+    out[..., :a.shape[-1]] = a
+    return out
+
+
+def _forward(W, x, h0, c0, schedule, target):
+    """(y, h_n, c_n) as NumPy arrays."""
+    T, B, _ = x.shape
+    L, H = len(W.layers), W.hidden
+    blk = W.blocking(B)
+    Hp = cells.padded(H, blk.hb)
+    h0p, c0p = _pad(h0, Hp), _pad(c0, Hp) if c0 is not None else None
+    hn = np.empty((L, B, H), np.float32)
+    cn = np.empty((L, B, H), np.float32) if W.cell == "lstm" else None
+    seq, first = x, L
+    if schedule == "wavefront" and not W.sparse:
+        first = W.packed("wavefront", B)["first"]
+    for l in range(first):
+        y, c = _run_layer(W, l, seq, h0p[l], None if c0p is None else c0p[l], blk, target)
+        hn[l] = y[T - 1, :, :H]
+        if c is not None:
+            cn[l] = c[:, :H]
+        seq = y if Hp == H else np.ascontiguousarray(y[:, :, :H])
+    if first < L:
+        p = W.packed("wavefront", B)
+        kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, target)
+        args = dict(xin=seq, wi=p["wi"], wh=p["wh"], bi=p["bi"], bh=p["bh"], h0=h0p[first:])
+        if W.cell == "lstm":
+            out = kern(c0=c0p[first:], **args)
+            h, c = out["h"], out["c"]
+            cn[first:] = c[:, :, :H]
+        else:
+            h = kern(**args)
+        hn[first:] = h[1:, T, :, :H]
+        seq = h[L - first, 1:, :, :H]
+    return np.ascontiguousarray(seq), hn, cn
+
+
+class _Cpu(Solver):
+    """A CPU solver of ``op`` ("lstm" or "gru"): :func:`_forward` with the
+    schedule ``name``; the results of the input's kind."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def build(self, p, params):
+        blk = cells.Blocking(**params) if params else blocking(cells.GATES[p.cell], p.B)
+        if self.name == "layer":
+            return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk, sparse=p.sparse)
+        return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk)
+
+    def run(self, p, args):
+        W, x, h0, c0, torch_in = args
+        y, hn, cn = _forward(W, x, h0, c0, self.name, p.target)
+        if torch_in:
+            import torch
+            y, hn = torch.from_numpy(y), torch.from_numpy(hn)
+            cn = torch.from_numpy(cn) if cn is not None else None
+        return y, hn, cn
+
+
+class Layer(_Cpu):
+    name = "layer"
+
+
+class Wavefront(_Cpu):
+    name = "wavefront"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        stacked = p.layers - (0 if p.input_size == p.hidden else 1)
+        if why is True and (stacked < 2 or p.sparse):
+            return "needs at least two stacked layers of input size H and dense weights; use 'layer'"
+        return why
+
+    def space(self, p):
+        return {"chunk": [1, 2, 4, 8, 16]}

@@ -1,0 +1,1 @@
+"""Weight formats and their prepared layouts (CSR, packed RNN weights)."""

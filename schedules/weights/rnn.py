@@ -1,0 +1,246 @@
+"""The weights of an LSTM/GRU stack (``torch.nn.LSTM.all_weights``, dense or
+CSR) checked once (:class:`RNNWeights`), with the packed layouts of each CPU
+solver made on first use and kept, and the register blocking they use."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..blocks import rnn_cells as cells
+from ..core.arrays import is_torch
+from ..host import host
+
+TENSORS = ("w_ih", "w_hh", "b_ih", "b_hh")
+
+
+def _is_csr(w):
+    return all(hasattr(w, a) for a in ("rowptr", "colidx", "values", "shape"))
+
+
+def _csr_arrays(dense, threshold=0.0):
+    """(rowptr int32, colidx int32, values float32) of ``dense`` keeping the
+    entries with ``|w| > threshold``."""
+    mask = np.abs(dense) > threshold
+    rowptr = np.zeros(dense.shape[0] + 1, np.int32)
+    np.cumsum(mask.sum(axis=1), out=rowptr[1:])
+    rows, cols = np.nonzero(mask)
+    return rowptr, cols.astype(np.int32), np.ascontiguousarray(dense[rows, cols], np.float32)
+
+
+def _check_csr(m, name):
+    """``m`` (an object with rowptr, colidx, values, shape) if it is a valid
+    CSR matrix; else a ValueError naming the tensor."""
+    try:
+        rows, cols = (int(v) for v in m.shape)
+        rowptr, colidx, values = (np.asarray(a) for a in (m.rowptr, m.colidx, m.values))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not a CSR matrix ({e})") from None
+    problem = None
+    if rowptr.shape != (rows + 1,) or rowptr.dtype.kind not in "iu":
+        problem = f"rowptr must be {rows + 1} integers, got {rowptr.dtype} {rowptr.shape}"
+    elif rowptr[0] != 0 or np.any(np.diff(rowptr) < 0) or rowptr[-1] != len(values):
+        problem = "rowptr must start at 0, not decrease and end at len(values)"
+    elif colidx.shape != values.shape or values.ndim != 1 or colidx.dtype.kind not in "iu":
+        problem = "colidx and values must be 1-D of one length, colidx integers"
+    elif len(colidx) and (colidx.min() < 0 or colidx.max() >= cols):
+        problem = f"colidx must lie in [0, {cols})"
+    elif values.dtype != np.float32:
+        problem = f"values must be float32, got {values.dtype}"
+    if problem:
+        raise ValueError(f"{name}: invalid CSR matrix: {problem}")
+    return m
+
+
+def _numpy(x, name):
+    """A float32 NumPy view of an array or CPU tensor (parameters detached)."""
+    if is_torch(x):
+        if str(x.dtype) != "torch.float32":
+            raise TypeError(f"{name}: expected a float32 tensor, got {x.dtype}")
+        if x.device.type != "cpu":
+            raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
+        return x.detach().contiguous().numpy()
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise TypeError(f"{name}: expected float32, got {x.dtype}")
+    return np.ascontiguousarray(x)
+
+
+class RNNWeights:
+    """The weights of a ``cell`` ("lstm" or "gru") stack, checked once, with
+    the packed layouts of each schedule made on first use and kept.  Pass it
+    to :func:`lstm` / :func:`gru` in place of the list to pack only once
+    (the arrays are not copied until packed: change them and make a new
+    one)."""
+
+    def __init__(self, weights, cell="lstm", sparse=False, input_size=None):
+        if cell not in cells.GATES:
+            raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")
+        self.cell, self.gates = cell, cells.GATES[cell]
+        if not isinstance(weights, (list, tuple)) or not weights:
+            raise TypeError("weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
+                            f"b_hh] (like {cell.upper()}.all_weights), got {type(weights).__name__}")
+        first = weights[0]
+        if isinstance(first, (list, tuple)) and len(first) in (2, 4):
+            w_hh = first[1] if _is_csr(first[1]) else _numpy(first[1], "weights[0][1] (w_hh of layer 0)")
+            if len(w_hh.shape) != 2 or w_hh.shape[1] < 1:
+                raise ValueError(f"weights[0][1] (w_hh of layer 0): expected shape ({self.gates}*H, H)"
+                                 f" with H >= 1, got {tuple(w_hh.shape)}")
+            self.hidden = w_hh.shape[1]
+        self.layers = []
+        for l, layer in enumerate(weights):
+            self.layers.append(self._layer(l, layer, input_size))
+            if l == 0 and input_size is None:
+                input_size = self.layers[0][0].shape[1]
+        self.sparse = bool(sparse) or any(_is_csr(m) for layer in self.layers for m in layer[:2])
+        self.input_size = self.layers[0][0].shape[1]
+        self.has_bias = self.layers[0][2] is not None
+        self._packed = {}
+
+    def _layer(self, l, layer, input_size):
+        G, H = self.gates, self.hidden
+        if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
+            raise ValueError(f"weights[{l}]: expected [w_ih, w_hh, b_ih, b_hh] or [w_ih, w_hh], "
+                             f"got {type(layer).__name__} of length "
+                             f"{len(layer) if hasattr(layer, '__len__') else '?'}")
+        out = []
+        for k, m in enumerate(layer):
+            name = f"weights[{l}][{k}] ({TENSORS[k]} of layer {l})"
+            m = _check_csr(m, name) if k < 2 and _is_csr(m) else _numpy(m, name)
+            shape = tuple(m.shape)
+            if k >= 2:
+                want = (G * H,)
+            elif k == 1:
+                want = (G * H, H)
+            else:
+                want = (G * H, H if l else (input_size or (shape[1] if len(shape) == 2 else -1)))
+            if shape != want or (k == 0 and want[1] < 1):
+                what = f"input size {want[1]}" if k == 0 else f"hidden size {H}"
+                raise ValueError(f"{name}: expected shape {want} ({G} gates x hidden size {H}, "
+                                 f"{what}), got {shape}")
+            out.append(m)
+        if len(out) == 2:
+            out += [None, None]
+        if l and (out[2] is None) != (self.layers[0][2] is None):
+            raise ValueError(f"weights[{l}]: layer {l} {'lacks' if out[2] is None else 'has'}"
+                             f" biases and layer 0 {'has' if out[2] is None else 'lacks'} them; "
+                             "give every layer the same form")
+        return out
+
+    def blocking(self, batch):
+        return blocking(self.gates, batch)
+
+    def packed(self, what, batch):
+        """The packed arrays of one schedule (made once, kept)."""
+        blk = self.blocking(batch)
+        key = (what, blk)
+        if key not in self._packed:
+            self._packed[key] = getattr(self, f"_pack_{what}")(blk)
+        return self._packed[key]
+
+    # --- packing: [G*H, K] (gate-major rows) -> [NB][K][G][HB] and friends ---
+    @staticmethod
+    def _dense(m):
+        if not _is_csr(m):
+            return m
+        return m.to_dense() if hasattr(m, "to_dense") else _csr_to_dense(m)
+
+    def _blocked(self, m, hb):
+        """[G*H, K] -> [NB, K, G, HB] (padded units are zero rows)."""
+        G, H = self.gates, self.hidden
+        m = self._dense(m)
+        Hp = cells.padded(H, hb)
+        w = np.zeros((G, Hp, m.shape[1]), np.float32)
+        w[:, :H] = m.reshape(G, H, -1)
+        return np.ascontiguousarray(w.reshape(G, Hp // hb, hb, -1).transpose(1, 3, 0, 2))
+
+    def _bias(self, l, k, hb):
+        G, H = self.gates, self.hidden
+        Hp = cells.padded(H, hb)
+        out = np.zeros((G, Hp), np.float32)
+        for b in ([self.layers[l][2], self.layers[l][3]] if k == "both" else [self.layers[l][k]]):
+            if b is not None:
+                out[:, :H] += b.reshape(G, H)
+        return np.ascontiguousarray(out.reshape(G, Hp // hb, hb).transpose(1, 0, 2))
+
+    def _biases(self, l, hb):
+        """{name: packed} as the layer kernel reads them."""
+        if self.cell == "lstm":
+            return {"bias": self._bias(l, "both", hb)}
+        return {"bias": self._bias(l, 3, hb), "bias_i": self._bias(l, 2, hb)}
+
+    def _pack_layer(self, blk):
+        out = []
+        for l, (wih, whh, _, _) in enumerate(self.layers):
+            wi = self._blocked(wih, blk.hb)                      # [NB, I, G, HB]
+            out.append(dict(wiT=np.ascontiguousarray(
+                wi.transpose(1, 0, 2, 3).reshape(wi.shape[1], -1)),   # [I, NB*G*HB]
+                w=self._blocked(whh, blk.hb), **self._biases(l, blk.hb)))
+        return out
+
+    def _pack_wavefront(self, blk):
+        first = 0 if self.input_size == self.hidden else 1
+        ups = self.layers[first:]
+        bi = [self._bias(l, 2, blk.hb) for l in range(first, len(self.layers))]
+        bh = [self._bias(l, 3, blk.hb) for l in range(first, len(self.layers))]
+        return dict(first=first,
+                    wi=np.stack([self._blocked(w[0], blk.hb) for w in ups]),
+                    wh=np.stack([self._blocked(w[1], blk.hb) for w in ups]),
+                    bi=np.stack(bi), bh=np.stack(bh))
+
+    def _pack_csr(self, blk):
+        out = []
+        for l, (wih, whh, _, _) in enumerate(self.layers):
+            out.append(dict(wi=self._csr_packed(wih, blk.hb),
+                            wh=self._csr_packed(whh, blk.hb, group=blk.lanes),
+                            **self._biases(l, blk.hb)))
+        return out
+
+    def _csr_packed(self, m, hb, group=1):
+        """CSR with its rows in the packed order ``(jb * G + g) * HB + j``
+        (padded units: empty rows); ``group`` > 1: each row padded with
+        zeros to a multiple of ``group`` nonzeros, ``rowptr`` counting
+        groups."""
+        G, H = self.gates, self.hidden
+        rowptr, colidx, values = ((np.asarray(m.rowptr), np.asarray(m.colidx),
+                                   np.asarray(m.values)) if _is_csr(m) else _csr_arrays(m))
+        Hp = cells.padded(H, hb)
+        jb, g, j = np.meshgrid(np.arange(Hp // hb), np.arange(G), np.arange(hb), indexing="ij")
+        unit = (jb * hb + j).ravel()
+        src = np.where(unit < H, g.ravel() * H + np.minimum(unit, H - 1), -1)
+        counts = np.where(src >= 0, np.diff(rowptr.astype(np.int64))[np.maximum(src, 0)], 0)
+        slots = -(-counts // group) * group
+        newptr = np.zeros(len(src) + 1, np.int64)
+        np.cumsum(slots, out=newptr[1:])
+        # slot s of packed row p holds nonzero s of the source row, or a zero
+        p = np.repeat(np.arange(len(src)), slots)
+        s = np.arange(newptr[-1]) - newptr[p]
+        real = s < counts[p]
+        gather = np.where(real, rowptr[np.maximum(src, 0)][p].astype(np.int64) + s, 0)
+        cols = np.where(real, colidx[gather] if len(colidx) else 0, 0)
+        vals = np.where(real, values[gather] if len(values) else 0, 0)
+        return ((newptr // group).astype(np.int32), np.ascontiguousarray(cols, np.int32),
+                np.ascontiguousarray(vals, np.float32))
+
+
+def _csr_to_dense(m):
+    rows, cols = m.shape
+    out = np.zeros((rows, cols), np.float32)
+    rowptr = np.asarray(m.rowptr)
+    r = np.repeat(np.arange(rows), np.diff(rowptr))
+    out[r, np.asarray(m.colidx)] = np.asarray(m.values)
+    return out
+
+
+def blocking(gates, batch):
+    """Hidden block and register block for this machine.  At batch 1: two
+    SIMD vectors per gate (2 x G accumulators).  Else one vector per gate
+    and as many batch rows MB as fit the registers with the G weight vectors
+    and a broadcast beside the MB x G accumulators (AVX2, 16 registers:
+    LSTM 2, GRU 4; a third row for the LSTM spilled and measured ~10%
+    slower, one thread, H = 512, B = 64)."""
+    h = host()
+    lanes = h.lanes(4)
+    if batch == 1:
+        return cells.Blocking(hb=2 * lanes, mb=1, lanes=lanes)
+    mb = max(1, min(batch, 8, (h.vector_registers - gates - 1) // gates))
+    return cells.Blocking(hb=lanes, mb=mb, lanes=lanes)
