@@ -1,6 +1,6 @@
 """The operator library: algorithms written in tiramisu_py with tuned
 schedules, callable in one line on NumPy arrays or torch tensors.  Uses only
-the public language and scheduling API (no hand-written C).
+the public language and scheduling API (no hand-written C)::
 
     schedules.gemm(a, b)                      # Goto/BLIS GEMM
     schedules.batched_gemm(a, b)

@@ -29,7 +29,7 @@ reassociated reduction whose element does not change with k0, on a serial
 loop the whole block runs).  C's initialisation is a kernel of its own
 (launched first).  ``fragments=True`` adds per-thread copies of the ``micro`` A
 and ``micro`` B values of each k1 step (``cache_local``); off by default (no
-register gain measured, see docs/DESIGN.md).  Not yet: double buffering,
+register gain measured, see docs/internals/cuda.md).  Not yet: double buffering,
 vector loads.
 """
 from __future__ import annotations
@@ -67,7 +67,7 @@ def schedule(f, tile=TILE, tk=TK, micro=MICRO, fragments=False):
     ``fragments=True`` (with ``micro > 1``) also copies, per k step, the
     ``micro`` A and ``micro`` B values a thread reads into per-thread
     arrays (``cache_local`` at ``k1``; the shared tiles are then made for
-    those copies).  Off by default: see docs/DESIGN.md for the measured
+    those copies).  Off by default: see docs/internals/cuda.md for the measured
     resources."""
     if not isinstance(fragments, bool):
         raise ValueError(f"gpu_gemm: fragments must be a bool, got {fragments!r}")
