@@ -14,8 +14,9 @@ compile it, call the kernel on NumPy arrays or torch tensors::
     out = gemm(a, b)
 """
 from .errors import IllegalScheduleError
-from .expr import Expr, abs, cast, ceil, exp, floor, log, max, min, select, sigmoid, sqrt, tanh
-from .function import Buffer, Computation, Function, Update, Var
+from .expr import (Expr, Var, abs, cast, ceil, exp, floor, log, max, min, select, sigmoid, sqrt,
+                   tanh)
+from .function import Buffer, Computation, Function, Update
 from .kernel import Kernel
 from .types import DType, bool_, float32, float64, int8, int32, int64, uint8
 

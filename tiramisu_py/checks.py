@@ -16,8 +16,7 @@ import islpy as isl
 
 from . import affine
 from .affine import NonAffine
-from .expr import Access, walk
-from .function import Var
+from .expr import Access, Var, walk
 
 
 class BoundsChecker:

@@ -12,7 +12,7 @@ from codegen.c.emit import reserved_c_symbol
 from . import provenance
 from .schedule import Schedulable
 from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, check_expr_size,
-                   parse_size, strong_type, walk, wrap)
+                   Var, parse_size, strong_type, walk, wrap)
 
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # words the isl parser or the C compiler would misread
@@ -50,29 +50,10 @@ def check_name(name, what: str) -> str:
     return name
 
 
-class Var(Expr):
-    """A loop variable ``lo <= v < hi``.  Bounds are affine in params and
-    earlier variables, or data-dependent (they read an input buffer)."""
-    __slots__ = ("name", "lo", "hi", "function", "order", "deps", "where")
-
-    def __init__(self, name, lo, hi, function, order):
-        self.name, self.lo, self.hi = name, lo, hi
-        self.where = provenance.where()             # file:line of the declaration
-        self.function, self.order = function, order
-        # variables the bounds refer to (directly)
-        self.deps = [n for b in (lo, hi) for n in walk(b) if isinstance(n, Var)]
-
-    @property
-    def data_dependent(self) -> bool:
-        return bool(accesses(self.lo) or accesses(self.hi))
-
-    def __repr__(self):
-        return self.name
-
-
 class Buffer:
     """An array: an input (read-only, passed by the caller), an output
     (returned; may be passed to update in place) or a temporary."""
+    _tp_kind = "buffer"                 # how provenance tells the objects apart
 
     def __init__(self, function, name, shape, dtype, kind):
         self.function, self.name, self.shape = function, name, tuple(shape)
@@ -94,6 +75,7 @@ class Statement(Schedulable):
     """One polyhedral statement: ``target[store_index] (op)= value`` for every
     point of the loops ``vars``."""
     is_update = False
+    _tp_kind = "statement"              # how provenance tells the objects apart
 
     def __init__(self, function, name, vars_, value):
         self.function, self.name, self.vars, self.value = function, name, list(vars_), value

@@ -13,9 +13,9 @@ import islpy as isl
 from codegen import ir
 
 from . import types as T
-from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, _weak_default,
-                   strong_type, weak_partner_type)
-from .function import Computation, Var
+from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var,
+                   _weak_default, strong_type, weak_partner_type)
+from .function import Computation
 from .gpu import gpu_tags
 from .poly import resolve
 

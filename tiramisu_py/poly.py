@@ -11,7 +11,8 @@ import islpy as isl
 from . import affine
 from .affine import NonAffine
 from .expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp
-from .function import Buffer, Computation, Nest, Var
+from .expr import Var
+from .function import Buffer, Computation, Nest
 
 
 def substitute(e, mapping):

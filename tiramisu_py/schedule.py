@@ -327,7 +327,7 @@ def _redirect(e, source, copy_):
 
 
 def loop_name(x):
-    from .function import Var
+    from .expr import Var
     if isinstance(x, Var):
         return x.name
     if isinstance(x, str):

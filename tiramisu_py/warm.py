@@ -68,7 +68,7 @@ def _expr_lines(roots, out):
     """Each distinct node of the expressions ``roots`` once (a DAG stays
     linear); returns their ids in ``out``'s numbering."""
     from .expr import Expr
-    from .function import Var
+    from .expr import Var
     memo = out.setdefault("memo", {})
     lines = out.setdefault("lines", [])
 
