@@ -110,10 +110,9 @@ def rev_reference(a):
 
 
 def lowered_gpu(f):
-    from tiramisu_py import compiler, gpu
+    from tiramisu_py import gpu, legality
     from tiramisu_py.lower import AstLowering
-    model, deps, _ = compiler.analyse(f)
-    from tiramisu_py import legality
+    model, deps, _ = legality.analyse(f)
     state = legality.check(model, deps, f._commands)
     plan = gpu.plan(model, deps, state, f._commands)
     return plan, AstLowering(model, state, set(), gpu=plan).run()

@@ -15,24 +15,11 @@ from . import gpu, legality, warm
 from .checks import BoundsChecker
 from .dataflow import needs_zero
 from .legality import Dependences
-from .expr import Access, walk
-from .function import Buffer, Computation
 from .kernel import Kernel
 from .lower import AstLowering, ExprLowering
-from .poly import PolyModel
-from .schedule import replay
+from .poly import build_model
 
 TARGETS = ("cpu", "c", "llvm", "cuda")     # "cpu" is the C backend
-
-
-def analyse(f):
-    """The model, dependences and (unchecked) schedule of ``f``."""
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
-    deps = Dependences(model)
-    return model, deps, replay(model, f._commands)
 
 
 # A compile slower than this (seconds) is reported, one line per phase boundary
@@ -84,10 +71,8 @@ def compile_function(f, target="cpu", **options):
 
 def _compile(f, target):
     t0 = time.perf_counter()
-    _prepare(f)
-    model = PolyModel(f)
-    inputs, outputs, temps = _assign_buffers(f, model)
-    model.build_accesses()
+    model = build_model(f)
+    inputs, outputs, temps = model.inputs, model.outputs, model.temps
     checker = BoundsChecker(model)
     checker.dry_run()
     checker.prove_all()
@@ -133,17 +118,6 @@ def _compile(f, target):
     return kernel
 
 
-def _prepare(f):
-    if not f.statements:
-        raise ValueError(f"function {f.name!r} has no computation")
-    for c in f.computations.values():
-        if c.value is None:
-            raise ValueError(f"computation {c.name!r} has no expression; define it with "
-                             f"{c.name}[{', '.join(c.loops)}] = ... or set_expression")
-        if getattr(c, "_auto_buffer", False):
-            c.buffer, c.store_index, c._auto_buffer = None, None, False
-
-
 def _privatise(s, allocs, zeroed):
     """Moves the temporaries a parallel loop privatises (``attrs["private"]``,
     decided by the legality check) inside that loop, so that each iteration,
@@ -162,42 +136,6 @@ def _privatise(s, allocs, zeroed):
         return x
 
     return visit(s), moved
-
-
-def _assign_buffers(f, model):
-    """Gives every computation without ``store_in`` a buffer of its own, shaped
-    like its domain's bounding box; decides which buffers are outputs."""
-    read_by = {c.name: set() for c in f.computations.values()}
-    for s in f.statements:
-        owner = s.parent.name if s.is_update else s.name
-        exprs = [s.value] + [e for v in s.vars for e in (v.lo, v.hi)]
-        exprs += list(s.lhs) if s.is_update else list(s.store_index or [])
-        for e in exprs:
-            for n in walk(e):
-                if isinstance(n, Access) and isinstance(n.target, Computation):
-                    if n.target.name != owner:
-                        read_by[n.target.name].add(owner)
-    explicit_outputs = any(b.kind == "output" for b in f.buffers.values())
-    default_outputs, default_temps = [], []
-    for c in f.computations.values():
-        if c.buffer is not None:
-            continue
-        box = model.bounding_box(model.by_name[c.name])
-        shape = tuple(ext for _, ext in box)
-        kind = "temp" if (explicit_outputs or read_by[c.name]) else "output"
-        b = Buffer(f, c.name, shape, c.dtype, kind)
-        c.buffer = b
-        c.store_index = [v if lo is None else v - lo for v, (lo, _) in zip(c.vars, box)]
-        c._auto_buffer = True
-        (default_outputs if kind == "output" else default_temps).append(b)
-    declared = list(f.buffers.values())
-    inputs = [b for b in declared if b.kind == "input"]
-    outputs = [b for b in declared if b.kind == "output"] + default_outputs
-    temps = [b for b in declared if b.kind == "temp"] + default_temps
-    if not outputs:
-        raise ValueError(f"function {f.name!r} has no output: every computation is read by "
-                         "another; mark a buffer with f.buffer(..., output=True)")
-    return inputs, outputs, temps
 
 
 __all__ = ["compile_function"]

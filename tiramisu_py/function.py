@@ -532,8 +532,7 @@ class Function:
     def explain(self, file=None) -> str:
         """Prints (and returns) the dependences in words and, for each loop of
         the current schedule, whether it is parallel and why not."""
-        from .compiler import analyse
-        from .legality import explain
+        from .legality import analyse, explain
         model, deps, state = analyse(self)
         text = explain(model, deps, state)
         from .lower import vector_report

@@ -444,13 +444,9 @@ def footprint_widths(f, copy_name):
     """The bounding box of what one iteration of the loops a compute_at copy
     sits in reads: per own dimension, the largest width (over iterations and
     param values), or None when unbounded."""
-    from .compiler import _assign_buffers, _prepare
-    from .poly import PolyModel
+    from .poly import build_model
     from .schedule import replay
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
+    model = build_model(f)
     state = replay(model, f._commands)
     at = model.compute_ats(state)[copy_name]
     dom = at.member_domain(copy_name)

@@ -145,13 +145,9 @@ def _writes(s, source):
 def footprint_strides(f, copy_name):
     """Per own dimension of a compute_at copy, the stride of what one
     iteration of its enclosing loops reads (1 when none)."""
-    from .compiler import _assign_buffers, _prepare
-    from .poly import PolyModel
+    from .poly import build_model
     from .schedule import replay
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
+    model = build_model(f)
     state = replay(model, f._commands)
     dom = model.compute_ats(state)[copy_name].member_domain(copy_name)
     depth = state[copy_name].at[2]

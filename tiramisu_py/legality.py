@@ -18,7 +18,14 @@ import islpy as isl
 from .dataflow import reads_initial, value_flow
 from . import provenance
 from .errors import IllegalScheduleError
+from .poly import build_model
 from .schedule import initial_state, replay
+
+def analyse(f):
+    """The model, dependences and (unchecked) schedule of ``f``."""
+    model = build_model(f)
+    return model, Dependences(model), replay(model, f._commands)
+
 
 KIND = {(True, False): "RAW", (False, True): "WAR", (True, True): "WAW"}
 

@@ -241,16 +241,6 @@ def _kernel(k, entry, f, build):
     return kern
 
 
-def _model_of(f):
-    from .compiler import _assign_buffers, _prepare
-    from .poly import PolyModel
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
-    return model
-
-
 class LazyChecker:
     """The call-time bounds checks of a warm kernel: nothing when proved at
     compile time for every size or for these sizes; else the checker of the
@@ -268,12 +258,13 @@ class LazyChecker:
             return
         if self._real is None:
             from .checks import BoundsChecker
+            from .poly import build_model
             f = self._function()
             now = hashlib.sha256("\n".join(algorithm_lines(f)).encode()).hexdigest()
             if now != self._algorithm:
                 raise RuntimeError(f"{f.name}: the Function was changed after compile(); "
                                    "compile it again before calling the kernel")
-            self._real = BoundsChecker(_model_of(f))
+            self._real = BoundsChecker(build_model(f))
         self._real.check(values, ranges, arrays)
 
 
@@ -295,7 +286,7 @@ def _kernel_class():
 
         def _analysis(self):
             if "_state" not in self.__dict__:
-                from .compiler import analyse
+                from .legality import analyse
                 model, _, state = analyse(self._function())
                 self.__dict__["_state"] = (model, state)
             return self.__dict__["_state"]
