@@ -45,7 +45,7 @@ import tiramisu_py as tp
 from codegen.toolchain import CompileError
 from tiramisu_py import legality
 from tiramisu_py.legality import analyse
-from tiramisu_py.schedule import replay
+from tiramisu_py.lang.schedule import replay
 
 from tests.fuzz_programs import (BUFS, SPATIAL, Acc, Program, Stmt, apply_command, build,
                                  dependences, describe, interpret, judge, random_arrays,

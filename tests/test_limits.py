@@ -9,7 +9,7 @@ import pytest
 import tiramisu_py as tp
 from codegen import ir
 from tiramisu_py import expr as tpe
-from tiramisu_py import schedule as tps
+from tiramisu_py.lang import schedule as tps
 from tiramisu_py.lower import ExprLowering
 
 

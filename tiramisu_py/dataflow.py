@@ -26,7 +26,7 @@ import islpy as isl
 
 from . import affine
 from .affine import NonAffine
-from .schedule import initial_state
+from .lang.schedule import initial_state
 
 
 def _flow(model, buffer):

@@ -10,7 +10,7 @@ from . import types as T
 from codegen.c.emit import reserved_c_symbol
 
 from . import provenance
-from .schedule import Schedulable
+from .commands.schedulable import Schedulable
 from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, check_expr_size,
                    Var, parse_size, strong_type, walk, wrap)
 
@@ -441,7 +441,7 @@ class Function:
         return self._model_cache
 
     def _schedule_state(self):
-        from .schedule import replay
+        from .lang.schedule import replay
         if self._state_cache is None:
             self._state_cache = replay(self._model(), self._commands)
         return self._state_cache

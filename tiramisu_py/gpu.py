@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from .errors import IllegalScheduleError
+from .lang.schedule import gpu_tags, is_mapped
 
 MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
 MAX_SHARED_BYTES = 48 * 1024       # static shared memory per block without opt-in
@@ -74,58 +75,6 @@ class GpuPlan:
 
     def kernel_of(self, stmt):
         return self.by_stmt.get(stmt)
-
-
-def check_tag(s, loop, kind, arg, text):
-    """The checks of tagging ``loop`` of the statement schedule ``s`` (a
-    ``bind``, ``parallelize``, ``vectorize`` or ``unroll``), when the command
-    is given: one mapping per loop, one loop per GPU axis."""
-    _check_retag(s, loop, kind, arg, text)
-    if kind in ("gpu_block", "gpu_thread"):
-        _check_bind(s, loop, kind, arg, text)
-
-
-_TAG_WORDS = {"parallel": "parallelized", "vector": "vectorized", "unrolled": "unrolled"}
-
-
-def _check_retag(s, loop, kind, arg, text):
-    """A loop bound to the GPU keeps its binding: binding it again to another
-    axis, or parallelizing, vectorizing or unrolling it (which would replace
-    the binding), is refused, and so is binding a parallel, vector or
-    unrolled loop (it would silently drop that tag)."""
-    old = s.tags.get(loop)
-    if old is None or (old.kind, old.arg) == (kind, arg):
-        return
-    gpu = ("gpu_block", "gpu_thread")
-    if old.kind in gpu:
-        now = f"{old.kind[4:]}.{old.arg}"
-        raise ValueError(f"{text}: loop {loop!r} is already bound to {now}; a loop has one "
-                         "mapping (split it to give its parts different ones)")
-    if kind in gpu:
-        raise ValueError(f"{text}: loop {loop!r} is {_TAG_WORDS.get(old.kind, old.kind)} "
-                         "(a CPU mapping); a GPU loop cannot be parallelized, vectorized or "
-                         "unrolled as well: undo that command, or bind another loop")
-
-
-def _check_bind(s, loop, kind, axis, text):
-    for other, t in s.tags.items():
-        if other != loop and t.kind == kind and t.arg == axis and other in {lp.name for lp in s.loops}:
-            raise ValueError(f"{text}: loop {other!r} of this statement is already bound to "
-                             f"{kind[4:]}.{axis}")
-
-
-def gpu_tags(st):
-    """[(loop index, level, axis, tag)] of a statement's mapped loops."""
-    names = [lp.name for lp in st.loops]
-    out = []
-    for loop, tag in st.tags.items():
-        if tag.kind in ("gpu_block", "gpu_thread") and loop in names:
-            out.append((names.index(loop), tag.kind[4:], tag.arg, tag))
-    return sorted(out, key=lambda x: x[0])
-
-
-def is_mapped(state) -> bool:
-    return any(gpu_tags(st) for st in state.values())
 
 
 def _shape(stmt, st, commands):
@@ -445,7 +394,7 @@ def footprint_widths(f, copy_name):
     sits in reads: per own dimension, the largest width (over iterations and
     param values), or None when unbounded."""
     from .poly import build_model
-    from .schedule import replay
+    from .lang.schedule import replay
     model = build_model(f)
     state = replay(model, f._commands)
     at = model.compute_ats(state)[copy_name]

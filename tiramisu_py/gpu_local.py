@@ -50,7 +50,7 @@ MAX_LOCAL_ELEMENTS = 256           # elements of one per-thread copy (registers)
 
 def cache_local(stmt, source, loop, name):
     from .function import Buffer, Computation, check_name
-    from .schedule import _make_copy
+    from .commands.copies import _make_copy
     f = stmt.function
     text = f"{stmt.name}.cache_local({getattr(source, 'name', source)}, {loop})"
     if not isinstance(source, (Buffer, Computation)):
@@ -121,7 +121,7 @@ def _retarget(f, producer, consumer):
     for its group: binds) act on ``consumer`` instead, after ``consumer``'s
     own compute_at: ``producer.compute_at(consumer, <same loop>)``."""
     import dataclasses
-    from .schedule import _attaching_command
+    from .lang.schedule import _attaching_command
     cmds = f._commands
     i = _attaching_command(cmds, producer.name)
     c = cmds[i]
@@ -146,7 +146,7 @@ def footprint_strides(f, copy_name):
     """Per own dimension of a compute_at copy, the stride of what one
     iteration of its enclosing loops reads (1 when none)."""
     from .poly import build_model
-    from .schedule import replay
+    from .lang.schedule import replay
     model = build_model(f)
     state = replay(model, f._commands)
     dom = model.compute_ats(state)[copy_name].member_domain(copy_name)

@@ -19,7 +19,7 @@ from .dataflow import reads_initial, value_flow
 from . import provenance
 from .errors import IllegalScheduleError
 from .poly import build_model
-from .schedule import initial_state, replay
+from .lang.schedule import initial_state, replay
 
 def analyse(f):
     """The model, dependences and (unchecked) schedule of ``f``."""

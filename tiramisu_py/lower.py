@@ -16,7 +16,7 @@ from . import types as T
 from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var,
                    _weak_default, strong_type, weak_partner_type)
 from .function import Computation
-from .gpu import gpu_tags
+from .lang.schedule import gpu_tags
 from .poly import resolve
 
 _ISL_OPS = {
