@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from tiramisu_py.torch_ops import contiguous, define
+from tiramisu_py.runtime.torch_bridge import contiguous, define
 
 from . import backward as BW
 from . import runtime

@@ -24,10 +24,10 @@ REMAINING = [
     ["schedules.conv_ops", "schedules.gpu_ops", "schedules.sparse"],
     ["schedules.gemm", "schedules.gpu_gemm"],
     ["schedules.gpu_rnn", "schedules.rnn"],
-    ["tiramisu_py.commands.copies", "tiramisu_py.commands.schedulable", "tiramisu_py.compiler",
-     "tiramisu_py.cuda_kernel", "tiramisu_py.function", "tiramisu_py.gpu", "tiramisu_py.gpu_local",
-     "tiramisu_py.legality", "tiramisu_py.lower", "tiramisu_py.poly", "tiramisu_py.warm"],
-    ["tiramisu_py.kernel", "tiramisu_py.torch_ops"],
+    ["tiramisu_py.commands.copies", "tiramisu_py.commands.schedulable", "tiramisu_py.driver.compile",
+     "tiramisu_py.runtime.cuda_kernel", "tiramisu_py.lang.program", "tiramisu_py.analysis.gpu_plan", "tiramisu_py.commands.gpu_copies",
+     "tiramisu_py.analysis.legality", "tiramisu_py.lower.ast", "tiramisu_py.poly.model", "tiramisu_py.driver.warm"],
+    ["tiramisu_py.runtime.kernel", "tiramisu_py.runtime.torch_bridge"],
 ]
 # imports against the package order still to remove
 REMAINING_UPWARD = {("tiramisu_py.demo", "examples"), ("tiramisu_py.demo", "schedules"),

@@ -40,7 +40,7 @@ def random_program(rng):
 
 @pytest.fixture
 def no_cubins(monkeypatch):
-    from tiramisu_py import cuda_kernel
+    from tiramisu_py.runtime import cuda_kernel
     monkeypatch.setattr(cuda_kernel, "CUDA_ARCHS", ())     # emulation only: no nvcc here
 
 

@@ -43,8 +43,8 @@ from hypothesis import strategies as st
 
 import tiramisu_py as tp
 from codegen.toolchain import CompileError
-from tiramisu_py import legality
-from tiramisu_py.legality import analyse
+from tiramisu_py.analysis import legality
+from tiramisu_py.analysis.legality import analyse
 from tiramisu_py.lang.schedule import replay
 
 from tests.fuzz_programs import (BUFS, SPATIAL, Acc, Program, Stmt, apply_command, build,

@@ -75,7 +75,7 @@ def digest(source: str) -> str:
 @pytest.fixture(scope="module")
 def generated():
     """{"name/target": sha256} of every case, compiled under the pinned host."""
-    from tiramisu_py import cuda_kernel
+    from tiramisu_py.runtime import cuda_kernel
     saved = os.environ.get("TIRAMISU_PY_HOST"), cuda_kernel.CUDA_ARCHS
     os.environ["TIRAMISU_PY_HOST"] = PIN
     cuda_kernel.CUDA_ARCHS = ()                 # printed only: no cubin, no toolkit needed

@@ -3,7 +3,7 @@ domain, declared before the consumer's loop nest and computed at the
 consumer's loop; the consumer's reads of the source are redirected to it."""
 from __future__ import annotations
 
-from ..expr import Access, BinOp, Call, Cast, Select, UnOp, walk
+from ..lang.expr import Access, BinOp, Call, Cast, Select, UnOp, walk
 from ..lang.schedule import loop_name
 
 
@@ -17,7 +17,7 @@ def _root_item(f, stmt):
 
 
 def _writers_in_root_item(f, stmt, source):
-    from ..function import Buffer
+    from ..lang.program import Buffer
     item = _root_item(f, stmt)
     stmts = []
 
@@ -58,7 +58,7 @@ def _redirect(e, source, copy_):
 def _make_copy(stmt, source, loop, name):
     """The copy of ``cache_at``: a computation reading ``source`` over its
     whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy."""
-    from ..function import Computation
+    from ..lang.program import Computation
     f = stmt.function
     reads = [n.target for n in walk(stmt.value) if isinstance(n, Access)]
     if not any(t is source for t in reads):

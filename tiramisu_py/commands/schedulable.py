@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import copy
 
-from .. import provenance
-from ..atomic import all_or_nothing_call, atomic
+from ..base import provenance
+from .atomic import all_or_nothing_call, atomic
 from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, Command, _attaching_command, _check_unroll,
                              apply, loop_name, replay)
 from .copies import _make_copy, _writers_in_root_item
@@ -17,7 +17,7 @@ from .copies import _make_copy, _writers_in_root_item
 def _new_loop_names(names, count, text, arg):
     """Checks the loop names a command creates (``names=``/``name=``), with the
     same rule as every declared name (:func:`function.check_name`)."""
-    from ..function import check_name
+    from ..lang.program import check_name
     if isinstance(names, str) or not isinstance(names, (tuple, list)) or len(names) != count:
         raise ValueError(f"{text}: {arg} must be {count} loop names, not {names!r}")
     for n in names:
@@ -177,7 +177,7 @@ class Schedulable:
         loops are the outermost and carry no dependence; a dependence between
         threads of one block gets a barrier where it is carried (a serial loop
         or a sequence outside the thread loops), and is refused inside the
-        thread loops (:mod:`tiramisu_py.gpu`, checked by ``compile()``)."""
+        thread loops (:mod:`tiramisu_py.analysis.gpu_plan`, checked by ``compile()``)."""
         n = loop_name(loop)
         text = f"{self.name}.bind({n}, {to!r})"
         level, _, axis = to.partition(".") if isinstance(to, str) else ("", "", "")
@@ -249,7 +249,7 @@ class Schedulable:
         The producer's own loop transformations may come before or after this
         command: given after, they are recorded before it (they act on the
         producer's own loops, inside the consumer's)."""
-        from ..function import Computation
+        from ..lang.program import Computation
         if not isinstance(self, Computation):
             raise ValueError(f"{self.name}.compute_at: apply it to the computation, not an update")
         n = loop_name(loop)
@@ -268,13 +268,13 @@ class Schedulable:
         ``source`` must not be written inside the loop nest of this statement.
         Like ``cache_shared`` and ``cache_local``, atomic: refused, it leaves
         the Function unchanged; ``f.undo()`` removes the copy too
-        (:mod:`tiramisu_py.atomic`)."""
-        from ..function import Buffer, Computation
+        (:mod:`tiramisu_py.commands.atomic`)."""
+        from ..lang.program import Buffer, Computation
         f = self.function
         if not isinstance(source, (Buffer, Computation)):
             raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation")
         if name is not None:
-            from ..function import check_name
+            from ..lang.program import check_name
             check_name(name, f"{self.name}.cache_at({source.name}): name=: computation")
         name = name or f"{source.name}_cache"
         writers = _writers_in_root_item(f, self, source)
@@ -294,12 +294,12 @@ class Schedulable:
         A and B values of a micro-tile per k step); this statement then reads
         the copy.  The array is shaped by that footprint (isl: per dimension
         the bounding box, compressed by its stride), at most
-        :data:`tiramisu_py.gpu_local.MAX_LOCAL_ELEMENTS` elements.  No
+        :data:`tiramisu_py.commands.gpu_copies.MAX_LOCAL_ELEMENTS` elements.  No
         barrier is needed; ``compile()`` checks that every value read from
         the copy was written by the same thread.  ``source`` (an input, a
         temporary or a shared tile such as ``A_shared``) must not be written
         inside ``loop``."""
-        from .. import gpu_local
+        from . import gpu_copies as gpu_local
         return gpu_local.cache_local(self, source, loop_name(loop), name)
 
     @provenance.command
@@ -315,7 +315,7 @@ class Schedulable:
         barriers the copy needs (after it; before the next copy overwrites
         the tile) are placed by the GPU legality check, and the tiles of a
         block must fit in shared memory (checked by ``compile``)."""
-        from .. import gpu
+        from ..analysis import gpu_plan as gpu
         return gpu.cache_shared(self, source, loop_name(loop), name)
 
     @provenance.command

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..expr import Var
+from .expr import Var
 
 # Limits on unrolling, checked when the command is given (ValueError naming
 # it).  Unrolling copies the body in the generated code: the C and LLVM

@@ -29,7 +29,7 @@ names the command and, for dependences, two instances):
   lives across its iterations) or inside the thread loops; never a block,
   thread or host loop (a tile is private to one thread and one launch).
   The CPU rule (``legality._check_accumulate``) applies as well.
-* Per-thread arrays (``cache_local``, :mod:`tiramisu_py.gpu_local`): every
+* Per-thread arrays (``cache_local``, :mod:`tiramisu_py.commands.gpu_copies`): every
   value read from one was written by the same thread; their storage
   conflicts between threads and blocks are then no dependences (skipped).
 
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .errors import IllegalScheduleError
-from .lang.schedule import gpu_tags, is_mapped
+from ..base.errors import IllegalScheduleError
+from ..lang.schedule import gpu_tags, is_mapped
 
 MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
 MAX_SHARED_BYTES = 48 * 1024       # static shared memory per block without opt-in
@@ -225,7 +225,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 raise IllegalScheduleError(
                     f"{commands[tag.command].text}: the kernel of {', '.join(k.stmts)} has {v} "
                     f"threads along thread.{axis}, beyond CUDA's limit of {MAX_BLOCK_DIM[axis]} "
-                    "(tiramisu_py.gpu.MAX_BLOCK_DIM); bind a shorter loop to it, or use the x "
+                    "(tiramisu_py.analysis.gpu_plan.MAX_BLOCK_DIM); bind a shorter loop to it, or use the x "
                     "or y axis")
         n = 1
         for v in k.threads.values():
@@ -236,7 +236,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 f"{commands[gpu_tags(state[s])[0][3].command].text}: the kernel of "
                 f"{', '.join(k.stmts)} has {' x '.join(str(v) for v in k.threads.values())} = {n} "
                 f"threads per block, beyond the limit of {MAX_THREADS} "
-                "(tiramisu_py.gpu.MAX_THREADS); use smaller thread tiles")
+                "(tiramisu_py.analysis.gpu_plan.MAX_THREADS); use smaller thread tiles")
 
     # dependences between instances of one block
     def coord(stmt, var, axis):
@@ -254,7 +254,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
 
     # per-thread arrays (cache_local): no value crosses threads, so their
     # storage conflicts between threads are none (each has its own copy)
-    from .gpu_local import check_local, local_buffers
+    from ..commands.gpu_copies import check_local, local_buffers
     gdeps = _gpu_dependences(deps, state, by_stmt)
     check_local(model, deps, state, by_stmt, sched, same_thread, gdeps)
     local = local_buffers(model)
@@ -393,8 +393,8 @@ def footprint_widths(f, copy_name):
     """The bounding box of what one iteration of the loops a compute_at copy
     sits in reads: per own dimension, the largest width (over iterations and
     param values), or None when unbounded."""
-    from .poly import build_model
-    from .lang.schedule import replay
+    from ..poly.model import build_model
+    from ..lang.schedule import replay
     model = build_model(f)
     state = replay(model, f._commands)
     at = model.compute_ats(state)[copy_name]
@@ -415,7 +415,7 @@ def footprint_widths(f, copy_name):
 
 
 def cache_shared(stmt, source, loop, name):
-    from .function import Buffer, Computation
+    from ..lang.program import Buffer, Computation
     f = stmt.function
     text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
     if not isinstance(source, (Buffer, Computation)):

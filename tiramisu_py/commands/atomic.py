@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from . import provenance
+from ..base import provenance
 
 
 def _nests(f):
@@ -79,7 +79,7 @@ class CopyCall:
     def _check_unread(self, f, text):
         """Refuses to undo while a statement declared after the call reads
         the copy (it would read a computation that no longer exists)."""
-        from .expr import accesses
+        from ..lang.expr import accesses
         gone = {id(s) for s in self.statements} | {id(s) for s, _ in self.values}
         added = set(self.computations) | set(self.buffers)
         for s in f.statements:

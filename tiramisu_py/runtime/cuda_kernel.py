@@ -45,7 +45,7 @@ class CudaKernel(Kernel):
         """NumPy arrays / CPU tensors: copied to the device and back around the
         launches (synchronous).  Device arrays (torch CUDA tensors, objects
         with ``__cuda_array_interface__`` or CUDA DLPack producers, see
-        :mod:`tiramisu_py.device_arrays`): zero-copy, launched on the
+        :mod:`tiramisu_py.runtime.device_arrays`): zero-copy, launched on the
         framework's current stream (torch's for torch tensors), outputs
         allocated with the inputs' framework, no synchronisation."""
         if any(on_device(x) for x in (*args, *kwargs.values())):
@@ -173,9 +173,9 @@ def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mode
 
 def _check_shared(f, model, plan):
     """Each kernel's shared tiles fit in :data:`gpu.MAX_SHARED_BYTES`."""
-    from . import gpu
-    from .errors import IllegalScheduleError
-    from .function import const_value
+    from ..analysis import gpu_plan as gpu
+    from ..base.errors import IllegalScheduleError
+    from ..lang.program import const_value
     for k in plan.kernels:
         bufs = {}
         for s in k.stmts:
@@ -199,4 +199,4 @@ def _check_shared(f, model, plan):
             raise IllegalScheduleError(
                 f"the kernel of {', '.join(k.stmts)} needs {total} bytes of shared memory per "
                 f"block ({parts}), beyond the limit of {gpu.MAX_SHARED_BYTES} "
-                "(tiramisu_py.gpu.MAX_SHARED_BYTES); use smaller tiles in cache_shared")
+                "(tiramisu_py.analysis.gpu_plan.MAX_SHARED_BYTES); use smaller tiles in cache_shared")

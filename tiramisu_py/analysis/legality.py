@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .dataflow import reads_initial, value_flow
-from . import provenance
-from .errors import IllegalScheduleError
-from .poly import build_model
-from .lang.schedule import initial_state, replay
+from ..poly.dataflow import reads_initial, value_flow
+from ..base import provenance
+from ..base.errors import IllegalScheduleError
+from ..poly.model import build_model
+from ..lang.schedule import initial_state, replay
 
 def analyse(f):
     """The model, dependences and (unchecked) schedule of ``f``."""
@@ -193,7 +193,7 @@ def check(model, deps, commands):
                     f"{commands[tag.command].text}: loop {loop!r} of {stmt} no longer exists "
                     "after later commands" + _given(commands[tag.command]))
             if tag.kind in ("gpu_block", "gpu_thread"):
-                continue                     # tiramisu_py.gpu checks the mapping
+                continue                     # tiramisu_py.analysis.gpu_plan checks the mapping
             carried = carried_by(model, deps, state, stmt, loop)
             tag.private = []
             while tag.kind == "parallel" and carried is not None \
@@ -380,7 +380,7 @@ def _privatisable(model, deps, state, stmt, loop, buf):
     different iterations reusing one buffer, or (statements stored into a
     buffer that lacks the loop's index, none of them a compute_at copy) every
     read sees a value written in its own iteration of the loop: exact
-    last-writer flow (:mod:`tiramisu_py.dataflow`), and no read of initial
+    last-writer flow (:mod:`tiramisu_py.poly.dataflow`), and no read of initial
     content."""
     users = [m for m in model.stmts if any(a.buffer.name == buf for a in m.accesses)]
     kinds = {a.buffer.kind for m in users for a in m.accesses if a.buffer.name == buf}

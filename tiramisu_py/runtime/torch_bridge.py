@@ -107,8 +107,8 @@ class _Shape:
 def _inferable(kernel, buffers):
     """The params ``Kernel._infer_params`` can infer from these buffers'
     shapes (the same walk, on names instead of values)."""
-    from . import affine
-    from .affine import NonAffine
+    from ..lang import affine
+    from ..lang.affine import NonAffine
     known = set()
     progress = True
     while progress:

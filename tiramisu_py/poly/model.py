@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from . import affine
-from .affine import NonAffine
-from .expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var, walk
-from .function import Buffer, Computation, Nest
+from ..lang import affine
+from ..lang.affine import NonAffine
+from ..lang.expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var, walk
+from ..lang.program import Buffer, Computation, Nest
 
 
 def substitute(e, mapping):

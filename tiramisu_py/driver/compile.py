@@ -11,13 +11,14 @@ from codegen import ir
 from codegen.accumulate import accumulate_locally
 from codegen.simplify import simplify_indices, version_full_tiles
 
-from . import gpu, legality, warm
-from .checks import BoundsChecker
-from .dataflow import needs_zero
-from .legality import Dependences
-from .kernel import Kernel
-from .lower import AstLowering, ExprLowering
-from .poly import build_model
+from ..analysis import gpu_plan as gpu, legality
+from . import warm
+from ..analysis.bounds import BoundsChecker
+from ..poly.dataflow import needs_zero
+from ..analysis.legality import Dependences
+from ..runtime.kernel import Kernel
+from ..lower.ast import AstLowering, ExprLowering
+from ..poly.model import build_model
 
 TARGETS = ("cpu", "c", "llvm", "cuda")     # "cpu" is the C backend
 
@@ -102,7 +103,7 @@ def _compile(f, target):
         scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
         arrays=arrays, body=body, constants=dict(f.fixed))
     if target == "cuda":
-        from .cuda_kernel import compile_cuda
+        from ..runtime.cuda_kernel import compile_cuda
         return compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed,
                             model, state, t0, (t1 - t0, t2 - t1))
     if plan is not None:

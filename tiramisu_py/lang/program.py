@@ -6,13 +6,13 @@ import contextlib
 import keyword
 import re
 
-from . import types as T
+from ..base import types as T
 from codegen.c.emit import reserved_c_symbol
 
-from . import provenance
-from .commands.schedulable import Schedulable
-from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, check_expr_size,
-                   Var, parse_size, strong_type, walk, wrap)
+from ..base import provenance
+from ..commands.schedulable import Schedulable
+from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, check_expr_size, Var,
+                   parse_size, strong_type, walk, wrap)
 
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 # words the isl parser or the C compiler would misread
@@ -435,13 +435,13 @@ class Function:
 
     # schedule -----------------------------------------------------------------
     def _model(self):
-        from .poly import PolyModel
+        from ..poly.model import PolyModel
         if self._model_cache is None:
             self._model_cache = PolyModel(self)
         return self._model_cache
 
     def _schedule_state(self):
-        from .lang.schedule import replay
+        from .schedule import replay
         if self._state_cache is None:
             self._state_cache = replay(self._model(), self._commands)
         return self._state_cache
@@ -477,7 +477,7 @@ class Function:
         one stays recorded until it is undone.  Undoing a copy command
         (``cache_at``, ``cache_shared``, ``cache_local``) also removes the
         copy it declared (computation, loops, buffer) and gives the consumer
-        back its reads of the source (:mod:`tiramisu_py.atomic`)."""
+        back its reads of the source (:mod:`tiramisu_py.commands.atomic`)."""
         if not self._commands:
             return None
         last = max(c.call_id for c in self._commands)
@@ -496,7 +496,7 @@ class Function:
         algorithm (and ``store_in`` layouts) stay; the copies that copy
         commands declared go with them (each call is undone, last first; all
         or nothing)."""
-        from .atomic import all_or_nothing
+        from ..commands.atomic import all_or_nothing
         with all_or_nothing(self):
             while self._commands:
                 self.undo()
@@ -532,10 +532,10 @@ class Function:
     def explain(self, file=None) -> str:
         """Prints (and returns) the dependences in words and, for each loop of
         the current schedule, whether it is parallel and why not."""
-        from .legality import analyse, explain
+        from ..analysis.legality import analyse, explain
         model, deps, state = analyse(self)
         text = explain(model, deps, state)
-        from .lower import vector_report
+        from ..lower.ast import vector_report
         text += vector_report(self)
         print(text, file=file)
         return text
@@ -548,8 +548,8 @@ class Function:
         :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
         "cpu"."""
         import os
-        from .compiler import compile_function
-        from .errors import IllegalScheduleError
+        from ..driver.compile import compile_function
+        from ..base.errors import IllegalScheduleError
         target = target or os.environ.get("TIRAMISU_PY_TARGET") or "cpu"
         try:
             return compile_function(self, target, **options)

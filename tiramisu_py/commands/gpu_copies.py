@@ -31,7 +31,7 @@ The command is a ``cache_at`` whose copy is made by one thread for itself:
 
 The rule (``check_local``, at ``compile()``): every value read from a local
 array was written by the same thread of the same block of the same launch
-(exact last-writer flow, :func:`tiramisu_py.dataflow.value_flow`), and no
+(exact last-writer flow, :func:`tiramisu_py.poly.dataflow.value_flow`), and no
 read sees its initial content.  Then each thread's private array holds what
 the one serial array holds on the CPU, its storage conflicts between
 threads and blocks are no dependences (the GPU check skips the array), and
@@ -43,14 +43,14 @@ import math
 
 import islpy as isl
 
-from .errors import IllegalScheduleError
+from ..base.errors import IllegalScheduleError
 
 MAX_LOCAL_ELEMENTS = 256           # elements of one per-thread copy (registers)
 
 
 def cache_local(stmt, source, loop, name):
-    from .function import Buffer, Computation, check_name
-    from .commands.copies import _make_copy
+    from ..lang.program import Buffer, Computation, check_name
+    from .copies import _make_copy
     f = stmt.function
     text = f"{stmt.name}.cache_local({getattr(source, 'name', source)}, {loop})"
     if not isinstance(source, (Buffer, Computation)):
@@ -86,7 +86,7 @@ def cache_local(stmt, source, loop, name):
         # its one reader is now the per-thread copy, so it is computed at that
         # copy, at the same loop (a nested compute_at)
         _retarget(f, source, copy_)
-    from .gpu import footprint_widths
+    from ..analysis.gpu_plan import footprint_widths
     widths = footprint_widths(f, copy_.name)
     if None in widths:
         raise ValueError(f"{text}: the part of {source.name!r} one thread reads in one iteration "
@@ -96,7 +96,7 @@ def cache_local(stmt, source, loop, name):
     if math.prod(counts) > MAX_LOCAL_ELEMENTS:
         raise ValueError(f"{text}: one thread's part of {source.name!r} has "
                          f"{' x '.join(map(str, counts))} = {math.prod(counts)} elements, beyond "
-                         f"{MAX_LOCAL_ELEMENTS} (tiramisu_py.gpu_local.MAX_LOCAL_ELEMENTS; "
+                         f"{MAX_LOCAL_ELEMENTS} (tiramisu_py.commands.gpu_copies.MAX_LOCAL_ELEMENTS; "
                          "registers); use a smaller micro-tile or an inner loop")
     buf = f.buffer(f"{copy_.name}_regs", tuple(counts), source.dtype)
     buf.memory = "local"
@@ -121,7 +121,7 @@ def _retarget(f, producer, consumer):
     for its group: binds) act on ``consumer`` instead, after ``consumer``'s
     own compute_at: ``producer.compute_at(consumer, <same loop>)``."""
     import dataclasses
-    from .lang.schedule import _attaching_command
+    from ..lang.schedule import _attaching_command
     cmds = f._commands
     i = _attaching_command(cmds, producer.name)
     c = cmds[i]
@@ -137,7 +137,7 @@ def _retarget(f, producer, consumer):
 
 def _writes(s, source):
     """True when statement ``s`` writes ``source`` (a buffer or computation)."""
-    from .function import Buffer
+    from ..lang.program import Buffer
     target = s.parent if s.is_update else s
     return (isinstance(source, Buffer) and target.buffer is source) or target is source
 
@@ -145,8 +145,8 @@ def _writes(s, source):
 def footprint_strides(f, copy_name):
     """Per own dimension of a compute_at copy, the stride of what one
     iteration of its enclosing loops reads (1 when none)."""
-    from .poly import build_model
-    from .lang.schedule import replay
+    from ..poly.model import build_model
+    from ..lang.schedule import replay
     model = build_model(f)
     state = replay(model, f._commands)
     dom = model.compute_ats(state)[copy_name].member_domain(copy_name)
@@ -179,7 +179,7 @@ def check_local(model, deps, state, by_stmt, sched, same_thread, gdeps):
     read pairs of a local array are its value flow (a compute_at copy feeds
     the reads of its own iteration only).  ``same_thread(s, t)``: isl
     constraints on the schedule times (a, b) of one thread of one launch."""
-    from .legality import _describe
+    from ..analysis.legality import _describe
     for name, buf in local_buffers(model).items():
         cmd = getattr(buf, "local_command", f"the per-thread array {name!r}")
         writers = {m.name for m in model.stmts

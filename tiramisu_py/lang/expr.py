@@ -13,8 +13,8 @@ import builtins
 import math
 from typing import Iterable
 
-from . import provenance
-from . import types as T
+from ..base import provenance
+from ..base import types as T
 
 
 # Limits on one expression (a computation's value, an update, an index, a
@@ -446,11 +446,11 @@ def check_expr_size(e: Expr, what: str) -> None:
     depth, nodes = expr_size(e)
     if depth > MAX_EXPR_DEPTH:
         raise ValueError(f"{what} is nested {depth} levels deep; the limit is "
-                         f"{MAX_EXPR_DEPTH} (tiramisu_py.expr.MAX_EXPR_DEPTH): split it into "
+                         f"{MAX_EXPR_DEPTH} (tiramisu_py.lang.expr.MAX_EXPR_DEPTH): split it into "
                          "several computations")
     if nodes > MAX_EXPR_NODES:
         raise ValueError(f"{what} has {nodes} nodes (a shared subexpression counts once per "
-                         f"use); the limit is {MAX_EXPR_NODES} (tiramisu_py.expr.MAX_EXPR_NODES): "
+                         f"use); the limit is {MAX_EXPR_NODES} (tiramisu_py.lang.expr.MAX_EXPR_NODES): "
                          "split it into several computations")
 
 

@@ -20,7 +20,7 @@ A warm ``compile()`` is then a hash, a lookup and a load (the backend's
 own cache maps the source to the built library or object): no isl.
 
 The bounds proof a call needs is made at compile time when it holds for
-every size (:meth:`tiramisu_py.checks.BoundsChecker.prove_all`); otherwise
+every size (:meth:`tiramisu_py.analysis.bounds.BoundsChecker.prove_all`); otherwise
 (index arrays, indices affine only once the sizes are known) the first call
 with new sizes builds the model then (isl), as a cold kernel does at every
 first call with new sizes.  ``kernel.model`` and ``kernel.schedule`` of a
@@ -35,7 +35,7 @@ import os
 import pickle
 import types
 
-from . import types as T
+from ..base import types as T
 
 FORMAT = 1
 ENABLED = os.environ.get("TIRAMISU_PY_WARM_START", "1") != "0"
@@ -49,7 +49,7 @@ def _code_version(dirs) -> str:
     ``codegen/cuda``), hashed once per process."""
     key = tuple(dirs)
     if key not in _code:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         h = hashlib.sha256(str(FORMAT).encode())
         for d in dirs:
             for base, subdirs, files in os.walk(os.path.join(root, d)):
@@ -67,8 +67,8 @@ def _code_version(dirs) -> str:
 def _expr_lines(roots, out):
     """Each distinct node of the expressions ``roots`` once (a DAG stays
     linear); returns their ids in ``out``'s numbering."""
-    from .expr import Expr
-    from .expr import Var
+    from ..lang.expr import Expr
+    from ..lang.expr import Var
     memo = out.setdefault("memo", {})
     lines = out.setdefault("lines", [])
 
@@ -214,7 +214,7 @@ def load(k, f=None, build=None):
 
 def _kernel(k, entry, f, build):
     import codegen
-    from .function import Buffer
+    from ..lang.program import Buffer
     stand_in = types.SimpleNamespace(name=entry["name"], params=entry["params"],
                                      fixed=entry["fixed"], computations={})
     if entry["target"] == "llvm":
@@ -257,8 +257,8 @@ class LazyChecker:
         if (tuple(sorted(values.items())), tuple(sorted(ranges.items()))) in self.cache:
             return
         if self._real is None:
-            from .checks import BoundsChecker
-            from .poly import build_model
+            from ..analysis.bounds import BoundsChecker
+            from ..poly.model import build_model
             f = self._function()
             now = hashlib.sha256("\n".join(algorithm_lines(f)).encode()).hexdigest()
             if now != self._algorithm:
@@ -269,10 +269,10 @@ class LazyChecker:
 
 
 def _kernel_class():
-    from .kernel import Kernel
+    from ..runtime.kernel import Kernel
 
     class WarmKernel(Kernel):
-        """A kernel from a warm start (see :mod:`tiramisu_py.warm`)."""
+        """A kernel from a warm start (see :mod:`tiramisu_py.driver.warm`)."""
 
         @property
         def lowered(self):
@@ -286,7 +286,7 @@ def _kernel_class():
 
         def _analysis(self):
             if "_state" not in self.__dict__:
-                from .legality import analyse
+                from ..analysis.legality import analyse
                 model, _, state = analyse(self._function())
                 self.__dict__["_state"] = (model, state)
             return self.__dict__["_state"]

@@ -3,7 +3,7 @@
 Every argument is checked before native code runs: names, dtypes, ranks,
 shapes against params, contiguity, alignment, writability, aliasing of
 outputs, and the contents of index arrays that feed bounds or indirect
-accesses (proved in range by :mod:`tiramisu_py.checks`).  Bad input raises
+accesses (proved in range by :mod:`tiramisu_py.analysis.bounds`).  Bad input raises
 TypeError / ValueError / IndexError naming the argument.
 
 A misaligned input (address not a multiple of the element size) is read from
@@ -16,9 +16,9 @@ import sys
 
 import numpy as np
 
-from . import affine
-from .affine import NonAffine
-from .checks import check_monotone, memory_writable
+from ..lang import affine
+from ..lang.affine import NonAffine
+from ..analysis.bounds import check_monotone, memory_writable
 from .device_arrays import refuse_lazy_view
 
 
@@ -74,7 +74,7 @@ class _Arg:
         any other (a mapping, a foreign buffer, a tensor from
         ``torch.from_numpy`` / ``torch.frombuffer``, an array from
         ``tensor.numpy()``) is asked of the kernel's page tables
-        (:func:`tiramisu_py.checks.memory_writable`), since neither torch nor
+        (:func:`tiramisu_py.analysis.bounds.memory_writable`), since neither torch nor
         NumPy's flag through torch knows it is read-only."""
         if self.nbytes == 0:
             return True
@@ -150,8 +150,8 @@ class Kernel:
         break) and passes ``torch.library.opcheck``.  Once an op with a
         backward is registered, a plain call of the kernel on tensors that
         require grad goes through it.  Needs torch; see
-        :mod:`tiramisu_py.torch_ops`."""
-        from . import torch_ops
+        :mod:`tiramisu_py.runtime.torch_bridge`."""
+        from . import torch_bridge as torch_ops
         inplace = tuple(inplace)
         info = self._torch_ops.get(inplace)
         if info is not None and info.qualname == qualname:
@@ -162,7 +162,7 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")
         if torch is not None and _through_op(torch, args, kwargs):
-            from . import torch_ops
+            from . import torch_bridge as torch_ops
             return torch_ops.call(self, args, kwargs)
         if len(args) > len(self.inputs):
             raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
@@ -369,7 +369,7 @@ def _from_dlpack(name, obj):
 
 
 def _names_in(e):
-    from .expr import ParamRef, walk
+    from ..lang.expr import ParamRef, walk
     return {n.name for n in walk(e) if isinstance(n, ParamRef)}
 
 

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 
-_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # tiramisu_py/
 _inside: dict = {}                  # co_filename -> inside this package
 _USER_FILES = {_PKG + "demo.py"}    # the package's own user code
 _local = threading.local()

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import affine
-from .affine import NonAffine
-from .expr import Access, Var, walk
+from ..lang import affine
+from ..lang.affine import NonAffine
+from ..lang.expr import Access, Var, walk
 
 
 class BoundsChecker:

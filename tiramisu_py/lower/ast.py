@@ -12,12 +12,12 @@ import islpy as isl
 
 from codegen import ir
 
-from . import types as T
-from .expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var,
-                   _weak_default, strong_type, weak_partner_type)
-from .function import Computation
-from .lang.schedule import gpu_tags
-from .poly import resolve
+from ..base import types as T
+from ..lang.expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var,
+                         _weak_default, strong_type, weak_partner_type)
+from ..lang.program import Computation
+from ..lang.schedule import gpu_tags
+from ..poly.model import resolve
 
 _ISL_OPS = {
     isl.ast_expr_op_type.add: "add", isl.ast_expr_op_type.sub: "sub",
@@ -116,7 +116,7 @@ def cast(x: ir.Expr, t: T.DType) -> ir.Expr:
 # ----------------------------------------------------------------- the AST
 class AstLowering:
     def __init__(self, model, state, reserved_names, gpu=None):
-        self.gpu = gpu                  # tiramisu_py.gpu.GpuPlan: barriers, thread ranges
+        self.gpu = gpu                  # tiramisu_py.analysis.gpu_plan.GpuPlan: barriers, thread ranges
         self.dims = []                  # schedule positions of the enclosing loops
         self.model = model
         self.state = state
@@ -487,7 +487,7 @@ def _block_children(n):
 
 
 def _vars_in(e):
-    from .expr import walk
+    from ..lang.expr import walk
     return [n for n in walk(e) if isinstance(n, Var)]
 
 
