@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiramisu_py.runtime.cuda_kernel import on_device
+from tiramisu_py.runtime.device_arrays import on_device
 
 from . import conv_ops, gpu_conv, gpu_sparse, runtime
 from . import sparse as SP

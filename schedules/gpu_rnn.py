@@ -324,7 +324,7 @@ def gru(x, weights, h0=None):
 
 
 def _call(cell, x, weights, h0, c0):
-    from tiramisu_py.runtime.cuda_kernel import on_device
+    from tiramisu_py.runtime.device_arrays import on_device
     if on_device(x) or any(on_device(s) for s in (h0, c0) if s is not None):
         from codegen.cuda.runtime import driver
         driver()          # NoCudaDriverError before any device work

@@ -47,7 +47,7 @@ def use_cuda(target, *arrays) -> bool:
     $TIRAMISU_PY_TARGET=cuda with no ``target``), or no target given and an
     argument is a device array (a torch CUDA tensor, ``__cuda_array_interface__``).
     Device arrays with a CPU target are refused, naming the target."""
-    from tiramisu_py.runtime.cuda_kernel import on_device
+    from tiramisu_py.runtime.device_arrays import on_device
     on_gpu = any(a is not None and on_device(a) for a in arrays)
     if target_of(target) == "cuda":
         return True
@@ -102,7 +102,7 @@ def cuda_float32(x, name, ndim):
     tensor, made contiguous; or any ``__cuda_array_interface__`` object)
     checked as float32 with ``ndim`` dimensions, else as
     :func:`float32_array` (a host array, copied to the device by the call)."""
-    from tiramisu_py.runtime.cuda_kernel import on_device
+    from tiramisu_py.runtime.device_arrays import on_device
     if not on_device(x):
         return float32_array(x, name, ndim)
     if is_torch(x):

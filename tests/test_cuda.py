@@ -64,7 +64,7 @@ def emulation_cubins():
     about a second a kernel; the tests that check cubins use it)."""
     from codegen.cuda import nvrtc
     from codegen.cuda.toolchain import COMPILER_ENV
-    from tiramisu_py.runtime import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     if nvrtc.unavailable() is None:
         old = os.environ.get(COMPILER_ENV)
         os.environ[COMPILER_ENV] = "nvrtc"
@@ -110,11 +110,11 @@ def rev_reference(a):
 
 
 def lowered_gpu(f):
-    from tiramisu_py.analysis import gpu_plan as gpu, legality
+    from tiramisu_py.analysis import gpu_plan, legality
     from tiramisu_py.lower.ast import AstLowering
     model, deps, _ = legality.analyse(f)
     state = legality.check(model, deps, f._commands)
-    plan = gpu.plan(model, deps, state, f._commands)
+    plan = gpu_plan.plan(model, deps, state, f._commands)
     return plan, AstLowering(model, state, set(), gpu=plan).run()
 
 

@@ -281,7 +281,7 @@ def test_fuzz_tiny_fixed_sizes_race_free(monkeypatch):
 
     from tests.fuzz_programs import build, interpret, random_arrays
     from tests.test_cuda_fuzz import random_program
-    from tiramisu_py.runtime import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         pytest.skip("no C++ compiler for the CUDA emulator")
     monkeypatch.setattr(ck, "CUDA_ARCHS", ())

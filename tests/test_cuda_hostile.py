@@ -372,7 +372,7 @@ def test_a_spilling_register_tile_says_so_first(monkeypatch):
     -Werror, and the error began with NVRTC's log of unused-variable
     warnings, the spill at its very end. Now its first line names it."""
     from codegen.toolchain import CompileError
-    from tiramisu_py.runtime import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     monkeypatch.setenv("TIRAMISU_PY_CUDA_COMPILER", "nvrtc")
     monkeypatch.setattr(ck, "CUDA_ARCHS", ("sm_80",))
     f = gpu_gemm.function(128, 128, 64, tile=128, tk=8, micro=16)

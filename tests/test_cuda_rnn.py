@@ -207,7 +207,7 @@ def test_one_launch_per_antidiagonal_layers_on_blocks():
 def test_cubins_without_spills_at_a_real_size(cell):
     """L=4, B=64, I=H=512: the step kernel's registers, shared memory and
     barriers recorded for sm_80 and sm_90."""
-    from tiramisu_py.runtime import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     k = gpu_rnn.function(4, 16, 64, 512, 512, cell=cell).compile(target="cuda")
     assert set(k.resources) == set(ck.CUDA_ARCHS) and {"sm_80", "sm_90"} <= set(k.resources)
     step = next(s for s in k.launch_plan.steps if not hasattr(s, "block")).steps[0]
@@ -358,7 +358,7 @@ def test_barrier_kept_where_isl_drops_a_one_iteration_loop():
     barrier planned at the sequence inside it must still be placed (it was
     lost: every thread order gave a wrong product)."""
     from schedules import gpu_gemm
-    from tiramisu_py.runtime import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     saved, ck.CUDA_ARCHS = ck.CUDA_ARCHS, ()
     try:
         k = gpu_gemm.function(17, 19, 3).compile(target="cuda")

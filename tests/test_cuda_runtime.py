@@ -30,7 +30,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 
 def printed(build):
     """``build()`` compiled for CUDA without cubins (printed only)."""
-    from tiramisu_py.runtime import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     saved, ck.CUDA_ARCHS = ck.CUDA_ARCHS, ()
     try:
         return build().compile(target="cuda")

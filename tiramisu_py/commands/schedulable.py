@@ -299,8 +299,8 @@ class Schedulable:
         the copy was written by the same thread.  ``source`` (an input, a
         temporary or a shared tile such as ``A_shared``) must not be written
         inside ``loop``."""
-        from . import gpu_copies as gpu_local
-        return gpu_local.cache_local(self, source, loop_name(loop), name)
+        from .gpu_copies import cache_local
+        return cache_local(self, source, loop_name(loop), name)
 
     @provenance.command
     @atomic
@@ -315,8 +315,8 @@ class Schedulable:
         barriers the copy needs (after it; before the next copy overwrites
         the tile) are placed by the GPU legality check, and the tiles of a
         block must fit in shared memory (checked by ``compile``)."""
-        from ..analysis import gpu_plan as gpu
-        return gpu.cache_shared(self, source, loop_name(loop), name)
+        from .gpu_copies import cache_shared
+        return cache_shared(self, source, loop_name(loop), name)
 
     @provenance.command
     def then(self, other, loop=None):

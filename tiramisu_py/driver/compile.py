@@ -11,17 +11,15 @@ from codegen import ir
 from codegen.accumulate import accumulate_locally
 from codegen.simplify import simplify_indices, version_full_tiles
 
-from ..analysis import gpu_plan as gpu, legality
-from . import warm
+from ..analysis import gpu_plan, legality
 from ..analysis.bounds import BoundsChecker
-from ..poly.dataflow import needs_zero
 from ..analysis.legality import Dependences
-from ..runtime.kernel import Kernel
 from ..lower.ast import AstLowering, ExprLowering
+from ..poly.dataflow import needs_zero
 from ..poly.model import build_model
-
-TARGETS = ("cpu", "c", "llvm", "cuda")     # "cpu" is the C backend
-
+from ..runtime.kernel import Kernel
+from . import warm
+from .cuda import compile_cuda
 
 # A compile slower than this (seconds) is reported, one line per phase boundary
 # passed after it and one at the end, e.g. ``tiramisu_py: compiled 'gemm' in
@@ -79,7 +77,7 @@ def _compile(f, target):
     checker.prove_all()
     deps = Dependences(model)
     state = legality.check(model, deps, f._commands)
-    plan = gpu.plan(model, deps, state, f._commands)
+    plan = gpu_plan.plan(model, deps, state, f._commands)
     zeroed = {b.name for b in temps if needs_zero(model, b, output=False)}
     zeroed |= {b.name for b in outputs if needs_zero(model, b, output=True)}
     t1 = time.perf_counter()
@@ -102,21 +100,38 @@ def _compile(f, target):
         name=f.name,
         scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
         arrays=arrays, body=body, constants=dict(f.fixed))
-    if target == "cuda":
-        from ..runtime.cuda_kernel import compile_cuda
-        return compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed,
-                            model, state, t0, (t1 - t0, t2 - t1))
+    return TARGETS[target](f, lowered, plan, inputs, outputs, temps, checker, zeroed, model,
+                           state, t0, (t1 - t0, t2 - t1))
+
+
+def _compile_host(f, lowered, plan, inputs, outputs, temps, checker, zeroed, model, state,
+                  t0, times, *, backend):
+    """The CPU targets: ``backend`` (C or LLVM) compiles the loop IR."""
+    t2 = t0 + times[0] + times[1]
     if plan is not None:
         lowered.body = ir.for_cpu(lowered.body)   # blocks and threads as serial loops
     accumulate_locally(version_full_tiles(simplify_indices(lowered)))
-    compiled = codegen.compile_llvm(lowered) if target == "llvm" else codegen.compile_c(lowered)
+    compiled = backend(lowered)
     t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered,
                     zeroed_outputs={b.name for b in outputs if b.name in zeroed})
     kernel.model, kernel.schedule = model, state
-    kernel.timings = {"analysis": t1 - t0, "ast": t2 - t1, "backend": t3 - t2}
+    kernel.timings = {"analysis": times[0], "ast": times[1], "backend": t3 - t2}
     _progress(f, t0, kernel.timings)
     return kernel
+
+
+def _c(*args):
+    return _compile_host(*args, backend=codegen.compile_c)
+
+
+def _llvm(*args):
+    return _compile_host(*args, backend=codegen.compile_llvm)
+
+
+# the targets: name -> what turns the lowered function into a Kernel ("cpu" is
+# the C backend)
+TARGETS = {"cpu": _c, "c": _c, "llvm": _llvm, "cuda": compile_cuda}
 
 
 def _privatise(s, allocs, zeroed):
