@@ -24,9 +24,6 @@ REMAINING = [
     ["schedules.conv_ops", "schedules.gpu_ops", "schedules.sparse"],
     ["schedules.gemm", "schedules.gpu_gemm"],
     ["schedules.gpu_rnn", "schedules.rnn"],
-    ["tiramisu_py.commands.copies", "tiramisu_py.commands.schedulable", "tiramisu_py.driver.compile",
-     "tiramisu_py.runtime.cuda_kernel", "tiramisu_py.lang.program", "tiramisu_py.analysis.gpu_plan", "tiramisu_py.commands.gpu_copies",
-     "tiramisu_py.analysis.legality", "tiramisu_py.lower.ast", "tiramisu_py.poly.model", "tiramisu_py.driver.warm"],
     ["tiramisu_py.runtime.kernel", "tiramisu_py.runtime.torch_bridge"],
 ]
 # imports against the package order still to remove

@@ -14,6 +14,7 @@ import pytest
 import tiramisu_py as tp
 from codegen import ir
 from examples import gemm
+from tiramisu_py.commands.state import state_of
 
 RNG = np.random.default_rng(20)
 
@@ -133,7 +134,7 @@ def test_for_cpu_serialises_gpu_loops_and_drops_barriers():
 # ------------------------------------------------------------ mapping commands
 def test_gpu_tile_names_and_binds():
     f = gemm_gpu()
-    st = f._schedule_state()["C_update"]
+    st = state_of(f)["C_update"]
     assert [lp.name for lp in st.loops] == ["i0", "j0", "i1", "j1", "k"]
     assert {n: (t.kind, t.arg) for n, t in st.tags.items()} == {
         "i0": ("gpu_block", "y"), "j0": ("gpu_block", "x"),

@@ -15,6 +15,7 @@ from examples import gemm
 from schedules import gpu_conv, gpu_gemm, gpu_rnn, gpu_sparse
 from schedules.conv import ConvShape
 from tests.test_cuda import cuda_kernel, emulation_cubins
+from tiramisu_py.commands.state import state_of
 
 RNG = np.random.default_rng(44)
 HAVE_CXX = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
@@ -58,7 +59,7 @@ def test_a_bound_loop_keeps_its_binding(command, message):
     f, c, u = tiled()
     with pytest.raises(ValueError, match=message):
         command(c)
-    st = f._schedule_state()["C"]
+    st = state_of(f)["C"]
     assert {n: (t.kind, t.arg) for n, t in st.tags.items()} == {
         "i0": ("gpu_block", "y"), "j0": ("gpu_block", "x"),
         "i1": ("gpu_thread", "y"), "j1": ("gpu_thread", "x")}
@@ -339,7 +340,7 @@ def test_refused_gpu_tile_records_nothing():
                                          r"statement is already bound to thread.x"):
         u.gpu_tile("i", "j", 4, 4)
     assert [cmd.text for cmd in f._commands] == ["C_update.bind(k, 'thread.x')"]
-    assert [lp.name for lp in f._schedule_state()["C_update"].loops] == ["i", "j", "k"]
+    assert [lp.name for lp in state_of(f)["C_update"].loops] == ["i", "j", "k"]
 
 
 @pytest.mark.parametrize("refused", [

@@ -16,7 +16,8 @@ compile it, call the kernel on NumPy arrays or torch tensors::
 from .base.errors import IllegalScheduleError
 from .lang.expr import (Expr, Var, abs, cast, ceil, exp, floor, log, max, min, select, sigmoid,
                         sqrt, tanh)
-from .lang.program import Buffer, Computation, Function, Update
+from .api import Computation, Function, Update
+from .lang.program import Buffer
 from .runtime.kernel import Kernel
 from .base.types import DType, bool_, float32, float64, int8, int32, int64, uint8
 

@@ -4,6 +4,7 @@ consumer's loop; the consumer's reads of the source are redirected to it."""
 from __future__ import annotations
 
 from ..lang.expr import Access, BinOp, Call, Cast, Select, UnOp, walk
+from ..lang.program import Buffer, Computation
 from ..lang.schedule import loop_name
 
 
@@ -17,7 +18,6 @@ def _root_item(f, stmt):
 
 
 def _writers_in_root_item(f, stmt, source):
-    from ..lang.program import Buffer
     item = _root_item(f, stmt)
     stmts = []
 
@@ -58,7 +58,6 @@ def _redirect(e, source, copy_):
 def _make_copy(stmt, source, loop, name):
     """The copy of ``cache_at``: a computation reading ``source`` over its
     whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy."""
-    from ..lang.program import Computation
     f = stmt.function
     reads = [n.target for n in walk(stmt.value) if isinstance(n, Access)]
     if not any(t is source for t in reads):

@@ -49,6 +49,7 @@ from ..lang.program import Buffer, Computation, check_name
 from ..lang.schedule import _attaching_command
 from ..poly.footprint import footprint_strides, footprint_widths
 from .copies import _make_copy
+from .state import extent_of, state_of
 
 MAX_LOCAL_ELEMENTS = 256           # elements of one per-thread copy (registers)
 
@@ -60,7 +61,7 @@ def cache_local(stmt, source, loop, name):
         raise TypeError(f"{text}: source must be a buffer or computation")
     if name is not None:
         check_name(name, f"{text}: name=: computation")
-    state = f._schedule_state()
+    state = state_of(f)
     st = state[stmt.name]
     st.find(loop, text, stmt.name)
     names = [lp.name for lp in st.loops]
@@ -131,8 +132,8 @@ def _retarget(f, producer, consumer):
     later = cmds[i + 1:]
     cmds[:] = cmds[:i] + [x for x in later if x.stmt not in group] + [new] + \
         [x for x in later if x.stmt in group]
-    f._state_cache = f._compiled = None
-    f._schedule_state()            # replayed now: an error names the commands
+    f._state_cache = None
+    state_of(f)            # replayed now: an error names the commands
 
 
 def _writes(s, source):
@@ -147,7 +148,7 @@ def cache_shared(stmt, source, loop, name):
     if not isinstance(source, (Buffer, Computation)):
         raise TypeError(f"{text}: source must be a buffer or computation, not "
                         f"{type(source).__name__}")
-    st = f._schedule_state()[stmt.name]
+    st = state_of(f)[stmt.name]
     st.find(loop, text, stmt.name)
     names = [lp.name for lp in st.loops]
     k = names.index(loop)
@@ -158,9 +159,9 @@ def cache_shared(stmt, source, loop, name):
                          "outside the thread loops")
     # a compute_at copy (a cache_local copy) shares its thread loops with its consumer
     owner = stmt.name
-    while f._schedule_state()[owner].at is not None:
-        owner = f._schedule_state()[owner].at[1]
-    threads = {t.arg: f._loop_extent(owner, n) for n, t in tags.items() if t.kind == "gpu_thread"}
+    while state_of(f)[owner].at is not None:
+        owner = state_of(f)[owner].at[1]
+    threads = {t.arg: extent_of(f, owner, n) for n, t in tags.items() if t.kind == "gpu_thread"}
     if not threads:
         raise ValueError(f"{text}: {stmt.name} has no thread loop; bind its thread loops "
                          "(bind / gpu_tile) before cache_shared")

@@ -8,16 +8,18 @@ from __future__ import annotations
 import copy
 
 from ..base import provenance
-from .atomic import all_or_nothing_call, atomic
+from ..lang.program import Buffer, Computation, check_name
 from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, Command, _attaching_command, _check_unroll,
                              apply, loop_name, replay)
+from .atomic import all_or_nothing_call, atomic
 from .copies import _make_copy, _writers_in_root_item
+from .gpu_copies import cache_local, cache_shared
+from .state import extent_of, model_of, state_of
 
 
 def _new_loop_names(names, count, text, arg):
     """Checks the loop names a command creates (``names=``/``name=``), with the
     same rule as every declared name (:func:`function.check_name`)."""
-    from ..lang.program import check_name
     if isinstance(names, str) or not isinstance(names, (tuple, list)) or len(names) != count:
         raise ValueError(f"{text}: {arg} must be {count} loop names, not {names!r}")
     for n in names:
@@ -33,21 +35,20 @@ class Schedulable:
         f = self.function
         call = provenance.current()
         cmd = Command(self.name, op, args, kwargs, text, call.text, call.where, call.id)
-        state = f._schedule_state()
+        state = state_of(f)
         at = _attaching_command(f._commands, self.name) \
             if state[self.name].at is not None and op not in _TAG_OPS else None
         if at is not None:
             # a loop transformation of a computed-at producer (e.g. a cache_at
             # copy) acts on its own loops: it takes effect before the compute_at
             commands = f._commands[:at] + [cmd] + f._commands[at:]
-            trial = replay(f._model(), commands)     # validate now: errors name the call
+            trial = replay(model_of(f), commands)     # validate now: errors name the call
             f._commands[:] = commands
         else:
             trial = copy.deepcopy(state)
             apply(trial, cmd, len(f._commands))        # validate now: errors name the call
             f._commands.append(cmd)
         f._state_cache = trial
-        f._compiled = None
         return self
 
     @provenance.command
@@ -131,7 +132,7 @@ class Schedulable:
             self.allow_reassociation()
         if not isinstance(width, int) or width < 1:
             raise ValueError(f"{self.name}.vectorize({n}, {width}): width must be a positive int")
-        ext = self.function._loop_extent(self.name, n)
+        ext = extent_of(self.function, self.name, n)
         return self._tag_strip_mined(n, ext, width, "vector", "vectorize")
 
     @provenance.command
@@ -146,7 +147,7 @@ class Schedulable:
                                    or factor < 1):
             raise ValueError(f"{self.name}.unroll({n}, {factor!r}): the factor must be a "
                              "positive int")
-        ext = self.function._loop_extent(self.name, n)
+        ext = extent_of(self.function, self.name, n)
         if factor is None:
             if ext is None:
                 raise ValueError(f"{self.name}.unroll({n}): the loop's extent is not a "
@@ -157,7 +158,7 @@ class Schedulable:
                                  "(tiramisu_py.lang.schedule.MAX_UNROLL); give a factor")
             factor = ext
         # refuse before the split is recorded: a refused command leaves no trace
-        _check_unroll(self.function._schedule_state()[self.name], n, factor,
+        _check_unroll(state_of(self.function)[self.name], n, factor,
                       f"{self.name}.unroll({n}, {factor})")
         return self._tag_strip_mined(n, ext, factor, "unrolled", "unroll")
 
@@ -249,8 +250,7 @@ class Schedulable:
         The producer's own loop transformations may come before or after this
         command: given after, they are recorded before it (they act on the
         producer's own loops, inside the consumer's)."""
-        from ..lang.program import Computation
-        if not isinstance(self, Computation):
+        if self.is_update:
             raise ValueError(f"{self.name}.compute_at: apply it to the computation, not an update")
         n = loop_name(loop)
         group = [self.name] + [u.name for u in self.updates]
@@ -269,12 +269,10 @@ class Schedulable:
         Like ``cache_shared`` and ``cache_local``, atomic: refused, it leaves
         the Function unchanged; ``f.undo()`` removes the copy too
         (:mod:`tiramisu_py.commands.atomic`)."""
-        from ..lang.program import Buffer, Computation
         f = self.function
         if not isinstance(source, (Buffer, Computation)):
             raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation")
         if name is not None:
-            from ..lang.program import check_name
             check_name(name, f"{self.name}.cache_at({source.name}): name=: computation")
         name = name or f"{source.name}_cache"
         writers = _writers_in_root_item(f, self, source)
@@ -299,7 +297,6 @@ class Schedulable:
         the copy was written by the same thread.  ``source`` (an input, a
         temporary or a shared tile such as ``A_shared``) must not be written
         inside ``loop``."""
-        from .gpu_copies import cache_local
         return cache_local(self, source, loop_name(loop), name)
 
     @provenance.command
@@ -315,7 +312,6 @@ class Schedulable:
         barriers the copy needs (after it; before the next copy overwrites
         the tile) are placed by the GPU legality check, and the tiles of a
         block must fit in shared memory (checked by ``compile``)."""
-        from .gpu_copies import cache_shared
         return cache_shared(self, source, loop_name(loop), name)
 
     @provenance.command

@@ -3,6 +3,7 @@ generation and the Kernel."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -46,6 +47,11 @@ def _progress(f, t0, phases, nxt=None):
         _report(f"tiramisu_py: compiled {f.name!r} in {total:.1f} s ({done})")
     else:
         _report(f"tiramisu_py: compiling {f.name!r}: {done} (next: {nxt})")
+
+
+def default_target() -> str:
+    """The target of ``compile()`` without one: ``$TIRAMISU_PY_TARGET``, else "cpu"."""
+    return os.environ.get("TIRAMISU_PY_TARGET") or "cpu"
 
 
 def compile_function(f, target="cpu", **options):

@@ -497,16 +497,3 @@ def _plus_one(x):
     if isinstance(x, ir.Binary) and x.op == "sub" and isinstance(x.b, ir.Const) and x.b.value == 1:
         return x.a
     return ir.Binary("add", x, ir.Const(1, "int64"), "int64")
-
-
-def vector_report(f) -> str:
-    """For ``f.explain()``: each vector loop of the compiled kernel, widened or
-    not and why (:func:`codegen.vectorize.report`; the same decision in both
-    backends).  Empty when the function does not compile."""
-    from codegen.vectorize import report
-    try:
-        lowered = f.compile().lowered
-    except Exception:           # explain() must work on a schedule that does not compile
-        return ""
-    lines = report(lowered)
-    return "\nVector loops:\n" + "\n".join("  " + x for x in lines) if lines else ""

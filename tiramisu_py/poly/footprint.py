@@ -1,6 +1,7 @@
 """What one iteration of the loops a compute_at copy sits in reads (its
 footprint, exact with isl): the widths that shape a ``cache_shared`` tile or
-a ``cache_local`` array, and the strides that compress the latter."""
+a ``cache_local`` array, and the strides that compress the latter; and the
+extent of a statement's loop under a schedule."""
 from __future__ import annotations
 
 import islpy as isl
@@ -48,3 +49,21 @@ def footprint_strides(f, copy_name):
         s = per_iter.get_stride(d)
         out.append(int(s.to_python()) if s.is_int() and s.to_python() > 0 else 1)
     return out
+
+
+def loop_extent(model, state, stmt, loop):
+    """The largest extent ``loop`` of statement ``stmt`` has under the
+    schedule ``state``, over all param values, or None when it is unbounded."""
+    m = model.by_name[stmt]
+    st = state[stmt]
+    k = st.find(loop, f"{stmt}: loop {loop}", stmt)
+    smap = isl.Map(f"{model.prefix()}{{ {stmt}[{', '.join(v.name for v in m.vars)}] -> "
+                   f"[{st.loops[k].expr}] }}", context=model.ctx)
+    rng = smap.intersect_domain(model.domain(m)).range()
+    ext = rng.dim_max(0).sub(rng.dim_min(0)).coalesce()
+    if ext.n_piece() == 0:
+        return 0
+    val = ext.max_val()            # over all param values
+    if not val.is_int():
+        return None                # unbounded (grows with a param)
+    return int(val.to_python()) + 1
