@@ -24,7 +24,6 @@ REMAINING = [
     ["schedules.conv_ops", "schedules.gpu_ops", "schedules.sparse"],
     ["schedules.gemm", "schedules.gpu_gemm"],
     ["schedules.gpu_rnn", "schedules.rnn"],
-    ["tiramisu_py.runtime.kernel", "tiramisu_py.runtime.torch_bridge"],
 ]
 # imports against the package order still to remove
 REMAINING_UPWARD = {("tiramisu_py.demo", "examples"), ("tiramisu_py.demo", "schedules"),

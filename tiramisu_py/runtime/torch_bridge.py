@@ -157,12 +157,12 @@ def kernel_op(kernel, qualname, inplace=(), backward=None, setup_context=None):
     known = _inferable(kernel, shaped)
     int_params = [p for p in kernel.params if p not in known]
     functional = [b for b in kernel.outputs if b.name not in inplace]
-    from .kernel import _eval_size
+    from .shapes import eval_size
     probe = dict(kernel.fixed, **{p: 1 for p in kernel.params})
     for b in functional:
         for e in b.shape:
             try:
-                _eval_size(e, probe, b.name)
+                eval_size(e, probe, b.name)
             except ValueError as exc:
                 raise ValueError(f"torch_op {qualname!r}: the shape of output {b.name!r} "
                                  f"cannot be derived from the params: {exc}") from None
