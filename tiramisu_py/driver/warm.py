@@ -35,7 +35,15 @@ import os
 import pickle
 import types
 
+import codegen
+
+from ..analysis.bounds import BoundsChecker
+from ..analysis.legality import analyse
 from ..base import types as T
+from ..lang.expr import Expr, Var
+from ..lang.program import Buffer
+from ..poly.model import build_model
+from ..runtime.kernel import Kernel
 
 FORMAT = 1
 ENABLED = os.environ.get("TIRAMISU_PY_WARM_START", "1") != "0"
@@ -67,8 +75,6 @@ def _code_version(dirs) -> str:
 def _expr_lines(roots, out):
     """Each distinct node of the expressions ``roots`` once (a DAG stays
     linear); returns their ids in ``out``'s numbering."""
-    from ..lang.expr import Expr
-    from ..lang.expr import Var
     memo = out.setdefault("memo", {})
     lines = out.setdefault("lines", [])
 
@@ -213,8 +219,6 @@ def load(k, f=None, build=None):
 
 
 def _kernel(k, entry, f, build):
-    import codegen
-    from ..lang.program import Buffer
     stand_in = types.SimpleNamespace(name=entry["name"], params=entry["params"],
                                      fixed=entry["fixed"], computations={})
     if entry["target"] == "llvm":
@@ -257,8 +261,6 @@ class LazyChecker:
         if (tuple(sorted(values.items())), tuple(sorted(ranges.items()))) in self.cache:
             return
         if self._real is None:
-            from ..analysis.bounds import BoundsChecker
-            from ..poly.model import build_model
             f = self._function()
             now = hashlib.sha256("\n".join(algorithm_lines(f)).encode()).hexdigest()
             if now != self._algorithm:
@@ -268,42 +270,28 @@ class LazyChecker:
         self._real.check(values, ranges, arrays)
 
 
-def _kernel_class():
-    from ..runtime.kernel import Kernel
+class WarmKernel(Kernel):
+    """A kernel from a warm start: its lowered loop IR is read, and its model
+    and schedule are computed, when first used."""
 
-    class WarmKernel(Kernel):
-        """A kernel from a warm start (see :mod:`tiramisu_py.driver.warm`)."""
+    @property
+    def lowered(self):
+        if self.__dict__.get("_lowered") is None and hasattr(self, "_ir_path"):
+            self.__dict__["_lowered"] = _read(self._ir_path)
+        return self.__dict__.get("_lowered")
 
-        @property
-        def lowered(self):
-            if self.__dict__.get("_lowered") is None and hasattr(self, "_ir_path"):
-                self.__dict__["_lowered"] = _read(self._ir_path)
-            return self.__dict__.get("_lowered")
+    @lowered.setter
+    def lowered(self, value):
+        self.__dict__["_lowered"] = value
 
-        @lowered.setter
-        def lowered(self, value):
-            self.__dict__["_lowered"] = value
+    def _analysis(self):
+        if "_state" not in self.__dict__:
+            model, _, state = analyse(self._function())
+            self.__dict__["_state"] = (model, state)
+        return self.__dict__["_state"]
 
-        def _analysis(self):
-            if "_state" not in self.__dict__:
-                from ..analysis.legality import analyse
-                model, _, state = analyse(self._function())
-                self.__dict__["_state"] = (model, state)
-            return self.__dict__["_state"]
-
-        model = property(lambda self: self._analysis()[0])
-        schedule = property(lambda self: self._analysis()[1])
-    return WarmKernel
-
-
-class _Lazy:
-    cls = None
-
-
-def WarmKernel(*args, **kwargs):      # noqa: N802 - a class, made on first use
-    if _Lazy.cls is None:
-        _Lazy.cls = _kernel_class()
-    return _Lazy.cls(*args, **kwargs)
+    model = property(lambda self: self._analysis()[0])
+    schedule = property(lambda self: self._analysis()[1])
 
 
 # ------------------------------------------------------------------ the library
