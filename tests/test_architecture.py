@@ -26,8 +26,7 @@ REMAINING = [
     ["schedules.gpu_rnn", "schedules.rnn"],
 ]
 # imports against the package order still to remove
-REMAINING_UPWARD = {("tiramisu_py.demo", "examples"), ("tiramisu_py.demo", "schedules"),
-                    ("tiramisu_py.nn", "schedules")}
+REMAINING_UPWARD: set = set()
 
 # files still to split
 REMAINING_LONG = {"codegen/c/emit.py", "tests/test_codegen_llvm.py", "tests/test_language.py"}

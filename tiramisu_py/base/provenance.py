@@ -23,7 +23,6 @@ import threading
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # tiramisu_py/
 _inside: dict = {}                  # co_filename -> inside this package
-_USER_FILES = {_PKG + "demo.py"}    # the package's own user code
 _local = threading.local()
 _ids = itertools.count(1)
 
@@ -43,7 +42,7 @@ def user_frame():
         inside = _inside.get(name)
         if inside is None:
             path = os.path.abspath(name)
-            inside = _inside[name] = path.startswith(_PKG) and path not in _USER_FILES
+            inside = _inside[name] = path.startswith(_PKG)
         if not inside:
             return f
         f = f.f_back

@@ -5,7 +5,7 @@ autograd (backward kernels written in the DSL) and ``torch.compile``
 
 Migration is one line per layer::
 
-    model.features[0] = tiramisu_py.nn.Conv2d.from_torch(model.features[0])
+    model.features[0] = schedules.nn.Conv2d.from_torch(model.features[0])
 
 or :func:`convert` for a whole model.  ``from_torch`` takes over the torch
 module's parameters (the same ``Parameter`` objects: an optimizer built
@@ -228,7 +228,7 @@ class _Recurrent(nn.Module):
 
 
 class LSTM(_Recurrent):
-    """``tiramisu_py.nn.LSTM.from_torch(lstm)``: ``forward(x, (h0, c0)=None)``
+    """``schedules.nn.LSTM.from_torch(lstm)``: ``forward(x, (h0, c0)=None)``
     returns ``(y, (h_n, c_n))`` as ``nn.LSTM`` does."""
     _torch = nn.LSTM
 
@@ -240,7 +240,7 @@ class LSTM(_Recurrent):
 
 
 class GRU(_Recurrent):
-    """``tiramisu_py.nn.GRU.from_torch(gru)``: ``forward(x, h0=None)`` returns
+    """``schedules.nn.GRU.from_torch(gru)``: ``forward(x, h0=None)`` returns
     ``(y, h_n)`` as ``nn.GRU`` does."""
     _torch = nn.GRU
 
