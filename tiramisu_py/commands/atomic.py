@@ -25,6 +25,7 @@ import contextlib
 import functools
 
 from ..base import provenance
+from ..lang.expr import accesses
 
 
 def _nests(f):
@@ -79,7 +80,6 @@ class CopyCall:
     def _check_unread(self, f, text):
         """Refuses to undo while a statement declared after the call reads
         the copy (it would read a computation that no longer exists)."""
-        from ..lang.expr import accesses
         gone = {id(s) for s in self.statements} | {id(s) for s, _ in self.values}
         added = set(self.computations) | set(self.buffers)
         for s in f.statements:

@@ -14,7 +14,7 @@ from codegen import ir
 
 from ..base import types as T
 from ..lang.expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var,
-                         _weak_default, strong_type, weak_partner_type)
+                         _weak_default, strong_type, walk, weak_partner_type)
 from ..lang.program import Computation
 from ..lang.schedule import gpu_tags
 from ..poly.model import resolve
@@ -487,7 +487,6 @@ def _block_children(n):
 
 
 def _vars_in(e):
-    from ..lang.expr import walk
     return [n for n in walk(e) if isinstance(n, Var)]
 
 

@@ -12,6 +12,7 @@ from ..lang import affine
 from ..lang.affine import NonAffine
 from ..lang.expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var, walk
 from ..lang.program import Buffer, Computation, Nest
+from .compute_at import ComputeAt
 
 
 def substitute(e, mapping):
@@ -111,7 +112,6 @@ class PolyModel:
         """member name -> ComputeAt, for the statements moved by compute_at,
         outer ones first (a nested compute_at's consumer is a member of an
         outer one, whose copies it reads)."""
-        from .compute_at import ComputeAt
         out, made = {}, {}
 
         def make(name):

@@ -152,19 +152,19 @@ class Kernel:
         backward is registered, a plain call of the kernel on tensors that
         require grad goes through it.  Needs torch; see
         :mod:`tiramisu_py.runtime.torch_bridge`."""
-        from . import torch_bridge as torch_ops
+        from . import torch_bridge          # needs torch: loaded on first use
         inplace = tuple(inplace)
         info = self._torch_ops.get(inplace)
         if info is not None and info.qualname == qualname:
             return info.op
-        return torch_ops.kernel_op(self, qualname, inplace, backward, setup_context).op
+        return torch_bridge.kernel_op(self, qualname, inplace, backward, setup_context).op
 
     # ------------------------------------------------------------------ call
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")
         if torch is not None and _through_op(torch, args, kwargs):
-            from . import torch_bridge as torch_ops
-            return torch_ops.call(self, args, kwargs)
+            from . import torch_bridge      # torch is loaded already
+            return torch_bridge.call(self, args, kwargs)
         if len(args) > len(self.inputs):
             raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
                             f"({', '.join(b.name for b in self.inputs)}), got {len(args)}")
