@@ -10,7 +10,7 @@ import tiramisu_py as tp
 from codegen import ir
 from tiramisu_py.lang import expr as tpe
 from tiramisu_py.lang import schedule as tps
-from tiramisu_py.lower.ast import ExprLowering
+from tiramisu_py.lower.expr import ExprLowering
 
 
 # ------------------------------------------------------------------ unroll

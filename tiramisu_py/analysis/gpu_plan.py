@@ -226,8 +226,8 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 raise IllegalScheduleError(
                     f"{commands[tag.command].text}: the kernel of {', '.join(k.stmts)} has {v} "
                     f"threads along thread.{axis}, beyond CUDA's limit of {MAX_BLOCK_DIM[axis]} "
-                    "(tiramisu_py.analysis.gpu_plan.MAX_BLOCK_DIM); bind a shorter loop to it, or use the x "
-                    "or y axis")
+                    "(tiramisu_py.analysis.gpu_plan.MAX_BLOCK_DIM); bind a shorter loop to it, "
+                    "or use the x or y axis")
         n = 1
         for v in k.threads.values():
             n *= v
@@ -461,4 +461,5 @@ def check_shared(model, plan):
             raise IllegalScheduleError(
                 f"the kernel of {', '.join(k.stmts)} needs {total} bytes of shared memory per "
                 f"block ({parts}), beyond the limit of {MAX_SHARED_BYTES} "
-                "(tiramisu_py.analysis.gpu_plan.MAX_SHARED_BYTES); use smaller tiles in cache_shared")
+                "(tiramisu_py.analysis.gpu_plan.MAX_SHARED_BYTES); use smaller tiles in "
+                "cache_shared")

@@ -31,10 +31,11 @@ The command is a ``cache_at`` whose copy is made by one thread for itself:
   compute_at is retargeted to the new per-thread copy, at the same loop (a
   nested compute_at), and moved after that copy's own compute_at.
 
-The rule (:func:`tiramisu_py.analysis.gpu_plan.check_local`, at ``compile()``): every value read from a local
-array was written by the same thread of the same block of the same launch
-(exact last-writer flow, :func:`tiramisu_py.poly.dataflow.value_flow`), and no
-read sees its initial content.  Then each thread's private array holds what
+The rule (:func:`tiramisu_py.analysis.gpu_plan.check_local`, at
+``compile()``): every value read from a local array was written by the same
+thread of the same block of the same launch (exact last-writer flow,
+:func:`tiramisu_py.poly.dataflow.value_flow`), and no read sees its initial
+content.  Then each thread's private array holds what
 the one serial array holds on the CPU, its storage conflicts between
 threads and blocks are no dependences (the GPU check skips the array), and
 no barrier is placed for it.
@@ -99,7 +100,8 @@ def cache_local(stmt, source, loop, name):
     if math.prod(counts) > MAX_LOCAL_ELEMENTS:
         raise ValueError(f"{text}: one thread's part of {source.name!r} has "
                          f"{' x '.join(map(str, counts))} = {math.prod(counts)} elements, beyond "
-                         f"{MAX_LOCAL_ELEMENTS} (tiramisu_py.commands.gpu_copies.MAX_LOCAL_ELEMENTS; "
+                         f"{MAX_LOCAL_ELEMENTS} "
+                         "(tiramisu_py.commands.gpu_copies.MAX_LOCAL_ELEMENTS; "
                          "registers); use a smaller micro-tile or an inner loop")
     buf = f.buffer(f"{copy_.name}_regs", tuple(counts), source.dtype)
     buf.memory = "local"

@@ -15,7 +15,8 @@ from codegen.simplify import simplify_indices, version_full_tiles
 from ..analysis import gpu_plan, legality
 from ..analysis.bounds import BoundsChecker
 from ..analysis.legality import Dependences
-from ..lower.ast import AstLowering, ExprLowering
+from ..lower.ast import AstLowering
+from ..lower.expr import ExprLowering
 from ..poly.dataflow import needs_zero
 from ..poly.model import build_model
 from ..runtime.kernel import Kernel

@@ -450,8 +450,9 @@ def check_expr_size(e: Expr, what: str) -> None:
                          "several computations")
     if nodes > MAX_EXPR_NODES:
         raise ValueError(f"{what} has {nodes} nodes (a shared subexpression counts once per "
-                         f"use); the limit is {MAX_EXPR_NODES} (tiramisu_py.lang.expr.MAX_EXPR_NODES): "
-                         "split it into several computations")
+                         f"use); the limit is {MAX_EXPR_NODES} "
+                         "(tiramisu_py.lang.expr.MAX_EXPR_NODES): split it into several "
+                         "computations")
 
 
 def accesses(e: Expr):
