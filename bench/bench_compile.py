@@ -74,7 +74,7 @@ def _gemm_tiled():
 
 
 def main(repeats=7):
-    from tiramisu_py import warm
+    from tiramisu_py.driver import warm
     warm.ENABLED = False
     print(f"{'program':34} {'analysis ms':>12} {'AST ms':>8} {'sum ms':>8}")
     results = {}

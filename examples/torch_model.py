@@ -19,7 +19,7 @@ import time
 import torch
 from torch import nn
 
-import tiramisu_py.nn as tnn
+import schedules.nn as tnn
 
 
 def vgg(channels=(3, 16, 32, 64), classes=10, size=32):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from tiramisu_py.torch_ops import contiguous, define
+from tiramisu_py.runtime.torch_bridge import contiguous, define
 
 from . import api
 from .core.kernels import kernel

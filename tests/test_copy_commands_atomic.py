@@ -11,6 +11,7 @@ import pytest
 import tiramisu_py as tp
 from examples import gemm
 from schedules.solvers import gemm_cuda as gpu_gemm
+from tiramisu_py.commands.state import state_of
 
 RNG = np.random.default_rng(14)
 SMALL = (37, 29, 53)
@@ -39,7 +40,7 @@ def refused_unchanged(f, consumer, call, match, exc=ValueError):
     """``call()`` raises ``exc`` matching ``match`` and leaves ``f`` as it
     was: the same observations, the same expression object, the same cached
     schedule state and model."""
-    f._schedule_state()                 # a cached state, to check it is kept
+    state_of(f)                         # a cached state, to check it is kept
     before, value = observed(f), consumer.value
     state, model = f._state_cache, f._model_cache
     with pytest.raises(exc, match=match):

@@ -14,6 +14,7 @@ import pytest
 import tiramisu_py as tp
 from codegen import ir
 from examples import gemm
+from tiramisu_py.commands.state import state_of
 
 RNG = np.random.default_rng(20)
 
@@ -64,7 +65,7 @@ def emulation_cubins():
     about a second a kernel; the tests that check cubins use it)."""
     from codegen.cuda import nvrtc
     from codegen.cuda.toolchain import COMPILER_ENV
-    from tiramisu_py import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     if nvrtc.unavailable() is None:
         old = os.environ.get(COMPILER_ENV)
         os.environ[COMPILER_ENV] = "nvrtc"
@@ -110,12 +111,11 @@ def rev_reference(a):
 
 
 def lowered_gpu(f):
-    from tiramisu_py import compiler, gpu
-    from tiramisu_py.lower import AstLowering
-    model, deps, _ = compiler.analyse(f)
-    from tiramisu_py import legality
+    from tiramisu_py.analysis import gpu_plan, legality
+    from tiramisu_py.lower.ast import AstLowering
+    model, deps, _ = legality.analyse(f)
     state = legality.check(model, deps, f._commands)
-    plan = gpu.plan(model, deps, state, f._commands)
+    plan = gpu_plan.plan(model, deps, state, f._commands)
     return plan, AstLowering(model, state, set(), gpu=plan).run()
 
 
@@ -134,7 +134,7 @@ def test_for_cpu_serialises_gpu_loops_and_drops_barriers():
 # ------------------------------------------------------------ mapping commands
 def test_gpu_tile_names_and_binds():
     f = gemm_gpu()
-    st = f._schedule_state()["C_update"]
+    st = state_of(f)["C_update"]
     assert [lp.name for lp in st.loops] == ["i0", "j0", "i1", "j1", "k"]
     assert {n: (t.kind, t.arg) for n, t in st.tags.items()} == {
         "i0": ("gpu_block", "y"), "j0": ("gpu_block", "x"),

@@ -361,7 +361,7 @@ def test_sparse_cubins_no_spills_and_resources():
 
 
 def assert_cubins_without_spills(k):
-    from tiramisu_py import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     assert set(k.cubins) == set(ck.CUDA_ARCHS) == {"sm_80", "sm_90"}
     for res in k.resources.values():
         for r in res.values():

@@ -1,7 +1,7 @@
 """GPU loops of one iteration (fixed sizes, one block per axis, a statement
 fixed at one thread): isl's AST generator eliminates such loops and
 substitutes their value, and the lowering must put them back as block /
-thread loops of extent 1 running exactly that value (tiramisu_py/lower.py,
+thread loops of extent 1 running exactly that value (tiramisu_py/lower/ast.py,
 ``AstLowering.degenerate``).  Each kernel compiles for target="cuda",
 emulates equal to NumPy in three thread orders, runs on the CPU equal to
 NumPy, and prints the expected blockIdx / threadIdx guards."""
@@ -281,7 +281,7 @@ def test_fuzz_tiny_fixed_sizes_race_free(monkeypatch):
 
     from tests.fuzz_programs import build, interpret, random_arrays
     from tests.test_cuda_fuzz import random_program
-    from tiramisu_py import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         pytest.skip("no C++ compiler for the CUDA emulator")
     monkeypatch.setattr(ck, "CUDA_ARCHS", ())

@@ -40,8 +40,8 @@ def random_program(rng):
 
 @pytest.fixture
 def no_cubins(monkeypatch):
-    from tiramisu_py import cuda_kernel
-    monkeypatch.setattr(cuda_kernel, "CUDA_ARCHS", ())     # emulation only: no nvcc here
+    from tiramisu_py.driver import cuda as cuda_driver
+    monkeypatch.setattr(cuda_driver, "CUDA_ARCHS", ())     # emulation only: no nvcc here
 
 
 def test_accepted_mappings_are_race_free(no_cubins):

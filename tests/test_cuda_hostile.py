@@ -18,6 +18,7 @@ from schedules.solvers import gemm_cuda as gpu_gemm
 from schedules.solvers import rnn_cuda as gpu_rnn
 from schedules.problems.conv import ConvShape
 from tests.test_cuda import cuda_kernel, emulation_cubins
+from tiramisu_py.commands.state import state_of
 
 RNG = np.random.default_rng(44)
 HAVE_CXX = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
@@ -61,7 +62,7 @@ def test_a_bound_loop_keeps_its_binding(command, message):
     f, c, u = tiled()
     with pytest.raises(ValueError, match=message):
         command(c)
-    st = f._schedule_state()["C"]
+    st = state_of(f)["C"]
     assert {n: (t.kind, t.arg) for n, t in st.tags.items()} == {
         "i0": ("gpu_block", "y"), "j0": ("gpu_block", "x"),
         "i1": ("gpu_thread", "y"), "j1": ("gpu_thread", "x")}
@@ -342,7 +343,7 @@ def test_refused_gpu_tile_records_nothing():
                                          r"statement is already bound to thread.x"):
         u.gpu_tile("i", "j", 4, 4)
     assert [cmd.text for cmd in f._commands] == ["C_update.bind(k, 'thread.x')"]
-    assert [lp.name for lp in f._schedule_state()["C_update"].loops] == ["i", "j", "k"]
+    assert [lp.name for lp in state_of(f)["C_update"].loops] == ["i", "j", "k"]
 
 
 @pytest.mark.parametrize("refused", [
@@ -375,7 +376,7 @@ def test_a_spilling_register_tile_says_so_first(monkeypatch):
     -Werror, and the error began with NVRTC's log of unused-variable
     warnings, the spill at its very end. Now its first line names it."""
     from codegen.toolchain import CompileError
-    from tiramisu_py import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     monkeypatch.setenv("TIRAMISU_PY_CUDA_COMPILER", "nvrtc")
     monkeypatch.setattr(ck, "CUDA_ARCHS", ("sm_80",))
     f = gpu_gemm.function(128, 128, 64, tile=128, tk=8, micro=16)

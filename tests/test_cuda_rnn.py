@@ -208,7 +208,7 @@ def test_one_launch_per_antidiagonal_layers_on_blocks():
 def test_cubins_without_spills_at_a_real_size(cell):
     """L=4, B=64, I=H=512: the step kernel's registers, shared memory and
     barriers recorded for sm_80 and sm_90."""
-    from tiramisu_py import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     k = gpu_rnn.function(4, 16, 64, 512, 512, cell=cell).compile(target="cuda")
     assert set(k.resources) == set(ck.CUDA_ARCHS) and {"sm_80", "sm_90"} <= set(k.resources)
     step = next(s for s in k.launch_plan.steps if not hasattr(s, "block")).steps[0]
@@ -273,7 +273,7 @@ def test_dispatch_end_to_end_through_the_emulator(monkeypatch):
     """``schedules.lstm(..., target="cuda")`` with torch's ``all_weights``
     and ``schedules.gemm(..., target="cuda")``, every launch emulated: the
     packing, the kernel key and the unpacking are the device path's."""
-    from tiramisu_py.cuda_kernel import CudaKernel
+    from tiramisu_py.runtime.cuda_kernel import CudaKernel
     monkeypatch.setattr(CudaKernel, "__call__",
                         lambda self, *a, **kw: self.emulate(*a, order="shuffle", **kw))
     torch, m, weights = torch_weights(2, 5, 7)
@@ -359,7 +359,7 @@ def test_barrier_kept_where_isl_drops_a_one_iteration_loop():
     barrier planned at the sequence inside it must still be placed (it was
     lost: every thread order gave a wrong product)."""
     from schedules.solvers import gemm_cuda as gpu_gemm
-    from tiramisu_py import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     saved, ck.CUDA_ARCHS = ck.CUDA_ARCHS, ()
     try:
         k = gpu_gemm.function(17, 19, 3).compile(target="cuda")

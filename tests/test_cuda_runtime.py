@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from codegen.toolchain import CompileError
-from tiramisu_py import device_arrays as da
+from tiramisu_py.runtime import device_arrays as da
 from tests.test_cuda import reverse_in_block    # one barrier between two statements
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,7 +30,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 
 def printed(build):
     """``build()`` compiled for CUDA without cubins (printed only)."""
-    from tiramisu_py import cuda_kernel as ck
+    from tiramisu_py.driver import cuda as ck
     saved, ck.CUDA_ARCHS = ck.CUDA_ARCHS, ()
     try:
         return build().compile(target="cuda")

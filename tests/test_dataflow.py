@@ -1,5 +1,5 @@
 """Zero-filling of temporaries and outputs only where the program may read
-initial content (tiramisu_py/dataflow.py): the decision, and the results."""
+initial content (tiramisu_py/poly/dataflow.py): the decision, and the results."""
 import importlib
 
 import numpy as np

@@ -26,7 +26,7 @@ import pytest  # noqa: E402
 
 import schedules  # noqa: E402
 import tiramisu_py as tp  # noqa: E402
-from tiramisu_py import checks  # noqa: E402
+from tiramisu_py.runtime import memory as checks  # noqa: E402
 from test_schedules_conv import ref_block, ref_conv  # noqa: E402
 
 try:

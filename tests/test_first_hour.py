@@ -167,7 +167,7 @@ def test_power_and_cast_follow_numpy():
 
 # ------------------------------------------------------------------ 1, 12
 def test_demo_shows_the_legality_explanation_and_the_library(monkeypatch, capsys):
-    from tiramisu_py import demo
+    from examples import demo
     monkeypatch.setattr(demo, "GEMM_N", 48)
     assert demo.gemm_part(None)
     out = capsys.readouterr().out

@@ -43,9 +43,10 @@ from hypothesis import strategies as st
 
 import tiramisu_py as tp
 from codegen.toolchain import CompileError
-from tiramisu_py import legality
-from tiramisu_py.compiler import analyse
-from tiramisu_py.schedule import replay
+from tiramisu_py.analysis import legality
+from tiramisu_py.analysis.legality import analyse
+from tiramisu_py.lang.schedule import replay
+from tiramisu_py.commands.state import model_of, state_of
 
 from tests.fuzz_programs import (BUFS, SPATIAL, Acc, Program, Stmt, apply_command, build,
                                  dependences, describe, interpret, judge, random_arrays,
@@ -108,7 +109,7 @@ OPS = ("interchange", "reorder", "skew", "shift", "reverse", "split", "tile",
 def draw_command(data, p, f):
     """One command as a line of DSL code, its arguments picked among the
     statement's current loops (None when the op does not fit)."""
-    state = f._schedule_state()
+    state = state_of(f)
     names = [s.name for s in p.stmts]
     s = data.draw(st.sampled_from(names), label="stmt")
     loops = [lp.name for lp in state[s].loops]
@@ -235,7 +236,7 @@ def run_case(p, ns, cmds, params):
     f = ns["f"]
     COUNTS["cases"] += 1
     model, deps, _ = analyse(f)
-    state = replay(f._model(), f._commands)
+    state = replay(model_of(f), f._commands)
     error = None
     try:
         legality.check(model, deps, f._commands)
@@ -390,7 +391,7 @@ CROSS = Program(1, ("A", "B"), None, (0, 0), (
 
 def test_regression_cross_statement_carry():
     f, ns = _known_case(CROSS, ["s0.parallelize('i')"])
-    v = judge(CROSS, replay(f._model(), f._commands), {"N": 5})
+    v = judge(CROSS, replay(model_of(f), f._commands), {"N": 5})
     assert v.legal and v.carried_any      # the oracle: legal; only s1's loop carries
     kernel = f.compile()
     arrays = random_arrays(CROSS, 5, 0)
@@ -409,7 +410,7 @@ SIMD = Program(2, ("A",), None, (0, 0), (
 
 def test_regression_parallel_inside_vector():
     f, ns = _known_case(SIMD, ["s0.vectorize('i', 2)", "s0.parallelize('j')"])
-    v = judge(SIMD, replay(f._model(), f._commands), {"N": 5})
+    v = judge(SIMD, replay(model_of(f), f._commands), {"N": 5})
     assert v.legal                        # the oracle: legal (no dependence at all)
     kernel = f.compile()
     arrays = random_arrays(SIMD, 5, 0)

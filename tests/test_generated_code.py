@@ -77,15 +77,15 @@ def digest(source: str) -> str:
 @pytest.fixture(scope="module")
 def generated():
     """{"name/target": sha256} of every case, compiled under the pinned host."""
-    from tiramisu_py import cuda_kernel
-    saved = os.environ.get("TIRAMISU_PY_HOST"), cuda_kernel.CUDA_ARCHS
+    from tiramisu_py.driver import cuda as cuda_driver
+    saved = os.environ.get("TIRAMISU_PY_HOST"), cuda_driver.CUDA_ARCHS
     os.environ["TIRAMISU_PY_HOST"] = PIN
-    cuda_kernel.CUDA_ARCHS = ()                 # printed only: no cubin, no toolkit needed
+    cuda_driver.CUDA_ARCHS = ()                 # printed only: no cubin, no toolkit needed
     try:
         return {f"{name}/{t}": digest((CPU if t != "cuda" else CUDA)[name]()
                                       .compile(target=t).source) for name, t in CASES}
     finally:
-        cuda_kernel.CUDA_ARCHS = saved[1]
+        cuda_driver.CUDA_ARCHS = saved[1]
         if saved[0] is None:
             os.environ.pop("TIRAMISU_PY_HOST", None)
         else:

@@ -55,7 +55,7 @@ def missing(need):
         return None if _has_cuda_device() else "no CUDA device (driver and cuda-python)"
     if need == "schedules.nn":
         return None if importlib.util.find_spec("schedules.nn") else \
-            "schedules.nn is not in this tree (tiramisu_py.nn moves there)"
+            "schedules.nn is not importable"
     raise ValueError(f"unknown '# needs:' {need!r}; known: {', '.join(KNOWN_NEEDS)}")
 
 

@@ -78,7 +78,7 @@ def test_expression_types(typed, expr, expect):
 
 
 def test_promote_table():
-    from tiramisu_py.types import promote as P
+    from tiramisu_py.base.types import promote as P
     assert P(tp.float32, tp.int64) is tp.float32
     assert P(tp.int64, tp.float32) is tp.float32
     assert P(tp.int8, tp.uint8) is tp.int32

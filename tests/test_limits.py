@@ -8,9 +8,9 @@ import pytest
 
 import tiramisu_py as tp
 from codegen import ir
-from tiramisu_py import expr as tpe
-from tiramisu_py import schedule as tps
-from tiramisu_py.lower import ExprLowering
+from tiramisu_py.lang import expr as tpe
+from tiramisu_py.lang import schedule as tps
+from tiramisu_py.lower.expr import ExprLowering
 
 
 # ------------------------------------------------------------------ unroll
@@ -225,7 +225,7 @@ def test_legality_checks_per_statement_pair(monkeypatch):
 
 # ------------------------------------------------------------------ progress
 def test_slow_compile_is_reported(monkeypatch, caplog):
-    from tiramisu_py import compiler
+    from tiramisu_py.driver import compile as compiler
     monkeypatch.setattr(compiler, "SLOW_COMPILE_S", 0.0)
     f, _ = _vector_fn("reported", 16)
     with caplog.at_level(logging.INFO, logger="tiramisu_py"):
@@ -236,7 +236,7 @@ def test_slow_compile_is_reported(monkeypatch, caplog):
 
 
 def test_slow_compile_without_logging_goes_to_stderr(monkeypatch, capsys):
-    from tiramisu_py import compiler
+    from tiramisu_py.driver import compile as compiler
     monkeypatch.setattr(compiler, "SLOW_COMPILE_S", 0.0)
     monkeypatch.setattr(compiler._log, "hasHandlers", lambda: False)
     f, _ = _vector_fn("to_stderr", 16)
@@ -247,7 +247,7 @@ def test_slow_compile_without_logging_goes_to_stderr(monkeypatch, capsys):
 
 
 def test_reporting_can_be_turned_off(monkeypatch, caplog, capsys):
-    from tiramisu_py import compiler
+    from tiramisu_py.driver import compile as compiler
     monkeypatch.setattr(compiler, "SLOW_COMPILE_S", None)
     f, _ = _vector_fn("quiet", 16)
     with caplog.at_level(logging.INFO, logger="tiramisu_py"):
@@ -259,7 +259,7 @@ def test_reporting_can_be_turned_off(monkeypatch, caplog, capsys):
 def test_no_bare_recursion_error_from_compile(monkeypatch):
     """A safety net: should some pass still recurse too deeply, compile raises
     a ValueError naming the function, never a bare RecursionError."""
-    from tiramisu_py import compiler
+    from tiramisu_py.driver import compile as compiler
 
     def boom(*a, **k):
         raise RecursionError("maximum recursion depth exceeded")

@@ -1,4 +1,4 @@
-"""schedules.sparse: CSRWeights (construction checks, conversions) and the CSR
+"""schedules.weights.csr: CSRWeights (construction checks, conversions) and the CSR
 sparse-weight convolution and fused block against a float64 NumPy reference
 (dense weight with the same zeros) on both CPU backends: densities 0, 1%,
 30%, 100%, odd sizes, stride 2, padding 0 and 2, batch 1, both loop orders;

@@ -1,4 +1,4 @@
-"""PyTorch integration: Kernel.torch_op, torch.ops.tiramisu.*, tiramisu_py.nn,
+"""PyTorch integration: Kernel.torch_op, torch.ops.tiramisu.*, schedules.nn,
 torch.compile, autograd, DLPack (issue 16)."""
 import subprocess
 import sys
@@ -188,7 +188,7 @@ def test_gradcheck_float64(ops):
 
 # ------------------------------------------------------------ modules
 def test_from_torch_round_trip():
-    import tiramisu_py.nn as tnn
+    import schedules.nn as tnn
     torch.manual_seed(0)
     lin = nn.Linear(12, 5)
     ours = tnn.Linear.from_torch(lin)
@@ -212,7 +212,7 @@ def test_from_torch_round_trip():
 def test_compiled_model_no_graph_break_and_plain_kernel_inside():
     """torch.compile(fullgraph=True) on a model with our modules and a plain
     kernel call: zero graph breaks, same output and gradients as eager."""
-    import tiramisu_py.nn as tnn
+    import schedules.nn as tnn
     torch.manual_seed(0)
     f = tp.Function("shift_relu", params=["N", "C"])
     n, c = f.var("n", 0, "N"), f.var("c", 0, "C")
@@ -250,7 +250,7 @@ def test_sparse_conv2d_op_module_and_grads():
     nonzeros, bias) equal torch's dense ones restricted to the pattern."""
     from schedules import CSRWeights
     import schedules.torch_ops  # noqa: F401
-    import tiramisu_py.nn as tnn
+    import schedules.nn as tnn
     torch.manual_seed(0)
     conv = nn.Conv2d(4, 6, 3, stride=(1, 2), padding=1, bias=True)
     with torch.no_grad():
@@ -283,7 +283,7 @@ def test_recurrent_ops_and_modules(kind):
     """tiramisu::lstm / gru pass opcheck (forward-only ops) and nn.LSTM/GRU
     .from_torch equal torch's modules, with and without an initial state."""
     import schedules.torch_ops  # noqa: F401
-    import tiramisu_py.nn as tnn
+    import schedules.nn as tnn
     torch.manual_seed(0)
     mod = getattr(nn, kind)(5, 7, num_layers=2)
     x = torch.randn(4, 3, 5)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
-from tiramisu_py import warm
+from tiramisu_py.driver import warm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -128,10 +128,11 @@ def test_index_arrays_are_still_checked_after_a_warm_start():
 def test_code_version_covers_the_backend_subpackages(tmp_path, monkeypatch):
     """An edit to a backend's subpackage (codegen/c/, codegen/llvm/,
     codegen/cuda/) invalidates warm-start entries like one at codegen/'s top."""
-    for rel in ("tiramisu_py/warm.py", "codegen/ir.py", "codegen/c/emit.py", "codegen/c/__pycache__/emit.py"):
+    for rel in ("tiramisu_py/driver/warm.py", "codegen/ir.py", "codegen/c/emit.py",
+                "codegen/c/__pycache__/emit.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x = 1\n")
-    monkeypatch.setattr(warm, "__file__", str(tmp_path / "tiramisu_py" / "warm.py"))
+    monkeypatch.setattr(warm, "__file__", str(tmp_path / "tiramisu_py" / "driver" / "warm.py"))
     monkeypatch.setattr(warm, "_code", {})
     before = warm._code_version(("codegen",))
     os.utime(tmp_path / "codegen/c/__pycache__/emit.py", ns=(1, 1))          # not source: ignored

@@ -13,11 +13,13 @@ compile it, call the kernel on NumPy arrays or torch tensors::
     gemm = f.compile()
     out = gemm(a, b)
 """
-from .errors import IllegalScheduleError
-from .expr import Expr, abs, cast, ceil, exp, floor, log, max, min, select, sigmoid, sqrt, tanh
-from .function import Buffer, Computation, Function, Update, Var
-from .kernel import Kernel
-from .types import DType, bool_, float32, float64, int8, int32, int64, uint8
+from .base.errors import IllegalScheduleError
+from .lang.expr import (Expr, Var, abs, cast, ceil, exp, floor, log, max, min, select, sigmoid,
+                        sqrt, tanh)
+from .api import Computation, Function, Update
+from .lang.program import Buffer
+from .runtime.kernel import Kernel
+from .base.types import DType, bool_, float32, float64, int8, int32, int64, uint8
 
 bool = bool_  # noqa: A001 - tp.bool mirrors numpy's name
 

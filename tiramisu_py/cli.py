@@ -20,10 +20,8 @@ def _checkout_module(name, command):
 
 
 def demo(show_source=True):
-    """Runs :mod:`tiramisu_py.demo` (needs the checkout's examples/)."""
-    _checkout_module("examples", "demo")
-    from . import demo as _demo
-    _demo.main(show_source)
+    """Runs ``examples/demo.py`` of the checkout."""
+    _checkout_module("examples.demo", "demo").main(show_source)
 
 
 EXAMPLES = ("gemm", "conv2d", "conv_relu_maxpool", "trisolv", "jacobi2d", "sparse_conv", "lstm")

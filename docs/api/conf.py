@@ -24,7 +24,7 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 add_module_names = False
 
-# the docstrings name internal modules and functions (:mod:`tiramisu_py.atomic`,
+# the docstrings name internal modules and functions (:mod:`tiramisu_py.commands.atomic`,
 # :func:`schedules.sparse_conv2d`) that the reference does not document: only
 # the public names are; a reference to an undocumented object is plain text
 nitpicky = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tiramisu_py.cuda_kernel import on_device
+from tiramisu_py.runtime.device_arrays import on_device
 
 
 def positive_int(op, name, v):

@@ -27,7 +27,7 @@ def kernel(key, build, target):
     key = (key, target_of(target))
     k = _KERNELS.get(key)
     if k is None:       # a later process: from the warm-start entry, without building
-        from tiramisu_py.warm import library_kernel
+        from tiramisu_py.driver.warm import library_kernel
         from ..host import host
         k = _KERNELS[key] = library_kernel(key[0], build, key[1], repr(host()))
     return k
@@ -38,7 +38,7 @@ def use_cuda(target, *arrays) -> bool:
     $TIRAMISU_PY_TARGET=cuda with no ``target``), or no target given and an
     argument is a device array (a torch CUDA tensor, ``__cuda_array_interface__``).
     Device arrays with a CPU target are refused, naming the target."""
-    from tiramisu_py.cuda_kernel import on_device
+    from tiramisu_py.runtime.device_arrays import on_device
     on_gpu = any(a is not None and on_device(a) for a in arrays)
     if target_of(target) == "cuda":
         return True

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tiramisu_py.cuda_kernel import on_device
+from tiramisu_py.runtime.device_arrays import on_device
 
 from ..core.arrays import is_torch
 from ..core.kernels import target_of, use_cuda

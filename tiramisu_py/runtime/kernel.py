@@ -3,7 +3,7 @@
 Every argument is checked before native code runs: names, dtypes, ranks,
 shapes against params, contiguity, alignment, writability, aliasing of
 outputs, and the contents of index arrays that feed bounds or indirect
-accesses (proved in range by :mod:`tiramisu_py.checks`).  Bad input raises
+accesses (proved in range by :mod:`tiramisu_py.analysis.bounds`).  Bad input raises
 TypeError / ValueError / IndexError naming the argument.
 
 A misaligned input (address not a multiple of the element size) is read from
@@ -16,10 +16,11 @@ import sys
 
 import numpy as np
 
-from . import affine
-from .affine import NonAffine
-from .checks import check_monotone, memory_writable
+from ..lang import affine
+from ..lang.affine import NonAffine
 from .device_arrays import refuse_lazy_view
+from .memory import check_monotone, memory_writable
+from .shapes import eval_size, names_in, shape_text
 
 
 class _Arg:
@@ -74,7 +75,7 @@ class _Arg:
         any other (a mapping, a foreign buffer, a tensor from
         ``torch.from_numpy`` / ``torch.frombuffer``, an array from
         ``tensor.numpy()``) is asked of the kernel's page tables
-        (:func:`tiramisu_py.checks.memory_writable`), since neither torch nor
+        (:func:`tiramisu_py.runtime.memory.memory_writable`), since neither torch nor
         NumPy's flag through torch knows it is read-only."""
         if self.nbytes == 0:
             return True
@@ -150,20 +151,20 @@ class Kernel:
         break) and passes ``torch.library.opcheck``.  Once an op with a
         backward is registered, a plain call of the kernel on tensors that
         require grad goes through it.  Needs torch; see
-        :mod:`tiramisu_py.torch_ops`."""
-        from . import torch_ops
+        :mod:`tiramisu_py.runtime.torch_bridge`."""
+        from . import torch_bridge          # needs torch: loaded on first use
         inplace = tuple(inplace)
         info = self._torch_ops.get(inplace)
         if info is not None and info.qualname == qualname:
             return info.op
-        return torch_ops.kernel_op(self, qualname, inplace, backward, setup_context).op
+        return torch_bridge.kernel_op(self, qualname, inplace, backward, setup_context).op
 
     # ------------------------------------------------------------------ call
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")
         if torch is not None and _through_op(torch, args, kwargs):
-            from . import torch_ops
-            return torch_ops.call(self, args, kwargs)
+            from . import torch_bridge      # torch is loaded already
+            return torch_bridge.call(self, args, kwargs)
         if len(args) > len(self.inputs):
             raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
                             f"({', '.join(b.name for b in self.inputs)}), got {len(args)}")
@@ -205,7 +206,7 @@ class Kernel:
                 raise TypeError(f"argument {b.name!r} has dtype {a.dtype}, expected {b.dtype.name}")
             if len(a.shape) != len(b.shape):
                 raise ValueError(f"argument {b.name!r} has {len(a.shape)} dimensions, expected "
-                                 f"{len(b.shape)} {_shape_text(b.shape)}")
+                                 f"{len(b.shape)} {shape_text(b.shape)}")
             if not a.contiguous():
                 raise ValueError(f"argument {b.name!r} is not C-contiguous; pass "
                                  f"np.ascontiguousarray({b.name}) (or .contiguous())")
@@ -230,16 +231,16 @@ class Kernel:
                 if tuple(arrs[b.name].shape) != exp:
                     ps = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
                     raise ValueError(f"argument {b.name!r} has shape {tuple(arrs[b.name].shape)}, "
-                                     f"expected {_shape_text(b.shape)} = {exp}"
+                                     f"expected {shape_text(b.shape)} = {exp}"
                                      + (f" with {ps}" if ps else ""))
         for b in self.temps + self.outputs:
             for s, v in zip(b.shape, self._shape(b, values)):
                 if v < 0:
                     if b.name in self._domain_shaped and \
-                            all(values.get(k, self.fixed.get(k, 0)) >= 0 for k in _names_in(s)):
+                            all(values.get(k, self.fixed.get(k, 0)) >= 0 for k in names_in(s)):
                         continue
                     ps = ", ".join(f"{k}={values[k]}" for k in sorted(values)
-                                   if k in _names_in(s))
+                                   if k in names_in(s))
                     raise ValueError(f"param(s) {ps or 'given'} make buffer {b.name!r} have a "
                                      f"negative extent ({s!r} = {v})")
         self._check_aliasing(arrs)
@@ -287,7 +288,7 @@ class Kernel:
             key = s = None
         if s is None:
             vals = dict(self.fixed, **values)
-            s = tuple(_eval_size(e, vals, b.name) for e in b.shape)
+            s = tuple(eval_size(e, vals, b.name) for e in b.shape)
             if key is not None:
                 if len(self._shape_cache) > 1024:
                     self._shape_cache.clear()
@@ -366,22 +367,3 @@ def _from_dlpack(name, obj):
     except (TypeError, ValueError, RuntimeError, BufferError) as exc:
         raise TypeError(f"argument {name!r}: its __dlpack__ export cannot be read as a NumPy "
                         f"array ({exc})") from None
-
-
-def _names_in(e):
-    from .expr import ParamRef, walk
-    return {n.name for n in walk(e) if isinstance(n, ParamRef)}
-
-
-def _eval_size(e, values, name):
-    try:
-        form = affine.linear(e, values=values)
-    except NonAffine:
-        raise ValueError(f"cannot evaluate the shape {e!r} of {name!r}") from None
-    if any(a != 1 for a in form):
-        raise ValueError(f"shape {e!r} of {name!r} depends on unknown params")
-    return form.get(1, 0)
-
-
-def _shape_text(shape):
-    return "(" + ", ".join(repr(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -6,7 +6,7 @@ its loops and buffer), redirect the consumer's reads to it and record its
 * **Refused: nothing changed.**  :func:`copy_command` snapshots the few
   mutable objects a copy command touches (the Function's own fields: its
   statement, computation, loop, buffer and name tables, the command log and
-  the cached schedule state, model and kernel; every statement's fields, its
+  the cached schedule state and model; every statement's fields, its
   expression and default buffer included; every buffer's and every nest's)
   and, when the command raises (any exception: a refusal after the copy was
   made, an isl failure), puts each back in place, the same container objects
@@ -24,7 +24,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from . import provenance
+from ..base import provenance
+from ..lang.expr import accesses
 
 
 def _nests(f):
@@ -79,7 +80,6 @@ class CopyCall:
     def _check_unread(self, f, text):
         """Refuses to undo while a statement declared after the call reads
         the copy (it would read a computation that no longer exists)."""
-        from .expr import accesses
         gone = {id(s) for s in self.statements} | {id(s) for s, _ in self.values}
         added = set(self.computations) | set(self.buffers)
         for s in f.statements:
@@ -111,7 +111,7 @@ class CopyCall:
         for s, v in self.values:
             s.value = v
         f._commands[:] = self.commands
-        f._compiled = f._state_cache = f._model_cache = None
+        f._state_cache = f._model_cache = None
 
 
 @contextlib.contextmanager

@@ -1,5 +1,7 @@
-"""``cache_local(src, at_loop)``: per-thread copies (register fragments) on
-the GPU, and their rule in the GPU legality check.
+"""The GPU copy commands: ``cache_shared(src, at_loop)`` (a tile per block in
+shared memory, copied by the block's threads; see its docstring below) and
+``cache_local(src, at_loop)``: per-thread copies (register fragments), whose
+rule the GPU legality check applies (:mod:`tiramisu_py.analysis.gpu_plan`).
 
 The command is a ``cache_at`` whose copy is made by one thread for itself:
 
@@ -29,35 +31,38 @@ The command is a ``cache_at`` whose copy is made by one thread for itself:
   compute_at is retargeted to the new per-thread copy, at the same loop (a
   nested compute_at), and moved after that copy's own compute_at.
 
-The rule (``check_local``, at ``compile()``): every value read from a local
-array was written by the same thread of the same block of the same launch
-(exact last-writer flow, :func:`tiramisu_py.dataflow.value_flow`), and no
-read sees its initial content.  Then each thread's private array holds what
+The rule (:func:`tiramisu_py.analysis.gpu_plan.check_local`, at
+``compile()``): every value read from a local array was written by the same
+thread of the same block of the same launch (exact last-writer flow,
+:func:`tiramisu_py.poly.dataflow.value_flow`), and no read sees its initial
+content.  Then each thread's private array holds what
 the one serial array holds on the CPU, its storage conflicts between
 threads and blocks are no dependences (the GPU check skips the array), and
 no barrier is placed for it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
-import islpy as isl
-
-from .errors import IllegalScheduleError
+from ..analysis.gpu_plan import AXES
+from ..lang.program import Buffer, Computation, check_name
+from ..lang.schedule import _attaching_command
+from ..poly.footprint import footprint_strides, footprint_widths
+from .copies import _make_copy
+from .state import extent_of, state_of
 
 MAX_LOCAL_ELEMENTS = 256           # elements of one per-thread copy (registers)
 
 
 def cache_local(stmt, source, loop, name):
-    from .function import Buffer, Computation, check_name
-    from .schedule import _make_copy
     f = stmt.function
     text = f"{stmt.name}.cache_local({getattr(source, 'name', source)}, {loop})"
     if not isinstance(source, (Buffer, Computation)):
         raise TypeError(f"{text}: source must be a buffer or computation")
     if name is not None:
         check_name(name, f"{text}: name=: computation")
-    state = f._schedule_state()
+    state = state_of(f)
     st = state[stmt.name]
     st.find(loop, text, stmt.name)
     names = [lp.name for lp in st.loops]
@@ -86,7 +91,6 @@ def cache_local(stmt, source, loop, name):
         # its one reader is now the per-thread copy, so it is computed at that
         # copy, at the same loop (a nested compute_at)
         _retarget(f, source, copy_)
-    from .gpu import footprint_widths
     widths = footprint_widths(f, copy_.name)
     if None in widths:
         raise ValueError(f"{text}: the part of {source.name!r} one thread reads in one iteration "
@@ -96,7 +100,8 @@ def cache_local(stmt, source, loop, name):
     if math.prod(counts) > MAX_LOCAL_ELEMENTS:
         raise ValueError(f"{text}: one thread's part of {source.name!r} has "
                          f"{' x '.join(map(str, counts))} = {math.prod(counts)} elements, beyond "
-                         f"{MAX_LOCAL_ELEMENTS} (tiramisu_py.gpu_local.MAX_LOCAL_ELEMENTS; "
+                         f"{MAX_LOCAL_ELEMENTS} "
+                         "(tiramisu_py.commands.gpu_copies.MAX_LOCAL_ELEMENTS; "
                          "registers); use a smaller micro-tile or an inner loop")
     buf = f.buffer(f"{copy_.name}_regs", tuple(counts), source.dtype)
     buf.memory = "local"
@@ -120,8 +125,6 @@ def _retarget(f, producer, consumer):
     """Makes the compute_at of ``producer`` (and the commands given after it
     for its group: binds) act on ``consumer`` instead, after ``consumer``'s
     own compute_at: ``producer.compute_at(consumer, <same loop>)``."""
-    import dataclasses
-    from .schedule import _attaching_command
     cmds = f._commands
     i = _attaching_command(cmds, producer.name)
     c = cmds[i]
@@ -131,84 +134,67 @@ def _retarget(f, producer, consumer):
     later = cmds[i + 1:]
     cmds[:] = cmds[:i] + [x for x in later if x.stmt not in group] + [new] + \
         [x for x in later if x.stmt in group]
-    f._state_cache = f._compiled = None
-    f._schedule_state()            # replayed now: an error names the commands
+    f._state_cache = None
+    state_of(f)            # replayed now: an error names the commands
 
 
 def _writes(s, source):
     """True when statement ``s`` writes ``source`` (a buffer or computation)."""
-    from .function import Buffer
     target = s.parent if s.is_update else s
     return (isinstance(source, Buffer) and target.buffer is source) or target is source
 
 
-def footprint_strides(f, copy_name):
-    """Per own dimension of a compute_at copy, the stride of what one
-    iteration of its enclosing loops reads (1 when none)."""
-    from .compiler import _assign_buffers, _prepare
-    from .poly import PolyModel
-    from .schedule import replay
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
-    state = replay(model, f._commands)
-    dom = model.compute_ats(state)[copy_name].member_domain(copy_name)
-    depth = state[copy_name].at[2]
-    n = dom.dim(isl.dim_type.set) - depth
-    nparam = dom.dim(isl.dim_type.param)
-    # the enclosing loops' values become parameters: one iteration's footprint
-    per_iter = dom.move_dims(isl.dim_type.param, nparam, isl.dim_type.set, 0, depth)
-    out = []
-    for d in range(n):
-        s = per_iter.get_stride(d)
-        out.append(int(s.to_python()) if s.is_int() and s.to_python() > 0 else 1)
-    return out
-
-
-def local_buffers(model) -> dict:
-    """name -> Buffer of the per-thread (``memory == "local"``) arrays."""
-    out = {}
-    for m in model.stmts:
-        for a in m.accesses:
-            if getattr(a.buffer, "memory", "global") == "local":
-                out[a.buffer.name] = a.buffer
-    return out
-
-
-def check_local(model, deps, state, by_stmt, sched, same_thread, gdeps):
-    """Refuses a per-thread array one of whose reads may see a value another
-    thread (block, launch) wrote.  ``gdeps``: buffer -> (dependences,
-    conflicts) of the GPU check, over the copies' instances; the write ->
-    read pairs of a local array are its value flow (a compute_at copy feeds
-    the reads of its own iteration only).  ``same_thread(s, t)``: isl
-    constraints on the schedule times (a, b) of one thread of one launch."""
-    from .legality import _describe
-    for name, buf in local_buffers(model).items():
-        cmd = getattr(buf, "local_command", f"the per-thread array {name!r}")
-        writers = {m.name for m in model.stmts
-                   if any(a.write and a.buffer.name == name for a in m.accesses)}
-        d = gdeps.get(name, (None, None))[0]
-        if d is None:
-            continue
-        pieces = []
-        d.foreach_map(pieces.append)
-        for m in pieces:
-            s, t = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
-            if s not in writers or t in writers:
-                continue                  # storage order only: each thread has its own copy
-            if s not in by_stmt or t not in by_stmt or by_stmt[s] is not by_stmt[t]:
-                bad = m
-            else:
-                depth = sched[s].dim(isl.dim_type.out)
-                a = [f"a{i}" for i in range(depth)]
-                b = [f"b{i}" for i in range(depth)]
-                same = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : "
-                               f"{same_thread(s, t)} }}", context=model.ctx)
-                other = isl.Map.universe(same.get_space()).subtract(same)
-                bad = m.intersect(sched[s].apply_range(other).apply_range(sched[t].reverse()))
-            if not bad.is_empty():
-                raise IllegalScheduleError(
-                    f"{cmd} is illegal: a value flows between threads through the per-thread "
-                    f"array {name!r} (values never flow between threads through registers): "
-                    + _describe(model, deps, name, bad.to_union_map(), state, True))
+def cache_shared(stmt, source, loop, name):
+    f = stmt.function
+    text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
+    if not isinstance(source, (Buffer, Computation)):
+        raise TypeError(f"{text}: source must be a buffer or computation, not "
+                        f"{type(source).__name__}")
+    st = state_of(f)[stmt.name]
+    st.find(loop, text, stmt.name)
+    names = [lp.name for lp in st.loops]
+    k = names.index(loop)
+    tags = {n: t for n, t in st.tags.items() if t.kind in ("gpu_block", "gpu_thread")}
+    if any(tags.get(n) is not None and tags[n].kind == "gpu_thread" for n in names[:k + 1]):
+        raise ValueError(f"{text}: {loop!r} is a thread loop or inside one; the tile is copied "
+                         "once per block iteration, so give a block loop or a serial loop "
+                         "outside the thread loops")
+    # a compute_at copy (a cache_local copy) shares its thread loops with its consumer
+    owner = stmt.name
+    while state_of(f)[owner].at is not None:
+        owner = state_of(f)[owner].at[1]
+    threads = {t.arg: extent_of(f, owner, n) for n, t in tags.items() if t.kind == "gpu_thread"}
+    if not threads:
+        raise ValueError(f"{text}: {stmt.name} has no thread loop; bind its thread loops "
+                         "(bind / gpu_tile) before cache_shared")
+    copy_ = stmt.cache_at(source, loop, name=name or f"{source.name}_shared")
+    widths = footprint_widths(f, copy_.name)
+    if None in widths:
+        raise ValueError(f"{text}: the part of {source.name!r} one iteration of {loop!r} reads "
+                         "is unbounded; tile the loops that index it")
+    widths = [max(w, 1) for w in widths]
+    buf = f.buffer(f"{copy_.name}_tile", tuple(widths), source.dtype)
+    buf.memory = "shared"
+    copy_.store_in(buf, [v % w for v, w in zip(copy_.vars, widths)])
+    # the block's loops, as the consumer binds them
+    for n in names[:k + 1]:
+        if n in tags:
+            copy_._command("tag", n, tags[n].kind, tags[n].arg,
+                           text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
+    # own dims: the innermost on thread.x, then y, z; each split by min(width, threads)
+    axes = [a for a in AXES if a in threads]
+    own = [v.name for v in copy_.vars]
+    mapped = list(zip(reversed(own), axes))
+    outer, inner = [], []
+    for v, axis in mapped:
+        factor = min(widths[own.index(v)], threads[axis] or 1)
+        copy_.split(v, factor)
+        outer.append(v + "0")
+        inner.append((v + "1", axis))
+    rest = [v for v in own if v not in dict(mapped)]
+    order = rest + list(reversed(outer)) + [v for v, _ in reversed(inner)]
+    copy_.reorder(*order)
+    for v, axis in inner:
+        copy_._command("tag", v, "gpu_thread", axis,
+                       text=f"{copy_.name}.bind({v}, 'thread.{axis}')")
+    return copy_

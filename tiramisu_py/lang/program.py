@@ -1,17 +1,20 @@
-"""The algorithm: a Function holds params, loop variables, buffers and
-statements (computations and their updates) in program order."""
+"""The algorithm as data: a Function holds params, loop variables, buffers and
+statements (computations and their updates) in program order, and the
+command log of its schedule.  The classes users get (``tp.Function``,
+``tp.Computation``, ``tp.Update``) add the verbs: :mod:`tiramisu_py.api`;
+a Function builds its statements through its ``_Computation`` and
+``_Update`` class attributes, which ``api.Function`` sets to those."""
 from __future__ import annotations
 
 import contextlib
 import keyword
 import re
 
-from . import types as T
 from codegen.c.emit import reserved_c_symbol
 
-from . import provenance
-from .schedule import Schedulable
-from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, accesses, check_expr_size,
+from ..base import provenance
+from ..base import types as T
+from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, Var, accesses, check_expr_size,
                    parse_size, strong_type, walk, wrap)
 
 _IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -50,29 +53,10 @@ def check_name(name, what: str) -> str:
     return name
 
 
-class Var(Expr):
-    """A loop variable ``lo <= v < hi``.  Bounds are affine in params and
-    earlier variables, or data-dependent (they read an input buffer)."""
-    __slots__ = ("name", "lo", "hi", "function", "order", "deps", "where")
-
-    def __init__(self, name, lo, hi, function, order):
-        self.name, self.lo, self.hi = name, lo, hi
-        self.where = provenance.where()             # file:line of the declaration
-        self.function, self.order = function, order
-        # variables the bounds refer to (directly)
-        self.deps = [n for b in (lo, hi) for n in walk(b) if isinstance(n, Var)]
-
-    @property
-    def data_dependent(self) -> bool:
-        return bool(accesses(self.lo) or accesses(self.hi))
-
-    def __repr__(self):
-        return self.name
-
-
 class Buffer:
     """An array: an input (read-only, passed by the caller), an output
     (returned; may be passed to update in place) or a temporary."""
+    _tp_kind = "buffer"                 # how provenance tells the objects apart
 
     def __init__(self, function, name, shape, dtype, kind):
         self.function, self.name, self.shape = function, name, tuple(shape)
@@ -90,10 +74,11 @@ class Buffer:
         return f"Buffer({self.name}, {self.shape}, {self.dtype.name}, {self.kind})"
 
 
-class Statement(Schedulable):
+class Statement:
     """One polyhedral statement: ``target[store_index] (op)= value`` for every
     point of the loops ``vars``."""
     is_update = False
+    _tp_kind = "statement"              # how provenance tells the objects apart
 
     def __init__(self, function, name, vars_, value):
         self.function, self.name, self.vars, self.value = function, name, list(vars_), value
@@ -233,7 +218,7 @@ class Computation(Statement):
                 if not any(v is o for o in ordered):
                     raise ValueError(f"update of {self.name!r}: loops= misses {v.name!r}")
         name = f"{self.name}_update" + (f"{len(self.updates)}" if self.updates else "")
-        u = Update(f, name, ordered, self, access.indices, op, expr)
+        u = f._Update(f, name, ordered, self, access.indices, op, expr)
         self.updates.append(u)
         f._add_statement(u)
         return u
@@ -288,6 +273,8 @@ class Nest:
 class Function:
     """A program: ``Function(name, params=["N", "M"])`` or with fixed sizes
     ``params={"N": 64}`` (constants, folded into the generated code)."""
+    _Computation = Computation      # the classes of the statements it declares
+    _Update = Update
 
     def __init__(self, name, params=()):
         self.name = check_name(name, "function")
@@ -313,7 +300,6 @@ class Function:
         self._root = Nest([])
         self._nest_stack = []
         self._names = set(self.params) | {name}
-        self._compiled = None
         self._commands = []             # the schedule: commands in the order given
         self._state_cache = None
         self._model_cache = None
@@ -367,7 +353,7 @@ class Function:
         names = [v.name for v in vars_]
         if len(set(names)) != len(names):
             raise ValueError(f"computation {name!r}: a loop appears twice in {names}")
-        c = Computation(self, name, vars_, expr, dtype)
+        c = self._Computation(self, name, vars_, expr, dtype)
         self._claim(name, "computation")
         self.computations[name] = c
         self._add_statement(c)
@@ -408,7 +394,7 @@ class Function:
                              f"with those; they are ({', '.join(s.loops)})")
         self.statements.append(s)
         self._current_nest().items.append(s)
-        self._compiled = self._state_cache = self._model_cache = None
+        self._state_cache = self._model_cache = None
 
     def _check_free(self, name, what):
         if name == self.name:
@@ -452,37 +438,6 @@ class Function:
         return e
 
     # schedule -----------------------------------------------------------------
-    def _model(self):
-        from .poly import PolyModel
-        if self._model_cache is None:
-            self._model_cache = PolyModel(self)
-        return self._model_cache
-
-    def _schedule_state(self):
-        from .schedule import replay
-        if self._state_cache is None:
-            self._state_cache = replay(self._model(), self._commands)
-        return self._state_cache
-
-    def _loop_extent(self, stmt, loop):
-        """The largest extent a loop of a statement can have, over all param
-        values, or None when it is unbounded."""
-        import islpy as isl
-        model = self._model()
-        m = model.by_name[stmt]
-        st = self._schedule_state()[stmt]
-        k = st.find(loop, f"{stmt}: loop {loop}", stmt)
-        smap = isl.Map(f"{model.prefix()}{{ {stmt}[{', '.join(v.name for v in m.vars)}] -> "
-                       f"[{st.loops[k].expr}] }}", context=model.ctx)
-        rng = smap.intersect_domain(model.domain(m)).range()
-        ext = rng.dim_max(0).sub(rng.dim_min(0)).coalesce()
-        if ext.n_piece() == 0:
-            return 0
-        val = ext.max_val()            # over all param values
-        if not val.is_int():
-            return None                # unbounded (grows with a param)
-        return int(val.to_python()) + 1
-
     def schedule_commands(self):
         """The scheduling commands given so far, in order."""
         return [c.text for c in self._commands]
@@ -495,7 +450,7 @@ class Function:
         one stays recorded until it is undone.  Undoing a copy command
         (``cache_at``, ``cache_shared``, ``cache_local``) also removes the
         copy it declared (computation, loops, buffer) and gives the consumer
-        back its reads of the source (:mod:`tiramisu_py.atomic`)."""
+        back its reads of the source (:mod:`tiramisu_py.commands.atomic`)."""
         if not self._commands:
             return None
         last = max(c.call_id for c in self._commands)
@@ -506,19 +461,8 @@ class Function:
             del self._copy_calls[last]
         else:
             self._commands[:] = [c for c in self._commands if c.call_id != last]
-        self._state_cache = self._compiled = None
+        self._state_cache = None
         return gone[0].call or gone[0].text
-
-    def reset_schedule(self):
-        """Forgets every scheduling command: the program order again.  The
-        algorithm (and ``store_in`` layouts) stay; the copies that copy
-        commands declared go with them (each call is undone, last first; all
-        or nothing)."""
-        from .atomic import all_or_nothing
-        with all_or_nothing(self):
-            while self._commands:
-                self.undo()
-        self._state_cache = self._compiled = None
 
     def copy(self, name=None):
         """An independent copy (algorithm and schedule so far), e.g. to try
@@ -526,12 +470,12 @@ class Function:
         ``name``: the copy's name (default: the same).  Its computations are
         ``g.computations[name]``, its loops ``g.loop(name)``."""
         import copy as _copy
-        saved = self._compiled, self._state_cache, self._model_cache
-        self._compiled = self._state_cache = self._model_cache = None
+        saved = self._state_cache, self._model_cache
+        self._state_cache = self._model_cache = None
         try:
             g = _copy.deepcopy(self)
         finally:
-            self._compiled, self._state_cache, self._model_cache = saved
+            self._state_cache, self._model_cache = saved
         if name is not None:
             g._names.discard(g.name)
             g.name = check_name(name, "function")
@@ -546,51 +490,6 @@ class Function:
                 return v
         raise KeyError(f"{self.name!r} has no loop {name!r}; its loops are "
                        f"{', '.join(v.name for v in self.vars)}")
-
-    def explain(self, file=None) -> str:
-        """Prints (and returns) the dependences in words and, for each loop of
-        the current schedule, whether it is parallel and why not."""
-        from .compiler import analyse
-        from .legality import explain
-        model, deps, state = analyse(self)
-        text = explain(model, deps, state)
-        from .lower import vector_report
-        text += vector_report(self)
-        print(text, file=file)
-        return text
-
-    # compilation ------------------------------------------------------------
-    def compile(self, target=None, **options):
-        """Checks the program, generates code for ``target`` ("cpu" or "c": C +
-        OpenMP through the system C compiler; "llvm": LLVM IR JIT-compiled
-        in-process with llvmlite, no C compiler needed) and returns a callable
-        :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
-        "cpu"."""
-        import os
-        from .compiler import compile_function
-        from .errors import IllegalScheduleError
-        target = target or os.environ.get("TIRAMISU_PY_TARGET") or "cpu"
-        try:
-            return compile_function(self, target, **options)
-        except IllegalScheduleError as e:
-            raise IllegalScheduleError(str(e) + self._recovery(str(e))) from None
-
-    def _recovery(self, msg):
-        """What an IllegalScheduleError adds: where the statement was
-        declared, and how to go on (the refused command stays recorded)."""
-        me = provenance.ref(self, provenance.user_frame())
-        me = me if me.isidentifier() else "f"
-        cmd = next((c for c in reversed(self._commands)
-                    if (c.call or c.where) and f"given: {c.given()}" in msg), None)
-        out = ""
-        if cmd is not None:
-            st = next((s for s in self.statements if s.name == cmd.stmt), None)
-            if st is not None and st.where:
-                out += f"\n  {cmd.stmt} is declared at {st.where}"
-        last = self._commands[-1].call if self._commands else None
-        out += (f"\n  The schedule keeps every command given: {me}.undo() removes the last one"
-                + (f" ({last})" if last else "") + f", {me}.reset_schedule() all of them.")
-        return out
 
     def __repr__(self):
         return f"Function({self.name!r}, params={list(self.params)})"

@@ -21,9 +21,8 @@ import os
 import sys
 import threading
 
-_PKG = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep   # tiramisu_py/
 _inside: dict = {}                  # co_filename -> inside this package
-_USER_FILES = {_PKG + "demo.py"}    # the package's own user code
 _local = threading.local()
 _ids = itertools.count(1)
 
@@ -43,7 +42,7 @@ def user_frame():
         inside = _inside.get(name)
         if inside is None:
             path = os.path.abspath(name)
-            inside = _inside[name] = path.startswith(_PKG) and path not in _USER_FILES
+            inside = _inside[name] = path.startswith(_PKG)
         if not inside:
             return f
         f = f.f_back
@@ -82,14 +81,16 @@ def _local_name(obj, frame):
 
 def ref(obj, frame=None) -> str:
     """How the user's code at ``frame`` can name ``obj``: a statement
-    (``C``, ``C.update``, ``C.updates[0]``), a buffer, a loop, a Function."""
-    from .function import Update, Var
-    if isinstance(obj, Var):
+    (``C``, ``C.update``, ``C.updates[0]``), a buffer, a loop, a Function.
+    The objects are told apart by their class tag ``_tp_kind`` ("loop",
+    "statement", "buffer") and ``is_update``: this module sits below the
+    language's classes and imports none of them."""
+    if getattr(obj, "_tp_kind", None) == "loop":
         return f'"{obj.name}"'
     name = _local_name(obj, frame)
     if name is not None:
         return name
-    if isinstance(obj, Update):
+    if getattr(obj, "is_update", False):
         parent = obj.parent
         base = _local_name(parent, frame) or parent.name
         k = next(i for i, u in enumerate(parent.updates) if u is obj)
@@ -98,10 +99,9 @@ def ref(obj, frame=None) -> str:
 
 
 def _arg(a, frame):
-    from .function import Buffer, Statement
     if isinstance(a, str):
         return f'"{a}"'
-    if isinstance(a, (Statement, Buffer)) or type(a).__name__ == "Var":
+    if getattr(a, "_tp_kind", None) in ("statement", "buffer", "loop"):
         return ref(a, frame)
     if isinstance(a, (tuple, list)):
         inner = ", ".join(_arg(x, frame) for x in a)

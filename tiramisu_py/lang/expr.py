@@ -13,7 +13,8 @@ import builtins
 import math
 from typing import Iterable
 
-from . import types as T
+from ..base import provenance
+from ..base import types as T
 
 
 # Limits on one expression (a computation's value, an update, an index, a
@@ -222,6 +223,27 @@ class Access(Expr):
         return self.reduce("min", e, loops)
 
 
+class Var(Expr):
+    """A loop variable ``lo <= v < hi``.  Bounds are affine in params and
+    earlier variables, or data-dependent (they read an input buffer)."""
+    __slots__ = ("name", "lo", "hi", "function", "order", "deps", "where")
+    _tp_kind = "loop"                   # how provenance tells the objects apart
+
+    def __init__(self, name, lo, hi, function, order):
+        self.name, self.lo, self.hi = name, lo, hi
+        self.where = provenance.where()             # file:line of the declaration
+        self.function, self.order = function, order
+        # variables the bounds refer to (directly)
+        self.deps = [n for b in (lo, hi) for n in walk(b) if isinstance(n, Var)]
+
+    @property
+    def data_dependent(self) -> bool:
+        return bool(accesses(self.lo) or accesses(self.hi))
+
+    def __repr__(self):
+        return self.name
+
+
 class UpdateRequest:
     """What ``C[i, j] += e`` hands to ``C.__setitem__``."""
 
@@ -276,16 +298,6 @@ def _bottom_up(e, memo, tag, children, node_value):
     return memo[key][1]
 
 
-_VAR_CLASS = []
-
-
-def _var_class():
-    if not _VAR_CLASS:
-        from .function import Var       # local import: Var lives with Function
-        _VAR_CLASS.append(Var)
-    return _VAR_CLASS[0]
-
-
 def strong_type(e: Expr, memo=None):
     """The type an expression has without context, or None if it is made of
     weak literals only."""
@@ -301,7 +313,7 @@ def _strong_type_node(e: Expr, memo):
         return T.INDEX
     if isinstance(e, Access):
         return e.target.dtype
-    if isinstance(e, _var_class()):
+    if isinstance(e, Var):
         return T.INDEX
     if isinstance(e, Cast):
         return e.to
@@ -434,12 +446,13 @@ def check_expr_size(e: Expr, what: str) -> None:
     depth, nodes = expr_size(e)
     if depth > MAX_EXPR_DEPTH:
         raise ValueError(f"{what} is nested {depth} levels deep; the limit is "
-                         f"{MAX_EXPR_DEPTH} (tiramisu_py.expr.MAX_EXPR_DEPTH): split it into "
+                         f"{MAX_EXPR_DEPTH} (tiramisu_py.lang.expr.MAX_EXPR_DEPTH): split it into "
                          "several computations")
     if nodes > MAX_EXPR_NODES:
         raise ValueError(f"{what} has {nodes} nodes (a shared subexpression counts once per "
-                         f"use); the limit is {MAX_EXPR_NODES} (tiramisu_py.expr.MAX_EXPR_NODES): "
-                         "split it into several computations")
+                         f"use); the limit is {MAX_EXPR_NODES} "
+                         "(tiramisu_py.lang.expr.MAX_EXPR_NODES): split it into several "
+                         "computations")
 
 
 def accesses(e: Expr):

@@ -5,7 +5,7 @@ autograd (backward kernels written in the DSL) and ``torch.compile``
 
 Migration is one line per layer::
 
-    model.features[0] = tiramisu_py.nn.Conv2d.from_torch(model.features[0])
+    model.features[0] = schedules.nn.Conv2d.from_torch(model.features[0])
 
 or :func:`convert` for a whole model.  ``from_torch`` takes over the torch
 module's parameters (the same ``Parameter`` objects: an optimizer built
@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import schedules.torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
+from schedules.weights.csr import CSRWeights
 
 ops = torch.ops.tiramisu
 
@@ -182,7 +183,6 @@ class SparseConv2d(nn.Module):
     def from_torch(cls, module: nn.Conv2d, threshold=0.0):
         """The pruned ``nn.Conv2d`` ``module`` (weights with ``|w| <=
         threshold`` dropped), converted once to CSR."""
-        from schedules.sparse import CSRWeights
         if not isinstance(module, nn.Conv2d):
             raise TypeError(f"SparseConv2d.from_torch: expected an nn.Conv2d, got "
                             f"{type(module).__name__}")
@@ -228,7 +228,7 @@ class _Recurrent(nn.Module):
 
 
 class LSTM(_Recurrent):
-    """``tiramisu_py.nn.LSTM.from_torch(lstm)``: ``forward(x, (h0, c0)=None)``
+    """``schedules.nn.LSTM.from_torch(lstm)``: ``forward(x, (h0, c0)=None)``
     returns ``(y, (h_n, c_n))`` as ``nn.LSTM`` does."""
     _torch = nn.LSTM
 
@@ -240,7 +240,7 @@ class LSTM(_Recurrent):
 
 
 class GRU(_Recurrent):
-    """``tiramisu_py.nn.GRU.from_torch(gru)``: ``forward(x, h0=None)`` returns
+    """``schedules.nn.GRU.from_torch(gru)``: ``forward(x, h0=None)`` returns
     ``(y, h_n)`` as ``nn.GRU`` does."""
     _torch = nn.GRU
 

@@ -6,8 +6,7 @@ atom is 1 (the constant), a loop/param name, or an isl sub-term such as
 params with known values are folded in (``values``)."""
 from __future__ import annotations
 
-from .expr import Access, BinOp, Cast, Const, ParamRef, UnOp
-from .function import Var
+from .expr import Access, BinOp, Cast, Const, ParamRef, UnOp, Var
 
 
 class NonAffine(Exception):

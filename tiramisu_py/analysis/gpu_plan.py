@@ -29,7 +29,7 @@ names the command and, for dependences, two instances):
   lives across its iterations) or inside the thread loops; never a block,
   thread or host loop (a tile is private to one thread and one launch).
   The CPU rule (``legality._check_accumulate``) applies as well.
-* Per-thread arrays (``cache_local``, :mod:`tiramisu_py.gpu_local`): every
+* Per-thread arrays (``cache_local``, :mod:`tiramisu_py.commands.gpu_copies`): every
   value read from one was written by the same thread; their storage
   conflicts between threads and blocks are then no dependences (skipped).
 
@@ -43,7 +43,10 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .errors import IllegalScheduleError
+from ..base.errors import IllegalScheduleError
+from ..lang.program import const_value
+from ..lang.schedule import gpu_tags, is_mapped
+from .legality import describe, privatisable, schedule_depth
 
 MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
 MAX_SHARED_BYTES = 48 * 1024       # static shared memory per block without opt-in
@@ -53,7 +56,7 @@ LEVELS = ("block", "thread")
 
 
 @dataclass
-class Kernel:
+class KernelGroup:
     """One GPU kernel: the statements fused in one outermost block loop."""
     stmts: list
     block_axes: list                      # axis of each block loop, outermost first
@@ -67,65 +70,13 @@ class Kernel:
 
 @dataclass
 class GpuPlan:
-    kernels: list                                      # Kernel
+    kernels: list                                      # KernelGroup
     loop_barriers: set = field(default_factory=set)     # (stmt, schedule position)
     seq_barriers: set = field(default_factory=set)      # (src stmt, dst stmt, position)
-    by_stmt: dict = field(default_factory=dict)         # stmt -> Kernel
+    by_stmt: dict = field(default_factory=dict)         # stmt -> KernelGroup
 
     def kernel_of(self, stmt):
         return self.by_stmt.get(stmt)
-
-
-def check_tag(s, loop, kind, arg, text):
-    """The checks of tagging ``loop`` of the statement schedule ``s`` (a
-    ``bind``, ``parallelize``, ``vectorize`` or ``unroll``), when the command
-    is given: one mapping per loop, one loop per GPU axis."""
-    _check_retag(s, loop, kind, arg, text)
-    if kind in ("gpu_block", "gpu_thread"):
-        _check_bind(s, loop, kind, arg, text)
-
-
-_TAG_WORDS = {"parallel": "parallelized", "vector": "vectorized", "unrolled": "unrolled"}
-
-
-def _check_retag(s, loop, kind, arg, text):
-    """A loop bound to the GPU keeps its binding: binding it again to another
-    axis, or parallelizing, vectorizing or unrolling it (which would replace
-    the binding), is refused, and so is binding a parallel, vector or
-    unrolled loop (it would silently drop that tag)."""
-    old = s.tags.get(loop)
-    if old is None or (old.kind, old.arg) == (kind, arg):
-        return
-    gpu = ("gpu_block", "gpu_thread")
-    if old.kind in gpu:
-        now = f"{old.kind[4:]}.{old.arg}"
-        raise ValueError(f"{text}: loop {loop!r} is already bound to {now}; a loop has one "
-                         "mapping (split it to give its parts different ones)")
-    if kind in gpu:
-        raise ValueError(f"{text}: loop {loop!r} is {_TAG_WORDS.get(old.kind, old.kind)} "
-                         "(a CPU mapping); a GPU loop cannot be parallelized, vectorized or "
-                         "unrolled as well: undo that command, or bind another loop")
-
-
-def _check_bind(s, loop, kind, axis, text):
-    for other, t in s.tags.items():
-        if other != loop and t.kind == kind and t.arg == axis and other in {lp.name for lp in s.loops}:
-            raise ValueError(f"{text}: loop {other!r} of this statement is already bound to "
-                             f"{kind[4:]}.{axis}")
-
-
-def gpu_tags(st):
-    """[(loop index, level, axis, tag)] of a statement's mapped loops."""
-    names = [lp.name for lp in st.loops]
-    out = []
-    for loop, tag in st.tags.items():
-        if tag.kind in ("gpu_block", "gpu_thread") and loop in names:
-            out.append((names.index(loop), tag.kind[4:], tag.arg, tag))
-    return sorted(out, key=lambda x: x[0])
-
-
-def is_mapped(state) -> bool:
-    return any(gpu_tags(st) for st in state.values())
 
 
 def _shape(stmt, st, commands):
@@ -204,8 +155,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
     """Checks the GPU mapping of ``state``; None when nothing is mapped."""
     if not is_mapped(state):
         return None
-    from .legality import _depth, _describe
-    depth = _depth(model, state)
+    depth = schedule_depth(model, state)
     shapes = {}
     for stmt, st in state.items():
         if gpu_tags(st):
@@ -240,7 +190,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 raise IllegalScheduleError(
                     f"{text}: {s} and {lead} are in one kernel but do not share all its "
                     f"block loops ({', '.join(lp.name for lp in state[lead].loops[nh:nh + nb])})")
-        k = Kernel(mapped, axes, host=nh)
+        k = KernelGroup(mapped, axes, host=nh)
         kernels.append(k)
         for s in mapped:
             by_stmt[s] = k
@@ -276,8 +226,8 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 raise IllegalScheduleError(
                     f"{commands[tag.command].text}: the kernel of {', '.join(k.stmts)} has {v} "
                     f"threads along thread.{axis}, beyond CUDA's limit of {MAX_BLOCK_DIM[axis]} "
-                    "(tiramisu_py.gpu.MAX_BLOCK_DIM); bind a shorter loop to it, or use the x "
-                    "or y axis")
+                    "(tiramisu_py.analysis.gpu_plan.MAX_BLOCK_DIM); bind a shorter loop to it, "
+                    "or use the x or y axis")
         n = 1
         for v in k.threads.values():
             n *= v
@@ -287,7 +237,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                 f"{commands[gpu_tags(state[s])[0][3].command].text}: the kernel of "
                 f"{', '.join(k.stmts)} has {' x '.join(str(v) for v in k.threads.values())} = {n} "
                 f"threads per block, beyond the limit of {MAX_THREADS} "
-                "(tiramisu_py.gpu.MAX_THREADS); use smaller thread tiles")
+                "(tiramisu_py.analysis.gpu_plan.MAX_THREADS); use smaller thread tiles")
 
     # dependences between instances of one block
     def coord(stmt, var, axis):
@@ -305,7 +255,6 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
 
     # per-thread arrays (cache_local): no value crosses threads, so their
     # storage conflicts between threads are none (each has its own copy)
-    from .gpu_local import check_local, local_buffers
     gdeps = _gpu_dependences(deps, state, by_stmt)
     check_local(model, deps, state, by_stmt, sched, same_thread, gdeps)
     local = local_buffers(model)
@@ -344,7 +293,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                         f"{commands[tag.command].text} is illegal: block loop "
                         f"{state[s].loops[j].name!r} carries a dependence (blocks run "
                         "concurrently and communicate only across kernel launches): "
-                        + _describe(model, deps, buf, bad.to_union_map(), state, True))
+                        + describe(model, deps, buf, bad.to_union_map(), state, True))
             axes = k.thread_range.keys()
             if not axes:
                 continue
@@ -367,7 +316,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                         f"{cmd} is illegal: two threads of one block depend on each other "
                         f"inside thread loop {loop!r}, where no barrier can separate them "
                         "(a barrier must be reached by every thread of the block): "
-                        + _describe(model, deps, buf, bad.to_union_map(), state, True))
+                        + describe(model, deps, buf, bad.to_union_map(), state, True))
                 if q % 2 == 1:
                     out.loop_barriers.add((s, q))
                 else:
@@ -420,11 +369,10 @@ def _per_block(model, deps, state, stmt, loop, buf):
     """True when ``buf`` lives in shared memory (one copy per block) and every
     value read from it was written in the same iteration of block loop
     ``loop`` (the rule that lets a parallel loop privatise a temporary)."""
-    from .legality import _privatisable
     b = next((a.buffer for m in model.stmts for a in m.accesses if a.buffer.name == buf), None)
     if getattr(b, "memory", "global") != "shared":
         return False
-    return _privatisable(model, deps, state, stmt, loop, buf)
+    return privatisable(model, deps, state, stmt, loop, buf)
 
 
 def _param_bound(rng, p, which):
@@ -439,89 +387,79 @@ def _param_bound(rng, p, which):
     return int(v.to_python())
 
 
-# ------------------------------------------------------------------ cache_shared
-def footprint_widths(f, copy_name):
-    """The bounding box of what one iteration of the loops a compute_at copy
-    sits in reads: per own dimension, the largest width (over iterations and
-    param values), or None when unbounded."""
-    from .compiler import _assign_buffers, _prepare
-    from .poly import PolyModel
-    from .schedule import replay
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
-    state = replay(model, f._commands)
-    at = model.compute_ats(state)[copy_name]
-    dom = at.member_domain(copy_name)
-    depth = state[copy_name].at[2]
-    n = dom.dim(isl.dim_type.set) - depth
-    m = isl.Map.from_domain_and_range(dom, dom)
-    for k in range(depth):
-        m = m.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
-    m = m.intersect_domain(dom).intersect_range(dom)
-    deltas = m.deltas()
-    out = []
-    for d in range(n):
-        pw = deltas.dim_max(depth + d)
-        v = pw.max_val() if pw.n_piece() else None
-        out.append(None if v is None or not v.is_int() else int(v.to_python()) + 1)
+# ------------------------------------------------------- per-thread arrays
+def local_buffers(model) -> dict:
+    """name -> Buffer of the per-thread (``memory == "local"``) arrays."""
+    out = {}
+    for m in model.stmts:
+        for a in m.accesses:
+            if getattr(a.buffer, "memory", "global") == "local":
+                out[a.buffer.name] = a.buffer
     return out
 
 
-def cache_shared(stmt, source, loop, name):
-    from .function import Buffer, Computation
-    f = stmt.function
-    text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
-    if not isinstance(source, (Buffer, Computation)):
-        raise TypeError(f"{text}: source must be a buffer or computation, not "
-                        f"{type(source).__name__}")
-    st = f._schedule_state()[stmt.name]
-    st.find(loop, text, stmt.name)
-    names = [lp.name for lp in st.loops]
-    k = names.index(loop)
-    tags = {n: t for n, t in st.tags.items() if t.kind in ("gpu_block", "gpu_thread")}
-    if any(tags.get(n) is not None and tags[n].kind == "gpu_thread" for n in names[:k + 1]):
-        raise ValueError(f"{text}: {loop!r} is a thread loop or inside one; the tile is copied "
-                         "once per block iteration, so give a block loop or a serial loop "
-                         "outside the thread loops")
-    # a compute_at copy (a cache_local copy) shares its thread loops with its consumer
-    owner = stmt.name
-    while f._schedule_state()[owner].at is not None:
-        owner = f._schedule_state()[owner].at[1]
-    threads = {t.arg: f._loop_extent(owner, n) for n, t in tags.items() if t.kind == "gpu_thread"}
-    if not threads:
-        raise ValueError(f"{text}: {stmt.name} has no thread loop; bind its thread loops "
-                         "(bind / gpu_tile) before cache_shared")
-    copy_ = stmt.cache_at(source, loop, name=name or f"{source.name}_shared")
-    widths = footprint_widths(f, copy_.name)
-    if None in widths:
-        raise ValueError(f"{text}: the part of {source.name!r} one iteration of {loop!r} reads "
-                         "is unbounded; tile the loops that index it")
-    widths = [max(w, 1) for w in widths]
-    buf = f.buffer(f"{copy_.name}_tile", tuple(widths), source.dtype)
-    buf.memory = "shared"
-    copy_.store_in(buf, [v % w for v, w in zip(copy_.vars, widths)])
-    # the block's loops, as the consumer binds them
-    for n in names[:k + 1]:
-        if n in tags:
-            copy_._command("tag", n, tags[n].kind, tags[n].arg,
-                           text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
-    # own dims: the innermost on thread.x, then y, z; each split by min(width, threads)
-    axes = [a for a in AXES if a in threads]
-    own = [v.name for v in copy_.vars]
-    mapped = list(zip(reversed(own), axes))
-    outer, inner = [], []
-    for v, axis in mapped:
-        factor = min(widths[own.index(v)], threads[axis] or 1)
-        copy_.split(v, factor)
-        outer.append(v + "0")
-        inner.append((v + "1", axis))
-    rest = [v for v in own if v not in dict(mapped)]
-    order = rest + list(reversed(outer)) + [v for v, _ in reversed(inner)]
-    copy_.reorder(*order)
-    for v, axis in inner:
-        copy_._command("tag", v, "gpu_thread", axis,
-                       text=f"{copy_.name}.bind({v}, 'thread.{axis}')")
-    return copy_
+def check_local(model, deps, state, by_stmt, sched, same_thread, gdeps):
+    """Refuses a per-thread array one of whose reads may see a value another
+    thread (block, launch) wrote.  ``gdeps``: buffer -> (dependences,
+    conflicts) of the GPU check, over the copies' instances; the write ->
+    read pairs of a local array are its value flow (a compute_at copy feeds
+    the reads of its own iteration only).  ``same_thread(s, t)``: isl
+    constraints on the schedule times (a, b) of one thread of one launch."""
+    for name, buf in local_buffers(model).items():
+        cmd = getattr(buf, "local_command", f"the per-thread array {name!r}")
+        writers = {m.name for m in model.stmts
+                   if any(a.write and a.buffer.name == name for a in m.accesses)}
+        d = gdeps.get(name, (None, None))[0]
+        if d is None:
+            continue
+        pieces = []
+        d.foreach_map(pieces.append)
+        for m in pieces:
+            s, t = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+            if s not in writers or t in writers:
+                continue                  # storage order only: each thread has its own copy
+            if s not in by_stmt or t not in by_stmt or by_stmt[s] is not by_stmt[t]:
+                bad = m
+            else:
+                depth = sched[s].dim(isl.dim_type.out)
+                a = [f"a{i}" for i in range(depth)]
+                b = [f"b{i}" for i in range(depth)]
+                same = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : "
+                               f"{same_thread(s, t)} }}", context=model.ctx)
+                other = isl.Map.universe(same.get_space()).subtract(same)
+                bad = m.intersect(sched[s].apply_range(other).apply_range(sched[t].reverse()))
+            if not bad.is_empty():
+                raise IllegalScheduleError(
+                    f"{cmd} is illegal: a value flows between threads through the per-thread "
+                    f"array {name!r} (values never flow between threads through registers): "
+                    + describe(model, deps, name, bad.to_union_map(), state, True))
 
+
+# ------------------------------------------------------------ shared memory
+def check_shared(model, plan):
+    """Each kernel's shared tiles fit in :data:`MAX_SHARED_BYTES`."""
+    for k in plan.kernels:
+        bufs = {}
+        for s in k.stmts:
+            for a in model.by_name[s].accesses:
+                if getattr(a.buffer, "memory", "global") == "shared":
+                    bufs[a.buffer.name] = a.buffer
+        sizes = {}
+        for name, b in bufs.items():
+            dims = [const_value(d) for d in b.shape]
+            if None in dims:
+                raise IllegalScheduleError(f"shared tile {name!r} has a shape that is not "
+                                           "constant; tile the loops that index it")
+            n = b.dtype.np.itemsize
+            for d in dims:
+                n *= d
+            sizes[name] = n
+        total = sum(sizes.values())
+        if total > MAX_SHARED_BYTES:
+            parts = ", ".join(f"{n} {tuple(const_value(d) for d in bufs[n].shape)} = {v} bytes"
+                              for n, v in sizes.items())
+            raise IllegalScheduleError(
+                f"the kernel of {', '.join(k.stmts)} needs {total} bytes of shared memory per "
+                f"block ({parts}), beyond the limit of {MAX_SHARED_BYTES} "
+                "(tiramisu_py.analysis.gpu_plan.MAX_SHARED_BYTES); use smaller tiles in "
+                "cache_shared")

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from . import affine
-from .affine import NonAffine
-from .expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp
-from .function import Buffer, Computation, Nest, Var
+from ..lang import affine
+from ..lang.affine import NonAffine
+from ..lang.expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var, walk
+from ..lang.program import Buffer, Computation, Nest
+from .compute_at import ComputeAt
 
 
 def substitute(e, mapping):
@@ -111,7 +112,6 @@ class PolyModel:
         """member name -> ComputeAt, for the statements moved by compute_at,
         outer ones first (a nested compute_at's consumer is a member of an
         outer one, whose copies it reads)."""
-        from .compute_at import ComputeAt
         out, made = {}, {}
 
         def make(name):
@@ -329,6 +329,70 @@ class PolyModel:
         return dom
 
 
+def build_model(f) -> PolyModel:
+    """The full model of ``f``, the one way every phase builds it (compile,
+    analysis, the copy commands' footprints, a warm kernel's checks): checks
+    that every computation has an expression, gives every computation
+    without ``store_in`` a buffer of its own and records the accesses.
+    ``model.inputs``, ``model.outputs``, ``model.temps``: the buffers by kind.
+
+    It writes the user's computations: a default buffer is set as
+    ``c.buffer``/``c.store_index`` with the flag ``c._auto_buffer``, which the
+    next build resets (``store_in`` clears the flag)."""
+    _prepare(f)
+    model = PolyModel(f)
+    model.inputs, model.outputs, model.temps = _assign_buffers(f, model)
+    model.build_accesses()
+    return model
+
+
+def _prepare(f):
+    if not f.statements:
+        raise ValueError(f"function {f.name!r} has no computation")
+    for c in f.computations.values():
+        if c.value is None:
+            raise ValueError(f"computation {c.name!r} has no expression; define it with "
+                             f"{c.name}[{', '.join(c.loops)}] = ... or set_expression")
+        if getattr(c, "_auto_buffer", False):
+            c.buffer, c.store_index, c._auto_buffer = None, None, False
+
+
+def _assign_buffers(f, model):
+    """Gives every computation without ``store_in`` a buffer of its own, shaped
+    like its domain's bounding box; decides which buffers are outputs."""
+    read_by = {c.name: set() for c in f.computations.values()}
+    for s in f.statements:
+        owner = s.parent.name if s.is_update else s.name
+        exprs = [s.value] + [e for v in s.vars for e in (v.lo, v.hi)]
+        exprs += list(s.lhs) if s.is_update else list(s.store_index or [])
+        for e in exprs:
+            for n in walk(e):
+                if isinstance(n, Access) and isinstance(n.target, Computation):
+                    if n.target.name != owner:
+                        read_by[n.target.name].add(owner)
+    explicit_outputs = any(b.kind == "output" for b in f.buffers.values())
+    default_outputs, default_temps = [], []
+    for c in f.computations.values():
+        if c.buffer is not None:
+            continue
+        box = model.bounding_box(model.by_name[c.name])
+        shape = tuple(ext for _, ext in box)
+        kind = "temp" if (explicit_outputs or read_by[c.name]) else "output"
+        b = Buffer(f, c.name, shape, c.dtype, kind)
+        c.buffer = b
+        c.store_index = [v if lo is None else v - lo for v, (lo, _) in zip(c.vars, box)]
+        c._auto_buffer = True
+        (default_outputs if kind == "output" else default_temps).append(b)
+    declared = list(f.buffers.values())
+    inputs = [b for b in declared if b.kind == "input"]
+    outputs = [b for b in declared if b.kind == "output"] + default_outputs
+    temps = [b for b in declared if b.kind == "temp"] + default_temps
+    if not outputs:
+        raise ValueError(f"function {f.name!r} has no output: every computation is read by "
+                         "another; mark a buffer with f.buffer(..., output=True)")
+    return inputs, outputs, temps
+
+
 def _param_names(pw):
     """Names of the params ``pw`` really depends on."""
     return [pw.get_dim_name(isl.dim_type.param, i) for i in range(pw.dim(isl.dim_type.param))
@@ -383,7 +447,6 @@ def condition_text(e, polarity, values):
 
 
 def _walk(e):
-    from .expr import walk
     return walk(e)
 
 

@@ -34,6 +34,10 @@ import threading
 
 import torch
 
+from ..lang import affine
+from ..lang.affine import NonAffine
+from .shapes import eval_size
+
 _LIBS: dict = {}                   # namespace -> torch.library.Library (kept alive)
 _OPS: dict = {}                    # qualname -> the OpOverloadPacket
 _LOCK = threading.RLock()
@@ -107,8 +111,6 @@ class _Shape:
 def _inferable(kernel, buffers):
     """The params ``Kernel._infer_params`` can infer from these buffers'
     shapes (the same walk, on names instead of values)."""
-    from . import affine
-    from .affine import NonAffine
     known = set()
     progress = True
     while progress:
@@ -157,12 +159,11 @@ def kernel_op(kernel, qualname, inplace=(), backward=None, setup_context=None):
     known = _inferable(kernel, shaped)
     int_params = [p for p in kernel.params if p not in known]
     functional = [b for b in kernel.outputs if b.name not in inplace]
-    from .kernel import _eval_size
     probe = dict(kernel.fixed, **{p: 1 for p in kernel.params})
     for b in functional:
         for e in b.shape:
             try:
-                _eval_size(e, probe, b.name)
+                eval_size(e, probe, b.name)
             except ValueError as exc:
                 raise ValueError(f"torch_op {qualname!r}: the shape of output {b.name!r} "
                                  f"cannot be derived from the params: {exc}") from None

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import islpy as isl
 
-from .dataflow import reads_initial, value_flow
-from . import provenance
-from .errors import IllegalScheduleError
-from .schedule import initial_state, replay
+from ..poly.dataflow import reads_initial, value_flow
+from ..base import provenance
+from ..base.errors import IllegalScheduleError
+from ..poly.model import build_model
+from ..lang.schedule import initial_state, replay
+
+def analyse(f):
+    """The model, dependences and (unchecked) schedule of ``f``."""
+    model = build_model(f)
+    return model, Dependences(model), replay(model, f._commands)
+
 
 KIND = {(True, False): "RAW", (False, True): "WAR", (True, True): "WAW"}
 
@@ -87,7 +94,7 @@ class Dependences:
             def keep(m):
                 per_stmt[m.get_tuple_name(isl.dim_type.in_)] = m
             (self.schedule(state) if sched is None else sched).foreach_map(keep)
-            return per_stmt, _depth(self.model, state)
+            return per_stmt, schedule_depth(self.model, state)
         per_stmt, depth = split() if sched is not None else self._memo(state, "per_stmt", split)
         out = None
         for m in maps:
@@ -177,7 +184,7 @@ def check(model, deps, commands):
         buf, viol = bad
         k = _blame(model, deps, commands)
         cmd = commands[k].text if k is not None else "the schedule"
-        raise IllegalScheduleError(f"{cmd} is illegal: " + _describe(model, deps, buf, viol, state)
+        raise IllegalScheduleError(f"{cmd} is illegal: " + describe(model, deps, buf, viol, state)
                                    + (_given(commands[k]) if k is not None else ""))
     for stmt, s in state.items():
         for loop, tag in s.tags.items():
@@ -186,11 +193,11 @@ def check(model, deps, commands):
                     f"{commands[tag.command].text}: loop {loop!r} of {stmt} no longer exists "
                     "after later commands" + _given(commands[tag.command]))
             if tag.kind in ("gpu_block", "gpu_thread"):
-                continue                     # tiramisu_py.gpu checks the mapping
+                continue                     # tiramisu_py.analysis.gpu_plan checks the mapping
             carried = carried_by(model, deps, state, stmt, loop)
             tag.private = []
             while tag.kind == "parallel" and carried is not None \
-                    and _privatisable(model, deps, state, stmt, loop, carried[0]):
+                    and privatisable(model, deps, state, stmt, loop, carried[0]):
                 tag.private.append(carried[0])
                 carried = carried_by(model, deps, state, stmt, loop, private=tag.private)
             if tag.kind in ("parallel", "vector"):
@@ -211,7 +218,7 @@ def check(model, deps, commands):
                     hint = f" It is a reduction: {fix} permits reordering it."
                 raise IllegalScheduleError(
                     f"{cmd.text} is illegal: loop {loop!r} cannot be {what}, "
-                    f"it carries a dependence: " + _describe(model, deps, buf, viol, state, True)
+                    f"it carries a dependence: " + describe(model, deps, buf, viol, state, True)
                     + hint + _given(cmd))
         for loop, k in s.accumulate.items():
             _check_accumulate(model, deps, state, stmt, loop, commands[k])
@@ -266,7 +273,7 @@ def _check_accumulate_text(model, deps, state, stmt, loop, text, fix):
                                    "see the partial results")
     w = deps.maps[(stmt, target)]
     sched = deps.schedule(state).intersect_domain(model.domain(m).to_union_set())
-    depth, pos = _depth(model, state), 2 * k + 1
+    depth, pos = schedule_depth(model, state), 2 * k + 1
     a = [f"a{i}" for i in range(depth)]
     b = [a[i] if i != pos else f"b{i}" for i in range(depth)]
     other_iter = isl.Map(f"{{ [{', '.join(a)}] -> [{', '.join(b)}] }}", context=model.ctx)
@@ -309,7 +316,7 @@ def _blame(model, deps, commands):
 def carried_by(model, deps, state, stmt, loop, private=()):
     """(buffer, pairs) of a dependence carried by ``loop`` of ``stmt`` in the
     schedule ``state``, or None.  ``private``: buffers each iteration gets its
-    own copy of (:func:`_privatisable` proved that no value flows between
+    own copy of (:func:`privatisable` proved that no value flows between
     iterations through them: what the loop carries is storage reuse only)."""
     rel = _same_loop(model, deps, state, stmt, loop)
     for name, (d, conflicts) in deps.with_conflicts(state).items():
@@ -344,7 +351,7 @@ def _same_loop_times(model, state, stmt, loop):
     s = state[stmt]
     k = [lp.name for lp in s.loops].index(loop)
     pos = 2 * k + 1
-    depth = _depth(model, state)
+    depth = schedule_depth(model, state)
     space = isl.Set(f"{{ [{', '.join(f'd{i}' for i in range(depth))}] }}", context=model.ctx)
     eq = isl.Map.universe(isl.Space.map_from_set(space.get_space()))
     for i in range(pos):
@@ -365,7 +372,7 @@ def _inside(o, s, k):
     return len(o.loops) > k and o.consts[:k + 1] == s.consts[:k + 1]
 
 
-def _privatisable(model, deps, state, stmt, loop, buf):
+def privatisable(model, deps, state, stmt, loop, buf):
     """True when a parallel ``loop`` can give each thread its own copy of the
     temporary ``buf``: every statement that touches it runs inside the loop,
     and the loop carries only storage conflicts through it, no flow of
@@ -373,7 +380,7 @@ def _privatisable(model, deps, state, stmt, loop, buf):
     different iterations reusing one buffer, or (statements stored into a
     buffer that lacks the loop's index, none of them a compute_at copy) every
     read sees a value written in its own iteration of the loop: exact
-    last-writer flow (:mod:`tiramisu_py.dataflow`), and no read of initial
+    last-writer flow (:mod:`tiramisu_py.poly.dataflow`), and no read of initial
     content."""
     users = [m for m in model.stmts if any(a.buffer.name == buf for a in m.accesses)]
     kinds = {a.buffer.kind for m in users for a in m.accesses if a.buffer.name == buf}
@@ -408,7 +415,7 @@ def reductions_carried(model, deps, state, stmt, loop):
     return out
 
 
-def _depth(model, state):
+def schedule_depth(model, state):
     return max(2 * len(s.loops) + 1 for s in state.values())
 
 
@@ -446,7 +453,7 @@ def _instance(model, stmt, point):
     return f"{stmt}({', '.join(f'{n}={x}' for n, x in zip(names, point))})"
 
 
-def _describe(model, deps, buf, viol, state, concurrent=False):
+def describe(model, deps, buf, viol, state, concurrent=False):
     pair = small_pair(model, viol)
     if pair is None:
         return f"a dependence through {buf!r} would be broken"

@@ -1,6 +1,6 @@
 """Value-based flow in program order (isl ``compute_flow``, last writers):
 which buffers must start zeroed, and the flows between compute_at copies
-(:func:`value_flow`, used by :mod:`tiramisu_py.compute_at`).
+(:func:`value_flow`, used by :mod:`tiramisu_py.poly.compute_at`).
 
 A temporary (or an output the kernel allocates) is zero-filled only when the
 program may read an element before writing it; otherwise the fill is a wasted
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import affine
-from .affine import NonAffine
-from .schedule import initial_state
+from ..lang import affine
+from ..lang.affine import NonAffine
+from ..lang.schedule import initial_state
 
 
 def _flow(model, buffer):

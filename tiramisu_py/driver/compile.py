@@ -3,6 +3,7 @@ generation and the Kernel."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -11,29 +12,16 @@ from codegen import ir
 from codegen.accumulate import accumulate_locally
 from codegen.simplify import simplify_indices, version_full_tiles
 
-from . import gpu, legality, warm
-from .checks import BoundsChecker
-from .dataflow import needs_zero
-from .legality import Dependences
-from .expr import Access, walk
-from .function import Buffer, Computation
-from .kernel import Kernel
-from .lower import AstLowering, ExprLowering
-from .poly import PolyModel
-from .schedule import replay
-
-TARGETS = ("cpu", "c", "llvm", "cuda")     # "cpu" is the C backend
-
-
-def analyse(f):
-    """The model, dependences and (unchecked) schedule of ``f``."""
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
-    deps = Dependences(model)
-    return model, deps, replay(model, f._commands)
-
+from ..analysis import gpu_plan, legality
+from ..analysis.bounds import BoundsChecker
+from ..analysis.legality import Dependences
+from ..lower.ast import AstLowering
+from ..lower.expr import ExprLowering
+from ..poly.dataflow import needs_zero
+from ..poly.model import build_model
+from ..runtime.kernel import Kernel
+from . import warm
+from .cuda import compile_cuda
 
 # A compile slower than this (seconds) is reported, one line per phase boundary
 # passed after it and one at the end, e.g. ``tiramisu_py: compiled 'gemm' in
@@ -62,6 +50,11 @@ def _progress(f, t0, phases, nxt=None):
         _report(f"tiramisu_py: compiling {f.name!r}: {done} (next: {nxt})")
 
 
+def default_target() -> str:
+    """The target of ``compile()`` without one: ``$TIRAMISU_PY_TARGET``, else "cpu"."""
+    return os.environ.get("TIRAMISU_PY_TARGET") or "cpu"
+
+
 def compile_function(f, target="cpu", **options):
     if target not in TARGETS:
         raise ValueError(f"compile: unknown target {target!r}; available: {', '.join(TARGETS)}")
@@ -84,16 +77,14 @@ def compile_function(f, target="cpu", **options):
 
 def _compile(f, target):
     t0 = time.perf_counter()
-    _prepare(f)
-    model = PolyModel(f)
-    inputs, outputs, temps = _assign_buffers(f, model)
-    model.build_accesses()
+    model = build_model(f)
+    inputs, outputs, temps = model.inputs, model.outputs, model.temps
     checker = BoundsChecker(model)
     checker.dry_run()
     checker.prove_all()
     deps = Dependences(model)
     state = legality.check(model, deps, f._commands)
-    plan = gpu.plan(model, deps, state, f._commands)
+    plan = gpu_plan.plan(model, deps, state, f._commands)
     zeroed = {b.name for b in temps if needs_zero(model, b, output=False)}
     zeroed |= {b.name for b in outputs if needs_zero(model, b, output=True)}
     t1 = time.perf_counter()
@@ -116,32 +107,38 @@ def _compile(f, target):
         name=f.name,
         scalars=[ir.ScalarArg(p) for p in f.params if p not in f.fixed],
         arrays=arrays, body=body, constants=dict(f.fixed))
-    if target == "cuda":
-        from .cuda_kernel import compile_cuda
-        return compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed,
-                            model, state, t0, (t1 - t0, t2 - t1))
+    return TARGETS[target](f, lowered, plan, inputs, outputs, temps, checker, zeroed, model,
+                           state, t0, (t1 - t0, t2 - t1))
+
+
+def _compile_host(f, lowered, plan, inputs, outputs, temps, checker, zeroed, model, state,
+                  t0, times, *, backend):
+    """The CPU targets: ``backend`` (C or LLVM) compiles the loop IR."""
+    t2 = t0 + times[0] + times[1]
     if plan is not None:
         lowered.body = ir.for_cpu(lowered.body)   # blocks and threads as serial loops
     accumulate_locally(version_full_tiles(simplify_indices(lowered)))
-    compiled = codegen.compile_llvm(lowered) if target == "llvm" else codegen.compile_c(lowered)
+    compiled = backend(lowered)
     t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered,
                     zeroed_outputs={b.name for b in outputs if b.name in zeroed})
     kernel.model, kernel.schedule = model, state
-    kernel.timings = {"analysis": t1 - t0, "ast": t2 - t1, "backend": t3 - t2}
+    kernel.timings = {"analysis": times[0], "ast": times[1], "backend": t3 - t2}
     _progress(f, t0, kernel.timings)
     return kernel
 
 
-def _prepare(f):
-    if not f.statements:
-        raise ValueError(f"function {f.name!r} has no computation")
-    for c in f.computations.values():
-        if c.value is None:
-            raise ValueError(f"computation {c.name!r} has no expression; define it with "
-                             f"{c.name}[{', '.join(c.loops)}] = ... or set_expression")
-        if getattr(c, "_auto_buffer", False):
-            c.buffer, c.store_index, c._auto_buffer = None, None, False
+def _c(*args):
+    return _compile_host(*args, backend=codegen.compile_c)
+
+
+def _llvm(*args):
+    return _compile_host(*args, backend=codegen.compile_llvm)
+
+
+# the targets: name -> what turns the lowered function into a Kernel ("cpu" is
+# the C backend)
+TARGETS = {"cpu": _c, "c": _c, "llvm": _llvm, "cuda": compile_cuda}
 
 
 def _privatise(s, allocs, zeroed):
@@ -162,42 +159,6 @@ def _privatise(s, allocs, zeroed):
         return x
 
     return visit(s), moved
-
-
-def _assign_buffers(f, model):
-    """Gives every computation without ``store_in`` a buffer of its own, shaped
-    like its domain's bounding box; decides which buffers are outputs."""
-    read_by = {c.name: set() for c in f.computations.values()}
-    for s in f.statements:
-        owner = s.parent.name if s.is_update else s.name
-        exprs = [s.value] + [e for v in s.vars for e in (v.lo, v.hi)]
-        exprs += list(s.lhs) if s.is_update else list(s.store_index or [])
-        for e in exprs:
-            for n in walk(e):
-                if isinstance(n, Access) and isinstance(n.target, Computation):
-                    if n.target.name != owner:
-                        read_by[n.target.name].add(owner)
-    explicit_outputs = any(b.kind == "output" for b in f.buffers.values())
-    default_outputs, default_temps = [], []
-    for c in f.computations.values():
-        if c.buffer is not None:
-            continue
-        box = model.bounding_box(model.by_name[c.name])
-        shape = tuple(ext for _, ext in box)
-        kind = "temp" if (explicit_outputs or read_by[c.name]) else "output"
-        b = Buffer(f, c.name, shape, c.dtype, kind)
-        c.buffer = b
-        c.store_index = [v if lo is None else v - lo for v, (lo, _) in zip(c.vars, box)]
-        c._auto_buffer = True
-        (default_outputs if kind == "output" else default_temps).append(b)
-    declared = list(f.buffers.values())
-    inputs = [b for b in declared if b.kind == "input"]
-    outputs = [b for b in declared if b.kind == "output"] + default_outputs
-    temps = [b for b in declared if b.kind == "temp"] + default_temps
-    if not outputs:
-        raise ValueError(f"function {f.name!r} has no output: every computation is read by "
-                         "another; mark a buffer with f.buffer(..., output=True)")
-    return inputs, outputs, temps
 
 
 __all__ = ["compile_function"]

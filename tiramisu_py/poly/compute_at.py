@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import islpy as isl
 
-from . import affine
-from .affine import NonAffine
+from ..base.errors import IllegalScheduleError
+from ..lang import affine
+from ..lang.affine import NonAffine
+from ..lang.expr import Access, walk
 from .dataflow import value_flow
-from .expr import Access, walk
 
 
 def outer_names(d):
@@ -157,7 +158,6 @@ class ComputeAt:
     def _check_no_collision(self, m, s, same):
         """Two different instances of one producer statement writing one element
         within a single iteration: storage folding lost a value still needed."""
-        from .errors import IllegalScheduleError
         ww = self.copies(s).reverse().apply_range(m.intersect(self._pairs(s, s, True, True))) \
             .apply_range(self.copies(s)).intersect(self.same_o(s, s))
         n = len(self.model.by_name[s].vars)

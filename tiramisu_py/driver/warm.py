@@ -20,7 +20,7 @@ A warm ``compile()`` is then a hash, a lookup and a load (the backend's
 own cache maps the source to the built library or object): no isl.
 
 The bounds proof a call needs is made at compile time when it holds for
-every size (:meth:`tiramisu_py.checks.BoundsChecker.prove_all`); otherwise
+every size (:meth:`tiramisu_py.analysis.bounds.BoundsChecker.prove_all`); otherwise
 (index arrays, indices affine only once the sizes are known) the first call
 with new sizes builds the model then (isl), as a cold kernel does at every
 first call with new sizes.  ``kernel.model`` and ``kernel.schedule`` of a
@@ -35,7 +35,15 @@ import os
 import pickle
 import types
 
-from . import types as T
+import codegen
+
+from ..analysis.bounds import BoundsChecker
+from ..analysis.legality import analyse
+from ..base import types as T
+from ..lang.expr import Expr, Var
+from ..lang.program import Buffer
+from ..poly.model import build_model
+from ..runtime.kernel import Kernel
 
 FORMAT = 1
 ENABLED = os.environ.get("TIRAMISU_PY_WARM_START", "1") != "0"
@@ -49,7 +57,7 @@ def _code_version(dirs) -> str:
     ``codegen/cuda``), hashed once per process."""
     key = tuple(dirs)
     if key not in _code:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         h = hashlib.sha256(str(FORMAT).encode())
         for d in dirs:
             for base, subdirs, files in os.walk(os.path.join(root, d)):
@@ -67,8 +75,6 @@ def _code_version(dirs) -> str:
 def _expr_lines(roots, out):
     """Each distinct node of the expressions ``roots`` once (a DAG stays
     linear); returns their ids in ``out``'s numbering."""
-    from .expr import Expr
-    from .function import Var
     memo = out.setdefault("memo", {})
     lines = out.setdefault("lines", [])
 
@@ -213,8 +219,6 @@ def load(k, f=None, build=None):
 
 
 def _kernel(k, entry, f, build):
-    import codegen
-    from .function import Buffer
     stand_in = types.SimpleNamespace(name=entry["name"], params=entry["params"],
                                      fixed=entry["fixed"], computations={})
     if entry["target"] == "llvm":
@@ -241,16 +245,6 @@ def _kernel(k, entry, f, build):
     return kern
 
 
-def _model_of(f):
-    from .compiler import _assign_buffers, _prepare
-    from .poly import PolyModel
-    _prepare(f)
-    model = PolyModel(f)
-    _assign_buffers(f, model)
-    model.build_accesses()
-    return model
-
-
 class LazyChecker:
     """The call-time bounds checks of a warm kernel: nothing when proved at
     compile time for every size or for these sizes; else the checker of the
@@ -267,52 +261,37 @@ class LazyChecker:
         if (tuple(sorted(values.items())), tuple(sorted(ranges.items()))) in self.cache:
             return
         if self._real is None:
-            from .checks import BoundsChecker
             f = self._function()
             now = hashlib.sha256("\n".join(algorithm_lines(f)).encode()).hexdigest()
             if now != self._algorithm:
                 raise RuntimeError(f"{f.name}: the Function was changed after compile(); "
                                    "compile it again before calling the kernel")
-            self._real = BoundsChecker(_model_of(f))
+            self._real = BoundsChecker(build_model(f))
         self._real.check(values, ranges, arrays)
 
 
-def _kernel_class():
-    from .kernel import Kernel
+class WarmKernel(Kernel):
+    """A kernel from a warm start: its lowered loop IR is read, and its model
+    and schedule are computed, when first used."""
 
-    class WarmKernel(Kernel):
-        """A kernel from a warm start (see :mod:`tiramisu_py.warm`)."""
+    @property
+    def lowered(self):
+        if self.__dict__.get("_lowered") is None and hasattr(self, "_ir_path"):
+            self.__dict__["_lowered"] = _read(self._ir_path)
+        return self.__dict__.get("_lowered")
 
-        @property
-        def lowered(self):
-            if self.__dict__.get("_lowered") is None and hasattr(self, "_ir_path"):
-                self.__dict__["_lowered"] = _read(self._ir_path)
-            return self.__dict__.get("_lowered")
+    @lowered.setter
+    def lowered(self, value):
+        self.__dict__["_lowered"] = value
 
-        @lowered.setter
-        def lowered(self, value):
-            self.__dict__["_lowered"] = value
+    def _analysis(self):
+        if "_state" not in self.__dict__:
+            model, _, state = analyse(self._function())
+            self.__dict__["_state"] = (model, state)
+        return self.__dict__["_state"]
 
-        def _analysis(self):
-            if "_state" not in self.__dict__:
-                from .compiler import analyse
-                model, _, state = analyse(self._function())
-                self.__dict__["_state"] = (model, state)
-            return self.__dict__["_state"]
-
-        model = property(lambda self: self._analysis()[0])
-        schedule = property(lambda self: self._analysis()[1])
-    return WarmKernel
-
-
-class _Lazy:
-    cls = None
-
-
-def WarmKernel(*args, **kwargs):      # noqa: N802 - a class, made on first use
-    if _Lazy.cls is None:
-        _Lazy.cls = _kernel_class()
-    return _Lazy.cls(*args, **kwargs)
+    model = property(lambda self: self._analysis()[0])
+    schedule = property(lambda self: self._analysis()[1])
 
 
 # ------------------------------------------------------------------ the library

@@ -1,24 +1,15 @@
-"""``compile(target="cuda")``: the GPU-mapped loop IR printed as CUDA, built
-into cubins (nvcc or NVRTC, when present) with their ptxas resources, and a Kernel
-that launches through the CUDA driver (cuda-python) or, with
-:meth:`CudaKernel.emulate`, runs the same CUDA source on the CPU."""
+"""The compiled GPU function: a Kernel that launches its cubins through the
+CUDA driver (cuda-python) or, with :meth:`CudaKernel.emulate`, runs the same
+CUDA source on the CPU (``tiramisu_py.driver.cuda`` builds it)."""
 from __future__ import annotations
 
 import operator
-import time
 
 import numpy as np
-
-from codegen import cuda as gpu_codegen
-from codegen.accumulate import accumulate_locally
-from codegen.simplify import simplify_indices
 
 from . import device_arrays
 from .device_arrays import on_device
 from .kernel import Kernel
-
-# the architectures compile(target="cuda") builds cubins for (nvcc or NVRTC present)
-CUDA_ARCHS = gpu_codegen.ARCHS
 
 
 class CudaKernel(Kernel):
@@ -45,7 +36,7 @@ class CudaKernel(Kernel):
         """NumPy arrays / CPU tensors: copied to the device and back around the
         launches (synchronous).  Device arrays (torch CUDA tensors, objects
         with ``__cuda_array_interface__`` or CUDA DLPack producers, see
-        :mod:`tiramisu_py.device_arrays`): zero-copy, launched on the
+        :mod:`tiramisu_py.runtime.device_arrays`): zero-copy, launched on the
         framework's current stream (torch's for torch tensors), outputs
         allocated with the inputs' framework, no synchronisation."""
         if any(on_device(x) for x in (*args, *kwargs.values())):
@@ -142,61 +133,3 @@ class CudaKernel(Kernel):
             return Kernel.__call__(self, *args, **kwargs)
         finally:
             self._compiled = saved
-
-
-def compile_cuda(f, lowered, plan, inputs, outputs, temps, checker, zeroed, model, state,
-                 t0, times):
-    unmapped = [s for s in state if plan is None or s not in plan.by_stmt]
-    if unmapped:
-        raise ValueError(f"compile(target='cuda'): {', '.join(unmapped)} "
-                         f"{'is' if len(unmapped) == 1 else 'are'} not mapped to the GPU; bind "
-                         "the outermost loop of every statement to a block (bind / gpu_tile)")
-    _check_shared(f, model, plan)
-    t2 = time.perf_counter()
-    lowered = accumulate_locally(simplify_indices(lowered))   # per-thread tiles
-    source, launch = gpu_codegen.emit_cuda(lowered)
-    cubins, resources = {}, {}
-    compiler = gpu_codegen.cuda_compiler() if CUDA_ARCHS else None
-    for arch in CUDA_ARCHS if compiler else ():
-        cubins[arch], resources[arch] = gpu_codegen.build_cubin(source, arch, compiler)
-    from codegen.cuda.runtime import DeviceFunction
-    compiled = DeviceFunction(cubins, launch, source)
-    kernel = CudaKernel(f, compiled, inputs, outputs, temps, checker, lowered,
-                        zeroed_outputs={b.name for b in outputs if b.name in zeroed},
-                        source=source, plan=launch, cubins=cubins, resources=resources)
-    kernel.cubin_compiler = compiler if cubins else None
-    kernel.model, kernel.schedule, kernel.gpu_plan = model, state, plan
-    kernel.timings = {"analysis": times[0], "ast": times[1],
-                      "backend": time.perf_counter() - t2}
-    return kernel
-
-
-def _check_shared(f, model, plan):
-    """Each kernel's shared tiles fit in :data:`gpu.MAX_SHARED_BYTES`."""
-    from . import gpu
-    from .errors import IllegalScheduleError
-    from .function import const_value
-    for k in plan.kernels:
-        bufs = {}
-        for s in k.stmts:
-            for a in model.by_name[s].accesses:
-                if getattr(a.buffer, "memory", "global") == "shared":
-                    bufs[a.buffer.name] = a.buffer
-        sizes = {}
-        for name, b in bufs.items():
-            dims = [const_value(d) for d in b.shape]
-            if None in dims:
-                raise IllegalScheduleError(f"shared tile {name!r} has a shape that is not "
-                                           "constant; tile the loops that index it")
-            n = b.dtype.np.itemsize
-            for d in dims:
-                n *= d
-            sizes[name] = n
-        total = sum(sizes.values())
-        if total > gpu.MAX_SHARED_BYTES:
-            parts = ", ".join(f"{n} {tuple(const_value(d) for d in bufs[n].shape)} = {v} bytes"
-                              for n, v in sizes.items())
-            raise IllegalScheduleError(
-                f"the kernel of {', '.join(k.stmts)} needs {total} bytes of shared memory per "
-                f"block ({parts}), beyond the limit of {gpu.MAX_SHARED_BYTES} "
-                "(tiramisu_py.gpu.MAX_SHARED_BYTES); use smaller tiles in cache_shared")

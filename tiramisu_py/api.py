@@ -1,0 +1,75 @@
+"""The classes users hold: ``tp.Function``, ``tp.Computation``, ``tp.Update``
+are the language's data (:mod:`tiramisu_py.lang.program`) with the
+scheduling verbs (:class:`~tiramisu_py.commands.schedulable.Schedulable`)
+and, on the Function, ``compile``, ``explain`` and ``reset_schedule``: the
+top floor of the package, which every other one sits below."""
+from __future__ import annotations
+
+from .base import provenance
+from .base.errors import IllegalScheduleError
+from .commands.atomic import all_or_nothing
+from .commands.schedulable import Schedulable
+from .driver import explain as _explain
+from .driver.compile import compile_function, default_target
+from .lang import program
+
+
+class Computation(Schedulable, program.Computation):
+    __doc__ = program.Computation.__doc__
+
+
+class Update(Schedulable, program.Update):
+    __doc__ = program.Update.__doc__
+
+
+class Function(program.Function):
+    __doc__ = program.Function.__doc__
+    _Computation = Computation
+    _Update = Update
+
+    def reset_schedule(self):
+        """Forgets every scheduling command: the program order again.  The
+        algorithm (and ``store_in`` layouts) stay; the copies that copy
+        commands declared go with them (each call is undone, last first; all
+        or nothing)."""
+        with all_or_nothing(self):
+            while self._commands:
+                self.undo()
+        self._state_cache = None
+
+    def explain(self, file=None) -> str:
+        """Prints (and returns) the dependences in words and, for each loop of
+        the current schedule, whether it is parallel and why not."""
+        text = _explain.explain(self)
+        print(text, file=file)
+        return text
+
+    # compilation ------------------------------------------------------------
+    def compile(self, target=None, **options):
+        """Checks the program, generates code for ``target`` ("cpu" or "c": C +
+        OpenMP through the system C compiler; "llvm": LLVM IR JIT-compiled
+        in-process with llvmlite, no C compiler needed) and returns a callable
+        :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
+        "cpu"."""
+        target = target or default_target()
+        try:
+            return compile_function(self, target, **options)
+        except IllegalScheduleError as e:
+            raise IllegalScheduleError(str(e) + self._recovery(str(e))) from None
+
+    def _recovery(self, msg):
+        """What an IllegalScheduleError adds: where the statement was
+        declared, and how to go on (the refused command stays recorded)."""
+        me = provenance.ref(self, provenance.user_frame())
+        me = me if me.isidentifier() else "f"
+        cmd = next((c for c in reversed(self._commands)
+                    if (c.call or c.where) and f"given: {c.given()}" in msg), None)
+        out = ""
+        if cmd is not None:
+            st = next((s for s in self.statements if s.name == cmd.stmt), None)
+            if st is not None and st.where:
+                out += f"\n  {cmd.stmt} is declared at {st.where}"
+        last = self._commands[-1].call if self._commands else None
+        out += (f"\n  The schedule keeps every command given: {me}.undo() removes the last one"
+                + (f" ({last})" if last else "") + f", {me}.reset_schedule() all of them.")
+        return out

@@ -1,0 +1,1 @@
+"""The floor under every other: errors, dtypes, provenance (where the user wrote things)."""

@@ -1,0 +1,2 @@
+"""The scheduling commands (the verbs users call on statements), the copy
+commands and their atomicity."""

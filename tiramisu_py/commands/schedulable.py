@@ -1,0 +1,321 @@
+"""The scheduling commands users call on statements (``split``, ``tile``,
+``parallelize``, ``vectorize``, ``bind``, ``compute_at``, ``cache_*`` ...):
+each records a :class:`~tiramisu_py.lang.schedule.Command` in the
+Function's command log and validates it at once by applying it to the
+current schedule (errors name the user's call)."""
+from __future__ import annotations
+
+import copy
+
+from ..base import provenance
+from ..lang.program import Buffer, Computation, check_name
+from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, Command, _attaching_command, _check_unroll,
+                             apply, loop_name, replay)
+from .atomic import all_or_nothing_call, atomic
+from .copies import _make_copy, _writers_in_root_item
+from .gpu_copies import cache_local, cache_shared
+from .state import extent_of, model_of, state_of
+
+
+def _new_loop_names(names, count, text, arg):
+    """Checks the loop names a command creates (``names=``/``name=``), with the
+    same rule as every declared name (:func:`function.check_name`)."""
+    if isinstance(names, str) or not isinstance(names, (tuple, list)) or len(names) != count:
+        raise ValueError(f"{text}: {arg} must be {count} loop names, not {names!r}")
+    for n in names:
+        check_name(n, f"{text}: {arg}: loop")
+    return tuple(names)
+
+
+
+class Schedulable:
+    """Scheduling commands, mixed into statements (computations and updates)."""
+
+    def _command(self, op, *args, text, **kwargs):
+        f = self.function
+        call = provenance.current()
+        cmd = Command(self.name, op, args, kwargs, text, call.text, call.where, call.id)
+        state = state_of(f)
+        at = _attaching_command(f._commands, self.name) \
+            if state[self.name].at is not None and op not in _TAG_OPS else None
+        if at is not None:
+            # a loop transformation of a computed-at producer (e.g. a cache_at
+            # copy) acts on its own loops: it takes effect before the compute_at
+            commands = f._commands[:at] + [cmd] + f._commands[at:]
+            trial = replay(model_of(f), commands)     # validate now: errors name the call
+            f._commands[:] = commands
+        else:
+            trial = copy.deepcopy(state)
+            apply(trial, cmd, len(f._commands))        # validate now: errors name the call
+            f._commands.append(cmd)
+        f._state_cache = trial
+        return self
+
+    @provenance.command
+    def split(self, loop, factor, names=None):
+        """Splits ``loop`` into ``loop0`` (outer, ``loop // factor``) and
+        ``loop1`` (inner, ``loop % factor``); partial last tiles are fine."""
+        n = loop_name(loop)
+        text = f"{self.name}.split({n}, {factor})"
+        names = _new_loop_names(names, 2, text, "names=") if names is not None \
+            else (n + "0", n + "1")
+        return self._command("split", n, factor, names, text=text)
+
+    @provenance.command
+    def tile(self, *args, names=None):
+        """``tile(i, j, fi, fj)`` or ``tile(i, j, k, fi, fj, fk)``: loops
+        ``i0, j0[, k0], i1, j1[, k1]``.  The loops must be nested in that order."""
+        if len(args) not in (4, 6):
+            raise TypeError("tile takes 2 or 3 loops followed by as many factors")
+        d = len(args) // 2
+        loops = [loop_name(x) for x in args[:d]]
+        factors = args[d:]
+        text = f"{self.name}.tile({', '.join(loops)}, {', '.join(map(str, factors))})"
+        if names is None:
+            names = [(n + "0", n + "1") for n in loops]
+        else:
+            if isinstance(names, str) or not isinstance(names, (tuple, list)) \
+                    or len(names) != d:
+                raise ValueError(f"{text}: names= must be {d} pairs of loop names, "
+                                 f"not {names!r}")
+            names = [_new_loop_names(p, 2, text, "names=") for p in names]
+        return self._command("tile", loops, factors, names, text=text)
+
+    @provenance.command
+    def interchange(self, a, b):
+        a, b = loop_name(a), loop_name(b)
+        return self._command("interchange", a, b, text=f"{self.name}.interchange({a}, {b})")
+
+    @provenance.command
+    def reorder(self, *loops):
+        """Puts the named loops, in the given order, at the positions they
+        occupy together."""
+        names = [loop_name(x) for x in loops]
+        return self._command("reorder", *names, text=f"{self.name}.reorder({', '.join(names)})")
+
+    @provenance.command
+    def skew(self, outer, inner, factor=1, name=None):
+        """``inner' = inner + factor * outer`` (unimodular, no interchange)."""
+        o, i = loop_name(outer), loop_name(inner)
+        text = f"{self.name}.skew({o}, {i}, {factor})"
+        if name is not None:
+            name = _new_loop_names((name,), 1, text, "name=")[0]
+        return self._command("skew", o, i, factor, name or i, text=text)
+
+    @provenance.command
+    def shift(self, loop, amount):
+        n = loop_name(loop)
+        return self._command("shift", n, amount, text=f"{self.name}.shift({n}, {amount})")
+
+    @provenance.command
+    def reverse(self, loop):
+        n = loop_name(loop)
+        return self._command("reverse", n, text=f"{self.name}.reverse({n})")
+
+    @provenance.command
+    @all_or_nothing_call
+    def parallelize(self, loop, allow_reassociation=False):
+        """Runs ``loop``'s iterations in parallel (OpenMP); legal when it
+        carries no dependence in the final schedule."""
+        n = loop_name(loop)
+        if allow_reassociation:
+            self.allow_reassociation()
+        return self._command("tag", n, "parallel", None, text=f"{self.name}.parallelize({n})")
+
+    @provenance.command
+    @all_or_nothing_call
+    def vectorize(self, loop, width, allow_reassociation=False):
+        """Runs ``loop`` as SIMD lanes of ``width``; strip-mines it first
+        (``loop0``, ``loop1``) unless its extent is at most ``width``."""
+        n = loop_name(loop)
+        if allow_reassociation:
+            self.allow_reassociation()
+        if not isinstance(width, int) or width < 1:
+            raise ValueError(f"{self.name}.vectorize({n}, {width}): width must be a positive int")
+        ext = extent_of(self.function, self.name, n)
+        return self._tag_strip_mined(n, ext, width, "vector", "vectorize")
+
+    @provenance.command
+    @all_or_nothing_call
+    def unroll(self, loop, factor=None):
+        """Unrolls ``loop`` in the generated source; with ``factor``, strip-mines
+        it first unless its extent is at most ``factor``.  The factor (or the
+        extent, without one) is at most :data:`MAX_UNROLL`, and the unrolled
+        loops of a statement copy it at most :data:`MAX_UNROLL_TOTAL` times."""
+        n = loop_name(loop)
+        if factor is not None and (not isinstance(factor, int) or isinstance(factor, bool)
+                                   or factor < 1):
+            raise ValueError(f"{self.name}.unroll({n}, {factor!r}): the factor must be a "
+                             "positive int")
+        ext = extent_of(self.function, self.name, n)
+        if factor is None:
+            if ext is None:
+                raise ValueError(f"{self.name}.unroll({n}): the loop's extent is not a "
+                                 "constant; give a factor")
+            if ext > MAX_UNROLL:
+                raise ValueError(f"{self.name}.unroll({n}): the loop's extent {ext} is beyond "
+                                 f"the unroll limit of {MAX_UNROLL} "
+                                 "(tiramisu_py.lang.schedule.MAX_UNROLL); give a factor")
+            factor = ext
+        # refuse before the split is recorded: a refused command leaves no trace
+        _check_unroll(state_of(self.function)[self.name], n, factor,
+                      f"{self.name}.unroll({n}, {factor})")
+        return self._tag_strip_mined(n, ext, factor, "unrolled", "unroll")
+
+    def _tag_strip_mined(self, n, ext, size, kind, verb):
+        """Tags loop ``n`` (extent ``ext``) ``kind`` with ``size``, after
+        splitting it by ``size`` (tagging the inner loop) unless ``ext`` is at
+        most ``size``."""
+        if ext is None or ext > size:
+            self.split(n, size)
+            n = n + "1"
+        return self._command("tag", n, kind, size, text=f"{self.name}.{verb}({n}, {size})")
+
+    @provenance.command
+    def bind(self, loop, to):
+        """Maps ``loop`` to a GPU grid or block index: ``to`` is "block.x",
+        "block.y", "block.z", "thread.x", "thread.y" or "thread.z".  Block
+        loops are the outermost and carry no dependence; a dependence between
+        threads of one block gets a barrier where it is carried (a serial loop
+        or a sequence outside the thread loops), and is refused inside the
+        thread loops (:mod:`tiramisu_py.analysis.gpu_plan`, checked by ``compile()``)."""
+        n = loop_name(loop)
+        text = f"{self.name}.bind({n}, {to!r})"
+        level, _, axis = to.partition(".") if isinstance(to, str) else ("", "", "")
+        if level not in ("block", "thread") or axis not in ("x", "y", "z"):
+            raise ValueError(f"{text}: to must be one of 'block.x', 'block.y', 'block.z', "
+                             f"'thread.x', 'thread.y', 'thread.z', not {to!r}")
+        return self._command("tag", n, "gpu_" + level, axis, text=text)
+
+    @provenance.command
+    @all_or_nothing_call
+    def gpu_tile(self, i, j, ti, tj, names=None):
+        """``tile(i, j, ti, tj)`` and maps the tile loops to the GPU: ``i0`` to
+        block.y, ``j0`` to block.x, ``i1`` to thread.y, ``j1`` to thread.x
+        (the inner loop ``j`` on x, for coalesced accesses).  A block has
+        ``ti * tj`` threads (at most 1024)."""
+        a, b = loop_name(i), loop_name(j)
+        for f in (ti, tj):
+            if not isinstance(f, int) or isinstance(f, bool) or f < 1:
+                raise ValueError(f"{self.name}.gpu_tile({a}, {b}, {ti}, {tj}): the tile sizes "
+                                 "must be positive ints")
+        if ti * tj > 1024:
+            raise ValueError(f"{self.name}.gpu_tile({a}, {b}, {ti}, {tj}): {ti} x {tj} = "
+                             f"{ti * tj} threads per block, beyond the limit of 1024")
+        self.tile(a, b, ti, tj, names=names)
+        (i0, i1), (j0, j1) = names if names is not None else ((a + "0", a + "1"), (b + "0", b + "1"))
+        self.bind(i0, "block.y").bind(j0, "block.x")
+        return self.bind(i1, "thread.y").bind(j1, "thread.x")
+
+    @provenance.command
+    @all_or_nothing_call
+    def accumulate_locally(self, loop, allow_reassociation=False):
+        """Accumulates this reduction over ``loop`` (and the loops inside it) in
+        a small local tile that starts at the reduction's identity, one slot
+        per iteration of the loops inside ``loop``, and combines the tile into
+        the output once after each run of ``loop`` (a register block that
+        never loads the output inside the loop: BLIS's micro-kernel).  It
+        reassociates the reduction, so it needs ``allow_reassociation``;
+        ``compile()`` checks that no other statement in ``loop`` accesses the
+        output and that the element updated does not change with ``loop``."""
+        n = loop_name(loop)
+        if not getattr(self, "is_update", False):
+            raise ValueError(f"{self.name}.accumulate_locally({n}): applies to updates "
+                             "(reductions)")
+        if allow_reassociation:
+            self.allow_reassociation()
+        return self._command("accumulate", n, text=f"{self.name}.accumulate_locally({n})")
+
+    @provenance.command
+    def allow_reassociation(self):
+        """Lets this reduction's iterations be reordered, parallelised or
+        vectorised (floating-point results may change in the last bits)."""
+        if not getattr(self, "is_update", False):
+            raise ValueError(f"{self.name}: allow_reassociation applies to updates (reductions)")
+        return self._command("allow_reassociation", text=f"{self.name}.allow_reassociation()")
+
+    @provenance.command
+    def after(self, other, loop=None):
+        """Runs this statement right after ``other``, inside ``other``'s loops up
+        to and including ``loop`` (``None``: after it, sharing no loop)."""
+        n = None if loop is None else loop_name(loop)
+        return self._command("after", other.name, n,
+                             text=f"{self.name}.after({other.name}, {n})")
+
+    @provenance.command
+    def compute_at(self, consumer, loop):
+        """Computes this computation (and its updates) inside ``consumer``'s
+        loops up to and including ``loop``, just before ``consumer``, for the
+        region one iteration of those loops reads (overlaps are recomputed).
+        The producer's own loop transformations may come before or after this
+        command: given after, they are recorded before it (they act on the
+        producer's own loops, inside the consumer's)."""
+        if self.is_update:
+            raise ValueError(f"{self.name}.compute_at: apply it to the computation, not an update")
+        n = loop_name(loop)
+        group = [self.name] + [u.name for u in self.updates]
+        return self._command("compute_at", consumer.name, n, group,
+                             text=f"{self.name}.compute_at({consumer.name}, {n})")
+
+    @provenance.command
+    @atomic
+    def cache_at(self, source, loop, name=None):
+        """Array packing: a copy of the part of ``source`` (an input, a buffer
+        or a computation) that one iteration of this statement's ``loop``
+        reads, made just before it, inside that loop; this statement then reads
+        the copy.  Returns the copy (a computation): ``store_in`` it to choose
+        its layout (e.g. a small contiguous tile buffer, reused per iteration).
+        ``source`` must not be written inside the loop nest of this statement.
+        Like ``cache_shared`` and ``cache_local``, atomic: refused, it leaves
+        the Function unchanged; ``f.undo()`` removes the copy too
+        (:mod:`tiramisu_py.commands.atomic`)."""
+        f = self.function
+        if not isinstance(source, (Buffer, Computation)):
+            raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation")
+        if name is not None:
+            check_name(name, f"{self.name}.cache_at({source.name}): name=: computation")
+        name = name or f"{source.name}_cache"
+        writers = _writers_in_root_item(f, self, source)
+        if writers:
+            raise ValueError(f"{self.name}.cache_at({source.name}): {', '.join(writers)} writes "
+                             f"{source.name!r} in the same loop nest, so a copy made before it "
+                             "would be stale")
+        return _make_copy(self, source, loop, name)
+
+    @provenance.command
+    @atomic
+    def cache_local(self, source, loop, name=None):
+        """A :meth:`cache_at` into per-thread registers on the GPU: the part
+        of ``source`` that ONE thread reads in one iteration of ``loop`` (a
+        thread loop or a serial loop inside the thread loops) is copied by
+        that thread into a local array (the classic register fragments: the
+        A and B values of a micro-tile per k step); this statement then reads
+        the copy.  The array is shaped by that footprint (isl: per dimension
+        the bounding box, compressed by its stride), at most
+        :data:`tiramisu_py.commands.gpu_copies.MAX_LOCAL_ELEMENTS` elements.  No
+        barrier is needed; ``compile()`` checks that every value read from
+        the copy was written by the same thread.  ``source`` (an input, a
+        temporary or a shared tile such as ``A_shared``) must not be written
+        inside ``loop``."""
+        return cache_local(self, source, loop_name(loop), name)
+
+    @provenance.command
+    @atomic
+    def cache_shared(self, source, loop, name=None):
+        """A :meth:`cache_at` into GPU shared memory: the part of ``source``
+        one iteration of ``loop`` reads is copied, cooperatively by the
+        block's threads, into a ``__shared__`` tile shaped like that
+        footprint's bounding box (computed exactly with isl) and indexed
+        ``v % extent``; this statement then reads the tile.  ``loop`` is a
+        block or a block-level serial loop of this statement, whose thread
+        loops (bound before this call) give the copy's threads.  The
+        barriers the copy needs (after it; before the next copy overwrites
+        the tile) are placed by the GPU legality check, and the tiles of a
+        block must fit in shared memory (checked by ``compile``)."""
+        return cache_shared(self, source, loop_name(loop), name)
+
+    @provenance.command
+    def then(self, other, loop=None):
+        """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""
+        other.after(self, loop)
+        return other

@@ -1,0 +1,1 @@
+"""The language as data: expressions, affine forms, the program and its schedule."""

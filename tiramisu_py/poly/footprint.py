@@ -1,0 +1,69 @@
+"""What one iteration of the loops a compute_at copy sits in reads (its
+footprint, exact with isl): the widths that shape a ``cache_shared`` tile or
+a ``cache_local`` array, and the strides that compress the latter; and the
+extent of a statement's loop under a schedule."""
+from __future__ import annotations
+
+import islpy as isl
+
+from ..lang.schedule import replay
+from .model import build_model
+
+
+def footprint_widths(f, copy_name):
+    """The bounding box of what one iteration of the loops a compute_at copy
+    sits in reads: per own dimension, the largest width (over iterations and
+    param values), or None when unbounded."""
+    model = build_model(f)
+    state = replay(model, f._commands)
+    at = model.compute_ats(state)[copy_name]
+    dom = at.member_domain(copy_name)
+    depth = state[copy_name].at[2]
+    n = dom.dim(isl.dim_type.set) - depth
+    m = isl.Map.from_domain_and_range(dom, dom)
+    for k in range(depth):
+        m = m.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+    m = m.intersect_domain(dom).intersect_range(dom)
+    deltas = m.deltas()
+    out = []
+    for d in range(n):
+        pw = deltas.dim_max(depth + d)
+        v = pw.max_val() if pw.n_piece() else None
+        out.append(None if v is None or not v.is_int() else int(v.to_python()) + 1)
+    return out
+
+
+def footprint_strides(f, copy_name):
+    """Per own dimension of a compute_at copy, the stride of what one
+    iteration of its enclosing loops reads (1 when none)."""
+    model = build_model(f)
+    state = replay(model, f._commands)
+    dom = model.compute_ats(state)[copy_name].member_domain(copy_name)
+    depth = state[copy_name].at[2]
+    n = dom.dim(isl.dim_type.set) - depth
+    nparam = dom.dim(isl.dim_type.param)
+    # the enclosing loops' values become parameters: one iteration's footprint
+    per_iter = dom.move_dims(isl.dim_type.param, nparam, isl.dim_type.set, 0, depth)
+    out = []
+    for d in range(n):
+        s = per_iter.get_stride(d)
+        out.append(int(s.to_python()) if s.is_int() and s.to_python() > 0 else 1)
+    return out
+
+
+def loop_extent(model, state, stmt, loop):
+    """The largest extent ``loop`` of statement ``stmt`` has under the
+    schedule ``state``, over all param values, or None when it is unbounded."""
+    m = model.by_name[stmt]
+    st = state[stmt]
+    k = st.find(loop, f"{stmt}: loop {loop}", stmt)
+    smap = isl.Map(f"{model.prefix()}{{ {stmt}[{', '.join(v.name for v in m.vars)}] -> "
+                   f"[{st.loops[k].expr}] }}", context=model.ctx)
+    rng = smap.intersect_domain(model.domain(m)).range()
+    ext = rng.dim_max(0).sub(rng.dim_min(0)).coalesce()
+    if ext.n_piece() == 0:
+        return 0
+    val = ext.max_val()            # over all param values
+    if not val.is_int():
+        return None                # unbounded (grows with a param)
+    return int(val.to_python()) + 1

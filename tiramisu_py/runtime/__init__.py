@@ -1,0 +1,2 @@
+"""What a compiled kernel runs with: the Kernel, array shapes, memory checks, device
+arrays, the CUDA kernel and the torch bridge."""

@@ -1,0 +1,97 @@
+"""Call-time checks of the memory a kernel is given: row pointers that must
+not decrease (:func:`check_monotone`), and whether an output's pages may be
+written (:func:`memory_writable`, for memory neither NumPy nor torch
+allocated)."""
+from __future__ import annotations
+
+
+def check_monotone(name, values):
+    """Row pointers (a NumPy array) must be non-decreasing."""
+    import numpy as np
+    if values.size > 1:
+        d = np.diff(values.astype(np.int64))
+        if (d < 0).any():
+            k = int(np.argmax(d < 0))
+            raise ValueError(f"argument {name!r} must be non-decreasing (row pointers): "
+                             f"{name}[{k}]={int(values[k])} > {name}[{k + 1}]={int(values[k + 1])}")
+
+
+# ------------------------------------------------------------ writable memory
+# Whether memory may be written is asked of the kernel itself: NumPy's
+# ``writeable`` flag is lost on the way through torch.from_numpy / .numpy(),
+# and a torch tensor has no such flag at all, so a tensor over a read-only
+# mapping (np.memmap(mode="r"), torch.frombuffer(bytes)) would crash the
+# kernel that writes it.  Linux >= 6.11 answers for one address with the
+# PROCMAP_QUERY ioctl on /proc/self/maps (~2-4 us per mapping the range
+# spans); older kernels by a read of the whole /proc/self/maps text
+# (~0.1-0.5 ms).  Without /proc the answer is unknown (None).
+_PROCMAP_SIZE = 104                     # sizeof(struct procmap_query), linux/fs.h
+_PROCMAP_QUERY = (3 << 30) | (_PROCMAP_SIZE << 16) | (ord("f") << 8) | 17   # _IOWR('f', 17, ...)
+_VMA_WRITABLE = 0x2                     # PROCMAP_QUERY_VMA_WRITABLE
+_maps = {"pid": None, "fd": None, "ioctl": True}
+
+
+def memory_writable(address: int, nbytes: int):
+    """True when every page of ``[address, address + nbytes)`` is mapped
+    writable, False when one is read-only or not mapped, None when this
+    system cannot say (no /proc)."""
+    import os
+    if nbytes <= 0:
+        return True
+    pid = os.getpid()
+    if _maps["pid"] != pid:            # /proc/self is resolved when opened: reopen after fork
+        try:
+            _maps["fd"] = os.open("/proc/self/maps", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            _maps["fd"] = None
+        _maps["pid"] = pid
+    fd = _maps["fd"]
+    if fd is None:
+        return None
+    if _maps["ioctl"]:
+        answer = _query_ioctl(fd, address, address + nbytes)
+        if answer is not None:
+            return answer
+        _maps["ioctl"] = False
+    return _query_text(address, address + nbytes)
+
+
+def _query_ioctl(fd, start, end):
+    import errno
+    import fcntl
+    import struct
+    addr = start
+    while addr < end:
+        buf = bytearray(_PROCMAP_SIZE)
+        struct.pack_into("=QQQ", buf, 0, _PROCMAP_SIZE, 0, addr)
+        try:
+            fcntl.ioctl(fd, _PROCMAP_QUERY, buf, True)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:       # no mapping covers addr
+                return False
+            return None                          # no PROCMAP_QUERY here
+        vma_end, flags = struct.unpack_from("=QQ", buf, 32)
+        if not flags & _VMA_WRITABLE or vma_end <= addr:
+            return False
+        addr = vma_end
+    return True
+
+
+def _query_text(start, end):
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    addr = start
+    for line in lines:                           # sorted by address
+        fields = line.split(None, 2)
+        lo, hi = (int(x, 16) for x in fields[0].split(b"-"))
+        if hi <= addr:
+            continue
+        if lo > addr or b"w" not in fields[1]:
+            return False                         # a hole, or a read-only mapping
+        addr = hi
+        if addr >= end:
+            return True
+    return False
