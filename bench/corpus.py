@@ -39,7 +39,7 @@ import zlib
 import numpy as np
 
 import tiramisu_py as tp
-from codegen.vectorize import report as vector_report
+from codegen.report import report as vector_report
 
 
 class Case:

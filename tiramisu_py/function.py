@@ -7,7 +7,7 @@ import keyword
 import re
 
 from . import types as T
-from codegen.c.emit import reserved_c_symbol
+from codegen.c.names import reserved_c_symbol
 
 from . import provenance
 from .schedule import Schedulable

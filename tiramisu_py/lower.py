@@ -503,7 +503,7 @@ def vector_report(f) -> str:
     """For ``f.explain()``: each vector loop of the compiled kernel, widened or
     not and why (:func:`codegen.vectorize.report`; the same decision in both
     backends).  Empty when the function does not compile."""
-    from codegen.vectorize import report
+    from codegen.report import report
     try:
         lowered = f.compile().lowered
     except Exception:           # explain() must work on a schedule that does not compile
