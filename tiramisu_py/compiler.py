@@ -8,8 +8,7 @@ import time
 
 import codegen
 from codegen import ir
-from codegen.accumulate import accumulate_locally
-from codegen.simplify import simplify_indices, version_full_tiles
+from codegen.pipeline import optimize_loops
 
 from . import gpu, legality, warm
 from .checks import BoundsChecker
@@ -122,7 +121,7 @@ def _compile(f, target):
                             model, state, t0, (t1 - t0, t2 - t1))
     if plan is not None:
         lowered.body = ir.for_cpu(lowered.body)   # blocks and threads as serial loops
-    accumulate_locally(version_full_tiles(simplify_indices(lowered)))
+    optimize_loops(lowered)
     compiled = codegen.compile_llvm(lowered) if target == "llvm" else codegen.compile_c(lowered)
     t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered,
