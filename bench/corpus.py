@@ -21,7 +21,7 @@ Per case: milliseconds on C and LLVM (median over ``--repeats`` calls after a
 warm-up, the two kernels called in alternation within one process), GFLOP/s
 where the FLOP count is known, the LLVM/C speed ratio (> 1: LLVM faster) of
 the medians and of the fastest calls (robust to a loaded machine), and for every vector loop whether it is
-widened and why not (:func:`codegen.vectorize.report`).  Both backends'
+widened and why not (:func:`codegen.report.report`).  Both backends'
 outputs must agree (``rtol=1e-3``); a disagreement or a compile error is
 reported as such.  The summary gives the geometric mean of LLVM/C, the ten
 worst cases and every case below 0.9x (by medians or minimums) with its
@@ -39,7 +39,7 @@ import zlib
 import numpy as np
 
 import tiramisu_py as tp
-from codegen.vectorize import report as vector_report
+from codegen.report import report as vector_report
 
 
 class Case:

@@ -1,9 +1,12 @@
 """Code generation: the target-neutral loop IR (:mod:`codegen.ir`), the passes
-and services shared by the backends (:mod:`codegen.simplify`,
+and services shared by the backends (:mod:`codegen.loops`, :mod:`codegen.simplify`,
 :mod:`codegen.vectorize`, :mod:`codegen.regblock`, :mod:`codegen.vreduce`,
-:mod:`codegen.accumulate`, :mod:`codegen.vecmath`, :mod:`codegen.toolchain`,
+:mod:`codegen.accumulate`, their order :mod:`codegen.pipeline`, the explain
+lines :mod:`codegen.report`, :mod:`codegen.vecmath`, :mod:`codegen.toolchain`,
 :mod:`codegen.cache`) and the three backends, one subpackage each: C + OpenMP
 (:mod:`codegen.c`), LLVM (:mod:`codegen.llvm`), CUDA (:mod:`codegen.cuda`).
+A backend imports the top-level modules and the C family (:mod:`codegen.c`);
+nothing in codegen imports a backend but this file.
 
 ``compile_c(fn)`` (:mod:`codegen.c`) emits C for a :class:`ir.LoweredFunction`,
 builds it with the system C compiler (or takes it from the on-disk cache) and

@@ -322,7 +322,7 @@ def atomic_write(path: Path, data: bytes) -> None:
             f.write(data)
         _replace(tmp, path)
     except BaseException:
-        _unlink(tmp)
+        unlink_quietly(tmp)
         raise
 
 
@@ -359,7 +359,7 @@ def fresh_copy(path) -> Path:
         with os.fdopen(fd, "wb") as out, open(p, "rb") as src:
             shutil.copyfileobj(src, out)
     except BaseException:
-        _unlink(tmp)
+        unlink_quietly(tmp)
         raise
     return Path(tmp)
 
@@ -455,7 +455,9 @@ def invalidate(key: str, directory: Optional[Path] = None) -> None:
     _remove(so)
 
 
-def _unlink(p) -> None:
+def unlink_quietly(p) -> None:
+    """Removes the file ``p`` if it is there (a missing file, or one that
+    cannot be removed, is left to the next cleanup)."""
     try:
         os.unlink(p)
     except OSError:

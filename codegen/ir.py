@@ -23,6 +23,8 @@ This module imports nothing from ``tiramisu_py``.
 """
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -30,6 +32,8 @@ DTYPES = ("bool", "int8", "uint8", "int32", "int64", "float32", "float64")
 INT_DTYPES = ("int8", "uint8", "int32", "int64")
 FLOAT_DTYPES = ("float32", "float64")
 INDEX = "int64"   # dtype of loop iterators, params and indices
+# bytes of one element of each dtype (bool: one byte in memory)
+ELSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
 
 ARITH_OPS = ("add", "sub", "mul", "div", "mod", "floordiv", "floormod", "min", "max")
 CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -274,6 +278,32 @@ def expr_key(e):
 # the smallest and largest value of each integer dtype
 INT_LIMITS = {"int8": (-2**7, 2**7 - 1), "uint8": (0, 2**8 - 1), "int32": (-2**31, 2**31 - 1),
               "int64": (-2**63, 2**63 - 1)}
+# half-open [lo, hi) ranges of the integer dtypes, for wrapping literals
+INT_RANGE = {t: (lo, hi + 1) for t, (lo, hi) in INT_LIMITS.items()}
+
+
+def to_f32(v: float) -> float:
+    """``v`` rounded to float32 (to infinity beyond its range), as a Python float."""
+    try:
+        return struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:                     # beyond float32 range: rounds to infinity
+        return math.copysign(math.inf, v)
+
+
+def const_eval(e, consts: dict):
+    """Folds an integer shape expression over ``consts``; None if not constant."""
+    if isinstance(e, Const) and is_int(e.dtype):
+        return int(e.value)
+    if isinstance(e, Var):
+        return consts.get(e.name)
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "floordiv", "min", "max"):
+        a, b = const_eval(e.a, consts), const_eval(e.b, consts)
+        if a is None or b is None or (e.op == "floordiv" and b == 0):
+            return None
+        if e.op == "floordiv":
+            return a // b
+        return {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
+    return None
 
 
 # reduction op -> the op that combines two partial results

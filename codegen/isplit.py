@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from . import ir
 from .ir import expr_key
-from .vectorize import _affine
+from .loops import affine
 
 __all__ = ["split_invariant_loads"]
 SHORT = 16          # loops of at most this many iterations (bounds alone tell) are left alone
@@ -97,7 +97,7 @@ def _split_point(store, load, var, bound):
     for sd, ld in zip(store.index, load.index):
         if sd.dtype != ir.INDEX or not _plain(sd, bound - {var}) or not _plain(ld, bound):
             continue
-        a = _affine(sd, lambda n: n not in bound or n == var)
+        a = affine(sd, lambda n: n not in bound or n == var)
         if a is None or a[0].get(var) not in (1, -1):
             continue
         g = _subst_var(sd, var, ir.const(0))

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from . import ir
 from .ir import expr_key
-from .vectorize import _affine
+from .loops import affine
 
 JAM = 4          # outer iterations per jammed inner loop
 
@@ -76,7 +76,7 @@ def _straight(body):
 
 def _unit_in(e, var, other) -> bool:
     """Whether ``e`` is ``+-var + c`` with ``c`` free of ``var`` and ``other``."""
-    f = _affine(e, lambda n: n not in other or n == var)
+    f = affine(e, lambda n: n not in other or n == var)
     return f is not None and abs(f[0].get(var, 0)) == 1 and not any(
         n in other and n != var for n in f[0])
 

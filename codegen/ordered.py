@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from . import ir
 from .ir import expr_key
-from .vectorize import _affine
+from .loops import affine
 
 
 def _accesses(body):
@@ -69,7 +69,7 @@ def _stride(index, var, dep):
     for d, e in enumerate(index):
         if not (ir.free_vars(e) & dep):
             continue
-        f = _affine(e, lambda n: n == var or n not in dep)
+        f = affine(e, lambda n: n == var or n not in dep)
         if f is None or d != len(index) - 1 or abs(f[0].get(var, 0)) != 1:
             return None
         stride = f[0][var]

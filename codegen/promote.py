@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from . import ir
 from .ir import expr_key
-from .vectorize import _affine
+from .loops import affine
 
 __all__ = ["promotable"]
 _SERIAL = ("serial", "unrolled")
@@ -117,18 +117,18 @@ def _alternatives(e, side: str) -> list:
     """Affine forms ``(coefficients, constant)`` each bounding ``e`` from ``side``
     ("upper": each >= e; "lower": each <= e): ``min``/``max`` split, constants
     and affine terms added on."""
-    f = _affine(e, lambda n: True)
+    f = affine(e, lambda n: True)
     if f is not None:
         return [f]
     if isinstance(e, ir.Binary):
         if e.op == ("min" if side == "upper" else "max"):
             return _alternatives(e.a, side) + _alternatives(e.b, side)
         if e.op in ("add", "sub"):
-            fb = _affine(e.b, lambda n: True)
+            fb = affine(e.b, lambda n: True)
             if fb is not None:
                 s = 1 if e.op == "add" else -1
                 return [_lin(fa, fb, s) for fa in _alternatives(e.a, side)]
-            fa = _affine(e.a, lambda n: True)
+            fa = affine(e.a, lambda n: True)
             if fa is not None and e.op == "add":
                 return [_lin(fa, fb2, 1) for fb2 in _alternatives(e.b, side)]
     return []
@@ -148,7 +148,7 @@ def _differ(ix1, ix2, order, bounds) -> bool:
     if len(ix1) != len(ix2):
         return False
     for x, y in zip(ix1, ix2):
-        fx, fy = _affine(x, lambda n: True), _affine(y, lambda n: True)
+        fx, fy = affine(x, lambda n: True), affine(y, lambda n: True)
         if fx is None or fy is None:
             continue
         d = _lin(fx, fy, -1)

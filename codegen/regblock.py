@@ -29,7 +29,9 @@ copies one by one.
 """
 from __future__ import annotations
 
-from . import ir, vectorize
+from . import ir
+from .loops import affine, host_lanes, max_trip, nested
+from .vectorize import plan
 
 
 def register_block(fn: ir.LoweredFunction) -> ir.LoweredFunction:
@@ -64,24 +66,24 @@ def rewrite_serial_loops(fn: ir.LoweredFunction, rewrite) -> ir.LoweredFunction:
 
 def _factor(loop: ir.For) -> int:
     vecs = [s for s in ir.walk_stmts(loop.body) if isinstance(s, ir.For) and s.kind == "vector"
-            and not s.attrs.get("reduction") and vectorize.nested(s.body) and int(s.step) == 1]
+            and not s.attrs.get("reduction") and nested(s.body) and int(s.step) == 1]
     if not vecs or any(isinstance(s, ir.For) and s.kind == "parallel" or isinstance(s, ir.Allocate)
                        for s in ir.walk_stmts(loop.body)):
         return 1
     regs_per_row = 0
     for v in vecs:
-        p, _ = vectorize.plan(v)
+        p, _ = plan(v)
         if p is None or not p.promote:
             return 1
         bits = max(_bits(v.body), 32)
-        w = int(v.attrs.get("vector_width") or vectorize.host_lanes(bits))
-        lanes = vectorize.host_lanes(bits)
+        w = int(v.attrs.get("vector_width") or host_lanes(bits))
+        lanes = host_lanes(bits)
         per = -(-w // lanes)
         regs_per_row = max(regs_per_row, max(len(x) for x in p.promote.values()) * per)
-    regs = 32 if vectorize.host_lanes(32) >= 16 else 16
+    regs = 32 if host_lanes(32) >= 16 else 16
     if not _independent(loop):
         return 1
-    return choose_rows(regs_per_row, regs, vectorize.max_trip(loop))
+    return choose_rows(regs_per_row, regs, max_trip(loop))
 
 
 #: most accumulator registers of a block with several vectors per row
@@ -100,7 +102,7 @@ def _column_block(loop: ir.For):
     if int(loop.step) != 1 or not isinstance(loop.lo, ir.Const):
         return None
     vecs = [s for s in ir.walk_stmts(loop.body) if isinstance(s, ir.For) and s.kind == "vector"]
-    if not vecs or any(v.attrs.get("reduction") or not vectorize.nested(v.body) or int(v.step) != 1
+    if not vecs or any(v.attrs.get("reduction") or not nested(v.body) or int(v.step) != 1
                        for v in vecs):
         return None
     if any(isinstance(s, ir.For) and s.kind == "parallel" or isinstance(s, ir.Allocate)
@@ -108,23 +110,23 @@ def _column_block(loop: ir.For):
         return None
     acc = 0
     for v in vecs:
-        p, _ = vectorize.plan(v)
+        p, _ = plan(v)
         if p is None or not p.promote:
             return None
         bits = max(_bits(v.body), 32)
-        w = int(v.attrs.get("vector_width") or vectorize.host_lanes(bits))
-        acc = max(acc, sum(len(x) for x in p.promote.values()) * -(-w // vectorize.host_lanes(bits)))
-    regs = 32 if vectorize.host_lanes(32) >= 16 else 16
+        w = int(v.attrs.get("vector_width") or host_lanes(bits))
+        acc = max(acc, sum(len(x) for x in p.promote.values()) * -(-w // host_lanes(bits)))
+    regs = 32 if host_lanes(32) >= 16 else 16
     if not _disjoint(loop) or not _jammable(loop.body, {loop.var}):
         return None
-    trip = vectorize.max_trip(loop)
+    trip = max_trip(loop)
     fits = [n for n in (4, 3, 2) if n * acc <= min(MAX_BLOCK, regs - 8) and (trip is None or n <= trip)]
     exact = [n for n in fits if trip is not None and trip % n == 0]
     if not fits:
         return None
     out = jam(loop, (exact or fits)[0], attr="register_block_columns")
     after = [s for s in ir.walk_stmts(out) if isinstance(s, ir.For) and s.kind == "vector"]
-    if any(vectorize.plan(v)[0] is None or not vectorize.plan(v)[0].promote for v in after):
+    if any(plan(v)[0] is None or not plan(v)[0].promote for v in after):
         return None
     return out
 
@@ -152,7 +154,7 @@ def _disjoint(loop: ir.For, spread: bool = True) -> bool:
     accesses, written = {}, set()
     for s in ir.walk_stmts(loop.body):
         if isinstance(s, ir.For):
-            t = vectorize.max_trip(s) if spread and int(s.step) == 1 else None
+            t = max_trip(s) if spread and int(s.step) == 1 else None
             trips[s.var] = None if t is None or trips.get(s.var, 0) is None else max(t, trips.get(s.var, 0))
         elif isinstance(s, ir.Let):
             lets.add(s.name)
@@ -165,7 +167,7 @@ def _disjoint(loop: ir.For, spread: bool = True) -> bool:
                     accesses.setdefault(x.array, []).append(x.index)
     for name in written:
         ok = set(range(len(accesses[name][0])))
-        forms = [[vectorize._affine(e, lambda n: n not in lets) for e in ix] for ix in accesses[name]]
+        forms = [[affine(e, lambda n: n not in lets) for e in ix] for ix in accesses[name]]
         for d in list(ok):
             f0 = forms[0][d]
             if f0 is None or not f0[0].get(var) or any(fm[d] is None or fm[d] != f0 for fm in forms[1:]):

@@ -127,7 +127,7 @@ def _kill_group(p: subprocess.Popen) -> None:
                 pass
 
 
-def _run(cmd: list, cwd=None) -> subprocess.CompletedProcess:
+def run_compiler(cmd: list, cwd=None) -> subprocess.CompletedProcess:
     """Runs the compiler in a new process group; raises subprocess.TimeoutExpired
     after BUILD_TIMEOUT_S.  On any exception (timeout, KeyboardInterrupt...)
     the whole group is killed before it propagates."""
@@ -220,7 +220,7 @@ def _run_probe(cc: Compiler) -> tuple:
 
         def ok(flags, src) -> bool:
             try:
-                r = _run([*cc.argv, *BASE_FLAGS, *flags, "-o", str(Path(d, "p.so")), str(src), *LIBS])
+                r = run_compiler([*cc.argv, *BASE_FLAGS, *flags, "-o", str(Path(d, "p.so")), str(src), *LIBS])
             except (OSError, subprocess.SubprocessError):
                 return False
             return r.returncode == 0 and not r.stderr.strip()
@@ -256,7 +256,7 @@ def build_shared(cc: Compiler, flags, c_path, so_path) -> None:
     """Compiles ``c_path`` into the shared library ``so_path``; raises CompileError."""
     cmd = [*cc.argv, *flags, "-o", str(so_path), str(c_path), *LIBS]
     try:
-        r = _run(cmd, cwd=os.path.dirname(str(c_path)) or None)
+        r = run_compiler(cmd, cwd=os.path.dirname(str(c_path)) or None)
     except subprocess.TimeoutExpired as exc:
         raise CompileError(f"C compiler timed out after {BUILD_TIMEOUT_S} s on {c_path} (its "
                            f"process group was killed)\ncommand: {shlex.join(cmd)}", c_path) from exc

@@ -1,13 +1,23 @@
 """Vector math: float32 ``exp``, ``log``, ``tanh`` and ``sigmoid`` as branchless
 polynomial programs that both backends emit, scalar or on ``<W x float>``.
 
-Each function is written once, against a tiny builder (:class:`CBuilder` makes a
-``static inline`` C helper that gcc vectorises inside ``omp simd`` loops and in
-the explicit vector code of widened loops; :class:`LLVMBuilder` makes an
+Each function is written once, against a tiny builder (the C backend's
+:class:`codegen.c.vecmath.CBuilder` makes a ``static inline`` C helper that gcc
+vectorises inside ``omp simd`` loops and in the explicit vector code of widened
+loops; the LLVM backend's :class:`codegen.llvm.vecmath.LLVMBuilder` makes an
 ``alwaysinline`` LLVM function on ``float`` or ``<W x float>``), so both
 backends compute bit-identical results up to FMA contraction.  Only
 arithmetic, compares, selects and integer bit operations are used: no libm
-call, no branch, no table.
+call, no branch, no table.  This module holds the programs only and imports
+no backend.
+
+The builder ``b`` of a program: ``b.bits`` (32 or 64: the float's width),
+``b.f(v)`` a float constant, ``b.i(v)`` an integer constant of the same width,
+``b.op(name, *args)`` one operation on the values it returned: float
+``fadd fsub fmul fdiv``, compares ``flt fgt fge fne feq`` (a mask),
+``select(mask, a, b)``, integer ``iadd isub shl ashr and or``, ``bits`` /
+``from_bits`` (reinterpret float <-> integer), ``sitofp``.  A program is
+``program(b, x) -> value``.
 
 Algorithms (Cephes single precision, as in Pommier's ``sse_mathfun``):
 
@@ -157,147 +167,3 @@ PROGRAMS = {("exp", "float32"): exp_f32, ("log", "float32"): log_f32,
 def supported(func: str, dtype: str) -> bool:
     """Whether ``func`` on ``dtype`` is computed here (else libm)."""
     return (func, dtype) in PROGRAMS
-
-
-# ------------------------------------------------------------------ builders
-_C_BIN = {"fadd": "+", "fsub": "-", "fmul": "*", "fdiv": "/", "iadd": "+", "isub": "-",
-          "shl": "<<", "ashr": ">>", "and": "&", "or": "|",
-          "flt": "<", "fgt": ">", "fge": ">=", "fne": "!=", "feq": "=="}
-
-
-_SUF = {"float32": "f32", "float64": "f64"}
-_CT = {"float32": ("float", "int32_t", "uint32_t"), "float64": ("double", "int64_t", "uint64_t")}
-
-
-def c_helper(func: str, dtype: str = "float32") -> str:
-    """The ``static inline T tp_<func>_<f32|f64>(T x)`` helper."""
-    b = _TypedCBuilder(dtype)
-    r = PROGRAMS[(func, dtype)](b, "x")
-    body = "\n".join(b.lines)
-    ft = _CT[dtype][0]
-    return (f"static inline {ft} tp_{func}_{_SUF[dtype]}({ft} x) {{  /* codegen.vecmath */\n"
-            f"{body}\n  return {r};\n}}")
-
-
-def c_bits_helpers(dtype: str) -> str:
-    """``tp_bits_<suf>`` / ``tp_from_bits_<suf>``: the float's bits as an int and back."""
-    ft, it, _ = _CT[dtype]
-    suf, n = _SUF[dtype], 4 if dtype == "float32" else 8
-    return (f"static inline {it} tp_bits_{suf}({ft} x) {{ {it} b; memcpy(&b, &x, {n}); return b; }}\n"
-            f"static inline {ft} tp_from_bits_{suf}({it} b) {{ {ft} x; memcpy(&x, &b, {n}); return x; }}")
-
-
-class _TypedCBuilder:
-    """Scalar C builder that tracks the C type of each temporary."""
-
-    def __init__(self, dtype="float32"):
-        self.dt, self.bits = dtype, 32 if dtype == "float32" else 64
-        self.ft, self.it, self.ut = _CT[dtype]
-        self.suf = _SUF[dtype]
-        self.lines, self.n, self.types = [], 0, {"x": self.ft}
-
-    def f(self, v: float) -> str:
-        from .c.emit import c_literal
-        s = c_literal(v, self.dt)
-        self.types[s] = self.ft
-        return s
-
-    def i(self, v: int) -> str:
-        if self.bits == 64 and not -2**31 < v < 2**31:
-            s = f"({v}LL)" if v > -2**63 else "(-9223372036854775807LL - 1)"
-        else:
-            s = f"({v})" if v < 0 else str(v)
-        self.types[s] = self.it
-        return s
-
-    def _new(self, ctype: str, text: str) -> str:
-        self.n += 1
-        name = f"t{self.n}"
-        self.types[name] = ctype
-        self.lines.append(f"  const {ctype} {name} = {text};")
-        return name
-
-    def op(self, name: str, *a) -> str:
-        ft, it = self.ft, self.it
-        if name == "bits":
-            return self._new(it, f"tp_bits_{self.suf}({a[0]})")
-        if name == "from_bits":
-            return self._new(ft, f"tp_from_bits_{self.suf}({a[0]})")
-        if name == "sitofp":
-            return self._new(ft, f"({ft}){a[0]}")
-        if name == "select":
-            return self._new(self.types[a[1]], f"{a[0]} ? {a[1]} : {a[2]}")
-        if name in ("flt", "fgt", "fge", "fne", "feq"):
-            return self._new("int", f"{a[0]} {_C_BIN[name]} {a[1]}")
-        if name == "ashr":          # arithmetic shift of a signed int (gcc, clang)
-            return self._new(it, f"{a[0]} >> {a[1]}")
-        if name == "shl":           # on unsigned: no signed-overflow UB
-            return self._new(it, f"({it})(({self.ut}){a[0]} << {a[1]})")
-        return self._new(ft if name[0] == "f" else it, f"{a[0]} {_C_BIN[name]} {a[1]}")
-
-
-class LLVMBuilder:
-    """LLVM instructions on ``float``/``i32`` or ``double``/``i64`` (``w`` None) or
-    vectors of ``w`` of them."""
-
-    def __init__(self, func, w, dtype="float32"):
-        from .llvm.lower import lit
-        self.fn, self.w, self._lit, self.dt = func, w, lit, dtype
-        self.bits = 32 if dtype == "float32" else 64
-        self.sft, self.sit = ("float", "i32") if self.bits == 32 else ("double", "i64")
-        self.ft = self.sft if w is None else f"<{w} x {self.sft}>"
-        self.it = self.sit if w is None else f"<{w} x {self.sit}>"
-        self.mt = "i1" if w is None else f"<{w} x i1>"
-        self.types = {}
-
-    def _splat(self, t: str, s: str) -> str:
-        return s if self.w is None else f"splat ({t} {s})"
-
-    def f(self, v: float) -> str:
-        s = self._splat(self.sft, self._lit(v, self.dt))
-        self.types[s] = self.ft
-        return s
-
-    def i(self, v: int) -> str:
-        s = self._splat(self.sit, str(v))
-        self.types[s] = self.it
-        return s
-
-    def _new(self, t: str, text: str) -> str:
-        r = self.fn.op(text, "m")
-        self.types[r] = t
-        return r
-
-    def op(self, name: str, *a) -> str:
-        ft, it, mt = self.ft, self.it, self.mt
-        if name == "bits":
-            return self._new(it, f"bitcast {ft} {a[0]} to {it}")
-        if name == "from_bits":
-            return self._new(ft, f"bitcast {it} {a[0]} to {ft}")
-        if name == "sitofp":
-            return self._new(ft, f"sitofp {it} {a[0]} to {ft}")
-        if name == "select":
-            t = self.types[a[1]]
-            return self._new(t, f"select {mt} {a[0]}, {t} {a[1]}, {t} {a[2]}")
-        fc = {"flt": "olt", "fgt": "ogt", "fge": "oge", "fne": "une", "feq": "oeq"}
-        if name in fc:
-            return self._new(mt, f"fcmp {fc[name]} {ft} {a[0]}, {a[1]}")
-        if name[0] == "f":
-            return self._new(ft, f"{name} contract {ft} {a[0]}, {a[1]}")
-        ins = {"iadd": "add", "isub": "sub", "shl": "shl", "ashr": "ashr", "and": "and", "or": "or"}
-        return self._new(it, f"{ins[name]} {it} {a[0]}, {a[1]}")
-
-
-def llvm_function(func: str, w, dtype: str = "float32") -> tuple:
-    """(symbol, definition text) of the ``alwaysinline`` LLVM function computing
-    ``func`` on ``dtype`` (``w`` None) or ``w``-lane vectors of it."""
-    from .llvm.lower import Func
-    st, suf = ("float", "f32") if dtype == "float32" else ("double", "f64")
-    t = st if w is None else f"<{w} x {st}>"
-    sym = f"tp.{func}.{suf if w is None else f'v{w}{suf}'}"
-    fn = Func(f"define internal {t} @\"{sym}\"({t} %x) #1")
-    b = LLVMBuilder(fn, w, dtype)
-    b.types["%x"] = t
-    r = PROGRAMS[(func, dtype)](b, "%x")
-    fn.emit(f"ret {t} {r}")
-    return sym, fn.text()

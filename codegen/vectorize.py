@@ -39,8 +39,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import ir, target
+from . import ir
 from .ir import expr_key
+from .loops import affine, max_trip
 
 
 @dataclass
@@ -51,101 +52,18 @@ class Plan:
     written: set = field(default_factory=set)
 
 
-def nested(body) -> bool:
-    """Whether a vector loop body contains a loop or an if (outer-loop vectorisation)."""
-    return any(isinstance(s, (ir.For, ir.If)) for s in ir.walk_stmts(body))
-
-
-def _affine(e, fixed_ok):
-    """``e`` as ({name: coeff}, const) over names, or None; names for which
-    ``fixed_ok(name)`` is false make it None unless it is the lane variable."""
-    if isinstance(e, ir.Const) and ir.is_int(e.dtype):
-        return {}, int(e.value)
-    if isinstance(e, ir.Var):
-        return ({e.name: 1}, 0) if fixed_ok(e.name) else None
-    if isinstance(e, ir.Cast) and ir.is_int(e.dtype) and ir.is_int(e.a.dtype):
-        return _affine(e.a, fixed_ok)
-    if isinstance(e, ir.Unary) and e.op == "neg":
-        a = _affine(e.a, fixed_ok)
-        return None if a is None else ({n: -c for n, c in a[0].items()}, -a[1])
-    if isinstance(e, ir.Binary) and e.op in ("add", "sub", "mul"):
-        a, b = _affine(e.a, fixed_ok), _affine(e.b, fixed_ok)
-        if a is None or b is None:
-            return None
-        if e.op == "mul":
-            if a[0] and b[0]:
-                return None
-            (va, ca), k = (a, b[1]) if not b[0] else (b, a[1])
-            return {n: c * k for n, c in va.items() if c * k}, ca * k
-        s = 1 if e.op == "add" else -1
-        v = dict(a[0])
-        for n, c in b[0].items():
-            v[n] = v.get(n, 0) + s * c
-        return {n: c for n, c in v.items() if c}, a[1] + s * b[1]
-    return None
-
-
 def _lane_dims(index, var, inner):
     """{dimension: (a, key of c)} for the dimensions of ``index`` that are
     ``a * var + c`` with ``c`` over names fixed for the vector iteration."""
     out = {}
     for d, e in enumerate(index):
-        f = _affine(e, lambda n: n == var or n not in inner)
+        f = affine(e, lambda n: n == var or n not in inner)
         if f is None or not f[0].get(var):
             continue
         a = f[0][var]
         rest = tuple(sorted((n, c) for n, c in f[0].items() if n != var))
         out[d] = (a, rest, f[1])
     return out
-
-
-def max_trip(loop: ir.For):
-    """An upper bound on the iterations of ``loop`` when its lower bound is a
-    constant and its upper bound has a constant bound (``min(31, N - ...) + 1``),
-    else None."""
-    if not isinstance(loop.lo, ir.Const):
-        return None
-    hi = _upper(loop.hi)
-    return None if hi is None else max(0, hi - int(loop.lo.value))
-
-
-def trip_bound(loop: ir.For):
-    """An upper bound on the iterations of ``loop`` (unit step) when both
-    bounds are clamped by constants: ``lo`` a ``max`` with a constant argument
-    (``max(max(0, a), b)`` >= 0) and ``hi`` a ``min`` with one (``min(min(2,
-    c), d) + 1`` <= 3); else None.  Exact: ``max(k, ...) >= k`` and ``min(k,
-    ...) <= k`` hold for any values of the other arguments; the bound is
-    only used for loop hints, never for correctness."""
-    lo, hi = _lower(loop.lo), _upper(loop.hi)
-    if lo is None or hi is None or int(loop.step) != 1:
-        return None
-    return max(0, hi - lo)
-
-
-def _lower(e):
-    return _bound(e, "max", max)
-
-
-def _upper(e):
-    return _bound(e, "min", min)
-
-
-def _bound(e, clamp, pick):
-    """A constant bound of ``e`` on one side (``clamp`` ``"max"``: below,
-    ``"min"``: above) that holds whatever its variables are: constants,
-    ``clamp`` with at least one bounded argument, sums of bounded terms, a
-    bounded term minus a constant; else None."""
-    if isinstance(e, ir.Const):
-        return int(e.value)
-    if isinstance(e, ir.Binary):
-        a, b = _bound(e.a, clamp, pick), _bound(e.b, clamp, pick)
-        if e.op == clamp:
-            return a if b is None else b if a is None else pick(a, b)
-        if e.op == "add" and a is not None and b is not None:
-            return a + b
-        if e.op == "sub" and a is not None and isinstance(e.b, ir.Const):
-            return a - int(e.b.value)
-    return None
 
 
 def _apart(f, g, trip) -> bool:
@@ -242,7 +160,7 @@ def _distinct(ix1, ix2) -> bool:
     """Two index tuples that name different elements: some dimension differs by
     a nonzero constant."""
     for x, y in zip(ix1, ix2):
-        fx, fy = _affine(x, lambda n: True), _affine(y, lambda n: True)
+        fx, fy = affine(x, lambda n: True), affine(y, lambda n: True)
         if fx is not None and fy is not None and fx[0] == fy[0] and fx[1] != fy[1]:
             return True
     return False
@@ -278,49 +196,4 @@ def _promotable(loop: ir.For) -> list:
             continue
         if all(_distinct(idx[p], idx[q]) for p in range(len(idx)) for q in range(p + 1, len(idx))):
             out += [(name, ix) for ix in idx]
-    return out
-
-
-def host_lanes(bits: int) -> int:
-    """Lanes of ``bits``-wide elements in one SIMD register of this host
-    (:func:`codegen.target.vector_bits`: AVX-512 512 bits, AVX 256, else 128)."""
-    return max(1, target.vector_bits() // bits)
-
-
-def describe(loop: ir.For, width: int) -> str:
-    """One line: whether ``loop`` (a vector loop) is widened, and why not."""
-    if not nested(loop.body):
-        return (f"vector loop {loop.var} ({width} lanes): straight-line body, widened "
-                "(LLVM: explicit vectors; C: #pragma omp simd)")
-    if int(loop.step) != 1:
-        return f"vector loop {loop.var}: not widened (step {loop.step})"
-    p, reason = plan(loop)
-    if p is None:
-        return f"vector loop {loop.var}: not widened ({reason}); runs as a scalar loop"
-    acc = sorted({a for v in p.promote.values() for a, _ in v})
-    return (f"vector loop {loop.var} ({width} lanes): widened with the loops inside it"
-            + (f"; {', '.join(acc)} accumulated in registers over the inner loop" if acc else ""))
-
-
-def report(fn: ir.LoweredFunction, default_width=None) -> list:
-    """``describe`` for every vector loop of ``fn`` (each loop name once)."""
-    out, seen = [], set()
-    for s in ir.walk_stmts(fn.body):
-        if isinstance(s, ir.For) and s.kind == "vector" and not s.attrs.get("reduction"):
-            w = s.attrs.get("vector_width") or default_width or "host"
-            line = describe(s, w)
-            if line not in seen:
-                seen.add(line)
-                out.append(line)
-    from .regblock import register_block
-    for s in ir.walk_stmts(register_block(fn).body):
-        r = isinstance(s, ir.For) and s.attrs.get("register_block")
-        c = isinstance(s, ir.For) and s.attrs.get("register_block_columns")
-        line = (f"loop {s.var}: unrolled by {r} and jammed into the widened vector loop "
-                f"(a register block of {r} rows)") if r else (
-                f"loop {s.var}: unrolled by {c} and jammed into the widened vector loop "
-                f"({c} vectors per row of the register block)") if c else None
-        if line and line not in seen:
-            seen.add(line)
-            out.append(line)
     return out

@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
 
 from codegen import CompileError, compile_c, emit_c, ir, toolchain  # noqa: E402
 from codegen import cache  # noqa: E402
-from codegen.c.emit import c_literal  # noqa: E402
+from codegen.c.syntax import c_literal  # noqa: E402
 from codegen.ir import (Allocate, ArrayArg, Binary, Block, Call, Cast, Const, For,  # noqa: E402
                         If, Let, Load, LoweredFunction, ScalarArg, Select, Store, Unary, Var)
 

@@ -105,13 +105,13 @@ def test_every_library_kernel_is_byte_identical_to_the_record(generated):
 def test_the_pin_reaches_every_host_reader():
     """The record means something only if the pin decides what the schedules
     and both vectorisers see."""
-    from codegen import target, vectorize
+    from codegen import loops, target
     from codegen.llvm import lower
     from schedules.host import host
     old = os.environ.get("TIRAMISU_PY_HOST")
     try:
         os.environ["TIRAMISU_PY_HOST"] = "vector_bits=256,cores=3,l2=65536"
-        assert (vectorize.host_lanes(32), lower.host().vector_bits) == (8, 256)
+        assert (loops.host_lanes(32), lower.host().vector_bits) == (8, 256)
         h = host()
         assert (h.vector_bits, h.vector_registers, h.cores, h.l2) == (256, 16, 3, 65536)
         os.environ["TIRAMISU_PY_HOST"] = "vector_bits=100"

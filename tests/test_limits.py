@@ -263,7 +263,7 @@ def test_no_bare_recursion_error_from_compile(monkeypatch):
 
     def boom(*a, **k):
         raise RecursionError("maximum recursion depth exceeded")
-    monkeypatch.setattr(compiler, "simplify_indices", boom)
+    monkeypatch.setattr(compiler, "optimize_loops", boom)
     f, _ = _vector_fn("recurses", 16)
     with pytest.raises(ValueError, match=r"compiling 'recurses'.*too deeply"):
         f.compile()

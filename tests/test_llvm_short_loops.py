@@ -1,13 +1,13 @@
 """Short loops (fewer iterations than a vector, bounds clamped by constants)
 in the LLVM backend, when guarded: neither vectorised nor unrolled when
 innermost, not unrolled around loops; unguarded ones are left to LLVM
-(``vectorize.trip_bound``, ``codegen.llvm.stmt``);
+(``loops.trip_bound``, ``codegen.llvm.stmt``);
 results checked against NumPy references on both backends."""
 import numpy as np
 import pytest
 
 import tiramisu_py as tp
-from codegen import ir, vectorize
+from codegen import ir, loops
 from tests import test_legality_polybench as T
 from tests.polybench_kernels import SPECS
 
@@ -17,9 +17,9 @@ def test_trip_bound_reads_constant_clamps():
     c = lambda k: ir.Const(k, "int64")
     lo = ir.Binary("max", ir.Binary("max", c(0), n, "int64"), v, "int64")
     hi = ir.Binary("add", ir.Binary("min", ir.Binary("min", c(2), n, "int64"), v, "int64"), c(1), "int64")
-    assert vectorize.trip_bound(ir.For("j", lo, hi, ir.Block([]))) == 3
-    assert vectorize.trip_bound(ir.For("j", n, hi, ir.Block([]))) is None
-    assert vectorize.trip_bound(ir.For("j", lo, n, ir.Block([]))) is None
+    assert loops.trip_bound(ir.For("j", lo, hi, ir.Block([]))) == 3
+    assert loops.trip_bound(ir.For("j", n, hi, ir.Block([]))) is None
+    assert loops.trip_bound(ir.For("j", lo, n, ir.Block([]))) is None
 
 
 @pytest.mark.parametrize("target", ["c", "llvm"])

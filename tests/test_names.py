@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
-from codegen.c import emit as c_emit
+from codegen.c.names import c_names
 
 # predefined by gcc in GNU mode, or macros of the headers the kernel includes
 # (stdin is stdio's, which is not included: it must work all the same)
@@ -75,7 +75,7 @@ def test_c_names_rule():
         [ir.ArrayArg("A", "float32", (ir.Var("NULL"), ir.Const(4, "int64")), True),
          ir.ArrayArg("A_", "float32", (ir.Const(4, "int64"),), False)],
         ir.Block([]))
-    names = c_emit.c_names(fn)
+    names = c_names(fn)
     assert names["k"] == "k" and names["A"] == "A"
     assert names["NULL"] == "NULL_"
     assert names["A_"] not in ("A_", "A", "NULL_")      # A's raw pointer is A_

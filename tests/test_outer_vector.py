@@ -173,11 +173,11 @@ def test_register_block_rows_from_host_and_tile(backend):
     """DESIGN.md's GEMM schedule: the rows of the register block come from the
     host's registers and the tile's bound (i1 < min(31, ...) + 1: 32 rows), the
     result matches NumPy with full blocks, a partial tile and remainder rows."""
-    from codegen import vectorize
+    from codegen import loops
     from codegen.regblock import choose_rows
     f = _gemm("ov_rb_rows")
-    per = -(-16 // vectorize.host_lanes(32))
-    regs = 32 if vectorize.host_lanes(32) >= 16 else 16
+    per = -(-16 // loops.host_lanes(32))
+    regs = 32 if loops.host_lanes(32) >= 16 else 16
     r = choose_rows(per, regs, 32)
     assert f"loop i1: unrolled by {r} and jammed" in f.explain(file=open("/dev/null", "w"))
     kern = _run_gemm(f, 70, 33, 50)                          # tiles of 32, 32 and 6 rows
@@ -191,12 +191,12 @@ def test_register_block_columns(backend, shape):
     where the registers allow (AVX-512: 8 rows x 2 vectors): full tiles take
     the jammed version, partial tiles (j10 bound or vector epilogue) run the
     copies one by one; the result matches NumPy either way."""
-    from codegen import vectorize
+    from codegen import loops
     N, K, M = shape
     f = _gemm(f"ov_rb_cols_{N}_{K}_{M}")
     kern = _run_gemm(f, N, K, M)
     text = f.explain(file=open("/dev/null", "w"))
-    if vectorize.host_lanes(32) >= 16:          # one zmm per row: room for two vectors
+    if loops.host_lanes(32) >= 16:          # one zmm per row: room for two vectors
         assert "loop j10: unrolled by 2 and jammed into the widened vector loop" in text
         if backend == "c":
             assert "16 * (j10 + 1) + j11" in kern.source and "tp_acc16_0" in kern.source

@@ -58,7 +58,7 @@ def _load(fn: ir.LoweredFunction, path, declaration=None):
         lib = ffi.dlopen(str(alias or path), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
     finally:
         if alias is not None:
-            cache._unlink(alias)
+            cache.unlink_quietly(alias)
     _opened.add(path)
     getattr(lib, fn.name)          # fail here, not at the first call, if the symbol is missing
     return ffi, lib
@@ -75,7 +75,7 @@ def _build(cc, flags, source: str, key: str, directory):
         toolchain.build_shared(cc, flags, c_path, tmp)
         return cache.install(key, tmp, directory)
     finally:
-        cache._unlink(tmp)
+        cache.unlink_quietly(tmp)
 
 
 def compile_c(fn: ir.LoweredFunction, source=None, declaration=None) -> CompiledFunction:

@@ -12,269 +12,26 @@ loads it.  Conventions of the emitted code:
   sets ``tp_status`` and skips the body instead).  Small constant-size
   temporaries inside loops live on the stack.
 
-Names.  The user's names (kernel, params, arrays, loops, temporaries) are
-emitted as they are (``i``, ``j``, ``A``), so the code reads like the
-algorithm, and no header can change their meaning, by a rule that needs no
-list of the headers' macros (no list is ever complete: ``linux``, ``unix``
-and ``i386`` are predefined in GNU mode, ``errno`` and ``math_errhandling``
-are macros, ``M_PI``, ``INT32_MAX``...):
-
-* after the ``#include`` lines every user identifier of the kernel is
-  ``#undef``-ed: whatever macro a header or the compiler defines under that
-  name is gone, and a name the headers *declare* (``rand``, ``y0``) is legally
-  shadowed by the kernel's local of the same name;
-* the kernel's own name is a file-scope symbol, so it is also ``#define``-d
-  away before the includes: the headers declare nothing under it;
-* a user name that the generated code spells itself (:data:`_OWN`: C and GNU
-  keywords, the ``<stdint.h>`` types, ``NULL``, ``INFINITY``, the libm and
-  allocation functions it calls, the ``tp_`` prefix of its helpers) is
-  renamed with a trailing ``_`` (more while taken: ``NULL`` -> ``NULL_``); the
-  kernel keeps its exported symbol through an ``__asm__`` label.
-
-Only the kernel's symbol cannot be renamed: :func:`reserved_c_symbol` names the
-ones it cannot take (functions the generated code or the runtime calls), which
-the language refuses when the Function is declared.
+Names: the user's names are emitted as they are, renamed only where the
+generated code spells the same identifier (the rule: :mod:`codegen.c.names`).
+The module layout: types, literals and precedence in :mod:`codegen.c.syntax`,
+the ``tp_*`` helpers in :mod:`codegen.c.helpers`, widened vector loops in
+:mod:`codegen.c.widen`; the passes run before printing in
+:mod:`codegen.pipeline`.
 """
 from __future__ import annotations
 
 import math
-import re
-import struct
-from fractions import Fraction
 
-from .. import ir, regblock, vecmath, vectorize, vreduce
-from .widen import WidenMixin, vector_helper
+from .. import ir, loops, pipeline, vecmath
+from ..ir import ELSIZE, INT_RANGE
+from .helpers import helper_source
+from .names import c_names, check_name, renamed
+from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, P_REL, P_UNARY,
+                     SUFFIX, const_literal, int_literal)
+from .widen import WidenMixin
 
-CTYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
-          "int32": "int32_t", "int64": "int64_t", "bool": "bool"}
-_SUFFIX = {"float32": "f32", "float64": "f64", "int8": "i8", "uint8": "u8",
-           "int32": "i32", "int64": "i64", "bool": "b"}
-# half-open [lo, hi) ranges of the integer dtypes, for wrapping literals
-_INT_RANGE = {t: (lo, hi + 1) for t, (lo, hi) in ir.INT_LIMITS.items()}
-_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern
-float for goto if inline int long register restrict return short signed sizeof static struct
-switch typedef union unsigned void volatile while _Bool _Complex _Imaginary bool true false
-NULL INFINITY NAN int8_t uint8_t int32_t int64_t intptr_t size_t main malloc calloc free
-memset abs exp expf log logf tanh tanhf sqrt sqrtf fabs fabsf floor floorf ceil ceilf fmod
-fmodf""".split())
-# names the included headers declare (libc, libm) or define as macros: a kernel,
-# array or loop with one of these names would clash in C
-_C_LIBRARY = set("""sin cos tan asin acos atan atan2 sinh cosh asinh acosh atanh exp2 expm1 log2
-log10 log1p pow cbrt hypot erf erfc lgamma tgamma round lround trunc rint nearbyint fmin fmax
-fma fdim copysign frexp ldexp modf remainder signbit isnan isinf isfinite nan
-sinf cosf tanf powf roundf truncf fminf fmaxf fmaf exit abort atexit atoi atol atof strtol
-strtod qsort bsearch rand srand labs llabs div ldiv getenv system realloc aligned_alloc
-memcpy memmove memcmp memchr strlen strcmp strncmp strcpy strncpy strcat strchr strstr
-strdup strerror errno assert printf puts putchar""".split())
-_MACRO_LIKE = re.compile(r"\A(U?INT(8|16|32|64|PTR|MAX)?_(MAX|MIN|C)|SIZE_MAX|PTRDIFF_(MAX|MIN)|"
-                         r"M_[A-Z0-9_]+|HUGE_VALF?|FP_[A-Z]+|EXIT_(SUCCESS|FAILURE)|RAND_MAX|"
-                         r"EOF|BUFSIZ|NULL|EDOM|ERANGE|EILSEQ|EINVAL|ENOMEM)\Z")
-
-
-# identifiers the generated code spells itself, besides the user's names: a user
-# name among them is emitted renamed (see the module docstring)
-_OWN = (_C_KEYWORDS
-        | set("""asm typeof posix_memalign int16_t uint16_t uint32_t uint64_t ptrdiff_t
-              _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local
-              omp_out omp_in omp_priv""".split()))
-
-
-def _own_name(name: str) -> bool:
-    return name in _OWN or name.startswith(("tp_", "_"))
-
-
-# symbols the kernel's exported name must not take: functions the C and LLVM
-# kernels call, or that the process resolves by name
-_SYMBOLS = (_C_KEYWORDS | _C_LIBRARY | {"posix_memalign", "aligned_alloc", "memcpy"}) \
-    - {"errno", "assert", "NULL", "INFINITY", "NAN", "int8_t", "uint8_t", "int32_t", "int64_t",
-       "intptr_t", "size_t", "bool", "true", "false"}
-
-
-def reserved_c_symbol(name: str) -> bool:
-    """True when a kernel cannot be exported under ``name``: a function the
-    generated code, libc, libm or the OpenMP runtime define (its C identifier
-    may be renamed, its symbol may not)."""
-    return name in _SYMBOLS or name.startswith(("tp_", "_", "omp_", "GOMP_", "llvm", "kmp_"))
-
-
-def reserved_c_name(name: str) -> bool:
-    """True when ``name`` cannot be a C identifier of a generated kernel."""
-    return (name in _C_KEYWORDS or name in _C_LIBRARY or bool(_MACRO_LIKE.match(name))
-            or name.startswith(("tp_", "__")))
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _STACK_LIMIT = 16384        # bytes: constant-size temporaries inside loops up to this go on the stack
-
-# precedence levels (higher binds tighter)
-P_PRIMARY, P_UNARY, P_MUL, P_ADD, P_REL, P_EQ, P_AND, P_OR = 100, 90, 80, 70, 60, 55, 40, 35
-_BINOPS = {"add": ("+", P_ADD), "sub": ("-", P_ADD), "mul": ("*", P_MUL), "div": ("/", P_MUL),
-           "mod": ("%", P_MUL), "lt": ("<", P_REL), "le": ("<=", P_REL), "gt": (">", P_REL),
-           "ge": (">=", P_REL), "eq": ("==", P_EQ), "ne": ("!=", P_EQ),
-           "and": ("&&", P_AND), "or": ("||", P_OR)}
-_LIBM = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "abs": "fabs",
-         "floor": "floor", "ceil": "ceil"}
-
-
-# ------------------------------------------------------------------ literals
-def _int_literal(v: int, dtype: str) -> tuple:
-    lo, hi = _INT_RANGE[dtype]
-    v = (int(v) - lo) % (hi - lo) + lo          # wrap like a C conversion
-    if dtype == "int64" and v == lo:
-        return "(-9223372036854775807LL - 1)", P_PRIMARY
-    if dtype == "int32" and v == lo:
-        return "(-2147483647 - 1)", P_PRIMARY
-    s = str(v) + ("LL" if dtype == "int64" and not -2**31 < v < 2**31 else "")
-    return s, (P_UNARY if v < 0 else P_PRIMARY)
-
-
-def _to_f32(v: float) -> float:
-    try:
-        return struct.unpack("f", struct.pack("f", v))[0]
-    except OverflowError:                     # beyond float32 range: rounds to infinity
-        return math.copysign(math.inf, v)
-
-
-def _rounds_to_f32(text: str, f: float) -> bool:
-    """Whether the decimal ``text`` rounds (to nearest even) to the float32 ``f``,
-    computed exactly, i.e. as a C compiler reads ``<text>f``."""
-    d, x = Fraction(text), Fraction(f)
-    bits = struct.unpack("I", struct.pack("f", f))[0]
-    if f == 0 or math.isinf(f):
-        return False
-    if (bits & 0x7fffffff) < 0x7f7fffff:
-        up = Fraction(struct.unpack("f", struct.pack("I", bits + 1))[0])
-    else:                                      # beyond the largest float lies infinity
-        up = Fraction(math.copysign(2.0 ** 128, f))
-    down = Fraction(struct.unpack("f", struct.pack("I", bits - 1))[0])
-    for nb in (up, down):
-        if abs(d - x) > abs(d - nb) or (abs(d - x) == abs(d - nb) and bits & 1):
-            return False
-    return True
-
-
-def _float_literal(v: float, dtype: str) -> tuple:
-    v = float(v)
-    if dtype == "float32":
-        v = _to_f32(v)
-    if math.isnan(v):
-        return "NAN", P_PRIMARY
-    if math.isinf(v):
-        return ("INFINITY", P_PRIMARY) if v > 0 else ("-INFINITY", P_UNARY)
-    if dtype == "float64":
-        s = repr(v)
-    elif v == 0.0:
-        s = "0.0" if math.copysign(1.0, v) > 0 else "-0.0"
-    else:
-        s = None
-        for digits in range(1, 10):
-            cand = "%.*g" % (digits, v)
-            if _rounds_to_f32(cand, v):
-                s = cand
-                break
-        if s is None:                          # never expected; hex floats are exact
-            s = v.hex()
-    if not any(c in s for c in ".ex"):
-        s += ".0"
-    s += "f" if dtype == "float32" else ""
-    return s, (P_UNARY if s.startswith("-") else P_PRIMARY)
-
-
-def c_literal(value, dtype: str) -> str:
-    """The exact C literal of ``value`` read as ``dtype``."""
-    return _const(ir.Const(value, dtype))[0]
-
-
-def _const(e: ir.Const) -> tuple:
-    if e.dtype == "bool":
-        return ("true" if e.value else "false"), P_PRIMARY
-    if ir.is_int(e.dtype):
-        return _int_literal(e.value, e.dtype)
-    if ir.is_float(e.dtype):
-        return _float_literal(e.value, e.dtype)
-    raise TypeError(f"C backend: unknown dtype {e.dtype!r}")
-
-
-# ------------------------------------------------------------------ helpers
-def _helper_source(name: str) -> str:
-    if name == "tp_alloc":
-        return _ALLOC_SOURCE
-    if name.startswith("tp_vec_"):
-        return vector_helper(name)
-    if name in ("tp_bits_f32", "tp_bits_f64"):
-        return vecmath.c_bits_helpers("float32" if name.endswith("f32") else "float64")
-    kind, suf = name[3:].rsplit("_", 1)
-    dt = next(d for d, s in _SUFFIX.items() if s == suf)
-    t = CTYPES[dt]
-    if kind in ("min", "max"):
-        op = "<" if kind == "min" else ">"
-        if ir.is_float(dt):     # NaN-propagating, as np.minimum / np.maximum
-            return (f"static inline {t} {name}({t} a, {t} b) {{ {t} m = a {op} b ? a : b; "
-                    "return a != a ? a : m; }")
-        return f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b ? a : b; }}"
-    if kind in ("omp_min", "omp_max"):          # an OpenMP reduction that keeps NaN
-        op, init = kind[4:], ("-INFINITY" if kind == "omp_max" else "INFINITY")
-        return (f"#pragma omp declare reduction({name}: {t}: omp_out = tp_{op}_{suf}(omp_out, omp_in)) "
-                f"initializer(omp_priv = {init})")
-    if kind in ("div", "mod"):                  # C's truncation; NumPy's 0 and MIN / -1
-        op = "/" if kind == "div" else "%"
-        if dt == "uint8":
-            return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : ({t})(a {op} b); }}"
-        minus1 = f"({t})(0 - (uint64_t)a)" if kind == "div" else "0"
-        return (f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : b == -1 ? {minus1} "
-                f": ({t})(a {op} b); }}")
-    if vecmath.supported(kind, dt):
-        return vecmath.c_helper(kind, dt)
-    if kind == "abs":
-        return f"static inline {t} {name}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
-    if kind == "sigmoid":
-        one, fexp = ("1.0f", "expf") if dt == "float32" else ("1.0", "exp")
-        return f"static inline {t} {name}({t} x) {{ return {one} / ({one} + {fexp}(-x)); }}"
-    if kind == "floormod" and ir.is_float(dt):   # Python sign-of-divisor remainder
-        fl = "floorf" if dt == "float32" else "floor"
-        return f"static inline {t} {name}({t} a, {t} b) {{ return a - {fl}(a / b) * b; }}"
-    if kind in ("floordiv", "floormod"):
-        # NumPy semantics where C has none: x // 0 == x % 0 == 0; MIN // -1 wraps
-        if dt == "uint8":
-            op = '/' if kind == 'floordiv' else '%'
-            return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : ({t})(a {op} b); }}"
-        guard = (f"  if (b == 0) return 0;\n"
-                 + (f"  if (b == -1) return ({t})(0 - (uint64_t)a);\n" if kind == "floordiv"
-                    else "  if (b == -1) return 0;\n"))
-        decl, fix = ((f"{t} q = ({t})(a / b), r = ({t})(a % b);", f"({t})(q - 1) : q")
-                     if kind == "floordiv" else (f"{t} r = ({t})(a % b);", f"({t})(r + b) : r"))
-        return (f"static inline {t} {name}({t} a, {t} b) {{\n{guard}  {decl}\n"
-                f"  return (r != 0 && ((r < 0) != (b < 0))) ? {fix};\n}}")
-    raise AssertionError(name)
-
-
-_ALLOC_SOURCE = ("static void *tp_alloc(const int64_t *dims, int rank, size_t elsize, int zero) {\n"
-                "  size_t n = 1;\n"
-                "  for (int d = 0; d < rank; d++) {\n"
-                "    if (dims[d] < 0 || __builtin_mul_overflow(n, (size_t)dims[d], &n)) return NULL;\n"
-                "  }\n"
-                "  if (n == 0) n = 1;\n"
-                "  size_t bytes;\n"
-                "  if (__builtin_mul_overflow(n, elsize, &bytes) || bytes > ((size_t)1 << 62)) return NULL;\n"
-                "  /* 64-byte aligned: a cache line, a vector */\n"
-                "  void *p = NULL;\n"
-                "  if (posix_memalign(&p, 64, bytes) != 0) return NULL;\n"
-                "  if (zero) memset(p, 0, bytes);\n"
-                "  return p;\n}")
-
-
-def _const_eval(e, consts: dict):
-    """Folds an integer shape expression over ``consts``; None if not constant."""
-    if isinstance(e, ir.Const) and ir.is_int(e.dtype):
-        return int(e.value)
-    if isinstance(e, ir.Var):
-        return consts.get(e.name)
-    if isinstance(e, ir.Binary) and e.op in ("add", "sub", "mul", "floordiv", "min", "max"):
-        a, b = _const_eval(e.a, consts), _const_eval(e.b, consts)
-        if a is None or b is None or (e.op == "floordiv" and b == 0):
-            return None
-        if e.op == "floordiv":
-            return a // b
-        return {"add": a + b, "sub": a - b, "mul": a * b, "min": min(a, b), "max": max(a, b)}[e.op]
-    return None
 
 
 def _safe_divisor(b) -> bool:
@@ -283,24 +40,43 @@ def _safe_divisor(b) -> bool:
     if not isinstance(b, ir.Const):
         return False
     v = int(b.value)
-    lo, hi = _INT_RANGE.get(b.dtype, (None, None))
+    lo, hi = INT_RANGE.get(b.dtype, (None, None))
     if lo is not None:
         v = (v - lo) % (hi - lo) + lo
     return v != 0 and (v != -1 or b.dtype == "uint8")
 
 
-def _omp_op(op: str, dt: str, em: "_Emitter") -> str:
+def _omp_op(op: str, dt: str, em: "CPrinter") -> str:
     """The OpenMP reduction identifier of ``op`` on ``dt``: the built-in one,
     or for float min/max a declared one that keeps NaN (OpenMP's ``max``
     does not)."""
     if op in ("max", "min") and ir.is_float(dt):
-        em.helper(f"tp_{op}_{_SUFFIX[dt]}")
-        return em.helper(f"tp_omp_{op}_{_SUFFIX[dt]}")
+        em.helper(f"tp_{op}_{SUFFIX[dt]}")
+        return em.helper(f"tp_omp_{op}_{SUFFIX[dt]}")
     return {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}[op]
 
 
-# ------------------------------------------------------------------ emitter
-class _Emitter(WidenMixin):
+# ------------------------------------------------------------------ printer
+class CPrinter(WidenMixin):
+    """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
+    loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
+    it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
+
+    The extension surface, for a printer of another C dialect (the CUDA
+    printer, :class:`codegen.cuda.printer.CudaPrinter`, subclasses it):
+
+    * state: ``fn`` (the function), ``lines``, ``helpers``;
+    * ``out(indent, text)`` appends a line; ``helper(name)`` notes a helper
+      and returns its name;
+    * ``expr(e)`` the C text of an expression, ``wrap(e, min_prec)`` the
+      same parenthesised below the precedence ``min_prec`` (``P_*`` of
+      :mod:`codegen.c.syntax`);
+    * overridable: ``call(e)`` (a math call: (text, precedence)),
+      ``access(array, index)`` (an element's lvalue), ``stmt(s, indent)``,
+      ``loop(s, indent)``, ``allocate(s, indent)`` (a temporary and then its
+      body); ``body(s, indent)`` prints a statement as the tail of a scope.
+    """
+
     def __init__(self, fn: ir.LoweredFunction):
         self.fn = fn
         self.helpers: dict = {}          # name -> None (ordered set)
@@ -322,7 +98,7 @@ class _Emitter(WidenMixin):
     def expr(self, e) -> str:
         return self._e(e)[0]
 
-    def _wrap(self, e, min_prec: int) -> str:
+    def wrap(self, e, min_prec: int) -> str:
         s, p = self._e(e)
         return s if p >= min_prec else f"({s})"
 
@@ -338,7 +114,7 @@ class _Emitter(WidenMixin):
 
     def _e(self, e) -> tuple:
         if isinstance(e, ir.Const):
-            return _const(e)
+            return const_literal(e)
         if isinstance(e, ir.Var):
             return (self.lane_var(e.name) if self.wide else None) or e.name, P_PRIMARY
         if isinstance(e, ir.Load):
@@ -347,21 +123,21 @@ class _Emitter(WidenMixin):
             return self._binary(e)
         if isinstance(e, ir.Unary):
             if e.op == "neg":
-                s = self._wrap(e.a, P_UNARY)
+                s = self.wrap(e.a, P_UNARY)
                 s = f"-({s})" if s.startswith("-") else f"-{s}"
                 return self._narrow(s, P_UNARY, e.dtype)
             if e.op == "not":
-                return "!" + self._wrap(e.a, P_UNARY), P_UNARY
+                return "!" + self.wrap(e.a, P_UNARY), P_UNARY
             raise ValueError(f"C backend: unknown unary op {e.op!r}")
         if isinstance(e, ir.Call):
-            return self._call(e)
+            return self.call(e)
         if isinstance(e, ir.Select):
-            return (f"({self._wrap(e.cond, P_REL)} ? {self._wrap(e.a, P_OR)} : "
-                    f"{self._wrap(e.b, P_OR)})"), P_PRIMARY
+            return (f"({self.wrap(e.cond, P_REL)} ? {self.wrap(e.a, P_OR)} : "
+                    f"{self.wrap(e.b, P_OR)})"), P_PRIMARY
         if isinstance(e, ir.Cast):
             if e.a.dtype == e.dtype:
                 return self._e(e.a)
-            return f"({CTYPES[e.dtype]}){self._wrap(e.a, P_UNARY)}", P_UNARY
+            return f"({CTYPES[e.dtype]}){self.wrap(e.a, P_UNARY)}", P_UNARY
         raise TypeError(f"C backend: not an expression: {e!r}")
 
     def _narrow(self, s: str, prec: int, dtype: str) -> tuple:
@@ -374,21 +150,21 @@ class _Emitter(WidenMixin):
     def _binary(self, e: ir.Binary) -> tuple:
         op, dt = e.op, e.dtype
         if op in ("div", "mod") and ir.is_int(dt) and not _safe_divisor(e.b):
-            fn = self.helper(f"tp_{op}_{_SUFFIX[dt]}")
+            fn = self.helper(f"tp_{op}_{SUFFIX[dt]}")
             return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", P_PRIMARY
         if op in ("min", "max") or op in ("floordiv", "floormod") and not (
                 op == "floordiv" and ir.is_float(dt)):
-            fn = self.helper(f"tp_{op}_{_SUFFIX[dt]}")
+            fn = self.helper(f"tp_{op}_{SUFFIX[dt]}")
             return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", P_PRIMARY
         if op == "floordiv":                                   # float
             fl = "floorf" if dt == "float32" else "floor"
-            return f"{fl}({self._wrap(e.a, P_MUL)} / {self._wrap(e.b, P_MUL + 1)})", P_PRIMARY
+            return f"{fl}({self.wrap(e.a, P_MUL)} / {self.wrap(e.b, P_MUL + 1)})", P_PRIMARY
         if op == "mod" and ir.is_float(dt):
             fm = "fmodf" if dt == "float32" else "fmod"
             return f"{fm}({self.expr(e.a)}, {self.expr(e.b)})", P_PRIMARY
-        if op not in _BINOPS:
+        if op not in BINOPS:
             raise ValueError(f"C backend: unknown binary op {op!r}")
-        sym, prec = _BINOPS[op]
+        sym, prec = BINOPS[op]
         if op in ir.CMP_OPS:            # keep comparisons of comparisons explicit
             lmin, rmin = P_ADD, P_ADD
         elif op in ir.LOGIC_OPS:        # parenthesise && inside || for readability
@@ -397,26 +173,26 @@ class _Emitter(WidenMixin):
                 lmin = prec
         else:
             lmin, rmin = prec, prec + 1
-        ls = self._wrap(e.a, lmin)
+        ls = self.wrap(e.a, lmin)
         if dt == "int64" and self._narrow_literal(e.a) and self._narrow_literal(e.b):
-            ls = f"(int64_t){self._wrap(e.a, P_UNARY)}"        # avoid int overflow
-        s = f"{ls} {sym} {self._wrap(e.b, rmin)}"
+            ls = f"(int64_t){self.wrap(e.a, P_UNARY)}"        # avoid int overflow
+        s = f"{ls} {sym} {self.wrap(e.b, rmin)}"
         if op in ir.ARITH_OPS:
             return self._narrow(s, prec, dt)
         return s, prec
 
-    def _call(self, e: ir.Call) -> tuple:
+    def call(self, e: ir.Call) -> tuple:
         f, dt = e.func, e.dtype
         ir.check_call(e, "C backend")
         arg = e.args[0]
         if ir.is_float(dt):
             if vecmath.supported(f, dt):                 # branchless, vectorisable
-                self.helper(f"tp_bits_{_SUFFIX[dt]}")
-                name = self.helper(f"tp_{f}_{_SUFFIX[dt]}")
+                self.helper(f"tp_bits_{SUFFIX[dt]}")
+                name = self.helper(f"tp_{f}_{SUFFIX[dt]}")
             elif f == "sigmoid":
-                name = self.helper(f"tp_sigmoid_{_SUFFIX[dt]}")
+                name = self.helper(f"tp_sigmoid_{SUFFIX[dt]}")
             else:
-                name = _LIBM[f] + ("f" if dt == "float32" else "")
+                name = LIBM[f] + ("f" if dt == "float32" else "")
             return f"{name}({self.expr(arg)})", P_PRIMARY
         if ir.is_int(dt):
             if f in ("floor", "ceil"):
@@ -424,9 +200,9 @@ class _Emitter(WidenMixin):
             if f == "abs":
                 if dt == "uint8":
                     return self._e(arg)
-                return f"{self.helper('tp_abs_' + _SUFFIX[dt])}({self.expr(arg)})", P_PRIMARY
+                return f"{self.helper('tp_abs_' + SUFFIX[dt])}({self.expr(arg)})", P_PRIMARY
             inner = (f"{self.helper('tp_sigmoid_f64')}" if f == "sigmoid" else f)
-            return f"({CTYPES[dt]}){inner}((double){self._wrap(arg, P_UNARY)})", P_UNARY
+            return f"({CTYPES[dt]}){inner}((double){self.wrap(arg, P_UNARY)})", P_UNARY
         raise TypeError(f"C backend: {f} of dtype {dt}")
 
     def access(self, array: str, index) -> str:
@@ -455,7 +231,7 @@ class _Emitter(WidenMixin):
                 self.stmt(st, ind)
 
     def let_decl(self, s: ir.Let, ind: int) -> None:
-        _check_name(s.name, "Let")
+        check_name(s.name, "Let")
         self.out(ind, f"const {CTYPES[s.value.dtype]} {s.name} = {self.expr(s.value)};")
 
     def stmt(self, s, ind: int) -> None:
@@ -493,7 +269,7 @@ class _Emitter(WidenMixin):
             self.out(ind, "}")
 
     def loop(self, s: ir.For, ind: int) -> None:
-        _check_name(s.var, "loop")
+        check_name(s.var, "loop")
         step = ir.check_loop(s, "C backend")
         if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
             return
@@ -509,7 +285,7 @@ class _Emitter(WidenMixin):
             clause, aliases = self.reduction_clause(s)
             self.out(ind, "#pragma omp parallel for" + clause)
             self.omp, self.in_parallel = "parallel", True
-        elif s.kind == "vector" and not s.attrs.get("reduction") and vectorize.nested(s.body):
+        elif s.kind == "vector" and not s.attrs.get("reduction") and loops.nested(s.body):
             return self.nested_vector_loop(s, ind)      # codegen.c.widen
         elif s.kind == "vector":
             if s.attrs.get("reduction"):
@@ -524,7 +300,7 @@ class _Emitter(WidenMixin):
             self.out(ind, f"#pragma GCC unroll {int(s.attrs.get('unroll', 8))}")
         inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
         self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                      f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
+                      f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
         for line in aliases:          # views of the privatised reduction copies
             self.out(ind + 1, line)
         self.loop_depth += 1
@@ -538,8 +314,8 @@ class _Emitter(WidenMixin):
         A loop whose trip count is not constant gets the copies when it runs
         exactly ``attrs['unroll']`` times (full tiles) and a plain loop
         otherwise (the partial tile).  Returns False to fall back to a pragma."""
-        lo = _const_eval(s.lo, self.fn.constants)
-        hi = _const_eval(s.hi, self.fn.constants)
+        lo = ir.const_eval(s.lo, self.fn.constants)
+        hi = ir.const_eval(s.hi, self.fn.constants)
         factor = s.attrs.get("unroll")
         if lo is not None and hi is not None:
             if hi - lo > 64 or (factor is not None and factor != hi - lo):
@@ -553,7 +329,7 @@ class _Emitter(WidenMixin):
         if not isinstance(factor, int) or not 0 < factor <= 64:
             return False
         lo_s = self.expr(s.lo)
-        self.out(ind, f"if ({self._wrap(s.hi, P_REL + 1)} - ({lo_s}) == {factor}) {{")
+        self.out(ind, f"if ({self.wrap(s.hi, P_REL + 1)} - ({lo_s}) == {factor}) {{")
         for v in range(factor):
             self.out(ind + 1, f"{{ /* {s.var} = {lo_s} + {v} */")
             self.out(ind + 2, f"const int64_t {s.var} = {lo_s} + {v};" if lo_s != "0"
@@ -591,7 +367,7 @@ class _Emitter(WidenMixin):
         self.out(ind + 1, f"{CTYPES[dt]} {acc} = {target};")
         self.out(ind + 1, f"#pragma omp {pragma} reduction({_omp_op(body.value.op, dt, self)}: {acc})")
         self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                          f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
+                          f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
         update = ir.Binary(body.value.op, ir.Var(acc, dt), body.value.b, dt)
         saved = (self.omp, self.in_parallel)
         self.omp = "simd" if pragma == "simd" else "parallel"
@@ -634,9 +410,9 @@ class _Emitter(WidenMixin):
     def allocate(self, s: ir.Allocate, ind: int) -> None:
         """Emits the temporary, then its body, into the current scope."""
         name, t, rank = s.array, CTYPES[s.dtype], len(s.shape)
-        _check_name(name, "Allocate")
-        dims = [_const_eval(d, self.fn.constants) for d in s.shape]
-        nbytes = math.prod(dims) * _ELSIZE[s.dtype] if None not in dims else None
+        check_name(name, "Allocate")
+        dims = [ir.const_eval(d, self.fn.constants) for d in s.shape]
+        nbytes = math.prod(dims) * ELSIZE[s.dtype] if None not in dims else None
         if self.loop_depth and nbytes is not None and 0 < nbytes <= _STACK_LIMIT:
             ext = "".join(f"[{d}]" for d in dims) if rank else "[1]"
             self.out(ind, f"{t} {name}{ext}{' = {0}' if s.zero_init else ''};")
@@ -670,23 +446,13 @@ class _Emitter(WidenMixin):
             self.out(ind, "}")
 
 
-_ELSIZE = {"float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1}
-
-
-def _check_name(name: str, what: str) -> None:
-    if not isinstance(name, str) or not _IDENT.match(name) or name in _C_KEYWORDS \
-            or name.startswith("tp_"):
-        raise ValueError(f"C backend: {what} name {name!r} is not usable as a C identifier "
-                         "(C keywords, libc names and the tp_ prefix are reserved)")
-
-
-def _signature(fn: ir.LoweredFunction, em: "_Emitter") -> tuple:
+def _signature(fn: ir.LoweredFunction, em: "CPrinter") -> tuple:
     """(parameter declarations, cffi declaration types, body preamble lines)."""
     params, cffi_types, pre = [], [], []
     seen = set()
 
     def claim(n, what):
-        _check_name(n, what)
+        check_name(n, what)
         if n in seen:
             raise ValueError(f"C backend: name {n!r} is declared twice")
         seen.add(n)
@@ -712,138 +478,23 @@ def _signature(fn: ir.LoweredFunction, em: "_Emitter") -> tuple:
     return params, cffi_types, pre
 
 
-def c_names(fn: ir.LoweredFunction) -> dict:
-    """{user name: its C identifier} for every name of ``fn`` (the rule is in
-    the module docstring); names of the backend's own (``tp_*``) are left out."""
-    names, seen = [], set()
-
-    def add(n):
-        if n not in seen and not n.startswith("tp_"):
-            seen.add(n)
-            names.append(n)
-    add(fn.name)
-    for n in fn.constants:
-        add(n)
-    for sc in fn.scalars:
-        add(sc.name)
-    for a in fn.arrays:
-        add(a.name)
-    for st in ir.walk_stmts(fn.body):
-        if isinstance(st, ir.For):
-            add(st.var)
-            for key in ("reduction", "private", "accumulate"):
-                for item in st.attrs.get(key) or ():
-                    add(item[0] if isinstance(item, tuple) else item)
-        elif isinstance(st, ir.Let):
-            add(st.name)
-        elif isinstance(st, (ir.Allocate, ir.Store)):
-            add(st.array)
-        for e in ir.stmt_exprs(st):
-            for x in ir.walk_exprs(e):
-                if isinstance(x, ir.Var):
-                    add(x.name)
-                elif isinstance(x, ir.Load):
-                    add(x.array)
-    raw_of = [a.name for a in fn.arrays if len(a.shape) > 1]   # ``A`` also declares ``A_``
-    mangle, extra = {n for n in names if _own_name(n)}, set()
-    for _ in range(len(names) + 2):
-        taken = {n for n in names if n not in mangle} | extra
-        cmap = {n: n for n in names if n not in mangle}
-        for n in names:
-            if n in mangle:
-                c = n + "_"
-                while c in taken:
-                    c += "_"
-                taken.add(c)
-                cmap[n] = c
-        raws = {cmap[a] + "_" for a in raw_of}
-        clash = {n for n in names if cmap[n] in raws}
-        if not clash:
-            break
-        if clash - mangle:
-            mangle |= clash
-        else:
-            extra |= raws
-    return cmap
-
-
-def _renamed(fn: ir.LoweredFunction, cmap: dict) -> ir.LoweredFunction:
-    """``fn`` with every name replaced by its C identifier (``fn.name`` too)."""
-    if all(k == v for k, v in cmap.items()):
-        return fn
-    nm = lambda n: cmap.get(n, n)          # noqa: E731
-    done = {}
-
-    def ex(e):
-        if id(e) in done:
-            return done[id(e)]
-        if isinstance(e, ir.Var):
-            r = ir.Var(nm(e.name), e.dtype)
-        elif isinstance(e, ir.Load):
-            r = ir.Load(nm(e.array), tuple(ex(i) for i in e.index), e.dtype)
-        elif isinstance(e, ir.Binary):
-            r = ir.Binary(e.op, ex(e.a), ex(e.b), e.dtype)
-        elif isinstance(e, ir.Unary):
-            r = ir.Unary(e.op, ex(e.a), e.dtype)
-        elif isinstance(e, ir.Call):
-            r = ir.Call(e.func, tuple(ex(a) for a in e.args), e.dtype)
-        elif isinstance(e, ir.Select):
-            r = ir.Select(ex(e.cond), ex(e.a), ex(e.b), e.dtype)
-        elif isinstance(e, ir.Cast):
-            r = ir.Cast(ex(e.a), e.dtype)
-        else:
-            r = e
-        done[id(e)] = r
-        return r
-
-    def attrs(a):
-        out = dict(a)
-        for key in ("reduction", "private", "accumulate"):
-            if out.get(key):
-                out[key] = [(nm(x[0]),) + tuple(x[1:]) if isinstance(x, tuple) else nm(x)
-                            for x in out[key]]
-        return out
-
-    def st(s):
-        if isinstance(s, ir.Store):
-            return ir.Store(nm(s.array), tuple(ex(i) for i in s.index), ex(s.value))
-        if isinstance(s, ir.For):
-            return ir.For(nm(s.var), ex(s.lo), ex(s.hi), st(s.body), kind=s.kind, step=s.step,
-                          attrs=attrs(s.attrs))
-        if isinstance(s, ir.Let):
-            return ir.Let(nm(s.name), ex(s.value), st(s.body))
-        if isinstance(s, ir.If):
-            return ir.If(ex(s.cond), st(s.then), None if s.else_ is None else st(s.else_))
-        if isinstance(s, ir.Block):
-            return ir.Block([st(x) for x in s.stmts])
-        if isinstance(s, ir.Allocate):
-            return ir.Allocate(nm(s.array), s.dtype, tuple(ex(d) for d in s.shape), st(s.body),
-                               s.zero_init)
-        return s
-    return ir.LoweredFunction(
-        name=nm(fn.name), scalars=[ir.ScalarArg(nm(x.name), x.dtype) for x in fn.scalars],
-        arrays=[ir.ArrayArg(nm(a.name), a.dtype, tuple(ex(d) for d in a.shape), a.writable)
-                for a in fn.arrays],
-        body=st(fn.body), constants={nm(k): v for k, v in fn.constants.items()})
-
-
 def cffi_declaration(fn: ir.LoweredFunction) -> str:
     """The cdef of ``fn`` for cffi ABI mode: array pointers as ``intptr_t``."""
-    cfn = _renamed(fn, c_names(fn))
-    return f"int {fn.name}({', '.join(_signature(cfn, _Emitter(cfn))[1]) or 'void'});"
+    cfn = renamed(fn, c_names(fn))
+    return f"int {fn.name}({', '.join(_signature(cfn, CPrinter(cfn))[1]) or 'void'});"
 
 
 def emit_c(fn: ir.LoweredFunction) -> str:
     """The C99 + OpenMP source of ``fn`` (one exported function ``fn.name``)."""
-    fn = regblock.register_block(vreduce.hoist_vector_reductions(fn))
+    fn = pipeline.prepare_for_printing(fn)
     symbol, cmap = fn.name, c_names(fn)
-    fn = _renamed(fn, cmap)
-    _check_name(fn.name, "function")
-    em = _Emitter(fn)
+    fn = renamed(fn, cmap)
+    check_name(fn.name, "function")
+    em = CPrinter(fn)
     params, _, pre = _signature(fn, em)
     body_lines = []
     for n, v in fn.constants.items():
-        body_lines.append(f"  const int64_t {n} = {_int_literal(int(v), 'int64')[0]};")
+        body_lines.append(f"  const int64_t {n} = {int_literal(int(v), 'int64')[0]};")
     body_lines += ["  " + p for p in pre]
     em.body(fn.body, 1)
     if em.uses_status:
@@ -852,7 +503,7 @@ def emit_c(fn: ir.LoweredFunction) -> str:
     body_lines.append(f"  return {'tp_status' if em.uses_status else '0'};")
 
     # no header may declare the kernel's name, nor define a macro of any user name
-    # (see the module docstring)
+    # (the rule: codegen.c.names)
     ids = sorted(set(cmap.values()) | {a.name + "_" for a in fn.arrays if len(a.shape) > 1})
     head = ["/* generated by tiramisu_py codegen.c */",
             f"#undef {fn.name}", f"#define {fn.name} tp_hidden_{fn.name}",
@@ -861,7 +512,7 @@ def emit_c(fn: ir.LoweredFunction) -> str:
     order = ["tp_alloc"] + sorted(h for h in em.helpers if h != "tp_alloc")
     for h in order:
         if h in em.helpers:
-            head.append(_helper_source(h))
+            head.append(helper_source(h))
     if em.helpers:
         head.append("")
     sig = f"int {fn.name}({', '.join(params) or 'void'})"

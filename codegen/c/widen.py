@@ -27,14 +27,13 @@ selects), and a store that is not unit-stride is a loop over the lanes
 """
 from __future__ import annotations
 
-from .. import ir, vectorize
+from .. import ir, loops, vectorize
 from ..ir import expr_key
 
 CT = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
       "int32": "int32_t", "int64": "int64_t", "bool": "uint8_t"}
 SUF = {"float32": "f32", "float64": "f64", "int8": "i8", "uint8": "u8", "int32": "i32",
        "int64": "i64", "bool": "u8"}
-SIZE = {"float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bool": 1}
 FAST = ("float32", "float64", "int32", "int64")       # vector loads, stores and operators
 
 
@@ -42,8 +41,8 @@ def vector_helper(name: str) -> str:
     """Source of ``tp_vec_<suf>x<W>``: the vector type, its load and store."""
     suf, w = name[len("tp_vec_"):].split("x")
     dt = next(d for d, s in SUF.items() if s == suf and d != "bool")
-    t, v = CT[dt], f"tp_{suf}x{w}"
-    return (f"typedef {t} {v} __attribute__((vector_size({int(w) * SIZE[dt]})));\n"
+    t, v, size = CT[dt], f"tp_{suf}x{w}", int(w) * ir.ELSIZE[dt]
+    return (f"typedef {t} {v} __attribute__((vector_size({size})));\n"
             f"static inline {v} tp_vld_{suf}x{w}(const {t} *p) {{ {v} v; memcpy(&v, p, sizeof v); return v; }}\n"
             f"static inline void tp_vst_{suf}x{w}({t} *p, {v} v) {{ memcpy(p, &v, sizeof v); }}")
 
@@ -61,18 +60,18 @@ class _Wide:
 
 
 class WidenMixin:
-    """Needs :class:`codegen.c.emit._Emitter` (``expr``, ``out``, ``body``, ``helper``)."""
+    """Needs :class:`codegen.c.emit.CPrinter` (``expr``, ``out``, ``body``, ``helper``)."""
 
     wide: _Wide = None
     nacc = 0
 
     # ------------------------------------------------------------ entry
     def nested_vector_loop(self, s: ir.For, ind: int) -> None:
-        w = int(s.attrs.get("vector_width") or vectorize.host_lanes(_body_bits(s.body)))
+        w = int(s.attrs.get("vector_width") or loops.host_lanes(_body_bits(s.body)))
         p, reason = (vectorize.plan(s) if int(s.step) == 1 else (None, f"step {s.step}"))
         if p is not None and w > 1:
             if self.wide is None:
-                n = vectorize.host_lanes(_body_bits(s.body))       # lanes of one register
+                n = loops.host_lanes(_body_bits(s.body))       # lanes of one register
                 while w % n:
                     n //= 2
                 return self._widened(s, ind, w, n, p)
@@ -93,7 +92,7 @@ class WidenMixin:
                  + "; then a scalar epilogue */")
         self.out(ind, "{")
         self.out(ind + 1, f"int64_t {v} = {self.expr(s.lo)};")
-        hi = self._wrap(s.hi, 61)
+        hi = self.wrap(s.hi, 61)
         self.out(ind + 1, f"for (; {v} + {w} <= {hi}; {v} += {w}) {{")
         self.wide = _Wide(v, w, n, p)
         self.loop_depth += 1
@@ -123,7 +122,7 @@ class WidenMixin:
         wd = self.wide
         if not index or any(self.varies(i) for i in index[:-1]):
             return False
-        f = vectorize._affine(index[-1], lambda n: n not in wd.lets)
+        f = loops.affine(index[-1], lambda n: n not in wd.lets)
         return f is not None and f[0].get(wd.var) == 1 and \
             not any(isinstance(x, ir.Load) for x in ir.walk_exprs(index[-1]))
 
@@ -270,14 +269,14 @@ class WidenMixin:
         wd = self.wide
         step = int(s.step)
         inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
-        head = (f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < {self._wrap(s.hi, 61)}; {inc}) {{")
+        head = (f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < {self.wrap(s.hi, 61)}; {inc}) {{")
         accs = [(a, ix) for a, ix in wd.plan.promote.get(id(s), ())]
         if not accs:
             self.out(ind, head)
             self.wstmt(s.body, ind + 1)
             self.out(ind, "}")
             return
-        self.out(ind, f"if ({self.expr(s.lo)} < {self._wrap(s.hi, 61)}) {{")
+        self.out(ind, f"if ({self.expr(s.lo)} < {self.wrap(s.hi, 61)}) {{")
         saved = {}
         for a, ix in accs:
             key = (a, tuple(expr_key(i) for i in ix))
@@ -324,5 +323,5 @@ def _body_bits(body) -> int:
         for e in ir.stmt_exprs(st):
             for x in ir.walk_exprs(e):
                 if isinstance(x, ir.Load):
-                    bits = max(bits, SIZE.get(x.dtype, 4) * 8)
+                    bits = max(bits, ir.ELSIZE.get(x.dtype, 4) * 8)
     return bits

@@ -43,8 +43,11 @@ import math
 from dataclasses import dataclass, field
 
 from .. import ir
-from ..c.emit import (CTYPES, _ELSIZE, _LIBM, _Emitter, _check_name, _const_eval,
-                         _helper_source, _renamed, c_names, P_ADD, P_PRIMARY, P_REL)
+from ..c.emit import CPrinter
+from ..c.helpers import helper_source
+from ..c.names import c_names, check_name, renamed
+from ..c.syntax import CTYPES, LIBM, P_ADD, P_PRIMARY, P_REL
+from ..ir import ELSIZE
 
 MAX_SHARED_BYTES = 48 * 1024          # static shared memory per block (no opt-in)
 MAX_THREADS = 1024
@@ -163,7 +166,7 @@ def evaluate(e, values: dict) -> int:
     raise CudaPrintError(f"CUDA launch: cannot evaluate {e!r} on the host")
 
 
-class _CudaEmitter(_Emitter):
+class CudaPrinter(CPrinter):
     def __init__(self, fn, shapes):
         super().__init__(fn)
         self.shapes = shapes          # array -> shape exprs
@@ -175,19 +178,19 @@ class _CudaEmitter(_Emitter):
         self.locals_ = set()
         self.thread_tiles = False     # a per-thread tile (scope "thread") in this kernel
 
-    def _call(self, e: ir.Call) -> tuple:
+    def call(self, e: ir.Call) -> tuple:
         # CUDA's own math library (expf, logf, tanhf...), not the CPU backends'
         # vectorisable polynomials: a GPU thread is scalar
         f, dt = e.func, e.dtype
         if not ir.is_float(dt):
-            return super()._call(e)
+            return super().call(e)
         ir.check_call(e, "CUDA backend")
         suf = "f" if dt == "float32" else ""
         x = self.expr(e.args[0])
         if f == "sigmoid":
             one = "1.0f" if dt == "float32" else "1.0"
             return f"({one} / ({one} + exp{suf}(-({x}))))", P_PRIMARY
-        return f"{_LIBM[f]}{suf}({x})", P_PRIMARY
+        return f"{LIBM[f]}{suf}({x})", P_PRIMARY
 
     def access(self, array, index):
         if len(index) == 0:
@@ -213,7 +216,7 @@ class _CudaEmitter(_Emitter):
             super().stmt(s, ind)
 
     def loop(self, s, ind):
-        _check_name(s.var, "loop")
+        check_name(s.var, "loop")
         if s.kind == "gpu_block":
             ax = s.attrs["axis"]
             if ax in self.grid:
@@ -221,9 +224,9 @@ class _CudaEmitter(_Emitter):
             self.grid[ax] = (s.lo, s.hi)
             self.grid_vars[ax] = s.var
             self.out(ind, f"{{  /* block loop {s.var}: blockIdx.{ax} */")
-            base = "" if _is_zero(s.lo) else f"{self._wrap(s.lo, P_ADD)} + "
+            base = "" if _is_zero(s.lo) else f"{self.wrap(s.lo, P_ADD)} + "
             self.out(ind + 1, f"const int64_t {s.var} = {base}(int64_t)blockIdx.{ax};")
-            self.out(ind + 1, f"if ({s.var} < {self._wrap(s.hi, P_REL + 1)}) {{")
+            self.out(ind + 1, f"if ({s.var} < {self.wrap(s.hi, P_REL + 1)}) {{")
             self.body(s.body, ind + 2)
             self.out(ind + 1, "}")
             self.out(ind, "}")
@@ -237,8 +240,8 @@ class _CudaEmitter(_Emitter):
             base = f"{lo0} + " if lo0 else ""
             self.out(ind + 1, f"const int64_t {s.var} = {base}(int64_t)threadIdx.{ax};")
             low = "" if isinstance(s.lo, ir.Const) and int(s.lo.value) == lo0 \
-                else f"{self._wrap(s.lo, P_REL + 1)} <= {s.var} && "
-            self.out(ind + 1, f"if ({low}{s.var} < {self._wrap(s.hi, P_REL + 1)}) {{")
+                else f"{self.wrap(s.lo, P_REL + 1)} <= {s.var} && "
+            self.out(ind + 1, f"if ({low}{s.var} < {self.wrap(s.hi, P_REL + 1)}) {{")
             saved = set(self.axes)
             self.axes.add(ax)
             self.body(s.body, ind + 2)
@@ -256,7 +259,7 @@ class _CudaEmitter(_Emitter):
             self.out(ind, f"/* {s.kind} loop {s.var} runs serially in each thread */")
         inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
         self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                      f"{self._wrap(s.hi, P_REL + 1)}; {inc}) {{")
+                      f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
         self.body(s.body, ind + 1)
         self.out(ind, "}")
 
@@ -267,14 +270,14 @@ class _CudaEmitter(_Emitter):
         if isinstance(s.hi, ir.Const) and int(s.hi.value) >= lo + extent:
             self.body(s.body, ind + 1)
         else:
-            self.out(ind + 1, f"if ({s.var} < {self._wrap(s.hi, P_REL + 1)}) {{")
+            self.out(ind + 1, f"if ({s.var} < {self.wrap(s.hi, P_REL + 1)}) {{")
             self.body(s.body, ind + 2)
             self.out(ind + 1, "}")
         self.out(ind, "}")
 
     def allocate(self, s, ind):
-        _check_name(s.array, "Allocate")
-        dims = [_const_eval(d, self.fn.constants) for d in s.shape]
+        check_name(s.array, "Allocate")
+        dims = [ir.const_eval(d, self.fn.constants) for d in s.shape]
         if None in dims:
             raise CudaPrintError(f"CUDA printer: temporary {s.array!r} inside a kernel needs a "
                                  "constant shape")
@@ -282,7 +285,7 @@ class _CudaEmitter(_Emitter):
         t = CTYPES[s.dtype]
         self.shapes[s.array] = tuple(ir.const(d) for d in dims)
         if s.scope == "shared":
-            self.shared += n * _ELSIZE[s.dtype]
+            self.shared += n * ELSIZE[s.dtype]
             self.out(ind, f"__shared__ {t} {s.array}[{n}];")
         elif s.scope == "thread":
             self.thread_tiles = True
@@ -316,7 +319,7 @@ def _kernels(s, guards, out, host=()):
     elif isinstance(s, ir.For) and s.kind == "gpu_block":
         out.append((guards, host, s))
     elif isinstance(s, ir.For) and s.kind == "serial" and int(s.step) == 1 and _is_host(s):
-        _check_name(s.var, "loop")
+        check_name(s.var, "loop")
         inner = []
         _kernels(s.body, [], inner, host + (s.var,))
         out.append(HostLoop(s.var, s.lo, s.hi, inner, _conj(guards)))
@@ -361,7 +364,7 @@ def min_blocks(nthreads, thread_tiles):
 
 def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     """(CUDA source, :class:`LaunchPlan`) of a GPU-mapped function."""
-    fn = _renamed(fn, c_names(fn))
+    fn = renamed(fn, c_names(fn))
     body, temps, shared = fn.body, [], {}
     while isinstance(body, ir.Allocate):
         if body.scope in ("shared", "local"):   # per block / per thread: declared in the
@@ -381,7 +384,7 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
 
     def kernel(guards, host, loop):
         k = len(plan.kernels)
-        em = _CudaEmitter(fn, dict(shapes))
+        em = CudaPrinter(fn, dict(shapes))
         used = {x.array for x in ir.walk_stmts(loop) if isinstance(x, ir.Store)}
         used |= {e.array for x in ir.walk_stmts(loop) for r in ir.stmt_exprs(x)
                  for e in ir.walk_exprs(r) if isinstance(e, ir.Load)}
@@ -454,7 +457,7 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
             "#include <stdint.h>",
             "#endif", ""]
     for h in sorted(helpers):
-        head.append(_helper_source(h).replace("static inline", "static __device__ inline")
+        head.append(helper_source(h).replace("static inline", "static __device__ inline")
                     .replace("#pragma omp", "// #pragma omp"))
     if helpers:
         head.append("")

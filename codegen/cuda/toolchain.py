@@ -126,7 +126,7 @@ def _nvcc_cubin(nvcc, flags, source, directory):
         cache.atomic_write(src, source.encode())
         cmd = [nvcc, *flags, "-o", str(out), "-x", "cu", str(src)]
         try:
-            r = toolchain._run(cmd, cwd=str(directory))
+            r = toolchain.run_compiler(cmd, cwd=str(directory))
         except (OSError, subprocess.SubprocessError) as exc:
             raise CompileError(f"nvcc could not run: {exc}\ncommand: {shlex.join(cmd)}") from exc
         log = r.stdout + r.stderr
@@ -134,8 +134,8 @@ def _nvcc_cubin(nvcc, flags, source, directory):
             raise _Failed(f"nvcc failed (exit {r.returncode})\ncommand: {shlex.join(cmd)}", log)
         return out.read_bytes(), log
     finally:
-        cache._unlink(src)
-        cache._unlink(out)
+        cache.unlink_quietly(src)
+        cache.unlink_quietly(out)
 
 
 def _nvrtc_cubin(source, arch):
@@ -217,7 +217,7 @@ def build_emulator(source: str) -> Path:
     cmd = [cxx, *EMU_FLAGS, f"-I{HEADER.parent}", "-x", "c++", "-o", str(tmp), str(cu)]
     try:
         try:
-            r = toolchain._run(cmd, cwd=str(directory))
+            r = toolchain.run_compiler(cmd, cwd=str(directory))
         except (OSError, subprocess.SubprocessError) as exc:
             raise CompileError(f"C++ compiler could not run: {exc}\ncommand: {shlex.join(cmd)}",
                                cu) from exc
@@ -227,4 +227,4 @@ def build_emulator(source: str) -> Path:
                                cu, r.stderr)
         return cache.install(key, tmp, directory)
     finally:
-        cache._unlink(tmp)
+        cache.unlink_quietly(tmp)

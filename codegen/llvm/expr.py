@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 
 from .. import ir, vecmath
-from ..ir import expr_key
+from ..ir import ELSIZE, expr_key
 from . import lower as llvm_lower
-from .lower import (_FCMP, _INTRINSICS, BITS, ELSIZE, LLT, MEMT, Arr,
-                         CannotWiden, Ctx, Func, Host, Module, Val, common, kind, lit,
-                         may_trap, splat_lit, vt, zero)
+from . import vecmath as llvm_vecmath
+from .lower import (BITS, FCMP, INTRINSICS, LLT, MEMT, Arr, CannotWiden, Ctx, Func, Host,
+                    Module, Val, common, kind, lit, may_trap, splat_lit, vt, zero)
 
 
 class VecState:
@@ -335,7 +335,7 @@ class ExprLowering:
     def _cmp(self, op: str, dt: str, x: str, y: str, w) -> str:
         t = vt(LLT[dt], w)
         if ir.is_float(dt):
-            return self.f.op(f"fcmp {_FCMP[op]} {t} {x}, {y}")
+            return self.f.op(f"fcmp {FCMP[op]} {t} {x}, {y}")
         pred = op if op in ("eq", "ne") else ("s" if dt in ("int8", "int32", "int64") else "u") + op
         return self.f.op(f"icmp {pred} {t} {x}, {y}")
 
@@ -461,10 +461,10 @@ class ExprLowering:
         w, (xs,) = self.lanes(x)
         t, st = vt(LLT[dt], w), LLT[dt]
         if vecmath.supported(fname, dt):               # polynomial, no libm
-            sym = self.m.vecmath(fname, w, dt)
+            sym = llvm_vecmath.define(self.m, fname, w, dt)
             return Val(f.op(f'call {t} @"{sym}"({t} {xs})', fname), dt, kind(w))
-        if fname in _INTRINSICS:
-            name, _ = self.m.intrinsic(f"llvm.{_INTRINSICS[fname]}", dt, w)
+        if fname in INTRINSICS:
+            name, _ = self.m.intrinsic(f"llvm.{INTRINSICS[fname]}", dt, w)
             return Val(f.op(f"call {t} @{name}({t} {xs})"), dt, kind(w))
         if fname == "sigmoid":                         # 1 / (1 + exp(-x)), as the C helper
             n = f.op(f"fneg {t} {xs}")

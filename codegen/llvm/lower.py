@@ -36,19 +36,18 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from .. import ir, target
-from ..c.emit import _INT_RANGE, _to_f32
+from ..ir import INT_RANGE, to_f32
 
 LLT = {"bool": "i1", "int8": "i8", "uint8": "i8", "int32": "i32", "int64": "i64",
        "float32": "float", "float64": "double"}
 MEMT = dict(LLT, bool="i8")                # how a dtype lives in memory
-ELSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
 BITS = {"bool": 8, "int8": 8, "uint8": 8, "int32": 32, "int64": 64, "float32": 32, "float64": 64}
 STACK_LIMIT = 16384                         # bytes: constant-size temporaries up to this go on the stack
 # math functions without an LLVM intrinsic that we want from libm (patched by a test)
 LIBM_NAMES = {("tanh", "float32"): "tanhf", ("tanh", "float64"): "tanh"}
-_INTRINSICS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "ceil"}
-_FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+INTRINSICS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "fabs", "floor": "floor", "ceil": "ceil"}
+FCMP = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class CannotWiden(Exception):
@@ -142,13 +141,13 @@ def lit(value, dtype: str) -> str:
     if dtype == "bool":
         return "true" if value else "false"
     if ir.is_int(dtype):
-        lo, hi = _INT_RANGE[dtype]
+        lo, hi = INT_RANGE[dtype]
         v = (int(value) - lo) % (hi - lo) + lo        # wrap like a C conversion
         return str(v - 256 if dtype == "uint8" and v >= 128 else v)
     if ir.is_float(dtype):
         v = float(value)
         if dtype == "float32":
-            v = _to_f32(v)
+            v = to_f32(v)
         if math.isnan(v):
             return "0x7FF8000000000000"
         return "0x%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
@@ -181,7 +180,7 @@ def may_trap(e) -> bool:
     return any(isinstance(x, ir.Load) for x in ir.walk_exprs(e))
 
 
-def _san(name: str) -> str:
+def name_hint(name: str) -> str:
     """``name`` usable in an LLVM local name (a hint for readability only)."""
     s = re.sub(r"[^A-Za-z0-9_.]", "_", str(name))[:40]
     return s if s[:1].isalpha() or s[:1] == "_" else "v" + s
@@ -297,17 +296,6 @@ class Module:
     def intrinsic(self, base: str, dtype: str, w, nargs=1, extra=()) -> tuple:
         t = vt(LLT[dtype], w)
         return self.declare(f"{base}.{mangle(dtype, w)}", t, [t] * nargs + list(extra)), t
-
-    def vecmath(self, func: str, w, dtype: str = "float32") -> str:
-        """The symbol of ``func`` on ``dtype`` or ``w``-lane vectors of it
-        (:mod:`codegen.vecmath`), defined once per module."""
-        from ..vecmath import llvm_function
-        key = ("vecmath", func, w, dtype)
-        if key not in self.decls:
-            sym, text = llvm_function(func, w, dtype)
-            self.decls[key] = sym
-            self.funcs.append(text)
-        return self.decls[key]
 
     def loop_md(self, *props: str) -> str:
         n = len(self.md)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import ir, promote
 from ..ir import expr_key
-from .lower import LLT, Val, _san
+from .lower import LLT, Val, name_hint
 from .reduce import ACC
 
 
@@ -45,7 +45,7 @@ class PromotionLowering:
         pre = f.cur
         f.cbr(test, go, done)
         f.start(go)
-        f.emit(f"; {', '.join(sorted({a for a, _, _ in held}))} held in registers over loop {_san(s.var)}")
+        f.emit(f"; {', '.join(sorted({a for a, _, _ in held}))} held in registers over loop {name_hint(s.var)}")
         outer = {k: reg.get(k) for _, _, k in held}
         inits = [self.ex(ir.Load(a, ix, self.array(a).dtype)) for a, ix, _ in held]
 

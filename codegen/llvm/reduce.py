@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import ir
-from ..ir import COMBINE, expr_key, identity
+from ..ir import COMBINE, ELSIZE, expr_key, identity
 from .expr import VecState
-from .lower import ELSIZE, LLT, MEMT, Arr, CannotWiden, Val, _san, lit, mangle, vt
+from .lower import LLT, MEMT, Arr, CannotWiden, Val, lit, mangle, name_hint, vt
 
 ACC = "%acc"            # the accumulator in synthesised IR (not an identifier: cannot clash)
 UNROLL = 4              # independent vector accumulators in the main widened loop
@@ -76,7 +76,7 @@ class ReductionLowering:
                 return self.parallel_sections(s, step, specs)
         why = ("bool array" if not self.ctx.parallel else "inside a parallel region") \
             if s.kind == "parallel" else "not one loop-invariant accumulator update"
-        self.f.emit(f"; {s.kind} reduction loop {_san(s.var)}: runs in order ({why})")
+        self.f.emit(f"; {s.kind} reduction loop {name_hint(s.var)}: runs in order ({why})")
         self.loop(ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=step))
 
     def accumulator(self, s: ir.For):
@@ -157,7 +157,7 @@ class ReductionLowering:
                 f.rollback(mark)
                 self.vec, self.spec, self.env = None, 0, env
                 reason = str(exc)
-        f.emit(f"; reduction loop {_san(s.var)}: not widened ({' '.join(reason.split())})")
+        f.emit(f"; reduction loop {name_hint(s.var)}: not widened ({' '.join(reason.split())})")
         return self._scalar_reduce(s.var, step, st.value.dtype, op, term, lo, hi, start)
 
     def _scalar_reduce(self, var, step, dt, op, term, lo, hi, start, md="") -> str:
@@ -184,7 +184,7 @@ class ReductionLowering:
             return [lanes(v if u == 0 else f.op(f"add nsw i64 {v}, {u * w * step}"), a)
                     for u, a in enumerate(accs)]
 
-        f.emit(f"; reduction loop {_san(s.var)}: {UNROLL} x {w} lanes, {w} lanes, horizontal "
+        f.emit(f"; reduction loop {name_hint(s.var)}: {UNROLL} x {w} lanes, {w} lanes, horizontal "
                f"{op}, scalar epilogue")
         vend_u = self.vector_end(lo, hi, step, w * UNROLL)
         accs = self.carried_loop(s.var, lo, vend_u, w * UNROLL * step, [(vty, ident)] * UNROLL,
@@ -250,7 +250,7 @@ class ReductionLowering:
             self.store_acc(st, self.carried_loop("thread", "0", nth, 1, [(t, old.t)], fold)[0])
             f.emit(f"call void @llvm.stackrestore.p0(ptr {state['sp']})")
 
-        self.f.emit(f"; parallel reduction loop {_san(s.var)}: per-thread partials of {st.array}")
+        self.f.emit(f"; parallel reduction loop {name_hint(s.var)}: per-thread partials of {st.array}")
         self.parallel_loop(s, step, ParallelHooks(setup, ["ptr"], range_body, thread_args, finish))
 
     def section_specs(self, s: ir.For) -> list:
@@ -299,7 +299,7 @@ class ReductionLowering:
                 go, bad, ok = f.label("alloc"), f.label("allocfail"), f.label("allocok")
                 f.cbr(fail, bad, go)
                 f.start(go)
-                buf = f.op(f"call ptr @malloc(i64 {nbytes})", _san(name) + ".priv")
+                buf = f.op(f"call ptr @malloc(i64 {nbytes})", name_hint(name) + ".priv")
                 f.cbr(f.op(f"icmp eq ptr {buf}, null"), bad, ok)
                 f.start(bad)
                 for live in reversed(self.ctx.heap + bufs):
@@ -316,7 +316,7 @@ class ReductionLowering:
             for k, (name, op, arg) in enumerate(specs):
                 mt, base, count = MEMT[arg.dtype], vals[2 * k], vals[2 * k + 1]
                 priv = f.op(f"getelementptr inbounds {mt}, ptr {base}, i64 {f.op(f'mul i64 {tid}, {count}')}",
-                            _san(name) + ".mine")
+                            name_hint(name) + ".mine")
                 ident = lit(identity(op, arg.dtype), arg.dtype)
                 self.counted_loop("fill", "0", count, 1, lambda e: f.emit(
                     f"store {mt} {ident}, ptr {f.op(f'getelementptr inbounds {mt}, ptr {priv}, i64 {e}')}"))
@@ -350,7 +350,7 @@ class ReductionLowering:
                 self.counted_loop("thread", "0", nth, 1, per_thread)
                 f.emit(f"call void @free(ptr {buf})")
 
-        self.f.emit(f"; parallel reduction loop {_san(s.var)}: private copies of "
+        self.f.emit(f"; parallel reduction loop {name_hint(s.var)}: private copies of "
                     f"{', '.join(n for n, _, _ in specs)}")
         self.parallel_loop(s, step, ParallelHooks(setup, ["ptr"] * len(specs), range_body,
                                                   thread_args, finish))

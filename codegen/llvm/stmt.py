@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, isplit, jam, ordered, regblock, simplify, vectorize, vreduce
-from ..c.emit import _const_eval
-from ..ir import expr_key
+from .. import ir, isplit, jam, loops, ordered, pipeline, regblock, simplify, vectorize
+from ..ir import ELSIZE, expr_key
 from .expr import ExprLowering, VecState
-from .lower import (BITS, ELSIZE, LLT, MEMT, STACK_LIMIT, _IDENT, Arr, CannotWiden, Ctx, Func,
-                         Val, _san, host, vt)
+from .lower import (BITS, IDENT, LLT, MEMT, STACK_LIMIT, Arr, CannotWiden, Ctx, Func, Val, host,
+                    name_hint, vt)
 from .promote import PromotionLowering
 from .reduce import ACC, ReductionLowering
 
@@ -54,7 +53,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
     # -------------------------------------------------------------- function
     def run(self) -> str:
         fn = self.fn
-        if not isinstance(fn.name, str) or not _IDENT.match(fn.name):
+        if not isinstance(fn.name, str) or not IDENT.match(fn.name):
             raise ValueError(f"LLVM backend: function name {fn.name!r} is not an identifier")
         seen = set()
         for n in [*fn.constants, *(s.name for s in fn.scalars), *(a.name for a in fn.arrays)]:
@@ -65,14 +64,14 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         for k, sc in enumerate(fn.scalars):
             if sc.dtype not in LLT:
                 raise TypeError(f"LLVM backend: unknown dtype {sc.dtype!r}")
-            p = f"%s{k}.{_san(sc.name)}"
+            p = f"%s{k}.{name_hint(sc.name)}"
             params.append(f"{LLT[sc.dtype]}{_SCALAR_ATTR.get(sc.dtype, '')} {p}")
             self.env[sc.name] = Val(p, sc.dtype)
         ptrs = []
         for k, a in enumerate(fn.arrays):
             if a.dtype not in LLT:
                 raise TypeError(f"LLVM backend: unknown dtype {a.dtype!r}")
-            ptrs.append(f"%a{k}.{_san(a.name)}")
+            ptrs.append(f"%a{k}.{name_hint(a.name)}")
             params.append(f"ptr noalias {ptrs[-1]}")
         self.f = Func(f"define i32 @{fn.name}({', '.join(params)}) #0")
         status = self.f.alloca("i32", 4, "status")
@@ -88,7 +87,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         return self.m.text()
 
     def _dim(self, d):
-        c = _const_eval(d, self.consts)
+        c = ir.const_eval(d, self.consts)
         return c if c is not None else self.index(d).t
 
     def strides(self, dims: list) -> list:
@@ -172,7 +171,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         f.br(head)
         f.start(head)
         hb = f.blocks[-1]
-        v = f.tmp(_san(var) + ".")
+        v = f.tmp(name_hint(var) + ".")
         accs = [f.tmp("acc") for _ in inits]
         h = hi() if callable(hi) else hi
         f.cbr(f.op(f"icmp slt i64 {v}, {h}"), bl, done)
@@ -224,8 +223,8 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         else:
             strided = ordered.strided_ordered_reduction(s, {n: a.dtype for n, a in self.arrays.items()})
             if strided:
-                self.f.emit(f"; loop {_san(s.var)}: ordered float reduction not vectorised "
-                            f"({' '.join(strided.split())} is not contiguous in {_san(s.var)})")
+                self.f.emit(f"; loop {name_hint(s.var)}: ordered float reduction not vectorised "
+                            f"({' '.join(strided.split())} is not contiguous in {name_hint(s.var)})")
                 md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 false')
             elif self._short_loop(s):
                 md = self.m.loop_md('!"llvm.loop.vectorize.enable", i1 false',
@@ -237,8 +236,8 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             return self.promoted_loop(s, step, held, md)
         if not md and jam.jam_count(s):
             n = jam.jam_count(s)
-            self.f.emit(f"; loop {_san(s.var)}: unroll-and-jam {n} into loop "
-                        f"{_san(jam.inner_loop(s).var)} (a column walk: codegen.jam)")
+            self.f.emit(f"; loop {name_hint(s.var)}: unroll-and-jam {n} into loop "
+                        f"{name_hint(jam.inner_loop(s).var)} (a column walk: codegen.jam)")
             done = ir.For(s.var, s.lo, s.hi, s.body, kind=s.kind, step=s.step, attrs={"jammed": n})
             return self.stmt(regblock.jam(done, n, attr="jammed"))
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
@@ -246,7 +245,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
 
     def _short_loop(self, s: ir.For, nest=False) -> bool:
         """A guarded serial loop (an ``if`` somewhere in its body) that runs
-        fewer iterations than one vector holds (``vectorize.trip_bound``:
+        fewer iterations than one vector holds (``loops.trip_bound``:
         ``max(0, ..) .. min(2, ..) + 1`` in a skewed time tile).  Innermost:
         LLVM's vectorizer made it one masked vector step and its unroller
         copied it three times, each copy's addresses competing for registers
@@ -257,14 +256,14 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         unrolling cholesky's 4-trip ``k1`` pays (1.14x vs 0.97x), and keeping
         the library GEMM's 4-trip ``jv0`` around its micro-kernel rolled cost
         2.4x."""
-        trip = vectorize.trip_bound(s)
+        trip = loops.trip_bound(s)
         inner = list(ir.walk_stmts(s.body))
         if trip is None or trip >= self.vector_width(s) or nest != any(
                 isinstance(x, ir.For) for x in inner):
             return False
         if not any(isinstance(x, ir.If) for x in inner):
             return False        # unguarded (cholesky's k1, floyd's j1, GEMM's jv0)
-        self.f.emit(f"; loop {_san(s.var)}: at most {trip} iterations, fewer than a vector: "
+        self.f.emit(f"; loop {name_hint(s.var)}: at most {trip} iterations, fewer than a vector: "
                     + ("not unrolled (a loop nest)" if nest else "neither vectorised nor unrolled"))
         return True
 
@@ -346,7 +345,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         go, done = f.label("acc"), f.label("endacc")
         f.cbr(f.op(f"icmp slt i64 {lo.t}, {hi.t}"), go, done)
         f.start(go)
-        f.emit(f"; {', '.join(a for a, _, _ in accs)} held in registers over loop {_san(s.var)}")
+        f.emit(f"; {', '.join(a for a, _, _ in accs)} held in registers over loop {name_hint(s.var)}")
         outer = {k: vec.promoted.get(k) for _, _, k in accs}
         inits = []
         for a, ix, key in accs:
@@ -380,10 +379,10 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             # split it lane by lane (vinsertps through the stack, 0.68x gcc on
             # the library's direct conv2d).  The widest power of two below
             # it runs the groups, then the half step and the scalar epilogue.
-            self.f.emit(f"; vector loop {_san(s.var)}: {w} lanes asked, {1 << (w.bit_length() - 1)} "
+            self.f.emit(f"; vector loop {name_hint(s.var)}: {w} lanes asked, {1 << (w.bit_length() - 1)} "
                         "used (a power of two)")
             w = 1 << (w.bit_length() - 1)
-        if w > 1 and vectorize.nested(s.body):
+        if w > 1 and loops.nested(s.body):
             return self.nested_vector_loop(s, step, w, half=w != self.vector_width(s))
         reason, info = self.widen_check(s.body, s.var) if w > 1 else ("vector width 1", None)
         if reason is None:
@@ -400,7 +399,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
 
     def scalar_vector_loop(self, s: ir.For, step: int, why: str, md: str = "") -> None:
         """A vector loop run as a scalar loop, with a comment saying why."""
-        self.f.emit(f"; vector loop {_san(s.var)}: {why}")
+        self.f.emit(f"; vector loop {name_hint(s.var)}: {why}")
         self.counted_loop(s.var, self.index(s.lo).t, lambda: self.index(s.hi).t, step,
                           lambda v: self.with_var(s.var, Val(v, "int64"), s.body), md)
 
@@ -441,7 +440,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         f = self.f
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         vend = self.vector_end(lo, hi, step, w)
-        f.emit(f"; vector loop {_san(s.var)}: {w} lanes, then a scalar epilogue"
+        f.emit(f"; vector loop {name_hint(s.var)}: {w} lanes, then a scalar epilogue"
                + ("; inner loops run once per vector iteration" if len(info) > 2 else ""))
 
         def vbody(base, w=w):
@@ -456,7 +455,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             # straight-line body (or a rounded width): half the remainder (one group of w/2
             # lanes) as one narrower vector step, as gcc's masked epilogue would
             vend, start = self.vector_end(vend, hi, step, w // 2), vend
-            f.emit(f"; vector loop {_san(s.var)}: then at most one step of {w // 2} lanes")
+            f.emit(f"; vector loop {name_hint(s.var)}: then at most one step of {w // 2} lanes")
             self.counted_loop(s.var, start, vend, w // 2 * step, lambda b: vbody(b, w // 2),
                               self.m.loop_md('!"llvm.loop.isvectorized", i32 1'))
         # the epilogue runs fewer than w iterations: unrolled (LLVM's runtime
@@ -512,7 +511,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
     def _range_function(self, s, step, rng, caps, red) -> None:
         params, env, arrays = ["i64 %vs", "i64 %ve"], {}, {}
         for j, (what, name, t, _, extra) in enumerate(caps):
-            p = f"%c{j}.{_san(name)}"
+            p = f"%c{j}.{name_hint(name)}"
             if what == "s":
                 params.append(f"{t} {p}")
                 env[name] = Val(p, extra)
@@ -575,11 +574,11 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
             raise TypeError(f"LLVM backend: unknown dtype {s.dtype!r}")
         f, m = self.f, self.m
         mt, el = MEMT[s.dtype], ELSIZE[s.dtype]
-        dims = [_const_eval(d, self.consts) for d in s.shape]
+        dims = [ir.const_eval(d, self.consts) for d in s.shape]
         if None not in dims:
             n = math.prod(dims)
             if 0 < n * el <= STACK_LIMIT:
-                p = f.alloca(f"[{n} x {mt}]", 64, _san(s.array) + ".")
+                p = f.alloca(f"[{n} x {mt}]", 64, name_hint(s.array) + ".")
                 if s.zero_init:
                     m.declare("llvm.memset.p0.i64", "void", ["ptr", "i8", "i64", "i1"])
                     f.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {p}, i8 0, i64 {n * el}, i1 false)")
@@ -610,7 +609,7 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         go, bad, ok = f.label("alloc"), f.label("allocfail"), f.label("allocok")
         f.cbr(fail, bad, go)
         f.start(go)
-        p = f.op(call, _san(s.array) + ".")
+        p = f.op(call, name_hint(s.array) + ".")
         f.cbr(f.op(f"icmp eq ptr {p}, null"), bad, ok)
         f.start(bad)
         after = None
@@ -659,7 +658,7 @@ def _visit_loads(e, uncond, loads: dict, safe: set) -> None:
 
 def _affine_form(e, opaque: set):
     """``e`` as ({name: coefficient}, constant) over lane-invariant names, or None."""
-    return vectorize._affine(e, lambda n: n not in opaque)
+    return loops.affine(e, lambda n: n not in opaque)
 
 
 def _disjoint(idx1, idx2, opaque: set) -> bool:
@@ -676,4 +675,4 @@ def _disjoint(idx1, idx2, opaque: set) -> bool:
 
 def emit_llvm(fn: ir.LoweredFunction) -> str:
     """The LLVM IR text of ``fn`` (one exported function ``fn.name`` for this host)."""
-    return Lowering(regblock.register_block(vreduce.hoist_vector_reductions(fn)), host()).run()
+    return Lowering(pipeline.prepare_for_printing(fn), host()).run()

@@ -9,8 +9,7 @@ import time
 
 import codegen
 from codegen import ir
-from codegen.accumulate import accumulate_locally
-from codegen.simplify import simplify_indices, version_full_tiles
+from codegen.pipeline import optimize_loops
 
 from ..analysis import gpu_plan, legality
 from ..analysis.bounds import BoundsChecker
@@ -117,7 +116,7 @@ def _compile_host(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mod
     t2 = t0 + times[0] + times[1]
     if plan is not None:
         lowered.body = ir.for_cpu(lowered.body)   # blocks and threads as serial loops
-    accumulate_locally(version_full_tiles(simplify_indices(lowered)))
+    optimize_loops(lowered)
     compiled = backend(lowered)
     t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered,

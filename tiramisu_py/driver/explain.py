@@ -1,10 +1,10 @@
 """``f.explain()``: the dependences in words and, for each loop of the
 current schedule, whether it is parallel and why not
 (:func:`tiramisu_py.analysis.legality.explain`), then each vector loop of the
-compiled kernel, widened or not and why (:func:`codegen.vectorize.report`)."""
+compiled kernel, widened or not and why (:func:`codegen.report.report`)."""
 from __future__ import annotations
 
-from codegen.vectorize import report
+from codegen.report import report
 
 from ..analysis import legality
 from .compile import compile_function, default_target

@@ -10,7 +10,7 @@ import contextlib
 import keyword
 import re
 
-from codegen.c.emit import reserved_c_symbol
+from codegen.c.names import reserved_c_symbol
 
 from ..base import provenance
 from ..base import types as T
@@ -40,7 +40,7 @@ def check_name(name, what: str) -> str:
     Function may not take the name of a C library function (it is exported
     under its name).  C macros (``linux``, ``errno``, ``M_PI``, ``NULL``...)
     are fine: the C backend keeps every user name out of the preprocessor's
-    reach (see :mod:`codegen.c.emit`)."""
+    reach (see :mod:`codegen.c.names`)."""
     if not isinstance(name, str) or not _IDENT.match(name):
         raise ValueError(f"{what} name {name!r} must be an identifier "
                          "(a letter, then letters, digits or _)")

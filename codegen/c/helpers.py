@@ -1,0 +1,80 @@
+"""The C family's helper functions (``tp_*``), emitted into a kernel's source
+only when it uses them: NumPy's integer division and floor division, NaN-keeping
+min/max and their OpenMP reductions, the vector math of :mod:`codegen.vecmath`,
+the vector types of widened loops (:mod:`codegen.c.widen`) and the heap
+allocator of temporaries."""
+from __future__ import annotations
+
+from .. import ir, vecmath
+from .syntax import CTYPES, SUFFIX
+from .vecmath import c_bits_helpers, c_helper
+from .widen import vector_helper
+
+
+def helper_source(name: str) -> str:
+    """The C source of the helper ``name`` (``tp_alloc``, ``tp_min_f32``,
+    ``tp_exp_f32``, ``tp_vec_f32x16``...)."""
+    if name == "tp_alloc":
+        return _ALLOC_SOURCE
+    if name.startswith("tp_vec_"):
+        return vector_helper(name)
+    if name in ("tp_bits_f32", "tp_bits_f64"):
+        return c_bits_helpers("float32" if name.endswith("f32") else "float64")
+    kind, suf = name[3:].rsplit("_", 1)
+    dt = next(d for d, s in SUFFIX.items() if s == suf)
+    t = CTYPES[dt]
+    if kind in ("min", "max"):
+        op = "<" if kind == "min" else ">"
+        if ir.is_float(dt):     # NaN-propagating, as np.minimum / np.maximum
+            return (f"static inline {t} {name}({t} a, {t} b) {{ {t} m = a {op} b ? a : b; "
+                    "return a != a ? a : m; }")
+        return f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b ? a : b; }}"
+    if kind in ("omp_min", "omp_max"):          # an OpenMP reduction that keeps NaN
+        op, init = kind[4:], ("-INFINITY" if kind == "omp_max" else "INFINITY")
+        return (f"#pragma omp declare reduction({name}: {t}: omp_out = tp_{op}_{suf}(omp_out, omp_in)) "
+                f"initializer(omp_priv = {init})")
+    if kind in ("div", "mod"):                  # C's truncation; NumPy's 0 and MIN / -1
+        op = "/" if kind == "div" else "%"
+        if dt == "uint8":
+            return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : ({t})(a {op} b); }}"
+        minus1 = f"({t})(0 - (uint64_t)a)" if kind == "div" else "0"
+        return (f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : b == -1 ? {minus1} "
+                f": ({t})(a {op} b); }}")
+    if vecmath.supported(kind, dt):
+        return c_helper(kind, dt)
+    if kind == "abs":
+        return f"static inline {t} {name}({t} a) {{ return a < 0 ? ({t})-a : a; }}"
+    if kind == "sigmoid":
+        one, fexp = ("1.0f", "expf") if dt == "float32" else ("1.0", "exp")
+        return f"static inline {t} {name}({t} x) {{ return {one} / ({one} + {fexp}(-x)); }}"
+    if kind == "floormod" and ir.is_float(dt):   # Python sign-of-divisor remainder
+        fl = "floorf" if dt == "float32" else "floor"
+        return f"static inline {t} {name}({t} a, {t} b) {{ return a - {fl}(a / b) * b; }}"
+    if kind in ("floordiv", "floormod"):
+        # NumPy semantics where C has none: x // 0 == x % 0 == 0; MIN // -1 wraps
+        if dt == "uint8":
+            op = '/' if kind == 'floordiv' else '%'
+            return f"static inline {t} {name}({t} a, {t} b) {{ return b == 0 ? 0 : ({t})(a {op} b); }}"
+        guard = (f"  if (b == 0) return 0;\n"
+                 + (f"  if (b == -1) return ({t})(0 - (uint64_t)a);\n" if kind == "floordiv"
+                    else "  if (b == -1) return 0;\n"))
+        decl, fix = ((f"{t} q = ({t})(a / b), r = ({t})(a % b);", f"({t})(q - 1) : q")
+                     if kind == "floordiv" else (f"{t} r = ({t})(a % b);", f"({t})(r + b) : r"))
+        return (f"static inline {t} {name}({t} a, {t} b) {{\n{guard}  {decl}\n"
+                f"  return (r != 0 && ((r < 0) != (b < 0))) ? {fix};\n}}")
+    raise AssertionError(name)
+
+
+_ALLOC_SOURCE = ("static void *tp_alloc(const int64_t *dims, int rank, size_t elsize, int zero) {\n"
+                "  size_t n = 1;\n"
+                "  for (int d = 0; d < rank; d++) {\n"
+                "    if (dims[d] < 0 || __builtin_mul_overflow(n, (size_t)dims[d], &n)) return NULL;\n"
+                "  }\n"
+                "  if (n == 0) n = 1;\n"
+                "  size_t bytes;\n"
+                "  if (__builtin_mul_overflow(n, elsize, &bytes) || bytes > ((size_t)1 << 62)) return NULL;\n"
+                "  /* 64-byte aligned: a cache line, a vector */\n"
+                "  void *p = NULL;\n"
+                "  if (posix_memalign(&p, 64, bytes) != 0) return NULL;\n"
+                "  if (zero) memset(p, 0, bytes);\n"
+                "  return p;\n}")

@@ -1,0 +1,48 @@
+"""The target-neutral passes on the loop IR, in their one order.
+
+Two stages, each a tuple of passes ``LoweredFunction -> LoweredFunction`` run
+first to last:
+
+* :data:`LOOP_PASSES`, run once by the compiler on the function it lowered for
+  a CPU target (:func:`optimize_loops`; these passes rewrite ``fn`` in place
+  and return it, so the kernel keeps the optimised loop IR): index
+  simplification from the loop ranges, full-tile versioning, accumulators of
+  ``accumulate_locally`` in local temporaries;
+* :data:`PRINT_PASSES`, run by each CPU backend (:func:`codegen.c.emit.emit_c`,
+  :func:`codegen.llvm.stmt.emit_llvm`) on the function it is asked to print
+  (:func:`prepare_for_printing`; a new function, ``fn`` unchanged): vector
+  reductions hoisted across the serial loops around them, then register
+  blocking of widened vector loops.
+
+The CUDA path runs its own pair (``simplify_indices``, ``accumulate_locally``:
+no full-tile versioning, no CPU vector passes).
+
+This module imports nothing from ``tiramisu_py``.
+"""
+from __future__ import annotations
+
+from . import ir
+from .accumulate import accumulate_locally
+from .regblock import register_block
+from .simplify import simplify_indices, version_full_tiles
+from .vreduce import hoist_vector_reductions
+
+LOOP_PASSES = (simplify_indices, version_full_tiles, accumulate_locally)
+PRINT_PASSES = (hoist_vector_reductions, register_block)
+
+
+def run_passes(passes, fn: ir.LoweredFunction) -> ir.LoweredFunction:
+    """``fn`` through ``passes``, first to last."""
+    for p in passes:
+        fn = p(fn)
+    return fn
+
+
+def optimize_loops(fn: ir.LoweredFunction) -> ir.LoweredFunction:
+    """:data:`LOOP_PASSES` on ``fn`` (in place; ``fn`` returned)."""
+    return run_passes(LOOP_PASSES, fn)
+
+
+def prepare_for_printing(fn: ir.LoweredFunction) -> ir.LoweredFunction:
+    """:data:`PRINT_PASSES` on ``fn``: the function a CPU backend prints."""
+    return run_passes(PRINT_PASSES, fn)
