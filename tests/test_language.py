@@ -393,12 +393,36 @@ def test_reserved_names(name):
         tp.Function(name)
 
 
-@pytest.mark.parametrize("name", ["1a", "a-b", "", "_x", "a b", 3])
+@pytest.mark.parametrize("name", ["1a", "a-b", "", "_x", "a b", 3, "i\n", "C\t", "x\r", "A\n\n"])
 def test_names_must_be_identifiers(name):
     f = tp.Function("ident", params=["N"])
     i = f.var("i", 0, "N")
     with pytest.raises(ValueError, match="identifier"):
         f.computation(name, [i], 1.0)
+
+
+@pytest.mark.parametrize("kind", ["function", "param", "var", "input", "buffer", "computation",
+                                  "split"])
+def test_a_trailing_newline_is_refused_everywhere(kind):
+    """``re.match`` with ``$`` accepted ``"i\n"``: two loops ``i`` and
+    ``i\n`` merged inside isl, and a GEMM computed only its diagonal."""
+    bad = "i\n"
+    with pytest.raises(ValueError, match="identifier"):
+        if kind == "function":
+            tp.Function(bad)
+        elif kind == "param":
+            tp.Function("nl", params=[bad])
+        f = tp.Function("nl", params=["N"])
+        i = f.var("i" if kind != "var" else bad, 0, "N")
+        if kind == "input":
+            f.input(bad, ("N",), tp.float32)
+        elif kind == "buffer":
+            f.buffer(bad, ("N",), tp.float32)
+        elif kind == "computation":
+            f.computation(bad, [i], 1.0)
+        elif kind == "split":
+            c = f.computation("c", [i], 1.0)
+            c.split("i", 4, names=("i0", bad))
 
 
 def test_failed_declaration_does_not_burn_the_name():

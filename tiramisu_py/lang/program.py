@@ -17,7 +17,7 @@ from ..base import types as T
 from .expr import (Access, Const, Expr, ParamRef, UpdateRequest, Var, accesses, check_expr_size,
                    parse_size, strong_type, walk, wrap)
 
-_IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")         # matched whole (fullmatch): no trailing newline
 # words the isl parser or the C compiler would misread
 _RESERVED = {"and", "or", "not", "exists", "min", "max", "floor", "ceil", "mod", "true",
              "false", "infty", "rat", "domain", "int", "float", "double", "char", "long",
@@ -41,7 +41,7 @@ def check_name(name, what: str) -> str:
     under its name).  C macros (``linux``, ``errno``, ``M_PI``, ``NULL``...)
     are fine: the C backend keeps every user name out of the preprocessor's
     reach (see :mod:`codegen.c.names`)."""
-    if not isinstance(name, str) or not _IDENT.match(name):
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
         raise ValueError(f"{what} name {name!r} must be an identifier "
                          "(a letter, then letters, digits or _)")
     if name in _RESERVED or keyword.iskeyword(name) or name.startswith("tp_"):
