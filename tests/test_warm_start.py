@@ -108,6 +108,24 @@ def test_a_damaged_entry_is_compiled_again(tmp_path, monkeypatch):
     np.testing.assert_array_equal(k(x), x * 2 + 1)
 
 
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_a_swapped_entry_is_a_miss_not_another_kernel(tmp_path, monkeypatch, target):
+    """Two intact warm entries, one moved over the other's name: an entry
+    names its key, so the moved one is a miss and the program is compiled
+    again (before, ``x * 3 + 1`` ran for ``x * 2 + 1``)."""
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    two, three = _saxpy("saxpy_swap", 2.0)[0], _saxpy("saxpy_swap", 3.0)[0]
+    k2, k3 = warm.key(two, target), warm.key(three, target)
+    two.compile(target=target)
+    three.compile(target=target)
+    for suffix in (".warm", ".warm-ir"):
+        (tmp_path / f"{k2}{suffix}").write_bytes((tmp_path / f"{k3}{suffix}").read_bytes())
+    k = _saxpy("saxpy_swap", 2.0)[0].compile(target=target)
+    assert type(k).__name__ == "Kernel"                   # compiled, not loaded
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(k(x), x * 2 + 1)
+
+
 def test_index_arrays_are_still_checked_after_a_warm_start():
     def build():
         f = tp.Function("gather_warm", params=["N", "M"])

@@ -45,7 +45,7 @@ from ..lang.program import Buffer
 from ..poly.model import build_model
 from ..runtime.kernel import Kernel
 
-FORMAT = 1
+FORMAT = 2                  # 2: entries name their key (a moved entry is a miss)
 ENABLED = os.environ.get("TIRAMISU_PY_WARM_START", "1") != "0"
 _ENTRY_MAX = 64 << 20
 _code: dict = {}
@@ -181,7 +181,7 @@ def store(k, f, target, kernel):
             decl = cffi_declaration(low)
         ch = kernel.checker
         entry = {
-            "format": FORMAT, "target": target, "name": f.name, "params": list(f.params),
+            "format": FORMAT, "key": k, "target": target, "name": f.name, "params": list(f.params),
             "fixed": dict(f.fixed), "source": kernel.source, "declaration": decl, "shell": shell,
             "buffers": [(role, b.name, b.dtype.name, b.kind, tuple(b.shape))
                         for role, bs in (("in", kernel.inputs), ("out", kernel.outputs),
@@ -192,7 +192,8 @@ def store(k, f, target, kernel):
             "algorithm": hashlib.sha256("\n".join(algorithm_lines(f)).encode()).hexdigest(),
         }
         main, ir_path = _paths(k)
-        atomic_write(ir_path, pickle.dumps(low, protocol=pickle.HIGHEST_PROTOCOL))
+        atomic_write(ir_path, pickle.dumps({"key": k, "ir": low},
+                                           protocol=pickle.HIGHEST_PROTOCOL))
         data = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
         atomic_write(main, data)
     except Exception:        # noqa: BLE001 - the warm start is an optimisation only
@@ -209,9 +210,13 @@ def load(k, f=None, build=None):
         main, _ = _paths(k)
         entry = _read(main)
         if isinstance(entry, dict) and "alias" in entry:
+            if entry.get("key") != k:
+                return None
             k = entry["alias"]
             entry = _read(_paths(k)[0])
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+        # an entry names the key it was written under: one moved over another
+        # key's name (a swapped entry) is a miss, never another kernel
+        if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != k:
             return None
         return _kernel(k, entry, f, build)
     except Exception:        # noqa: BLE001 - compiled again instead
@@ -240,7 +245,7 @@ def _kernel(k, entry, f, build):
     kern = WarmKernel(stand_in, compiled, roles["in"], roles["out"], roles["temp"], checker,
                       None, zeroed_outputs=entry["zeroed"])
     kern._domain_shaped = set(entry["domain_shaped"])
-    kern._function, kern._ir_path = function, _paths(k)[1]
+    kern._function, kern._ir_path, kern._ir_key = function, _paths(k)[1], k
     kern.timings = {"warm": True}
     return kern
 
@@ -277,7 +282,9 @@ class WarmKernel(Kernel):
     @property
     def lowered(self):
         if self.__dict__.get("_lowered") is None and hasattr(self, "_ir_path"):
-            self.__dict__["_lowered"] = _read(self._ir_path)
+            got = _read(self._ir_path)
+            ok = isinstance(got, dict) and got.get("key") == self._ir_key
+            self.__dict__["_lowered"] = got["ir"] if ok else None
         return self.__dict__.get("_lowered")
 
     @lowered.setter
@@ -326,6 +333,7 @@ def _alias(alias, k):
         return
     try:
         if _read(_paths(k)[0]) is not None:
-            atomic_write(_paths(alias)[0], pickle.dumps({"format": FORMAT, "alias": k}))
+            atomic_write(_paths(alias)[0], pickle.dumps({"format": FORMAT, "key": alias,
+                                                         "alias": k}))
     except Exception:        # noqa: BLE001 - the warm start is an optimisation only
         return
