@@ -62,19 +62,35 @@ def _room(mod):
     return mod.split(".")[1] if "." in mod else ""
 
 
-def floor_violations(graph, floors):
-    """(module, imported module, line) of every import inside tiramisu_py
+def floor_violations(graph, floors, package="tiramisu_py"):
+    """(module, imported module, line) of every import inside ``package``
     that does not run down its floors."""
     out = []
     for m, edges in graph.items():
-        if m.split(".")[0] != "tiramisu_py":
+        if m.split(".")[0] != package:
             continue
         for t, line in edges:
-            if t.split(".")[0] != "tiramisu_py" or _room(t) == _room(m):
+            if t.split(".")[0] != package or _room(t) == _room(m):
                 continue
             if floors[_room(t)] >= floors[_room(m)]:
                 out.append((m, t, line))
     return sorted(out)
+
+
+# the operator library's floors (shared/DESIGN.md: problems and solvers):
+# the host facts < core (solver base, find, kernels, arrays) < weights (CSR,
+# packed RNN weights) < problems < blocks (schedule pieces solvers share) <
+# solvers < registry < api < the package's __init__, and the torch glue on top
+SCHEDULES_FLOORS = {"host": 0, "core": 1, "weights": 2, "problems": 3, "blocks": 4,
+                    "solvers": 5, "registry": 6, "api": 7, "": 8, "torch_ops": 8, "nn": 9}
+
+
+def test_schedules_imports_run_down_its_floors():
+    rooms = {_room(m) for m in GRAPH if m.split(".")[0] == "schedules"}
+    assert rooms <= set(SCHEDULES_FLOORS), \
+        f"give these a floor in SCHEDULES_FLOORS: {sorted(rooms - set(SCHEDULES_FLOORS))}"
+    bad = floor_violations(GRAPH, SCHEDULES_FLOORS, "schedules")
+    assert not bad, f"imports against schedules' floors (module, imported, line): {bad}"
 
 
 def test_tiramisu_py_imports_run_down_its_floors():

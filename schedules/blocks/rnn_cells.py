@@ -25,22 +25,9 @@ never larger than ``NB x B x G x HB``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tiramisu_py as tp
 
-GATES = {"lstm": 4, "gru": 3}
-
-
-@dataclass(frozen=True)
-class Blocking:
-    hb: int          # hidden units per block (a multiple of the SIMD width)
-    mb: int          # batch rows in the register block
-    lanes: int       # SIMD lanes
-
-
-def padded(h, hb):
-    return -(-h // hb) * hb
+from ..weights.rnn import GATES, Blocking, padded      # noqa: F401  (the weights' layout facts)
 
 
 # ---------------------------------------------------------------- cell math

@@ -3,13 +3,28 @@ CSR) checked once (:class:`RNNWeights`), with the packed layouts of each CPU
 solver made on first use and kept, and the register blocking they use."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..blocks import rnn_cells as cells
 from ..core.arrays import is_torch
 from ..host import host
 
 TENSORS = ("w_ih", "w_hh", "b_ih", "b_hh")
+GATES = {"lstm": 4, "gru": 3}
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """The register blocking the packed layouts and the CPU solvers share."""
+    hb: int          # hidden units per block (a multiple of the SIMD width)
+    mb: int          # batch rows in the register block
+    lanes: int       # SIMD lanes
+
+
+def padded(h, hb):
+    """``h`` rounded up to a multiple of the block ``hb``."""
+    return -(-h // hb) * hb
 
 
 def _is_csr(w):
@@ -73,9 +88,9 @@ class RNNWeights:
     one)."""
 
     def __init__(self, weights, cell="lstm", sparse=False, input_size=None):
-        if cell not in cells.GATES:
+        if cell not in GATES:
             raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")
-        self.cell, self.gates = cell, cells.GATES[cell]
+        self.cell, self.gates = cell, GATES[cell]
         if not isinstance(weights, (list, tuple)) or not weights:
             raise TypeError("weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
                             f"b_hh] (like {cell.upper()}.all_weights), got {type(weights).__name__}")
@@ -148,14 +163,14 @@ class RNNWeights:
         """[G*H, K] -> [NB, K, G, HB] (padded units are zero rows)."""
         G, H = self.gates, self.hidden
         m = self._dense(m)
-        Hp = cells.padded(H, hb)
+        Hp = padded(H, hb)
         w = np.zeros((G, Hp, m.shape[1]), np.float32)
         w[:, :H] = m.reshape(G, H, -1)
         return np.ascontiguousarray(w.reshape(G, Hp // hb, hb, -1).transpose(1, 3, 0, 2))
 
     def _bias(self, l, k, hb):
         G, H = self.gates, self.hidden
-        Hp = cells.padded(H, hb)
+        Hp = padded(H, hb)
         out = np.zeros((G, Hp), np.float32)
         for b in ([self.layers[l][2], self.layers[l][3]] if k == "both" else [self.layers[l][k]]):
             if b is not None:
@@ -203,7 +218,7 @@ class RNNWeights:
         G, H = self.gates, self.hidden
         rowptr, colidx, values = ((np.asarray(m.rowptr), np.asarray(m.colidx),
                                    np.asarray(m.values)) if _is_csr(m) else _csr_arrays(m))
-        Hp = cells.padded(H, hb)
+        Hp = padded(H, hb)
         jb, g, j = np.meshgrid(np.arange(Hp // hb), np.arange(G), np.arange(hb), indexing="ij")
         unit = (jb * hb + j).ravel()
         src = np.where(unit < H, g.ravel() * H + np.minimum(unit, H - 1), -1)
@@ -241,6 +256,6 @@ def blocking(gates, batch):
     h = host()
     lanes = h.lanes(4)
     if batch == 1:
-        return cells.Blocking(hb=2 * lanes, mb=1, lanes=lanes)
+        return Blocking(hb=2 * lanes, mb=1, lanes=lanes)
     mb = max(1, min(batch, 8, (h.vector_registers - gates - 1) // gates))
-    return cells.Blocking(hb=lanes, mb=mb, lanes=lanes)
+    return Blocking(hb=lanes, mb=mb, lanes=lanes)
