@@ -159,9 +159,11 @@ class SparseConv2d(nn.Module):
         super().__init__()
         pair = lambda v: list(v) if isinstance(v, (tuple, list)) else [int(v), int(v)]  # noqa: E731
         self.weight_size = list(csr.shape)
-        self.register_buffer("rowptr", torch.as_tensor(csr.rowptr, dtype=torch.int64))
-        self.register_buffer("colidx", torch.as_tensor(csr.colidx, dtype=torch.int64))
-        self.values = nn.Parameter(torch.as_tensor(csr.values, dtype=torch.float32).clone())
+        own = lambda a, dt: (torch.as_tensor(a, dtype=dt).clone() if isinstance(a, torch.Tensor)  # noqa: E731
+                             else torch.tensor(a, dtype=dt))      # (CSRWeights' arrays are read-only)
+        self.register_buffer("rowptr", own(csr.rowptr, torch.int64))    # copies: the module's own
+        self.register_buffer("colidx", own(csr.colidx, torch.int64))
+        self.values = nn.Parameter(own(csr.values, torch.float32))
         self.bias = None if bias is None else nn.Parameter(torch.as_tensor(bias).detach().clone())
         self.stride, self.padding, self.dilation = pair(stride), pair(padding), pair(dilation)
 

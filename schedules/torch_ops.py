@@ -29,7 +29,7 @@ from . import api
 from .core.kernels import kernel
 from .problems.conv import ConvProblem, ConvShape
 from .solvers import backward as BW
-from .weights.csr import CSRWeights
+from .weights.csr import csr_weights
 
 NS = "tiramisu"
 FLOATS = {torch.float32: "float32", torch.float64: "float64"}
@@ -234,7 +234,7 @@ def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias, stride, padding
     if values.dtype != torch.float32:
         raise TypeError("tiramisu::sparse_conv2d: the sparse kernel is float32 only, got "
                         f"{values.dtype}")
-    csr = CSRWeights(rowptr.numpy(), colidx.numpy(), values.detach().numpy(), tuple(weight_size))
+    csr = csr_weights(rowptr, colidx, values, tuple(weight_size))     # converted once per weight
     return api.sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding), tuple(dilation))
 
 

@@ -14,7 +14,7 @@ from ..core.arrays import is_torch
 from ..core.kernels import target_of, use_cuda
 from ..host import host
 from ..weights.rnn import TENSORS
-from ..weights.rnn import RNNWeights, _numpy
+from ..weights.rnn import RNNWeights, _numpy, rnn_weights
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class RnnProblem:
             if sparse and not W.sparse:
                 raise ValueError("sparse=True: make the RNNWeights with sparse=True")
         else:
-            W = RNNWeights(weights, cell, sparse=sparse, input_size=I)
+            W = rnn_weights(weights, cell, sparse=sparse, input_size=I)
         L, H = len(W.layers), W.hidden
         h0a = _state(h0, "h0", L, B, H, torch_in)
         c0a = _state(c0, "c0", L, B, H, torch_in) if cell == "lstm" else None

@@ -127,7 +127,7 @@ class CudaSparseCSR(Solver):
         if dev is not None:
             import torch
             arrays = csr.derived(("cuda_layout", *layout, str(dev)),
-                                 lambda: tuple(torch.from_numpy(a).to(dev) for a in arrays))
+                                 lambda: tuple(torch.tensor(a, device=dev) for a in arrays))
         rowptr, colidx, val = arrays
         k = cuda_kernel(("sparse_conv2d", "cuda", s, p.bias), lambda: self.build(p, {}))
         kw = dict(data=args.x, rowptr=rowptr, colidx=colidx, val=val)

@@ -3,12 +3,21 @@
 layouts kernels derive from it (the flat input offsets of a convolution for
 one image size); the sparse convolutions and the sparse RNNs share it.
 :func:`as_csr` reads the sparse forms a caller may pass (torch sparse-CSR,
-scipy CSR, a dense weight)."""
+scipy CSR, a dense weight), each converted once per weight and reused while
+the weight is unchanged (:mod:`schedules.core.prepared`).
+
+Never stale: a CSRWeights **copies** the arrays it is given and keeps them
+read-only, so changing the caller's ``rowptr``/``colidx``/``values`` after
+construction changes neither it nor a layout derived from it.  Duplicate
+columns in a row are kept as given and **summed**, as the sparse kernels,
+scipy and torch sum them (:meth:`CSRWeights.to_dense` too).
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from ..core.arrays import float32_array, is_torch
+from ..core.prepared import prepared
 
 _INDEX_DTYPES = (np.int32, np.int64)
 
@@ -19,9 +28,11 @@ class CSRWeights:
     or ``(Cout, Cin, KH, KW)`` for a convolution (rows = Cout, cols =
     Cin*KH*KW, column ``ci*KH*KW + ky*KW + kx``).  Checked on construction
     (ValueError naming the field): rowptr starts at 0 and never decreases,
-    ends at nnz; colidx in ``[0, cols)``; values as many as colidx."""
+    ends at nnz; colidx in ``[0, cols)``; values as many as colidx.  The
+    arrays are copied and kept read-only (a later change of the caller's
+    arrays changes nothing here); duplicate columns are summed."""
 
-    def __init__(self, rowptr, colidx, values, shape):
+    def __init__(self, rowptr, colidx, values, shape, *, _copy=True):
         shape = tuple(shape) if isinstance(shape, (tuple, list)) else shape
         if (not isinstance(shape, tuple) or len(shape) not in (2, 4)
                 or any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0
@@ -29,13 +40,13 @@ class CSRWeights:
             raise ValueError(f"CSRWeights: shape must be 2 or 4 non-negative ints, got {shape!r}")
         self.shape = tuple(int(d) for d in shape)
         rows, cols = self.shape[0], int(np.prod(self.shape[1:]))
-        self.rowptr = _index_array(rowptr, "rowptr")
-        self.colidx = _index_array(colidx, "colidx")
+        self.rowptr = _owned(_index_array(rowptr, "rowptr"), _copy)
+        self.colidx = _owned(_index_array(colidx, "colidx"), _copy)
         values = np.asarray(values.numpy() if is_torch(values) else values)
         if values.dtype != np.float32 or values.ndim != 1:
             raise ValueError(f"CSRWeights: values must be a 1-D float32 array, got "
                              f"{values.dtype} of shape {values.shape}")
-        self.values = np.ascontiguousarray(values)
+        self.values = _owned(values, _copy)
         if self.rowptr.shape[0] != rows + 1:
             raise ValueError(f"CSRWeights: rowptr has {self.rowptr.shape[0]} entries; "
                              f"{rows} rows need {rows + 1}")
@@ -68,13 +79,18 @@ class CSRWeights:
         if w.dtype != np.float32 or w.ndim not in (2, 4):
             raise ValueError(f"CSRWeights.from_dense: w must be 2-D or 4-D float32, got "
                              f"{w.dtype} of shape {w.shape}")
-        flat = w.reshape(w.shape[0], int(np.prod(w.shape[1:])))
-        keep = ~(np.abs(flat) <= threshold)
-        rows, cols = np.nonzero(keep)
-        rowptr = np.zeros(flat.shape[0] + 1, np.int64)
-        np.cumsum(np.bincount(rows, minlength=flat.shape[0]), out=rowptr[1:])
-        index = np.int32 if max(flat.shape[1], rows.size) < 2 ** 31 else np.int64
-        return cls(rowptr.astype(index), cols.astype(index), flat[rows, cols], w.shape)
+        rows, cols = w.shape[0], int(np.prod(w.shape[1:]))
+        flat = np.ascontiguousarray(w).reshape(rows, cols)
+        keep = (flat != 0) if threshold == 0 else ~(np.abs(flat) <= threshold)   # NaN kept
+        counts = np.count_nonzero(keep, axis=1)
+        index = np.int32 if rows * cols < 2 ** 31 else np.int64
+        rowptr = np.zeros(rows + 1, index)
+        np.cumsum(counts, out=rowptr[1:])
+        at = np.flatnonzero(keep.ravel())           # row-major: rows in order, columns sorted
+        values = flat.ravel()[at]
+        colidx = at.astype(index)
+        colidx -= np.repeat(np.arange(rows, dtype=index) * index(cols), counts)
+        return cls(rowptr, colidx, values, w.shape, _copy=False)
 
     @property
     def nnz(self) -> int:
@@ -86,11 +102,22 @@ class CSRWeights:
         size = int(np.prod(self.shape))
         return self.nnz / size if size else 0.0
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes held: the CSR arrays and the layouts derived so far."""
+        def size(v):
+            if isinstance(v, np.ndarray):
+                return v.nbytes
+            if isinstance(v, (tuple, list)):
+                return sum(size(x) for x in v)
+            return int(getattr(v, "nbytes", 0)) if not isinstance(v, CSRWeights) else 0
+        return (self.rowptr.nbytes + self.colidx.nbytes + self.values.nbytes
+                + sum(size(v) for v in self._derived.values()))
+
     def to_dense(self):
-        out = np.zeros((self.shape[0], int(np.prod(self.shape[1:]))), np.float32)
-        rows = np.repeat(np.arange(self.shape[0]), np.diff(self.rowptr))
-        out[rows, self.colidx] = self.values
-        return out.reshape(self.shape)
+        """The dense weight (float32, of ``shape``); duplicate columns of a
+        row summed in order, as the sparse kernels sum them."""
+        return csr_to_dense(self.rowptr, self.colidx, self.values, self.shape)
 
     def __repr__(self):
         return f"CSRWeights(shape={self.shape}, nnz={self.nnz}, density={self.density:.3g})"
@@ -143,6 +170,23 @@ class CSRWeights:
         return self.derived(("conv_layout", kh, kw, hp, wp, dh, dw, cb), make)
 
 
+def csr_to_dense(rowptr, colidx, values, shape):
+    """The dense float32 array of ``shape`` of CSR arrays (rows =
+    ``shape[0]``); duplicate columns summed in order."""
+    rows, cols = shape[0], int(np.prod(shape[1:]))
+    out = np.zeros(rows * cols, np.float32)
+    r = np.repeat(np.arange(rows, dtype=np.int64), np.diff(np.asarray(rowptr, np.int64)))
+    np.add.at(out, r * cols + np.asarray(colidx, np.int64), np.asarray(values, np.float32))
+    return out.reshape(shape)
+
+
+def _owned(a, copy):
+    """``a`` as a contiguous read-only array of its own (copied if ``copy``)."""
+    a = np.array(a, copy=True) if copy else np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
 def _index_array(a, name):
     a = a.numpy() if is_torch(a) else a
     a = np.asarray(a)
@@ -179,16 +223,16 @@ def as_csr(w, ci, name="w"):
     elif is_torch(w) and is_sparse(w):
         if str(w.dtype) != "torch.float32":
             raise TypeError(f"{name}: expected a float32 tensor, got {w.dtype}")
-        csr = CSRWeights(w.crow_indices().numpy(), w.col_indices().numpy(),
-                         w.values().numpy(), tuple(w.shape))
+        csr = csr_weights(w.crow_indices(), w.col_indices(), w.values(), tuple(w.shape))
     elif is_sparse(w):              # scipy
         if getattr(w, "format", None) != "csr":
             raise TypeError(f"{name}: expected a scipy CSR matrix, got format {w.format!r}")
         if w.dtype != np.float32:
             raise TypeError(f"{name}: expected float32, got {w.dtype}")
-        csr = CSRWeights(w.indptr, w.indices, w.data, w.shape)
+        csr = csr_weights(w.indptr, w.indices, w.data, w.shape)
     else:
-        return CSRWeights.from_dense(float32_array(w, name, 4))
+        w = float32_array(w, name, 4)
+        return prepared("csr_from_dense", [w], lambda a: CSRWeights.from_dense(a[0]))
     if len(csr.shape) == 4:
         return csr
     cols = csr.shape[1]
@@ -198,4 +242,19 @@ def as_csr(w, ci, name="w"):
                          f"K x K kernel; it has {cols} for {ci} input channels (pass "
                          "CSRWeights with the 4-D shape (Cout, Cin, KH, KW))")
     return csr.derived(("as4d", ci), lambda: CSRWeights(csr.rowptr, csr.colidx, csr.values,
-                                                         (csr.shape[0], ci, k, k)))
+                                                         (csr.shape[0], ci, k, k), _copy=False))
+
+
+def csr_weights(rowptr, colidx, values, shape):
+    """``CSRWeights(rowptr, colidx, values, shape)`` made once per weight and
+    reused (with the layouts derived from it) while the arrays hold the same
+    values (:func:`schedules.core.prepared.prepared`): the sparse weight of a
+    torch op or a torch/scipy sparse tensor, converted once, not per call."""
+    if not isinstance(shape, (tuple, list)) or not all(isinstance(d, (int, np.integer))
+                                                       for d in shape):
+        return CSRWeights(rowptr, colidx, values, shape)      # (refused there, named)
+
+    def make(arrays):          # the cache's read-only copies, or the sources as they are
+        own = all(isinstance(a, np.ndarray) and not a.flags.writeable for a in arrays)
+        return CSRWeights(*arrays, shape, _copy=not own)
+    return prepared("csr", [rowptr, colidx, values], make, extra=(tuple(shape),))

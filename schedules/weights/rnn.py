@@ -1,14 +1,20 @@
 """The weights of an LSTM/GRU stack (``torch.nn.LSTM.all_weights``, dense or
 CSR) checked once (:class:`RNNWeights`), with the packed layouts of each CPU
-solver made on first use and kept, and the register blocking they use."""
+solver made on first use and kept, and the register blocking they use.
+:func:`rnn_weights` makes the RNNWeights of a caller's list once per weights
+and reuses it (packed layouts included) while the arrays hold the same values
+(:mod:`schedules.core.prepared`): ``lstm(x, m.all_weights)`` packs once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from ..core.arrays import is_torch
+from ..core.prepared import prepared
 from ..host import host
+from .csr import csr_to_dense
 
 TENSORS = ("w_ih", "w_hh", "b_ih", "b_hh")
 GATES = {"lstm": 4, "gru": 3}
@@ -144,6 +150,20 @@ class RNNWeights:
     def blocking(self, batch):
         return blocking(self.gates, batch)
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the packed layouts made so far (the weights
+        themselves are the caller's, or the cache's copies)."""
+        def size(v):
+            if isinstance(v, np.ndarray):
+                return v.nbytes
+            if isinstance(v, dict):
+                return sum(size(x) for x in v.values())
+            if isinstance(v, (list, tuple)):
+                return sum(size(x) for x in v)
+            return 0
+        return size(list(self._packed.values()))
+
     def packed(self, what, batch):
         """The packed arrays of one schedule (made once, kept)."""
         blk = self.blocking(batch)
@@ -238,12 +258,70 @@ class RNNWeights:
 
 
 def _csr_to_dense(m):
-    rows, cols = m.shape
-    out = np.zeros((rows, cols), np.float32)
-    rowptr = np.asarray(m.rowptr)
-    r = np.repeat(np.arange(rows), np.diff(rowptr))
-    out[r, np.asarray(m.colidx)] = np.asarray(m.values)
-    return out
+    return csr_to_dense(m.rowptr, m.colidx, m.values, tuple(int(d) for d in m.shape))
+
+
+def rnn_weights(weights, cell="lstm", sparse=False, input_size=None):
+    """``RNNWeights(weights, cell, sparse, input_size)``, made once per
+    weights and reused, its packed layouts with it, while every array holds
+    the values it held (:func:`schedules.core.prepared.prepared`; the
+    RNNWeights is built on the cache's read-only copies).  ``weights`` as
+    :class:`RNNWeights` takes them; float32 NumPy arrays or CPU tensors and
+    CSR objects (``rowptr, colidx, values, shape``) are cached, anything else
+    is checked and packed on every call as before."""
+    layout, sources = _sources(weights)
+    if layout is None:
+        return RNNWeights(weights, cell, sparse=sparse, input_size=input_size)
+
+    def make(arrays):
+        it, out = iter(arrays), []
+        for layer in layout:
+            row = []
+            for kind in layer:
+                if kind == "dense":
+                    row.append(next(it))
+                else:
+                    row.append(SimpleNamespace(rowptr=next(it), colidx=next(it),
+                                               values=next(it), shape=kind))
+            out.append(row)
+        return RNNWeights(out, cell, sparse=sparse, input_size=input_size)
+    return prepared("rnn", sources, make, extra=(cell, bool(sparse), input_size, layout))
+
+
+def _sources(weights):
+    """``(layout, arrays)`` of a per-layer weight list: per tensor "dense" or
+    a CSR object's shape, and the arrays in order; ``(None, None)`` when a
+    tensor is not a float32 host array or CSR object (RNNWeights then checks
+    and names it)."""
+    if not isinstance(weights, (list, tuple)) or not weights:
+        return None, None
+    layout, sources = [], []
+    for layer in weights:
+        if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
+            return None, None
+        kinds = []
+        for m in layer:
+            if _is_csr(m) and not isinstance(m, np.ndarray) and not is_torch(m):
+                try:
+                    shape = tuple(int(d) for d in m.shape)
+                except (TypeError, ValueError):
+                    return None, None
+                kinds.append(shape)
+                sources += [m.rowptr, m.colidx, m.values]
+            elif _float32_host(m):
+                kinds.append("dense")
+                sources.append(m)
+            else:
+                return None, None
+        layout.append(tuple(kinds))
+    return tuple(layout), sources
+
+
+def _float32_host(m):
+    if isinstance(m, np.ndarray):
+        return m.dtype == np.float32
+    return (is_torch(m) and str(m.dtype) == "torch.float32" and m.device.type == "cpu"
+            and str(m.layout) == "torch.strided")
 
 
 def blocking(gates, batch):

@@ -1,0 +1,263 @@
+"""schedules.core.prepared: weights prepared once per weight and never stale.
+For every operator that caches a prepared weight (lstm/gru with a weight list,
+nn.LSTM/GRU, sparse_conv2d with a dense, torch sparse-CSR or scipy weight,
+torch.ops.tiramisu.sparse_conv2d / nn.SparseConv2d): a second call with the
+same weights prepares nothing (counted), and a weight changed in place (by
+an in-place op, through ``.data``, through a NumPy write) is seen by the next
+call, whose result equals an uncached reference bit for bit.  The LRU bounds;
+CSRWeights copies what it is given and sums duplicate columns.  Nothing is
+timed."""
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numpy as np
+import pytest
+
+import schedules
+from schedules.core import prepared as P
+from schedules.weights.csr import CSRWeights
+
+RNG = np.random.default_rng(30)
+
+
+def made(kind, f):
+    """(f()'s result, how many values of ``kind`` it prepared)."""
+    before = P.PREPARATIONS[kind]
+    out = f()
+    return out, P.PREPARATIONS[kind] - before
+
+
+def _pruned(co=6, ci=4, k=3, density=0.3):
+    w = RNG.standard_normal((co, ci, k, k)).astype(np.float32)
+    return (w * (RNG.random(w.shape) < density)).astype(np.float32)
+
+
+# ------------------------------------------------------------------ the cache itself
+def test_same_values_hit_changed_values_miss():
+    a = RNG.standard_normal(10).astype(np.float32)
+    v1, n1 = made("t", lambda: P.prepared("t", [a], lambda c: c[0].sum()))
+    v2, n2 = made("t", lambda: P.prepared("t", [a], lambda c: c[0].sum()))
+    assert (n1, n2) == (1, 0) and v1 == v2
+    a[3] = 100.0                                      # a NumPy write: no version to see
+    v3, n3 = made("t", lambda: P.prepared("t", [a], lambda c: c[0].sum()))
+    assert n3 == 1 and v3 == np.float32(a.sum())
+
+
+def test_make_gets_read_only_copies():
+    a = np.arange(4, dtype=np.float32)
+    got = P.prepared("t_copy", [a], lambda c: c)
+    assert not got[0].flags.writeable and not np.shares_memory(got[0], a)
+
+
+def test_nan_and_negative_zero_compare_by_bits():
+    a = np.array([np.nan, 0.0], np.float32)
+    _, n = made("t_bits", lambda: [P.prepared("t_bits", [a], lambda c: 1) for _ in range(2)])
+    assert n == 1                                     # NaN equals itself bit for bit
+    a[1] = -0.0
+    _, n = made("t_bits", lambda: P.prepared("t_bits", [a], lambda c: 1))
+    assert n == 1                                     # -0.0 is another weight
+
+
+def test_lru_evicts_by_entries_and_bytes(monkeypatch):
+    P.clear()
+    monkeypatch.setattr(P, "LIMIT_ENTRIES", 3)
+    arrays = [np.full(8, i, np.float32) for i in range(5)]
+    for a in arrays:
+        P.prepared("t_lru", [a], lambda c: 0)
+    assert len(P._entries) == 3
+    _, n = made("t_lru", lambda: P.prepared("t_lru", [arrays[0]], lambda c: 0))
+    assert n == 1                                     # the oldest was evicted
+    _, n = made("t_lru", lambda: P.prepared("t_lru", [arrays[4]], lambda c: 0))
+    assert n == 0                                     # the newest kept
+    monkeypatch.setattr(P, "LIMIT_BYTES", 100)
+    big = np.zeros(1000, np.float32)                  # 4000 bytes: made, used, not kept
+    assert P.prepared("t_lru", [big], lambda c: 7) == 7
+    assert P.cached_bytes() <= 100
+    P.clear()
+
+
+def test_gpu_or_odd_sources_are_made_every_call():
+    _, n = made("t_odd", lambda: [P.prepared("t_odd", [[1.0, 2.0]], lambda c: 0)
+                                  for _ in range(2)])
+    assert n == 2
+
+
+# ------------------------------------------------------------------ LSTM / GRU
+torch = pytest.importorskip("torch")
+import schedules.nn  # noqa: E402  (registers torch.ops.tiramisu)
+
+
+def _uncached(cell, x, module, schedule):
+    """The result with freshly packed weights (no cache)."""
+    W = schedules.RNNWeights([[t.detach().clone() for t in layer] for layer in module.all_weights],
+                             cell)
+    call = schedules.lstm if cell == "lstm" else schedules.gru
+    return call(x, W, schedule=schedule)[0]
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_rnn_weight_list_packed_once_and_never_stale(cell):
+    torch.manual_seed(1)
+    m = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(6, 8, num_layers=2)
+    call = schedules.lstm if cell == "lstm" else schedules.gru
+    x = torch.randn(4, 2, 6)
+    run = lambda: call(x, m.all_weights, schedule="layer")[0]  # noqa: E731
+    y1, n1 = made("rnn", run)
+    y2, n2 = made("rnn", run)
+    assert n1 == 1 and n2 == 0 and torch.equal(y1, y2)
+    changes = [lambda: m.weight_hh_l0.data.mul_(0.5),            # .data: no version bump
+               lambda: m.weight_ih_l1.detach().mul_(0),          # shares the version
+               lambda: m.bias_hh_l1.detach().numpy().__imul__(2)]
+    for change in changes:
+        change()
+        y, n = made("rnn", run)
+        assert n == 1
+        assert torch.equal(y, _uncached(cell, x, m, "layer"))
+        with torch.no_grad():
+            torch.testing.assert_close(y, m(x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_rnn_numpy_weights_written_after_a_call():
+    torch.manual_seed(2)
+    m = torch.nn.LSTM(5, 5, num_layers=2)
+    weights = [[t.detach().numpy().copy() for t in layer] for layer in m.all_weights]
+    x = RNG.standard_normal((3, 1, 5)).astype(np.float32)
+    y1, n1 = made("rnn", lambda: schedules.lstm(x, weights, schedule="layer")[0])
+    weights[1][1][:] *= -1.0
+    y2, n2 = made("rnn", lambda: schedules.lstm(x, weights, schedule="layer")[0])
+    want = schedules.lstm(x, schedules.RNNWeights([[a.copy() for a in layer] for layer in weights],
+                                                  "lstm"), schedule="layer")[0]
+    assert (n1, n2) == (1, 1) and np.array_equal(y2, want) and not np.array_equal(y1, y2)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_nn_modules_pack_once_and_see_changes(cell):
+    torch.manual_seed(3)
+    tm = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(4, 6, num_layers=2)
+    ours = (schedules.nn.LSTM if cell == "lstm" else schedules.nn.GRU).from_torch(tm)
+    x = torch.randn(3, 2, 4)
+    with torch.no_grad():
+        made("rnn", lambda: ours(x))
+        _, n = made("rnn", lambda: ours(x))
+        assert n == 0
+        tm.weight_hh_l1.mul_(0.5)                     # the same Parameter objects
+        y, n = made("rnn", lambda: ours(x)[0])
+        assert n == 1
+        torch.testing.assert_close(y, tm(x)[0], rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------ sparse convolution
+def test_sparse_conv2d_dense_weight_converted_once_never_stale():
+    x = RNG.standard_normal((1, 4, 7, 7)).astype(np.float32)
+    w = _pruned()
+    conv = lambda: schedules.sparse_conv2d(x, w, padding=1)  # noqa: E731
+    y1, n1 = made("csr_from_dense", conv)
+    y2, n2 = made("csr_from_dense", conv)
+    assert (n1, n2) == (1, 0) and np.array_equal(y1, y2)
+    w[0] = 0.0                                        # a NumPy write after a call
+    y3, n3 = made("csr_from_dense", conv)
+    want = schedules.sparse_conv2d(x, CSRWeights.from_dense(w.copy()), padding=1)
+    assert n3 == 1 and np.array_equal(y3, want) and not y3[:, 0].any()
+
+
+def test_sparse_conv2d_torch_weight_mul_zero_seen():
+    x = torch.randn(1, 4, 6, 6)
+    w = torch.from_numpy(_pruned())
+    y1, n1 = made("csr_from_dense", lambda: schedules.sparse_conv2d(x, w))
+    _, n2 = made("csr_from_dense", lambda: schedules.sparse_conv2d(x, w))
+    w.mul_(0)
+    y3, n3 = made("csr_from_dense", lambda: schedules.sparse_conv2d(x, w))
+    assert (n1, n2, n3) == (1, 0, 1) and y1.abs().sum() > 0 and not y3.any()
+
+
+def test_torch_and_scipy_sparse_weights_converted_once():
+    x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    w = _pruned()
+    ts = torch.from_numpy(w.reshape(6, -1).copy()).to_sparse_csr()
+    xt = torch.from_numpy(x)
+    made("csr", lambda: schedules.sparse_conv2d(xt, ts))
+    y, n = made("csr", lambda: schedules.sparse_conv2d(xt, ts))
+    assert n == 0
+    np.testing.assert_allclose(y.numpy(), schedules.sparse_conv2d(x, CSRWeights.from_dense(w)),
+                               rtol=1e-6, atol=1e-6)
+    ts.values().mul_(2.0)                             # the values changed in place
+    y2, n = made("csr", lambda: schedules.sparse_conv2d(xt, ts))
+    assert n == 1
+    np.testing.assert_allclose(y2.numpy(), 2 * y.numpy(), rtol=1e-6, atol=1e-6)
+    sp = pytest.importorskip("scipy.sparse")
+    m = sp.csr_matrix(w.reshape(6, -1))
+    made("csr", lambda: schedules.sparse_conv2d(x, m))
+    _, n = made("csr", lambda: schedules.sparse_conv2d(x, m))
+    assert n == 0
+    m.data[:] = 0
+    y3, n = made("csr", lambda: schedules.sparse_conv2d(x, m))
+    assert n == 1 and not y3.any()
+
+
+def test_nn_sparse_conv2d_builds_its_csr_once():
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+    with torch.no_grad():
+        conv.weight.copy_(torch.from_numpy(_pruned()))
+    layer = schedules.nn.SparseConv2d.from_torch(conv)
+    x = torch.randn(1, 4, 5, 5)
+    with torch.no_grad():
+        made("csr", lambda: layer(x))
+        y1, n = made("csr", lambda: layer(x))
+        assert n == 0
+        layer.values.data.mul_(0.5)                   # .data: no version bump
+        y2, n = made("csr", lambda: layer(x))
+        assert n == 1
+        want = torch.ops.tiramisu.sparse_conv2d(
+            x, layer.rowptr.clone(), layer.colidx.clone(), layer.values.detach().clone(),
+            layer.weight_size, layer.bias.detach().clone(), layer.stride, layer.padding,
+            layer.dilation)
+        assert torch.equal(y2, want)
+        torch.testing.assert_close(y2 - layer.bias.view(1, -1, 1, 1),
+                                   0.5 * (y1 - layer.bias.view(1, -1, 1, 1)),
+                                   rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ CSRWeights
+def test_csr_weights_copy_what_they_are_given():
+    w = _pruned()
+    ref = CSRWeights.from_dense(w)
+    rowptr, colidx, values = ref.rowptr.copy(), ref.colidx.copy(), ref.values.copy()
+    csr = CSRWeights(rowptr, colidx, values, w.shape)
+    x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    y1 = schedules.sparse_conv2d(x, csr)              # derives and caches its layout
+    values[:] = 7.0
+    colidx[:] = 0
+    rowptr[1:] = rowptr[-1]
+    assert np.array_equal(csr.to_dense(), w)
+    assert np.array_equal(schedules.sparse_conv2d(x, csr), y1)
+    for a in (csr.rowptr, csr.colidx, csr.values):
+        assert not a.flags.writeable
+
+
+def test_csr_duplicate_columns_are_summed():
+    csr = CSRWeights(np.array([0, 3, 4]), np.array([1, 1, 0, 2]),
+                     np.array([1.0, 2.0, 5.0, 4.0], np.float32), (2, 1, 1, 3))
+    dense = csr.to_dense()
+    assert dense.reshape(2, 3).tolist() == [[5.0, 3.0, 0.0], [0.0, 0.0, 4.0]]
+    x = RNG.standard_normal((1, 1, 4, 4)).astype(np.float32)
+    got = schedules.sparse_conv2d(x, csr)
+    want = schedules.sparse_conv2d(x, CSRWeights.from_dense(dense))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    sp = pytest.importorskip("scipy.sparse")
+    m = sp.csr_matrix((csr.values, csr.colidx, csr.rowptr), shape=(2, 3))
+    assert np.array_equal(m.toarray(), dense.reshape(2, 3))
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.5])
+def test_from_dense_matches_nonzero(threshold):
+    w = RNG.standard_normal((7, 3, 2, 3)).astype(np.float32)
+    w[RNG.random(w.shape) < 0.6] = 0
+    w[1, 0, 0, 0], w[2, 1, 1, 1], w[3] = np.nan, -0.0, 0.0
+    csr = CSRWeights.from_dense(w, threshold)
+    flat = w.reshape(7, -1)
+    keep = ~(np.abs(flat) <= threshold)
+    rows, cols = np.nonzero(keep)
+    assert csr.rowptr.tolist() == [0] + np.cumsum(keep.sum(1)).tolist()
+    assert csr.colidx.tolist() == cols.tolist()
+    assert np.array_equal(csr.values, flat[rows, cols], equal_nan=True)
