@@ -76,9 +76,7 @@ class ConvShape:
         (height, width) pair, as torch takes them; ``padding`` also "valid"
         or "same" (:func:`padding_of`)."""
         stride, dilation = pair(stride, "stride", 1, op), pair(dilation, "dilation", 1, op)
-        if not _is_int(groups):
-            raise TypeError(f"{op}: groups must be a positive int, got {groups!r}")
-        if groups < 1:
+        if not _is_int(groups) or groups < 1:
             raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
         for shape, name, what in ((x_shape, names[0], "(N, C, H, W)"),
                                   (w_shape, names[1], "(Cout, Cin/groups, KH, KW)")):
@@ -112,17 +110,14 @@ def pair(v, name, least, op="conv2d"):
     """``v`` as torch takes it (an int, or a list of 1 or 2 ints: one for
     both, or (height, width)) checked, each at least ``least``: an int, or a
     tuple of two ints.  A list of another length, or one that is not of
-    ints: ValueError / TypeError starting with ``op`` and naming ``name``."""
+    ints: ValueError starting with ``op`` and naming ``name``."""
     what = "non-negative" if least == 0 else "positive"
     form = (f"{op}: {name} must be a {what} int or a list of 1 or 2 of them (height, width), "
             f"as torch takes it, got {v!r}")
     is_list = isinstance(v, (tuple, list))
     items = tuple(v) if is_list else (v,)
-    if is_list and len(items) not in (1, 2):
-        raise ValueError(form)
-    if not all(map(_is_int, items)):
-        raise TypeError(form)
-    if any(i < least for i in items):
+    if (is_list and len(items) not in (1, 2)) or not all(map(_is_int, items)) \
+            or any(i < least for i in items):
         raise ValueError(form)
     return int(items[0]) if len(items) == 1 else (int(items[0]), int(items[1]))
 
