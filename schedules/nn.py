@@ -35,9 +35,9 @@ def _adopt(new, old):
 class Linear(nn.Linear):
     """``nn.Linear`` computed as ``tiramisu::gemm(x, weight^T) + bias``."""
 
-    def forward(self, x):
-        lead = x.shape[:-1]
-        y = ops.gemm(x.reshape(-1, self.in_features), self.weight.t())
+    def forward(self, input):
+        lead = input.shape[:-1]
+        y = ops.gemm(input.reshape(-1, self.in_features), self.weight.t())
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
@@ -78,12 +78,11 @@ class Conv2d(nn.Conv2d):
 
     algo = "auto"
 
-    def forward(self, x):
-        unbatched = x.dim() == 3
-        if unbatched:
-            x = x.unsqueeze(0)
+    def forward(self, input):
+        unbatched = input.dim() == 3
+        x = input.unsqueeze(0) if unbatched else input
         y = ops.conv2d(x, self.weight, self.bias, list(self.stride), _padding(self),
-                       list(self.dilation), self.groups, self.algo)
+                       list(self.dilation), self.groups, algo=self.algo)
         return y.squeeze(0) if unbatched else y
 
     @classmethod
@@ -117,9 +116,9 @@ class ConvReLUMaxPool2d(nn.Module):
         co, ci, kh, kw = self.weight.shape
         return f"{ci}, {co}, kernel_size=({kh}, {kw}), padding={tuple(self.padding)}, pool={self.pool}"
 
-    def forward(self, x):
-        bias = self.bias if self.bias is not None else x.new_zeros(self.weight.shape[0])
-        return ops.conv_relu_maxpool(x, self.weight, bias, self.pool, self.padding, self.algo)
+    def forward(self, input):
+        return ops.conv_relu_maxpool(input, self.weight, self.bias, padding=self.padding,
+                                     pool=self.pool, algo=self.algo)
 
     @classmethod
     def from_torch(cls, module, pool=None, algo="auto"):
@@ -177,8 +176,8 @@ class SparseConv2d(nn.Module):
         return (f"{ci}, {co}, kernel_size=({kh}, {kw}), stride={tuple(self.stride)}, "
                 f"padding={tuple(self.padding)}, density={self.density:.3f}")
 
-    def forward(self, x):
-        return ops.sparse_conv2d(x, self.rowptr, self.colidx, self.values, self.weight_size,
+    def forward(self, input):
+        return ops.sparse_conv2d(input, self.rowptr, self.colidx, self.values, self.weight_size,
                                  self.bias, self.stride, self.padding, self.dilation)
 
     @classmethod
@@ -230,25 +229,25 @@ class _Recurrent(nn.Module):
 
 
 class LSTM(_Recurrent):
-    """``schedules.nn.LSTM.from_torch(lstm)``: ``forward(x, (h0, c0)=None)``
+    """``schedules.nn.LSTM.from_torch(lstm)``: ``forward(input, (h0, c0)=None)``
     returns ``(y, (h_n, c_n))`` as ``nn.LSTM`` does."""
     _torch = nn.LSTM
 
-    def forward(self, x, hx=None):
+    def forward(self, input, hx=None):
         h0, c0 = (None, None) if hx is None else hx
         self._op = ops.lstm
-        y, (hn, cn) = self._run(x, h0, c0)
+        y, (hn, cn) = self._run(input, h0, c0)
         return y, (hn, cn)
 
 
 class GRU(_Recurrent):
-    """``schedules.nn.GRU.from_torch(gru)``: ``forward(x, h0=None)`` returns
+    """``schedules.nn.GRU.from_torch(gru)``: ``forward(input, h0=None)`` returns
     ``(y, h_n)`` as ``nn.GRU`` does."""
     _torch = nn.GRU
 
-    def forward(self, x, hx=None):
+    def forward(self, input, hx=None):
         self._op = ops.gru
-        y, (hn,) = self._run(x, hx)
+        y, (hn,) = self._run(input, hx)
         return y, hn
 
 

@@ -1,19 +1,32 @@
-"""The operator library as PyTorch operators (imports torch)::
+"""The operator library as PyTorch operators (imports torch), with aten's
+schemas where aten has the op (``torch.ops.aten.conv2d.default._schema``:
+the same argument names, types and defaults; ``algo`` is ours, keyword
+only)::
 
-    torch.ops.tiramisu.gemm(a, b)
-    torch.ops.tiramisu.conv2d(x, weight, bias, stride, padding, dilation, groups, algo)
-    torch.ops.tiramisu.conv_relu_maxpool(x, weight, bias, pool, padding, algo)
-    torch.ops.tiramisu.sparse_conv2d(x, rowptr, colidx, values, weight_size, bias,
-                                     stride, padding, dilation)      # CSR weight, float32
-    torch.ops.tiramisu.lstm(x, weights, num_layers, h0, c0) -> (y, h_n, c_n)   # forward only
-    torch.ops.tiramisu.gru(x, weights, num_layers, h0) -> (y, h_n)             # forward only
+    torch.ops.tiramisu.gemm(self, mat2)                                    # aten::mm
+    torch.ops.tiramisu.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1,
+                              groups=1, *, algo="auto")                    # aten::conv2d
+    torch.ops.tiramisu.conv2d(input, weight, bias=None, stride=1, padding="valid",
+                              dilation=1, groups=1, *, algo="auto")        # conv2d.padding
+    torch.ops.tiramisu.conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0,
+                                         dilation=1, groups=1, *, pool=2, algo="auto")
+                                         # (and .padding: "valid" / "same")
+    torch.ops.tiramisu.sparse_conv2d(input, rowptr, colidx, values, weight_size, bias=None,
+                                     stride=1, padding=0, dilation=1)  # CSR weight, float32
+    torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0) -> (y, h_n, c_n)  # forward only
+    torch.ops.tiramisu.gru(input, params, num_layers, h0) -> (y, h_n)            # forward only
 
-each with a backward made of compiled kernels, themselves ops
+``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
+them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
+too, by :meth:`schedules.problems.conv.ConvProblem.from_meta` (RuntimeError
+naming the argument), and an unknown ``algo`` is refused (ValueError).
+Each op has a backward made of compiled kernels, themselves ops
 (``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
 ``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
-float32 forwards run the library's solvers (:mod:`schedules.api`); float64, and float32 shapes those do not take
-(unequal stride/padding/dilation pairs, a fused block with padding other than
-1), run the plain kernels of :mod:`schedules.solvers.backward`.
+float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
+``algo`` there); float64, and float32 shapes those do not take (unequal
+stride/padding/dilation pairs, a fused block with groups), run the plain
+kernels of :mod:`schedules.solvers.backward`, whatever ``algo``.
 
 Adding an op is one :func:`_op` call: a schema, an implementation, a fake
 (shape) function and optionally a backward (see the ones below).
@@ -27,7 +40,8 @@ from tiramisu_py.runtime.torch_bridge import contiguous, define
 
 from . import api
 from .core.kernels import kernel
-from .problems.conv import ConvProblem, ConvShape
+from .problems.conv import ConvProblem, ConvShape, padding_of, pair
+from .registry import SOLVERS
 from .solvers import backward as BW
 from .weights.csr import csr_weights
 
@@ -91,31 +105,87 @@ def _gemm_backward(ctx, g):
     return ga, gb
 
 
-gemm = _op("gemm", "(Tensor a, Tensor b) -> Tensor", _gemm, _gemm_fake, _gemm_backward,
+gemm = _op("gemm", "(Tensor self, Tensor mat2) -> Tensor", _gemm, _gemm_fake, _gemm_backward,
            _gemm_setup)
 
 
 # ------------------------------------------------------------------ conv2d
-def _conv2d(x, weight, bias, stride, padding, dilation, groups, algo="auto"):
-    dt = _dtype("conv2d", x, weight, bias)
-    x, weight, bias = contiguous(x), contiguous(weight), contiguous(bias)
+# aten's conv2d arguments (``torch.ops.aten.conv2d.default._schema``), defaults included
+_CONV_DEFAULTS = dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1)
+_CONV = ("Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, {padding}, "
+         "SymInt[2] dilation=1, SymInt groups=1")
+_CONV_INT = _CONV.format(padding="SymInt[2] padding=0")
+_CONV_STR = _CONV.format(padding="str padding=\"valid\"")
+
+
+def _algo(op, algo):
+    """``algo`` checked against the op's solvers (float64 and the shapes
+    the solvers do not take run the plain kernel whatever ``algo``)."""
+    names = ("auto",) + tuple(dict.fromkeys(s.name for s in SOLVERS[op]))
+    if algo not in names:
+        raise ValueError(f"tiramisu::{op}: algo must be one of {', '.join(names)}; got {algo!r}")
+
+
+def _str_padding(op, weight, stride, padding, dilation):
+    """aten's ``conv2d.padding``: "valid" or "same" as a (height, width)
+    list (:func:`schedules.problems.conv.padding_of`: "same" needs stride 1
+    and an even total padding)."""
+    st, dl = (pair(v, name, 1, f"tiramisu::{op}") for v, name in ((stride, "stride"),
+                                                                 (dilation, "dilation")))
+    p = padding_of(padding, weight.shape[2], weight.shape[3], st, dl, f"tiramisu::{op}")
+    return list(p) if isinstance(p, tuple) else [p, p]
+
+
+def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+            *, algo="auto"):
+    dt = _dtype("conv2d", input, weight, bias)
+    _algo("conv2d", algo)
+    x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
     if dt == "float32" and _square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
-                      dilation=s.dh, groups=groups, algo=algo)
+                          dilation=s.dh, groups=groups, algo=algo)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
     return k(data=x, weight=weight, **({"bias": bias} if bias is not None else {}))
 
 
-def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups, algo="auto"):
-    s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
-    return x.new_empty((s.n, s.co, s.ho, s.wo))
+def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                 groups=1, *, algo="auto"):
+    s = _conv("conv2d", input.shape, weight.shape, stride, padding, dilation, groups)
+    return input.new_empty((s.n, s.co, s.ho, s.wo))
 
 
-def _conv2d_setup(ctx, inputs, output):
-    x, weight, bias, stride, padding, dilation, groups = inputs[:7]
+def _conv2d_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
+                groups=1, *, algo="auto"):
+    return _conv2d(input, weight, bias, stride,
+                   _str_padding("conv2d", weight, stride, padding, dilation), dilation, groups,
+                   algo=algo)
+
+
+def _conv2d_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
+                     groups=1, *, algo="auto"):
+    return _conv2d_fake(input, weight, bias, stride,
+                        _str_padding("conv2d", weight, stride, padding, dilation), dilation,
+                        groups)
+
+
+def _conv_args(op, inputs, keyword_only_inputs):
+    """``(input, weight, bias, [stride, padding, dilation, groups])`` of a
+    conv op's call (torch hands setup_context the positional arguments
+    given, the defaults left out), padding as a (height, width) list."""
+    x, weight, bias = (list(inputs[:3]) + [None])[:3]
+    given = dict(zip(("stride", "padding", "dilation", "groups"), inputs[3:]))
+    conf = {k: given.get(k, v) for k, v in _CONV_DEFAULTS.items()}
+    st, pd, dl, g = (conf[k] for k in ("stride", "padding", "dilation", "groups"))
+    if isinstance(pd, str):
+        pd = _str_padding(op, weight, st, pd, dl)
+    lists = [list(v) * (2 if len(v) == 1 else 1) for v in (st, pd, dl)]
+    return x, weight, bias, lists + [g]
+
+
+def _conv2d_setup(ctx, inputs, keyword_only_inputs, output):
+    x, weight, bias, ctx.conf = _conv_args("conv2d", inputs, keyword_only_inputs)
     ctx.save_for_backward(x, weight)
-    ctx.conf = (list(stride), list(padding), list(dilation), groups)
     ctx.has_bias, ctx.n_inputs = bias is not None, len(inputs)
 
 
@@ -124,9 +194,9 @@ def _conv2d_backward(ctx, g):
     gx = gw = gb = None
     if ctx.needs_input_grad[0]:
         gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
-    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+    if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
         gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf)
-    return (gx, gw, gb if ctx.has_bias else None) + (None,) * (ctx.n_inputs - 3)
+    return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
 def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
@@ -154,83 +224,107 @@ def _grad_weight_fake(g, x, weight_size, stride, padding, dilation, groups):
     return g.new_empty(weight_size), g.new_empty((weight_size[0],))
 
 
-_CONF = "int[2] stride, int[2] padding, int[2] dilation, int groups"
-conv2d = _op("conv2d", f"(Tensor x, Tensor weight, Tensor? bias, {_CONF}, str algo='auto') -> Tensor",
+_CONF = "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, SymInt groups"
+conv2d = _op("conv2d", f"({_CONV_INT}, *, str algo='auto') -> Tensor",
              _conv2d, _conv2d_fake, _conv2d_backward, _conv2d_setup)
+_op("conv2d.padding", f"({_CONV_STR}, *, str algo='auto') -> Tensor",
+    _conv2d_str, _conv2d_str_fake, _conv2d_backward, _conv2d_setup)
 conv2d_grad_input = _op("conv2d_grad_input",
                         f"(Tensor grad, Tensor weight, SymInt[4] input_size, {_CONF}) -> Tensor",
                         _grad_input, _grad_input_fake)
 conv2d_grad_weight = _op("conv2d_grad_weight",
-                         f"(Tensor grad, Tensor x, SymInt[4] weight_size, {_CONF}) -> (Tensor, Tensor)",
+                         f"(Tensor grad, Tensor input, SymInt[4] weight_size, {_CONF}) "
+                         "-> (Tensor, Tensor)",
                          _grad_weight, _grad_weight_fake)
 
 
 # ------------------------------------------------------------------ fused block
-def _fused(x, weight, bias, pool, padding, algo="auto"):
-    dt = _dtype("conv_relu_maxpool", x, weight, bias)
-    x, weight, bias = contiguous(x), contiguous(weight), contiguous(bias)
-    s = _fused_conv(x, weight, pool, padding)
-    if dt == "float32" and padding[0] == padding[1]:
-        return api.conv_relu_maxpool(x, weight, bias, padding=padding[0], pool=pool, algo=algo)
+def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
+           *, pool=2, algo="auto"):
+    dt = _dtype("conv_relu_maxpool", input, weight, bias)
+    _algo("conv_relu_maxpool", algo)
+    x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
+    s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
+    if dt == "float32" and _square(s) and s.groups == 1:
+        return api.conv_relu_maxpool(x, weight, bias, s.sh, s.ph, s.dh, pool=pool, algo=algo)
+    bias = x.new_zeros((s.co,)) if bias is None else bias
     return _kernel(("fused", s, pool, dt), lambda: BW.fused_forward(s, pool, dt))(
         data=x, weight=weight, bias=bias)
 
 
-def _fused_conv(x, weight, pool, padding):
-    s = _conv("conv_relu_maxpool", x.shape, weight.shape, (1, 1), padding, (1, 1), 1)
+def _fused_conv(x, weight, stride, padding, dilation, groups, pool):
+    s = _conv("conv_relu_maxpool", x.shape, weight.shape, stride, padding, dilation, groups)
     torch._check(1 <= pool <= min(s.ho, s.wo),
                  lambda: f"tiramisu::conv_relu_maxpool: pool must be in [1, {min(s.ho, s.wo)}], "
                          f"got {pool}")
     return s
 
 
-def _fused_fake(x, weight, bias, pool, padding, algo="auto"):
-    s = _fused_conv(x, weight, pool, padding)
-    return x.new_empty((s.n, s.co, s.ho // pool, s.wo // pool))
+def _fused_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                groups=1, *, pool=2, algo="auto"):
+    s = _fused_conv(input, weight, stride, padding, dilation, groups, pool)
+    return input.new_empty((s.n, s.co, s.ho // pool, s.wo // pool))
 
 
-def _fused_setup(ctx, inputs, output):
-    x, weight, bias, pool, padding = inputs[:5]
-    ctx.save_for_backward(x, weight, bias)
-    ctx.pool, ctx.padding, ctx.n_inputs = pool, list(padding), len(inputs)
+def _fused_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
+               groups=1, *, pool=2, algo="auto"):
+    return _fused(input, weight, bias, stride,
+                  _str_padding("conv_relu_maxpool", weight, stride, padding, dilation), dilation,
+                  groups, pool=pool, algo=algo)
+
+
+def _fused_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
+                    groups=1, *, pool=2, algo="auto"):
+    return _fused_fake(input, weight, bias, stride,
+                       _str_padding("conv_relu_maxpool", weight, stride, padding, dilation),
+                       dilation, groups, pool=pool)
+
+
+def _fused_setup(ctx, inputs, keyword_only_inputs, output):
+    x, weight, bias, ctx.conf = _conv_args("conv_relu_maxpool", inputs, keyword_only_inputs)
+    ctx.has_bias, ctx.n_inputs = bias is not None, len(inputs)
+    ctx.save_for_backward(x, weight, x.new_zeros((weight.shape[0],)) if bias is None else bias)
+    ctx.pool = keyword_only_inputs.get("pool", 2)
 
 
 def _fused_backward(ctx, g):
     x, weight, bias = ctx.saved_tensors
-    gz = conv_relu_maxpool_grad(g, x, weight, bias, ctx.pool, ctx.padding)
-    conf = ([1, 1], ctx.padding, [1, 1], 1)
-    gx = conv2d_grad_input(gz, weight, list(x.shape), *conf) if ctx.needs_input_grad[0] else None
+    gz = conv_relu_maxpool_grad(g, x, weight, bias, *ctx.conf, ctx.pool)
+    gx = conv2d_grad_input(gz, weight, list(x.shape), *ctx.conf) if ctx.needs_input_grad[0] else None
     gw = gb = None
-    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
-        gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *conf)
-    return (gx, gw, gb) + (None,) * (ctx.n_inputs - 3)
+    if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+        gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf)
+    return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
-def _fused_grad(g, x, weight, bias, pool, padding):
+def _fused_grad(g, x, weight, bias, stride, padding, dilation, groups, pool):
     dt = _dtype("conv_relu_maxpool_grad", g, x, weight, bias)
     g, x, weight, bias = (contiguous(t) for t in (g, x, weight, bias))
-    s = _fused_conv(x, weight, pool, padding)
+    s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
     return _kernel(("fused_grad", s, pool, dt), lambda: BW.fused_grad_pre(s, pool, dt))(
         data=x, weight=weight, bias=bias, grad=g)
 
 
-def _fused_grad_fake(g, x, weight, bias, pool, padding):
-    s = _fused_conv(x, weight, pool, padding)
+def _fused_grad_fake(g, x, weight, bias, stride, padding, dilation, groups, pool):
+    s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
     return x.new_empty((s.n, s.co, s.ho, s.wo))
 
 
-conv_relu_maxpool = _op(
-    "conv_relu_maxpool",
-    "(Tensor x, Tensor weight, Tensor bias, int pool, int[2] padding, str algo='auto') -> Tensor",
-    _fused, _fused_fake, _fused_backward, _fused_setup)
+_FUSED_KW = "*, int pool=2, str algo='auto'"
+conv_relu_maxpool = _op("conv_relu_maxpool", f"({_CONV_INT}, {_FUSED_KW}) -> Tensor",
+                        _fused, _fused_fake, _fused_backward, _fused_setup)
+_op("conv_relu_maxpool.padding", f"({_CONV_STR}, {_FUSED_KW}) -> Tensor",
+    _fused_str, _fused_str_fake, _fused_backward, _fused_setup)
 conv_relu_maxpool_grad = _op(
     "conv_relu_maxpool_grad",
-    "(Tensor grad, Tensor x, Tensor weight, Tensor bias, int pool, int[2] padding) -> Tensor",
+    f"(Tensor grad, Tensor input, Tensor weight, Tensor bias, {_CONF}, int pool) -> Tensor",
     _fused_grad, _fused_grad_fake)
 
 # ------------------------------------------------------------------ sparse conv
-def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation):
+def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
+                   padding=(0, 0), dilation=(1, 1)):
     _dtype("sparse_conv2d", x, values, bias)
+    _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, 1)
     if values.dtype != torch.float32:
         raise TypeError("tiramisu::sparse_conv2d: the sparse kernel is float32 only, got "
                         f"{values.dtype}")
@@ -238,7 +332,8 @@ def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias, stride, padding
     return api.sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding), tuple(dilation))
 
 
-def _sparse_conv2d_fake(x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation):
+def _sparse_conv2d_fake(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
+                        padding=(0, 0), dilation=(1, 1)):
     s = _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, 1)
     return x.new_empty((s.n, s.co, s.ho, s.wo))
 
@@ -251,10 +346,10 @@ def _sparse_flat(rowptr, colidx, weight_size):
 
 
 def _sparse_setup(ctx, inputs, output):
-    x, rowptr, colidx, values, weight_size, bias, stride, padding, dilation = inputs
+    x, rowptr, colidx, values, weight_size = inputs[:5]
     ctx.save_for_backward(x, rowptr, colidx, values)
-    ctx.weight_size, ctx.has_bias = list(weight_size), bias is not None
-    ctx.conf = (list(stride), list(padding), list(dilation), 1)
+    _, _, bias, ctx.conf = _conv_args("sparse_conv2d", (x, None) + tuple(inputs[5:]), {})
+    ctx.weight_size, ctx.has_bias, ctx.n_inputs = list(weight_size), bias is not None, len(inputs)
 
 
 def _sparse_backward(ctx, g):
@@ -271,13 +366,13 @@ def _sparse_backward(ctx, g):
     if ctx.needs_input_grad[3] or ctx.needs_input_grad[5]:
         gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf)
         gv = gw.reshape(-1)[flat]
-    return gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None
+    return (gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None)[:ctx.n_inputs]
 
 
 sparse_conv2d = _op(
     "sparse_conv2d",
-    "(Tensor x, Tensor rowptr, Tensor colidx, Tensor values, int[4] weight_size, Tensor? bias, "
-    "int[2] stride, int[2] padding, int[2] dilation) -> Tensor",
+    "(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "
+    "Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor",
     _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
 
 
@@ -327,9 +422,9 @@ def _gru_fake(x, weights, num_layers, h0=None):
 
 
 # forward only: no backward kernels yet (asking for a gradient raises "has no backward")
-lstm = _op("lstm", "(Tensor x, Tensor[] weights, int num_layers, Tensor? h0=None, "
+lstm = _op("lstm", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
            "Tensor? c0=None) -> (Tensor, Tensor, Tensor)", _lstm, _lstm_fake)
-gru = _op("gru", "(Tensor x, Tensor[] weights, int num_layers, Tensor? h0=None) -> (Tensor, Tensor)",
+gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None) -> (Tensor, Tensor)",
           _gru, _gru_fake)
 
 OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,

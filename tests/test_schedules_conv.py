@@ -341,10 +341,13 @@ def test_conv2d_padding_same_and_valid():
         schedules.conv2d(x, w, stride=2, padding="same")
     with pytest.raises(ValueError, match="uneven padding"):
         schedules.conv2d(x, rand(3, 2, 2, 2), padding="same")
-    for bad, name in (((1, 2, 3), "stride"), ((0, 1), "stride"), ((1,), "stride"), ("full", "padding"),
+    for bad, name in (((1, 2, 3), "stride"), ((0, 1), "stride"), ((), "stride"), ("full", "padding"),
                       ((-1, 0), "padding"), (1.5, "dilation")):
         with pytest.raises(ValueError, match=f"{name} must be"):
             schedules.conv2d(x, w, **{name: bad})
+    # a 1-element list is both sides, as aten takes it (torch.nn.functional.conv2d(stride=[2]))
+    np.testing.assert_allclose(schedules.conv2d(x, w, stride=(2,), algo="direct"),
+                               ref_conv_hw(x, w, None, (2, 2), (0, 0), (1, 1)), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("algo", schedules.FUSED_ALGOS)

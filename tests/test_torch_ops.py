@@ -26,8 +26,8 @@ _OPCHECK_OK = {"test_schema": "SUCCESS", "test_autograd_registration": "SUCCESS"
                "test_faketensor": "SUCCESS", "test_aot_dispatch_dynamic": "SUCCESS"}
 
 
-def _opcheck(op, args):
-    assert torch.library.opcheck(op, args) == _OPCHECK_OK
+def _opcheck(op, args, kwargs=None):
+    assert torch.library.opcheck(op, args, kwargs) == _OPCHECK_OK
 
 
 def _d(*shape):
@@ -163,14 +163,21 @@ def test_library_opcheck(ops):
     a, b = _d(3, 4), _d(4, 2)
     _opcheck(ops.gemm.default, (a, b))
     x, w, bias = _d(2, 2, 5, 5), _d(3, 2, 3, 3), _d(3)
-    _opcheck(ops.conv2d.default, (x, w, bias, [1, 1], [1, 1], [1, 1], 1, "auto"))
-    _opcheck(ops.conv_relu_maxpool.default, (x, w, bias, 2, [1, 1], "auto"))
+    _opcheck(ops.conv2d.default, (x, w, bias, [1, 1], [1, 1], [1, 1], 1))
+    _opcheck(ops.conv2d.default, (x, w))                       # aten's defaults
+    _opcheck(ops.conv2d.default, (x, w, None, [2], [1, 0], [1], 1), {"algo": "direct"})
+    _opcheck(ops.conv2d.padding, (x, w, bias, [1, 1], "same"))
+    _opcheck(ops.conv2d.padding, (x, w, None, [2, 1], "valid", [1, 2]))
+    _opcheck(ops.conv_relu_maxpool.default, (x, w, bias, [1, 1], [1, 1]), {"pool": 2})
+    _opcheck(ops.conv_relu_maxpool.default, (x, w, None, [2], [1], [1], 1), {"pool": 1})
+    _opcheck(ops.conv_relu_maxpool.padding, (x, w, bias, [1], "same"))
     # the backward ops have no backward themselves (no double backward)
     g, x, w, bias = torch.randn(2, 3, 5, 5, dtype=torch.float64), x.detach(), w.detach(), bias.detach()
     _opcheck(ops.conv2d_grad_input.default, (g, w, [2, 2, 5, 5], [1, 1], [1, 1], [1, 1], 1))
     _opcheck(ops.conv2d_grad_weight.default, (g, x, [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1))
     gp = torch.randn(2, 3, 2, 2, dtype=torch.float64)
-    _opcheck(ops.conv_relu_maxpool_grad.default, (gp, x, w, bias, 2, [1, 1]))
+    _opcheck(ops.conv_relu_maxpool_grad.default,
+             (gp, x, w, bias, [1, 1], [1, 1], [1, 1], 1, 2))
 
 
 def test_gradcheck_float64(ops):
@@ -181,9 +188,16 @@ def test_gradcheck_float64(ops):
     torch.testing.assert_close(conv(x, w, bias), F.conv2d(x, w, bias, (2, 1), (1, 0), (1, 2), 2))
     assert torch.autograd.gradcheck(conv, (x, w, bias))
     x, w, bias = _d(2, 2, 5, 5), _d(3, 2, 3, 3), _d(3)          # the kernels of the opchecks
-    fused = lambda x, w, b: ops.conv_relu_maxpool(x, w, b, 2, [1, 1])       # noqa: E731
+    fused = lambda x, w, b: ops.conv_relu_maxpool(x, w, b, [1, 1], [1, 1])  # noqa: E731
     torch.testing.assert_close(fused(x, w, bias), F.max_pool2d(F.relu(F.conv2d(x, w, bias, 1, 1)), 2))
     assert torch.autograd.gradcheck(fused, (x, w, bias))
+    # the fused op takes conv2d's stride, dilation and groups, and no bias
+    x, w = _d(2, 4, 9, 8), _d(6, 2, 3, 2)
+    fused = lambda x, w: ops.conv_relu_maxpool(x, w, None, [2, 1], [1, 0], [1, 2], 2,  # noqa: E731
+                                               pool=2)
+    torch.testing.assert_close(
+        fused(x, w), F.max_pool2d(F.relu(F.conv2d(x, w, None, (2, 1), (1, 0), (1, 2), 2)), 2))
+    assert torch.autograd.gradcheck(fused, (x, w))
 
 
 # ------------------------------------------------------------ modules

@@ -76,8 +76,12 @@ class ConvShape:
         (height, width) pair, as torch takes them; ``padding`` also "valid"
         or "same" (:func:`padding_of`)."""
         stride, dilation = pair(stride, "stride", 1, op), pair(dilation, "dilation", 1, op)
-        if not isinstance(groups, (int, np.integer)) or isinstance(groups, bool) or groups < 1:
+        if not _is_int(groups) or groups < 1:
             raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
+        for shape, name, what in ((x_shape, names[0], "(N, C, H, W)"),
+                                  (w_shape, names[1], "(Cout, Cin/groups, KH, KW)")):
+            if len(shape) != 4:
+                raise ValueError(f"{op}: {name} must be 4-D {what}, got shape {tuple(shape)}")
         n, ci, h, w = x_shape
         co, cig, kh, kw = w_shape
         if kh < 1 or kw < 1:
@@ -98,16 +102,23 @@ class ConvShape:
         return s
 
 
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
 def pair(v, name, least, op="conv2d"):
-    """``v`` (an int, or a pair of ints for height and width, as torch takes
-    them) checked: each at least ``least``; an int or a tuple of two ints."""
-    def ok(i):
-        return isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= least
-    items = tuple(v) if isinstance(v, (tuple, list)) else (v,)
-    if not (ok(v) or (isinstance(v, (tuple, list)) and len(items) == 2 and all(map(ok, items)))):
-        what = "non-negative" if least == 0 else "positive"
-        raise ValueError(f"{op}: {name} must be a {what} int or a pair of them "
-                         f"(height, width), got {v!r}")
+    """``v`` as torch takes it (an int, or a list of 1 or 2 ints: one for
+    both, or (height, width)) checked, each at least ``least``: an int, or a
+    tuple of two ints.  A list of another length, or one that is not of
+    ints: ValueError starting with ``op`` and naming ``name``."""
+    what = "non-negative" if least == 0 else "positive"
+    form = (f"{op}: {name} must be a {what} int or a list of 1 or 2 of them (height, width), "
+            f"as torch takes it, got {v!r}")
+    is_list = isinstance(v, (tuple, list))
+    items = tuple(v) if is_list else (v,)
+    if (is_list and len(items) not in (1, 2)) or not all(map(_is_int, items)) \
+            or any(i < least for i in items):
+        raise ValueError(form)
     return int(items[0]) if len(items) == 1 else (int(items[0]), int(items[1]))
 
 
@@ -291,23 +302,50 @@ class ConvProblem:
 
     @classmethod
     def from_meta(cls, op, xshape, wshape, stride, padding, dilation, groups, check=None):
-        """The :class:`ConvShape` of symbolic shapes (ints or torch SymInts,
-        for torch's fake implementations): ``check(condition, message)``
-        (``torch._check``) refuses what does not fit (default: ValueError)."""
+        """The :class:`ConvShape` of symbolic shapes and arguments (ints or
+        torch SymInts, for torch's operators and fake implementations), with
+        :meth:`ConvShape.make`'s rules: ``stride``, ``padding``,
+        ``dilation`` lists of 1 or 2 (one is both), positive (padding
+        non-negative); ``check(condition, message)`` (``torch._check``:
+        RuntimeError) refuses what does not fit, naming the argument
+        (default: ValueError)."""
         check = check or _check
         xshape, wshape = tuple(xshape), tuple(wshape)
-        check(len(xshape) == 4 and len(wshape) == 4,
-              lambda: f"tiramisu::{op}: x and weight must be 4-D (NCHW, OIHW)")
+        check(len(xshape) == 4, lambda: f"tiramisu::{op}: input must be 4-D (N, C, H, W), got "
+                                        f"shape {xshape}")
+        check(len(wshape) == 4, lambda: f"tiramisu::{op}: weight must be 4-D (Cout, Cin/groups, "
+                                        f"KH, KW), got shape {wshape}")
+        stride = _meta_pair(op, stride, "stride", 1, check)
+        padding = _meta_pair(op, padding, "padding", 0, check)
+        dilation = _meta_pair(op, dilation, "dilation", 1, check)
         n, ci, h, wd = xshape
         co, cig, kh, kw = wshape
-        check(groups >= 1 and ci % groups == 0 and co % groups == 0 and cig * groups == ci,
-              lambda: f"tiramisu::{op}: weight {wshape} does not fit input {xshape} "
-                      f"with groups={groups}")
-        s = ConvShape(n, ci, h, wd, co, kh, kw, tuple(stride), tuple(padding), tuple(dilation),
-                      groups)
+        check(groups >= 1, lambda: f"tiramisu::{op}: groups must be a positive int, got {groups}")
+        check(ci % groups == 0 and co % groups == 0,
+              lambda: f"tiramisu::{op}: groups={groups} must divide the {ci} input and {co} "
+                      "output channels")
+        check(cig * groups == ci,
+              lambda: f"tiramisu::{op}: weight {wshape} has {cig} input channels per group; "
+                      f"input {xshape} has {ci} channels in {groups} groups")
+        check(kh >= 1 and kw >= 1,
+              lambda: f"tiramisu::{op}: the kernel is {kh}x{kw}; it must be at least 1x1")
+        s = ConvShape(n, ci, h, wd, co, kh, kw, stride, padding, dilation, groups)
         check(s.ho >= 1 and s.wo >= 1,
               lambda: f"tiramisu::{op}: the {kh}x{kw} kernel does not fit the {h}x{wd} input")
         return s
+
+
+def _meta_pair(op, v, name, least, check):
+    """A symbolic ``stride``/``padding``/``dilation`` list as a (height,
+    width) tuple: :func:`pair`'s rule, by ``check``."""
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    what = "non-negative" if least == 0 else "positive"
+    check(len(v) in (1, 2),
+          lambda: f"tiramisu::{op}: {name} must be a {what} int or a list of 1 or 2 of them "
+                  f"(height, width), as torch takes it, got {list(v)}")
+    for i in v:
+        check(i >= least, lambda: f"tiramisu::{op}: {name} must be {what}, got {list(v)}")
+    return v * 2 if len(v) == 1 else v
 
 
 def _check(cond, message):

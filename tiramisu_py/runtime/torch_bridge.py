@@ -45,10 +45,12 @@ TAGS = (torch.Tag.needs_contiguous_strides,)
 
 
 def _split(qualname):
+    """``(namespace, name)`` of ``"namespace::name"`` (the name may be
+    ``"name.overload"``, as aten's ``conv2d.padding``)."""
     if not isinstance(qualname, str) or qualname.count("::") != 1:
         raise ValueError(f"operator name must be 'namespace::name', got {qualname!r}")
     ns, name = qualname.split("::")
-    for part, what in ((ns, "namespace"), (name, "name")):
+    for part, what in [(ns, "namespace")] + [(p, "name") for p in name.split(".", 1)]:
         if not part.isidentifier() or part.startswith("_"):
             raise ValueError(f"operator {what} {part!r} (in {qualname!r}) must be a Python "
                              "identifier not starting with '_'")
@@ -64,11 +66,14 @@ def _no_backward(qualname):
 
 
 def define(qualname, schema, impl, fake, backward=None, setup_context=None):
-    """Registers ``qualname`` (``"namespace::name"``) with ``schema`` (the
-    part after the name: ``"(Tensor a, Tensor b) -> Tensor"``), ``impl`` (the
-    CPU implementation), ``fake`` (shapes only) and ``backward`` /
+    """Registers ``qualname`` (``"namespace::name"``, or
+    ``"namespace::name.overload"`` for an overload of ``name`` defined
+    before, as aten's ``conv2d.padding``) with ``schema`` (the part after the
+    name: ``"(Tensor a, Tensor b) -> Tensor"``), ``impl`` (the CPU
+    implementation), ``fake`` (shapes only) and ``backward`` /
     ``setup_context`` (as for ``torch.library.register_autograd``).  Returns
-    ``torch.ops.namespace.name``."""
+    ``torch.ops.namespace.name`` (the packet: torch picks the overload by
+    the arguments' types)."""
     ns, name = _split(qualname)
     with _LOCK:
         if qualname in _OPS:
@@ -89,7 +94,7 @@ def define(qualname, schema, impl, fake, backward=None, setup_context=None):
         elif backward is not None:
             raise ValueError(f"{qualname}: an op that writes arguments in place cannot have "
                              "a backward (torch takes autograd formulas for functional ops only)")
-        op = getattr(getattr(torch.ops, ns), name)
+        op = getattr(getattr(torch.ops, ns), name.split(".")[0])
         _OPS[qualname] = op
         return op
 
@@ -259,7 +264,7 @@ def call(kernel, args, kwargs):
     if torch.compiler.is_compiling():
         ns, name = _op_name(kernel, inplace).split("::")
         info = kernel._torch_ops[inplace]
-        op = getattr(getattr(torch.ops, ns), name)
+        op = getattr(getattr(torch.ops, ns), name.split(".")[0])
     else:
         info = kernel._torch_ops.get(inplace)
         if info is None or not info.has_backward:
