@@ -161,15 +161,6 @@ def is_sparse(w) -> bool:
     return type(w).__module__.startswith("scipy.sparse")
 
 
-def density_of(w) -> float:
-    """The fraction of nonzeros of a dense NumPy array or torch tensor."""
-    size = int(np.prod(w.shape))
-    if not size:
-        return 0.0
-    nz = int(w.count_nonzero()) if is_torch(w) else np.count_nonzero(w)
-    return nz / size
-
-
 def as_csr(w, ci, name="w"):
     """``w`` as CSRWeights of shape (Cout, Cin, KH, KW), ``ci`` = the input's
     channels.  A 2-D sparse matrix (torch sparse-CSR, scipy CSR, 2-D
