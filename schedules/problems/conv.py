@@ -229,7 +229,9 @@ class ConvProblem:
         name = name or op
         sparse = is_sparse(weight)
         # (a torch sparse tensor raises on the device probe: the input decides)
-        cuda = gpu and use_cuda(target, input, None if sparse else weight, bias)
+        _check_sparse_weight(weight, sparse, names[1])
+        cuda = gpu and use_cuda(target, input, None if sparse else weight, bias,
+                                names=(names[0], names[1], "bias"))
         xn, wn = names
         if cuda:
             dev = A.device_of(input)
@@ -301,6 +303,25 @@ class ConvProblem:
         check(s.ho >= 1 and s.wo >= 1,
               lambda: f"tiramisu::{op}: the {kh}x{kw} kernel does not fit the {h}x{wd} input")
         return s
+
+
+def _check_sparse_weight(w, sparse, name):
+    """A sparse weight's own errors, before it is read: one that requires
+    grad (sparse weights have no backward here), and a CSRWeights whose
+    ``rowptr`` was changed after construction (checked on every call)."""
+    if sparse and A.is_torch(w) and w.requires_grad:
+        raise ValueError(f"{name}: a sparse weight that requires grad: the sparse convolution "
+                         f"has no backward; pass {name}.detach(), or a dense weight to train")
+    rowptr = getattr(w, "rowptr", None)
+    if sparse and isinstance(rowptr, np.ndarray) and rowptr.size > 1:
+        step = np.diff(rowptr)
+        if (step < 0).any() or rowptr[0] != 0 or rowptr[-1] != len(w.colidx):
+            r = int(np.argmax(step < 0)) if (step < 0).any() else 0
+            raise ValueError(f"{name}: its rowptr was changed after construction (rowptr[{r}] = "
+                             f"{rowptr[r]}, rowptr[{r + 1}] = {rowptr[r + 1]}, ends at "
+                             f"{rowptr[-1]} for {len(w.colidx)} nonzeros); rowptr must start at "
+                             "0, never decrease and end at nnz: make a new CSRWeights instead of "
+                             "changing one")
 
 
 def _check(cond, message):

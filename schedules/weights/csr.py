@@ -6,6 +6,8 @@ one image size); the sparse convolutions and the sparse RNNs share it.
 scipy CSR, a dense weight)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..core.arrays import float32_array, is_torch
@@ -28,6 +30,10 @@ class CSRWeights:
                        for d in shape)):
             raise ValueError(f"CSRWeights: shape must be 2 or 4 non-negative ints, got {shape!r}")
         self.shape = tuple(int(d) for d in shape)
+        if math.prod(self.shape) >= 2 ** 63:
+            raise ValueError(f"CSRWeights: shape {self.shape} has {math.prod(self.shape)} "
+                             "elements, more than int64 can index (2**63 - 1); pass the weight's "
+                             "true dense shape")
         rows, cols = self.shape[0], int(np.prod(self.shape[1:]))
         self.rowptr = _index_array(rowptr, "rowptr")
         self.colidx = _index_array(colidx, "colidx")
