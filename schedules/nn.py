@@ -222,6 +222,9 @@ class _Recurrent(nn.Module):
 
     def _run(self, x, *state):
         if self.batch_first:
+            if x.dim() != 3 or min(x.shape[:2]) < 1:    # the caller's shape, not transposed
+                raise ValueError(f"{type(self).__name__}: input: expected (B, T, I) "
+                                 f"(batch_first=True) with B, T >= 1, got shape {tuple(x.shape)}")
             x = x.transpose(0, 1)
         out = self._op(x, [getattr(self, n) for n in self._names], self.num_layers, *state)
         y = out[0].transpose(0, 1) if self.batch_first else out[0]

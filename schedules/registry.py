@@ -26,8 +26,13 @@ Design (as MIOpen's solver architecture)
 * **Registry** (``SOLVERS`` here): one list per operator.  A forced
   ``algo=`` (``schedule=``) that does not apply raises one error naming
   every solver of the operator and why it does not apply.
-* **Find** (:func:`schedules.core.find.find`): with "auto", the only
-  applicable solver, the first for a degenerate problem, else the fastest:
+* **Find** (:func:`schedules.core.find.find`): with "auto", among the
+  candidates -- the applicable solvers with the first one's ``numerics``,
+  which give the same result bit for bit, so timing never changes the
+  answer (:func:`schedules.core.find.candidates`: a dense conv weight runs
+  direct or spatial_pack, never im2col, Winograd or the sparse solver,
+  which skips zeros; those run when ``algo=`` names them) -- the only one,
+  the first for a degenerate problem, else the fastest:
   remembered in the tuning store (:class:`tiramisu_py.tuning.Store`) under
   ONE record kind, "find", keyed by the problem's key, the candidates'
   versions, the library's version and the host (SIMD width, cores); or

@@ -147,7 +147,8 @@ def _bad(cell, **change):
     (dict(x=np.zeros((3, 2, 4))), TypeError, "x: expected float32"),
     (dict(x=np.zeros((0, 2, 4), np.float32)), ValueError, "at least 1"),
     (dict(x=np.zeros((3, 2, 6), np.float32)), ValueError,
-     r"weights\[0\]\[0\] \(w_ih of layer 0\): expected shape \(20, 6\)"),
+     r"x: input size 6 \(its last dimension\), but weights\[0\]\[0\] \(w_ih of layer 0\) "
+     r"expects 4: pass x of shape \(T, B, 4\)"),
     (dict(weights=lambda a: a["weights"][1].__setitem__(1, np.zeros((20, 4), np.float32))),
      ValueError, r"weights\[1\]\[1\] \(w_hh of layer 1\): expected shape \(20, 5\)"),
     (dict(weights=lambda a: a["weights"][1].__setitem__(3, np.zeros(19, np.float32))),

@@ -119,7 +119,8 @@ def test_default_schedule_reads_a_in_place():
      r"a: expected 2 dimensions"),
     (lambda: schedules.gemm([[1.0]], np.zeros((1, 1), np.float32)), r"a: expected a NumPy"),
     (lambda: schedules.batched_gemm(np.zeros((2, 3, 4), np.float32),
-                                    np.zeros((3, 4, 5), np.float32)), r"do not match"),
+                                    np.zeros((3, 4, 5), np.float32)),
+     r"batched_gemm: a holds 2 matrices but b holds 3"),
 ])
 def test_bad_arguments_are_named(call, match):
     with pytest.raises((TypeError, ValueError), match=match):

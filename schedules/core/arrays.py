@@ -20,6 +20,24 @@ def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def refuse_foreign(x, name):
+    """Refuses, naming ``name``, what looks like an array but is not one an
+    operator on the host takes: a subclass of ``torch.Tensor`` defined
+    outside torch (its ``__torch_function__`` would be bypassed), or a
+    device array (``__cuda_array_interface__``)."""
+    cls = type(x)
+    if not is_torch(x) and any(c.__name__ == "Tensor" and c.__module__ == "torch"
+                               for c in cls.__mro__):
+        raise TypeError(f"{name}: a subclass of torch.Tensor ({cls.__name__}) is not supported "
+                        f"(its __torch_function__ would be bypassed); pass a plain tensor, "
+                        f"{name}.as_subclass(torch.Tensor)")
+    if not is_torch(x) and hasattr(x, "__cuda_array_interface__"):
+        raise TypeError(f"{name}: a device array ({cls.__name__}, __cuda_array_interface__) "
+                        f"passed to an operator that runs on the CPU here; copy it to the host "
+                        f"(a NumPy array or CPU tensor), or pass target='cuda' where the "
+                        f"operator has a GPU solver")
+
+
 def float32_array(x, name, ndim):
     """``x`` (NumPy array or CPU torch tensor) as a C-contiguous float32 array
     of ``ndim`` dimensions; a clear error names ``name`` otherwise."""
@@ -32,6 +50,7 @@ def float32_array(x, name, ndim):
             raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
         return x.contiguous()
     if not isinstance(x, np.ndarray):
+        refuse_foreign(x, name)
         raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
     if x.dtype != np.float32:
         raise TypeError(f"{name}: expected float32, got {x.dtype}")
@@ -43,6 +62,9 @@ def float32_array(x, name, ndim):
 def same_kind(args, names):
     """All NumPy or all torch: mixing them is refused (the result type would
     be ambiguous)."""
+    for a, name in zip(args, names):
+        if a is not None and not isinstance(a, np.ndarray) and not on_device(a):
+            refuse_foreign(a, name)
     kinds = {is_torch(a) for a in args if a is not None}
     if len(kinds) > 1:
         raise TypeError(f"{', '.join(names)}: pass all NumPy arrays or all torch tensors")

@@ -85,12 +85,26 @@ def choose(k, names, run, repeats):
     return best
 
 
+def candidates(p, solvers):
+    """The solvers "auto" may choose for ``p``: the applicable ones (in
+    order of preference) whose ``numerics`` is the first applicable one's,
+    so that every candidate gives the same IEEE result bit for bit (see
+    :class:`schedules.core.solver.Solver`): a dense weight is never run by
+    the sparse solver (structural zeros absent: ``0 * inf`` is never
+    computed), nor by im2col (GEMM blocks summed apart) or Winograd
+    (transformed inputs), which run only when ``algo=`` names them."""
+    cands = [s for s in solvers if s.applicable(p) is True]
+    return [s for s in cands if s.numerics == cands[0].numerics]
+
+
 def find(p, solvers, args, algo="auto", *, call, param="algo", repeats=3):
     """The solver of ``solvers`` (in order of preference) that computes
-    ``p``: the one named by ``algo``, or with "auto" the only applicable one,
-    the first for a degenerate problem, else the fastest (remembered, or
-    timed now on ``args``).  Errors name the public ``call`` and list every
-    solver with why it does not apply."""
+    ``p``: the one named by ``algo``, or with "auto" the only candidate
+    (:func:`candidates`), the first for a degenerate problem, else the
+    fastest candidate (remembered, or timed now on ``args``; a record naming
+    a solver that is not a candidate is ignored, timed again and replaced).
+    Errors name the public ``call`` and list every solver with why it does
+    not apply."""
     cands = [s for s in solvers if s.applicable(p) is True]
     if algo != "auto":
         names = list(dict.fromkeys(s.name for s in solvers))
@@ -107,6 +121,7 @@ def find(p, solvers, args, algo="auto", *, call, param="algo", repeats=3):
     if not cands:
         raise ValueError(f"{call}: no solver applies (the solvers of {p.op}: "
                          f"{reasons(solvers, p)})")
+    cands = candidates(p, solvers)
     if len(cands) == 1 or p.degenerate:
         return cands[0]
     by_name = {s.name: s for s in cands}

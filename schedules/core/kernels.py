@@ -33,19 +33,22 @@ def kernel(key, build, target):
     return k
 
 
-def use_cuda(target, *arrays) -> bool:
+def use_cuda(target, *arrays, names=()) -> bool:
     """Whether a library call runs on the GPU: ``target="cuda"`` (or
     $TIRAMISU_PY_TARGET=cuda with no ``target``), or no target given and an
     argument is a device array (a torch CUDA tensor, ``__cuda_array_interface__``).
-    Device arrays with a CPU target are refused, naming the target."""
+    Device arrays with a CPU target are refused, naming the target and (with
+    ``names``, one per array) the argument."""
     from tiramisu_py.runtime.device_arrays import on_device
-    on_gpu = any(a is not None and on_device(a) for a in arrays)
+    on_gpu = [i for i, a in enumerate(arrays) if a is not None and on_device(a)]
     if target_of(target) == "cuda":
         return True
     if on_gpu:
         if target is not None:
-            raise ValueError(f"target={target!r} runs on the CPU, but an argument is on a GPU; "
-                             "pass target='cuda' (or no target) for device arrays")
+            which = names[on_gpu[0]] if len(names) > on_gpu[0] else "an argument"
+            raise ValueError(f"target={target!r} runs on the CPU, but {which} is a device array "
+                             f"({type(arrays[on_gpu[0]]).__name__}); pass target='cuda' (or no "
+                             "target) for device arrays, or copy it to the host")
         return True
     return False
 

@@ -9,12 +9,21 @@ class Solver:
     ``name`` is what ``algo=`` (``schedule=`` for the RNNs) calls it;
     ``target`` "cpu" or "cuda" (the problem's ``device``); ``version`` goes
     into the find key (bump it when the schedule changes what is fastest).
+    ``numerics`` names the arithmetic, bit for bit: solvers of one op with
+    the same ``numerics`` give the same IEEE result on every input (the same
+    products, summed in the same order from the same start, so the same
+    rounding, overflow, and ``0 * inf`` / NaN propagation).  With "auto" the
+    find step offers only solvers of the first applicable one's ``numerics``
+    (:func:`schedules.core.find.candidates`): which is fastest never changes
+    the answer.  "ordered" (the default): every product, in the reduction's
+    order, added one by one to the bias.
     Subclasses define :meth:`build` and :meth:`run`, and narrow
     :meth:`applicable`."""
     op = ""
     name = ""
     target = "cpu"
     version = 1
+    numerics = "ordered"
 
     def applicable(self, p):
         """True, or the reason (a phrase after the solver's name, such as

@@ -12,9 +12,9 @@ import numpy as np
 
 from ..core import arrays as A
 from ..core.kernels import target_of, use_cuda
-from ..weights.csr import as_csr, density_of, is_sparse
+from ..weights.csr import as_csr, is_sparse
 
-SPARSE_MAX_DENSITY = 0.7         # denser weights never try "sparse" in the find step
+SPARSE_MAX_DENSITY = 0.7         # the last density bucket of a CSR weight's find key
 DENSITY_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, SPARSE_MAX_DENSITY)
 
 
@@ -174,11 +174,11 @@ class ConvProblem:
     same problem with ``pool`` and ReLU), its :class:`ConvShape`, whether a
     bias is given, ``target`` (the backend: "llvm", "c", "cpu" or "cuda"),
     the weight's form the solvers read (``weight``: "csr" for a sparse
-    weight on the GPU or with ``algo="sparse"``, else "dense": a sparse
-    weight is densified for the CPU find step) and ``density`` (the
-    fraction of nonzeros where known: a CSR weight, or a dense one of
-    ``groups=1`` when the find step runs; at most ``SPARSE_MAX_DENSITY`` a
-    CSR solver is timed too)."""
+    weight, or a dense one with ``algo="sparse"``; else "dense") and
+    ``density`` (the fraction of nonzeros of a CSR weight, else None).  A
+    dense weight is never run sparse by "auto", nor a sparse one dense: the
+    sparse solvers skip structural zeros (``0 * inf`` never computed), so
+    the two forms differ on inf/NaN inputs (:func:`schedules.core.find.candidates`)."""
     op: str
     shape: ConvShape
     bias: bool
@@ -207,8 +207,8 @@ class ConvProblem:
 
     @property
     def density_bucket(self):
-        """The least of ``DENSITY_BUCKETS`` at or above ``density`` (None:
-        too dense for a CSR solver to be timed)."""
+        """The least of ``DENSITY_BUCKETS`` at or above a CSR weight's
+        ``density`` (None: a dense weight, or denser than the last bucket)."""
         if self.density is None or self.shape.groups != 1:
             return None
         return next((d for d in DENSITY_BUCKETS if self.density <= d), None)
@@ -240,7 +240,9 @@ class ConvProblem:
         name = name or op
         sparse = is_sparse(weight)
         # (a torch sparse tensor raises on the device probe: the input decides)
-        cuda = gpu and use_cuda(target, input, None if sparse else weight, bias)
+        _check_sparse_weight(weight, sparse, names[1])
+        cuda = gpu and use_cuda(target, input, None if sparse else weight, bias,
+                                names=(names[0], names[1], "bias"))
         xn, wn = names
         if cuda:
             dev = A.device_of(input)
@@ -264,8 +266,7 @@ class ConvProblem:
             csr = as_csr(weight, x.shape[1], wn)
             s = cls._sparse_shape(name, x, csr, groups, stride, padding, dilation, names)
             b = None if bias is None else A.float32_array(bias, "bias", 1)
-            w = weight if not sparse else _dense(csr, x)
-            args = ConvArgs(x, w, b, csr)
+            args = ConvArgs(x, None if sparse else weight, b, csr)
         else:
             A.same_kind((input, weight, bias), (xn, wn, "bias"))
             x, w = A.float32_array(input, xn, 4), A.float32_array(weight, wn, 4)
@@ -277,15 +278,9 @@ class ConvProblem:
         if op == "conv_relu_maxpool" and (not isinstance(pool, int) or isinstance(pool, bool)
                                          or not 1 <= pool <= min(s.ho, s.wo)):
             raise ValueError(f"{name}: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
-        density = None
-        if args.csr is not None:
-            density = args.csr.density
-        elif (algo == "auto" and not cuda and s.groups == 1
-              and not (s.n == 0 or s.co == 0 or s.ci == 0)):
-            density = density_of(args.w)       # whether a CSR solver is worth timing
-        # the form the solvers read: a sparse weight is densified for the dense
-        # solvers when the CPU find step times them (args.w), else stays CSR
-        form = "csr" if algo == "sparse" or (sparse and (cuda or algo != "auto")) else "dense"
+        density = None if args.csr is None else args.csr.density
+        # the form the solvers read: structural zeros absent ("csr") or not
+        form = "csr" if sparse or algo == "sparse" else "dense"
         p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu", form,
                 density, pool)
         return p, args
@@ -348,6 +343,25 @@ def _meta_pair(op, v, name, least, check):
     return v * 2 if len(v) == 1 else v
 
 
+def _check_sparse_weight(w, sparse, name):
+    """A sparse weight's own errors, before it is read: one that requires
+    grad (sparse weights have no backward here), and a CSRWeights whose
+    ``rowptr`` was changed after construction (checked on every call)."""
+    if sparse and A.is_torch(w) and w.requires_grad:
+        raise ValueError(f"{name}: a sparse weight that requires grad: the sparse convolution "
+                         f"has no backward; pass {name}.detach(), or a dense weight to train")
+    rowptr = getattr(w, "rowptr", None)
+    if sparse and isinstance(rowptr, np.ndarray) and rowptr.size > 1:
+        step = np.diff(rowptr)
+        if (step < 0).any() or rowptr[0] != 0 or rowptr[-1] != len(w.colidx):
+            r = int(np.argmax(step < 0)) if (step < 0).any() else 0
+            raise ValueError(f"{name}: its rowptr was changed after construction (rowptr[{r}] = "
+                             f"{rowptr[r]}, rowptr[{r + 1}] = {rowptr[r + 1]}, ends at "
+                             f"{rowptr[-1]} for {len(w.colidx)} nonzeros); rowptr must start at "
+                             "0, never decrease and end at nnz: make a new CSRWeights instead of "
+                             "changing one")
+
+
 def _check(cond, message):
     if not cond:
         raise ValueError(message())
@@ -361,11 +375,3 @@ def _host_csr(w, ci, name):
         w = w.cpu()                 # converted on every call, as a dense host weight is
     return as_csr(w, ci, name)
 
-
-def _dense(csr, like):
-    """The dense form of ``csr`` (cached on it), of ``like``'s framework."""
-    dense = csr.derived(("dense",), csr.to_dense)
-    if A.is_torch(like):
-        import torch
-        dense = torch.from_numpy(dense)
-    return dense

@@ -36,7 +36,7 @@ class GemmProblem:
         """``(problem, (a, b))``, checked: float32 matrices (``op`` "gemm") or
         batches (``op`` "batched_gemm"), NumPy or torch of one kind; on the
         GPU (``gpu`` and ``target="cuda"`` or device arrays) device arrays too."""
-        cuda = gpu and use_cuda(target, a, b)
+        cuda = gpu and use_cuda(target, a, b, names=("a", "b"))
         A.same_kind((a, b), ("a", "b"))
         ndim = 2 if op == "gemm" else 3
         check = A.cuda_float32 if cuda else A.float32_array
@@ -48,9 +48,13 @@ class GemmProblem:
             batch = None
         else:
             (batch, n, k), (nb2, k2, m) = a.shape, b.shape
-            if batch != nb2 or k != k2:
-                raise ValueError(f"batched_gemm: shapes {tuple(a.shape)} and {tuple(b.shape)} do "
-                                 "not match as (B, N, K) @ (B, K, M)")
+            if batch != nb2:
+                raise ValueError(f"batched_gemm: a holds {batch} matrices but b holds {nb2} "
+                                 f"(shapes {tuple(a.shape)} and {tuple(b.shape)}); pass the same "
+                                 "batch B, as (B, N, K) @ (B, K, M)")
+            if k != k2:
+                raise ValueError(f"batched_gemm: a is {batch}x{n}x{k} but b is {nb2}x{k2}x{m}; "
+                                 f"inner dimensions differ ({k} and {k2}), as (B, N, K) @ (B, K, M)")
         p = cls(op, int(n), int(m), int(k), target_of(target), "cuda" if cuda else "cpu",
                 batch, params)
         return p, (a, b)

@@ -10,7 +10,7 @@ import numpy as np
 
 from tiramisu_py.runtime.device_arrays import on_device
 
-from ..core.arrays import is_torch
+from ..core.arrays import is_torch, refuse_foreign
 from ..core.kernels import target_of, use_cuda
 from ..host import host
 from ..weights.rnn import TENSORS
@@ -52,7 +52,11 @@ class RnnProblem:
         on the GPU (``target="cuda"``, or device arrays) the arguments
         :func:`parse_device` checks (dense weights
         only); else ``(RNNWeights, x, h0, c0, torch_in)`` as NumPy arrays."""
-        if use_cuda(target, x, h0, c0, *_tensors(weights)):
+        _per_layer(weights, cell)
+        for a, name in ((x, "x"), (h0, "h0"), (c0, "c0")):
+            if a is not None and not isinstance(a, np.ndarray) and not on_device(a):
+                refuse_foreign(a, name)
+        if use_cuda(target, x, h0, c0, *_tensors(weights), names=("x", "h0", "c0")):
             if sparse:
                 raise ValueError("sparse=True: sparse (CSR) weights have no GPU schedule; run "
                                  "them on the CPU")
@@ -76,6 +80,12 @@ class RnnProblem:
             if sparse and not W.sparse:
                 raise ValueError("sparse=True: make the RNNWeights with sparse=True")
         else:
+            first = weights[0] if isinstance(weights, (list, tuple)) and weights else None
+            w_ih = first[0] if isinstance(first, (list, tuple)) and first else None
+            if len(getattr(w_ih, "shape", ())) == 2 and w_ih.shape[1] != I:
+                raise ValueError(f"x: input size {I} (its last dimension), but weights[0][0] "
+                                 f"(w_ih of layer 0) expects {w_ih.shape[1]}: pass x of shape "
+                                 f"(T, B, {w_ih.shape[1]})")
             W = rnn_weights(weights, cell, sparse=sparse, input_size=I)
         L, H = len(W.layers), W.hidden
         h0a = _state(h0, "h0", L, B, H, torch_in)
@@ -91,6 +101,16 @@ def _threads():
         return max(1, int(os.environ.get("OMP_NUM_THREADS", "").split(",")[0]))
     except ValueError:
         return host().cores
+
+
+def _per_layer(weights, cell):
+    """Refuses a flat list of arrays (``module._flat_weights``, or
+    ``parameters()``): the weights are one list per layer."""
+    if isinstance(weights, (list, tuple)) and weights and hasattr(weights[0], "shape"):
+        module = cell.upper()
+        raise TypeError(f"weights: got a flat list of {len(weights)} arrays (like {module}."
+                        f"_flat_weights); pass one list per layer, [w_ih, w_hh, b_ih, b_hh] or "
+                        f"[w_ih, w_hh], as {module}.all_weights gives them")
 
 
 def _tensors(weights):

@@ -3,6 +3,11 @@ with three algorithms, each an algorithm + schedule in the DSL:
 
 * ``direct``: the 7-deep loop nest; an output tile of COB channels x XB columns
   is accumulated in registers (co unrolled, x vectorised) while ci, ky, kx run.
+Direct and spatial_pack add every product to the bias one by one in the
+same order (bit-identical results, so "auto" chooses between them); im2col
+sums blocks of products apart (``numerics = "gemm"``): it runs only when
+``algo="im2col"`` names it.
+
 * ``im2col``: per image, the input patches are copied into a matrix laid out as
   the GEMM's packed B panels; the product with the weights (as a ``Co x
   Ci*Kh*Kw`` matrix) is the BLIS GEMM of :mod:`schedules.blocks.blis`.  ``groups == 1``.
@@ -151,7 +156,11 @@ class Direct(_Dense):
 
 
 class Im2col(_Dense):
+    """Rounds apart from direct: the BLIS micro-kernel sums each block of KC
+    products from zero and adds it to the output (:mod:`schedules.blocks.blis`),
+    so "auto" never offers it (``algo="im2col"`` runs it)."""
     name = "im2col"
+    numerics = "gemm"
 
 
 class SpatialPack(_Dense):

@@ -14,8 +14,13 @@ algorithms:
   tile being one pooling window: 2.25x fewer multiplications, every
   intermediate per image.  3x3 kernels, 2x2 pooling.
 
-``schedules.conv_relu_maxpool(..., algo="auto")`` picks between them with the
-find step of :mod:`schedules.core.find`.
+``schedules.conv_relu_maxpool(..., algo="auto")`` runs ``direct`` only:
+Winograd's transforms add and subtract inputs before the products (an input
+of 3e38 overflows to inf, ``inf - inf`` gives NaN where the direct
+convolution, as torch's, gives inf) and round differently, so it is never
+chosen by the find step (:mod:`schedules.core.find`) and runs only when
+``algo="winograd"`` names it -- the exact choice: which algorithm is timed
+fastest never changes the answer.
 """
 from __future__ import annotations
 
@@ -87,11 +92,18 @@ class FusedDirect(_Fused):
 
 class FusedWinograd(_Fused):
     name = "winograd"
+    numerics = "winograd"        # transformed inputs: "auto" never offers it
 
     def applicable(self, p):
         why = super().applicable(p)
         if why is True and not winograd.applicable(p.shape, p.pool):
             s = p.shape
-            return (f"needs a 3x3 kernel and pool=2 (got {s.kh}x{s.kw}, pool={p.pool}); "
-                    "use 'direct'")
+            got = [f"a {s.kh}x{s.kw} kernel" if (s.kh, s.kw) != (3, 3) else "",
+                   f"stride={s.stride!r}" if s.stride != 1 else "",
+                   f"dilation={s.dilation!r}" if s.dilation != 1 else "",
+                   f"groups={s.groups}" if s.groups != 1 else "",
+                   f"pool={p.pool}" if p.pool != 2 else "",
+                   f"a {s.ho}x{s.wo} output" if min(s.ho, s.wo) < 2 else ""]
+            return ("needs a 3x3 kernel, stride=1, dilation=1, groups=1, pool=2 and an output "
+                    f"of at least 2x2 (got {', '.join(g for g in got if g)}); use 'direct'")
         return why

@@ -205,9 +205,19 @@ def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dil
 
 class SparseCSR(Solver):
     """The CSR sparse convolution on the CPU (``op`` "conv2d", or the fused
-    block "conv_relu_maxpool"): a CSR weight, or a dense one (converted on
-    every call) at most ``SPARSE_MAX_DENSITY`` dense in the find step."""
+    block "conv_relu_maxpool"): a sparse weight (:class:`schedules.CSRWeights`,
+    a torch sparse-CSR tensor, a scipy CSR matrix), or a dense one with
+    ``algo="sparse"`` (converted on every call, its zeros dropped).
+
+    Its rule, as ``torch.sparse``'s: **structural zeros are absent**.  Only
+    the stored entries are multiplied, so a weight that is not stored never
+    meets the input: ``0 * inf`` and ``0 * nan`` are never computed, where a
+    dense convolution (and torch's ``conv2d``) gives NaN; an explicitly
+    stored 0.0 is multiplied like any value.  So "auto" offers it only for
+    a sparse weight, never for a dense one however many zeros it holds
+    (``numerics = "structural"``)."""
     name = "sparse"
+    numerics = "structural"
 
     def __init__(self, op):
         self.op = op
@@ -216,8 +226,9 @@ class SparseCSR(Solver):
         why = super().applicable(p)
         if why is True and p.shape.groups != 1:
             return f"needs groups=1 (got groups={p.shape.groups})"
-        if why is True and p.weight != "csr" and p.density_bucket is None:
-            return "is timed for weights at most 70% dense only (algo='sparse' forces it)"
+        if why is True and p.weight != "csr":
+            return ("needs a sparse w (CSRWeights, torch sparse CSR, scipy CSR): it skips "
+                    "zeros, so 0 * inf is never computed; algo='sparse' forces it")
         return why
 
     def params(self, p):

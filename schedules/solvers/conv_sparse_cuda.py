@@ -104,10 +104,12 @@ def function(s: ConvShape, bias=True, threads=None, micro=MICRO):
 class CudaSparseCSR(Solver):
     """The CSR sparse conv2d with the CUDA schedule of :func:`function`; the
     CSR arrays are copied to the input's device once per CSRWeights and
-    device."""
+    device.  Structural zeros are absent, as on the CPU
+    (:class:`schedules.solvers.conv_sparse.SparseCSR`)."""
     op = "conv2d"
     name = "sparse"
     target = "cuda"
+    numerics = "structural"
 
     def applicable(self, p):
         why = super().applicable(p)

@@ -14,6 +14,8 @@ scipy and torch sum them (:meth:`CSRWeights.to_dense` too).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..core.arrays import float32_array, is_torch
@@ -39,6 +41,10 @@ class CSRWeights:
                        for d in shape)):
             raise ValueError(f"CSRWeights: shape must be 2 or 4 non-negative ints, got {shape!r}")
         self.shape = tuple(int(d) for d in shape)
+        if math.prod(self.shape) >= 2 ** 63:
+            raise ValueError(f"CSRWeights: shape {self.shape} has {math.prod(self.shape)} "
+                             "elements, more than int64 can index (2**63 - 1); pass the weight's "
+                             "true dense shape")
         rows, cols = self.shape[0], int(np.prod(self.shape[1:]))
         self.rowptr = _owned(_index_array(rowptr, "rowptr"), _copy)
         self.colidx = _owned(_index_array(colidx, "colidx"), _copy)
@@ -203,15 +209,6 @@ def is_sparse(w) -> bool:
     if is_torch(w):
         return str(getattr(w, "layout", "")) == "torch.sparse_csr"
     return type(w).__module__.startswith("scipy.sparse")
-
-
-def density_of(w) -> float:
-    """The fraction of nonzeros of a dense NumPy array or torch tensor."""
-    size = int(np.prod(w.shape))
-    if not size:
-        return 0.0
-    nz = int(w.count_nonzero()) if is_torch(w) else np.count_nonzero(w)
-    return nz / size
 
 
 def as_csr(w, ci, name="w"):
