@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .blocks import rnn_cells as cells
 from .blocks.blis import GemmParams
+from .core import arrays as A
 from .core.find import find
 from .problems.conv import ConvProblem, ConvShape, conv_shape
 from .problems.gemm import GemmProblem
@@ -135,16 +136,22 @@ def lstm(x, weights, h0=None, c0=None, *, sparse=False, schedule="auto", target=
     "auto" (find step), "layer" or "wavefront" (:mod:`schedules.solvers.rnn_cpu`).
     ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
     the GPU wavefront of :mod:`schedules.solvers.rnn_cuda` (dense weights)."""
+    grad = A.needing_grad(x, weights, h0, c0)
     p, args = RnnProblem.from_call("lstm", x, weights, h0, c0, sparse, target)
     y, hn, cn = _solve("lstm", p, args, schedule, "lstm", "schedule", repeats=2)
+    if grad:                        # no backward kernel yet: a gradient asked of it raises
+        y, hn, cn = A.without_backward("schedules.lstm", (y, hn, cn), grad)
     return y, (hn, cn)
 
 
 def gru(x, weights, h0=None, *, sparse=False, schedule="auto", target=None):
     """``torch.nn.GRU`` (batch_first=False) forward: returns ``(y, h_n)``.
     ``target="cuda"`` or device arrays: the GPU wavefront, as :func:`lstm`."""
+    grad = A.needing_grad(x, weights, h0)
     p, args = RnnProblem.from_call("gru", x, weights, h0, None, sparse, target)
     y, hn, _ = _solve("gru", p, args, schedule, "gru", "schedule", repeats=2)
+    if grad:
+        y, hn = A.without_backward("schedules.gru", (y, hn), grad)
     return y, hn
 
 

@@ -398,9 +398,10 @@ def _rnn_fake(op, x, weights, num_layers, gates):
 
 def _lstm(x, weights, num_layers, h0=None, c0=None):
     _dtype("lstm", x, *weights)
-    y, (hn, cn) = api.lstm(contiguous(x), [[contiguous(w).detach() for w in layer]
+    y, (hn, cn) = api.lstm(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
                                        for layer in _rnn_layers("lstm", weights, num_layers)],
-                       None if h0 is None else contiguous(h0), None if c0 is None else contiguous(c0))
+                       None if h0 is None else contiguous(h0).detach(),
+                       None if c0 is None else contiguous(c0).detach())
     return y, hn, cn
 
 
@@ -411,9 +412,9 @@ def _lstm_fake(x, weights, num_layers, h0=None, c0=None):
 
 def _gru(x, weights, num_layers, h0=None):
     _dtype("gru", x, *weights)
-    y, hn = api.gru(contiguous(x), [[contiguous(w).detach() for w in layer]
+    y, hn = api.gru(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
                                 for layer in _rnn_layers("gru", weights, num_layers)],
-                None if h0 is None else contiguous(h0))
+                None if h0 is None else contiguous(h0).detach())
     return y, hn
 
 

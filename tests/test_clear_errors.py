@@ -132,3 +132,28 @@ def test_winograd_names_the_stride_and_dilation():
                                              rf"dilation=1, groups=1, pool=2 and an output of at "
                                              rf"least 2x2 \(got {got}\); use 'direct'"):
             schedules.conv_relu_maxpool(x, w, padding=1, algo="winograd", **kw)
+
+
+def test_lstm_and_gru_never_drop_autograd_silently():
+    """``schedules.lstm(x, m.all_weights)`` on parameters that require grad
+    returned ``y.requires_grad=False`` without a word.  There is no backward
+    kernel yet: the forward runs (the README's call), the result is attached
+    to the inputs, and asking for a gradient raises naming the operator
+    (issue 30, item 4)."""
+    for cell, make in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
+        m = make(4, 6, 2)
+        x = torch.randn(3, 2, 4)
+        run = getattr(schedules, cell)
+        with torch.no_grad():
+            want = m(x)[0]
+        y = run(x, m.all_weights)[0]
+        assert y.requires_grad
+        torch.testing.assert_close(y.detach(), want, atol=1e-5, rtol=1e-5)
+        with pytest.raises(RuntimeError, match=rf"schedules.{cell} has no backward kernel yet"):
+            y.sum().backward()
+        xg = x.clone().requires_grad_(True)
+        with pytest.raises(RuntimeError, match="has no backward kernel yet"):
+            run(xg, [[w.detach() for w in layer] for layer in m.all_weights])[0].sum().backward()
+        with torch.no_grad():                       # no graph: a plain result
+            assert not run(x, m.all_weights)[0].requires_grad
+        assert not run(x, [[w.detach() for w in layer] for layer in m.all_weights])[0].requires_grad

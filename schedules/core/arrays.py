@@ -4,6 +4,8 @@ checks, host and device), the one framework of a call's arrays, and the
 zeros of an empty result in the input's framework and on its device."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from tiramisu_py.runtime.device_arrays import on_device
@@ -132,3 +134,41 @@ def zeros(like, shape, bias=None):
     if bias is not None and shape[1]:
         out += np.asarray(bias).reshape(1, -1, 1, 1)
     return out
+
+
+def needing_grad(*args) -> list:
+    """The torch tensors among ``args`` (nested lists and tuples too) that
+    require grad while grad mode is on; empty without torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return []
+    out, stack = [], list(args)
+    while stack:
+        a = stack.pop()
+        if isinstance(a, (list, tuple)):
+            stack.extend(a)
+        elif isinstance(a, torch.Tensor) and a.requires_grad:
+            out.append(a)
+    return out
+
+
+def without_backward(what: str, outputs: tuple, inputs: list) -> tuple:
+    """``outputs`` (torch tensors computed from ``inputs`` without autograd)
+    attached to ``inputs`` in the autograd graph by a node whose backward
+    raises, naming ``what``: a gradient asked of an operator that has no
+    backward kernel fails clearly instead of the result silently carrying
+    none (``requires_grad=False``)."""
+    import torch
+
+    class NoBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *_):
+            return tuple(o.view_as(o) for o in outputs)
+
+        @staticmethod
+        def backward(ctx, *_):
+            raise RuntimeError(f"{what} has no backward kernel yet: its inputs that require "
+                               "grad get no gradient from it; train with torch's module, or "
+                               "compute it under torch.no_grad() / on .detach()ed tensors")
+
+    return NoBackward.apply(*inputs)

@@ -59,9 +59,9 @@ def _split(qualname):
 
 def _no_backward(qualname):
     def backward(ctx, *grads):
-        raise RuntimeError(f"{qualname} has no backward: register the op with a backward "
-                           "(kernel.torch_op(..., backward=...)), or compute it under "
-                           "torch.no_grad() / on .detach()ed inputs")
+        raise RuntimeError(f"{qualname} has no backward (no gradient kernel): compute it under "
+                           "torch.no_grad() or on .detach()ed inputs (a kernel of your own "
+                           "gets one with kernel.torch_op(..., backward=...))")
     return backward
 
 
