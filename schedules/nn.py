@@ -210,7 +210,7 @@ class _Recurrent(nn.Module):
             raise ValueError(f"{type(self).__name__}.from_torch: bidirectional and proj_size are "
                              "not supported")
         self.num_layers, self.batch_first = module.num_layers, module.batch_first
-        self.hidden_size = module.hidden_size
+        self.hidden_size, self.dropout = module.hidden_size, float(module.dropout)
         self._names = [n for layer in module._all_weights for n in layer]
         for n in self._names:
             setattr(self, n, getattr(module, n))
@@ -221,6 +221,11 @@ class _Recurrent(nn.Module):
         return cls(module)
 
     def _run(self, x, *state):
+        if self.training and self.dropout > 0 and self.num_layers > 1:
+            # torch drops between layers in training mode: refused, never ignored
+            raise ValueError(f"{type(self).__name__}: dropout={self.dropout} in training mode is "
+                             "not supported (torch would drop between layers); call .eval(), or "
+                             "convert a module with dropout=0")
         if self.batch_first:
             if x.dim() != 3 or min(x.shape[:2]) < 1:    # the caller's shape, not transposed
                 raise ValueError(f"{type(self).__name__}: input: expected (B, T, I) "

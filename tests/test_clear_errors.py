@@ -157,3 +157,16 @@ def test_lstm_and_gru_never_drop_autograd_silently():
         with torch.no_grad():                       # no graph: a plain result
             assert not run(x, m.all_weights)[0].requires_grad
         assert not run(x, [[w.detach() for w in layer] for layer in m.all_weights])[0].requires_grad
+
+
+def test_training_mode_dropout_is_refused_not_ignored():
+    from schedules import nn as tnn
+    m = torch.nn.LSTM(4, 6, 2, dropout=0.3)
+    ours = tnn.LSTM.from_torch(m)
+    x = torch.randn(3, 2, 4)
+    with pytest.raises(ValueError, match=r"LSTM: dropout=0.3 in training mode is not supported"):
+        ours(x)
+    ours.eval()
+    m.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], m(x)[0], atol=1e-5, rtol=1e-5)
