@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+WEIGHT_REASONS = {
+    "dense": "needs a dense w; a sparse w takes 'auto' or 'sparse'",
+    "csr": ("needs a sparse w (CSRWeights, torch sparse CSR, scipy CSR): it skips zeros, so "
+            "0 * inf is never computed; algo='sparse' forces it"),
+}
+
+
 class Solver:
     """One way to compute a problem of operator ``op``.
 
@@ -24,13 +31,18 @@ class Solver:
     target = "cpu"
     version = 1
     numerics = "ordered"
+    weight = None       # the weight kind it takes ("dense", "csr"); None: any
 
     def applicable(self, p):
         """True, or the reason (a phrase after the solver's name, such as
-        "needs groups=1 (got groups=2)") why this solver cannot compute ``p``."""
+        "needs groups=1 (got groups=2)") why this solver cannot compute ``p``:
+        the target, then the weight kind (:data:`WEIGHT_REASONS`); subclasses
+        add their own conditions after these."""
         if p.device != self.target:
             return ("has no CUDA schedule" if self.target == "cpu"
                     else "runs with target='cuda' (or device arrays) only")
+        if self.weight is not None and p.weight != self.weight:
+            return WEIGHT_REASONS[self.weight]
         return True
 
     def params(self, p) -> dict:

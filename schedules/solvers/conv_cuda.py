@@ -176,11 +176,10 @@ class CudaDirect(Solver):
     op = "conv2d"
     name = "direct"
     target = "cuda"
+    weight = "dense"
 
     def applicable(self, p):
         why = super().applicable(p)
-        if why is True and p.weight != "dense":
-            return "needs a dense w; a sparse w takes 'auto' or 'sparse'"
         if why is True and p.shape.groups != 1:
             return (f"target='cuda' supports groups=1 only, got groups={p.shape.groups}; use a "
                     "CPU target for grouped convolutions")

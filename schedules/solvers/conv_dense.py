@@ -128,11 +128,10 @@ BUILDERS = {"direct": direct, "im2col": im2col, "spatial_pack": spatial_pack}
 class _Dense(Solver):
     """A dense conv2d solver on the CPU: the kernel of ``BUILDERS[name]``."""
     op = "conv2d"
+    weight = "dense"
 
     def applicable(self, p):
         why = super().applicable(p)
-        if why is True and p.weight != "dense":
-            return "needs a dense w; a sparse w takes 'auto' or 'sparse'"
         if why is True and self.name != "direct" and p.shape.groups != 1:
             return f"needs groups=1 (got groups={p.shape.groups}); use 'direct'"
         return why

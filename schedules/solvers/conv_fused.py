@@ -65,12 +65,7 @@ def function(s: ConvShape, pool=2, bias=True, rows=None, parallel=None, pack_per
 class _Fused(Solver):
     """A dense fused block on the CPU (:func:`function` with ``algo=name``)."""
     op = "conv_relu_maxpool"
-
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and p.weight != "dense":
-            return "needs a dense w; a sparse w takes 'auto' or 'sparse'"
-        return why
+    weight = "dense"
 
     def build(self, p, params):
         return function(p.shape, p.pool, bias=p.bias, algo=self.name, **params)

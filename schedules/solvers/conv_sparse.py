@@ -218,6 +218,7 @@ class SparseCSR(Solver):
     (``numerics = "structural"``)."""
     name = "sparse"
     numerics = "structural"
+    weight = "csr"
 
     def __init__(self, op):
         self.op = op
@@ -226,9 +227,6 @@ class SparseCSR(Solver):
         why = super().applicable(p)
         if why is True and p.shape.groups != 1:
             return f"needs groups=1 (got groups={p.shape.groups})"
-        if why is True and p.weight != "csr":
-            return ("needs a sparse w (CSRWeights, torch sparse CSR, scipy CSR): it skips "
-                    "zeros, so 0 * inf is never computed; algo='sparse' forces it")
         return why
 
     def params(self, p):

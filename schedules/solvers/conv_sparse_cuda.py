@@ -110,12 +110,7 @@ class CudaSparseCSR(Solver):
     name = "sparse"
     target = "cuda"
     numerics = "structural"
-
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and p.weight != "csr":
-            return "needs a sparse w (or algo='sparse')"
-        return why
+    weight = "csr"
 
     def build(self, p, params):
         return function(p.shape, bias=p.bias, **params)
