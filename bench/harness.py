@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from schedules.host import cache_sizes, cpu_flags
+from codegen.target import cache_sizes, cpu_flags
 
 TIRAMISU = "tiramisu_py"          # impl names starting with this are our variants
 BASELINES = ("torch", "numpy")    # ratio to the first of these a case has
@@ -78,7 +78,7 @@ def _cpu_model():
 
 
 def _caches():
-    """``{"L1d": "48K", ...}`` (from :func:`schedules.host.cache_sizes`)."""
+    """``{"L1d": "48K", ...}`` (from :func:`codegen.target.cache_sizes`)."""
     suffix = {"Data": "d", "Instruction": "i"}
     return {f"L{level}{suffix.get(kind, '')}": f"{size >> 10}K"
             for (level, kind), size in cache_sizes().items()}

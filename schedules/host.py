@@ -9,7 +9,6 @@ import os
 from dataclasses import dataclass
 
 from codegen import target
-from codegen.target import cache_sizes, cpu_flags      # noqa: F401  (bench reads them here)
 
 
 @dataclass(frozen=True)

@@ -77,19 +77,12 @@ def digest(source: str) -> str:
 @pytest.fixture(scope="module")
 def generated():
     """{"name/target": sha256} of every case, compiled under the pinned host."""
-    from tiramisu_py.driver import cuda as cuda_driver
-    saved = os.environ.get("TIRAMISU_PY_HOST"), cuda_driver.CUDA_ARCHS
-    os.environ["TIRAMISU_PY_HOST"] = PIN
-    cuda_driver.CUDA_ARCHS = ()                 # printed only: no cubin, no toolkit needed
-    try:
+    from tiramisu_py.driver import cuda
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIRAMISU_PY_HOST", PIN)
+        mp.setattr(cuda, "CUDA_ARCHS", ())     # printed only: no cubin, no toolkit needed
         return {f"{name}/{t}": digest((CPU if t != "cuda" else CUDA)[name]()
                                       .compile(target=t).source) for name, t in CASES}
-    finally:
-        cuda_driver.CUDA_ARCHS = saved[1]
-        if saved[0] is None:
-            os.environ.pop("TIRAMISU_PY_HOST", None)
-        else:
-            os.environ["TIRAMISU_PY_HOST"] = saved[0]
 
 
 def test_every_library_kernel_is_byte_identical_to_the_record(generated):
@@ -108,20 +101,14 @@ def test_the_pin_reaches_every_host_reader():
     from codegen import loops, target
     from codegen.llvm import lower
     from schedules.host import host
-    old = os.environ.get("TIRAMISU_PY_HOST")
-    try:
-        os.environ["TIRAMISU_PY_HOST"] = "vector_bits=256,cores=3,l2=65536"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIRAMISU_PY_HOST", "vector_bits=256,cores=3,l2=65536")
         assert (loops.host_lanes(32), lower.host().vector_bits) == (8, 256)
         h = host()
         assert (h.vector_bits, h.vector_registers, h.cores, h.l2) == (256, 16, 3, 65536)
-        os.environ["TIRAMISU_PY_HOST"] = "vector_bits=100"
+        mp.setenv("TIRAMISU_PY_HOST", "vector_bits=100")
         with pytest.raises(ValueError, match="TIRAMISU_PY_HOST: vector_bits must be .*128"):
             target.vector_bits()
-        os.environ["TIRAMISU_PY_HOST"] = "lanes=4"
+        mp.setenv("TIRAMISU_PY_HOST", "lanes=4")
         with pytest.raises(ValueError, match="name from vector_bits"):
             host()
-    finally:
-        if old is None:
-            os.environ.pop("TIRAMISU_PY_HOST", None)
-        else:
-            os.environ["TIRAMISU_PY_HOST"] = old
