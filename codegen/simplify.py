@@ -16,6 +16,7 @@ range of ``r`` is proven, so it never changes a result.
 from __future__ import annotations
 
 from . import ir
+from .loops import affine
 
 _INT = ("int32", "int64")
 
@@ -268,7 +269,7 @@ def _constant_span(alo: _Affine, hi):
     when ``hi`` is ``lo + c`` or ``min(..., lo + c, ...) [+ k]``; else None.  A
     clamped last tile (``min(N - 1, 32 * t + 31) + 1``) thus still gives its
     iterator the offset form ``32 * t + delta`` with ``0 <= delta < 32``."""
-    args, plus = _min_terms(hi)
+    args, plus = _terms(hi, "min")
     spans = [d.const + plus for d in (_affine(a).plus(alo.scaled(-1)) for a in args)
              if not d.terms]
     return min(spans) if spans else None
@@ -294,40 +295,66 @@ def simplify_indices(fn: ir.LoweredFunction) -> ir.LoweredFunction:
 
 
 # --------------------------------------------------------- full-tile versioning
-def _min_args(e):
-    if isinstance(e, ir.Binary) and e.op == "min":
-        return _min_args(e.a) + _min_args(e.b)
+def _args(e, op):
+    if isinstance(e, ir.Binary) and e.op == op:
+        return _args(e.a, op) + _args(e.b, op)
     return [e]
 
 
-def _min_terms(hi):
-    """``(args, plus)`` with ``hi = min(*args) + plus`` (``plus`` 0 and one
-    argument when ``hi`` is no clamped bound)."""
-    if isinstance(hi, ir.Binary) and hi.op == "add" and isinstance(hi.b, ir.Const) \
-            and isinstance(hi.a, ir.Binary) and hi.a.op == "min":
-        return _min_args(hi.a), int(hi.b.value)
-    return _min_args(hi), 0
+def _terms(bound, op):
+    """``(args, plus)`` with ``bound = op(*args) + plus`` (``plus`` 0 and one
+    argument when ``bound`` is no clamped bound)."""
+    if isinstance(bound, ir.Binary) and bound.op == "add" and isinstance(bound.b, ir.Const) \
+            and isinstance(bound.a, ir.Binary) and bound.a.op == op:
+        return _args(bound.a, op), int(bound.b.value)
+    return _args(bound, op), 0
 
 
-def clamped_bound(hi):
-    """``(C, others, plus)`` when ``hi`` is ``min(C, e1, ...) + plus`` with one
-    constant ``C``; else None."""
-    args, plus = _min_terms(hi)
+def _clamp(bound, op):
+    """``(C, others, plus)`` when ``bound`` is ``op(C, e1, ...) + plus`` with
+    one constant ``C``; else None."""
+    args, plus = _terms(bound, op)
     consts = [a for a in args if isinstance(a, ir.Const)]
     if len(args) < 2 or len(consts) != 1:
         return None
     return int(consts[0].value), [a for a in args if a is not consts[0]], plus
 
 
+def clamped_bound(hi):
+    """``(C, others, plus)`` when ``hi`` is ``min(C, e1, ...) + plus`` with one
+    constant ``C``; else None."""
+    return _clamp(hi, "min")
+
+
+def _clamps(loop):
+    """The full-tile conditions and constant bounds of an unrolled or vector
+    loop: ``(conditions, lo, hi)`` -- ``hi = min(C, e...) + plus`` is
+    ``C + plus`` when every ``e >= C``; ``lo = max(C, e...) + plus`` is
+    ``C + plus`` when every ``e <= C`` (the first tile of a loop that starts
+    after the tiles' origin, as a stencil's ``1 .. N - 1`` split by 8);
+    ``lo``/``hi`` None where that bound is not clamped."""
+    conds, bounds = [], []
+    for bound, op, cmp in ((loop.lo, "max", "le"), (loop.hi, "min", "ge")):
+        c = _clamp(bound, op)
+        if c is None:
+            bounds.append(None)
+            continue
+        const, others, plus = c
+        conds += [(o, ir.Binary(cmp, o, ir.Const(const, o.dtype), "bool")) for o in others]
+        bounds.append(ir.Const(const + plus, bound.dtype))
+    return conds, bounds[0], bounds[1]
+
+
 def _clamped_loops(s, bound_inside):
     """Unrolled and vector loops under ``s`` whose extent is clamped by a
-    ``min`` over names bound outside ``s``: [(loop, C, others, plus)]."""
+    ``min`` (upper bound) or ``max`` (lower bound) over names bound outside
+    ``s``: [(loop, conditions, lo, hi)] (:func:`_clamps`)."""
     out = []
     if isinstance(s, ir.For):
         if s.kind in ("unrolled", "vector"):
-            c = clamped_bound(s.hi)
-            if c is not None and not any(ir.free_vars(o) & bound_inside for o in c[1]):
-                out.append((s, *c))
+            conds, lo, hi = _clamps(s)
+            if conds and not any(ir.free_vars(o) & bound_inside for o, _ in conds):
+                out.append((s, conds, lo, hi))
         bound_inside = bound_inside | {s.var}
     elif isinstance(s, ir.Let):
         bound_inside = bound_inside | {s.name}
@@ -337,35 +364,117 @@ def _clamped_loops(s, bound_inside):
 
 
 def partial_tiles(s) -> bool:
-    """Whether ``s`` holds an unrolled or vector loop clamped by a ``min`` over
-    outer names: the generic (partial-tile) side of a versioned body."""
+    """Whether ``s`` holds an unrolled or vector loop clamped by a ``min`` or
+    ``max`` over outer names: the generic (partial-tile) side of a versioned
+    body."""
     return bool(_clamped_loops(s, set()))
 
 
 def _with_bounds(s, fixed):
-    """A copy of ``s`` where each loop in ``fixed`` gets its full-tile bound."""
-    return ir.rebuild(s, lambda x: _with_bounds(x, fixed), fixed.get(id(s)))
+    """A copy of ``s`` where each loop in ``fixed`` gets its full-tile bounds."""
+    if isinstance(s, ir.For) and id(s) in fixed:
+        lo, hi = fixed[id(s)]
+        return ir.For(s.var, s.lo if lo is None else lo, s.hi if hi is None else hi,
+                      _with_bounds(s.body, fixed), kind=s.kind, step=s.step, attrs=s.attrs)
+    return ir.rebuild(s, lambda x: _with_bounds(x, fixed))
 
 
 def _version(s, seen):
     """Versions the body of a serial or parallel loop that holds clamped
     unrolled/vector loops, at the innermost loop their clamps depend on:
     ``if (every tile is full) {constant bounds} else {as is}``, so full tiles
-    run with constant trip counts (unrolled, no remainder).  ``seen``: loops
-    already versioned (their generic copy is not versioned again)."""
+    run with constant trip counts (unrolled, no remainder, no run-time start).
+    ``seen``: loops already versioned (their generic copy is not versioned
+    again)."""
     if isinstance(s, ir.For) and s.kind in ("serial", "parallel"):
         clamped = [c for c in _clamped_loops(s.body, set()) if id(c[0]) not in seen]
-        if any(s.var in ir.free_vars(o) for c in clamped for o in c[2]):
+        if any(s.var in ir.free_vars(o) for c in clamped for o, _ in c[1]):
             conds, fixed = [], {}
-            for loop, c, others, plus in clamped:
-                conds += [ir.Binary("ge", o, ir.Const(c, o.dtype), "bool") for o in others]
-                fixed[id(loop)] = ir.Const(c + plus, loop.hi.dtype)
+            for loop, checks, lo, hi in clamped:
+                conds += [cond for _, cond in checks]
+                fixed[id(loop)] = (lo, hi)
                 seen.add(id(loop))
+            lower = any(lo is not None for _, _, lo, _ in clamped)
+            peeled = _peel(s, conds, fixed, seen) if lower else None
+            if peeled is not None:
+                return peeled
             cond = conds[0]
             for x in conds[1:]:
                 cond = ir.Binary("and", cond, x, "bool")
             s = ir.rebuild(s, lambda body: ir.If(cond, _with_bounds(body, fixed), body))
     return ir.rebuild(s, lambda x: _version(x, seen))
+
+
+def _at_zero(e, var):
+    """``e`` with ``var`` replaced by 0."""
+    if isinstance(e, ir.Var) and e.name == var:
+        return ir.Const(0, e.dtype)
+    return ir.with_children(e, [_at_zero(k, var) for k in ir.expr_children(e)])
+
+
+def _full_range(var, conds):
+    """``([L...], [U...])``: ``var`` satisfies every condition ``a*var + r
+    cmp C`` (``cmp`` "ge" or "le", ``a != 0``) iff ``max(L...) <= var <
+    min(U...)``; None when a condition is not affine in ``var``."""
+    lows, highs = [], []
+    for cond in conds:
+        a = affine(cond.a, lambda n: True)
+        if a is None or not a[0].get(var):
+            return None
+        coef, dt = a[0][var], cond.a.dtype
+        r, c, k = _at_zero(cond.a, var), ir.Const(int(cond.b.value), dt), ir.Const(abs(coef), dt)
+        # with x = C - r (a > 0) or r - C (a < 0), the condition is
+        # var >= x / k ("ge" and a > 0, "le" and a < 0) or var <= x / k
+        x = ir.binary("sub", c, r) if coef > 0 else ir.binary("sub", r, c)
+        if (cond.op == "ge") == (coef > 0):       # var >= ceil(x / k) = -floor(-x / k)
+            neg = ir.binary("sub", ir.Const(0, dt), x)
+            lows.append(ir.binary("sub", ir.Const(0, dt), ir.binary("floordiv", neg, k)))
+        else:                                     # var < floor(x / k) + 1
+            highs.append(ir.binary("add", ir.binary("floordiv", x, k), ir.Const(1, dt)))
+    return lows, highs
+
+
+def _fold(e):
+    """``e`` as a Python int when it is constant, else ``e``."""
+    v = ir.const_eval(e, {})
+    return e if v is None else v
+
+
+def _peel(s, conds, fixed, seen):
+    """A serial loop over tiles whose first tiles start inside (a lower clamp:
+    the stencil's ``1 .. N - 1`` split by 8) becomes three loops, the tiles
+    before the full ones, the full ones (constant bounds, no test), the
+    tiles after: ``for (v = lo; v < a; v++) generic; for (; v < b; v++)
+    full; for (; v < hi; v++) generic`` with ``a = min(max(lo, L), hi)``,
+    ``b = max(min(hi, U), a)`` -- the same iterations in the same order.
+    None (the caller versions instead) when the loop is not serial with step
+    1 or a condition is not affine in its variable."""
+    if s.kind != "serial" or s.step != 1:
+        return None
+    rng = _full_range(s.var, conds)
+    if rng is None:
+        return None
+    lows, highs = rng
+    dt = s.lo.dtype
+    start = s.lo
+    for x in lows:
+        start = ir.binary("max", start, x)
+    start = ir.binary("min", start, s.hi)
+    end = s.hi
+    for x in highs:
+        end = ir.binary("min", end, x)
+    full = _with_bounds(s.body, fixed)
+    a, b = _fold(start), _fold(end)
+    if isinstance(a, int) and isinstance(b, int):
+        b = max(a, b)
+        lo, hi = _fold(s.lo), _fold(s.hi)
+        pieces = [(s.lo, ir.Const(a, dt), s.body, lo is not None and lo == a),
+                  (ir.Const(a, dt), ir.Const(b, dt), full, a == b),
+                  (ir.Const(b, dt), s.hi, s.body, hi is not None and hi == b)]
+        loops = [ir.For(s.var, x, y, _version(body, seen), kind=s.kind, step=1, attrs=s.attrs)
+                 for x, y, body, empty in pieces if not empty]
+        return ir.Block(loops)
+    return None
 
 
 def version_full_tiles(fn: ir.LoweredFunction) -> ir.LoweredFunction:

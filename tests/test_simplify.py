@@ -169,3 +169,48 @@ def test_versioned_unrolled_and_vector_tiles_stay_correct(backend):
         a = rng.standard_normal((n, kk), dtype=np.float32)
         bb = rng.standard_normal((kk, m), dtype=np.float32)
         np.testing.assert_allclose(kern(a, bb), a @ bb, rtol=1e-5, atol=1e-5)
+
+
+def _stencil(n, width):
+    """A 5-point stencil over 1 .. N - 1, vectorised as a new user would."""
+    import tiramisu_py as tp
+    f = tp.Function("st", params={"N": n})
+    i, j = f.var("i", 1, "N-1"), f.var("j", 1, "N-1")
+    A = f.input("A", ("N", "N"), tp.float32)
+    B = f.computation("B", [i, j], 0.2 * (A[i, j] + A[i - 1, j] + A[i + 1, j]
+                                          + A[i, j - 1] + A[i, j + 1]))
+    B.vectorize("j", width)
+    return f
+
+
+def test_boundary_tiles_are_peeled_off_the_full_ones():
+    # j = 8 * j0 + j1 over 1 .. 254: j0 = 0 starts inside its tile (a run-time
+    # max), j0 = 31 ends inside; the 30 tiles between run 0 .. 8 with no test
+    src = _stencil(256, 8).compile().source
+    assert "for (int64_t j0 = 0; j0 < 1; j0++)" in src
+    assert "for (int64_t j0 = 1; j0 < 31; j0++)" in src
+    assert "for (int64_t j0 = 31; j0 < 32; j0++)" in src
+    assert "for (int64_t j1 = 0; j1 < 8; j1++)" in src
+    assert src.count("tp_max_i64(0, -8 * j0 + 1)") == 2     # the two boundary loops only
+
+
+def test_lower_clamps_are_versioned_inside_parallel_loops():
+    clamp = b("max", c(0), b("sub", c(3), b("mul", c(8), Var("i0"))))
+    inner = For("i1", clamp, c(8),
+                Store("X", (b("add", b("mul", c(8), Var("i0")), Var("i1")),), Const(1.0, "float32")),
+                kind="vector", attrs={"vector_width": 8})
+    fn = LoweredFunction("f", [], [ArrayArg("X", "float32", (c(24),), True)],
+                         For("i0", c(0), c(3), Block([inner]), kind="parallel"))
+    src = emit_c(version_full_tiles(fn))
+    # a parallel loop is not cut in three (three fork/joins): its body is versioned
+    assert "if (3 - 8 * i0 <= 0)" in src and "i1 = 0; i1 < 8" in src
+
+
+@pytest.mark.parametrize("n", [3, 7, 9, 18, 35])
+def test_peeled_stencils_stay_correct(backend, n):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    ref = 0.2 * (a[1:-1, 1:-1] + a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:])
+    for width in (4, 8):
+        got = _stencil(n, width).compile(target=backend)(a)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
