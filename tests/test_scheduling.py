@@ -113,7 +113,33 @@ def test_parallel_pragma_and_result():
     update(f).parallelize("i")
     f.computations["C"].parallelize("i")
     k = check_gemm(f)
-    assert k.source.count("#pragma omp parallel for\n") == 2
+    # the two adjacent parallel loops (C's zeroing, its update) share one region
+    assert k.source.count("#pragma omp parallel\n") == 1
+    assert k.source.count("#pragma omp for\n") == 2
+
+
+def test_adjacent_parallel_statements_share_one_region(backend):
+    # a layer norm, each statement parallel as a new user writes it: one
+    # fork/join for the five loops in C (an omp for each, barriers between)
+    n, m = 37, 50
+    f = tp.Function("ln", params={"N": n, "M": m})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    X = f.input("X", ("N", "M"), tp.float32)
+    mean = f.computation("mean", [i], 0.0)
+    mean[i] += X[i, j] / float(m)
+    var = f.computation("var", [i], 0.0)
+    var[i] += (X[i, j] - mean[i]) * (X[i, j] - mean[i]) / float(m)
+    Y = f.computation("Y", [i, j], (X[i, j] - mean[i]) / tp.sqrt(var[i] + 1e-5))
+    for c in (mean, mean.update, var, var.update, Y):
+        c.parallelize("i")
+    k = f.compile(target=backend)
+    if backend == "cpu":
+        assert k.source.count("#pragma omp parallel\n") == 1
+        assert k.source.count("#pragma omp for\n") == 5
+    x = np.random.default_rng(0).standard_normal((n, m), dtype=np.float32)
+    mu = x.mean(1, keepdims=True)
+    ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(k(x), ref, rtol=1e-4, atol=1e-5)
 
 
 def test_tag_on_a_loop_that_a_later_command_removes():

@@ -214,8 +214,15 @@ class CPrinter(WidenMixin):
     def body(self, s, ind: int) -> None:
         """Emits ``s`` as the tail of an existing ``{ }`` scope."""
         stmts = s.stmts if isinstance(s, ir.Block) else [s]
-        for k, st in enumerate(stmts):
-            last = k == len(stmts) - 1
+        k = 0
+        while k < len(stmts):
+            run = self.parallel_run(stmts, k)
+            if len(run) > 1:
+                self.parallel_region(run, ind)
+                k += len(run)
+                continue
+            st, last = stmts[k], k == len(stmts) - 1
+            k += 1
             if isinstance(st, ir.Block):
                 if last:
                     self.body(st, ind)
@@ -229,6 +236,41 @@ class CPrinter(WidenMixin):
                 self.allocate(st, ind)
             else:
                 self.stmt(st, ind)
+
+    def parallel_run(self, stmts, k) -> list:
+        """The adjacent plain parallel loops from ``stmts[k]`` on (no reduction,
+        outside any OpenMP region): they share one parallel region."""
+        run = []
+        while k < len(stmts) and self.omp is None and not self.in_parallel:
+            st = stmts[k]
+            if not (isinstance(st, ir.For) and st.kind == "parallel"
+                    and not st.attrs.get("reduction")):
+                break
+            run.append(st)
+            k += 1
+        return run
+
+    def parallel_region(self, loops, ind: int) -> None:
+        """Adjacent parallel loops in one ``#pragma omp parallel`` region, each
+        an ``omp for`` (its implicit barrier keeps their order): one fork/join
+        instead of one per loop (a layer norm's statements, each parallel)."""
+        self.out(ind, "#pragma omp parallel")
+        self.out(ind, "{")
+        saved = (self.omp, self.in_parallel)
+        self.omp, self.in_parallel = "parallel", True
+        for s in loops:
+            check_name(s.var, "loop")
+            step = ir.check_loop(s, "C backend")
+            inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
+            self.out(ind + 1, "#pragma omp for")
+            self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
+                              f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+            self.loop_depth += 1
+            self.body(s.body, ind + 2)
+            self.loop_depth -= 1
+            self.out(ind + 1, "}")
+        self.omp, self.in_parallel = saved
+        self.out(ind, "}")
 
     def let_decl(self, s: ir.Let, ind: int) -> None:
         check_name(s.name, "Let")
