@@ -39,13 +39,14 @@ from ..ir import ELSIZE, expr_key
 from .expr import ExprLowering, VecState
 from .lower import (BITS, IDENT, LLT, MEMT, STACK_LIMIT, Arr, CannotWiden, Ctx, Func, Val, host,
                     name_hint, vt)
+from .parallel import ParallelLowering, plain_parallel
 from .promote import PromotionLowering
 from .reduce import ACC, ReductionLowering
 
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
 
-class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
+class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, ExprLowering):
     def __init__(self, fn: ir.LoweredFunction, h):
         super().__init__(fn, h)
         self.npar = 0
@@ -109,8 +110,18 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         if isinstance(s, ir.Store):
             self.store(s)
         elif isinstance(s, ir.Block):
-            for x in s.stmts:
-                self.stmt(x)
+            k = 0
+            while k < len(s.stmts):
+                run = []
+                while not self.ctx.parallel and self.vec is None and k + len(run) < len(s.stmts) \
+                        and plain_parallel(s.stmts[k + len(run)]):
+                    run.append(s.stmts[k + len(run)])
+                if len(run) > 1:                  # codegen.llvm.parallel: one region
+                    self.parallel_region(run)
+                    k += len(run)
+                else:
+                    self.stmt(s.stmts[k])
+                    k += 1
         elif isinstance(s, ir.Let):
             self.with_var(s.name, self.ex(s.value), s.body)
         elif isinstance(s, ir.If):
@@ -465,106 +476,6 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
                           self.m.loop_md('!"llvm.loop.vectorize.width", i32 1',
                                          '!"llvm.loop.interleave.count", i32 1',
                                          '!"llvm.loop.unroll.disable"'))
-
-    # -------------------------------------------------------------- parallel loops
-    def parallel_loop(self, s: ir.For, step: int, red=None) -> None:
-        """Outlines ``s`` and runs it through ``GOMP_parallel``.  ``red`` (a
-        :class:`codegen.llvm.reduce.ParallelHooks`, for reductions) adds struct
-        fields, per-thread arguments of the range function, its body, and code
-        in the caller after the join; the team size is then written back."""
-        f, m = self.f, self.m
-        lo, hi = self.index(s.lo).t, self.index(s.hi).t
-        k = self.npar
-        self.npar += 1
-        outl, rng = f'@"{self.fn.name}.par{k}"', f'@"{self.fn.name}.par{k}.range"'
-        caps = []                                # (what, name, llvm type, value, extra)
-        for name, v in self.env.items():
-            caps.append(("s", name, LLT[v.dtype], v.t, v.dtype))
-        for name, a in self.arrays.items():
-            caps.append(("p", name, "ptr", a.ptr, a))
-            caps += [("i", name, "i64", st, d) for d, st in enumerate(a.strides) if not isinstance(st, int)]
-        go, done = f.label("par"), f.label("endpar")
-        f.cbr(f.op(f"icmp slt i64 {lo}, {hi}"), go, done)
-        f.start(go)
-        extra, nthreads = red.setup() if red else ([], "0")
-        fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status)] + [(c[2], c[3]) for c in caps]
-        fields += extra + ([("i64", "0")] if red else [])        # the last: team size, written back
-        sty = "{ " + ", ".join(t for t, _ in fields) + " }"
-        buf = f.alloca(sty, 8, "ctx")
-        for j, (t, v) in enumerate(fields):
-            g = f.op(f"getelementptr inbounds {sty}, ptr {buf}, i32 0, i32 {j}")
-            f.emit(f"store {t} {v}, ptr {g}")
-        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
-        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 {nthreads}, i32 0)")
-        if red:
-            g = f.op(f"getelementptr inbounds {sty}, ptr {buf}, i32 0, i32 {len(fields) - 1}")
-            red.finish(f.op(f"load i64, ptr {g}, align 8", "team"))
-        f.br(done)
-        f.start(done)
-        saved = (self.f, self.ctx, self.env, self.arrays)
-        try:
-            self._range_function(s, step, rng, caps, red)
-            self._outlined_function(step, outl, rng, sty, fields, caps, red)
-        finally:
-            self.f, self.ctx, self.env, self.arrays = saved
-
-    def _range_function(self, s, step, rng, caps, red) -> None:
-        params, env, arrays = ["i64 %vs", "i64 %ve"], {}, {}
-        for j, (what, name, t, _, extra) in enumerate(caps):
-            p = f"%c{j}.{name_hint(name)}"
-            if what == "s":
-                params.append(f"{t} {p}")
-                env[name] = Val(p, extra)
-            elif what == "p":
-                params.append(f"ptr noalias {p}")
-                arrays[name] = Arr(p, extra.dtype, list(extra.strides), extra.writable)
-            else:
-                params.append(f"i64 {p}")
-                arrays[name].strides[extra] = p
-        params.append("ptr %status")
-        rparams = [f"%r{j}" for j in range(len(red.range_types))] if red else []
-        params += [f"{t} {p}" for t, p in zip(red.range_types, rparams)] if red else []
-        self.f = Func(f"define internal void {rng}({', '.join(params)}) #1")
-        self.ctx, self.env, self.arrays = Ctx(True, "%status"), env, arrays
-        if red:
-            red.range_body("%vs", "%ve", rparams)
-        else:
-            self.counted_loop(s.var, "%vs", "%ve", step,
-                              lambda v: self.with_var(s.var, Val(v, "int64"), s.body))
-        self.f.emit("ret void")
-        self.m.funcs.append(self.f.text())
-
-    def _outlined_function(self, step, outl, rng, sty, fields, caps, red) -> None:
-        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
-        vals = []
-        for j, (t, _) in enumerate(fields):
-            g = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 {j}")
-            vals.append(f.op(f"load {t}, ptr {g}"))
-        lo, hi, status = vals[:3]
-        self.m.declare("omp_get_thread_num", "i32", [])
-        self.m.declare("omp_get_num_threads", "i32", [])
-        tid = f.op(f"sext i32 {f.op('call i32 @omp_get_thread_num()')} to i64", "tid")
-        nth = f.op(f"sext i32 {f.op('call i32 @omp_get_num_threads()')} to i64", "nth")
-        n = f.op(f"sub i64 {hi}, {lo}")
-        if step != 1:
-            n = f.op(f"sdiv i64 {f.op(f'add i64 {n}, {step - 1}')}, {step}")
-        q, r = f.op(f"sdiv i64 {n}, {nth}"), f.op(f"srem i64 {n}, {nth}")
-        lt = f.op(f"icmp slt i64 {tid}, {r}")
-        first = f.op(f"add i64 {f.op(f'mul i64 {tid}, {q}')}, {f.op(f'select i1 {lt}, i64 {tid}, i64 {r}')}")
-        cnt = f.op(f"add i64 {q}, {f.op(f'zext i1 {lt} to i64')}")
-        if step != 1:
-            first, cnt = f.op(f"mul i64 {first}, {step}"), f.op(f"mul i64 {cnt}, {step}")
-        vs = f.op(f"add i64 {lo}, {first}", "vs")
-        ve = f.op(f"add i64 {vs}, {cnt}", "ve")
-        args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, vals[3:3 + len(caps)])]
-        args.append(f"ptr {status}")
-        if red:
-            g = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 {len(fields) - 1}")
-            f.emit(f"store atomic i64 {nth}, ptr {g} monotonic, align 8")    # same value from each
-            args += [f"{t} {v}" for t, v in red.thread_args(tid, nth, vals[3 + len(caps):-1])]
-        f.emit(f"call void {rng}({', '.join(args)})")
-        f.emit("ret void")
-        self.m.funcs.append(f.text())
 
     # -------------------------------------------------------------- temporaries
     def allocate(self, s: ir.Allocate) -> None:

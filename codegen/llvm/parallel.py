@@ -1,0 +1,205 @@
+"""LLVM backend: parallel loops through libgomp, a mixin of
+:class:`codegen.llvm.stmt.Lowering`.
+
+A parallel loop is outlined: its body over a range ``[vs, ve)`` becomes an
+internal *range function*; an *outlined function* (the one ``GOMP_parallel``
+runs on every thread of the team) reads the captured values from a context
+struct, computes its thread's static block of the iterations and calls the
+range function.  Adjacent parallel loops without a reduction share one region
+(:meth:`ParallelLowering.parallel_region`): one outlined function calls each
+loop's range function in turn with ``GOMP_barrier`` between them, as C's
+``#pragma omp parallel`` + one ``omp for`` each -- one fork/join instead of one
+per statement."""
+from __future__ import annotations
+
+from .. import ir
+from .lower import LLT, Arr, Ctx, Func, Val, name_hint
+
+
+def plain_parallel(s) -> bool:
+    """A parallel loop without a reduction: it can share a region."""
+    return isinstance(s, ir.For) and s.kind == "parallel" and not s.attrs.get("reduction")
+
+
+class ParallelLowering:
+    def parallel_loop(self, s: ir.For, step: int, red=None) -> None:
+        """Outlines ``s`` and runs it through ``GOMP_parallel``.  ``red`` (a
+        :class:`codegen.llvm.reduce.ParallelHooks`, for reductions) adds struct
+        fields, per-thread arguments of the range function, its body, and code
+        in the caller after the join; the team size is then written back."""
+        f, m = self.f, self.m
+        lo, hi = self.index(s.lo).t, self.index(s.hi).t
+        outl, rng = self._outlined_names(1)
+        caps = self._captures()
+        go, done = f.label("par"), f.label("endpar")
+        f.cbr(f.op(f"icmp slt i64 {lo}, {hi}"), go, done)
+        f.start(go)
+        extra, nthreads = red.setup() if red else ([], "0")
+        fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status)] + [(c[2], c[3]) for c in caps]
+        fields += extra + ([("i64", "0")] if red else [])        # the last: team size, written back
+        sty, buf = self._context(fields)
+        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
+        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 {nthreads}, i32 0)")
+        if red:
+            g = f.op(f"getelementptr inbounds {sty}, ptr {buf}, i32 0, i32 {len(fields) - 1}")
+            red.finish(f.op(f"load i64, ptr {g}, align 8", "team"))
+        f.br(done)
+        f.start(done)
+        saved = (self.f, self.ctx, self.env, self.arrays)
+        try:
+            self._range_function(s, step, rng[0], caps, red)
+            self._outlined_function(step, outl, rng[0], sty, fields, caps, red)
+        finally:
+            self.f, self.ctx, self.env, self.arrays = saved
+
+    def parallel_region(self, loops: list) -> None:
+        """Adjacent parallel loops (:func:`plain_parallel`) in one region: each
+        thread runs its static block of each loop, a barrier after each but
+        the last (their order kept); an empty loop gives every thread an empty
+        block."""
+        f, m = self.f, self.m
+        steps = [ir.check_loop(s, "LLVM backend") for s in loops]
+        bounds = [(self.index(s.lo).t, self.index(s.hi).t) for s in loops]
+        outl, rngs = self._outlined_names(len(loops))
+        caps = self._captures()
+        fields = [("i64", x) for b in bounds for x in b] + [("ptr", self.ctx.status)]
+        fields += [(c[2], c[3]) for c in caps]
+        f.emit(f"; loops {', '.join(name_hint(s.var) for s in loops)}: one parallel region")
+        sty, buf = self._context(fields)
+        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
+        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
+        saved = (self.f, self.ctx, self.env, self.arrays)
+        try:
+            for s, step, rng in zip(loops, steps, rngs):
+                self.enclosing.append(s)
+                try:
+                    self._range_function(s, step, rng, caps, None)
+                finally:
+                    self.enclosing.pop()
+                self.f, self.ctx, self.env, self.arrays = saved
+            self._region_function(outl, rngs, steps, sty, fields, caps)
+        finally:
+            self.f, self.ctx, self.env, self.arrays = saved
+
+    # ------------------------------------------------------------- the pieces
+    def _outlined_names(self, loops: int):
+        k = self.npar
+        self.npar += 1
+        outl = f'@"{self.fn.name}.par{k}"'
+        if loops == 1:
+            return outl, [f'@"{self.fn.name}.par{k}.range"']
+        return outl, [f'@"{self.fn.name}.par{k}.range{j}"' for j in range(loops)]
+
+    def _captures(self) -> list:
+        """(what, name, llvm type, value, extra) of every scalar, array and
+        run-time stride the outlined code reads."""
+        caps = []
+        for name, v in self.env.items():
+            caps.append(("s", name, LLT[v.dtype], v.t, v.dtype))
+        for name, a in self.arrays.items():
+            caps.append(("p", name, "ptr", a.ptr, a))
+            caps += [("i", name, "i64", st, d) for d, st in enumerate(a.strides) if not isinstance(st, int)]
+        return caps
+
+    def _context(self, fields):
+        """The context struct's type, and a stack copy of ``fields`` in it."""
+        f = self.f
+        sty = "{ " + ", ".join(t for t, _ in fields) + " }"
+        buf = f.alloca(sty, 8, "ctx")
+        for j, (t, v) in enumerate(fields):
+            g = f.op(f"getelementptr inbounds {sty}, ptr {buf}, i32 0, i32 {j}")
+            f.emit(f"store {t} {v}, ptr {g}")
+        return sty, buf
+
+    def _range_function(self, s, step, rng, caps, red) -> None:
+        params, env, arrays = ["i64 %vs", "i64 %ve"], {}, {}
+        for j, (what, name, t, _, extra) in enumerate(caps):
+            p = f"%c{j}.{name_hint(name)}"
+            if what == "s":
+                params.append(f"{t} {p}")
+                env[name] = Val(p, extra)
+            elif what == "p":
+                params.append(f"ptr noalias {p}")
+                arrays[name] = Arr(p, extra.dtype, list(extra.strides), extra.writable)
+            else:
+                params.append(f"i64 {p}")
+                arrays[name].strides[extra] = p
+        params.append("ptr %status")
+        rparams = [f"%r{j}" for j in range(len(red.range_types))] if red else []
+        params += [f"{t} {p}" for t, p in zip(red.range_types, rparams)] if red else []
+        self.f = Func(f"define internal void {rng}({', '.join(params)}) #1")
+        self.ctx, self.env, self.arrays = Ctx(True, "%status"), env, arrays
+        if red:
+            red.range_body("%vs", "%ve", rparams)
+        else:
+            self.counted_loop(s.var, "%vs", "%ve", step,
+                              lambda v: self.with_var(s.var, Val(v, "int64"), s.body))
+        self.f.emit("ret void")
+        self.m.funcs.append(self.f.text())
+
+    def _team(self, f):
+        """This thread's number and the team's size, as i64."""
+        self.m.declare("omp_get_thread_num", "i32", [])
+        self.m.declare("omp_get_num_threads", "i32", [])
+        tid = f.op(f"sext i32 {f.op('call i32 @omp_get_thread_num()')} to i64", "tid")
+        nth = f.op(f"sext i32 {f.op('call i32 @omp_get_num_threads()')} to i64", "nth")
+        return tid, nth
+
+    @staticmethod
+    def _thread_block(f, lo, hi, step, tid, nth, clamp=False):
+        """``(vs, ve)``: thread ``tid``'s static block of ``lo .. hi`` by
+        ``step`` (the first ``n % nth`` threads take one more); ``clamp``: an
+        empty or reversed range gives empty blocks."""
+        n = f.op(f"sub i64 {hi}, {lo}")
+        if step != 1:
+            n = f.op(f"sdiv i64 {f.op(f'add i64 {n}, {step - 1}')}, {step}")
+        if clamp:
+            n = f.op(f"select i1 {f.op(f'icmp slt i64 {n}, 0')}, i64 0, i64 {n}")
+        q, r = f.op(f"sdiv i64 {n}, {nth}"), f.op(f"srem i64 {n}, {nth}")
+        lt = f.op(f"icmp slt i64 {tid}, {r}")
+        first = f.op(f"add i64 {f.op(f'mul i64 {tid}, {q}')}, {f.op(f'select i1 {lt}, i64 {tid}, i64 {r}')}")
+        cnt = f.op(f"add i64 {q}, {f.op(f'zext i1 {lt} to i64')}")
+        if step != 1:
+            first, cnt = f.op(f"mul i64 {first}, {step}"), f.op(f"mul i64 {cnt}, {step}")
+        vs = f.op(f"add i64 {lo}, {first}", "vs")
+        return vs, f.op(f"add i64 {vs}, {cnt}", "ve")
+
+    @staticmethod
+    def _load_fields(f, sty, fields):
+        vals = []
+        for j, (t, _) in enumerate(fields):
+            g = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 {j}")
+            vals.append(f.op(f"load {t}, ptr {g}"))
+        return vals
+
+    def _outlined_function(self, step, outl, rng, sty, fields, caps, red) -> None:
+        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
+        vals = self._load_fields(f, sty, fields)
+        lo, hi, status = vals[:3]
+        tid, nth = self._team(f)
+        vs, ve = self._thread_block(f, lo, hi, step, tid, nth)
+        args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, vals[3:3 + len(caps)])]
+        args.append(f"ptr {status}")
+        if red:
+            g = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 {len(fields) - 1}")
+            f.emit(f"store atomic i64 {nth}, ptr {g} monotonic, align 8")    # same value from each
+            args += [f"{t} {v}" for t, v in red.thread_args(tid, nth, vals[3 + len(caps):-1])]
+        f.emit(f"call void {rng}({', '.join(args)})")
+        f.emit("ret void")
+        self.m.funcs.append(f.text())
+
+    def _region_function(self, outl, rngs, steps, sty, fields, caps) -> None:
+        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
+        vals = self._load_fields(f, sty, fields)
+        n = len(rngs)
+        status, captured = vals[2 * n], vals[2 * n + 1:]
+        tid, nth = self._team(f)
+        self.m.declare("GOMP_barrier", "void", [])
+        for j, (rng, step) in enumerate(zip(rngs, steps)):
+            vs, ve = self._thread_block(f, vals[2 * j], vals[2 * j + 1], step, tid, nth, clamp=True)
+            args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, captured)]
+            f.emit(f"call void {rng}({', '.join(args + [f'ptr {status}'])})")
+            if j < n - 1:
+                f.emit("call void @GOMP_barrier()")
+        f.emit("ret void")
+        self.m.funcs.append(f.text())
