@@ -26,7 +26,7 @@ def draw_function(f, statement=None, loops=None, params=None, path=None, compare
     left, the schedule on the right."""
     after = panel(f, f._commands, statement, loops, params,
                   "schedule" if compare else "")
-    panels = [panel(f, [], statement, None, params, "program order"), after] if compare \
+    panels = [panel(f, [], statement, loops, params, "program order"), after] if compare \
         else [after]
     return _picture(f"{f.name}{_params_text(params)}", params, panels, path)
 
@@ -56,7 +56,7 @@ def draw_violation(error, path=None, statement=None, loops=None, params=None):
     p.highlight = {"source": p.located[v.source], "sink": p.located[v.sink], "kind": kind,
                    "buffer": v.buffer, "source_instance": v.source, "sink_instance": v.sink,
                    "text": f"refused: {_instance(v.function, v.source)} -> "
-                           f"{_instance(v.function, v.sink)} ({kind} on {v.buffer!r}) {what}"}
+                           f"{_instance(v.function, v.sink)}\n({kind} on {v.buffer!r}) {what}"}
     return _picture(f"{v.function.name}{_params_text(params)}", params, [p], path)
 
 

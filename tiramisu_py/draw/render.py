@@ -19,6 +19,7 @@ MAX_FIG_IN = 14.0
 
 
 def render_space(data, Figure):
+    from matplotlib.cm import ScalarMappable
     from matplotlib.colors import BoundaryNorm, ListedColormap
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -30,24 +31,20 @@ def render_space(data, Figure):
     height = max((e[3] - e[2] + 2) * cell for e in extents) + 2.0
     scale = min(1.0, MAX_FIG_IN / width, MAX_FIG_IN / height)
     labelled = scale == 1.0
-    fig = Figure(figsize=(max(width * scale, 4.0), max(height * scale, 3.0)), layout="constrained")
+    fig = Figure(figsize=(max(width * scale, 6.0), max(height * scale, 3.5)), layout="constrained")
     axs = fig.subplots(1, len(data.panels), squeeze=False)[0]
-    n_steps = max((pt.step for p in data.panels for pt in p.points), default=0) + 1
-    base = _colours(n_steps)
-    cmap = ListedColormap(base)
-    norm = BoundaryNorm([s - 0.5 for s in range(n_steps + 1)], n_steps)
     handles = {}
     for ax, p in zip(axs, data.panels):
+        n_steps = max((pt.step for pt in p.points), default=0) + 1     # colours per panel
+        cmap = ListedColormap(_colours(n_steps))
+        norm = BoundaryNorm([s - 0.5 for s in range(n_steps + 1)], n_steps)
         _draw_panel(ax, p, cmap, norm, labelled, handles, n_stmts)
-    if n_steps > 1:
-        from matplotlib.cm import ScalarMappable
-        sm = ScalarMappable(norm=norm, cmap=cmap)
-        cb = fig.colorbar(sm, ax=list(axs), orientation="horizontal", shrink=0.6, aspect=30)
-        cb.set_label("parallel step (wavefront): one colour per step", fontsize=8)
-        cb.ax.tick_params(labelsize=7)
-        from matplotlib.ticker import MaxNLocator
-        cb.locator = MaxNLocator(integer=True, nbins=8)
-        cb.update_ticks()
+        if n_steps > 1:
+            cb = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax,
+                              orientation="horizontal", shrink=0.8, aspect=30)
+            cb.set_label("parallel step: one colour per step", fontsize=8)
+            cb.ax.tick_params(labelsize=7)
+            cb.set_ticks(_ticks(0, n_steps - 1))
     for kind, (colour, style, _) in ARROW_STYLE.items():
         if any(a.kind == kind for p in data.panels for a in p.arrows):
             handles[f"{kind} dependence"] = Line2D([], [], color=colour, linestyle=style)
