@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
+from examples import jacobi1d
 from tiramisu_py import cli
 
 try:
@@ -22,13 +23,9 @@ needs_mpl = pytest.mark.skipif(not HAS_MPL, reason="matplotlib is not installed 
 
 
 def jacobi_1d():
-    """Jacobi 1-D with two time rows: A[(t+1)%2, i] = mean of A[t%2, i-1..i+1]."""
-    f = tp.Function("jacobi1d", params=["T", "N"])
-    t, i = f.var("t", 0, "T"), f.var("i", 1, "N - 1")
-    A = f.buffer("A", (2, "N"), tp.float32, output=True)
-    S = f.computation("S", [t, i], (A[t % 2, i - 1] + A[t % 2, i] + A[t % 2, i + 1]) / 3)
-    S.store_in(A, [(t + 1) % 2, i])
-    return f, S
+    """examples/jacobi1d.py: A[(t+1)%2, i] = mean of A[t%2, i-1..i+1]."""
+    f = jacobi1d.build()
+    return f, f.statements[0]
 
 
 def recurrence():
@@ -60,9 +57,7 @@ def arrows(panel):
 
 
 def test_jacobi_skewed_and_tiled_data():
-    f, S = jacobi_1d()
-    S.skew("t", "i", 1)
-    S.tile("t", "i", 2, 4)
+    f = jacobi1d.skewed_tiled(jacobi1d.build(), 2, 4)
     T, N = 4, 6
     p = f.draw(params={"T": T, "N": N}).data.panels[0]
     assert p.axes == ("i = i + t", "t") and p.statements == ["S"]
@@ -299,3 +294,10 @@ def test_cli_draw(tmp_path, capsys):
         cli.main(["draw", f"{src}:build", "--params", "T=3", "--out", str(out)])
     with pytest.raises(SystemExit, match="FILE:CALLABLE"):
         cli.main(["draw", str(src)])
+
+
+def test_the_drawn_jacobi_schedule_computes_the_stencil():
+    """The skewed, tiled schedule the pictures show is the one that runs."""
+    A = np.random.default_rng(1).standard_normal((2, 12)).astype(np.float32)
+    out = jacobi1d.skewed_tiled(jacobi1d.build()).compile()(A=A.copy(), T=5)
+    assert np.array_equal(out, jacobi1d.reference(A, 5))

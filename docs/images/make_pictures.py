@@ -20,31 +20,20 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 
 import tiramisu_py as tp  # noqa: E402
-from examples import lstm  # noqa: E402
+from examples import jacobi1d, lstm  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DPI = 72
-
-
-def jacobi_1d():
-    f = tp.Function("jacobi1d", params=["T", "N"])
-    t, i = f.var("t", 0, "T"), f.var("i", 1, "N - 1")
-    A = f.buffer("A", (2, "N"), tp.float32, output=True)
-    S = f.computation("S", [t, i], (A[t % 2, i - 1] + A[t % 2, i] + A[t % 2, i + 1]) / 3)
-    S.store_in(A, [(t + 1) % 2, i])
-    return f, S
 
 
 def main():
     f = lstm.wavefront(lstm.build())
     f.draw(loops=("t", "l"), params={"NL": 3, "T": 5, "B": 1, "H": 1}, compare=True,
            statement=["z", "c_step", "h_step"]).save(HERE / "lstm_wavefront.png", dpi=DPI)
-    f, S = jacobi_1d()
-    S.skew("t", "i", 1)
-    S.tile("t", "i", 2, 4)
+    f = jacobi1d.skewed_tiled(jacobi1d.build(), 2, 4)
     f.draw(params={"T": 4, "N": 8}, compare=True).save(HERE / "jacobi1d_tiled.png", dpi=DPI)
-    f, S = jacobi_1d()
-    S.interchange("t", "i")
+    f = jacobi1d.build()
+    f.statements[0].interchange("t", "i")
     try:
         f.compile()
     except tp.IllegalScheduleError as e:
