@@ -73,7 +73,7 @@ def _extent(p):
 def _offset(p, n_stmts):
     """stmt -> x offset inside a unit cell (statements sharing a point side by side)."""
     k = len(p.statements)
-    width = 0.26 if k > 1 else 0.0
+    width = min(0.26, 0.8 / (k - 1)) if k > 1 else 0.0      # all inside the point's cell
     return {s: (i - (k - 1) / 2) * width for i, s in enumerate(p.statements)}
 
 

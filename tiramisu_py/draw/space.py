@@ -214,7 +214,7 @@ def _statements(model, state, statement):
 def _axis_names(geo, stmts, loops):
     """The one or two axis names drawn (outer first)."""
     if loops is None:
-        best = max(stmts, key=lambda s: min(len(geo[s][0]), 2)) if stmts else None
+        best = max(stmts, key=lambda s: len(geo[s][0])) if stmts else None
         if best is None or not geo[best][0]:
             raise ValueError("draw: nothing to draw (no statement with a loop)")
         return [a for a, _ in geo[best][0][:2]]
