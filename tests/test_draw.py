@@ -178,6 +178,20 @@ def test_bad_arguments_are_named():
         tp.IllegalScheduleError("no pair").draw()
 
 
+def test_data_dependent_loops_are_not_drawn():
+    f = tp.Function("spmv", params=["R", "C", "NNZ"])
+    rowptr = f.input("rowptr", "R + 1", tp.int32)
+    val, x = f.input("val", "NNZ", tp.float32), f.input("x", "C", tp.float32)
+    r = f.var("r", 0, "R")
+    j = f.var("j", rowptr[r], rowptr[r + 1])
+    y = f.computation("y", [r], 0.0)
+    y[r] += val[j] * x[j]
+    p = f.draw(params={"R": 3, "C": 4, "NNZ": 5}).data.panels[0]
+    assert p.statements == ["y"] and [pt.xy for pt in p.points] == [(0, 0), (1, 0), (2, 0)]
+    with pytest.raises(ValueError, match="y_update has data-dependent loop bounds"):
+        f.draw(statement="y_update", params={"R": 3, "C": 4, "NNZ": 5})
+
+
 def three_statement_nest():
     """a, b, c in one (t, i) nest, a reading c of the step before: i split in
     2 tiles, 3 time steps."""

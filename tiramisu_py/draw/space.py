@@ -119,7 +119,10 @@ def _params_set(model, params):
     for p, v in params.items():
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"draw: params={p!r} must be an int, not {v!r}")
-    cons = " and ".join(f"{p} = {v}" for p, v in params.items()) or "true"
+    # the placeholders of data-dependent bounds (tp_*) bound only statements that are
+    # not drawn: fixed to 0 so that every drawn set is finite
+    fixed = dict(params, **{p: 0 for p in model.params if p.startswith("tp_")})
+    cons = " and ".join(f"{p} = {v}" for p, v in fixed.items()) or "true"
     return isl.Set(f"{model.prefix()}{{ : {cons} }}", context=model.ctx)
 
 
@@ -153,28 +156,10 @@ def panel(f, commands, statement=None, loops=None, params=None, title="", locate
     names = _axis_names(geo, stmts, loops)
     stmts = [s for s in stmts if names[0] in dict(geo[s][0])
              and (len(names) < 2 or names[1] in dict(geo[s][0]))]
-    depth = legality.schedule_depth(model, state)
     cut = _step_cuts(model, deps, state, stmts)
     inst = {}                                  # (stmt, instance) -> (sched, xy, tile)
     for s in stmts:
-        m = model.by_name[s]
-        if m.bound_params:
-            raise ValueError(f"draw: {s} has data-dependent loop bounds; its instances are "
-                             "not known before run time, so it cannot be drawn")
-        axes, tiles = geo[s]
-        expr = dict(axes)
-        dims = state[s].dims() + ["0"] * (depth - len(state[s].dims()))
-        coords = [expr[names[-1]], expr[names[0]]] if len(names) == 2 else [expr[names[0]], "0"]
-        tile_loops = [lp for lp in state[s].loops if tiles.get(lp.name) in names]
-        mp = _stmt_map(model, m, dims + coords + [lp.expr for lp in tile_loops], pset)
-        if not mp.range().is_bounded() or not mp.domain().is_bounded():
-            raise ValueError(f"draw: {s} has unbounded instances at these params")
-        if mp.domain().count_val().to_python() > MAX_INSTANCES:
-            raise ValueError(f"draw: {s} has more than {MAX_INSTANCES} instances at params "
-                             f"{params}; draw it at smaller values")
-        for x, out in _points_of(mp):
-            inst[(s, x)] = (out[:depth], out[depth:depth + 2],
-                            out[depth + 2:] if tile_loops else None)
+        inst.update(_instances(model, state, s, geo[s], names, pset, params))
     points = _points(inst, cut)
     arrows = _arrows(model, deps, stmts, pset, inst)
     marks = {s: {lp: _mark(t) for lp, t in state[s].tags.items()} for s in stmts}
@@ -191,6 +176,25 @@ def panel(f, commands, statement=None, loops=None, params=None, title="", locate
                  {s: (cut[s][1], cut[s][2]) for s in stmts}, None, stmts, located)
 
 
+def _instances(model, state, s, geo, names, pset, params):
+    """{(s, instance): (schedule vector, (x, y), tile or None)} at ``pset``."""
+    m = model.by_name[s]
+    axes, tiles = geo
+    expr = dict(axes)
+    depth = legality.schedule_depth(model, state)
+    dims = state[s].dims() + ["0"] * (depth - len(state[s].dims()))
+    coords = [expr[names[-1]], expr[names[0]]] if len(names) == 2 else [expr[names[0]], "0"]
+    tile_loops = [lp for lp in state[s].loops if tiles.get(lp.name) in names]
+    mp = _stmt_map(model, m, dims + coords + [lp.expr for lp in tile_loops], pset)
+    if not mp.domain().is_bounded():
+        raise ValueError(f"draw: {s} has unbounded instances at params {params}")
+    if mp.domain().count_val().to_python() > MAX_INSTANCES:
+        raise ValueError(f"draw: {s} has more than {MAX_INSTANCES} instances at params "
+                         f"{params}; draw it at smaller values")
+    return {(s, x): (out[:depth], out[depth:depth + 2], out[depth + 2:] if tile_loops else None)
+            for x, out in _points_of(mp)}
+
+
 def _statements(model, state, statement):
     names = [m.name for m in model.stmts]
     if statement is None:
@@ -203,12 +207,14 @@ def _statements(model, state, statement):
         if bad:
             raise ValueError(f"draw: statement={bad[0]!r} is not a statement of "
                              f"{model.f.name!r} (its statements: {', '.join(names)})")
-    for s in chosen:
-        if state[s].at is not None:
-            if statement is not None:
-                raise ValueError(f"draw: {s} is computed at {state[s].at[1]} (compute_at); "
-                                 "pictures of compute_at copies are not supported")
-    return [s for s in chosen if state[s].at is None]
+    drawable = [s for s in chosen if state[s].at is None and not model.by_name[s].bound_params]
+    if statement is not None and drawable != chosen:
+        s = next(s for s in chosen if s not in drawable)
+        why = (f"is computed at {state[s].at[1]} (compute_at copies are not drawn)"
+               if state[s].at is not None else
+               "has data-dependent loop bounds (its instances are not known before run time)")
+        raise ValueError(f"draw: statement {s} {why}")
+    return drawable
 
 
 def _axis_names(geo, stmts, loops):
