@@ -9,7 +9,7 @@ import schedules
 TIRAMISU_PY = ["Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
                "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool", "exp",
                "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max", "select",
-               "cast", "IllegalScheduleError", "cache_dir"]
+               "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare"]
 SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
              "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
              "FUSED_ALGOS", "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights",
@@ -20,7 +20,7 @@ SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams
 def test_tiramisu_py_public_names():
     assert tp.__all__ == TIRAMISU_PY
     classes = {"Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
-               "IllegalScheduleError"}
+               "IllegalScheduleError", "Picture"}
     for name in TIRAMISU_PY:
         obj = getattr(tp, name)
         assert inspect.isclass(obj) == (name in classes), name

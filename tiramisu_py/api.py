@@ -11,6 +11,7 @@ from .commands.atomic import all_or_nothing
 from .commands.schedulable import Schedulable
 from .driver import explain as _explain
 from .driver.compile import compile_function, default_target
+from .draw import draw_function
 from .lang import program
 
 
@@ -44,6 +45,19 @@ class Function(program.Function):
         print(text, file=file)
         return text
 
+    def draw(self, statement=None, loops=None, params=None, path=None, compare=False):
+        """A :class:`~tiramisu_py.Picture` of the iteration space under the
+        current schedule, at the concrete ``params`` (a dict, e.g. ``{"N": 8}``):
+        each statement's instances as points on two of its loops (``loops``:
+        (outer, inner) names; by default its two outermost; the loops a tile
+        made of one loop count as that loop), coloured by parallel step,
+        labelled by execution order, tiles outlined, dependences as arrows by
+        kind.  ``statement``: a name (or a list) to draw only those;
+        ``compare``: the program order beside it; ``path``: also saved there.
+        The data drawn is ``picture.data``; rendering needs matplotlib
+        (``pip install tiramisu_py[draw]``).  Rules: docs/internals/draw.md."""
+        return draw_function(self, statement, loops, params, path, compare)
+
     # compilation ------------------------------------------------------------
     def compile(self, target=None, **options):
         """Checks the program, generates code for ``target`` ("cpu" or "c": C +
@@ -55,7 +69,7 @@ class Function(program.Function):
         try:
             return compile_function(self, target, **options)
         except IllegalScheduleError as e:
-            raise IllegalScheduleError(str(e) + self._recovery(str(e))) from None
+            raise IllegalScheduleError(str(e) + self._recovery(str(e)), e.violation) from None
 
     def _recovery(self, msg):
         """What an IllegalScheduleError adds: where the statement was

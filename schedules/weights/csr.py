@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from tiramisu_py.draw.pattern import sparsity_picture
+
 from ..core.arrays import float32_array, is_torch
 from ..core.prepared import prepared
 
@@ -124,6 +126,23 @@ class CSRWeights:
         """The dense weight (float32, of ``shape``); duplicate columns of a
         row summed in order, as the sparse kernels sum them."""
         return csr_to_dense(self.rowptr, self.colidx, self.values, self.shape)
+
+    def draw(self, path=None):
+        """A :class:`tiramisu_py.Picture` of the sparsity pattern: one row per
+        output channel (row), one column per input position (``ci*KH*KW +
+        ky*KW + kx`` for a convolution, a line between input channels); saved
+        to ``path`` if given.  ``.data.nonzeros``: the (row, column) pairs.
+        Rendering needs matplotlib (``pip install tiramisu_py[draw]``)."""
+        rows = np.repeat(np.arange(self.shape[0]), np.diff(self.rowptr))
+        conv = len(self.shape) == 4
+        cols = int(np.prod(self.shape[1:]))
+        return sparsity_picture(
+            rows, self.colidx, (self.shape[0], cols),
+            f"CSRWeights {'x'.join(map(str, self.shape))}: {self.nnz} nonzeros "
+            f"({100 * self.density:.1f}%)",
+            "output channel" if conv else "row",
+            "input channel x kernel position" if conv else "column",
+            self.shape[2] * self.shape[3] if conv else None, path)
 
     def __repr__(self):
         return f"CSRWeights(shape={self.shape}, nnz={self.nnz}, density={self.density:.3g})"

@@ -17,7 +17,7 @@ import islpy as isl
 
 from ..poly.dataflow import reads_initial, value_flow
 from ..base import provenance
-from ..base.errors import IllegalScheduleError
+from ..base.errors import IllegalScheduleError, Violation
 from ..poly.model import build_model
 from ..lang.schedule import initial_state, replay
 
@@ -184,8 +184,9 @@ def check(model, deps, commands):
         buf, viol = bad
         k = _blame(model, deps, commands)
         cmd = commands[k].text if k is not None else "the schedule"
-        raise IllegalScheduleError(f"{cmd} is illegal: " + describe(model, deps, buf, viol, state)
-                                   + (_given(commands[k]) if k is not None else ""))
+        text, pair = _describe_pair(model, deps, buf, viol, state, commands)
+        raise IllegalScheduleError(f"{cmd} is illegal: " + text
+                                   + (_given(commands[k]) if k is not None else ""), pair)
     for stmt, s in state.items():
         for loop, tag in s.tags.items():
             if loop not in [lp.name for lp in s.loops]:
@@ -216,10 +217,10 @@ def check(model, deps, commands):
                     fix = provenance.with_kwarg(cmd.call, "allow_reassociation=True") if cmd.call \
                         else f"{cmd.text[:-1]}, allow_reassociation=True)"
                     hint = f" It is a reduction: {fix} permits reordering it."
+                text, pair = _describe_pair(model, deps, buf, viol, state, commands, loop)
                 raise IllegalScheduleError(
                     f"{cmd.text} is illegal: loop {loop!r} cannot be {what}, "
-                    f"it carries a dependence: " + describe(model, deps, buf, viol, state, True)
-                    + hint + _given(cmd))
+                    f"it carries a dependence: " + text + hint + _given(cmd), pair)
         for loop, k in s.accumulate.items():
             _check_accumulate(model, deps, state, stmt, loop, commands[k])
     return state
@@ -453,8 +454,23 @@ def _instance(model, stmt, point):
     return f"{stmt}({', '.join(f'{n}={x}' for n, x in zip(names, point))})"
 
 
-def describe(model, deps, buf, viol, state, concurrent=False):
+def _describe_pair(model, deps, buf, viol, state, commands, loop=None):
+    """The words of :func:`describe` and the pair they name as data (a
+    :class:`Violation`, which ``IllegalScheduleError.draw`` pictures), or None
+    when no pair could be sampled.  ``loop``: the parallel loop that carries
+    the dependence (its two instances would run concurrently)."""
     pair = small_pair(model, viol)
+    text = describe(model, deps, buf, viol, state, loop is not None, pair)
+    if pair is None:
+        return text, None
+    s, src, t, dst, params = pair
+    kind = _accesses_at(model, deps, s, src, t, dst, buf, params)[0]
+    return text, Violation(model.f, list(commands), buf, kind, (s, tuple(src)), (t, tuple(dst)),
+                           dict(params), loop is not None, loop)
+
+
+def describe(model, deps, buf, viol, state, concurrent=False, pair=None):
+    pair = small_pair(model, viol) if pair is None else pair
     if pair is None:
         return f"a dependence through {buf!r} would be broken"
     s, src, t, dst, params = pair
