@@ -18,7 +18,7 @@ SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams
 
 # tiramisu_py.mpi (distributed execution; imports without mpi4py)
 MPI = ["COMM_WORLD", "MPIUnavailable", "abort_on_error", "block_owner", "block_range",
-       "comm_world", "gather", "scatter", "stats"]
+       "comm_world", "gather", "recv", "scatter", "send", "stats"]
 
 
 def test_tiramisu_py_public_names():

@@ -95,6 +95,23 @@ def exchange(comm, sends, recvs, tag):
     MPI.Request.Waitall(reqs)
 
 
+def send(array, dest, tag=0, comm=None):
+    """Sends the C-contiguous ``array`` to rank ``dest`` (blocking; counted)."""
+    comm = comm if comm is not None else comm_world()
+    buf = np.ascontiguousarray(array)
+    comm.Send(buf, dest=dest, tag=tag)
+    _count("sent", buf.nbytes)
+
+
+def recv(shape, dtype, source, tag=0, comm=None):
+    """A new array of ``shape``/``dtype`` received from rank ``source`` (counted)."""
+    comm = comm if comm is not None else comm_world()
+    buf = np.empty(shape, dtype=dtype)
+    comm.Recv(buf, source=source, tag=tag)
+    _count("received", buf.nbytes)
+    return buf
+
+
 def _check_axis(axis, ndim, what):
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"{what}: axis must be an int, not {type(axis).__name__}")
