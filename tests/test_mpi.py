@@ -80,6 +80,11 @@ def test_jacobi_halo_is_one_row_of_each_buffer_per_neighbour():
                    ("B", 0, 0, ((3, 3), interior)), ("B", 0, 2, ((8, 8), interior)),
                    ("A", 1, 0, ((3, 3), interior)), ("A", 1, 2, ((8, 8), interior))}
     assert len(sends) == len(recvs)
+    # the rows that wait for the previous phase's messages (the others run
+    # while they are in flight): the block's first and last
+    for src, snk in ((0, 1), (1, 0)):
+        assert distribution.boundary(p, {"N": n, "T": 4}, size, 1, src, snk) == {4, 7}
+    assert distribution.boundary(p, {"N": n, "T": 4}, 1, 0, 0, 1) == set()
 
 
 class _OneRank:

@@ -273,6 +273,38 @@ def messages(p, values, size, rank):
     return sends, recvs, (lo, hi), (rows_lo, rows_hi - rows_lo)
 
 
+def boundary(p, values, size, rank, src, snk):
+    """The values of the distributed loop of ``rank``'s instances of phase
+    ``snk`` that read a value another rank produced in phase ``src`` (over
+    all outer iterations): the rows that must wait for that exchange; the
+    others may run while it is in flight."""
+    model = p.model
+    ctx = fixed_params(model, values)
+    extent = affine_value(p.extent, values, model)
+    lo, hi = block_range(extent, size, rank)
+    src_stmt, snk_stmt = p.phases[src], p.phases[snk]
+    others = None
+    for q in range(size):
+        if q != rank:
+            s = _owned(p, model, src_stmt, *block_range(extent, size, q)).to_union_set()
+            others = s if others is None else others.union(s)
+    rows = set()
+    if others is None:
+        return rows
+    mine = _owned(p, model, snk_stmt, lo, hi).to_union_set()
+    k = [v.name for v in model.by_name[snk_stmt].vars].index(p.loops[snk_stmt])
+    for buf in sorted(p.dims):
+        sinks = value_flow(model, buf).intersect_params(ctx).intersect_domain(others) \
+            .intersect_range(mine).range()
+        if sinks.is_empty():
+            continue
+        pts = []
+        _only_set(sinks).foreach_point(
+            lambda pt: pts.append(pt.get_coordinate_val(isl.dim_type.set, k).to_python()))
+        rows.update(pts)
+    return rows
+
+
 def _write_maps(model, buf):
     out = {}
     for m in model.stmts:

@@ -172,14 +172,23 @@ class DistributedKernel:
                 _rows(buf, d, lo - sch.off, hi - sch.off)[...] = a
             local[name] = buf
         before = mpi.stats()
-        sch.exchange(comm, None, None, local)
+        sch.finish(sch.start(comm, None, None, local))
         initial = mpi.stats()
-        params = dict(values, dist_lo=lo, dist_hi=hi, dist_off=sch.off)
+        params = dict(values, dist_off=sch.off)
+        pending = None
         for o in sch.outer_points:
             params.update({f"dist_o_{n}": v for n, v in zip(self.plan.outer, o)})
             for phase in range(len(self.plan.phases)):
-                k(**local, **params, dist_phase=phase)
-                sch.exchange(comm, phase, o, local)
+                # interior rows while the previous phase's messages are in
+                # flight, the rows that read them after the wait
+                ranges = [(lo, hi)] if pending is None else sch.interior(phase, lo, hi)
+                for a, b in ranges[:1]:
+                    k(**local, **params, dist_phase=phase, dist_lo=a, dist_hi=b)
+                sch.finish(pending)
+                for a, b in ranges[1:]:
+                    k(**local, **params, dist_phase=phase, dist_lo=a, dist_hi=b)
+                pending = sch.start(comm, phase, o, local)
+        sch.finish(pending)
         after = mpi.stats()
         self.comm_stats = {x: after[x] - before[x] for x in after}
         self.comm_stats.update({f"initial_{x}": initial[x] - before[x] for x in after})
@@ -238,8 +247,9 @@ class _Schedule:
         sends, recvs, (self.lo, self.hi), (self.off, self.rows) = \
             distribution.messages(plan, values, size, rank)
         self.sends, self.recvs = sends, recvs
+        self.values, self.size, self.rank = values, size, rank
         self.outer_points = _outer_points(plan, values)
-        self._index = {}
+        self._index, self._interior = {}, {}
 
     def _elements(self, msg, o):
         key = (id(msg), o if isinstance(msg.region, isl.Map) else None)
@@ -255,7 +265,24 @@ class _Schedule:
             self._index[key] = tuple(pts.T) if len(pts) else None
         return self._index[key]
 
-    def exchange(self, comm, phase, o, local):
+    def interior(self, phase, lo, hi):
+        """[(a, b), then the boundary ranges]: the block of ``phase`` split
+        into the longest run of rows that read nothing of the previous
+        phase's exchange (first) and the rest."""
+        if phase not in self._interior:
+            prev = (phase - 1) % len(self.plan.phases)
+            wait = sorted(r for r in distribution.boundary(self.plan, self.values, self.size,
+                                                           self.rank, prev, phase)
+                          if lo <= r < hi)
+            cuts = [lo - 1] + wait + [hi]
+            a, b = max(zip(cuts, cuts[1:]), key=lambda c: c[1] - c[0])
+            a += 1
+            self._interior[phase] = [(a, b), (lo, a), (b, hi)]
+        return self._interior[phase]
+
+    def start(self, comm, phase, o, local):
+        """Posts the exchange after ``phase`` of outer iteration ``o`` (None:
+        the initial halo); returns what :meth:`finish` completes."""
         tag = 0 if phase is None else phase + 1
         sends, recvs = [], []
         for out, msgs in ((sends, self.sends), (recvs, self.recvs)):
@@ -266,11 +293,18 @@ class _Schedule:
                 if idx is not None:
                     out.append((msg, idx))
         if not sends and not recvs:
-            return
+            return None
         send_bufs = [(m.peer, np.ascontiguousarray(local[m.buffer][idx])) for m, idx in sends]
         recv_bufs = [(m.peer, np.empty(len(idx[0]), dtype=local[m.buffer].dtype))
                      for m, idx in recvs]
-        mpi.exchange(comm, send_bufs, recv_bufs, tag)
+        return mpi.post(comm, send_bufs, recv_bufs, tag), send_bufs, recvs, recv_bufs, local
+
+    @staticmethod
+    def finish(pending):
+        if pending is None:
+            return
+        reqs, _, recvs, recv_bufs, local = pending
+        mpi.wait(reqs)
         for (m, idx), (_, buf) in zip(recvs, recv_bufs):
             local[m.buffer][idx] = buf
 

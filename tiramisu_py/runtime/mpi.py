@@ -80,11 +80,11 @@ def _count(kind, nbytes):
     _STATS[f"bytes_{kind}"] += int(nbytes)
 
 
-def exchange(comm, sends, recvs, tag):
-    """Non-blocking point-to-point exchange: ``sends`` is ``[(rank, array)]``
-    (contiguous), ``recvs`` ``[(rank, array)]`` filled in place; posts every
-    receive, then every send, then waits for all.  Counted in :func:`stats`."""
-    MPI = _mpi()
+def post(comm, sends, recvs, tag):
+    """Starts a non-blocking exchange: ``sends`` is ``[(rank, array)]``
+    (contiguous, not to be touched until :func:`wait`), ``recvs``
+    ``[(rank, array)]`` filled by then; every receive is posted before the
+    sends.  Returns the requests.  Counted in :func:`stats`."""
     reqs = []
     for peer, buf in recvs:
         reqs.append(comm.Irecv(buf, source=peer, tag=tag))
@@ -92,7 +92,18 @@ def exchange(comm, sends, recvs, tag):
     for peer, buf in sends:
         reqs.append(comm.Isend(buf, dest=peer, tag=tag))
         _count("sent", buf.nbytes)
-    MPI.Request.Waitall(reqs)
+    return reqs
+
+
+def wait(reqs):
+    """Waits for the requests of :func:`post`."""
+    if reqs:
+        _mpi().Request.Waitall(reqs)
+
+
+def exchange(comm, sends, recvs, tag):
+    """:func:`post` then :func:`wait`."""
+    wait(post(comm, sends, recvs, tag))
 
 
 def send(array, dest, tag=0, comm=None):
