@@ -3,7 +3,7 @@
 One test per block, named ``page.md:N`` (N counts the page's python blocks
 from 1).  The blocks of a page run in order in one namespace, as a reader
 would type them; asking for block N runs the blocks before it first.  A
-block whose first line is ``# needs: torch`` (or ``cuda-device``, or
+block whose first line is ``# needs: torch`` (or ``cuda-device``, ``mpi4py``, or
 several: ``# needs: torch, schedules.nn``) is skipped with the reason where
 a need is not met; the guide keeps the
 blocks that do not need it independent of it.  Each block runs with the
@@ -21,7 +21,7 @@ import pytest
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide"
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 NEEDS = re.compile(r"\A#\s*needs:\s*(.+?)\s*$", re.M)
-KNOWN_NEEDS = ("torch", "cuda-device", "schedules.nn")
+KNOWN_NEEDS = ("torch", "cuda-device", "schedules.nn", "mpi4py")
 
 
 def blocks(page: Path):
@@ -53,6 +53,9 @@ def missing(need):
         return None if importlib.util.find_spec("torch") else "torch is not installed"
     if need == "cuda-device":
         return None if _has_cuda_device() else "no CUDA device (driver and cuda-python)"
+    if need == "mpi4py":
+        return None if importlib.util.find_spec("mpi4py") else \
+            "mpi4py is not installed (pip install tiramisu_py[mpi])"
     if need == "schedules.nn":
         return None if importlib.util.find_spec("schedules.nn") else \
             "schedules.nn is not importable"
@@ -114,7 +117,7 @@ def test_guide_block(page, k):
 def test_the_guide_has_its_pages():
     names = {p.name for p in PAGES}
     for name in ("index.md", "first-kernel.md", "scheduling.md", "library.md", "torch.md",
-                 "sparse.md", "rnn.md", "cuda.md", "tuning.md"):
+                 "sparse.md", "rnn.md", "cuda.md", "tuning.md", "mpi.md"):
         assert name in names, name
     for page in PAGES:
         for line, code, needs in blocks(page):

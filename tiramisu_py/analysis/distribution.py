@@ -298,9 +298,12 @@ def boundary(p, values, size, rank, src, snk):
             .intersect_range(mine).range()
         if sinks.is_empty():
             continue
+        one = _only_set(sinks)
+        n = one.dim(isl.dim_type.set)
+        one = one.project_out(isl.dim_type.set, k + 1, n - k - 1).project_out(isl.dim_type.set, 0, k)
         pts = []
-        _only_set(sinks).foreach_point(
-            lambda pt: pts.append(pt.get_coordinate_val(isl.dim_type.set, k).to_python()))
+        one.foreach_point(
+            lambda pt: pts.append(pt.get_coordinate_val(isl.dim_type.set, 0).to_python()))
         rows.update(pts)
     return rows
 

@@ -45,7 +45,7 @@ def rank_function(f, plan):
         if getattr(c, "_auto_buffer", False):         # give it as store_in would
             g.buffers[c.name] = c.buffer
             c._auto_buffer = False
-    for name in DIST_PARAMS + tuple(f"dist_o_{o}" for o in plan.outer):
+    for name in DIST_PARAMS + tuple(f"dist_{w}_{o}" for o in plan.outer for w in ("from", "to")):
         if name in g._names:
             raise ValueError(f"distribute: the name {name!r} is used in {f.name!r}; the "
                              "distributed kernel takes it as a param (rename yours)")
@@ -89,7 +89,7 @@ def rank_function(f, plan):
         elif s.is_update:
             s.lhs = tuple(shift(i) for i in s.lhs)
     g._restrict = {s.name: [f"dist_phase = {k}", f"dist_lo <= {plan.loops[s.name]} < dist_hi"]
-                   + [f"{o} = dist_o_{o}" for o in plan.outer]
+                   + [f"dist_from_{o} <= {o} < dist_to_{o}" for o in plan.outer]
                    for k, s in enumerate(g.statements)}
     g._commands[:] = [c for c in g._commands if c.op != "distribute"]
     # the restriction is part of the algorithm: a warm entry of g is keyed by it
@@ -174,19 +174,19 @@ class DistributedKernel:
         before = mpi.stats()
         sch.finish(sch.start(comm, None, None, local))
         initial = mpi.stats()
-        params = dict(values, dist_off=sch.off)
-        pending = None
+        params = dict(values, dist_off=sch.off, dist_rows=sch.rows)
+        pending, run = None, _Runner(k, local, sch.outer_points, self.plan.outer)
         for o in sch.outer_points:
-            params.update({f"dist_o_{n}": v for n, v in zip(self.plan.outer, o)})
+            params.update({f"dist_{w}_{n}": v + (w == "to") for n, v in zip(self.plan.outer, o)
+                           for w in ("from", "to")})
             for phase in range(len(self.plan.phases)):
                 # interior rows while the previous phase's messages are in
                 # flight, the rows that read them after the wait
                 ranges = [(lo, hi)] if pending is None else sch.interior(phase, lo, hi)
-                for a, b in ranges[:1]:
-                    k(**local, **params, dist_phase=phase, dist_lo=a, dist_hi=b)
+                run(params, phase, *ranges[0])
                 sch.finish(pending)
                 for a, b in ranges[1:]:
-                    k(**local, **params, dist_phase=phase, dist_lo=a, dist_hi=b)
+                    run(params, phase, a, b)
                 pending = sch.start(comm, phase, o, local)
         sch.finish(pending)
         after = mpi.stats()
@@ -230,6 +230,34 @@ class DistributedKernel:
         return self.plan.model.f.computations[name].buffer.shape
 
 
+class _Runner:
+    """Runs one phase on a range of rows: the first time for a (phase,
+    rows) through the kernel's checked call, and its bounds proved at once
+    for every outer iteration of the call (the box of them); later steps
+    through ``call_prechecked``.  Kernels with index arrays are checked
+    every time."""
+
+    def __init__(self, kernel, local, points, outer):
+        self.kernel, self.local, self.checked = kernel, local, set()
+        self.box = {}
+        for k, n in enumerate(outer):
+            self.box[f"dist_from_{n}"] = min(p[k] for p in points)
+            self.box[f"dist_to_{n}"] = max(p[k] for p in points) + 1
+        self.always = bool(kernel.checker.value_arrays)
+
+    def __call__(self, params, phase, lo, hi):
+        if lo >= hi:
+            return
+        values = dict(params, dist_phase=phase, dist_lo=lo, dist_hi=hi)
+        key = (phase, lo, hi)
+        if self.always or key not in self.checked:
+            self.kernel(**self.local, **values)
+            self.kernel.checker.check(dict(values, **self.box), {}, None)
+            self.checked.add(key)
+        else:
+            self.kernel.call_prechecked(self.local, values)
+
+
 def _user_outputs(model):
     return {b.name for b in model.outputs}
 
@@ -249,13 +277,25 @@ class _Schedule:
         self.sends, self.recvs = sends, recvs
         self.values, self.size, self.rank = values, size, rank
         self.outer_points = _outer_points(plan, values)
-        self._index, self._interior = {}, {}
+        self._index, self._interior, self._uniform, self._domains = {}, {}, {}, {}
 
     def _elements(self, msg, o):
-        key = (id(msg), o if isinstance(msg.region, isl.Map) else None)
+        if isinstance(msg.region, isl.Map) and id(msg) not in self._uniform:
+            m = msg.region
+            self._uniform[id(msg)] = m.is_equal(isl.Map.from_domain_and_range(m.domain(),
+                                                                              m.range()))
+        varies = isinstance(msg.region, isl.Map) and not self._uniform[id(msg)]
+        if isinstance(msg.region, isl.Map) and not varies:
+            if id(msg) not in self._domains:
+                self._domains[id(msg)] = _points_set(msg.region.domain())
+            if o not in self._domains[id(msg)]:
+                return None
+        key = (id(msg), o if varies else None)
         if key not in self._index:
             s = msg.region
-            if isinstance(s, isl.Map):
+            if isinstance(s, isl.Map) and not varies:
+                s = s.range()
+            elif isinstance(s, isl.Map):
                 pt = isl.Set(f"{{ O[{', '.join(map(str, o))}] }}", context=s.get_ctx())
                 s = s.intersect_domain(pt.align_params(s.get_space().domain())).range()
             pts = _points(s)
@@ -323,6 +363,10 @@ def _outer_points(plan, values):
         u = s if u is None else u.union(s)
     pts = _points(u)
     return [tuple(int(x) for x in p) for p in pts]
+
+
+def _points_set(s):
+    return {tuple(int(x) for x in p) for p in _points(s)}
 
 
 def _points(s):
