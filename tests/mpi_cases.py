@@ -32,6 +32,23 @@ def jacobi(comm):
     return out
 
 
+def jacobi_tiled(comm):
+    """The user's schedule applies inside each rank's blocks."""
+    f = mpi_jacobi2d.build_distributed()
+    for s in f.statements:
+        s.tile("i", "j", 4, 4)
+        s.parallelize("i0")
+    kernel = f.compile()
+    A, B = jacobi2d.random_inputs(JACOBI_N, seed=4) if comm.Get_rank() == 0 else (None, None)
+    out = kernel(A=mpi.scatter(A, comm=comm), B=mpi.scatter(B, comm=comm), T=JACOBI_T, comm=comm)
+    A_all = mpi.gather(out["A"], comm=comm)
+    res = {"stats": comm.gather(kernel.comm_stats), "tiled": "i0" in kernel.source}
+    if comm.Get_rank() == 0:
+        jacobi2d.build().compile()(A=A, B=B, T=JACOBI_T)
+        res["equal"] = bool(np.array_equal(A_all, A))
+    return res
+
+
 def gemm_rows(comm):
     n, m, k = GEMM
     rng = np.random.default_rng(3)
@@ -133,7 +150,7 @@ def main():
             raise RuntimeError("a failing rank")
         comm.Barrier()                      # the others wait: the abort must end them
     results = {}
-    for case in (jacobi, gemm_rows, lstm_pipeline, conv_batch):
+    for case in (jacobi, jacobi_tiled, gemm_rows, lstm_pipeline, conv_batch):
         results[case.__name__] = case(comm)
     if comm.Get_rank() == 0:
         print("RESULT " + json.dumps(results), flush=True)

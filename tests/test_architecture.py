@@ -35,7 +35,7 @@ REMAINING_LONG: set = set()
 
 # tiramisu_py's floors, bottom up (shared/DESIGN.md): base < lang < poly,
 # runtime < analysis < commands, lower < driver < api < the package's
-# __init__ (re-exports) < the command line.  A module imports from its own
+# __init__ and the mpi facade (re-exports) < the command line.  A module imports from its own
 # sub-package or from a lower floor, never from its floor's other sub-package
 # nor from above (imports inside functions count).
 TIRAMISU_PY_FLOORS = {"base": 0, "tuning": 0, "lang": 1, "poly": 2, "runtime": 2,

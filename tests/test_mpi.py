@@ -192,7 +192,7 @@ def test_proof_cases_equal_one_process(ranks):
     rc, out = _mpiexec(ranks)
     assert rc == 0, out[-3000:]
     res = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:])
-    for case in ("jacobi", "gemm_rows", "lstm_pipeline", "conv_batch"):
+    for case in ("jacobi", "jacobi_tiled", "gemm_rows", "lstm_pipeline", "conv_batch"):
         assert res[case]["equal"], (case, res[case])
         assert len(res[case]["stats"]) == ranks
     # jacobi: per neighbour, the initial halo row of A, then one row of B and
@@ -203,6 +203,8 @@ def test_proof_cases_equal_one_process(ranks):
         assert st["initial_messages_sent"] == nb and st["initial_bytes_sent"] == nb * row
         assert st["messages_sent"] == 2 * steps * nb and st["bytes_sent"] == 2 * steps * nb * row
         assert st["bytes_received"] == st["bytes_sent"] and st["steps"] == steps
+    assert res["jacobi_tiled"]["tiled"]
+    assert res["jacobi_tiled"]["stats"] == res["jacobi"]["stats"]    # same messages
     assert all(st["messages_sent"] == 0 for st in res["gemm_rows"]["stats"])   # B replicated
     T, batch, _, hidden, layers = C.LSTM
     for r, st in enumerate(res["lstm_pipeline"]["stats"]):
