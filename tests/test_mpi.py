@@ -108,6 +108,18 @@ def test_one_rank_equals_the_plain_kernel_bitwise():
     assert out["A"] is A and np.array_equal(A, A0) and np.array_equal(B, B0)
 
 
+def test_a_block_of_the_wrong_size_or_an_unknown_argument_is_refused_by_name():
+    kernel = mpi_jacobi2d.build_distributed().compile()
+    A, B = jacobi2d.random_inputs(9, seed=2)
+    with pytest.raises(ValueError, match=r"argument 'A' has shape \(8, 9\): rank 0 of 1 "
+                                         r"holds rows \[0, 9\)"):
+        kernel(A=A[:8], B=B, T=1, comm=_OneRank())
+    with pytest.raises(TypeError, match="unexpected argument 'C'"):
+        kernel(A=A, B=B, C=A, T=1, comm=_OneRank())
+    with pytest.raises(TypeError, match="param 'T' must be an int"):
+        kernel(A=A, B=B, T=1.5, comm=_OneRank())
+
+
 # ------------------------------------------------------------------ legality
 def _seidel():
     f = tp.Function("seidel_rows", params=["T", "N"])
@@ -174,8 +186,9 @@ def test_every_statement_must_be_distributed_and_write_its_own_rows():
 # ------------------------------------------------------------- under mpiexec
 def _mpiexec(n, *args):
     cmd = ["mpiexec", "-n", str(n), sys.executable, CASES, *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1")       # the ranks share 2 cores already
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -119,9 +119,8 @@ class DistributedKernel:
         self.source = kernel.source
         self.comm_stats = None
         self._cache = {}
-        self._out_names = [b.name for b in kernel.outputs if b.name in f.buffers
-                           or b.name in f.computations]
-        self._out_names = [n for n in self._out_names if n in _user_outputs(plan.model)]
+        user_outputs = {b.name for b in plan.model.outputs}   # not the temps kept between phases
+        self._out_names = [b.name for b in kernel.outputs if b.name in user_outputs]
 
     def __call__(self, comm=None, **kwargs):
         comm = comm if comm is not None else mpi.comm_world()
@@ -207,7 +206,6 @@ class DistributedKernel:
     def _infer(self, arrays, values, comm):
         """Params from the arrays' shapes (the distributed extent from the
         sum of the ranks' blocks)."""
-        model = self.plan.model
         total = None
         for name, a in arrays.items():
             shape = self._global_shape(name)
@@ -222,7 +220,6 @@ class DistributedKernel:
         ext = self.plan.extent
         if isinstance(ext, ParamRef) and ext.name not in values and total is not None:
             values[ext.name] = rows
-        del model
 
     def _global_shape(self, name):
         if name in self.f.buffers:
@@ -256,10 +253,6 @@ class _Runner:
             self.checked.add(key)
         else:
             self.kernel.call_prechecked(self.local, values)
-
-
-def _user_outputs(model):
-    return {b.name for b in model.outputs}
 
 
 def _rows(a, d, lo, hi):
