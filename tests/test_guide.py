@@ -3,7 +3,8 @@
 One test per block, named ``page.md:N`` (N counts the page's python blocks
 from 1).  The blocks of a page run in order in one namespace, as a reader
 would type them; asking for block N runs the blocks before it first.  A
-block whose first line is ``# needs: torch`` (or ``cuda-device``, ``matplotlib``, or
+block whose first line is ``# needs: torch`` (or ``cuda-device``, ``matplotlib``,
+``mpi4py``, or
 several: ``# needs: torch, schedules.nn``) is skipped with the reason where
 a need is not met; the guide keeps the
 blocks that do not need it independent of it.  Each block runs with the
@@ -21,7 +22,7 @@ import pytest
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide"
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 NEEDS = re.compile(r"\A#\s*needs:\s*(.+?)\s*$", re.M)
-KNOWN_NEEDS = ("torch", "cuda-device", "schedules.nn", "matplotlib")
+KNOWN_NEEDS = ("torch", "cuda-device", "schedules.nn", "matplotlib", "mpi4py")
 
 
 def blocks(page: Path):
@@ -56,6 +57,9 @@ def missing(need):
     if need == "matplotlib":
         return None if importlib.util.find_spec("matplotlib") else \
             "matplotlib is not installed (pip install tiramisu_py[draw])"
+    if need == "mpi4py":
+        return None if importlib.util.find_spec("mpi4py") else \
+            "mpi4py is not installed (pip install tiramisu_py[mpi])"
     if need == "schedules.nn":
         return None if importlib.util.find_spec("schedules.nn") else \
             "schedules.nn is not importable"
@@ -117,7 +121,7 @@ def test_guide_block(page, k):
 def test_the_guide_has_its_pages():
     names = {p.name for p in PAGES}
     for name in ("index.md", "first-kernel.md", "scheduling.md", "library.md", "torch.md",
-                 "sparse.md", "rnn.md", "cuda.md", "tuning.md"):
+                 "sparse.md", "rnn.md", "cuda.md", "tuning.md", "mpi.md"):
         assert name in names, name
     for page in PAGES:
         for line, code, needs in blocks(page):

@@ -16,6 +16,10 @@ SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams
              "sparse_conv2d", "sparse_conv2d_function", "sparse_conv_relu_maxpool", "lstm", "gru",
              "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES"]
 
+# tiramisu_py.mpi (distributed execution; imports without mpi4py)
+MPI = ["COMM_WORLD", "MPIUnavailable", "abort_on_error", "block_owner", "block_range",
+       "comm_world", "gather", "recv", "scatter", "send", "stats"]
+
 
 def test_tiramisu_py_public_names():
     assert tp.__all__ == TIRAMISU_PY
@@ -26,6 +30,12 @@ def test_tiramisu_py_public_names():
         assert inspect.isclass(obj) == (name in classes), name
     assert issubclass(tp.IllegalScheduleError, Exception)
     assert isinstance(tp.float32, tp.DType) and tp.bool is tp.bool_
+
+
+def test_mpi_public_names():
+    import tiramisu_py.mpi as tpmpi
+    assert tpmpi.__all__ == MPI
+    assert callable(tp.Computation.distribute)
 
 
 def test_schedules_public_names():

@@ -11,6 +11,7 @@ from .commands.atomic import all_or_nothing
 from .commands.schedulable import Schedulable
 from .driver import explain as _explain
 from .driver.compile import compile_function, default_target
+from .driver.distributed import compile_distributed
 from .draw import draw_function
 from .lang import program
 
@@ -67,6 +68,10 @@ class Function(program.Function):
         "cpu"."""
         target = target or default_target()
         try:
+            if any(c.op == "distribute" for c in self._commands):
+                if options:
+                    raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
+                return compile_distributed(self, target)
             return compile_function(self, target, **options)
         except IllegalScheduleError as e:
             raise IllegalScheduleError(str(e) + self._recovery(str(e)), e.violation) from None

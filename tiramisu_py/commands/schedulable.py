@@ -172,6 +172,22 @@ class Schedulable:
         return self._command("tag", n, kind, size, text=f"{self.name}.{verb}({n}, {size})")
 
     @provenance.command
+    def distribute(self, loop):
+        """Runs blocks of ``loop``'s iterations on the ranks of
+        ``MPI.COMM_WORLD`` (owner computes, the block rule of
+        :func:`tiramisu_py.mpi.block_range` over the extent of the buffer
+        dimension the loop writes).  Buffers indexed by ``loop`` are
+        block-distributed with it, the others replicated; the messages are
+        derived exactly from the dependences, and ``compile()`` refuses,
+        naming the instances, a dependence that communication between the
+        steps of the enclosing loops cannot order
+        (:mod:`tiramisu_py.analysis.distribution`).  Every statement of the
+        Function is distributed (over its own loop of the same extent)."""
+        n = loop_name(loop)
+        return self._command("distribute", n, tuple(v.name for v in self.vars),
+                             text=f"{self.name}.distribute({n})")
+
+    @provenance.command
     def bind(self, loop, to):
         """Maps ``loop`` to a GPU grid or block index: ``to`` is "block.x",
         "block.y", "block.z", "thread.x", "thread.y" or "thread.z".  Block

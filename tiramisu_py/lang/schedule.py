@@ -49,6 +49,7 @@ class StmtSchedule:
     reassociate: bool = False                     # reduction deps may be reordered
     accumulate: dict = field(default_factory=dict)  # loop name -> command index
     at: tuple | None = None       # (producer, consumer, depth) after compute_at
+    distributed: str | None = None  # the declared loop distributed over MPI ranks
 
     def find(self, name, command, stmt):
         for k, lp in enumerate(self.loops):
@@ -197,6 +198,23 @@ def _tag(state, s, c, index, loop, kind, arg):
     s.tags[loop] = Tag(kind, arg, index)
 
 
+def _distribute(state, s, c, index, loop, declared):
+    """Records the distributed loop (a declared loop of the statement); the
+    schedule map is unchanged: ranks run blocks of it (analysis.distribution)."""
+    if loop not in declared:
+        raise ValueError(f"{c.text}: {c.stmt} has no declared loop {loop!r}; distribute takes "
+                         f"one of {', '.join(declared) or 'none'}")
+    if s.distributed not in (None, loop):
+        raise ValueError(f"{c.text}: {c.stmt} is already distributed over {s.distributed!r}")
+    s.distributed = loop
+
+
+def _restricted(state, s, c, index, text):
+    """No schedule change: records the restriction of a rank's part of a
+    distributed Function (driver.distributed) in its log, hence in its warm
+    key (``text`` is the constraints)."""
+
+
 def _check_unroll(s, loop, factor, text):
     """Refuses an unroll beyond :data:`MAX_UNROLL`, or one that makes the
     statement's unrolled loops copy it more than :data:`MAX_UNROLL_TOTAL` times."""
@@ -276,7 +294,8 @@ def _compute_at(state, s, c, index, consumer, loop, group):
 _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
         "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
         "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after,
-        "compute_at": _compute_at}
+        "compute_at": _compute_at, "distribute": _distribute,
+        "restricted": _restricted}
 
 
 _TAG_OPS = ("tag", "allow_reassociation", "accumulate")

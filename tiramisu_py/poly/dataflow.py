@@ -79,6 +79,15 @@ def value_flow(model, buffer) -> isl.UnionMap:
     return isl.UnionMap("{}", context=model.ctx) if flow is None else flow
 
 
+def initial_reads(model, buffer) -> isl.UnionMap:
+    """{ read instance -> element of ``buffer`` }: the reads that may see the
+    buffer's initial content (no write before them in program order)."""
+    flow, no_source, sinks, _ = _flow(model, buffer)
+    if sinks is None:
+        return isl.UnionMap("{}", context=model.ctx)
+    return sinks if flow is None else no_source
+
+
 def reads_initial(model, buffer) -> bool:
     """True when some read of ``buffer`` may see its initial content."""
     flow, no_source, sinks, _ = _flow(model, buffer)

@@ -4,6 +4,7 @@ over-approximations) and the program-order schedule (an isl map per statement
 with named loop dimensions)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -13,6 +14,9 @@ from ..lang.affine import NonAffine
 from ..lang.expr import Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var, walk
 from ..lang.program import Buffer, Computation, Nest
 from .compute_at import ComputeAt
+
+
+_PARAM_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
 def substitute(e, mapping):
@@ -90,6 +94,10 @@ class PolyModel:
             lo, hi, subst = m.bounds[v.name]
             lo, hi = (affine.text(b, subst=subst, values=values) for b in (lo, hi))
             out.append(f"{lo} <= {v.name} < {hi}")
+        # a rank's part of a distributed Function (driver.distributed): the
+        # phase, block and step its kernel runs, constraints over dist_ params
+        for c in getattr(self.f, "_restrict", {}).get(m.name, ()):
+            out.append(_PARAM_NAME.sub(lambda t: str(values.get(t.group(0), t.group(0))), c))
         return out
 
     def domain_text(self, m: StmtModel) -> str:
