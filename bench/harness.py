@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from bench import peak
 from codegen.target import cache_sizes, cpu_flags
 
 TIRAMISU = "tiramisu_py"          # impl names starting with this are our variants
@@ -189,13 +190,16 @@ def _child(job):
     """One thread count, in its own process: measure every case, write JSON."""
     job = json.loads(job)
     progress = Progress(job["total"], job["done"])
+    progress.show(f"{job['threads']} thread{'s' * (job['threads'] > 1)}: measuring the host's "
+                  "FMA peak and bandwidth", transient=True)
+    ceiling = peak.ceilings((job["threads"],))[job["threads"]]
     results = []
     for case in _load_suite(job["suite"], job["kwargs"]):
         results.append(measure(case, job["repeats"], job["threads"], progress, job["only"]))
         progress.done += 1
     progress.close()
     with open(job["out"], "w") as f:
-        json.dump(results, f)
+        json.dump({"results": results, "ceiling": ceiling}, f)
 
 
 def _run_child(threads, **job):
@@ -229,11 +233,14 @@ def run(suite: Callable[..., list[Case]], kwargs: dict | None = None, threads=(1
     cases = suite(**kwargs)                      # cheap: setup() is only called in the children
     machine = machine_info()
     print(format_machine(machine), file=stdout, flush=True)
-    runs = {n: _run_child(n, suite=spec, kwargs=kwargs, repeats=repeats, only=only,
-                          done=k * len(cases), total=len(threads) * len(cases))
-            for k, n in enumerate(threads)}
+    children = {n: _run_child(n, suite=spec, kwargs=kwargs, repeats=repeats, only=only,
+                              done=k * len(cases), total=len(threads) * len(cases))
+                for k, n in enumerate(threads)}
+    runs = {n: child["results"] for n, child in children.items()}
+    ceilings = {str(n): child["ceiling"] for n, child in children.items()}
     report = {"machine": machine, "suite": spec, "arguments": kwargs, "threads": list(threads),
-              "repeats": repeats, "cases": [_merge(case, i, runs) for i, case in enumerate(cases)]}
+              "repeats": repeats, "ceilings": ceilings,
+              "cases": [_merge(case, i, runs, ceilings) for i, case in enumerate(cases)]}
     print(format_table(report), file=stdout)
     if json_path:
         with open(json_path, "w") as f:
@@ -244,12 +251,15 @@ def run(suite: Callable[..., list[Case]], kwargs: dict | None = None, threads=(1
     return report
 
 
-def _merge(case, index, runs):
-    """One case's results over all thread counts, with GFLOP/s and ratios."""
+def _merge(case, index, runs, ceilings=None):
+    """One case's results over all thread counts, with GFLOP/s, ratios and
+    the fraction of the measured FMA peak of that thread count."""
     impls = {}
     for n, results in runs.items():
+        peak_gflops = ((ceilings or {}).get(str(n)) or {}).get("fma_gflops")
         for impl, r in results[index].items():
             r["gflops"] = case.flops / r["median_s"] / 1e9 if r["median_s"] else None
+            r["of_peak"] = r["gflops"] / peak_gflops if r["gflops"] and peak_gflops else None
             impls.setdefault(impl, {})[str(n)] = r
     baseline = next((b for b in BASELINES if b in impls), None)
     best = {}
@@ -272,9 +282,11 @@ def format_table(report: dict) -> str:
     ratio = f"vs {baselines.pop()}" if len(baselines) == 1 and None not in baselines else "ratio"
     w_case = max([len("case")] + [len(c["name"]) for c in cases])
     w_impl = max([len("impl")] + [len(i) for c in cases for i in c["impls"]])
-    group = f"{'ms':>10} {'GFLOP/s':>9} {ratio:>9} "
+    group = f"{'ms':>10} {'GFLOP/s':>9} {'peak':>5} {ratio:>9} "
     title = "".join(f"| {n + ' thread' + 's' * (n != '1'):<{len(group)}}" for n in threads)
-    lines = [f"{'':{w_case}}  {'':{w_impl}} {title}|",
+    ceil = {int(n): c for n, c in (report.get("ceilings") or {}).items() if c}
+    lines = [peak.format_ceilings(ceil)] if ceil else []
+    lines += [f"{'':{w_case}}  {'':{w_impl}} {title}|",
              f"{'case':{w_case}}  {'impl':{w_impl}} " + f"| {group}" * len(threads) + "| max err"]
     lines.append("-" * len(lines[1]))
     failures = []
@@ -284,11 +296,13 @@ def format_table(report: dict) -> str:
             for n in threads:
                 r = per_n.get(n)
                 if r is None or r["median_s"] is None:
-                    row += f"| {'failed' if r and r['failure'] else '-':>10} {'':9} {'':9} "
+                    row += f"| {'failed' if r and r['failure'] else '-':>10} {'':9} {'':5} {'':9} "
                     continue
                 mark = "*" if c["best_tiramisu_py"][n] == impl else " "
                 ratio_s = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
-                row += f"| {r['median_s'] * 1e3:10.3f} {r['gflops']:9.2f} {ratio_s:>8}{mark} "
+                peak_s = f"{r['of_peak']:.0%}" if r.get("of_peak") else "-"
+                row += (f"| {r['median_s'] * 1e3:10.3f} {r['gflops']:9.2f} {peak_s:>5} "
+                        f"{ratio_s:>8}{mark} ")
             errors = [r["error"] for r in per_n.values() if r["error"] is not None]
             lines.append(row + (f"| {max(errors):.1e}" if errors else "|"))
             failure = next((r["failure"] for r in per_n.values() if r["failure"]), None)
@@ -297,7 +311,8 @@ def format_table(report: dict) -> str:
     versus = ("torch eager's (numpy's where a case has no torch)" if ratio == "ratio"
               else f"{ratio[3:]}'s")
     lines += ["", f"ms: median of {report['repeats']} calls after a warm-up; "
-              "GFLOP/s from the median;",
+              "GFLOP/s from the median; peak: GFLOP/s over the measured FMA peak of that "
+              "thread count;",
               f"{ratio}: GFLOP/s over {versus} in the same run (> 1: faster);",
               f"*: the fastest {TIRAMISU} variant of the case at that thread count;",
               "max err: largest abs error against the reference over all runs."]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from bench import harness
 from bench.harness import Case
@@ -31,7 +32,10 @@ def synthetic(n=24):
 
 
 def check_report(report, threads, impls_of_case):
-    assert set(report) >= {"machine", "threads", "repeats", "cases"}
+    assert set(report) >= {"machine", "threads", "repeats", "cases", "ceilings"}
+    for n in threads:                    # the host's measured FMA peak and triad bandwidth
+        c = report["ceilings"][str(n)]
+        assert c["fma_gflops"] > 0 and c["bandwidth_gbs"] > 0
     assert set(report["machine"]) >= {"cpu", "logical_cores", "caches", "simd", "os", "python",
                                       "versions", "gcc"}
     assert report["threads"] == threads
@@ -39,10 +43,13 @@ def check_report(report, threads, impls_of_case):
         assert case["flops"] > 0 and list(case["impls"]) == impls_of_case[case["name"]]
         for impl, per_thread in case["impls"].items():
             assert list(per_thread) == [str(n) for n in threads]
-            for r in per_thread.values():
-                assert set(r) == {"median_s", "min_s", "gflops", "ratio", "error", "failure"}
+            for n, r in zip(threads, per_thread.values()):
+                assert set(r) == {"median_s", "min_s", "gflops", "ratio", "error", "failure",
+                                  "of_peak"}
                 if r["failure"] is None:
                     assert 0 < r["min_s"] <= r["median_s"] and r["gflops"] > 0
+                    peak = report["ceilings"][str(n)]["fma_gflops"]
+                    assert r["of_peak"] == pytest.approx(r["gflops"] / peak)
 
 
 def test_synthetic_suite(tmp_path, capsys):
@@ -60,6 +67,7 @@ def test_synthetic_suite(tmp_path, capsys):
     assert matmul["best_tiramisu_py"]["1"] in names[:2]
     table = out.getvalue()
     assert "machine:" in table and "1 thread" in table and "2 threads" in table
+    assert "measured: 1 thread: FMA peak" in table and "triad" in table
     assert "vs numpy" in table and "failed" in table and "ZeroDivisionError" in table
     assert table.count("*") >= 2                     # the best variant at each thread count
     if HAS_MATPLOTLIB:
