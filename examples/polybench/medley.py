@@ -145,11 +145,15 @@ DERICHE = Kernel(
 
 
 # ------------------------------------------------------------ floyd-warshall
-def build_floyd_warshall(s):
+def build_floyd_warshall(s, order="kij"):
+    """``order``: the loops outermost first (PolyBench: k, i, j; another order
+    is another algorithm, which the tests show gives another answer)."""
     f = tp.Function("floyd_warshall", params=s)
-    k, i, j = f.var("k", 0, "N"), f.var("i", 0, "N"), f.var("j", 0, "N")
+    loops = {n: f.var(n, 0, "N") for n in order}
+    k, i, j = loops["k"], loops["i"], loops["j"]
     P = f.buffer("path", ("N", "N"), F64, output=True)
-    f.computation("relax", [k, i, j], tp.min(P[i, j], P[i, k] + P[k, j])).store_in(P, [i, j])
+    f.computation("relax", [loops[n] for n in order],
+                  tp.min(P[i, j], P[i, k] + P[k, j])).store_in(P, [i, j])
     return f
 
 

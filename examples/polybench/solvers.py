@@ -22,16 +22,24 @@ def _dominant(rng, s):
 
 
 # ----------------------------------------------------------------------- lu
-def _lu_nest(f, A):
+def _lu_nest(f, A, upper_first=False):
+    """``upper_first``: row i's upper part before its lower part, which it
+    reads (another algorithm: the tests show it gives another answer)."""
     i = f.var("i", 0, "N")
     j = f.var("j", 0, i)
     k = f.var("k", 0, j)
     ju, ku = f.var("ju", i, "N"), f.var("ku", 0, i)
+
+    def upper():
+        f.computation("U1", [i, ju, ku], A[i, ju] - A[i, ku] * A[ku, ju]).store_in(A, [i, ju])
     with f.nest(i):
+        if upper_first:
+            upper()
         with f.nest(j):
             f.computation("L1", [i, j, k], A[i, j] - A[i, k] * A[k, j]).store_in(A, [i, j])
             f.computation("L2", [i, j], A[i, j] / A[j, j]).store_in(A, [i, j])
-        f.computation("U1", [i, ju, ku], A[i, ju] - A[i, ku] * A[ku, ju]).store_in(A, [i, ju])
+        if not upper_first:
+            upper()
 
 
 def _schedule_lu(f):
@@ -45,9 +53,9 @@ def _schedule_lu(f):
     U1.vectorize("ju", lanes())
 
 
-def build_lu(s):
+def build_lu(s, upper_first=False):
     f = tp.Function("lu", params=s)
-    _lu_nest(f, f.buffer("A", ("N", "N"), F64, output=True))
+    _lu_nest(f, f.buffer("A", ("N", "N"), F64, output=True), upper_first)
     return f
 
 

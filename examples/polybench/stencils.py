@@ -22,13 +22,16 @@ def _space_parallel(f, names, outer, inner):
 
 
 # ----------------------------------------------------------------- jacobi-1d
-def build_jacobi1d(s):
+def build_jacobi1d(s, through="B"):
+    """``through="A"``: the half step written into A itself, in place (Gauss-
+    Seidel, another algorithm: the tests show it gives another answer)."""
     f = tp.Function("jacobi1d", params=s)
     t, i = f.var("t", 0, "TSTEPS"), f.var("i", 1, "N - 1")
     A, B = f.buffer("A", ("N",), F64, output=True), f.buffer("B", ("N",), F64, output=True)
+    X = {"A": A, "B": B}[through]
     with f.nest(t):
-        f.computation("sB", [t, i], 0.33333 * (A[i - 1] + A[i] + A[i + 1])).store_in(B, [i])
-        f.computation("sA", [t, i], 0.33333 * (B[i - 1] + B[i] + B[i + 1])).store_in(A, [i])
+        f.computation("sB", [t, i], 0.33333 * (A[i - 1] + A[i] + A[i + 1])).store_in(X, [i])
+        f.computation("sA", [t, i], 0.33333 * (X[i - 1] + X[i] + X[i + 1])).store_in(A, [i])
     return f
 
 
