@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import F64, Kernel, each, lanes, stmt
+from examples.polybench.common import F64, Kernel, blis_float64, each, lanes, stmt
 
 ALPHA, BETA = 1.5, 1.2
 MN = {"MINI": dict(M=20, N=30), "SMALL": dict(M=60, N=80),
@@ -23,19 +23,18 @@ def build_gemm(s):
     A, B = f.input("A", ("NI", "NK"), F64), f.input("B", ("NK", "NJ"), F64)
     C = f.buffer("C", ("NI", "NJ"), F64, output=True)
     with f.nest(i):
-        f.computation("scale", [i, j], C[i, j] * BETA).store_in(C, [i, j])
-        f.computation("acc", [i, k, j], C[i, j] + ALPHA * A[i, k] * B[k, j]).store_in(C, [i, j])
+        scale = f.computation("scale", [i, j], C[i, j] * BETA).store_in(C, [i, j])
+        scale[i, j].reduce("+", ALPHA * A[i, k] * B[k, j], loops=[i, k, j])   # scale_update
     return f
 
 
 def schedule_gemm(f, s):
-    scale, acc = stmt(f, "scale"), stmt(f, "acc")
-    acc.after(scale, None)                       # all scaling first, then a tiled product
+    """All the scaling first, then the library's BLIS schedule of the product."""
+    scale, acc = stmt(f, "scale"), stmt(f, "scale_update")
+    acc.after(scale, None)
     scale.parallelize("i")
     scale.vectorize("j", lanes())
-    acc.tile("i", "k", "j", 32, 128, 256)
-    acc.parallelize("i0")
-    acc.vectorize("j1", lanes())
+    blis_float64(acc, "i", "j", "k", (s["NI"], s["NJ"], s["NK"]))
 
 
 GEMM = Kernel(
@@ -46,7 +45,7 @@ GEMM = Kernel(
     lambda rng, s: {"A": _rand(rng, s["NI"], s["NK"]), "B": _rand(rng, s["NK"], s["NJ"]),
                     "C": _rand(rng, s["NI"], s["NJ"])},
     lambda a, s: {"C": BETA * a["C"] + ALPHA * a["A"] @ a["B"]},
-    ("C",), gaps="no register blocking of a plain (non-update) accumulation")
+    ("C",), gaps="B is read in place: the library's packed panel is float32 only")
 
 
 # -------------------------------------------------------------------- gemver
@@ -146,7 +145,17 @@ def build_symm(s):
 
 
 def schedule_symm(f, s):
-    each(f.statements, "parallelize", "j")         # the columns are independent
+    """Per row i, blocks of 64 columns in parallel (the columns are
+    independent); in a block, k outside and the columns in SIMD lanes."""
+    t0, c1, t1, c2 = (stmt(f, n) for n in ("t0", "c1", "t1", "c2"))
+    each((t0, c1, t1, c2), "split", "j", 64)
+    for st in (c1, t1):
+        st.reorder("j0", "k", "j1")
+    c1.after(t0, "j0")
+    t1.after(c1, "j1")
+    c2.after(t1, "j0")
+    each((t0, c1, t1, c2), "parallelize", "j0")
+    each((t0, c1, t1, c2), "vectorize", "j1", lanes())
 
 
 def ref_symm(a, s):
@@ -164,8 +173,7 @@ SYMM = Kernel(
     lambda rng, s: {"A": _rand(rng, s["M"], s["M"]), "B": _rand(rng, s["M"], s["N"]),
                     "C": _rand(rng, s["M"], s["N"])},
     ref_symm, ("C",),
-    gaps="the column loop j is parallel but inside i (one fork per row): moving it out "
-         "needs a band command over the four statements of the nest")
+    gaps="the column blocks are parallel inside i (one parallel region per row)")
 
 
 # ------------------------------------------------------------- syrk / syr2k
@@ -233,7 +241,14 @@ def build_trmm(s):
 
 
 def schedule_trmm(f, s):
-    each(f.statements, "parallelize", "j")         # the columns of B are independent
+    """Per row i, blocks of 64 columns of B in parallel (the columns are
+    independent), k outside the columns, which are in SIMD lanes."""
+    acc, scale = stmt(f, "acc"), stmt(f, "scale")
+    each((acc, scale), "split", "j", 64)
+    acc.reorder("j0", "k", "j1")
+    scale.after(acc, "j0")
+    each((acc, scale), "parallelize", "j0")
+    each((acc, scale), "vectorize", "j1", lanes())
 
 
 def ref_trmm(a, s):
@@ -246,6 +261,6 @@ def ref_trmm(a, s):
 TRMM = Kernel("trmm", "blas", MN, build_trmm, schedule_trmm,
               lambda rng, s: {"A": _rand(rng, s["M"], s["M"]), "B": _rand(rng, s["M"], s["N"])},
               ref_trmm, ("B",),
-              gaps="j is parallel inside i; j outermost with i-k-j inside needs a band command")
+              gaps="the column blocks are parallel inside i (one parallel region per row)")
 
 KERNELS = (GEMM, GEMVER, GESUMMV, SYMM, SYR2K, SYRK, TRMM)

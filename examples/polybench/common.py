@@ -21,6 +21,7 @@ does not have it yet.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -29,6 +30,8 @@ import numpy as np
 
 import tiramisu_py as tp
 from codegen.target import vector_bits
+from schedules.blocks.blis import blis, default_params
+from schedules.host import host
 
 F64 = tp.float64
 DATASETS = ("MINI", "SMALL", "MEDIUM", "LARGE")
@@ -40,6 +43,18 @@ RTOL, ATOL = 1e-9, 1e-9
 def lanes() -> int:
     """float64 SIMD lanes of this host (4 with AVX2, 8 with AVX-512)."""
     return max(2, vector_bits() // 64)
+
+
+def blis_float64(update, i, j, k, extents):
+    """The operator library's Goto/BLIS schedule (register block accumulated
+    locally, tiles for the caches, a parallel block loop) on ``update``, a
+    float64 ``+=`` of ``a[i, k] * b[k, j]`` over ``extents`` = (i, j, k) sizes,
+    B read in place (the library's packed panel is float32 only).  The tile
+    sizes are the library's (:func:`schedules.blocks.blis.default_params`, made
+    for 4-byte elements) for 8-byte ones: half the lanes, half the caches."""
+    h = host()
+    h64 = dataclasses.replace(h, vector_bits=h.vector_bits // 2, l1d=h.l1d // 2, l2=h.l2 // 2)
+    blis(update, None, None, i, j, k, default_params(*extents, machine=h64))
 
 
 @dataclass(frozen=True)

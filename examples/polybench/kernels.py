@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import F64, Kernel, lanes, stmt
+from examples.polybench.common import F64, Kernel, blis_float64, lanes, stmt
 
 ALPHA, BETA = 1.5, 1.2
 MN = {"MINI": dict(M=38, N=42), "SMALL": dict(M=116, N=124),
@@ -17,22 +17,20 @@ def _rand(rng, *shape):
 
 def _product(f, name, out, a, b, i, j, k, init, coeff=1.0):
     """``out[i, j] = init(i, j); out[i, j] += coeff * a[i, k] * b[k, j]`` in
-    PolyBench's i-j-k order (the accumulation a plain statement of its own)."""
+    PolyBench's i-j-k order (the accumulation an update: ``{name}_init_update``)."""
     with f.nest(i, j):
-        f.computation(f"{name}_init", [i, j], init).store_in(out, [i, j])
-        f.computation(f"{name}_acc", [i, j, k],
-                      out[i, j] + coeff * a[i, k] * b[k, j]).store_in(out, [i, j])
+        c = f.computation(f"{name}_init", [i, j], init).store_in(out, [i, j])
+        c[i, j] += coeff * a[i, k] * b[k, j]
 
 
-def _schedule_product(f, name, i, j, k, tiles=(32, 128, 256)):
-    """i-k-j, tiled, rows of tiles in parallel, j in SIMD lanes (loop names given)."""
-    init, acc = stmt(f, f"{name}_init"), stmt(f, f"{name}_acc")
+def _schedule_product(f, name, i, j, k, s, extents):
+    """The initialisation first (rows in parallel), then the library's BLIS
+    schedule of the accumulation (loop names and size names given)."""
+    init, acc = stmt(f, f"{name}_init"), stmt(f, f"{name}_init_update")
     acc.after(init, None)
     init.parallelize(i)
-    acc.interchange(j, k)
-    acc.tile(i, k, j, *tiles)
-    acc.parallelize(i + "0")
-    acc.vectorize(j + "1", lanes())
+    init.vectorize(j, lanes())
+    blis_float64(acc, i, j, k, [s[e] for e in extents])
 
 
 # ----------------------------------------------------------------- 2mm / 3mm
@@ -50,8 +48,8 @@ def build_2mm(s):
 
 
 def schedule_2mm(f, s):
-    _schedule_product(f, "tmp", "i", "j", "k")
-    _schedule_product(f, "D", "i", "l", "j")
+    _schedule_product(f, "tmp", "i", "j", "k", s, ("NI", "NJ", "NK"))
+    _schedule_product(f, "D", "i", "l", "j", s, ("NI", "NL", "NJ"))
 
 
 MM2 = Kernel(
@@ -80,8 +78,9 @@ def build_3mm(s):
 
 
 def schedule_3mm(f, s):
-    for name, loops in (("E", "ijk"), ("F", "jlm"), ("G", "ilj")):
-        _schedule_product(f, name, *loops)
+    for name, loops, extents in (("E", "ijk", ("NI", "NJ", "NK")), ("F", "jlm", ("NJ", "NL", "NM")),
+                                 ("G", "ilj", ("NI", "NL", "NJ"))):
+        _schedule_product(f, name, *loops, s, extents)
 
 
 MM3 = Kernel(

@@ -49,8 +49,10 @@ def _schedule_lu(f):
     L1.interchange("j", "k")
     L1.after(L2, "j")
     L1.vectorize("j", lanes())
-    U1.interchange("ju", "ku")
-    U1.vectorize("ju", lanes())
+    U1.split("ju", 64)                            # blocks of the row's upper part in parallel
+    U1.reorder("ju0", "ku", "ju1")
+    U1.parallelize("ju0")
+    U1.vectorize("ju1", lanes())
 
 
 def build_lu(s, upper_first=False):
@@ -268,9 +270,19 @@ def build_gramschmidt(s):
 
 
 def schedule_gramschmidt(f, s):
-    """The columns j > k in parallel (each projects column j on q_k)."""
-    for name in ("r0", "r1", "a1"):
-        stmt(f, name).parallelize("j")
+    """For each k: R's row k over blocks of columns in parallel (rows ii
+    outside the columns in SIMD lanes), then A's update by rows in parallel."""
+    r0, r1, a1 = stmt(f, "r0"), stmt(f, "r1"), stmt(f, "a1")
+    r0.vectorize("j", lanes())
+    r1.after(r0, "k")
+    r1.split("j", 64)
+    r1.reorder("j0", "ii", "j1")
+    r1.parallelize("j0")
+    r1.vectorize("j1", lanes())
+    a1.after(r1, "k")
+    a1.interchange("j", "i")
+    a1.parallelize("i")
+    a1.vectorize("j", lanes())
 
 
 def ref_gramschmidt(a, s):

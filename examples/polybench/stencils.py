@@ -36,13 +36,10 @@ def build_jacobi1d(s, through="B"):
 
 
 def schedule_jacobi1d(f, s):
-    """Skewed by 2 (sA shifted by 1) and tiled over (t, i): each tile of 32
-    steps stays in cache; sA runs after sB at each point of a tile."""
-    sB, sA = stmt(f, "sB"), stmt(f, "sA")
-    each((sB, sA), "skew", "t", "i", 2)
-    sA.shift("i", 1)
-    each((sB, sA), "tile", "t", "i", 32, 256)
-    sA.after(sB, "i1")
+    """The lines (at most 2000 points: in L1) in SIMD lanes; too short for a
+    parallel region per step.  Time tiles (skew 2, shift sA by 1, tile (t, i),
+    sA after sB at i1) are legal but run one after the other."""
+    each((stmt(f, "sB"), stmt(f, "sA")), "vectorize", "i", lanes())
 
 
 def ref_jacobi1d(a, s):
