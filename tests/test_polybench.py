@@ -161,3 +161,15 @@ def test_speedup_table_from_a_report():
     assert "gemm                  4.000    4.00x        -" in text
     assert "geomean" in text and "2.00x" in text and pb.AUTO_MISSING in text
     assert np.isclose(sp.geomean([2.0, 8.0]), 4.0) and sp.geomean([None]) is None
+
+
+def test_bench_restores_arrays_and_checks_against_plain_above_small():
+    from bench import suite_polybench as sp
+    (case,) = sp.cases("MEDIUM", "jacobi-1d")
+    impls = case.setup()
+    assert list(impls)[:2] == [sp.PLAIN, sp.HAND]
+    for fn in impls.values():
+        fn.prepare()
+        assert case.check(fn()) < 1e-12           # against the plain variant's result
+    # without prepare the kernel runs again on its own output: another answer
+    assert case.check(impls[sp.HAND]()) > 1e-6
