@@ -110,10 +110,9 @@ def build_gesummv(s):
 def schedule_gesummv(f, s):
     ta, ya = stmt(f, "tmp_update"), stmt(f, "yacc_update")
     each((stmt(f, "tmp"), stmt(f, "yacc"), ta, ya, stmt(f, "yout")), "parallelize", "i")
+    ya.after(ta, "i")                          # one dot product per loop: vector reductions
     for u in (ta, ya):
-        u.allow_reassociation()
-    ta.vectorize("j", lanes())
-    ya.vectorize("j", lanes())
+        u.vectorize("j", lanes(), allow_reassociation=True)
 
 
 GESUMMV = Kernel(
@@ -187,16 +186,20 @@ def _build_rank_update(name, s, two):
     term = (A[j, k] * ALPHA * B[i, k] + B[j, k] * ALPHA * A[i, k]) if two \
         else ALPHA * A[i, k] * A[j, k]
     with f.nest(i):
-        f.computation("scale", [i, j], C[i, j] * BETA).store_in(C, [i, j])
-        f.computation("acc", [i, k, j], C[i, j] + term).store_in(C, [i, j])
+        scale = f.computation("scale", [i, j], C[i, j] * BETA).store_in(C, [i, j])
+        scale[i, j].reduce("+", term, loops=[i, k, j])                # scale_update
     return f
 
 
 def schedule_rank_update(f, s):
-    scale, acc = stmt(f, "scale"), stmt(f, "acc")
+    """PolyBench's i-k-j reads A[j][k] down a column; i-j-k makes every read
+    contiguous: each C[i][j] is a dot product over k, in SIMD lanes
+    (reassociated), the rows i in parallel."""
+    scale, acc = stmt(f, "scale"), stmt(f, "scale_update")
     scale.parallelize("i")
+    acc.interchange("k", "j")
     acc.parallelize("i")
-    acc.vectorize("j", lanes())
+    acc.vectorize("k", lanes(), allow_reassociation=True)
 
 
 def _rank_inputs(two):

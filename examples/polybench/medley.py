@@ -211,10 +211,14 @@ def build_nussinov(s):
 
 
 def schedule_nussinov(f, s):
-    """Each cell depends on the cells left of it and below it: the
-    anti-diagonals are wavefronts, a change of the loops this language gives by
-    skewing; the split k loop keeps the max chain in order."""
-    stmt(f, "s4").unroll("k", 4)
+    """Each cell (i, j) reads cells left of it and below it, all on earlier
+    anti-diagonals j - i: skewing j by r (= N - 1 - i) makes the outer loop
+    the anti-diagonal, and the cells of one anti-diagonal run in parallel
+    (their max chains over k have the same length: balanced)."""
+    sts = [stmt(f, n) for n in ("s1", "s2", "s3", "s4")]
+    each(sts, "skew", "r", "j", 1)
+    each(sts, "interchange", "r", "j")
+    each(sts, "parallelize", "r")
 
 
 def ref_nussinov(a, s):
@@ -238,7 +242,7 @@ NUSSINOV = Kernel(
     lambda rng, s: {"seq": rng.integers(0, 4, s["N"]).astype(np.float64),
                     "table": rng.integers(0, 3, (s["N"], s["N"])).astype(np.float64)},
     ref_nussinov, ("table",),
-    gaps="the wavefront over anti-diagonals needs the triangular, skewed loop run in "
-         "parallel with a dynamic schedule; int table and seq as float64")
+    gaps="one parallel region per anti-diagonal (no tiling of the wavefront); int table "
+         "and seq as float64")
 
 KERNELS = (DERICHE, FLOYD_WARSHALL, NUSSINOV)

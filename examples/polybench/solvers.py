@@ -1,7 +1,9 @@
 """PolyBench linear-algebra/solvers: cholesky, durbin, gramschmidt, lu, ludcmp, trisolv.
 
-These are sequential along their outer loop; the hand schedules vectorise the
-dot products (reassociated) and run the independent inner loops in parallel."""
+These are sequential along their outer loop; the hand schedules reorder loops
+so that the inner ones are contiguous, vectorise them (reassociating durbin's
+dot product) and run the independent ones in parallel (lu's upper rows,
+cholesky's columns, gramschmidt's projections); trisolv has none."""
 from __future__ import annotations
 
 import math
@@ -134,10 +136,17 @@ def build_cholesky(s):
 
 
 def schedule_cholesky(f, s):
-    """Row i of L: the dot products of its columns j are independent of each
-    other only through A[i][k<j], so j stays in order; k is contiguous in both
-    rows but is a chain of subtractions (not reassociated: no vector)."""
-    stmt(f, "C1").unroll("k", 4)
+    """Column by column (j outside i): the diagonal element of column j
+    first (C3, C4 at i = j), then the elements below it, each a dot product of
+    two finished rows, in parallel.  k stays a chain of subtractions (a plain
+    statement, not reassociated: no vector)."""
+    C1, C2, C4 = stmt(f, "C1"), stmt(f, "C2"), stmt(f, "C4")
+    C1.interchange("i", "j")
+    C2.interchange("i", "j")
+    C1.after(C4, "i")
+    C2.after(C1, "i")
+    C1.parallelize("i")
+    C2.parallelize("i")
 
 
 def ref_cholesky(a, s):
@@ -175,9 +184,10 @@ def build_trisolv(s):
 
 
 def schedule_trisolv(f, s):
-    """The dot product reads x (x[j], j < i) while it accumulates into x[i]: the
-    legality check does not take it for a reduction, so it is not vectorised."""
-    stmt(f, "x0_update").unroll("j", 4)
+    """None: the rows are a chain (row i reads every earlier x[j]) and the dot
+    product reads x (x[j], j < i) while it accumulates into x[i], which the
+    legality check does not take for a reduction, so it cannot be vectorised;
+    the column-oriented order (j outside i) is legal but reads L down columns."""
 
 
 def ref_trisolv(a, s):

@@ -179,8 +179,9 @@ HEAT3D = Kernel(
     "heat-3d", "stencils",
     {"MINI": dict(TSTEPS=20, N=10), "SMALL": dict(TSTEPS=40, N=20),
      "MEDIUM": dict(TSTEPS=100, N=40), "LARGE": dict(TSTEPS=500, N=120)},
-    build_heat3d, lambda f, s: _space_parallel(f, ("sB", "sA"), "i", "k"),
-    _two_arrays(lambda s: (s["N"],) * 3), ref_heat3d, ("A", "B"), gaps=TIME_TILE_GAP)
+    build_heat3d, lambda f, s: each((stmt(f, "sB"), stmt(f, "sA")), "parallelize", "i"),
+    _two_arrays(lambda s: (s["N"],) * 3), ref_heat3d, ("A", "B"),
+    gaps=TIME_TILE_GAP + "; k (118 points at LARGE) is left to the C compiler's vectoriser")
 
 
 # ------------------------------------------------------------------- fdtd-2d
