@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import F64, Kernel, blis_float64, lanes, stmt
+from examples.polybench.common import BLIS_GAP, F64, Kernel, blis_float64, lanes, stmt
 
 ALPHA, BETA = 1.5, 1.2
 MN = {"MINI": dict(M=38, N=42), "SMALL": dict(M=116, N=124),
@@ -60,7 +60,8 @@ MM2 = Kernel(
     build_2mm, schedule_2mm,
     lambda rng, s: {"A": _rand(rng, s["NI"], s["NK"]), "B": _rand(rng, s["NK"], s["NJ"]),
                     "C": _rand(rng, s["NJ"], s["NL"]), "D": _rand(rng, s["NI"], s["NL"])},
-    lambda a, s: {"D": BETA * a["D"] + (ALPHA * a["A"] @ a["B"]) @ a["C"]}, ("D",))
+    lambda a, s: {"D": BETA * a["D"] + (ALPHA * a["A"] @ a["B"]) @ a["C"]}, ("D",),
+    gaps=BLIS_GAP)
 
 
 def build_3mm(s):
@@ -93,7 +94,7 @@ MM3 = Kernel(
     lambda rng, s: {"A": _rand(rng, s["NI"], s["NK"]), "B": _rand(rng, s["NK"], s["NJ"]),
                     "C": _rand(rng, s["NJ"], s["NM"]), "D": _rand(rng, s["NM"], s["NL"]),
                     "G": np.zeros((s["NI"], s["NL"]))},
-    lambda a, s: {"G": (a["A"] @ a["B"]) @ (a["C"] @ a["D"])}, ("G",))
+    lambda a, s: {"G": (a["A"] @ a["B"]) @ (a["C"] @ a["D"])}, ("G",), gaps=BLIS_GAP)
 
 
 # ---------------------------------------------------------------------- atax

@@ -166,7 +166,8 @@ def spd(rng, s):
 
 CHOLESKY = Kernel("cholesky", "solvers", NSIZES, build_cholesky, schedule_cholesky, spd,
                   ref_cholesky, ("A",),
-                  gaps=SEQ_GAP + "; the dot products are plain statements (no reassociation)")
+                  gaps="one parallel region per column; the dot products are plain "
+                  "statements that read their own array (no reassociation: k not vectorised)")
 
 
 # ------------------------------------------------------------------ trisolv
