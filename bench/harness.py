@@ -1,7 +1,9 @@
 """A small, generic benchmark harness.
 
 A suite is a module-level function returning a list of ``Case``; each case's
-``setup()`` returns ``{impl_name: zero-arg callable}``.  ``run()`` measures the
+``setup()`` returns ``{impl_name: zero-arg callable}``.  A callable may carry a
+``prepare`` attribute (a zero-arg callable) that runs, untimed, before each of
+its calls: it restores the arrays a kernel updates in place.  ``run()`` measures the
 suite once per thread count, each in a fresh subprocess of this harness with
 OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS (and torch's thread
 count) set, then prints one table with a column group per thread count, and
@@ -156,6 +158,7 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
         progress.show(f"{label}: warm-up {name} ({i}/{len(impls)})")
         result = results[name] = dict(median_s=None, min_s=None, error=None, failure=None)
         try:
+            _prepare(fn)
             out = fn()
             result["error"] = case.check(out) if case.check else None
         except Exception as e:                      # report and go on with the others
@@ -171,14 +174,22 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
         progress.show(f"{label}: timing {name} ({i}/{len(timed)}), {repeats} calls",
                       transient=i > 1)
         time.sleep(SETTLE_S)            # the previous library's threads go to sleep
+        _prepare(fn)
         fn()
         for _ in range(repeats):
+            _prepare(fn)
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
     for name, ts in times.items():
         results[name].update(median_s=statistics.median(ts), min_s=min(ts))
     return results
+
+
+def _prepare(fn):
+    prepare = getattr(fn, "prepare", None)
+    if prepare is not None:
+        prepare()
 
 
 def _load_suite(spec, kwargs):
@@ -365,8 +376,8 @@ def _positive_int(text: str) -> int:
 def add_arguments(p: argparse.ArgumentParser):
     """The suite-independent options; ``run_args`` turns them into ``run`` keywords."""
     p.add_argument("--threads", type=lambda s: [_positive_int(t) for t in s.split(",")],
-                   default=[1, 2], metavar="1,2",
-                   help="thread counts, each measured in its own subprocess (default 1,2)")
+                   metavar="1,2", help="thread counts, each measured in its own subprocess "
+                   "(default 1,2; 2 for polybench)")
     p.add_argument("--repeats", type=_positive_int, default=5, metavar="N",
                    help="timed calls per implementation after the warm-up (default 5)")
     p.add_argument("--impls", metavar="NAME,...", type=lambda s: s.split(","),
@@ -376,6 +387,7 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--png", metavar="PATH", help="write a GFLOP/s bar chart (needs matplotlib)")
 
 
-def run_args(args: argparse.Namespace) -> dict:
-    return dict(threads=args.threads, repeats=args.repeats, only=args.impls,
+def run_args(args: argparse.Namespace, threads=(1, 2)) -> dict:
+    """``threads``: the thread counts when ``--threads`` is not given."""
+    return dict(threads=list(args.threads or threads), repeats=args.repeats, only=args.impls,
                 json_path=args.json, png_path=args.png)

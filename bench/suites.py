@@ -1,6 +1,6 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
-    tiramisu-py bench [gemm|conv|fused|sparse|rnn|all] [--threads 1,2] [--repeats N] [--quick]
+    tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|all] [--threads 1,2] [--repeats N] [--quick]
                       [--shapes 0,2] [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
 
@@ -15,6 +15,9 @@ fused  the same convolutions followed by ReLU and a 2x2 max-pool:
        torch.compile of the same function.
 sparse CSR sparse-weight conv over a density sweep, break-even density, time vs
        density plot (bench/suite_sparse.py; not part of "all").
+polybench  PolyBench/C 4.2.1's 30 kernels: speedups of the hand schedules and
+       of auto_schedule() over the plain algorithm (bench/suite_polybench.py;
+       --size, --kernels; 2 threads by default; not part of "all").
 
 rnn    multilayer LSTM and GRU against torch.nn.LSTM/GRU and torch.compile, with the
        achieved weight bandwidth at batch 1 (bench/suite_rnn.py).
@@ -32,7 +35,7 @@ import json
 
 import numpy as np
 
-from bench import harness, suite_rnn, suite_sparse
+from bench import harness, suite_polybench, suite_rnn, suite_sparse
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused", "rnn")
@@ -145,7 +148,7 @@ def _indices(text):
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("suite", nargs="?", default="all", choices=(*SUITES, "sparse", "all"),
+    p.add_argument("suite", nargs="?", default="all", choices=(*SUITES, "sparse", "polybench", "all"),
                    help="which suite (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (a smoke test, not a benchmark)")
@@ -154,6 +157,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
                         "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a))")
     harness.add_arguments(p)
     suite_sparse.add_arguments(p)
+    suite_polybench.add_arguments(p)
     return p
 
 
@@ -166,6 +170,8 @@ def main(args: argparse.Namespace) -> dict:
         print(QUICK_NOTE, flush=True)
     if args.suite == "sparse":
         return suite_sparse.main(args)
+    if args.suite == "polybench":
+        return suite_polybench.main(args)
     report = harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
                          **harness.run_args(args))
     if args.suite in ("rnn", "all"):

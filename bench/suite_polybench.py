@@ -1,0 +1,184 @@
+"""The polybench suite: PolyBench/C 4.2.1's 30 kernels (examples/polybench),
+each as (a) the plain algorithm, (b) its hand schedule, (c) the plain
+algorithm after ``f.auto_schedule()``.
+
+    tiramisu-py bench polybench [--size MINI|SMALL|MEDIUM|LARGE] [--kernels gemm,lu,...]
+                                [--threads 2] [--repeats N] [--json PATH]
+
+All three are compiled by the default target (C at -O3 -march=native, as the
+library compiles) and run with 2 threads unless ``--threads`` says otherwise.
+Printed per kernel: the median time of (a), the speedups of (b) and (c) over
+(a), the seconds ``auto_schedule()`` took, the largest error of each variant
+against the NumPy reference (MINI, SMALL) or against (a) (MEDIUM, LARGE,
+where some references are Python loops of hours); then the geometric means.
+Every call runs on fresh copies of the arrays the kernel updates in place
+(restored untimed before the call).  Where the language has no
+``auto_schedule`` yet, (c) is left out with the reason.  PolyBench counts no
+FLOPs: the report's GFLOP/s fields are 0.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+
+import numpy as np
+
+from bench import harness
+from bench.harness import Case
+from examples import polybench as pb
+
+DEFAULT_SIZE = "SMALL"
+# the NumPy references (some sequential Python loops: seidel-2d, nussinov) are
+# the check at these sizes; at larger ones the plain variant's result is
+# (it is checked against NumPy at MINI and SMALL by tests/test_polybench.py)
+REFERENCE_SIZES = ("MINI", "SMALL")
+PLAIN, HAND, AUTO = "plain", "tiramisu_py[hand]", "tiramisu_py[auto]"
+VARIANT_OF = {PLAIN: "plain", HAND: "hand", AUTO: "auto"}
+
+
+def kernel_names(text: str | None) -> list[str]:
+    """The kernels named in ``text`` (comma-separated; all when empty)."""
+    if not text:
+        return list(pb.KERNELS)
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in pb.KERNELS]
+    if unknown:
+        raise ValueError(f"--kernels: unknown kernel {', '.join(unknown)}; "
+                         f"the kernels are {', '.join(pb.KERNELS)}")
+    return names
+
+
+def auto_available() -> bool:
+    k = next(iter(pb.KERNELS.values()))
+    return hasattr(k.build(pb.sizes(k, "MINI")), "auto_schedule")
+
+
+def cases(size=DEFAULT_SIZE, kernels=None, seed=0) -> list[Case]:
+    return [_case(pb.KERNELS[name], size, seed) for name in kernel_names(kernels)]
+
+
+def _case(kernel, size, seed):
+    arrays = pb.random_inputs(kernel, size, seed)
+    s = pb.sizes(kernel, size)
+    expected = {}
+
+    def impl(variant):
+        compiled = pb.function(kernel, size, variant).compile()
+        args = {n: np.array(a, copy=True) for n, a in arrays.items()}
+        written = [n for n in kernel.outputs if n in args]
+
+        def call():
+            returned = compiled(**args)
+            if not isinstance(returned, dict):
+                returned = {compiled.outputs[0].name: returned}
+            return {n: args[n] if n in args else returned[n] for n in kernel.outputs}
+
+        def restore():
+            for n in written:
+                np.copyto(args[n], arrays[n])
+        call.prepare = restore
+        return call
+
+    def setup():
+        impls = {PLAIN: impl("plain"), HAND: impl("hand")}
+        if auto_available():
+            impls[AUTO] = impl("auto")
+        if size in REFERENCE_SIZES:
+            expected.update(kernel.comparable(kernel.reference(arrays, s), s))
+        else:
+            impls[PLAIN].prepare()
+            expected.update(kernel.comparable(impls[PLAIN](), s))
+        return impls
+
+    return Case(f"{kernel.name} {size}", 0.0, setup,
+                lambda out: pb.max_error(kernel.comparable(out, s), expected))
+
+
+def auto_seconds(names, size) -> dict:
+    """Seconds ``auto_schedule()`` takes per kernel (in this process: it is
+    analysis, not timing-sensitive); empty without auto_schedule."""
+    if not auto_available():
+        return {}
+    return {n: pb.auto_schedule(pb.KERNELS[n].build(pb.sizes(pb.KERNELS[n], size)))[1]
+            for n in names}
+
+
+def speedups(report: dict) -> dict:
+    """``{threads: {kernel: {"plain_ms", "hand", "auto"}}}`` from a harness report."""
+    out = {}
+    for n in map(str, report["threads"]):
+        rows = out.setdefault(n, {})
+        for c in report["cases"]:
+            t = {impl: per_n.get(n, {}).get("median_s") for impl, per_n in c["impls"].items()}
+            base = t.get(PLAIN)
+            rows[c["name"].split()[0]] = {
+                "plain_ms": base * 1e3 if base else None,
+                "hand": base / t[HAND] if base and t.get(HAND) else None,
+                "auto": base / t[AUTO] if base and t.get(AUTO) else None}
+    return out
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def format_speedups(report: dict, table: dict, auto_s: dict) -> str:
+    def x(v):
+        return f"{v:.2f}x" if v else "-"
+    errors = {c["name"].split()[0]: {VARIANT_OF[i]: max((r["error"] for r in per_n.values()
+                                                         if r["error"] is not None), default=None)
+                                     for i, per_n in c["impls"].items()}
+              for c in report["cases"]}
+    lines = []
+    for n, rows in table.items():
+        lines += [f"PolyBench {report['arguments']['size']}, {n} thread{'s' * (n != '1')}",
+                  f"{'kernel':16} {'plain ms':>10} {'hand':>8} {'auto':>8} {'auto s':>7}"
+                  f"  max err (plain, hand, auto)"]
+        for name, r in rows.items():
+            e = ", ".join(f"{errors[name].get(v):.0e}" if errors[name].get(v) is not None
+                          else "-" for v in ("plain", "hand", "auto"))
+            ms = f"{r['plain_ms']:10.3f}" if r["plain_ms"] else f"{'failed':>10}"
+            a = f"{auto_s[name]:7.2f}" if name in auto_s else f"{'-':>7}"
+            lines.append(f"{name:16} {ms} {x(r['hand']):>8} {x(r['auto']):>8} {a}  {e}")
+        lines.append(f"{'geomean':16} {'':10} {x(geomean(r['hand'] for r in rows.values())):>8} "
+                     f"{x(geomean(r['auto'] for r in rows.values())):>8}")
+    if not auto_s:
+        lines.append(f"auto: skipped, {pb.AUTO_MISSING}")
+    failures = [f"  {c['name']} / {i}: {r['failure']}" for c in report["cases"]
+                for i, per_n in c["impls"].items() for r in per_n.values() if r["failure"]]
+    if failures:
+        lines += ["failures:"] + failures
+    against = ("the NumPy reference" if report["arguments"]["size"] in REFERENCE_SIZES
+               else "the plain variant's result")
+    lines.append(f"hand, auto: speedup over plain (median times, same run); "
+                 f"max err: relative to {against}")
+    return "\n".join(lines)
+
+
+def add_arguments(p):
+    p.add_argument("--size", default=DEFAULT_SIZE, choices=pb.DATASETS,
+                   help=f"polybench: PolyBench's dataset (default {DEFAULT_SIZE})")
+    p.add_argument("--kernels", metavar="gemm,lu,...",
+                   help="polybench: only these kernels (default: all 30)")
+
+
+def main(args) -> dict:
+    names = kernel_names(args.kernels)
+    size = args.size if args.size else DEFAULT_SIZE
+    run = harness.run_args(args, threads=(2,))
+    json_path = run.pop("json_path")
+    run.pop("png_path")
+    auto_s = auto_seconds(names, size)
+    report = harness.run(cases, dict(size=size, kernels=",".join(names)), stdout=io.StringIO(),
+                         **run)
+    table = speedups(report)
+    print(harness.format_machine(report["machine"]))
+    print(format_speedups(report, table, auto_s))
+    report["speedups"], report["auto_schedule_s"] = table, auto_s
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {json_path}")
+    return report

@@ -1,0 +1,151 @@
+"""The PolyBench kernel record and what every kernel shares: dataset sizes,
+building the three variants, running a compiled kernel, checking results.
+
+Each kernel of PolyBench/C 4.2.1 is a :class:`Kernel`:
+
+- ``build(sizes)``: the plain algorithm (a), PolyBench's loops and statements in
+  PolyBench's order, float64, with the dataset's sizes fixed as the Function's
+  params (PolyBench compiles its sizes in as macros);
+- ``schedule(f, sizes)``: the hand schedule (b), language commands applied to a
+  freshly built Function (``compile()`` proves it legal);
+- ``inputs(rng, sizes)``: random arrays (structured only where the algorithm
+  needs it: positive definite, diagonally dominant...), the in/out arrays'
+  initial content included; random rather than PolyBench's stock
+  initialisations, several of which are fixed points or symmetric, so that a
+  schedule that breaks a dependence gives a different answer;
+- ``reference(arrays, sizes)``: an independent NumPy computation of the outputs.
+
+The automatic variant (c) is the plain Function plus ``f.auto_schedule()``
+(:func:`auto_schedule`), skipped with :data:`AUTO_MISSING` where the language
+does not have it yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import tiramisu_py as tp
+from codegen.target import vector_bits
+from schedules.blocks.blis import blis, default_params
+from schedules.host import host
+
+F64 = tp.float64
+BLIS_GAP = ("B is read in place (the library's packed panel is float32 only); where the "
+            "columns are not a multiple of the register block (PolyBench's sizes) the "
+            "full-tile test sits inside the kk loop, so the block is not accumulated locally")
+DATASETS = ("MINI", "SMALL", "MEDIUM", "LARGE")
+VARIANTS = ("plain", "hand", "auto")
+AUTO_MISSING = "auto_schedule not available"
+RTOL, ATOL = 1e-9, 1e-9
+
+
+def lanes() -> int:
+    """float64 SIMD lanes of this host (4 with AVX2, 8 with AVX-512)."""
+    return max(2, vector_bits() // 64)
+
+
+def blis_float64(update, i, j, k, extents):
+    """The operator library's Goto/BLIS schedule (register block accumulated
+    locally, tiles for the caches, a parallel block loop) on ``update``, a
+    float64 ``+=`` of ``a[i, k] * b[k, j]`` over ``extents`` = (i, j, k) sizes,
+    B read in place (the library's packed panel is float32 only).  The tile
+    sizes are the library's (:func:`schedules.blocks.blis.default_params`, made
+    for 4-byte elements) for 8-byte ones: half the lanes, half the caches."""
+    h = host()
+    h64 = dataclasses.replace(h, vector_bits=h.vector_bits // 2, l1d=h.l1d // 2, l2=h.l2 // 2)
+    blis(update, None, None, i, j, k, default_params(*extents, machine=h64))
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    category: str
+    sizes: dict                    # dataset -> {param: value}, PolyBench's values
+    build: Callable                # (sizes) -> tp.Function: the plain algorithm (a)
+    schedule: Callable             # (f, sizes) -> None: the hand schedule (b)
+    inputs: Callable               # (rng, sizes) -> {array: ndarray}
+    reference: Callable            # (arrays, sizes) -> {output: ndarray}
+    outputs: tuple                 # names of the arrays the kernel writes
+    gaps: str = ""                 # language features the hand schedule missed
+    # (outputs, sizes) -> the parts compared with the reference, where the rest
+    # is rounding noise amplified (gramschmidt's columns beyond rank M)
+    compared: Callable | None = None
+
+    def comparable(self, outputs: dict, sizes_: dict) -> dict:
+        return self.compared(outputs, sizes_) if self.compared else outputs
+
+
+def sizes(kernel: Kernel, dataset: str) -> dict:
+    if dataset not in kernel.sizes:
+        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, not {dataset!r}")
+    return dict(kernel.sizes[dataset])
+
+
+class AutoScheduleMissing(RuntimeError):
+    """``f.auto_schedule`` does not exist in this version of the language."""
+
+
+def auto_schedule(f: tp.Function):
+    """Applies ``f.auto_schedule()``: returns (the commands it applied, seconds)."""
+    if not hasattr(f, "auto_schedule"):
+        raise AutoScheduleMissing(AUTO_MISSING)
+    t0 = time.perf_counter()
+    commands = f.auto_schedule()
+    return commands, time.perf_counter() - t0
+
+
+def function(kernel: Kernel, dataset: str, variant: str) -> tp.Function:
+    """The Function of ``variant`` ("plain", "hand" or "auto") at ``dataset``."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
+    s = sizes(kernel, dataset)
+    f = kernel.build(s)
+    if variant == "hand":
+        kernel.schedule(f, s)
+    elif variant == "auto":
+        auto_schedule(f)
+    return f
+
+
+def random_inputs(kernel: Kernel, dataset: str, seed: int = 0) -> dict:
+    return kernel.inputs(np.random.default_rng(seed), sizes(kernel, dataset))
+
+
+def run(kernel: Kernel, compiled, arrays: dict) -> dict:
+    """Calls ``compiled`` on copies of ``arrays`` (outputs are updated in place)
+    and returns the outputs by name."""
+    args = {n: np.array(a, copy=True) for n, a in arrays.items()}
+    returned = compiled(**args)
+    if not isinstance(returned, dict):
+        returned = {compiled.outputs[0].name: returned}
+    return {n: args[n] if n in args else returned[n] for n in kernel.outputs}
+
+
+def max_error(out: dict, ref: dict) -> float:
+    """The largest error relative to each output's scale."""
+    return max(float(np.max(np.abs(out[n] - r)) / max(1.0, float(np.max(np.abs(r)))))
+               for n, r in ref.items())
+
+
+def assert_close(out: dict, ref: dict, what: str, rtol=RTOL, atol=ATOL):
+    for n, r in ref.items():
+        np.testing.assert_allclose(out[n], r, rtol=rtol, atol=atol * max(1.0, np.max(np.abs(r))),
+                                   err_msg=f"{what}: output {n!r}")
+
+
+def each(statements, command, *args, **kwargs):
+    """The same command on several statements."""
+    for s in statements:
+        getattr(s, command)(*args, **kwargs)
+
+
+def stmt(f: tp.Function, name: str):
+    """A statement of ``f`` by name."""
+    for s in f.statements:
+        if s.name == name:
+            return s
+    raise KeyError(f"{f.name} has no statement {name!r}: {[s.name for s in f.statements]}")
