@@ -12,6 +12,7 @@ from .core import arrays as A
 from .core.find import find
 from .problems.conv import ConvProblem, ConvShape, conv_shape
 from .problems.gemm import GemmProblem
+from .problems.resize_conv import ResizeConvProblem
 from .problems.rnn import RnnProblem
 from .registry import SOLVERS
 from .solvers import conv_fused, conv_sparse
@@ -100,6 +101,31 @@ def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, di
                                     algo="sparse", target=target, pool=pool,
                                     name="sparse_conv_relu_maxpool", names=("x", "w"), gpu=False)
     return _solve("conv_relu_maxpool", p, args, "sparse", "sparse_conv_relu_maxpool")
+
+
+def resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="bilinear", stride=1,
+                             padding=0, dilation=1, algo="auto", target=None):
+    """``max_pool2d(relu(conv2d(interpolate(x, size, mode=mode,
+    align_corners=False), weight, bias, stride, padding, dilation)), pool)``
+    in one pass, the resize computed where the convolution reads it (no
+    resized image in memory, see :mod:`schedules.solvers.resize_conv`).
+    ``x``: NCHW float32 (NumPy or CPU torch; the result has its kind);
+    ``size``: an int or (height, width), as ``interpolate`` takes it;
+    ``mode``: "bilinear" (half-pixel centres) or "nearest" (torch's legacy
+    nearest); ``weight`` dense, or sparse as in :func:`sparse_conv2d`; the
+    convolution's keywords are :func:`conv2d`'s.  ``algo``: "auto",
+    "direct" (dense weight) or "sparse".  Forward only: a gradient asked of
+    the result raises."""
+    grad = A.needing_grad(x, weight, bias)
+    if grad:                        # computed apart from autograd, attached below
+        x, weight, bias = (v.detach() if any(v is g for g in grad) else v
+                           for v in (x, weight, bias))
+    p, args = ResizeConvProblem.from_call(x, size, weight, bias, pool, mode, stride, padding,
+                                          dilation, algo=algo, target=target)
+    out = _solve("resize_conv_relu_maxpool", p, args, algo, "resize_conv_relu_maxpool")
+    if grad:                        # no backward kernel: a gradient asked of it raises
+        (out,) = A.without_backward("schedules.resize_conv_relu_maxpool", (out,), grad)
+    return out
 
 
 def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1,

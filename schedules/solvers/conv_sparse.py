@@ -84,7 +84,7 @@ def plan(s: ConvShape, vectors=None, rows_outer=None, channel_block=None, densit
 
 # ------------------------------------------------------------------ the Function
 def function(s: ConvShape, bias=True, pool=1, relu=False, vectors=None, parallel=None,
-             rows_outer=None, channel_block=None, density=1.0):
+             rows_outer=None, channel_block=None, density=1.0, source=None, name=None):
     """The scheduled sparse convolution (``pool > 1``: ``max_pool(relu?(conv))``
     with non-overlapping ``pool x pool`` windows, fused).  Kernel arguments:
     ``data`` (NCHW), ``rowptr`` (int32, Cout + 1), ``colidx`` (int32 flat
@@ -101,10 +101,15 @@ def function(s: ConvShape, bias=True, pool=1, relu=False, vectors=None, parallel
     entries, :meth:`CSRWeights.conv_layout`), so the slice of the input
     band one block reads stays in L1 while every channel reads it (4x512x28x28,
     40%: 547 ms with 16 channels per block, 1095 ms unblocked, one run).
-    Defaults: :func:`plan` for ``density``."""
-    name = "sparse_conv2d" if pool == 1 and not relu else "sparse_conv_relu_maxpool"
+    Defaults: :func:`plan` for ``density``.  ``source(f)`` (with
+    ``name``): declares ``data`` (of its own shape: ``s.h``/``s.w`` are then
+    the produced image's) and returns ``(data, value)``, ``value(n, c, y, x)``
+    the input at the padded coordinate, evaluated into the flat padded image
+    in place of the plain read (:mod:`schedules.solvers.resize_conv`)."""
+    name = name or ("sparse_conv2d" if pool == 1 and not relu else "sparse_conv_relu_maxpool")
     f = tp.Function(name, params=["NNZ"])
-    X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
+    X, read = (f.input("data", (s.n, s.ci, s.h, s.w), tp.float32), None) if source is None \
+        else source(f)
     p = plan(s, vectors, rows_outer, channel_block, density)
     t, qp, size, tail, rows_outer, cb = (p[k] for k in ("tile", "qp", "size", "tail", "rows_outer",
                                                          "channel_block"))
@@ -132,8 +137,8 @@ def function(s: ConvShape, bias=True, pool=1, relu=False, vectors=None, parallel
         # the input of image n, zero-padded, flat: x_image[ci*Hp*Wp + y*Wp + x]
         c, y, x = f.var("ic", 0, s.ci), f.var("iy", 0, s.hp), f.var("ix", 0, s.wp)
         inside = (y >= s.ph) & (y < s.h + s.ph) & (x >= s.pw) & (x < s.w + s.pw)
-        xp = f.computation("x_padded", [n, c, y, x],
-                           tp.select(inside, X[n, c, y - s.ph, x - s.pw], 0.0))
+        value = X[n, c, y - s.ph, x - s.pw] if read is None else read(n, c, y, x)
+        xp = f.computation("x_padded", [n, c, y, x], tp.select(inside, value, 0.0))
         xp.store_in(ximg, [c * plane + y * s.wp + x])
         if tail:        # read only by the unused positions of the last tile
             e = f.var("it", 0, tail)
