@@ -200,3 +200,67 @@ def lstm_function(T, B, H, layers=1, schedule="layer", sparse=False):
 def gru_function(T, B, H, layers=1, schedule="layer", sparse=False):
     """The same for the GRU."""
     return _rnn_function("gru", T, B, H, layers, schedule, sparse)
+
+
+# ------------------------------------------------------------------ the paper's blocks
+def fold_batchnorm(weight, bias, gamma, beta, mean, var, eps=1e-5):
+    """``(weight', bias')`` of the convolution ``conv(x, weight, bias)``
+    followed by inference BatchNorm (``(y - mean) / sqrt(var + eps) * gamma +
+    beta``, per output channel) as one convolution: ``weight`` scaled by
+    ``gamma / sqrt(var + eps)`` per output channel, ``bias'`` = ``(bias -
+    mean) * scale + beta`` (``bias`` None: 0), computed in float64, returned
+    as float32 of ``weight``'s kind (NumPy arrays, or CPU torch tensors
+    without grad)."""
+    import numpy as np
+
+    def arr(v, name, ndim):
+        v = v.detach().cpu().numpy() if A.is_torch(v) else np.asarray(v)
+        if v.ndim != ndim:
+            raise ValueError(f"fold_batchnorm: {name} must be {ndim}-D, got shape {v.shape}")
+        return v.astype(np.float64)
+    w = arr(weight, "weight", 4)
+    co = w.shape[0]
+    stats = {k: arr(v, k, 1) for k, v in
+             dict(gamma=gamma, beta=beta, mean=mean, var=var).items()}
+    stats["bias"] = np.zeros(co) if bias is None else arr(bias, "bias", 1)
+    for k, v in stats.items():
+        if v.shape != (co,):
+            raise ValueError(f"fold_batchnorm: {k} has {v.shape[0]} values for {co} output "
+                             "channels")
+    if not (isinstance(eps, (int, float)) and eps >= 0) or (stats["var"] + eps <= 0).any():
+        raise ValueError(f"fold_batchnorm: var + eps must be positive (eps={eps!r})")
+    scale = stats["gamma"] / np.sqrt(stats["var"] + eps)
+    out = ((w * scale[:, None, None, None]).astype(np.float32),
+           ((stats["bias"] - stats["mean"]) * scale + stats["beta"]).astype(np.float32))
+    if A.is_torch(weight):
+        import torch
+        return tuple(torch.from_numpy(v) for v in out)
+    return out
+
+
+def vgg_block(x, w1, b1, w2, b2, pool=2, algo="auto"):
+    """The VGG-16 block ``max_pool2d(relu(conv2d(relu(conv2d(x, w1, b1,
+    padding=1)), w2, b2, padding=1)), pool)`` as two fused calls
+    (:func:`conv_relu_maxpool`: conv+ReLU, then conv+ReLU+max-pool); ``w1`` /
+    ``w2`` dense or sparse (a sparse weight runs the CSR kernels)."""
+    y = conv_relu_maxpool(x, w1, b1, padding=1, pool=1, algo=algo)
+    return conv_relu_maxpool(y, w2, b2, padding=1, pool=pool, algo=algo)
+
+
+def resnet_block(x, w1, b1, w2, b2, residual=True, algo="auto"):
+    """The ResNet basic block in inference, BatchNorm folded into the
+    convolutions (:func:`fold_batchnorm`): ``relu(conv2d(relu(conv2d(x, w1,
+    b1, padding=1)), w2, b2, padding=1) + x)`` (``residual=False``: the
+    paper's conv-BN-ReLU-conv-BN, without the addition and the last ReLU).
+    The first conv+ReLU is one fused call; the addition and ReLU after the
+    second conv are array operations of ``x``'s kind.  ``w1``/``w2`` dense or
+    sparse; stride 1, Cin == Cout when ``residual``."""
+    y = conv_relu_maxpool(x, w1, b1, padding=1, pool=1, algo=algo)
+    z = conv2d(y, w2, b2, padding=1, algo=algo)
+    if not residual:
+        return z
+    if tuple(z.shape) != tuple(x.shape):
+        raise ValueError(f"resnet_block: the residual needs the output shape {tuple(z.shape)} to "
+                         f"be x's {tuple(x.shape)}; pass residual=False")
+    z += x
+    return z.clip(min=0)

@@ -15,7 +15,8 @@ SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams
              "FUSED_ALGOS", "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights",
              "sparse_conv2d", "sparse_conv2d_function", "sparse_conv_relu_maxpool", "lstm", "gru",
              "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES",
-             "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function", "prune_magnitude"]
+             "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function", "prune_magnitude",
+             "fold_batchnorm", "vgg_block", "resnet_block"]
 
 
 def test_tiramisu_py_public_names():
