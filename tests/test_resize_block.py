@@ -180,6 +180,8 @@ def test_torch_op_and_module():
     (dict(x=np.zeros((3, 9, 9), np.float32)), "x"),
     (dict(x=np.zeros((1, 3, 9, 9), np.float64)), "x"),
     (dict(b=np.zeros(5, np.float32)), "bias"),
+    (dict(x=[[1.0]]), "x"),
+    (dict(x=np.zeros((1, 3, 0, 9), np.float32)), "x"),
 ])
 def test_bad_arguments_are_refused_naming_them(kwargs, named):
     args = dict(x=np.zeros((1, 3, 9, 9), np.float32), size=12,

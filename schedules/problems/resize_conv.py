@@ -69,9 +69,10 @@ class ResizeConvProblem:
             raise ValueError(f"{name}: target='cuda': the resize block has no CUDA solver; use "
                              "target=None, 'cpu', 'c' or 'llvm'")
         hw = resize_size(size, name)
-        if getattr(input, "ndim", 4) == 4 and 0 in tuple(input.shape)[2:]:
-            raise ValueError(f"{name}: x has an empty image ({tuple(input.shape)}); interpolate "
-                             "needs input sizes greater than 0")
+        shape = tuple(getattr(input, "shape", ()))
+        if len(shape) == 4 and 0 in shape[2:]:
+            raise ValueError(f"{name}: x has an empty image ({shape}); interpolate needs input "
+                             "sizes greater than 0")
         conv, args = ConvProblem.from_call("conv_relu_maxpool", input, weight, bias, stride,
                                            padding, dilation, 1, algo=algo, target=target,
                                            pool=pool, name=name, names=("x", "weight"),

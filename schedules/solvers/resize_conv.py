@@ -10,7 +10,7 @@ computed where the convolution reads its input, by two algorithms:
   band of resized rows that tile's convolution reads, into a band-sized
   buffer (``x_band``).  Neither the resized image nor the conv output
   exists in memory at full size.
-* ``sparse`` (a CSR weight, :mod:`schedules.solvers.conv_sparse`): the
+* ``sparse`` (a CSR weight, :mod:`schedules.blocks.csr_conv`): the
   resized values are written straight into the sparse convolution's own
   flat zero-padded image of one image (``x_image``, the layout its
   contiguous reads need; per image, never the batch), in place of the plain
@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks import resize
+from ..blocks import csr_conv, resize
 from ..blocks.nchwc import tiled_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..problems.conv import ConvShape
 from ..problems.resize_conv import OP
 from ..weights.csr import as_csr
-from . import conv_sparse
 
 
 def _source(f, s: ConvShape, src_hw, mode):
@@ -48,7 +47,7 @@ def function(s: ConvShape, src_hw, mode="bilinear", pool=2, bias=True, sparse=Fa
     (its ``h``/``w``: the resized size) from images of ``src_hw``.  Kernel
     arguments: ``data``, the resize tables (:func:`schedules.blocks.resize.tables`),
     and ``weight`` (dense) or ``rowptr``/``colidx``/``val`` (``sparse``, as
-    :func:`schedules.solvers.conv_sparse.function`), ``bias``.  ``rows``
+    :func:`schedules.blocks.csr_conv.function`), ``bias``.  ``rows``
     (pooled rows per tile) and ``parallel`` ("n" or "c") as in
     :func:`schedules.blocks.nchwc.tiled_block` (dense only)."""
     if mode not in resize.MODES:
@@ -56,7 +55,7 @@ def function(s: ConvShape, src_hw, mode="bilinear", pool=2, bias=True, sparse=Fa
     if sparse:
         if rows is not None or parallel is not None:
             raise ValueError(f"{OP}: rows and parallel apply to the dense block only")
-        return conv_sparse.function(s, bias=bias, pool=pool, relu=True, density=density,
+        return csr_conv.function(s, bias=bias, pool=pool, relu=True, density=density,
                                     source=lambda f: _source(f, s, src_hw, mode), name=OP)
     f = tp.Function(OP, params={})
     X, value = _source(f, s, src_hw, mode)
@@ -109,11 +108,11 @@ class ResizeSparse(_Resize):
     def run(self, p, args):
         s = p.shape
         csr = args.csr if args.csr is not None else as_csr(args.w, s.ci)
-        plan = conv_sparse.plan(s, density=csr.density)
+        plan = csr_conv.plan(s, density=csr.density)
         order = dict(rows_outer=plan["rows_outer"], channel_block=plan["channel_block"] or 0)
         k = kernel((OP, self.name, s, p.src_h, p.src_w, p.mode, p.pool, p.bias,
                     tuple(order.values())),
-                   lambda: conv_sparse.function(
+                   lambda: csr_conv.function(
                        s, bias=p.bias, pool=p.pool, relu=True, **order,
                        source=lambda f: _source(f, s, (p.src_h, p.src_w), p.mode), name=OP),
                    p.target)
