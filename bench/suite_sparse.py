@@ -171,7 +171,7 @@ def _scipy_impl(x, csr, b):
 
 
 # ------------------------------------------------------------- break-even, plot
-def _sweeps(report):
+def sweeps(report):
     """``{(shape, threads): [(density, {impl: ms})]}`` of the conv cases."""
     out = {}
     for c in report["cases"]:
@@ -243,8 +243,9 @@ def main(args) -> dict:
     report = harness.run(cases, dict(quick=args.quick, shapes=args.shapes,
                                      densities=getattr(args, "densities", None)),
                          **dict(harness.run_args(args), png_path=None, json_path=None))
-    sweeps = _sweeps(report)
-    report["break_even"] = {f"{shape} / {n}": break_even(rows) for (shape, n), rows in sorted(sweeps.items())}
+    by_shape = sweeps(report)
+    report["break_even"] = {f"{shape} / {n}": break_even(rows)
+                            for (shape, n), rows in sorted(by_shape.items())}
     print("\nbreak-even density (our sparse conv vs torch dense conv2d):")
     for key, be in report["break_even"].items():
         shape, n = key.split(" / ")
@@ -261,6 +262,6 @@ def main(args) -> dict:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
         print(f"wrote {args.json}")
-    if args.png and plot(report, sweeps, args.png):
+    if args.png and plot(report, by_shape, args.png):
         print(f"wrote {args.png}")
     return report

@@ -1,6 +1,7 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
-    tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|all] [--threads 1,2] [--repeats N] [--quick]
+    tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|paper|all] [--threads 1,2]
+                      [--repeats N] [--quick]
                       [--shapes 0,2] [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
 
@@ -21,6 +22,10 @@ polybench  PolyBench/C 4.2.1's 30 kernels: speedups of the hand schedules and
 
 rnn    multilayer LSTM and GRU against torch.nn.LSTM/GRU and torch.compile, with the
        achieved weight bandwidth at batch 1 (bench/suite_rnn.py).
+paper  the TIRAMISU paper's table: Conv, Conv-ReLU-MaxPool, Resize-Conv-ReLU-MaxPool,
+       the VGG and ResNet blocks, the seq-to-seq LSTM, dense and sparse, against torch
+       and torch.compile, with the paper's figures and the break-even density
+       (bench/suite_paper.py; not part of "all").
 
 FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
 ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
@@ -35,7 +40,7 @@ import json
 
 import numpy as np
 
-from bench import harness, suite_polybench, suite_rnn, suite_sparse
+from bench import harness, suite_paper, suite_polybench, suite_rnn, suite_sparse
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused", "rnn")
@@ -148,7 +153,8 @@ def _indices(text):
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("suite", nargs="?", default="all", choices=(*SUITES, "sparse", "polybench", "all"),
+    p.add_argument("suite", nargs="?", default="all",
+                   choices=(*SUITES, "sparse", "polybench", "paper", "all"),
                    help="which suite (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (a smoke test, not a benchmark)")
@@ -172,6 +178,8 @@ def main(args: argparse.Namespace) -> dict:
         return suite_sparse.main(args)
     if args.suite == "polybench":
         return suite_polybench.main(args)
+    if args.suite == "paper":
+        return suite_paper.main(args)
     report = harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
                          **harness.run_args(args))
     if args.suite in ("rnn", "all"):

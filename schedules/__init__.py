@@ -10,6 +10,11 @@ the public language and scheduling API (no hand-written C)::
                                 groups=1, *, pool=2, algo="auto")   # direct or Winograd
     schedules.sparse_conv2d(x, schedules.CSRWeights.from_dense(w), bias, stride=1, padding=1)
     schedules.sparse_conv_relu_maxpool(x, csr_w, bias, pool=2, padding=1)
+    schedules.resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="bilinear",
+                                       stride=1, padding=0, dilation=1)   # resize fused in
+    schedules.prune_magnitude(w, density)     # the paper's sparse weights' stand-in
+    schedules.vgg_block(x, w1, b1, w2, b2)    # the paper's VGG and ResNet blocks, dense or
+    schedules.resnet_block(x, *schedules.fold_batchnorm(w1, b1, *bn1), w2, b2)   # sparse
     y, (h_n, c_n) = schedules.lstm(x, weights, h0=None, c0=None)   # torch.nn.LSTM's forward
     y, h_n = schedules.gru(x, weights, h0=None)                     # torch.nn.GRU's forward
 
@@ -23,16 +28,19 @@ LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 ``gemm``, ``lstm`` and ``gru`` on the GPU.
 """
 from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
-                  conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function, sparse_conv2d,
-                  sparse_conv2d_function, sparse_conv_relu_maxpool)
+                  conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function,
+                  resize_conv_relu_maxpool, sparse_conv2d, sparse_conv2d_function,
+                  sparse_conv_relu_maxpool, fold_batchnorm, vgg_block, resnet_block)
 from .blocks.blis import GemmParams
 from .blocks.blis import default_params as gemm_params
 from .blocks.blis import function as gemm_function
 from .host import host
 from .solvers.conv_fused import function as conv_relu_maxpool_function
 from .solvers.gemm_cuda import function as gemm_cuda_function
+from .solvers.resize_conv import function as resize_conv_relu_maxpool_function
 from .solvers.rnn_cuda import function as rnn_cuda_function
 from .weights.csr import CSRWeights
+from .weights.prune import prune_magnitude
 from .weights.rnn import RNNWeights
 
 __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
@@ -40,4 +48,5 @@ __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams",
            "FUSED_ALGOS",
            "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
            "sparse_conv_relu_maxpool", "lstm", "gru", "lstm_function", "gru_function", "RNNWeights",
-           "RNN_SCHEDULES"]
+           "RNN_SCHEDULES", "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function",
+           "prune_magnitude", "fold_batchnorm", "vgg_block", "resnet_block"]

@@ -12,6 +12,7 @@ from .core import arrays as A
 from .core.find import find
 from .problems.conv import ConvProblem, ConvShape, conv_shape
 from .problems.gemm import GemmProblem
+from .problems.resize_conv import ResizeConvProblem
 from .problems.rnn import RnnProblem
 from .registry import SOLVERS
 from .solvers import conv_fused, conv_sparse
@@ -102,6 +103,31 @@ def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, di
     return _solve("conv_relu_maxpool", p, args, "sparse", "sparse_conv_relu_maxpool")
 
 
+def resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="bilinear", stride=1,
+                             padding=0, dilation=1, algo="auto", target=None):
+    """``max_pool2d(relu(conv2d(interpolate(x, size, mode=mode,
+    align_corners=False), weight, bias, stride, padding, dilation)), pool)``
+    in one pass, the resize computed where the convolution reads it (no
+    resized image in memory, see :mod:`schedules.solvers.resize_conv`).
+    ``x``: NCHW float32 (NumPy or CPU torch; the result has its kind);
+    ``size``: an int or (height, width), as ``interpolate`` takes it;
+    ``mode``: "bilinear" (half-pixel centres) or "nearest" (torch's legacy
+    nearest); ``weight`` dense, or sparse as in :func:`sparse_conv2d`; the
+    convolution's keywords are :func:`conv2d`'s.  ``algo``: "auto",
+    "direct" (dense weight) or "sparse".  Forward only: a gradient asked of
+    the result raises."""
+    grad = A.needing_grad(x, weight, bias)
+    if grad:                        # computed apart from autograd, attached below
+        x, weight, bias = (v.detach() if any(v is g for g in grad) else v
+                           for v in (x, weight, bias))
+    p, args = ResizeConvProblem.from_call(x, size, weight, bias, pool, mode, stride, padding,
+                                          dilation, algo=algo, target=target)
+    out = _solve("resize_conv_relu_maxpool", p, args, algo, "resize_conv_relu_maxpool")
+    if grad:                        # no backward kernel: a gradient asked of it raises
+        (out,) = A.without_backward("schedules.resize_conv_relu_maxpool", (out,), grad)
+    return out
+
+
 def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1,
                            bias=True, pool=1, relu=False, **schedule):
     """The scheduled Function of the CSR sparse convolution, to inspect or
@@ -174,3 +200,67 @@ def lstm_function(T, B, H, layers=1, schedule="layer", sparse=False):
 def gru_function(T, B, H, layers=1, schedule="layer", sparse=False):
     """The same for the GRU."""
     return _rnn_function("gru", T, B, H, layers, schedule, sparse)
+
+
+# ------------------------------------------------------------------ the paper's blocks
+def fold_batchnorm(weight, bias, gamma, beta, mean, var, eps=1e-5):
+    """``(weight', bias')`` of the convolution ``conv(x, weight, bias)``
+    followed by inference BatchNorm (``(y - mean) / sqrt(var + eps) * gamma +
+    beta``, per output channel) as one convolution: ``weight`` scaled by
+    ``gamma / sqrt(var + eps)`` per output channel, ``bias'`` = ``(bias -
+    mean) * scale + beta`` (``bias`` None: 0), computed in float64, returned
+    as float32 of ``weight``'s kind (NumPy arrays, or CPU torch tensors
+    without grad)."""
+    import numpy as np
+
+    def arr(v, name, ndim):
+        v = v.detach().cpu().numpy() if A.is_torch(v) else np.asarray(v)
+        if v.ndim != ndim:
+            raise ValueError(f"fold_batchnorm: {name} must be {ndim}-D, got shape {v.shape}")
+        return v.astype(np.float64)
+    w = arr(weight, "weight", 4)
+    co = w.shape[0]
+    stats = {k: arr(v, k, 1) for k, v in
+             dict(gamma=gamma, beta=beta, mean=mean, var=var).items()}
+    stats["bias"] = np.zeros(co) if bias is None else arr(bias, "bias", 1)
+    for k, v in stats.items():
+        if v.shape != (co,):
+            raise ValueError(f"fold_batchnorm: {k} has {v.shape[0]} values for {co} output "
+                             "channels")
+    if not (isinstance(eps, (int, float)) and eps >= 0) or (stats["var"] + eps <= 0).any():
+        raise ValueError(f"fold_batchnorm: var + eps must be positive (eps={eps!r})")
+    scale = stats["gamma"] / np.sqrt(stats["var"] + eps)
+    out = ((w * scale[:, None, None, None]).astype(np.float32),
+           ((stats["bias"] - stats["mean"]) * scale + stats["beta"]).astype(np.float32))
+    if A.is_torch(weight):
+        import torch
+        return tuple(torch.from_numpy(v) for v in out)
+    return out
+
+
+def vgg_block(x, w1, b1, w2, b2, pool=2, algo="auto"):
+    """The VGG-16 block ``max_pool2d(relu(conv2d(relu(conv2d(x, w1, b1,
+    padding=1)), w2, b2, padding=1)), pool)`` as two fused calls
+    (:func:`conv_relu_maxpool`: conv+ReLU, then conv+ReLU+max-pool); ``w1`` /
+    ``w2`` dense or sparse (a sparse weight runs the CSR kernels)."""
+    y = conv_relu_maxpool(x, w1, b1, padding=1, pool=1, algo=algo)
+    return conv_relu_maxpool(y, w2, b2, padding=1, pool=pool, algo=algo)
+
+
+def resnet_block(x, w1, b1, w2, b2, residual=True, algo="auto"):
+    """The ResNet basic block in inference, BatchNorm folded into the
+    convolutions (:func:`fold_batchnorm`): ``relu(conv2d(relu(conv2d(x, w1,
+    b1, padding=1)), w2, b2, padding=1) + x)`` (``residual=False``: the
+    paper's conv-BN-ReLU-conv-BN, without the addition and the last ReLU).
+    The first conv+ReLU is one fused call; the addition and ReLU after the
+    second conv are array operations of ``x``'s kind.  ``w1``/``w2`` dense or
+    sparse; stride 1, Cin == Cout when ``residual``."""
+    y = conv_relu_maxpool(x, w1, b1, padding=1, pool=1, algo=algo)
+    z = conv2d(y, w2, b2, padding=1, algo=algo)
+    if not residual:
+        return z
+    if tuple(z.shape) != tuple(x.shape):
+        raise ValueError(f"resnet_block: the residual needs the output shape {tuple(z.shape)} to "
+                         f"be x's {tuple(x.shape)}; pass residual=False")
+    z += x
+    return z.clip(min=0)

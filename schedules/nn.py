@@ -147,6 +147,35 @@ class ConvReLUMaxPool2d(nn.Module):
         return _adopt(new, conv)
 
 
+class ResizeConvReLUMaxPool2d(nn.Module):
+    """``max_pool2d(relu(conv2d(interpolate(x, size, mode=mode,
+    align_corners=False), weight, bias, padding=padding)), pool)`` in one
+    kernel (``tiramisu::resize_conv_relu_maxpool``,
+    :func:`schedules.resize_conv_relu_maxpool`): the resize is computed where
+    the convolution reads it, never stored as an image.  float32, forward
+    only (asking for a gradient raises).  ``algo="sparse"`` runs the CSR
+    kernel on the weight's nonzeros (a pruned weight,
+    :func:`schedules.prune_magnitude`; converted once per weight value)."""
+
+    def __init__(self, in_channels, out_channels, size, kernel_size=3, padding=1, pool=2,
+                 bias=True, mode="bilinear", algo="auto", device=None, dtype=None):
+        super().__init__()
+        conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=padding, bias=bias,
+                         device=device, dtype=dtype)
+        self.weight, self.bias = conv.weight, conv.bias
+        self.size = [int(size), int(size)] if isinstance(size, int) else [int(v) for v in size]
+        self.padding, self.pool, self.mode, self.algo = _padding(conv), int(pool), mode, algo
+
+    def extra_repr(self):
+        co, ci, kh, kw = self.weight.shape
+        return (f"{ci}, {co}, size={tuple(self.size)}, kernel_size=({kh}, {kw}), "
+                f"padding={tuple(self.padding)}, pool={self.pool}, mode={self.mode!r}")
+
+    def forward(self, input):
+        return ops.resize_conv_relu_maxpool(input, self.size, self.weight, self.bias, self.pool,
+                                            mode=self.mode, padding=self.padding, algo=self.algo)
+
+
 class SparseConv2d(nn.Module):
     """``nn.Conv2d`` with a CSR sparse weight (a pruned layer), as
     ``tiramisu::sparse_conv2d`` (:func:`schedules.sparse_conv2d`, float32,

@@ -52,6 +52,7 @@ from .solvers.conv_fused import FusedDirect, FusedWinograd
 from .solvers.conv_sparse import SparseCSR
 from .solvers.conv_sparse_cuda import CudaSparseCSR
 from .solvers.gemm_blis import Blis
+from .solvers.resize_conv import ResizeDirect, ResizeSparse
 from .solvers.gemm_cuda import CudaTiled
 from .solvers.rnn_cpu import Layer, Wavefront
 from .solvers.rnn_cuda import CudaWavefront
@@ -60,6 +61,7 @@ SOLVERS = {
     "conv2d": [Direct(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
                CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
+    "resize_conv_relu_maxpool": [ResizeDirect(), ResizeSparse()],
     "gemm": [Blis("gemm"), CudaTiled()],
     "batched_gemm": [Blis("batched_gemm")],
     "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],

@@ -13,6 +13,9 @@ only)::
                                          # (and .padding: "valid" / "same")
     torch.ops.tiramisu.sparse_conv2d(input, rowptr, colidx, values, weight_size, bias=None,
                                      stride=1, padding=0, dilation=1)  # CSR weight, float32
+    torch.ops.tiramisu.resize_conv_relu_maxpool(input, size, weight, bias=None, pool=2, *,
+                                                mode="bilinear", stride=1, padding=0,
+                                                dilation=1, algo="auto")  # float32, forward only
     torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0) -> (y, h_n, c_n)  # forward only
     torch.ops.tiramisu.gru(input, params, num_layers, h0) -> (y, h_n)            # forward only
 
@@ -376,6 +379,49 @@ sparse_conv2d = _op(
     _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
 
 
+# ------------------------------------------------------------------ resize block
+def _resize_shape(input, size, weight, stride, padding, dilation, pool, mode):
+    op = "resize_conv_relu_maxpool"
+    torch._check(mode in ("bilinear", "nearest"),
+                 lambda: f"tiramisu::{op}: mode must be 'bilinear' or 'nearest', got {mode!r}")
+    size = list(size)
+    torch._check(len(size) in (1, 2) and all(v >= 1 for v in size),
+                 lambda: f"tiramisu::{op}: size must be 1 or 2 positive ints, got {size}")
+    torch._check(input.dim() == 4, lambda: f"tiramisu::{op}: input must be 4-D (N, C, H, W), "
+                                           f"got shape {tuple(input.shape)}")
+    xshape = (input.shape[0], input.shape[1], size[0], size[-1])
+    s = _conv(op, xshape, weight.shape, stride, padding, dilation, 1)
+    torch._check(1 <= pool <= min(s.ho, s.wo),
+                 lambda: f"tiramisu::{op}: pool must be in [1, {min(s.ho, s.wo)}], got {pool}")
+    return s
+
+
+def _resize(input, size, weight, bias=None, pool=2, *, mode="bilinear", stride=(1, 1),
+            padding=(0, 0), dilation=(1, 1), algo="auto"):
+    if _dtype("resize_conv_relu_maxpool", input, weight, bias) != "float32":
+        raise TypeError("tiramisu::resize_conv_relu_maxpool: the resize block is float32 only, "
+                        f"got {input.dtype}")
+    _resize_shape(input, size, weight, stride, padding, dilation, pool, mode)
+    return api.resize_conv_relu_maxpool(contiguous(input), tuple(size), contiguous(weight),
+                                        contiguous(bias), pool, mode=mode, stride=tuple(stride),
+                                        padding=tuple(padding), dilation=tuple(dilation),
+                                        algo=algo)
+
+
+def _resize_fake(input, size, weight, bias=None, pool=2, *, mode="bilinear", stride=(1, 1),
+                 padding=(0, 0), dilation=(1, 1), algo="auto"):
+    s = _resize_shape(input, size, weight, stride, padding, dilation, pool, mode)
+    return input.new_empty((s.n, s.co, s.ho // pool, s.wo // pool))
+
+
+# forward only: asking for a gradient raises "has no backward"
+resize_conv_relu_maxpool = _op(
+    "resize_conv_relu_maxpool",
+    "(Tensor input, SymInt[2] size, Tensor weight, Tensor? bias=None, int pool=2, *, "
+    "str mode='bilinear', SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, "
+    "str algo='auto') -> Tensor", _resize, _resize_fake)
+
+
 # ------------------------------------------------------------------ recurrent
 def _rnn_layers(op, weights, num_layers):
     per = len(weights) // num_layers if num_layers > 0 else 0
@@ -431,4 +477,4 @@ gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=Non
 OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
        "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d,
-       "lstm": lstm, "gru": gru}
+       "resize_conv_relu_maxpool": resize_conv_relu_maxpool, "lstm": lstm, "gru": gru}

@@ -14,7 +14,9 @@ SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams
              "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
              "FUSED_ALGOS", "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights",
              "sparse_conv2d", "sparse_conv2d_function", "sparse_conv_relu_maxpool", "lstm", "gru",
-             "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES"]
+             "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES",
+             "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function", "prune_magnitude",
+             "fold_batchnorm", "vgg_block", "resnet_block"]
 
 # tiramisu_py.mpi (distributed execution; imports without mpi4py)
 MPI = ["COMM_WORLD", "MPIUnavailable", "abort_on_error", "block_owner", "block_range",
@@ -50,4 +52,5 @@ def test_the_signatures_users_call():
     assert sig(schedules.conv2d)[:7] == ["input", "weight", "bias", "stride", "padding",
                                          "dilation", "groups"]
     assert sig(schedules.gemm)[:2] == ["a", "b"]
+    assert sig(schedules.resize_conv_relu_maxpool)[:5] == ["x", "size", "weight", "bias", "pool"]
     assert sig(tp.Function)[:2] == ["name", "params"]

@@ -45,11 +45,16 @@ def register_block(vb: int, extent: int) -> int:
     return min(room, extent) if xb < room // 2 else xb
 
 
-def packed_input(f, X, s: ConvShape, n, per_image: bool):
+def packed_input(f, X, s: ConvShape, n, per_image: bool, source=None, band=None):
     """``x_packed[n][Ci/CB][Hp][Wp][CB]``: the input, zero-padded, CB = one
     SIMD vector of channels, over the image loop ``n``.  ``per_image``:
     stored in an image-sized buffer ``x_image`` (for the caller to compute
-    per image) instead of a full copy.  Returns ``(x_packed, CB)``."""
+    per image) instead of a full copy.  ``source(n, c, y, x)``: the value at
+    the padded coordinate ``(y, x)`` in place of the read of ``X`` (a
+    producer evaluated on the way, such as a resize,
+    :mod:`schedules.blocks.resize`).  ``band``: stored instead in a buffer
+    ``x_band`` of ``band`` rows, row ``y`` at ``y % band`` (for the caller
+    to compute per band of rows).  Returns ``(x_packed, CB)``."""
     cb = max(1, min(s.ci, host().lanes(4)))      # 1 for Ci = 0 (an empty packed input)
     cib = -(-s.ci // cb)
     ph, pw = s.ph, s.pw
@@ -57,27 +62,33 @@ def packed_input(f, X, s: ConvShape, n, per_image: bool):
     xb_, xy, xx, xc = (f.var(nm, 0, e) for nm, e in
                        (("icb", cib), ("iy", hp), ("ix", wp), ("ic", cb)))
     inside = (xb_ * cb + xc < s.ci) & (xy >= ph) & (xy < s.h + ph) & (xx >= pw) & (xx < s.w + pw)
-    xpk = f.computation("x_packed", [n, xb_, xy, xx, xc],
-                        tp.select(inside, X[n, xb_ * cb + xc, xy - ph, xx - pw], 0.0))
-    if per_image:
+    value = (X[n, xb_ * cb + xc, xy - ph, xx - pw] if source is None
+             else source(n, xb_ * cb + xc, xy, xx))
+    xpk = f.computation("x_packed", [n, xb_, xy, xx, xc], tp.select(inside, value, 0.0))
+    if band:
+        xpk.store_in(f.buffer("x_band", (cib, band, wp, cb), tp.float32), [xb_, xy % band, xx, xc])
+    elif per_image:
         xpk.store_in(f.buffer("x_image", (cib, hp, wp, cb), tp.float32), [xb_, xy, xx, xc])
     return xpk, cb
 
 
-def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False):
+def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False, source=None,
+                 band=None):
     """Packs the input and the weights and returns ``(out_blocked, vb,
     x_packed)``: the output ``[n][Co/VB][Ho][Wo][VB]`` with its register-blocked
     schedule (``xb`` columns unrolled x ``vb`` channels vectorised), the
     channels per SIMD block and the packed input.  Parallelism is left to the
     caller, as is the placement of ``x_packed`` when ``per_image``: it is then
     stored in an image-sized buffer (one per thread when the image loop is
-    parallel) instead of a full copy, for the caller to compute per image."""
+    parallel) instead of a full copy, for the caller to compute per image.
+    ``source``, ``band``: as in :func:`packed_input` (a band is placed by
+    the caller too)."""
     if vb is None:
         vb = channel_block(s)
     cob = -(-s.co // vb)
     # input [n][Ci/CB][Hp][Wp][CB]
-    xpk, cb = packed_input(f, X, s, f.var("pn", 0, s.n), per_image)
-    if not per_image:
+    xpk, cb = packed_input(f, X, s, f.var("pn", 0, s.n), per_image, source, band)
+    if not per_image and not band:
         xpk.parallelize("pn" if s.n >= host().cores else "icb")
     # weights [Co/VB][Ci][Kh][Kw][VB]
     wo_, wc, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
@@ -110,23 +121,32 @@ def rows_per_tile(s: ConvShape, pool: int) -> int:
 
 
 def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parallel=None,
-                vb=None, xb=None, pack_per_image=None):
+                vb=None, xb=None, pack_per_image=None, source=None):
     """``out[n, c, py, px]`` (NCHW) = max over the ``pool x pool`` window
     (non-overlapping, floor mode; ``pool=1``: the convolution itself) of the
     NCHWc convolution, with ReLU if ``relu``; the convolution is computed per
     tile of ``rows`` output rows.  ``parallel``: "n" (whole images per
     thread; default with at least two images per core) or "c" (channels inside
     each tile).  ``pack_per_image``: pack the input per image (default: when
-    the image loop is parallel) instead of one full-size copy.  Returns the
-    consumer computation."""
+    the image loop is parallel) instead of one full-size copy.  ``source``
+    (a producer of the input, :func:`packed_input`): the packed input is
+    then computed per tile instead, only the band of rows one tile's
+    convolution reads, into a band-sized buffer ``x_band`` (rows stored
+    modulo the band: the halo rows are recomputed per tile), so no
+    image-sized copy of the produced input exists.  Returns the consumer
+    computation."""
     if parallel not in (None, "n", "c"):
         raise ValueError(f"{f.name}: parallel must be 'n' or 'c', got {parallel!r}")
     per_image = (parallel or ("n" if s.n >= 2 * host().cores else "c")) == "n"
     if pack_per_image is None:
         pack_per_image = per_image
-    outc, vb, xpk = blocked_conv(f, X, Wt, B, s, vb, xb, per_image=pack_per_image)
-    ph, pw = s.ho // pool, s.wo // pool
     rows = rows or rows_per_tile(s, pool)
+    # the input rows one tile of pool * rows conv rows reads
+    band = min(s.hp, (pool * rows - 1) * s.sh + (s.kh - 1) * s.dh + 1) if source is not None \
+        else None
+    outc, vb, xpk = blocked_conv(f, X, Wt, B, s, vb, xb, per_image=pack_per_image, source=source,
+                                 band=band)
+    ph, pw = s.ho // pool, s.wo // pool
     n, c = f.var("pn_", 0, s.n), f.var("c", 0, s.co)
     py, px = f.var("py", 0, ph), f.var("px", 0, pw)
     best = None
@@ -151,7 +171,9 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
     if not per_image:
         outc.update.parallelize("y" if s.co // vb < 2 * host().cores else "ob")
     outc.compute_at(out, "py0")
-    if pack_per_image:     # each image's packed input, right before its first tile
+    if band:      # the band of input rows of each tile, right before it
+        xpk.compute_at(outc.update, "py0")
+    elif pack_per_image:     # each image's packed input, right before its first tile
         xpk.compute_at(outc.update, "pn_")
         if not per_image:
             xpk.parallelize("icb")

@@ -228,7 +228,7 @@ class ConvProblem:
     @classmethod
     def from_call(cls, op, input, weight, bias, stride, padding, dilation, groups, *,
                   algo="auto", target=None, pool=1, name=None, names=("input", "weight"),
-                  gpu=True):
+                  gpu=True, size=None):
         """``(problem, args)`` of a call of ``op`` with torch's arguments,
         checked: ValueError/TypeError starting with ``name`` (the public
         call's name, default ``op``) and naming the argument (``names``:
@@ -249,7 +249,8 @@ class ConvProblem:
             x = A.float32_on(input, xn, 4, dev)
             if sparse or algo == "sparse":
                 csr = _host_csr(weight, x.shape[1], wn)
-                s = cls._sparse_shape(name, x, csr, groups, stride, padding, dilation, names)
+                s = cls._sparse_shape(name, x.shape, csr, groups, stride, padding, dilation,
+                                      names)
                 w = None
             else:
                 csr = None
@@ -264,14 +265,16 @@ class ConvProblem:
                 A.same_kind((input, bias), (xn, "bias"))
             x = A.float32_array(input, xn, 4)
             csr = as_csr(weight, x.shape[1], wn)
-            s = cls._sparse_shape(name, x, csr, groups, stride, padding, dilation, names)
+            s = cls._sparse_shape(name, _resized(x.shape, size), csr, groups, stride, padding,
+                                  dilation, names)
             b = None if bias is None else A.float32_array(bias, "bias", 1)
             args = ConvArgs(x, None if sparse else weight, b, csr)
         else:
             A.same_kind((input, weight, bias), (xn, wn, "bias"))
             x, w = A.float32_array(input, xn, 4), A.float32_array(weight, wn, 4)
             b = None if bias is None else A.float32_array(bias, "bias", 1)
-            s = ConvShape.make(x.shape, w.shape, stride, padding, dilation, groups, name)
+            s = ConvShape.make(_resized(x.shape, size), w.shape, stride, padding, dilation, groups,
+                               name)
             args = ConvArgs(x, w, b)
         if args.b is not None and args.b.shape[0] != s.co:
             raise ValueError(f"{name}: bias has {args.b.shape[0]} values for {s.co} output channels")
@@ -286,13 +289,13 @@ class ConvProblem:
         return p, args
 
     @staticmethod
-    def _sparse_shape(name, x, csr, groups, stride, padding, dilation, names):
+    def _sparse_shape(name, xshape, csr, groups, stride, padding, dilation, names):
         if groups != 1:
             raise ValueError(f"{name}: groups must be 1 for sparse weights, got {groups!r}")
         if len(csr.shape) != 4:
             raise ValueError(f"{name}: {names[1]} must be a 4-D (Cout, Cin, KH, KW) weight, got "
                              f"shape {csr.shape}")
-        return ConvShape.make(tuple(x.shape), csr.shape, stride, padding, dilation, 1, name,
+        return ConvShape.make(tuple(xshape), csr.shape, stride, padding, dilation, 1, name,
                               names=names)
 
     @classmethod
@@ -328,6 +331,12 @@ class ConvProblem:
         check(s.ho >= 1 and s.wo >= 1,
               lambda: f"tiramisu::{op}: the {kh}x{kw} kernel does not fit the {h}x{wd} input")
         return s
+
+
+def _resized(xshape, size):
+    """The shape the convolution reads: ``xshape`` with its height and width
+    replaced by ``size`` when given."""
+    return tuple(xshape) if size is None else (xshape[0], xshape[1], size[0], size[1])
 
 
 def _meta_pair(op, v, name, least, check):
