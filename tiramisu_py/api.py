@@ -8,6 +8,7 @@ from __future__ import annotations
 from .base import provenance
 from .base.errors import IllegalScheduleError
 from .commands.atomic import all_or_nothing
+from .commands.band import tile_band as _tile_band
 from .commands.schedulable import Schedulable
 from .driver import explain as _explain
 from .driver.compile import compile_function, default_target
@@ -36,6 +37,19 @@ class Function(program.Function):
             while self._commands:
                 self.undo()
         self._state_cache = None
+
+    @provenance.command
+    def tile_band(self, statements, loops, sizes, names=None):
+        """Tiles the ``statements`` (all those that run inside the loop
+        ``loops[0]``, each with ``loops`` nested directly in that order) as
+        one band: ``f.tile_band([sB, sA], ["t", "i"], [32, 32])`` makes the
+        loops ``t0, i0, t1, i1`` shared by both, each statement keeping its
+        place after the point loop where the two parted.  One call: refused
+        it records nothing, ``f.undo()`` removes it whole.  Legal iff the
+        band is permutable for the dependences among them (the exact check
+        of ``compile()``; a stencil needs a ``skew`` of each first)
+        (:mod:`tiramisu_py.commands.band`)."""
+        return _tile_band(self, statements, loops, sizes, names)
 
     def explain(self, file=None) -> str:
         """Prints (and returns) the dependences in words and, for each loop of

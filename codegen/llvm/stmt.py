@@ -472,6 +472,13 @@ class Lowering(PromotionLowering, ReductionLowering, ExprLowering):
         :class:`codegen.llvm.reduce.ParallelHooks`, for reductions) adds struct
         fields, per-thread arguments of the range function, its body, and code
         in the caller after the join; the team size is then written back."""
+        sched = s.attrs.get("omp_schedule")
+        if sched and (sched[0] != "static" or sched[1]):
+            raise ValueError(
+                f"LLVM backend: parallel loop {s.var!r} asks for schedule={sched[0]!r}"
+                + (f", chunk={sched[1]}" if sched[1] else "") + "; the LLVM backend deals "
+                "each thread one static block of iterations only: compile with target='cpu' "
+                "(C + OpenMP) for another schedule or a chunk size")
         f, m = self.f, self.m
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         k = self.npar
