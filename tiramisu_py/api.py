@@ -11,6 +11,7 @@ from .commands.atomic import all_or_nothing
 from .commands.band import tile_band as _tile_band
 from .commands.schedulable import Schedulable
 from .driver import explain as _explain
+from .driver.auto_schedule import auto_schedule as _auto_schedule
 from .driver.compile import compile_function, default_target
 from .lang import program
 
@@ -50,6 +51,19 @@ class Function(program.Function):
         of ``compile()``; a stencil needs a ``skew`` of each first)
         (:mod:`tiramisu_py.commands.band`)."""
         return _tile_band(self, statements, loops, sizes, names)
+
+    def auto_schedule(self, target=None, budget=None):
+        """Chooses and applies a legal schedule from the exact dependences
+        (fusion, permutable bands made by shift and skew then tiled with
+        sizes from the host's caches, outer or wavefront parallelism, the
+        stride-1 loop vectorised) and returns the commands it applied, each
+        printing as the Python that applies it to a Function named ``f``:
+        ``print("\\n".join(map(str, f.auto_schedule())))`` is a schedule to
+        paste.  Commands given before are kept (a group of statements a
+        command touches only gets the missing parallel/vector tags).
+        ``budget``: seconds of search (default 5)
+        (:mod:`tiramisu_py.driver.auto_schedule`)."""
+        return _auto_schedule(self, target, budget)
 
     def explain(self, file=None) -> str:
         """Prints (and returns) the dependences in words and, for each loop of
