@@ -13,6 +13,22 @@ from polybench_kernels import SPECS, Spec
 F64 = tp.float64
 
 
+MM_SOURCE = '''
+import tiramisu_py as tp
+
+def mm():
+    f = tp.Function("mm_tuned", params=["N", "M", "K"])
+    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    A, B = f.input("A", ("N", "K"), tp.float64), f.input("B", ("K", "M"), tp.float64)
+    C = f.computation("C", [i, j], 0.0, dtype=tp.float64)
+    C[i, j] += A[i, k] * B[k, j]
+    return f
+'''
+_mm_space: dict = {}
+exec(MM_SOURCE, _mm_space)
+build_mm = _mm_space["mm"]           # a plain GEMM (init, then the update over k), float64
+
+
 def build_contraction():
     """C[a, b, c] = sum_d A[a, d, c] * B[d, b]."""
     f = tp.Function("contraction", params=["NA", "NB", "NC", "ND"])

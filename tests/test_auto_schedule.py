@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tiramisu_py as tp
-from auto_kernels import KERNELS
+from auto_kernels import KERNELS, build_mm
 
 
 def run(spec, f, target="cpu"):
@@ -53,11 +52,7 @@ def test_gemm_is_parallel_tiled_and_vectorised():
 
 
 def test_plain_gemm_update_tiles_its_three_loops():
-    f = tp.Function("mm", params=["N", "M", "K"])
-    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
-    A, B = f.input("A", ("N", "K"), tp.float64), f.input("B", ("K", "M"), tp.float64)
-    C = f.computation("C", [i, j], 0.0, dtype=tp.float64)
-    C[i, j] += A[i, k] * B[k, j]
+    f = build_mm()
     text = [str(s) for s in f.auto_schedule()]
     assert any(t.startswith("f.computations['C'].update.tile('i', 'j', 'k',") for t in text)
     assert "f.computations['C'].update.parallelize('i0')" in text

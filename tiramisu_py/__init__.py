@@ -19,6 +19,7 @@ from .lang.expr import (Expr, Var, abs, cast, ceil, exp, floor, log, max, min, s
 from .api import Computation, Function, Update
 from .lang.program import Buffer
 from .runtime.kernel import Kernel
+from .driver.tune import tune
 from .base.types import DType, bool_, float32, float64, int8, int32, int64, uint8
 
 bool = bool_  # noqa: A001 - tp.bool mirrors numpy's name
@@ -36,5 +37,5 @@ __all__ = [
     "Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
     "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool",
     "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max",
-    "select", "cast", "IllegalScheduleError", "cache_dir",
+    "select", "cast", "IllegalScheduleError", "cache_dir", "tune",
 ]

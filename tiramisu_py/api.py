@@ -13,6 +13,7 @@ from .commands.schedulable import Schedulable
 from .driver import explain as _explain
 from .driver.auto_schedule import auto_schedule as _auto_schedule
 from .driver.compile import compile_function, default_target
+from .driver.tune import tuned_function
 from .lang import program
 
 
@@ -73,15 +74,19 @@ class Function(program.Function):
         return text
 
     # compilation ------------------------------------------------------------
-    def compile(self, target=None, **options):
+    def compile(self, target=None, tuned=True, **options):
         """Checks the program, generates code for ``target`` ("cpu" or "c": C +
         OpenMP through the system C compiler; "llvm": LLVM IR JIT-compiled
         in-process with llvmlite, no C compiler needed) and returns a callable
         :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
-        "cpu"."""
+        "cpu".  A Function without commands whose algorithm
+        :func:`tiramisu_py.tune` recorded for this target and host is compiled
+        with the recorded schedule (on a copy; :mod:`tiramisu_py.driver.tune`);
+        ``tuned=False`` compiles it as written."""
         target = target or default_target()
         try:
-            return compile_function(self, target, **options)
+            g = tuned_function(self, target) if tuned and target != "cuda" else None
+            return compile_function(g or self, target, **options)
         except IllegalScheduleError as e:
             raise IllegalScheduleError(str(e) + self._recovery(str(e))) from None
 

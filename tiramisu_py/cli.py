@@ -1,4 +1,5 @@
-"""Command line: ``tiramisu-py demo``, ``tiramisu-py bench`` (or ``python -m tiramisu_py ...``)."""
+"""Command line: ``tiramisu-py demo``, ``tiramisu-py bench``, ``tiramisu-py tune FILE:FUNC``
+(or ``python -m tiramisu_py ...``)."""
 from __future__ import annotations
 
 import argparse
@@ -38,6 +39,47 @@ def bench(argv):
     suites.main(suites.parser("tiramisu-py bench").parse_args(argv))
 
 
+def load_function(spec):
+    """The Function ``FILE:FUNC`` names: ``FUNC`` in the Python file ``FILE``, a
+    Function or a callable that returns one when called without arguments."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise SystemExit(f"tiramisu-py tune: {spec!r} is not FILE:FUNC")
+    if not os.path.isfile(path):
+        raise SystemExit(f"tiramisu-py tune: no file {path!r}")
+    import runpy
+    from .api import Function
+    space = runpy.run_path(path, run_name="__tiramisu_py_tune__")
+    if name not in space:
+        raise SystemExit(f"tiramisu-py tune: {path} defines no {name!r}")
+    obj = space[name]
+    f = obj if isinstance(obj, Function) else obj() if callable(obj) else None
+    if not isinstance(f, Function):
+        raise SystemExit(f"tiramisu-py tune: {spec} is not a Function nor returns one")
+    return f
+
+
+def tune(args):
+    """Tunes FILE:FUNC for the sizes given (``-p N=512``) and prints the schedule found."""
+    from .driver.tune import tune as run_tune
+    params = {}
+    for item in args.param:
+        p, eq, v = item.partition("=")
+        if not eq or not v.strip().lstrip("-").isdigit():
+            raise SystemExit(f"tiramisu-py tune: -p {item!r} is not NAME=INT")
+        params[p.strip()] = int(v)
+    f = load_function(args.function)
+    try:
+        r = run_tune(f, budget=args.budget, params=params, target=args.target,
+                     retune=args.retune)
+    except ValueError as e:
+        raise SystemExit(f"tiramisu-py tune: {e}")
+    how = "recorded before" if r["cached"] else f"{r['timed']} candidates timed"
+    t = "" if r["time"] is None else f", {r['time'] * 1e3:.3f} ms"
+    print(f"# {f.name}: {how}{t}; compile() of this algorithm on this host uses it")
+    print("\n".join(map(str, r["steps"])))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="tiramisu-py", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -50,11 +92,22 @@ def main(argv=None):
     sub.add_parser("bench", add_help=False,     # its options are parsed by bench()
                    help="benchmark the operator library against NumPy and PyTorch "
                         "(tiramisu-py bench --help)")
+    t = sub.add_parser("tune", help="time legal schedules of FILE:FUNC on this host and "
+                                    "record the fastest (compile() then uses it)")
+    t.add_argument("function", metavar="FILE:FUNC",
+                   help="a Python file and a Function (or a function returning one) in it")
+    t.add_argument("-p", "--param", action="append", default=[], metavar="NAME=INT",
+                   help="a size to time with (one per free param)")
+    t.add_argument("--budget", type=float, default=60.0, help="seconds (default 60)")
+    t.add_argument("--target", choices=("cpu", "llvm"), default=None)
+    t.add_argument("--retune", action="store_true", help="time again even if recorded")
     args, rest = p.parse_known_args(argv)
     if args.cmd == "bench":
         bench(rest)
     elif rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
+    elif args.cmd == "tune":
+        tune(args)
     elif args.cmd == "example":
         example(args.name)
     else:

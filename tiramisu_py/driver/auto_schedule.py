@@ -34,6 +34,7 @@ replaces nothing).  ``budget`` (seconds, default :data:`DEFAULT_BUDGET`)
 bounds the search: past it, what was applied is kept and returned."""
 from __future__ import annotations
 
+import itertools
 import time
 
 from codegen import target as host
@@ -213,7 +214,6 @@ class AutoScheduler:
         st = self.state()
         deep = max(len(st[n].loops) for n in names)
         lead = names[0]
-        outer_carries = band and lead not in ()
         tiled = False
         if len(band) >= 2:
             carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
@@ -226,7 +226,6 @@ class AutoScheduler:
                          wavefront=tiled)
         for n in names:
             self.point_loops(n)
-        return outer_carries
 
     def complete(self, names):
         """A group the user scheduled: only the missing tags."""
@@ -363,9 +362,7 @@ class AutoScheduler:
 
 def _factor_choices(m):
     """Skew factors of band loop ``m`` by loops ``0..m-1``, smallest first."""
-    import itertools
-    out = [c for c in itertools.product((0, 1, 2), repeat=m)]
-    return sorted(out, key=lambda c: (sum(c), [-x for x in c]))
+    return sorted(itertools.product((0, 1, 2), repeat=m), key=lambda c: (sum(c), [-x for x in c]))
 
 
 def auto_schedule(f, target=None, budget=None, options=None):
