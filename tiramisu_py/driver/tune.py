@@ -183,8 +183,20 @@ class _Bar:
 # --------------------------------------------------------------------- tune
 def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repeats=3,
          progress=True, retune=False):
-    """See the module's doc.  Returns ``{"steps": [Step, ...], "time": s,
-    "key": key, "timed": n, "rejected": [why, ...], "cached": bool}``."""
+    """Times legal schedules of the unscheduled Function ``f`` on this host
+    and records the fastest in the tuning store; a later ``compile()`` of the
+    same algorithm (unscheduled) on this host uses it, in any process.
+
+    ``params``: the sizes to time with (every free param); ``inputs``: arrays
+    by name (default: random, shaped by ``params``); ``space``: candidates,
+    each a dict of auto-scheduler options (``tile``, ``time_tile``,
+    ``vectorize``, ``unroll``, ``fuse``, ``schedule``) or a callable that
+    schedules a copy (default :data:`DEFAULT_SPACE`); illegal candidates are
+    rejected by the legality check.  ``budget``: seconds, after which no
+    candidate starts.  ``progress``: a bar on stderr.  ``retune``: time again
+    even if recorded.  Returns ``{"steps": [Step, ...], "time": seconds,
+    "key": key, "timed": n, "rejected": [why, ...], "cached": bool}``
+    (:mod:`tiramisu_py.driver.tune`)."""
     target = target or default_target()
     if target not in ("cpu", "c", "llvm"):
         raise ValueError(f"tune: target must be 'cpu', 'c' or 'llvm', not {target!r}")
