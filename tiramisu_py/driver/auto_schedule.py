@@ -46,6 +46,7 @@ from ..commands.state import extent_of, state_of
 DEFAULT_BUDGET = 5.0
 TIME_TILE = 16
 SIZES = (8, 16, 32, 64, 128, 256)
+ORDER_KEEPING = frozenset({"split", "parallelize", "vectorize", "unroll"})
 
 
 class _StmtRef:
@@ -131,7 +132,10 @@ class AutoScheduler:
                 st.apply(self.f)
                 done += 1
             if check:
-                legality.check(self.model, self.deps, self.f._commands)
+                # splits and tags keep the order of every pair of instances, so
+                # after a legal schedule only the tags need checking
+                keeps = all(st.verb in ORDER_KEEPING for st in steps)
+                legality.check(self.model, self.deps, self.f._commands, order=not keeps)
         except (IllegalScheduleError, ValueError, TypeError):
             for _ in range(done):
                 self.f.undo()
@@ -321,6 +325,8 @@ class AutoScheduler:
     def parallelize(self, names, loops, wavefront):
         sched = {} if self.opt["schedule"] is None else {"schedule": self.opt["schedule"]}
         for lp in loops:
+            if not self.may_be_parallel(names, lp):
+                continue
             if self.attempt([self.step(n, "parallelize", lp, **sched) for n in names]):
                 return True
         if wavefront and len(loops) >= 2 and not self.out_of_time():
@@ -330,6 +336,20 @@ class AutoScheduler:
             par = [self.step(n, "parallelize", loops[0], **sched) for n in names]
             return self.attempt(skews + moves + par)
         return False
+
+    def may_be_parallel(self, names, loop):
+        """False when ``loop`` carries a dependence through an array that no
+        thread could get its own copy of (not a temporary): the check would
+        refuse it; a quick filter before the check."""
+        st = self.state()
+        for n in names:
+            if loop not in [lp.name for lp in st[n].loops]:
+                return False
+            c = legality.carried_by(self.model, self.deps, st, n, loop)
+            if c is not None and self.f.buffers.get(c[0]) is not None \
+                    and self.f.buffers[c[0]].kind != "temp":
+                return False
+        return True
 
     # -- point loops --------------------------------------------------------
     def point_loops(self, stmt, move=True):
