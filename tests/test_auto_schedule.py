@@ -103,3 +103,16 @@ def test_budget_and_target_arguments():
     h = spec.build()
     h.auto_schedule(target="llvm")
     run(spec, h, "llvm")
+
+
+def test_data_dependent_loops_stay_in_place():
+    """The CSR convolution's nonzero loop (bounds from rowptr) is never tiled
+    nor moved: the band stops before it, and the result is the dense conv's."""
+    from examples import conv2d, sparse_conv
+    f = sparse_conv.build()
+    steps = f.auto_schedule()
+    assert not any(s.verb == "tile" and "j" in s.args for s in steps)
+    kernel = f.compile()
+    inp, weights, bias = sparse_conv.random_inputs(density=0.4)
+    out = sparse_conv.run(kernel, inp, weights, bias)
+    np.testing.assert_allclose(out, conv2d.reference(inp, weights, bias), rtol=1e-4, atol=1e-4)

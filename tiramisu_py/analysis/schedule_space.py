@@ -72,6 +72,27 @@ def stride_one_var(model, stmt):
     return None
 
 
+def data_dependent_from(model, stmt):
+    """The position of ``stmt``'s first loop with data-dependent bounds
+    (loops from there on stay in place: the loops its bounds read must stay
+    outside it), or its number of loops."""
+    vs = model.by_name[stmt].vars
+    return next((k for k, v in enumerate(vs) if v.data_dependent), len(vs))
+
+
+def has_reuse(model, stmt, loops):
+    """True when some read of a 2-D (or more) array by ``stmt`` leaves out
+    one of ``loops`` (its elements are used again across that loop: tiling
+    can keep them in cache; a vector's reuse fits in cache untiled)."""
+    for a in model.by_name[stmt].accesses:
+        if a.write or len(a.index) < 2:
+            continue
+        used = {n.name for e in a.index for n in walk(e) if isinstance(n, Var)}
+        if any(lp not in used for lp in loops):
+            return True
+    return False
+
+
 def element_bytes(model, stmt):
     """Bytes of the element ``stmt`` writes (its buffer's dtype)."""
     for a in model.by_name[stmt].accesses:

@@ -9,7 +9,9 @@ The search (per top-level group of statements, in program order):
    that shares an array with the previous one joins its outermost loop
    (``after``), e.g. the rows of a softmax.
 2. **Band**: the loops all statements of the group share (same names, same
-   depths, at most 4) are made permutable, if they are not, by the smallest
+   depths, at most 4, none from a loop with data-dependent bounds on), when
+   the group reuses data across them (a 2-D read that leaves a band loop out)
+   or its first loop carries a dependence (a time loop), are made permutable, if they are not, by the smallest
    uniform shift of the later statements (all band loops but the first) and
    the smallest skews of each band loop by the outer ones (factors 0..2,
    found on the distance vectors, :mod:`tiramisu_py.analysis.schedule_space`),
@@ -31,11 +33,15 @@ stay bit-identical to the program order).  A group that any user command
 already touches is kept as given; the auto-scheduler only adds its
 parallel and vector tags where none is (it completes a partial schedule and
 replaces nothing).  ``budget`` (seconds, default :data:`DEFAULT_BUDGET`)
-bounds the search: past it, what was applied is kept and returned."""
+bounds the search: past it, what was applied is kept and returned.  The
+result is a list (:class:`Applied`) whose ``notes`` name the groups left as
+they were because their analysis failed."""
 from __future__ import annotations
 
 import itertools
 import time
+
+import islpy as isl
 
 from codegen import target as host
 
@@ -102,6 +108,15 @@ class Step:
         getattr(obj, self.verb)(*args, **self.kwargs)
 
 
+class Applied(list):
+    """The Steps applied, in order (a list); ``notes``: the groups of
+    statements the search left as they were, and why."""
+
+    def __init__(self):
+        super().__init__()
+        self.notes = []
+
+
 class AutoScheduler:
     """The search of the module's doc over one Function.  ``options``
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
@@ -116,7 +131,7 @@ class AutoScheduler:
                     "fuse": True, "schedule": None}
         self.opt.update(options or {})
         self.model, self.deps, _ = legality.analyse(f)
-        self.applied = []
+        self.applied = Applied()
         self.touched = {c.stmt for c in f._commands}
 
     # ------------------------------------------------------------ primitives
@@ -136,7 +151,7 @@ class AutoScheduler:
                 # after a legal schedule only the tags need checking
                 keeps = all(st.verb in ORDER_KEEPING for st in steps)
                 legality.check(self.model, self.deps, self.f._commands, order=not keeps)
-        except (IllegalScheduleError, ValueError, TypeError):
+        except (IllegalScheduleError, ValueError, TypeError, isl.Error):
             for _ in range(done):
                 self.f.undo()
             return False
@@ -162,10 +177,15 @@ class AutoScheduler:
             if self.out_of_time():
                 break
             names = groups[key]
-            if any(n in self.touched for n in names):
-                self.complete(names)
-            else:
-                self.schedule_group(names)
+            try:
+                if any(n in self.touched for n in names):
+                    self.complete(names)
+                else:
+                    self.schedule_group(names)
+            except (IllegalScheduleError, ValueError, TypeError, KeyError, isl.Error) as e:
+                # what was kept is legal (each step was checked); say why the rest was not
+                self.applied.notes.append(f"{', '.join(names)}: left as it is after "
+                                          f"{type(e).__name__}: {str(e).splitlines()[0]}")
         return self.applied
 
     def fuse(self):
@@ -206,7 +226,8 @@ class AutoScheduler:
         leading depths (at most 4)."""
         st = self.state()
         band = []
-        for k, lp in enumerate(st[names[0]].loops[:4]):
+        depth = min([4] + [space.data_dependent_from(self.model, n) for n in names])
+        for k, lp in enumerate(st[names[0]].loops[:depth]):
             if all(len(st[n].loops) > k and st[n].loops[k].name == lp.name for n in names):
                 band.append(lp.name)
             else:
@@ -222,7 +243,8 @@ class AutoScheduler:
         if len(band) >= 2:
             carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
                               for n in names)
-            if deep >= 3 or carried:
+            reuse = any(space.has_reuse(self.model, n, band) for n in names)
+            if (deep >= 3 and reuse) or carried:
                 tiled = self.tile_band(names, band, time_loop=carried)
         if tiled:
             band = [n + "0" for n in band]
@@ -361,7 +383,8 @@ class AutoScheduler:
         inner = var + "1" if var and var + "1" in names else var
         if inner not in names or st.tags.get(inner):
             return
-        if move and names[-1] != inner:
+        fixed = space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars)
+        if move and names[-1] != inner and not fixed:
             k = names.index(inner)
             rest = [n for n in names[k + 1:] if not st.tags.get(n)]
             if rest and len(rest) == len(names) - k - 1:
