@@ -52,6 +52,7 @@ from ..commands.state import extent_of, state_of
 DEFAULT_BUDGET = 5.0
 TIME_TILE = 16
 SIZES = (8, 16, 32, 64, 128, 256)
+SIZES_1D = (512, 1024, 2048, 4096)     # a band with one space loop: its tiles are rows
 ORDER_KEEPING = frozenset({"split", "parallelize", "vectorize", "unroll"})
 
 
@@ -239,7 +240,7 @@ class AutoScheduler:
         st = self.state()
         deep = max(len(st[n].loops) for n in names)
         lead = names[0]
-        tiled = False
+        tiled = carried = False
         if len(band) >= 2:
             carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
                               for n in names)
@@ -251,7 +252,10 @@ class AutoScheduler:
         self.parallelize(names, band if tiled else [lp.name for lp in self.state()[lead].loops],
                          wavefront=tiled)
         for n in names:
-            self.point_loops(n)
+            # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
+            # it for vectors leaves short guarded loops; the C compiler
+            # vectorises the whole point loop better
+            self.point_loops(n, vector=not (tiled and carried))
 
     def complete(self, names):
         """A group the user scheduled: only the missing tags."""
@@ -334,7 +338,7 @@ class AutoScheduler:
         else:
             space_dims = len(band) - (1 if time_loop else 0)
             size = SIZES[0]
-            for t in SIZES:
+            for t in SIZES + (SIZES_1D if space_dims == 1 else ()):
                 if arrays * t ** min(space_dims, 2) * e <= l2 // 4:
                     size = t
         size = max(lanes, size - size % lanes)
@@ -374,7 +378,7 @@ class AutoScheduler:
         return True
 
     # -- point loops --------------------------------------------------------
-    def point_loops(self, stmt, move=True):
+    def point_loops(self, stmt, move=True, vector=True):
         if self.out_of_time():
             return
         var = space.stride_one_var(self.model, stmt)
@@ -389,7 +393,7 @@ class AutoScheduler:
             rest = [n for n in names[k + 1:] if not st.tags.get(n)]
             if rest and len(rest) == len(names) - k - 1:
                 self.attempt([self.step(stmt, "reorder", *rest, inner)])
-        if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"]:
+        if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"] or not vector:
             return
         lanes = max(1, host.vector_bits() // (8 * space.element_bytes(self.model, stmt)))
         if not self.attempt([self.step(stmt, "vectorize", inner, lanes)]):
