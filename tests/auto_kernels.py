@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from polybench_kernels import SPECS, Spec
+from polybench_kernels import SPECS, Spec, build_jacobi1d
 
 F64 = tp.float64
 
@@ -27,6 +27,11 @@ def mm():
 _mm_space: dict = {}
 exec(MM_SOURCE, _mm_space)
 build_mm = _mm_space["mm"]           # a plain GEMM (init, then the update over k), float64
+
+
+def build_jacobi1d_fixed(T=5, N=23):
+    """jacobi-1d with its sizes fixed at declaration (known to the scheduler)."""
+    return build_jacobi1d({"T": T, "N": N})
 
 
 def build_contraction():

@@ -116,3 +116,19 @@ def test_data_dependent_loops_stay_in_place():
     inp, weights, bias = sparse_conv.random_inputs(density=0.4)
     out = sparse_conv.run(kernel, inp, weights, bias)
     np.testing.assert_allclose(out, conv2d.reference(inp, weights, bias), rtol=1e-4, atol=1e-4)
+
+
+def test_known_small_sizes_are_not_time_tiled_nor_parallel():
+    """Sizes fixed at declaration: the whole row fits in cache and one time
+    step is too little work for a parallel region, so the stencil stays a
+    plain (vectorised) nest; the same algorithm with free sizes is tiled."""
+    from auto_kernels import build_jacobi1d_fixed
+    f = build_jacobi1d_fixed()
+    v = verbs(f.auto_schedule())
+    assert "tile_band" not in v and "parallelize" not in v
+    spec = KERNELS["jacobi-1d"]
+    inputs = spec.inputs(np.random.default_rng(2))
+    out = f.compile()(**{k: a.copy() for k, a in inputs.items()})
+    ref = spec.reference(**inputs, T=5)
+    for k in ref:
+        np.testing.assert_allclose(out[k], ref[k])

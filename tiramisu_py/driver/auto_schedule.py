@@ -28,7 +28,10 @@ The search (per top-level group of statements, in program order):
 
 Every step is given through the verbs users call and kept only if the exact
 legality check (:func:`tiramisu_py.analysis.legality.check`) accepts the whole
-schedule; otherwise it is undone.  Reductions are never reassociated (results
+schedule; otherwise it is undone.  Sizes fixed at declaration feed a small
+cost model (a time band whose space fits in cache is not time-tiled; a loop
+with too little work per run is not parallelised); free sizes are assumed
+large.  Reductions are never reassociated (results
 stay bit-identical to the program order).  A group that any user command
 already touches is kept as given; the auto-scheduler only adds its
 parallel and vector tags where none is (it completes a partial schedule and
@@ -53,6 +56,7 @@ DEFAULT_BUDGET = 5.0
 TIME_TILE = 16
 SIZES = (8, 16, 32, 64, 128, 256)
 SIZES_1D = (512, 1024, 2048, 4096)     # a band with one space loop: its tiles are rows
+PARALLEL_MIN = 1 << 14                 # iterations a parallel region must hold (known sizes)
 ORDER_KEEPING = frozenset({"split", "parallelize", "vectorize", "unroll"})
 
 
@@ -245,6 +249,8 @@ class AutoScheduler:
             carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
                               for n in names)
             reuse = any(space.has_reuse(self.model, n, band) for n in names)
+            if carried and self.fits_in_cache(lead, band[1:]):
+                carried = reuse = False       # known sizes, all in cache: no time tiling
             if (deep >= 3 and reuse) or carried:
                 tiled = self.tile_band(names, band, time_loop=carried)
         if tiled:
@@ -351,6 +357,8 @@ class AutoScheduler:
     def parallelize(self, names, loops, wavefront):
         sched = {} if self.opt["schedule"] is None else {"schedule": self.opt["schedule"]}
         for lp in loops:
+            if self.too_little_work(names[0], lp):
+                return False
             if not self.may_be_parallel(names, lp):
                 continue
             if self.attempt([self.step(n, "parallelize", lp, **sched) for n in names]):
@@ -362,6 +370,34 @@ class AutoScheduler:
             par = [self.step(n, "parallelize", loops[0], **sched) for n in names]
             return self.attempt(skews + moves + par)
         return False
+
+    def extents(self, stmt, loops):
+        """The product of the extents of ``loops`` of ``stmt``, or None when
+        one is not known (a size given only at call time)."""
+        total = 1
+        for lp in loops:
+            e = extent_of(self.f, stmt, lp)
+            if e is None:
+                return None
+            total *= e
+        return total
+
+    def fits_in_cache(self, stmt, loops):
+        """Known sizes: the arrays over ``loops`` fit in half the L2."""
+        n = self.extents(stmt, loops)
+        l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
+        return n is not None and n * space.arrays_touched(self.model, stmt) \
+            * space.element_bytes(self.model, stmt) <= l2 // 2
+
+    def too_little_work(self, stmt, loop):
+        """Known sizes: one run of ``loop`` (with the loops inside it) has
+        fewer than :data:`PARALLEL_MIN` iterations: a parallel region would
+        cost more than it saves."""
+        names = [lp.name for lp in self.state()[stmt].loops]
+        if loop not in names:
+            return False
+        n = self.extents(stmt, names[names.index(loop):])
+        return n is not None and n < PARALLEL_MIN
 
     def may_be_parallel(self, names, loop):
         """False when ``loop`` carries a dependence through an array that no
