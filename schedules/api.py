@@ -139,8 +139,9 @@ def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dil
 
 # ------------------------------------------------------------------ GEMM
 def gemm(a, b, params: GemmParams | None = None, target=None):
-    """``a @ b`` for float32 matrices (NumPy arrays or CPU torch tensors, the
-    result has the same kind).  Compiles once per shape (cached).
+    """``a @ b`` for float32 or float64 matrices (NumPy arrays or CPU torch
+    tensors, both of one dtype; the result has the same kind and dtype;
+    float64 on the CPU only).  Compiles once per shape and dtype (cached).
     ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
     the CUDA solver of :mod:`schedules.solvers.gemm_cuda` (the result
     allocated by torch on the inputs' device)."""
@@ -149,7 +150,7 @@ def gemm(a, b, params: GemmParams | None = None, target=None):
 
 
 def batched_gemm(a, b, params: GemmParams | None = None, target=None):
-    """``a @ b`` for float32 batches ``(B, N, K) @ (B, K, M)``."""
+    """``a @ b`` for float32 (or float64) batches ``(B, N, K) @ (B, K, M)``."""
     p, args = GemmProblem.from_call("batched_gemm", a, b, params, target, gpu=False)
     return _solve("batched_gemm", p, args, "auto", "batched_gemm")
 

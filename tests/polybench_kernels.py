@@ -110,8 +110,9 @@ def mm2_reference(A, B, C, D, **_):
 
 
 # ====================================================================== jacobi-1d
-def build_jacobi1d():
-    f = tp.Function("jacobi1d", params=["T", "N"])
+def build_jacobi1d(params=("T", "N")):
+    """``params``: the sizes' names, or a dict fixing them (known when scheduling)."""
+    f = tp.Function("jacobi1d", params=params if isinstance(params, dict) else list(params))
     t = f.var("t", 0, "T")
     i = f.var("i", 1, "N - 1")
     A = f.buffer("A", ("N",), F64, output=True)

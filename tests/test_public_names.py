@@ -9,7 +9,8 @@ import schedules
 TIRAMISU_PY = ["Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
                "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool", "exp",
                "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max", "select",
-               "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare"]
+               "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare",
+               "tune"]
 SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
              "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
              "FUSED_ALGOS", "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights",
@@ -54,3 +55,12 @@ def test_the_signatures_users_call():
     assert sig(schedules.gemm)[:2] == ["a", "b"]
     assert sig(schedules.resize_conv_relu_maxpool)[:5] == ["x", "size", "weight", "bias", "pool"]
     assert sig(tp.Function)[:2] == ["name", "params"]
+
+
+def test_the_scheduling_signatures_of_issue_29():
+    sig = lambda f: list(inspect.signature(f).parameters)       # noqa: E731
+    assert sig(tp.Function.auto_schedule) == ["self", "target", "budget"]
+    assert sig(tp.tune)[:4] == ["f", "space", "budget", "params"]
+    assert sig(tp.Function.tile_band)[:4] == ["self", "statements", "loops", "sizes"]
+    assert sig(tp.Computation.parallelize)[:5] == ["self", "loop", "allow_reassociation",
+                                                   "schedule", "chunk"]

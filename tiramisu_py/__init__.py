@@ -20,6 +20,7 @@ from .api import Computation, Function, Update
 from .draw import Picture, draw_compare
 from .lang.program import Buffer
 from .runtime.kernel import Kernel
+from .driver.tune import tune
 from .base.types import DType, bool_, float32, float64, int8, int32, int64, uint8
 
 bool = bool_  # noqa: A001 - tp.bool mirrors numpy's name
@@ -37,5 +38,5 @@ __all__ = [
     "Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
     "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool",
     "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max",
-    "select", "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare",
+    "select", "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare", "tune",
 ]

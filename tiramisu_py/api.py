@@ -8,10 +8,13 @@ from __future__ import annotations
 from .base import provenance
 from .base.errors import IllegalScheduleError
 from .commands.atomic import all_or_nothing
+from .commands.band import tile_band as _tile_band
 from .commands.schedulable import Schedulable
 from .driver import explain as _explain
+from .driver.auto_schedule import auto_schedule as _auto_schedule
 from .driver.compile import compile_function, default_target
 from .driver.distributed import compile_distributed
+from .driver.tune import tuned_function
 from .draw import draw_function
 from .lang import program
 
@@ -39,6 +42,32 @@ class Function(program.Function):
                 self.undo()
         self._state_cache = None
 
+    @provenance.command
+    def tile_band(self, statements, loops, sizes, names=None):
+        """Tiles the ``statements`` (all those that run inside the loop
+        ``loops[0]``, each with ``loops`` nested directly in that order) as
+        one band: ``f.tile_band([sB, sA], ["t", "i"], [32, 32])`` makes the
+        loops ``t0, i0, t1, i1`` shared by both, each statement keeping its
+        place after the point loop where the two parted.  One call: refused
+        it records nothing, ``f.undo()`` removes it whole.  Legal iff the
+        band is permutable for the dependences among them (the exact check
+        of ``compile()``; a stencil needs a ``skew`` of each first)
+        (:mod:`tiramisu_py.commands.band`)."""
+        return _tile_band(self, statements, loops, sizes, names)
+
+    def auto_schedule(self, target=None, budget=None):
+        """Chooses and applies a legal schedule from the exact dependences
+        (fusion, permutable bands made by shift and skew then tiled with
+        sizes from the host's caches, outer or wavefront parallelism, the
+        stride-1 loop vectorised) and returns the commands it applied, each
+        printing as the Python that applies it to a Function named ``f``:
+        ``print("\\n".join(map(str, f.auto_schedule())))`` is a schedule to
+        paste.  Commands given before are kept (a group of statements a
+        command touches only gets the missing parallel/vector tags).
+        ``budget``: seconds of search (default 5)
+        (:mod:`tiramisu_py.driver.auto_schedule`)."""
+        return _auto_schedule(self, target, budget)
+
     def explain(self, file=None) -> str:
         """Prints (and returns) the dependences in words and, for each loop of
         the current schedule, whether it is parallel and why not."""
@@ -60,19 +89,23 @@ class Function(program.Function):
         return draw_function(self, statement, loops, params, path, compare)
 
     # compilation ------------------------------------------------------------
-    def compile(self, target=None, **options):
+    def compile(self, target=None, tuned=True, **options):
         """Checks the program, generates code for ``target`` ("cpu" or "c": C +
         OpenMP through the system C compiler; "llvm": LLVM IR JIT-compiled
         in-process with llvmlite, no C compiler needed) and returns a callable
         :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
-        "cpu"."""
+        "cpu".  A Function without commands whose algorithm
+        :func:`tiramisu_py.tune` recorded for this target and host is compiled
+        with the recorded schedule (on a copy; :mod:`tiramisu_py.driver.tune`);
+        ``tuned=False`` compiles it as written."""
         target = target or default_target()
         try:
             if any(c.op == "distribute" for c in self._commands):
                 if options:
                     raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
                 return compile_distributed(self, target)
-            return compile_function(self, target, **options)
+            g = tuned_function(self, target) if tuned and target != "cuda" else None
+            return compile_function(g or self, target, **options)
         except IllegalScheduleError as e:
             raise IllegalScheduleError(str(e) + self._recovery(str(e)), e.violation) from None
 

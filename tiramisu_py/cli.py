@@ -1,4 +1,5 @@
-"""Command line: ``tiramisu-py demo``, ``tiramisu-py bench``, ``tiramisu-py draw FILE:CALLABLE``
+"""Command line: ``tiramisu-py demo``, ``tiramisu-py bench``, ``tiramisu-py draw FILE:CALLABLE``,
+``tiramisu-py tune FILE:FUNC``
 (or ``python -m tiramisu_py ...``)."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import runpy
 import sys
 
 from .api import Function
+from .driver.tune import tune as run_tune
 
 
 def _checkout_module(name, command):
@@ -42,42 +44,67 @@ def bench(argv):
     suites.main(suites.parser("tiramisu-py bench").parse_args(argv))
 
 
-def parse_params(text):
-    """``"T=6,N=10"`` -> ``{"T": 6, "N": 10}`` (SystemExit naming a bad item)."""
+def parse_params(items, command, option):
+    """``["T=6", "N=10"]`` -> ``{"T": 6, "N": 10}`` (SystemExit naming a bad item)."""
     out = {}
-    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+    for item in filter(None, (x.strip() for x in items)):
         name, eq, value = item.partition("=")
-        try:
-            out[name.strip()] = int(value)
-        except ValueError:
-            eq = ""
-        if not eq or not name.strip():
-            raise SystemExit(f"tiramisu-py draw: --params item {item!r} is not NAME=INT")
+        if not eq or not name.strip() or not value.strip().lstrip("-").isdigit():
+            raise SystemExit(f"tiramisu-py {command}: {option} item {item!r} is not NAME=INT")
+        out[name.strip()] = int(value)
     return out
+
+
+def load_function(spec, command, form="FILE:FUNC"):
+    """The Function ``FILE:NAME`` names: ``NAME`` in the Python file ``FILE``,
+    a Function or a callable that returns one when called without arguments."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise SystemExit(f"tiramisu-py {command}: {spec!r} is not {form} (e.g. "
+                         "examples/lstm.py:build)")
+    if not os.path.isfile(path):
+        raise SystemExit(f"tiramisu-py {command}: no file {path!r}")
+    space = runpy.run_path(path, run_name=f"__tiramisu_py_{command}__")
+    obj = space.get(name)
+    if obj is None:
+        raise SystemExit(f"tiramisu-py {command}: {path} defines no {name!r} (no callable "
+                         f"{name!r})")
+    if isinstance(obj, Function):
+        return obj
+    if not callable(obj):
+        raise SystemExit(f"tiramisu-py {command}: {path}'s {name!r} is neither a Function nor "
+                         "a callable returning one")
+    f = obj()
+    if not isinstance(f, Function):
+        raise SystemExit(f"tiramisu-py {command}: {name}() returned {type(f).__name__}, not a "
+                         "tiramisu_py.Function")
+    return f
 
 
 def draw(target, params, out, loops=None, compare=False):
     """Runs the file of ``target`` (``FILE:CALLABLE``), calls CALLABLE, draws
     the Function it returns at ``params`` to ``out``; returns the path."""
-    path, sep, name = target.rpartition(":")
-    if not sep or not path or not name:
-        raise SystemExit(f"tiramisu-py draw: {target!r} must be FILE:CALLABLE (e.g. "
-                         "examples/lstm.py:build)")
-    if not os.path.isfile(path):
-        raise SystemExit(f"tiramisu-py draw: no file {path!r}")
-    namespace = runpy.run_path(path, run_name="__tiramisu_py_draw__")
-    fn = namespace.get(name)
-    if not callable(fn):
-        raise SystemExit(f"tiramisu-py draw: {path} defines no callable {name!r}")
-    f = fn()
-    if not isinstance(f, Function):
-        raise SystemExit(f"tiramisu-py draw: {name}() returned {type(f).__name__}, not a "
-                         "tiramisu_py.Function")
+    f = load_function(target, "draw", "FILE:CALLABLE")
     try:
         f.draw(loops=loops, params=params, path=out, compare=compare)
     except (ValueError, ImportError) as e:
         raise SystemExit(f"tiramisu-py draw: {e}") from None
     return out
+
+
+def tune(args):
+    """Tunes FILE:FUNC for the sizes given (``-p N=512``) and prints the schedule found."""
+    params = parse_params(args.param, "tune", "-p")
+    f = load_function(args.function, "tune")
+    try:
+        r = run_tune(f, budget=args.budget, params=params, target=args.target,
+                     retune=args.retune)
+    except ValueError as e:
+        raise SystemExit(f"tiramisu-py tune: {e}")
+    how = "recorded before" if r["cached"] else f"{r['timed']} candidates timed"
+    t = "" if r["time"] is None else f", {r['time'] * 1e3:.3f} ms"
+    print(f"# {f.name}: {how}{t}; compile() of this algorithm on this host uses it")
+    print("\n".join(map(str, r["steps"])))
 
 
 def main(argv=None):
@@ -100,6 +127,15 @@ def main(argv=None):
     sub.add_parser("bench", add_help=False,     # its options are parsed by bench()
                    help="benchmark the operator library against NumPy and PyTorch "
                         "(tiramisu-py bench --help)")
+    t = sub.add_parser("tune", help="time legal schedules of FILE:FUNC on this host and "
+                                    "record the fastest (compile() then uses it)")
+    t.add_argument("function", metavar="FILE:FUNC",
+                   help="a Python file and a Function (or a function returning one) in it")
+    t.add_argument("-p", "--param", action="append", default=[], metavar="NAME=INT",
+                   help="a size to time with (one per free param)")
+    t.add_argument("--budget", type=float, default=60.0, help="seconds (default 60)")
+    t.add_argument("--target", choices=("cpu", "llvm"), default=None)
+    t.add_argument("--retune", action="store_true", help="time again even if recorded")
     args, rest = p.parse_known_args(argv)
     if args.cmd == "bench":
         bench(rest)
@@ -108,7 +144,10 @@ def main(argv=None):
     elif args.cmd == "draw":
         out = args.out or args.target.rpartition(":")[2] + ".png"
         loops = args.loops.split(",") if args.loops else None
-        print(draw(args.target, parse_params(args.params), out, loops, args.compare))
+        print(draw(args.target, parse_params(args.params.split(","), "draw", "--params"), out, loops,
+                   args.compare))
+    elif args.cmd == "tune":
+        tune(args)
     elif args.cmd == "example":
         example(args.name)
     else:

@@ -262,7 +262,7 @@ class CPrinter(WidenMixin):
             check_name(s.var, "loop")
             step = ir.check_loop(s, "C backend")
             inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
-            self.out(ind + 1, "#pragma omp for")
+            self.out(ind + 1, "#pragma omp for" + omp_schedule_clause(s))
             self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
                               f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
             self.loop_depth += 1
@@ -322,10 +322,11 @@ class CPrinter(WidenMixin):
             self.out(ind, "/* parallel loop inside a simd loop: runs serially */")
             s = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=s.step)
         if s.kind == "parallel":
-            if s.attrs.get("reduction") and self.vector_reduction(s, ind, "parallel for"):
+            sched = omp_schedule_clause(s)
+            if s.attrs.get("reduction") and self.vector_reduction(s, ind, "parallel for" + sched):
                 return
             clause, aliases = self.reduction_clause(s)
-            self.out(ind, "#pragma omp parallel for" + clause)
+            self.out(ind, "#pragma omp parallel for" + sched + clause)
             self.omp, self.in_parallel = "parallel", True
         elif s.kind == "vector" and not s.attrs.get("reduction") and loops.nested(s.body):
             return self.nested_vector_loop(s, ind)      # codegen.c.widen
@@ -561,3 +562,15 @@ def emit_c(fn: ir.LoweredFunction) -> str:
     if fn.name != symbol:              # renamed in C: the symbol keeps the user's name
         head += [f'{sig} __asm__("{symbol}");', ""]
     return "\n".join(head + [sig, "{", *body_lines, "}", ""])
+
+
+def omp_schedule_clause(s: ir.For) -> str:
+    """`` schedule(kind[, chunk])`` of a parallel loop whose schedule was
+    chosen (``attrs["omp_schedule"]`` = (kind, chunk or None)), else ""."""
+    sched = s.attrs.get("omp_schedule")
+    if not sched:
+        return ""
+    kind, chunk = sched
+    if kind not in ("static", "dynamic", "guided"):
+        raise ValueError(f"C backend: loop {s.var}: unknown OpenMP schedule {kind!r}")
+    return f" schedule({kind}" + (f", {int(chunk)})" if chunk else ")")

@@ -17,8 +17,11 @@ from .lower import LLT, Arr, Ctx, Func, Val, name_hint
 
 
 def plain_parallel(s) -> bool:
-    """A parallel loop without a reduction: it can share a region."""
-    return isinstance(s, ir.For) and s.kind == "parallel" and not s.attrs.get("reduction")
+    """A parallel loop without a reduction and with the default schedule (one
+    static block per thread): it can share a region."""
+    sched = isinstance(s, ir.For) and s.attrs.get("omp_schedule")
+    return (isinstance(s, ir.For) and s.kind == "parallel" and not s.attrs.get("reduction")
+            and not (sched and (sched[0] != "static" or sched[1])))
 
 
 class ParallelLowering:
@@ -27,6 +30,13 @@ class ParallelLowering:
         :class:`codegen.llvm.reduce.ParallelHooks`, for reductions) adds struct
         fields, per-thread arguments of the range function, its body, and code
         in the caller after the join; the team size is then written back."""
+        sched = s.attrs.get("omp_schedule")
+        if sched and (sched[0] != "static" or sched[1]):
+            raise ValueError(
+                f"LLVM backend: parallel loop {s.var!r} asks for schedule={sched[0]!r}"
+                + (f", chunk={sched[1]}" if sched[1] else "") + "; the LLVM backend deals "
+                "each thread one static block of iterations only: compile with target='cpu' "
+                "(C + OpenMP) for another schedule or a chunk size")
         f, m = self.f, self.m
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         outl, rng = self._outlined_names(1)

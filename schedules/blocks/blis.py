@@ -1,4 +1,4 @@
-"""fp32 GEMM and batched GEMM: the algorithm in three lines, and a Goto/BLIS
+"""GEMM and batched GEMM (float32, or float64 with ``dtype=tp.float64``): the algorithm in three lines, and a Goto/BLIS
 style schedule written with the public scheduling language only.
 
 The schedule (for ``C[i, j] += A[i, k] * B[k, j]``)::
@@ -61,7 +61,7 @@ def _balanced(extent, limit, multiple):
     return min(limit, _round_up(-(-extent // tiles), multiple))
 
 
-def default_params(n, m, k, machine=None) -> GemmParams:
+def default_params(n, m, k, machine=None, itemsize=4) -> GemmParams:
     """Tile sizes for an ``n x k`` by ``k x m`` product on this machine.
 
     The register block's MR x NR accumulators take about 3/4 of the SIMD
@@ -74,12 +74,13 @@ def default_params(n, m, k, machine=None) -> GemmParams:
     The parallel loop is ``jc`` (each thread packs and streams its own panels
     of B, one parallel region) when there are enough columns for a whole
     number of panels per core, else ``ic`` (threads share the panel of B) with
-    at least two blocks of rows per core."""
+    at least two blocks of rows per core.  ``itemsize``: bytes of an element
+    (4: float32, 8: float64; the lanes and the cache budgets follow it)."""
     h = machine or host()
     # an empty product (a zero extent) is tiled as a 1 x 1 x 1 one: its loops
     # run no iteration, the tiles only need to be valid
     n, m, k = max(1, n), max(1, m), max(1, k)
-    lanes = h.lanes(4)
+    lanes = h.lanes(itemsize)
     # NR = 4 vectors with 32 registers, 2 with 16: MR x NR/lanes accumulators
     # take 3/4 of the registers (6 x 64 on AVX-512 measured ~7% faster than
     # 8 x 32: 4 loads and 6 broadcasts per 24 FMAs instead of 2 and 8 per 16)
@@ -87,40 +88,47 @@ def default_params(n, m, k, machine=None) -> GemmParams:
     nr = vectors * lanes
     mr = max(2, min(8, h.vector_registers * 3 // 4 // vectors))
     nr = min(nr, _round_up(m, lanes))
-    kc = _balanced(k, max(64, h.l1d // 4 // (4 * mr)), 8) if k > 64 else k
-    nc_limit = max(nr, h.l2 // 4 // (4 * kc))
+    kc = _balanced(k, max(64, h.l1d // 4 // (itemsize * mr)), 8) if k > 64 else k
+    nc_limit = max(nr, h.l2 // 4 // (itemsize * kc))
     if m >= h.cores * 4 * nr:
         # a multiple of ``cores`` panels, each at most nc_limit wide
         rounds = -(-m // (h.cores * nc_limit))
         nc = _round_up(-(-m // (h.cores * rounds)), nr)
-        mc = _balanced(n, max(mr, h.l2 // 4 // (4 * nc)), mr)
+        mc = _balanced(n, max(mr, h.l2 // 4 // (itemsize * nc)), mr)
         parallel = "jc"
     else:
         nc = _balanced(m, nc_limit, nr)
         per_thread = _round_up(-(-n // (2 * h.cores)), mr)
-        mc = _balanced(n, max(mr, min(per_thread, h.l2 // 4 // (4 * nc))), mr)
+        mc = _balanced(n, max(mr, min(per_thread, h.l2 // 4 // (itemsize * nc))), mr)
         parallel = "ic"
     return GemmParams(mr=mr, nr=nr, kc=kc, mc=mc, nc=nc, vector=min(lanes, nr),
                       parallel=parallel)
 
 
-def algorithm(n, m, k, batch=None):
-    """The unscheduled ``C = A @ B`` (``batch``: a leading batch dimension)."""
+def algorithm(n, m, k, batch=None, dtype=tp.float32):
+    """The unscheduled ``C = A @ B`` (``batch``: a leading batch dimension) of
+    ``dtype`` (float32 or float64) matrices."""
     f = tp.Function("gemm" if batch is None else "batched_gemm",
                     params={"N": n, "M": m, "K": k, **({} if batch is None else {"NB": batch})})
     i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
     if batch is None:
-        A = f.input("A", ("N", "K"), tp.float32)
-        B = f.input("B", ("K", "M"), tp.float32)
-        C = f.computation("C", [i, j], 0.0)
+        A = f.input("A", ("N", "K"), dtype)
+        B = f.input("B", ("K", "M"), dtype)
+        C = f.computation("C", [i, j], 0.0, dtype=_explicit(dtype))
         C[i, j] += A[i, kk] * B[kk, j]
     else:
         b = f.var("b", 0, "NB")
-        A = f.input("A", ("NB", "N", "K"), tp.float32)
-        B = f.input("B", ("NB", "K", "M"), tp.float32)
-        C = f.computation("C", [b, i, j], 0.0)
+        A = f.input("A", ("NB", "N", "K"), dtype)
+        B = f.input("B", ("NB", "K", "M"), dtype)
+        C = f.computation("C", [b, i, j], 0.0, dtype=_explicit(dtype))
         C[b, i, j] += A[b, i, kk] * B[b, kk, j]
     return f
+
+
+def _explicit(dtype):
+    """The dtype= of C: none for float32 (the float32 algorithm stays as it
+    always was written, so its generated code is unchanged)."""
+    return None if dtype is tp.float32 else dtype
 
 
 def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
@@ -144,7 +152,7 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
         # micro-panel per innermost loop (a contiguous vector copy)
         bp = update.cache_at(b, "jc", name=f"{b.name}_packed")
         kb, jb = bp.vars[-2], bp.vars[-1]
-        bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), depth, p.nr), tp.float32),
+        bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), depth, p.nr), b.dtype),
                     [(jb % p.nc) // p.nr, kb, jb % p.nr])
         bp.split(jb, p.nr, names=(f"{jb.name}_r", f"{jb.name}_v"))
         bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
@@ -170,7 +178,7 @@ def _pack_a(update, a, p):
     f = update.function
     ap = update.cache_at(a, "kc", name=f"{a.name}_packed")
     ia, ka = ap.vars[-2], ap.vars[-1]
-    ap.store_in(f.buffer(f"{a.name}_block", (-(-p.mc // p.mr), p.kc, p.mr), tp.float32),
+    ap.store_in(f.buffer(f"{a.name}_block", (-(-p.mc // p.mr), p.kc, p.mr), a.dtype),
                 [(ia % p.mc) // p.mr, ka % p.kc, ia % p.mr])
     ap.split(ia, p.mr, names=(f"{ia.name}_r", f"{ia.name}_u"))
     ap.reorder(f"{ia.name}_r", ka, f"{ia.name}_u")
@@ -178,11 +186,11 @@ def _pack_a(update, a, p):
     return ap
 
 
-def function(n, m, k, batch=None, params: GemmParams | None = None):
-    """``C = A @ B`` (``batch``: batched) with the BLIS schedule; change it or
-    compile it (``.compile(target="llvm")``)."""
-    p = params or default_params(n, m, k)
-    f = algorithm(n, m, k, batch)
+def function(n, m, k, batch=None, params: GemmParams | None = None, dtype=tp.float32):
+    """``C = A @ B`` (``batch``: batched; ``dtype``: float32 or float64) with
+    the BLIS schedule; change it or compile it (``.compile(target="llvm")``)."""
+    p = params or default_params(n, m, k, itemsize=dtype.bits // 8)
+    f = algorithm(n, m, k, batch, dtype)
     C = f.computations["C"]
     C.parallelize("b" if batch is not None else "i")
     outer = ("b",) if batch is not None else ()
@@ -190,14 +198,16 @@ def function(n, m, k, batch=None, params: GemmParams | None = None):
     return f
 
 
-def kernel(n, m, k, p: GemmParams, target, batch=None):
+def kernel(n, m, k, p: GemmParams, target, batch=None, dtype=tp.float32):
     """The compiled ``C = A @ B`` of these sizes and tiles (``batch``:
-    batched), once per process: the GEMM solvers' kernel, and the RNN
-    layer's input projection."""
+    batched; ``dtype``: float32 or float64), once per process: the GEMM
+    solvers' kernel, and the RNN layer's input projection."""
+    wide = () if dtype is tp.float32 else (dtype.name,)     # float32 keys as before
     if batch is None:
-        return _kernel(("gemm", n, m, k, p), lambda: function(n, m, k, params=p), target)
-    return _kernel(("batched_gemm", batch, n, m, k, p),
-                   lambda: function(n, m, k, batch=batch, params=p), target)
+        return _kernel(("gemm", n, m, k, p) + wide,
+                       lambda: function(n, m, k, params=p, dtype=dtype), target)
+    return _kernel(("batched_gemm", batch, n, m, k, p) + wide,
+                   lambda: function(n, m, k, batch=batch, params=p, dtype=dtype), target)
 
 
 __all__ = ["GemmParams", "default_params", "algorithm", "blis", "function", "kernel"]

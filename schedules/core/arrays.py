@@ -40,12 +40,14 @@ def refuse_foreign(x, name):
                         f"operator has a GPU solver")
 
 
-def float32_array(x, name, ndim):
+def float32_array(x, name, ndim, dtypes=("float32",)):
     """``x`` (NumPy array or CPU torch tensor) as a C-contiguous float32 array
-    of ``ndim`` dimensions; a clear error names ``name`` otherwise."""
+    (``dtypes``: the float dtype names accepted) of ``ndim`` dimensions; a
+    clear error names ``name`` otherwise."""
+    want = " or ".join(dtypes)
     if is_torch(x):
-        if str(x.dtype) != "torch.float32":
-            raise TypeError(f"{name}: expected a float32 tensor, got {x.dtype}")
+        if str(x.dtype).replace("torch.", "") not in dtypes:
+            raise TypeError(f"{name}: expected a {want} tensor, got {x.dtype}")
         if x.device.type != "cpu":
             raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
         if x.dim() != ndim:
@@ -54,8 +56,8 @@ def float32_array(x, name, ndim):
     if not isinstance(x, np.ndarray):
         refuse_foreign(x, name)
         raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise TypeError(f"{name}: expected float32, got {x.dtype}")
+    if x.dtype.name not in dtypes:
+        raise TypeError(f"{name}: expected {want}, got {x.dtype}")
     if x.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
     return np.ascontiguousarray(x)

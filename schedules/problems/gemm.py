@@ -10,9 +10,10 @@ from ..core.kernels import target_of, use_cuda
 
 @dataclass(frozen=True)
 class GemmProblem:
-    """``(n x k) @ (k x m)`` float32 (``batch``: that many of them), the
-    backend ``target``, the ``device`` ("cpu" or "cuda") and the caller's
-    tiles ``params`` (a :class:`schedules.GemmParams`, or None: from the host)."""
+    """``(n x k) @ (k x m)`` of ``dtype`` ("float32"; "float64" on the CPU)
+    (``batch``: that many of them), the backend ``target``, the ``device``
+    ("cpu" or "cuda") and the caller's tiles ``params`` (a
+    :class:`schedules.GemmParams`, or None: from the host)."""
     op: str
     n: int
     m: int
@@ -21,26 +22,32 @@ class GemmProblem:
     device: str = "cpu"
     batch: int | None = None
     params: object = None
+    dtype: str = "float32"
 
-    VERSION = 1
+    VERSION = 2                 # 2: the dtype
 
     degenerate = property(lambda self: min(self.n, self.m, self.k) == 0)
 
     def key(self) -> dict:
         return {"op": self.op, "version": self.VERSION, "n": self.n, "m": self.m, "k": self.k,
                 "batch": self.batch, "target": self.target, "device": self.device,
-                "params": None if self.params is None else repr(self.params)}
+                "params": None if self.params is None else repr(self.params),
+                "dtype": self.dtype}
 
     @classmethod
     def from_call(cls, op, a, b, params, target, gpu=True):
         """``(problem, (a, b))``, checked: float32 matrices (``op`` "gemm") or
         batches (``op`` "batched_gemm"), NumPy or torch of one kind; on the
-        GPU (``gpu`` and ``target="cuda"`` or device arrays) device arrays too."""
+        CPU float64 too (both of one dtype); on the GPU (``gpu`` and
+        ``target="cuda"`` or device arrays) device arrays too (float32)."""
         cuda = gpu and use_cuda(target, a, b, names=("a", "b"))
         A.same_kind((a, b), ("a", "b"))
         ndim = 2 if op == "gemm" else 3
-        check = A.cuda_float32 if cuda else A.float32_array
-        a, b = check(a, "a", ndim), check(b, "b", ndim)
+        if cuda:
+            a, b = A.cuda_float32(a, "a", ndim), A.cuda_float32(b, "b", ndim)
+        else:
+            a = A.float32_array(a, "a", ndim, ("float32", "float64"))
+            b = A.float32_array(b, "b", ndim, (str(a.dtype).replace("torch.", ""),))
         if op == "gemm":
             (n, k), (k2, m) = a.shape, b.shape
             if k != k2:
@@ -56,5 +63,5 @@ class GemmProblem:
                 raise ValueError(f"batched_gemm: a is {batch}x{n}x{k} but b is {nb2}x{k2}x{m}; "
                                  f"inner dimensions differ ({k} and {k2}), as (B, N, K) @ (B, K, M)")
         p = cls(op, int(n), int(m), int(k), target_of(target), "cuda" if cuda else "cpu",
-                batch, params)
+                batch, params, str(a.dtype).replace("torch.", ""))
         return p, (a, b)

@@ -2,8 +2,12 @@
 :mod:`schedules.blocks.blis`, plain and batched."""
 from __future__ import annotations
 
+import tiramisu_py as tp
+
 from ..blocks.blis import default_params, function, kernel
 from ..core.solver import Solver
+
+DTYPES = {"float32": tp.float32, "float64": tp.float64}
 
 
 class Blis(Solver):
@@ -15,13 +19,15 @@ class Blis(Solver):
         self.op = op
 
     def params(self, p):
-        return {"params": p.params or default_params(p.n, p.m, p.k)}
+        return {"params": p.params or default_params(p.n, p.m, p.k,
+                                                     itemsize=DTYPES[p.dtype].bits // 8)}
 
     def space(self, p):
         return {"parallel": ["ic", "jc"], "micro": ["ir", "jr"], "pack_a": [False, True]}
 
     def build(self, p, params):
-        return function(p.n, p.m, p.k, batch=p.batch, **params)
+        return function(p.n, p.m, p.k, batch=p.batch, dtype=DTYPES[p.dtype], **params)
 
     def run(self, p, args):
-        return kernel(p.n, p.m, p.k, self.params(p)["params"], p.target, batch=p.batch)(*args)
+        return kernel(p.n, p.m, p.k, self.params(p)["params"], p.target, batch=p.batch,
+                      dtype=DTYPES[p.dtype])(*args)

@@ -9,7 +9,7 @@ import copy
 
 from ..base import provenance
 from ..lang.program import Buffer, Computation, check_name
-from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, Command, _attaching_command, _check_unroll,
+from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, OMP_SCHEDULES, Command, _attaching_command, _check_unroll,
                              apply, loop_name, replay)
 from .atomic import all_or_nothing_call, atomic
 from .copies import _make_copy, _writers_in_root_item
@@ -63,14 +63,19 @@ class Schedulable:
 
     @provenance.command
     def tile(self, *args, names=None):
-        """``tile(i, j, fi, fj)`` or ``tile(i, j, k, fi, fj, fk)``: loops
-        ``i0, j0[, k0], i1, j1[, k1]``.  The loops must be nested in that order."""
-        if len(args) not in (4, 6):
-            raise TypeError("tile takes 2 or 3 loops followed by as many factors")
+        """``tile(i, j, fi, fj)``, ``tile(i, j, k, fi, fj, fk)``, ... over any
+        number of loops: loops ``i0, j0, ..., i1, j1, ...``.  The loops must
+        be nested directly in that order.  Legal when the band is permutable
+        for every dependence (decided exactly by the legality check)."""
+        if len(args) < 2 or len(args) % 2:
+            raise TypeError("tile takes one or more loops followed by as many factors "
+                            f"(got {len(args)} arguments)")
         d = len(args) // 2
         loops = [loop_name(x) for x in args[:d]]
         factors = args[d:]
         text = f"{self.name}.tile({', '.join(loops)}, {', '.join(map(str, factors))})"
+        if len(set(loops)) != d:
+            raise ValueError(f"{text}: a loop is named twice")
         if names is None:
             names = [(n + "0", n + "1") for n in loops]
         else:
@@ -114,13 +119,32 @@ class Schedulable:
 
     @provenance.command
     @all_or_nothing_call
-    def parallelize(self, loop, allow_reassociation=False):
+    def parallelize(self, loop, allow_reassociation=False, schedule=None, chunk=None):
         """Runs ``loop``'s iterations in parallel (OpenMP); legal when it
-        carries no dependence in the final schedule."""
+        carries no dependence in the final schedule.  ``schedule`` ("static",
+        "dynamic" or "guided") and ``chunk`` (a positive int) choose how the
+        iterations are dealt to the threads (OpenMP's ``schedule`` clause;
+        "dynamic" balances triangular loops).  They never change legality:
+        the iterations of a loop that carries no dependence may run in any
+        order on any thread.  The LLVM backend deals static chunks only and
+        refuses the others at compile time, naming the loop."""
         n = loop_name(loop)
+        text = f"{self.name}.parallelize({n})"
+        if schedule is None and chunk is not None:
+            schedule = "static"
+        if schedule is not None and schedule not in OMP_SCHEDULES:
+            raise ValueError(f"{text}: schedule must be one of {', '.join(map(repr, OMP_SCHEDULES))}"
+                             f", not {schedule!r}")
+        if chunk is not None and (not isinstance(chunk, int) or isinstance(chunk, bool)
+                                  or chunk < 1):
+            raise ValueError(f"{text}: chunk must be a positive int, not {chunk!r}")
         if allow_reassociation:
             self.allow_reassociation()
-        return self._command("tag", n, "parallel", None, text=f"{self.name}.parallelize({n})")
+        arg = None if schedule is None else (schedule, chunk)
+        if arg is not None:
+            text = f"{self.name}.parallelize({n}, schedule={schedule!r}" \
+                + (f", chunk={chunk})" if chunk is not None else ")")
+        return self._command("tag", n, "parallel", arg, text=text)
 
     @provenance.command
     @all_or_nothing_call

@@ -25,6 +25,10 @@ from .expr import Var
 MAX_UNROLL = 256            # the factor of one unroll (or the extent unrolled whole)
 MAX_UNROLL_TOTAL = 1024     # copies of one statement: the product over its unrolled loops
 
+# How ``parallelize(loop, schedule=...)`` deals iterations to threads (OpenMP's
+# schedule kinds); the tag's arg is ``(schedule, chunk)`` or None (the default).
+OMP_SCHEDULES = ("static", "dynamic", "guided")
+
 
 @dataclass
 class Loop:
@@ -34,8 +38,8 @@ class Loop:
 
 @dataclass
 class Tag:
-    kind: str                 # "parallel" | "vector" | "unrolled"
-    arg: int | None           # vector width / unroll factor
+    kind: str                 # "parallel" | "vector" | "unrolled" | "gpu_block" | "gpu_thread"
+    arg: object               # vector width / unroll factor / GPU axis / (schedule, chunk)
     command: int              # index in the command log
     reductions: list = field(default_factory=list)   # (buffer, op) carried, reassociated
     private: list = field(default_factory=list)      # temporaries each thread gets a copy of
@@ -166,6 +170,16 @@ def _tile(state, s, c, index, loops, factors, names):
     _reorder(state, s, c, index, *order)
 
 
+def _tile_band(state, s, c, index, loops, factors, names):
+    """``tile`` of one statement of a band (:mod:`tiramisu_py.commands.band`):
+    the tile loops and the point loops share the sequence positions of the
+    loops they come from, so the statements of the band stay in one nest."""
+    k0 = s.find(loops[0], c.text, c.stmt)
+    old = list(s.consts)
+    _tile(state, s, c, index, loops, factors, names)
+    s.consts = old[:k0 + 1] + [0] * len(loops) + old[k0 + 1:]
+
+
 def _skew(state, s, c, index, outer, inner, factor, name):
     if not isinstance(factor, int) or isinstance(factor, bool):
         raise ValueError(f"{c.text}: the skew factor must be an int")
@@ -292,7 +306,7 @@ def _compute_at(state, s, c, index, consumer, loop, group):
 
 
 _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
-        "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
+        "tile_band": _tile_band, "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
         "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after,
         "compute_at": _compute_at, "distribute": _distribute,
         "restricted": _restricted}

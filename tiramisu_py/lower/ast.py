@@ -216,6 +216,8 @@ class AstLowering:
                 attrs["vector_width"] = tag.arg
             elif tag.kind == "unrolled":
                 attrs["unroll"] = tag.arg
+            elif tag.kind == "parallel" and tag.arg is not None:
+                attrs["omp_schedule"] = tag.arg       # (kind, chunk or None)
             elif tag.kind in ir.GPU_KINDS:
                 attrs["axis"] = tag.arg
                 if tag.kind == "gpu_thread":      # value = threadIdx + min, < min + extent

@@ -1,0 +1,462 @@
+"""``f.auto_schedule(target=None, budget=None)``: a legal, fast schedule chosen
+from the exact dependences, applied through the language's own commands and
+returned as them (:class:`Step`: each prints as the Python a user would write,
+``f.computations['C'].update.tile('i', 'j', 'k', 32, 32, 64)``).
+
+The search (per top-level group of statements, in program order):
+
+1. **Fusion** where it pays: a single-statement nest too shallow to tile
+   that shares an array with the previous one joins its outermost loop
+   (``after``), e.g. the rows of a softmax.
+2. **Band**: the loops all statements of the group share (same names, same
+   depths, at most 4, none from a loop with data-dependent bounds on), when
+   the group reuses data across them (a 2-D read that leaves a band loop out)
+   or its first loop carries a dependence (a time loop), are made permutable, if they are not, by the smallest
+   uniform shift of the later statements (all band loops but the first) and
+   the smallest skews of each band loop by the outer ones (factors 0..2,
+   found on the distance vectors, :mod:`tiramisu_py.analysis.schedule_space`),
+   then tiled (``tile``; several statements: ``tile_band``) with sizes from
+   the host's caches: a tile's arrays fit in a quarter of the L2 (a time loop gets
+   16).
+3. **Parallelism**: the outermost tile loop (or loop) that carries no
+   dependence is parallelised; when none does (time-tiled stencils) the
+   tiles run as a **wavefront**: the last tile loop is skewed by the others,
+   moved outermost, and the next one parallelised.
+4. **Point loops**: the statement's stride-1 loop (its written element's
+   last index) is moved innermost and vectorised with the host's lanes; the
+   loop around it is unrolled when short (a register block).
+
+Every step is given through the verbs users call and kept only if the exact
+legality check (:func:`tiramisu_py.analysis.legality.check`) accepts the whole
+schedule; otherwise it is undone.  Sizes fixed at declaration feed a small
+cost model (a time band whose space fits in cache is not time-tiled; a loop
+with too little work per run is not parallelised); free sizes are assumed
+large.  Reductions are never reassociated (results
+stay bit-identical to the program order).  A group that any user command
+already touches is kept as given; the auto-scheduler only adds its
+parallel and vector tags where none is (it completes a partial schedule and
+replaces nothing).  ``budget`` (seconds, default :data:`DEFAULT_BUDGET`)
+bounds the search: past it, what was applied is kept and returned.  The
+result is a list (:class:`Applied`) whose ``notes`` name the groups left as
+they were because their analysis failed."""
+from __future__ import annotations
+
+import itertools
+import time
+
+import islpy as isl
+
+from codegen import target as host
+
+from ..analysis import legality, schedule_space as space
+from ..base.errors import IllegalScheduleError
+from ..commands.state import extent_of, state_of
+
+DEFAULT_BUDGET = 5.0
+TIME_TILE = 16
+SIZES = (8, 16, 32, 64, 128, 256)
+SIZES_1D = (512, 1024, 2048, 4096)     # a band with one space loop: its tiles are rows
+PARALLEL_MIN = 1 << 14                 # iterations a parallel region must hold (known sizes)
+
+
+class _StmtRef:
+    """A statement in a printed command: ``f.computations['C'].update``."""
+
+    def __init__(self, f, name):
+        self.name = name
+        self.text = _ref_text(f, name)
+
+    def __repr__(self):
+        return self.text
+
+
+def _ref_text(f, name):
+    for c in f.computations.values():
+        if c.name == name:
+            return f"f.computations[{name!r}]"
+        for k, u in enumerate(c.updates):
+            if u.name == name:
+                return f"f.computations[{c.name!r}]." + \
+                    ("update" if k == len(c.updates) - 1 else f"updates[{k}]")
+    raise KeyError(name)
+
+
+def _statement(f, name):
+    for c in f.computations.values():
+        if c.name == name:
+            return c
+        for u in c.updates:
+            if u.name == name:
+                return u
+    raise KeyError(name)
+
+
+class Step:
+    """One command the auto-scheduler applied: ``str(step)`` is the Python
+    that applies it to a Function named ``f``; ``step.apply(f)`` gives it."""
+
+    def __init__(self, f, stmt, verb, *args, **kwargs):
+        self.stmt, self.verb, self.args, self.kwargs = stmt, verb, args, kwargs
+        self.receiver = "f" if stmt is None else _ref_text(f, stmt)
+
+    def __str__(self):
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{self.receiver}.{self.verb}({', '.join(parts)})"
+
+    __repr__ = __str__
+
+    def apply(self, f):
+        obj = f if self.stmt is None else _statement(f, self.stmt)
+        args = [[_statement(f, r.name) for r in a] if isinstance(a, list)
+                and a and isinstance(a[0], _StmtRef) else a for a in self.args]
+        getattr(obj, self.verb)(*args, **self.kwargs)
+
+
+class Applied(list):
+    """The Steps applied, in order (a list); ``notes``: the groups of
+    statements the search left as they were, and why."""
+
+    def __init__(self):
+        super().__init__()
+        self.notes = []
+
+
+class AutoScheduler:
+    """The search of the module's doc over one Function.  ``options``
+    (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
+    non-time band loop, instead of the cache rule), ``time_tile``,
+    ``vectorize``, ``unroll``, ``fuse`` (bools), ``schedule`` (the parallel
+    loops' OpenMP schedule, C target only)."""
+
+    def __init__(self, f, target="cpu", budget=None, options=None):
+        self.f, self.target = f, target
+        self.deadline = time.perf_counter() + (DEFAULT_BUDGET if budget is None else budget)
+        self.opt = {"tile": None, "time_tile": TIME_TILE, "vectorize": True, "unroll": True,
+                    "fuse": True, "schedule": None}
+        self.opt.update(options or {})
+        self.model, self.deps, _ = legality.analyse(f)
+        self.applied = Applied()
+        self.touched = {c.stmt for c in f._commands}
+
+    # ------------------------------------------------------------ primitives
+    def out_of_time(self):
+        return time.perf_counter() > self.deadline
+
+    def attempt(self, steps, check=True):
+        """Gives ``steps`` in order; keeps them if each is accepted and the
+        whole schedule is legal, else undoes them.  Returns True if kept."""
+        done = 0
+        try:
+            for st in steps:
+                st.apply(self.f)
+                done += 1
+            if check:
+                # the whole check, order included: a split of one statement's
+                # loop in a fused nest moves it against the others sharing that
+                # loop (covariance's mean1/mean2), so no verb is exempt
+                legality.check(self.model, self.deps, self.f._commands)
+        except (IllegalScheduleError, ValueError, TypeError, isl.Error):
+            for _ in range(done):
+                self.f.undo()
+            return False
+        self.applied += steps
+        return True
+
+    def state(self):
+        return state_of(self.f)
+
+    def step(self, stmt, verb, *args, **kwargs):
+        return Step(self.f, stmt, verb, *args, **kwargs)
+
+    # ------------------------------------------------------------ the search
+    def run(self):
+        if any(st.at is not None for st in self.state().values()):
+            return self.applied          # compute_at programs: left as written
+        if self.opt["fuse"]:
+            self.fuse()
+        groups = {}
+        for name, st in self.state().items():
+            groups.setdefault(st.consts[0], []).append(name)
+        for key in sorted(groups):
+            if self.out_of_time():
+                break
+            names = groups[key]
+            try:
+                if any(n in self.touched for n in names):
+                    self.complete(names)
+                else:
+                    self.schedule_group(names)
+            except (IllegalScheduleError, ValueError, TypeError, KeyError, isl.Error) as e:
+                # what was kept is legal (each step was checked); say why the rest was not
+                self.applied.notes.append(f"{', '.join(names)}: left as it is after "
+                                          f"{type(e).__name__}: {str(e).splitlines()[0]}")
+        return self.applied
+
+    def fuse(self):
+        """Step 1: shallow single-statement nests join the previous chain's
+        outermost loop when they (or their computation's other statements)
+        share an array with it."""
+        order = sorted(self.state().items(), key=lambda kv: kv[1].consts[0])
+        chain = []
+        for name, st in order:
+            if self.out_of_time():
+                return
+            if name in self.touched or not st.loops or len(st.loops) > 2 \
+                    or len([n for n, o in self.state().items()
+                            if o.consts[0] == st.consts[0]]) > 1:
+                chain = []
+                continue
+            if chain and self.shares_array(chain, name):
+                outer = self.state()[chain[-1]].loops[0].name
+                if self.attempt([self.step(name, "after", _StmtRef(self.f, chain[-1]), outer)]):
+                    chain.append(name)
+                    continue
+            chain = [name]
+
+    def shares_array(self, chain, name):
+        """True when ``name``'s computation (itself and its updates) and the
+        statements of ``chain`` access a common array, one of them writing it."""
+        def touched(names, write):
+            return {a.buffer.name for n in names for a in self.model.by_name[n].accesses
+                    if write is None or a.write == write}
+        st = _statement(self.f, name)
+        parent = st.parent if st.is_update else st
+        family = [parent.name] + [u.name for u in parent.updates]
+        return bool(touched(chain, True) & touched(family, None)) \
+            or bool(touched(family, True) & touched(chain, None))
+
+    def common_band(self, names):
+        """The loop names every statement of ``names`` has at the same
+        leading depths (at most 4)."""
+        st = self.state()
+        band = []
+        depth = min([4] + [space.data_dependent_from(self.model, n) for n in names])
+        for k, lp in enumerate(st[names[0]].loops[:depth]):
+            if all(len(st[n].loops) > k and st[n].loops[k].name == lp.name for n in names):
+                band.append(lp.name)
+            else:
+                break
+        return band
+
+    def schedule_group(self, names):
+        band = self.common_band(names)
+        st = self.state()
+        deep = max(len(st[n].loops) for n in names)
+        lead = names[0]
+        tiled = carried = False
+        if len(band) >= 2:
+            carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
+                              for n in names)
+            reuse = any(space.has_reuse(self.model, n, band) for n in names)
+            if carried and self.fits_in_cache(lead, band[1:]):
+                carried = reuse = False       # known sizes, all in cache: no time tiling
+            if (deep >= 3 and reuse) or carried:
+                tiled = self.tile_band(names, band, time_loop=carried)
+        if tiled:
+            band = [n + "0" for n in band]
+        self.parallelize(names, band if tiled else [lp.name for lp in self.state()[lead].loops],
+                         wavefront=tiled)
+        for n in names:
+            # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
+            # it for vectors leaves short guarded loops; the C compiler
+            # vectorises the whole point loop better
+            self.point_loops(n, vector=not (tiled and carried))
+
+    def complete(self, names):
+        """A group the user scheduled: only the missing tags."""
+        st = self.state()
+        if not any(t.kind == "parallel" for n in names for t in st[n].tags.values()):
+            loops = [lp.name for lp in st[names[0]].loops]
+            self.parallelize(names, loops, wavefront=False)
+        for n in names:
+            if not any(t.kind == "vector" for t in self.state()[n].tags.values()):
+                self.point_loops(n, move=False)
+
+    # -- band ---------------------------------------------------------------
+    def make_permutable(self, names, band):
+        """Shifts and skews (kept) making ``band`` permutable; False if none
+        of the small ones does."""
+        dl = lambda: space.deltas(self.model, self.deps, self.state())  # noqa: E731
+        ok = lambda: all(space.permutable(self.model, self.state(), dl(), n, band)  # noqa: E731
+                         for n in names[:1])
+        if ok():
+            return True
+        for shift in (0, 1, 2):
+            shifts = [self.step(n, "shift", lp, shift * k) for k, n in enumerate(names)
+                      if k for lp in band[1:]] if shift else []
+            if shifts and not self.attempt(shifts, check=False):
+                continue
+            kept = len(shifts)
+            good = True
+            for m in range(1, len(band)):
+                found = False
+                for factors in _factor_choices(m):
+                    if self.out_of_time():
+                        return self._drop(kept) and False
+                    skews = [self.step(n, "skew", band[l], band[m], fct) for n in names
+                             for l, fct in enumerate(factors) if fct]
+                    if skews and not self.attempt(skews, check=False):
+                        continue
+                    d = dl()
+                    if all(space.permutable(self.model, self.state(), d, n, band[:m + 1])
+                           for n in names[:1]):
+                        kept += len(skews)
+                        found = True
+                        break
+                    self._drop(len(skews))
+                if not found:
+                    good = False
+                    break
+            if good:
+                return True
+            self._drop(kept)
+        return False
+
+    def _drop(self, count):
+        for _ in range(count):
+            self.f.undo()
+            self.applied.pop()
+        return True
+
+    def tile_band(self, names, band, time_loop):
+        before = len(self.applied)
+        if not self.make_permutable(names, band):
+            return False
+        sizes = self.tile_sizes(names[0], band, time_loop)
+        if len(names) == 1:
+            tile = [self.step(names[0], "tile", *band, *sizes)]
+        else:
+            tile = [self.step(None, "tile_band", [_StmtRef(self.f, n) for n in names],
+                              list(band), list(sizes))]
+        if self.attempt(tile):
+            return True
+        self._drop(len(self.applied) - before)       # the shifts and skews without the tile
+        return False
+
+    def tile_sizes(self, stmt, band, time_loop):
+        e = space.element_bytes(self.model, stmt)
+        arrays = space.arrays_touched(self.model, stmt)
+        l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
+        lanes = max(1, host.vector_bits() // (8 * e))
+        if self.opt["tile"] is not None:
+            size = self.opt["tile"]
+        else:
+            space_dims = len(band) - (1 if time_loop else 0)
+            size = SIZES[0]
+            for t in SIZES + (SIZES_1D if space_dims == 1 else ()):
+                if arrays * t ** min(space_dims, 2) * e <= l2 // 4:
+                    size = t
+        size = max(lanes, size - size % lanes)
+        out = [size] * len(band)
+        if time_loop:
+            out[0] = self.opt["time_tile"]
+        return out
+
+    # -- parallelism --------------------------------------------------------
+    def parallelize(self, names, loops, wavefront):
+        sched = {} if self.opt["schedule"] is None else {"schedule": self.opt["schedule"]}
+        for lp in loops:
+            if self.too_little_work(names[0], lp):
+                return False
+            if not self.may_be_parallel(names, lp):
+                continue
+            if self.attempt([self.step(n, "parallelize", lp, **sched) for n in names]):
+                return True
+        if wavefront and len(loops) >= 2 and not self.out_of_time():
+            last = loops[-1]
+            skews = [self.step(n, "skew", lp, last, 1) for n in names for lp in loops[:-1]]
+            moves = [self.step(n, "reorder", last, *loops[:-1]) for n in names]
+            par = [self.step(n, "parallelize", loops[0], **sched) for n in names]
+            return self.attempt(skews + moves + par)
+        return False
+
+    def extents(self, stmt, loops):
+        """The product of the extents of ``loops`` of ``stmt``, or None when
+        one is not known (a size given only at call time)."""
+        total = 1
+        for lp in loops:
+            e = extent_of(self.f, stmt, lp)
+            if e is None:
+                return None
+            total *= e
+        return total
+
+    def fits_in_cache(self, stmt, loops):
+        """Known sizes: the arrays over ``loops`` fit in half the L2."""
+        n = self.extents(stmt, loops)
+        l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
+        return n is not None and n * space.arrays_touched(self.model, stmt) \
+            * space.element_bytes(self.model, stmt) <= l2 // 2
+
+    def too_little_work(self, stmt, loop):
+        """Known sizes: one run of ``loop`` (with the loops inside it) has
+        fewer than :data:`PARALLEL_MIN` iterations: a parallel region would
+        cost more than it saves."""
+        names = [lp.name for lp in self.state()[stmt].loops]
+        if loop not in names:
+            return False
+        n = self.extents(stmt, names[names.index(loop):])
+        return n is not None and n < PARALLEL_MIN
+
+    def may_be_parallel(self, names, loop):
+        """False when ``loop`` carries a dependence through an array that no
+        thread could get its own copy of (not a temporary): the check would
+        refuse it; a quick filter before the check."""
+        st = self.state()
+        for n in names:
+            if loop not in [lp.name for lp in st[n].loops]:
+                return False
+            c = legality.carried_by(self.model, self.deps, st, n, loop)
+            if c is not None and self.f.buffers.get(c[0]) is not None \
+                    and self.f.buffers[c[0]].kind != "temp":
+                return False
+        return True
+
+    # -- point loops --------------------------------------------------------
+    def point_loops(self, stmt, move=True, vector=True):
+        if self.out_of_time():
+            return
+        var = space.stride_one_var(self.model, stmt)
+        st = self.state()[stmt]
+        names = [lp.name for lp in st.loops]
+        inner = var + "1" if var and var + "1" in names else var
+        if inner not in names or st.tags.get(inner):
+            return
+        fixed = space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars)
+        if move and names[-1] != inner and not fixed:
+            k = names.index(inner)
+            rest = [n for n in names[k + 1:] if not st.tags.get(n)]
+            if rest and len(rest) == len(names) - k - 1:
+                self.attempt([self.step(stmt, "reorder", *rest, inner)])
+        if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"] or not vector:
+            return
+        lanes = max(1, host.vector_bits() // (8 * space.element_bytes(self.model, stmt)))
+        if not self.attempt([self.step(stmt, "vectorize", inner, lanes)]):
+            return
+        if not self.opt["unroll"]:
+            return
+        names = [lp.name for lp in self.state()[stmt].loops]
+        if len(names) >= 2 and names[-2] == inner + "0":
+            ext = extent_of(self.f, stmt, names[-2])
+            if ext is not None and 1 < ext <= 8:
+                self.attempt([self.step(stmt, "unroll", names[-2])])
+
+
+def _factor_choices(m):
+    """Skew factors of band loop ``m`` by loops ``0..m-1``, smallest first."""
+    return sorted(itertools.product((0, 1, 2), repeat=m), key=lambda c: (sum(c), [-x for x in c]))
+
+
+def auto_schedule(f, target=None, budget=None, options=None):
+    """Runs the search (module doc); returns the list of :class:`Step`."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                               or budget <= 0):
+        raise ValueError(f"auto_schedule: budget must be a positive number of seconds, "
+                         f"not {budget!r}")
+    if target is not None and target not in ("cpu", "c", "llvm"):
+        raise ValueError(f"auto_schedule: target must be 'cpu', 'c' or 'llvm' (the CPU "
+                         f"targets it schedules for), not {target!r}")
+    opts = dict(options or {})
+    if target == "llvm":
+        opts["schedule"] = None          # the LLVM backend deals static chunks only
+    return AutoScheduler(f, target or "cpu", budget, opts).run()

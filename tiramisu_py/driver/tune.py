@@ -1,0 +1,342 @@
+"""``tiramisu_py.tune(f, space=None, budget=60, params=None)``: times legal
+schedules of ``f`` on this host and records the fastest in the tuning store;
+``compile()`` of the same algorithm on the same host then uses it.
+
+Candidates (``space``): each is a dict of auto-scheduler options
+(:class:`tiramisu_py.driver.auto_schedule.AutoScheduler`: tile sizes, time
+tile, vectorise or not, unroll or not, fuse or not, the parallel loops'
+OpenMP schedule), or a callable ``fn(g)`` that gives commands to a copy
+``g`` of ``f`` (any schedule a user wants timed).  :data:`DEFAULT_SPACE` is
+used without one.  Each candidate is scheduled on a copy, compiled (the
+legality check: an illegal one is rejected, counted, never timed), called
+once to warm up and timed (median of ``repeats`` calls) on random inputs
+shaped by ``params`` (or on ``inputs``).  A progress bar goes to stderr; no
+candidate starts once ``budget`` seconds have passed (the first always runs).
+
+The record (kind :data:`KIND` in :mod:`tiramisu_py.tuning`) is keyed by the
+algorithm (every declaration, no schedule), the size class of ``params``
+(each param's power of two, rounded), the target and the host (CPU model,
+SIMD width, caches, cores); a second record under the key without the size
+class names the last size class tuned.  Its value is the winner's commands
+as data (statement, verb, arguments; only the scheduling verbs are ever
+replayed, never code).  ``tune`` of an algorithm already recorded for that
+key returns the record without timing anything.  ``compile()`` of a Function
+with no command uses the record of its fixed params' size class, else the
+last one tuned (``$TIRAMISU_PY_USE_TUNED=0`` turns that off): it compiles a
+scheduled copy, the user's Function stays as written."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from codegen import target as host
+
+from .. import tuning
+from ..base.errors import IllegalScheduleError
+from ..runtime.shapes import eval_size
+from .auto_schedule import AutoScheduler, Step, _StmtRef
+from .compile import compile_function, default_target
+from .warm import algorithm_lines
+
+KIND = "auto_tune"
+FORMAT = 1
+USE_TUNED = os.environ.get("TIRAMISU_PY_USE_TUNED", "1") != "0"
+DEFAULT_SPACE = (
+    {}, {"tile": 32}, {"tile": 64}, {"tile": 128}, {"tile": 256}, {"time_tile": 8},
+    {"time_tile": 32}, {"unroll": False}, {"vectorize": False}, {"fuse": False},
+    {"schedule": "dynamic"}, {"tile": 32, "unroll": False},
+)
+VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse",
+                   "parallelize", "vectorize", "unroll", "after", "tile_band"})
+RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
+
+
+def host_text() -> str:
+    """What the record's host part is made of."""
+    caches = sorted(f"L{lv}{k[0]}={v}" for (lv, k), v in host.cache_sizes().items())
+    return f"{_cpu_model()}|{host.vector_bits()}|{','.join(caches)}|{host.cores()}"
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_model() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return model
+
+
+def size_class(params: dict) -> str:
+    return ",".join(f"{p}~2^{round(math.log2(v)) if v > 0 else 0}"
+                    for p, v in sorted(params.items()))
+
+
+def record_key(f, target, params=None) -> str:
+    """The key of ``f``'s record for ``target`` on this host (``params``:
+    the sizes' class; None: the key of the last class tuned)."""
+    h = hashlib.sha256()
+    for line in [f"format {FORMAT}", f"target {target}", host_text()] + algorithm_lines(f):
+        h.update(line.encode() + b"\n")
+    return h.hexdigest() + ("" if params is None else "|" + size_class(params))
+
+
+# -------------------------------------------------------------- commands as data
+def _encode(step: Step):
+    def arg(a):
+        if isinstance(a, list) and a and isinstance(a[0], _StmtRef):
+            return {"stmts": [r.name for r in a]}
+        if isinstance(a, _StmtRef):
+            return {"stmt": a.name}
+        return a
+    return {"stmt": step.stmt, "verb": step.verb, "args": [arg(a) for a in step.args],
+            "kwargs": step.kwargs}
+
+
+def _decode(f, item) -> Step:
+    if not isinstance(item, dict) or item.get("verb") not in VERBS:
+        raise ValueError(f"not a recorded scheduling command: {item!r}")
+
+    def arg(a):
+        if isinstance(a, dict) and "stmts" in a:
+            return [_StmtRef(f, n) for n in a["stmts"]]
+        if isinstance(a, dict) and "stmt" in a:
+            return _StmtRef(f, a["stmt"])
+        return a
+    return Step(f, item["stmt"], item["verb"], *[arg(a) for a in item["args"]],
+                **dict(item.get("kwargs") or {}))
+
+
+def _valid(value):
+    return isinstance(value, dict) and isinstance(value.get("steps"), list)
+
+
+def apply_record(f, value):
+    """Gives the recorded commands to ``f``; returns the Steps."""
+    steps = [_decode(f, item) for item in value["steps"]]
+    for s in steps:
+        s.apply(f)
+    return steps
+
+
+# ------------------------------------------------------------------- inputs
+def _arguments(f, params, inputs, seed=0):
+    rng = np.random.default_rng(seed)
+    values = dict(f.fixed)
+    values.update(params)
+    out = dict(inputs or {})
+    for b in f.buffers.values():
+        if b.kind not in ("input", "output") or b.name in out:
+            continue
+        shape = tuple(eval_size(s, values, b.name) for s in b.shape)
+        dt = np.dtype(b.dtype.name if b.dtype.name != "bool" else "bool")
+        out[b.name] = rng.standard_normal(shape).astype(dt) if dt.kind == "f" \
+            else np.zeros(shape, dt)
+    return out
+
+
+def _time(kernel, args, params, repeats):
+    def call():
+        kernel(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()},
+               **params)
+    call()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+class _Bar:
+    def __init__(self, name, total, file):
+        self.name, self.total, self.file, self.done = name, total, file, 0
+
+    def show(self, best, note=""):
+        if self.file is None:
+            return
+        width = 24
+        fill = int(width * self.done / max(1, self.total))
+        b = "-" if best is None else f"{best * 1e3:.3f} ms"
+        self.file.write(f"\rtune {self.name} [{'#' * fill}{'.' * (width - fill)}] "
+                        f"{self.done}/{self.total} best {b} {note}".ljust(79))
+        self.file.flush()
+
+    def end(self):
+        if self.file is not None:
+            self.file.write("\n")
+            self.file.flush()
+
+
+# --------------------------------------------------------------------- tune
+def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repeats=3,
+         progress=True, retune=False):
+    """Times legal schedules of the unscheduled Function ``f`` on this host
+    and records the fastest in the tuning store; a later ``compile()`` of the
+    same algorithm (unscheduled) on this host uses it, in any process.
+
+    ``params``: the sizes to time with (every free param); ``inputs``: arrays
+    by name (default: random, shaped by ``params``); ``space``: candidates,
+    each a dict of auto-scheduler options (``tile``, ``time_tile``,
+    ``vectorize``, ``unroll``, ``fuse``, ``schedule``) or a callable that
+    schedules a copy (default :data:`DEFAULT_SPACE`); illegal candidates are
+    rejected by the legality check.  ``budget``: seconds, after which no
+    candidate starts.  ``progress``: a bar on stderr.  ``retune``: time again
+    even if recorded.  Returns ``{"steps": [Step, ...], "time": seconds,
+    "key": key, "timed": n, "rejected": [why, ...], "cached": bool}``
+    (:mod:`tiramisu_py.driver.tune`)."""
+    target = target or default_target()
+    if target not in ("cpu", "c", "llvm"):
+        raise ValueError(f"tune: target must be 'cpu', 'c' or 'llvm', not {target!r}")
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
+        raise ValueError(f"tune: budget must be a positive number of seconds, not {budget!r}")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ValueError(f"tune: repeats must be a positive int, not {repeats!r}")
+    params = dict(params or {})
+    missing = [p for p in f.params if p not in f.fixed and p not in params]
+    if missing:
+        raise ValueError(f"tune: params= must give the sizes to time with; missing "
+                         f"{', '.join(missing)}")
+    for p, v in params.items():
+        if p not in f.params or p in f.fixed:
+            raise ValueError(f"tune: params=: {p!r} is not a free param of {f.name!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"tune: params=: {p} must be a non-negative int, not {v!r}")
+    if f._commands:
+        raise ValueError(f"tune: {f.name!r} already has scheduling commands; tune the "
+                         "algorithm alone (f.reset_schedule(), or tune a copy)")
+    key = record_key(f, target, params)
+    store = tuning.store()
+    old = None if retune else store.get(KIND, key, valid=_valid)
+    if old is not None:
+        g = f.copy()
+        return {"steps": apply_record(g, old), "time": old.get("time"), "key": key,
+                "timed": 0, "rejected": [], "cached": True}
+    space = list(DEFAULT_SPACE if space is None else space)
+    if not space:
+        raise ValueError("tune: space is empty")
+    if target == "llvm":
+        space = [c for c in space if not (isinstance(c, dict) and c.get("schedule"))]
+    args = _arguments(f, params, inputs)
+    bar = _Bar(f.name, len(space), sys.stderr if progress else None)
+    start = time.perf_counter()
+    best, rejected, timed, seen = None, [], 0, set()
+    for k, cand in enumerate(space):
+        if k and time.perf_counter() - start > budget:
+            bar.show(best and best[0], "(budget spent)")
+            break
+        g = f.copy()
+        try:
+            if callable(cand):
+                before = len(g._commands)
+                cand(g)
+                steps = _user_steps(g, g._commands[before:])
+            elif isinstance(cand, dict):
+                steps = AutoScheduler(g, target, None, cand).run()
+            else:
+                raise TypeError(f"tune: a candidate is a dict of options or a callable, "
+                                f"not {type(cand).__name__}")
+            sig = tuple(str(s) for s in steps)
+            if sig in seen:
+                bar.done += 1
+                continue
+            seen.add(sig)
+            kernel = compile_function(g, target)
+        except (IllegalScheduleError, ValueError) as e:
+            rejected.append(f"candidate {k}: {str(e).splitlines()[0]}")
+            bar.done += 1
+            bar.show(best and best[0], "(rejected)")
+            continue
+        t = _time(kernel, args, params, repeats)
+        RUNS["timed"] += 1
+        timed += 1
+        if best is None or t < best[0]:
+            best = (t, steps)
+        bar.done += 1
+        bar.show(best[0])
+    bar.end()
+    if best is None:
+        raise ValueError(f"tune: no legal candidate for {f.name!r}: " + "; ".join(rejected))
+    value = {"steps": [_encode(s) for s in best[1]], "time": best[0],
+             "sizes": params}
+    store.put(KIND, key, value)
+    store.put(KIND, record_key(f, target), value)
+    return {"steps": best[1], "time": best[0], "key": key, "timed": timed,
+            "rejected": rejected, "cached": False}
+
+
+def _user_steps(g, commands):
+    """The commands a callable candidate gave, as Steps: one per user call
+    (``vectorize`` records a split and a tag, ``tile_band`` one command per
+    statement)."""
+    calls = {}
+    for c in commands:
+        calls.setdefault(c.call_id, []).append(c)
+    out = []
+    for cs in calls.values():
+        last = cs[-1]
+        if last.op == "tile_band":
+            loops, sizes, _ = last.args
+            out.append(Step(g, None, "tile_band", [_StmtRef(g, c.stmt) for c in cs],
+                            list(loops), list(sizes)))
+        elif last.op == "tag" and last.args[1] in ("parallel", "vector", "unrolled"):
+            loop, kind, arg = last.args
+            if kind == "parallel":
+                kw = {} if arg is None else {"schedule": arg[0], "chunk": arg[1]}
+                if any(c.op == "allow_reassociation" for c in cs):
+                    kw["allow_reassociation"] = True
+                out.append(Step(g, last.stmt, "parallelize", loop, **kw))
+            else:
+                first = cs[0].args[0] if cs[0].op == "split" else loop
+                out.append(Step(g, last.stmt, {"vector": "vectorize", "unrolled": "unroll"}[kind],
+                                first, arg))
+        elif len(cs) == 1 and last.op in VERBS:
+            out.append(Step(g, last.stmt, last.op, *_command_args(g, last)))
+        else:
+            raise ValueError(f"tune: a candidate's command {last.text} cannot be recorded "
+                             "(loop transformations and parallel/vector/unroll only)")
+    return out
+
+
+def _command_args(g, c):
+    if c.op == "tile":
+        loops, factors, _ = c.args
+        return (*loops, *factors)
+    if c.op == "after":
+        return (_StmtRef(g, c.args[0]), c.args[1])
+    if c.op in ("split", "skew"):
+        return c.args[:-1]
+    return c.args
+
+
+def tuned_function(f, target):
+    """A copy of ``f`` scheduled by its tuning record (see the module's doc),
+    or None."""
+    if not USE_TUNED or f._commands:
+        return None
+    free = [p for p in f.params if p not in f.fixed]
+    key = record_key(f, target, {}) if not free else record_key(f, target)
+    value = tuning.store().get(KIND, key, valid=_valid)
+    if value is None:
+        return None
+    g = f.copy()
+    try:
+        apply_record(g, value)
+    except (ValueError, TypeError, KeyError, IllegalScheduleError):
+        return None                     # a record that no longer applies: compiled as written
+    return g
+
+
+__all__ = ["tune", "tuned_function", "record_key", "KIND"]
