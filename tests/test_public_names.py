@@ -14,7 +14,7 @@ SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams
              "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
              "FUSED_ALGOS", "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights",
              "sparse_conv2d", "sparse_conv2d_function", "sparse_conv_relu_maxpool", "lstm", "gru",
-             "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES"]
+             "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES", "matmul"]
 
 
 def test_tiramisu_py_public_names():
