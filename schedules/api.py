@@ -137,7 +137,7 @@ def matmul(a, b, params: GemmParams | None = None, target=None):
     (the result has the same kind): 1-D operands (a leading 1 prepended to
     ``a``, a trailing 1 appended to ``b``, both dropped from the result),
     2-D ``a @ b`` (:func:`gemm`), and N-D with broadcast batch dimensions
-    (:class:`schedules.problems.gemm.MatmulShapes`).  When ``b`` has no
+    (``schedules.problems.gemm.MatmulShapes``).  When ``b`` has no
     batch dimension, ``a``'s batch folds into its rows (one GEMM, as
     torch does); else both are broadcast (copied) to one ``(B, N, K) @ (B,
     K, M)`` :func:`batched_gemm`.  ``target="cuda"``: the 2-D and folded
