@@ -86,7 +86,9 @@ def test_torch_op_is_torch_matmul_with_its_gradients(torch, sa, sb, dtype):
 def test_torch_op_gradcheck_opcheck_and_compile(torch):
     ops = torch.ops.tiramisu
     g = torch.Generator().manual_seed(0)
-    d = lambda *s: torch.randn(s, dtype=torch.float64, generator=g, requires_grad=True)  # noqa: E731
+    def d(*shape):
+        return torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
+
     for a, b in [(d(3), d(3)), (d(3), d(2, 3, 4)), (d(2, 1, 2, 3), d(3, 3, 2)), (d(2, 3), d(3))]:
         assert torch.autograd.gradcheck(ops.matmul, (a, b))
         torch.library.opcheck(ops.matmul.default, (a, b))

@@ -84,6 +84,9 @@ def _variants(args, kwargs):
         yield "channels_last", _map(_channels_last, args), _map(_channels_last, kwargs)
 
 
+FAILURES = ("MISMATCH", "UNDOCUMENTED REFUSAL")
+
+
 def _outcome(target, theirs, ours):
     """``(outcome, detail)``: "ran", the refusal rule's name, or a failure
     ("MISMATCH", "UNDOCUMENTED REFUSAL") with the message; None when torch
@@ -97,12 +100,12 @@ def _outcome(target, theirs, ours):
     except ERRORS as exc:
         rule = rule_for(target, str(exc))
         if rule is None:
-            return "UNDOCUMENTED REFUSAL", f"{type(exc).__name__}: {exc}"
+            return FAILURES[1], f"{type(exc).__name__}: {exc}"
         return rule.name, ""
     try:
         torch.testing.assert_close(got, want, **TOLERANCE)
     except AssertionError as exc:
-        return "MISMATCH", str(exc)
+        return FAILURES[0], str(exc)
     return "ran", ""
 
 
@@ -151,7 +154,7 @@ def outcomes():
             outcome = _outcome(target, theirs, ours)
             if outcome is not None:
                 out.append((group, variant) + outcome)
-    return [(g, v, o) for g, v, o, _ in out], [(g, v, o, d) for g, v, o, d in out if d]
+    return [(g, v, o) for g, v, o, _ in out], [x for x in out if x[2] in FAILURES]
 
 
 def test_every_sample_matches_torch_or_is_refused_by_a_documented_rule(outcomes):
@@ -164,8 +167,9 @@ def test_every_sample_matches_torch_or_is_refused_by_a_documented_rule(outcomes)
     for g in groups:
         mine = [o for gg, _, o in outcomes if gg == g]
         refused = sorted({o for o in mine if o != "ran"})
-        lines.append(f"{g}: {mine.count('ran')}/{len(mine)} ran" + (
-            "; refused: " + ", ".join(f"{r} ({mine.count(r)})" for r in refused) if refused else ""))
+        why = ", ".join(f"{r} ({mine.count(r)})" for r in refused)
+        lines.append(f"{g}: {mine.count('ran')}/{len(mine)} ran"
+                     + (f"; refused: {why}" if why else ""))
     ran = sum(o == "ran" for _, _, o in outcomes)
     lines.append(f"all: {ran}/{len(outcomes)} = {ran / len(outcomes):.1%} ran")
     print("\n".join(lines))
@@ -180,3 +184,20 @@ def test_every_rule_is_used_and_well_formed(outcomes):
         re.compile(r.pattern)
         assert r.reason and r.targets, r
         assert r.name in used, f"refusal rule {r.name!r} refuses no sample any more: remove it"
+
+
+def test_the_harness_fails_what_it_must():
+    """A wrong number, or a refusal no rule documents, is a failure; torch's
+    own refusal is not counted."""
+    x = torch.ones(2)
+    assert _outcome("matmul", lambda: x, lambda: x + 1)[0] == "MISMATCH"
+    assert _outcome("matmul", lambda: x, lambda: x) == ("ran", "")
+
+    def refuse(message):
+        raise ValueError(message)
+    assert _outcome("matmul", lambda: x, lambda: refuse("no"))[0] == "UNDOCUMENTED REFUSAL"
+    # a rule applies only to its targets
+    rnn = "x: expected (T, B, I) (batch_first=False), got shape (3, 2)"
+    assert _outcome("nn.GRU", lambda: x, lambda: refuse(rnn)) == ("unbatched RNN input", "")
+    assert _outcome("gemm", lambda: x, lambda: refuse(rnn))[0] == "UNDOCUMENTED REFUSAL"
+    assert _outcome("matmul", lambda: refuse("torch refuses"), lambda: x) is None
