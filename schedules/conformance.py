@@ -19,6 +19,11 @@ torch's samples            ours
 ``nn.Conv2d``, ``nn.Linear``, ``nn.LSTM``, ``nn.GRU`` (ModuleInfo)
                            ``schedules.nn.*.from_torch`` of torch's module
                            (the same parameters), eval mode
+``nn.functional.conv2d``   derived routes, reported apart:
+                           ``torch.ops.tiramisu.sparse_conv2d`` (the weight
+                           in CSR form, a grouped one block-diagonal) and
+                           ``torch.ops.tiramisu.conv_relu_maxpool`` (pool 2;
+                           torch: ``max_pool2d(relu(conv2d(...)), 2)``)
 =========================  ===============================================
 
 Each sample either equals torch's result (``rtol=1e-4, atol=1e-4``, the
@@ -48,15 +53,21 @@ class Refusal:
 
 
 REFUSALS = (
-    Refusal("unbatched conv2d input", ("conv2d",),
-            r"tiramisu::conv2d: input must be 4-D \(N, C, H, W\)",
+    Refusal("unbatched conv2d input", ("conv2d", "sparse_conv2d", "conv_relu_maxpool"),
+            r"tiramisu::\w+: input must be 4-D \(N, C, H, W\), got shape \(\d+, \d+, \d+\)$",
             "the conv ops take NCHW; torch also takes an unbatched (C, H, W) input",
             "issue 30 A2: unbatched conv input (the conv engineer's part)"),
-    Refusal("uneven 'same' padding", ("conv2d", "nn.Conv2d"),
-            r"pads unevenly|even total padding|'same'.*(uneven|even)",
+    Refusal("uneven 'same' padding", ("conv2d", "conv_relu_maxpool", "nn.Conv2d"),
+            r"padding='same' .* (needs uneven padding|pads unevenly)",
             "padding='same' with an odd total padding d*(k-1) pads one more on the "
             "bottom/right in torch; the kernels pad both sides equally",
             "issue 30 A2: uneven 'same' padding (the conv engineer's part)"),
+    Refusal("string padding on sparse_conv2d", ("sparse_conv2d",),
+            r"tiramisu::sparse_conv2d\(\) Expected a value of type 'List\[int\]' for argument "
+            r"'padding' but instead found type 'str'",
+            "tiramisu::sparse_conv2d has no overload taking padding='valid'/'same' (conv2d's "
+            "conv2d.padding); the caller passes the padding as ints",
+            "a sparse_conv2d.padding overload, as conv2d's"),
     Refusal("unbatched RNN input", ("nn.LSTM", "nn.GRU"),
             r"expected \((T, B, I|B, T, I)\).*got shape \(\d+, \d+\)$",
             "the RNN kernels take (T, B, I) (or (B, T, I) batch_first); torch also takes an "

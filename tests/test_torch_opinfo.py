@@ -21,11 +21,13 @@ import schedules.nn as snn                                   # noqa: E402
 from schedules.conformance import REFUSALS, rule_for         # noqa: E402
 
 ops = torch.ops.tiramisu
+F = torch.nn.functional
 ERRORS = (ValueError, TypeError, RuntimeError)
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
-# samples (variants included) that run: 135 of 279 (48%) when written; raise it as refusal
-# rules go (the goal: >= 90% of the samples torch accepts)
-RAN_AT_LEAST = 135
+# samples (variants included) that run, when written: 135 of the 279 of the ops and modules
+# listed (48.4%), 204 of 435 with the routes derived from conv2d's samples (46.9%); raise it
+# as refusal rules go (the goal: >= 90% of the samples torch accepts)
+RAN_AT_LEAST = 204
 
 
 def _linear(input, weight, bias=None):
@@ -38,18 +40,58 @@ def _linear(input, weight, bias=None):
     return snn.Linear.from_torch(lin)(input)
 
 
+def _pair(v):
+    """An int as a pair, as ``F.conv2d``'s Python binding makes it (the op
+    packets, as ``torch.ops.aten.conv2d``, take lists, or a string padding)."""
+    return [v, v] if isinstance(v, int) else v
+
+
 def _conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """``tiramisu::conv2d`` called as ``F.conv2d`` is: its Python binding
-    makes an int a pair (the op packet, as ``torch.ops.aten.conv2d``, takes
-    lists, or a string padding)."""
-    pair = lambda v: [v, v] if isinstance(v, int) else v                  # noqa: E731
-    return ops.conv2d(input, weight, bias, pair(stride), pair(padding), pair(dilation), groups)
+    """``tiramisu::conv2d`` called as ``F.conv2d`` is."""
+    return ops.conv2d(input, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups)
 
 
-# OpInfo name -> (our target's name, our callable)
-OP_TARGETS = {"nn.functional.conv2d": ("conv2d", _conv2d), "mm": ("gemm", ops.gemm),
-              "matmul": ("matmul", ops.matmul), "bmm": ("matmul", ops.matmul),
-              "nn.functional.linear": ("nn.Linear", _linear)}
+def _sparse_conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """``tiramisu::sparse_conv2d`` on the sample's weight in CSR form (a
+    grouped weight as its dense block-diagonal equivalent, without the zeros
+    off the blocks)."""
+    co, cig, kh, kw = weight.shape
+    dense, per = weight.new_zeros((co, cig * groups, kh, kw)), co // groups
+    for g in range(groups):
+        dense[g * per:(g + 1) * per, g * cig:(g + 1) * cig] = weight[g * per:(g + 1) * per]
+    csr = dense.reshape(co, -1).to_sparse_csr()
+    return ops.sparse_conv2d(input, csr.crow_indices(), csr.col_indices(), csr.values(),
+                             list(dense.shape), bias, _pair(stride), _pair(padding),
+                             _pair(dilation))
+
+
+def _fused(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return ops.conv_relu_maxpool(input, weight, bias, _pair(stride), _pair(padding),
+                                 _pair(dilation), groups, pool=2)
+
+
+def _conv_relu_maxpool(*args, **kwargs):
+    return F.max_pool2d(F.relu(F.conv2d(*args, **kwargs)), 2)
+
+
+def _linear(input, weight, bias=None):
+    """``F.linear`` by ``schedules.nn.Linear`` holding ``weight`` and ``bias``."""
+    lin = torch.nn.Linear(weight.shape[-1], weight.shape[0], bias=bias is not None,
+                          device="meta")
+    lin.weight = torch.nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        lin.bias = torch.nn.Parameter(bias, requires_grad=False)
+    return snn.Linear.from_torch(lin)(input)
+
+
+# (OpInfo name, our target, our callable, torch's when not the OpInfo's op); the targets the
+# brief lists first, then the routes derived from conv2d's samples (reported apart)
+OP_TARGETS = [("nn.functional.conv2d", "conv2d", _conv2d, None), ("mm", "gemm", ops.gemm, None),
+              ("matmul", "matmul", ops.matmul, None), ("bmm", "matmul", ops.matmul, None),
+              ("nn.functional.linear", "nn.Linear", _linear, None),
+              ("nn.functional.conv2d", "sparse_conv2d", _sparse_conv2d, None),
+              ("nn.functional.conv2d", "conv_relu_maxpool", _fused, _conv_relu_maxpool)]
+DERIVED = ("sparse_conv2d", "conv_relu_maxpool")
 MODULES = {torch.nn.Conv2d: snn.Conv2d, torch.nn.Linear: snn.Linear, torch.nn.LSTM: snn.LSTM,
            torch.nn.GRU: snn.GRU}
 
@@ -110,14 +152,13 @@ def _outcome(target, theirs, ours):
 
 
 def _op_samples():
-    for info in op_db:
-        if info.name not in OP_TARGETS or info.variant_test_name:
-            continue
-        target, ours = OP_TARGETS[info.name]
+    infos = {info.name: info for info in op_db if not info.variant_test_name}
+    for name, target, ours, theirs in OP_TARGETS:
+        info = infos[name]
         for s in info.sample_inputs("cpu", torch.float32, requires_grad=False):
             for variant, args, kwargs in _variants((s.input,) + tuple(s.args), s.kwargs):
-                yield (f"{info.name} -> {target}", target, variant,
-                       lambda a=args, k=kwargs, f=info.op: f(*a, **k),
+                yield (f"{name} -> {target}", target, variant,
+                       lambda a=args, k=kwargs, f=theirs or info.op: f(*a, **k),
                        lambda a=args, k=kwargs, f=ours: f(*a, **k))
 
 
@@ -170,8 +211,12 @@ def test_every_sample_matches_torch_or_is_refused_by_a_documented_rule(outcomes)
         why = ", ".join(f"{r} ({mine.count(r)})" for r in refused)
         lines.append(f"{g}: {mine.count('ran')}/{len(mine)} ran"
                      + (f"; refused: {why}" if why else ""))
+    listed = [o for g, _, o in outcomes if not g.endswith(DERIVED)]
     ran = sum(o == "ran" for _, _, o in outcomes)
-    lines.append(f"all: {ran}/{len(outcomes)} = {ran / len(outcomes):.1%} ran")
+    lines.append(f"the ops and modules listed: {listed.count('ran')}/{len(listed)} = "
+                 f"{listed.count('ran') / len(listed):.1%} ran")
+    lines.append(f"all, with the routes derived from conv2d's samples: {ran}/{len(outcomes)} "
+                 f"= {ran / len(outcomes):.1%} ran")
     print("\n".join(lines))
     assert ran >= RAN_AT_LEAST, "\n".join(lines)
 
