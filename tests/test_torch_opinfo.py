@@ -30,16 +30,6 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 RAN_AT_LEAST = 204
 
 
-def _linear(input, weight, bias=None):
-    """``F.linear`` by ``schedules.nn.Linear`` holding ``weight`` and ``bias``."""
-    lin = torch.nn.Linear(weight.shape[-1], weight.shape[0], bias=bias is not None,
-                          device="meta")
-    lin.weight = torch.nn.Parameter(weight, requires_grad=False)
-    if bias is not None:
-        lin.bias = torch.nn.Parameter(bias, requires_grad=False)
-    return snn.Linear.from_torch(lin)(input)
-
-
 def _pair(v):
     """An int as a pair, as ``F.conv2d``'s Python binding makes it (the op
     packets, as ``torch.ops.aten.conv2d``, take lists, or a string padding)."""
@@ -85,7 +75,7 @@ def _linear(input, weight, bias=None):
 
 
 # (OpInfo name, our target, our callable, torch's when not the OpInfo's op); the targets the
-# brief lists first, then the routes derived from conv2d's samples (reported apart)
+# issue lists first, then the routes derived from conv2d's samples (reported apart)
 OP_TARGETS = [("nn.functional.conv2d", "conv2d", _conv2d, None), ("mm", "gemm", ops.gemm, None),
               ("matmul", "matmul", ops.matmul, None), ("bmm", "matmul", ops.matmul, None),
               ("nn.functional.linear", "nn.Linear", _linear, None),
