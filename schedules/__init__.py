@@ -25,8 +25,7 @@ LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 """
 from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
                   conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function, matmul,
-                  sparse_conv2d,
-                  sparse_conv2d_function, sparse_conv_relu_maxpool)
+                  sparse_conv2d, sparse_conv2d_function, sparse_conv_relu_maxpool)
 from .blocks.blis import GemmParams
 from .blocks.blis import default_params as gemm_params
 from .blocks.blis import function as gemm_function
