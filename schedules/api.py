@@ -141,7 +141,14 @@ def matmul(a, b, params: GemmParams | None = None, target=None):
     batch dimension, ``a``'s batch folds into its rows (one GEMM, as
     torch does); else both are broadcast (copied) to one ``(B, N, K) @ (B,
     K, M)`` :func:`batched_gemm`.  ``target="cuda"``: the 2-D and folded
-    products on the GPU (:func:`gemm`)."""
+    products on the GPU (:func:`gemm`).  No autograd here (a tensor that
+    requires grad is refused): ``torch.ops.tiramisu.matmul`` (``import
+    schedules.torch_ops``) has the same semantics and a backward."""
+    grad = A.needing_grad(a, b)
+    if grad:
+        raise RuntimeError("matmul: an argument requires grad and schedules.matmul has no "
+                           "backward; call torch.ops.tiramisu.matmul (import schedules.torch_ops),"
+                           " which has one, or pass .detach()ed tensors")
     A.same_kind((a, b), ("a", "b"))
     if not A.is_torch(a) or a.device.type == "cpu":
         a, b = A.float32_array(a, "a", None), A.float32_array(b, "b", None)

@@ -105,6 +105,14 @@ def test_torch_op_refuses_what_torch_refuses(torch, sa, sb, match):
         torch.ops.tiramisu.matmul(torch.zeros(sa), torch.zeros(sb))
 
 
+def test_schedules_matmul_never_drops_autograd(torch):
+    a = torch.randn(2, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="torch.ops.tiramisu.matmul"):
+        schedules.matmul(a, torch.randn(3))
+    with torch.no_grad():
+        torch.testing.assert_close(schedules.matmul(a, torch.ones(3)), a.sum(1))
+
+
 def test_torch_op_refuses_mixed_and_integer_dtypes(torch):
     with pytest.raises(RuntimeError):
         torch.matmul(torch.zeros(2, 3), torch.zeros(3, dtype=torch.float64))
