@@ -59,6 +59,16 @@ def test_batched_gemm_broadcasts_a_batch_of_one():
         schedules.batched_gemm(_rand((2, 4, 3)), _rand((3, 3, 2)))
 
 
+def test_batched_products_refuse_the_gpu_by_name():
+    """batched_gemm has no CUDA solver: target='cuda' is refused, named
+    (it was a compile error about unmapped loops)."""
+    a, b = _rand((2, 4, 3)), _rand((2, 3, 2), 1)
+    with pytest.raises(ValueError, match="batched_gemm: runs on the CPU only"):
+        schedules.batched_gemm(a, b, target="cuda")
+    with pytest.raises(ValueError, match="batched_gemm: runs on the CPU only"):
+        schedules.matmul(a, b, target="cuda")
+
+
 # ------------------------------------------------------------------ the torch op
 @pytest.fixture(scope="module")
 def torch():
