@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from tiramisu_py.runtime.device_arrays import on_device
-
 from ..core import arrays as A
 from ..core.kernels import target_of, use_cuda
 
@@ -40,8 +38,9 @@ class GemmProblem:
         """``(problem, (a, b))``, checked: float32 matrices (``op`` "gemm") or
         batches (``op`` "batched_gemm"), NumPy or torch of one kind; on the
         GPU (``gpu`` and ``target="cuda"`` or device arrays) device arrays too;
-        without ``gpu`` (no CUDA solver) those are refused, named."""
-        if not gpu and (target_of(target) == "cuda" or on_device(a) or on_device(b)):
+        without ``gpu`` (no CUDA solver) ``target="cuda"`` is refused, named
+        (device arrays are, by the checks of :mod:`schedules.core.arrays`)."""
+        if not gpu and target_of(target) == "cuda":
             raise ValueError(f"{op}: runs on the CPU only (no CUDA solver); pass host arrays "
                              "(NumPy or CPU tensors) and no target='cuda'")
         cuda = gpu and use_cuda(target, a, b, names=("a", "b"))
