@@ -3,7 +3,8 @@ schedules, callable in one line on NumPy arrays or torch tensors.  Uses only
 the public language and scheduling API (no hand-written C)::
 
     schedules.gemm(a, b)                      # Goto/BLIS GEMM
-    schedules.batched_gemm(a, b)
+    schedules.batched_gemm(a, b)              # (B, N, K) @ (B, K, M), a batch of 1 broadcast
+    schedules.matmul(a, b)                    # torch.matmul: 1-D, 2-D, N-D broadcast
     schedules.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                      algo="auto")     # torch.nn.functional.conv2d's signature and defaults
     schedules.conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
@@ -28,7 +29,7 @@ LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 ``gemm``, ``lstm`` and ``gru`` on the GPU.
 """
 from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
-                  conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function,
+                  conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function, matmul,
                   resize_conv_relu_maxpool, sparse_conv2d, sparse_conv2d_function,
                   sparse_conv_relu_maxpool, fold_batchnorm, vgg_block, resnet_block)
 from .blocks.blis import GemmParams
@@ -49,4 +50,4 @@ __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams",
            "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
            "sparse_conv_relu_maxpool", "lstm", "gru", "lstm_function", "gru_function", "RNNWeights",
            "RNN_SCHEDULES", "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function",
-           "prune_magnitude", "fold_batchnorm", "vgg_block", "resnet_block"]
+           "prune_magnitude", "fold_batchnorm", "vgg_block", "resnet_block", "matmul"]

@@ -11,7 +11,7 @@ from .blocks.blis import GemmParams
 from .core import arrays as A
 from .core.find import find
 from .problems.conv import ConvProblem, ConvShape, conv_shape
-from .problems.gemm import GemmProblem
+from .problems.gemm import GemmProblem, MatmulShapes
 from .problems.resize_conv import ResizeConvProblem
 from .problems.rnn import RnnProblem
 from .registry import SOLVERS
@@ -150,9 +150,39 @@ def gemm(a, b, params: GemmParams | None = None, target=None):
 
 
 def batched_gemm(a, b, params: GemmParams | None = None, target=None):
-    """``a @ b`` for float32 (or float64) batches ``(B, N, K) @ (B, K, M)``."""
+    """``a @ b`` for float32 (or float64) batches ``(B, N, K) @ (B, K, M)``
+    (NumPy arrays or CPU torch tensors).  A batch of 1 on either side is
+    broadcast to the other's, as ``torch.matmul`` does for 3-D operands
+    (``torch.bmm`` refuses it); other batch sizes must be equal.  For more
+    batch dimensions, or 2-D and 1-D operands, see :func:`matmul`."""
     p, args = GemmProblem.from_call("batched_gemm", a, b, params, target, gpu=False)
     return _solve("batched_gemm", p, args, "auto", "batched_gemm")
+
+
+def matmul(a, b, params: GemmParams | None = None, target=None):
+    """``torch.matmul(a, b)`` for float32 NumPy arrays or CPU torch tensors
+    (the result has the same kind): 1-D operands (a leading 1 prepended to
+    ``a``, a trailing 1 appended to ``b``, both dropped from the result),
+    2-D ``a @ b`` (:func:`gemm`), and N-D with broadcast batch dimensions
+    (``schedules.problems.gemm.MatmulShapes``).  When ``b`` has no
+    batch dimension, ``a``'s batch folds into its rows (one GEMM, as
+    torch does); else both are broadcast (copied) to one ``(B, N, K) @ (B,
+    K, M)`` :func:`batched_gemm`.  ``target="cuda"``: the 2-D and folded
+    products on the GPU (:func:`gemm`).  No autograd here (a tensor that
+    requires grad is refused): ``torch.ops.tiramisu.matmul`` (``import
+    schedules.torch_ops``) has the same semantics and a backward."""
+    grad = A.needing_grad(a, b)
+    if grad:
+        raise RuntimeError("matmul: an argument requires grad and schedules.matmul has no "
+                           "backward; call torch.ops.tiramisu.matmul (import schedules.torch_ops),"
+                           " which has one, or pass .detach()ed tensors")
+    A.same_kind((a, b), ("a", "b"))
+    if not A.is_torch(a) or a.device.type == "cpu":
+        a, b = A.float32_array(a, "a", None), A.float32_array(b, "b", None)
+    s = MatmulShapes.of(a.shape, b.shape)
+    a2, b2 = s.operands(a, b)
+    out = (gemm if s.folded else batched_gemm)(a2, b2, params, target)
+    return out.reshape(s.out)
 
 
 # ------------------------------------------------------------------ RNNs

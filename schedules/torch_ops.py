@@ -4,6 +4,7 @@ the same argument names, types and defaults; ``algo`` is ours, keyword
 only)::
 
     torch.ops.tiramisu.gemm(self, mat2)                                    # aten::mm
+    torch.ops.tiramisu.matmul(self, other)                                 # aten::matmul
     torch.ops.tiramisu.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1,
                               groups=1, *, algo="auto")                    # aten::conv2d
     torch.ops.tiramisu.conv2d(input, weight, bias=None, stride=1, padding="valid",
@@ -24,7 +25,7 @@ them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
 too, by :meth:`schedules.problems.conv.ConvProblem.from_meta` (RuntimeError
 naming the argument), and an unknown ``algo`` is refused (ValueError).
 Each op has a backward made of compiled kernels, themselves ops
-(``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
+(``gemm`` twice; ``matmul`` twice, summed over broadcast batch dimensions; ``conv2d_grad_input``, ``conv2d_grad_weight``;
 ``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
 ``algo`` there); float64, and float32 shapes those do not take (unequal
@@ -44,6 +45,7 @@ from tiramisu_py.runtime.torch_bridge import contiguous, define
 from . import api
 from .core.kernels import kernel
 from .problems.conv import ConvProblem, ConvShape, padding_of, pair
+from .problems.gemm import MatmulShapes
 from .registry import SOLVERS
 from .solvers import backward as BW
 from .weights.csr import csr_weights
@@ -110,6 +112,51 @@ def _gemm_backward(ctx, g):
 
 gemm = _op("gemm", "(Tensor self, Tensor mat2) -> Tensor", _gemm, _gemm_fake, _gemm_backward,
            _gemm_setup)
+
+
+# ------------------------------------------------------------------ matmul
+def _matmul_shapes(a, b):
+    return MatmulShapes.of(a.shape, b.shape, "tiramisu::matmul", ("self", "other"), torch._check)
+
+
+def _matmul(self, other):
+    """``torch.matmul``: float32 through :func:`schedules.matmul`; float64
+    through ``gemm``'s plain kernel, one product per batch entry."""
+    dt = _dtype("matmul", self, other)
+    s = _matmul_shapes(self, other)
+    if dt == "float32":
+        return api.matmul(contiguous(self), contiguous(other))
+    a, b = s.operands(contiguous(self), contiguous(other))
+    if s.folded:
+        return _gemm(a, b).reshape(s.out)
+    out = self.new_empty((a.shape[0], s.n, s.m))
+    for i in range(a.shape[0]):
+        out[i] = _gemm(a[i], b[i])
+    return out.reshape(s.out)
+
+
+def _matmul_fake(self, other):
+    return self.new_empty(_matmul_shapes(self, other).out)
+
+
+def _matmul_backward(ctx, g):
+    """Through ``matmul`` itself, on the operands with their 1-D sides made
+    2-D: ``dA = dC @ B^T`` and ``dB = A^T @ dC``, summed over the batch
+    dimensions the operand was broadcast along."""
+    a, b = ctx.saved_tensors
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    g2 = g.reshape(_matmul_shapes(a2, b2).out)
+    ga = gb = None
+    if ctx.needs_input_grad[0]:
+        ga = matmul(g2, b2.transpose(-1, -2)).sum_to_size(a2.shape).reshape(a.shape)
+    if ctx.needs_input_grad[1]:
+        gb = matmul(a2.transpose(-1, -2), g2).sum_to_size(b2.shape).reshape(b.shape)
+    return ga, gb
+
+
+matmul = _op("matmul", "(Tensor self, Tensor other) -> Tensor", _matmul, _matmul_fake,
+             _matmul_backward, _gemm_setup)
 
 
 # ------------------------------------------------------------------ conv2d
@@ -474,7 +521,7 @@ lstm = _op("lstm", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=N
 gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None) -> (Tensor, Tensor)",
           _gru, _gru_fake)
 
-OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
+OPS = {"gemm": gemm, "matmul": matmul, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
        "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d,
        "resize_conv_relu_maxpool": resize_conv_relu_maxpool, "lstm": lstm, "gru": gru}

@@ -42,15 +42,15 @@ def refuse_foreign(x, name):
 
 def float32_array(x, name, ndim, dtypes=("float32",)):
     """``x`` (NumPy array or CPU torch tensor) as a C-contiguous float32 array
-    (``dtypes``: the float dtype names accepted) of ``ndim`` dimensions; a
-    clear error names ``name`` otherwise."""
+    (``dtypes``: the float dtype names accepted) of ``ndim`` dimensions (None:
+    any); a clear error names ``name`` otherwise."""
     want = " or ".join(dtypes)
     if is_torch(x):
         if str(x.dtype).replace("torch.", "") not in dtypes:
             raise TypeError(f"{name}: expected a {want} tensor, got {x.dtype}")
         if x.device.type != "cpu":
             raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
-        if x.dim() != ndim:
+        if ndim is not None and x.dim() != ndim:
             raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(x.shape)}")
         return x.contiguous()
     if not isinstance(x, np.ndarray):
@@ -58,9 +58,21 @@ def float32_array(x, name, ndim, dtypes=("float32",)):
         raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
     if x.dtype.name not in dtypes:
         raise TypeError(f"{name}: expected {want}, got {x.dtype}")
-    if x.ndim != ndim:
+    if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
-    return np.ascontiguousarray(x)
+    return x if x.flags.c_contiguous else x.copy(order="C")     # (a 0-d array stays 0-d)
+
+
+def broadcast(x, shape):
+    """``x`` (NumPy or torch) broadcast to ``shape`` (NumPy's and torch's
+    rule), C-contiguous: copied where it stretches, ``x`` itself where its
+    shape is ``shape`` already."""
+    shape = tuple(shape)
+    if tuple(x.shape) == shape:
+        return x
+    if is_torch(x):
+        return x.expand(shape).contiguous()
+    return np.ascontiguousarray(np.broadcast_to(x, shape))
 
 
 def same_kind(args, names):
