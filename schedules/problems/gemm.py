@@ -73,7 +73,7 @@ class GemmProblem:
                 batch = max(batch, nb2)
                 a, b = A.broadcast(a, (batch, n, k)), A.broadcast(b, (batch, k2, m))
         p = cls(op, int(n), int(m), int(k), target_of(target), "cuda" if cuda else "cpu",
-                batch, params, str(a.dtype).replace("torch.", ""))
+                batch, params, "float32" if cuda else str(a.dtype).replace("torch.", ""))
         return p, (a, b)
 
 
