@@ -13,8 +13,8 @@ only)::
                                          # (and .padding: "valid" / "same")
     torch.ops.tiramisu.sparse_conv2d(input, rowptr, colidx, values, weight_size, bias=None,
                                      stride=1, padding=0, dilation=1)  # CSR weight, float32
-    torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0) -> (y, h_n, c_n)  # forward only
-    torch.ops.tiramisu.gru(input, params, num_layers, h0) -> (y, h_n)            # forward only
+    torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0, dropout_masks) -> (y, h_n, c_n)
+    torch.ops.tiramisu.gru(input, params, num_layers, h0, dropout_masks) -> (y, h_n)
 
 ``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
 them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
@@ -22,7 +22,9 @@ too, by :meth:`schedules.problems.conv.ConvProblem.from_meta` (RuntimeError
 naming the argument), and an unknown ``algo`` is refused (ValueError).
 Each op has a backward made of compiled kernels, themselves ops
 (``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
-``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
+``conv_relu_maxpool_grad`` then the two conv ones; ``lstm``/``gru``: the
+forward recomputed keeping every layer's states, then backpropagation through
+time, :mod:`schedules.solvers.rnn_train`), float32 and float64.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
 ``algo`` there); float64, and float32 shapes those do not take (unequal
 stride/padding/dilation pairs, a fused block with groups), run the plain
@@ -43,6 +45,7 @@ from .core.kernels import kernel
 from .problems.conv import ConvProblem, ConvShape, padding_of, pair
 from .registry import SOLVERS
 from .solvers import backward as BW
+from .solvers import rnn_train
 from .weights.csr import csr_weights
 
 NS = "tiramisu"
@@ -224,6 +227,41 @@ def _grad_weight_fake(g, x, weight_size, stride, padding, dilation, groups):
     return g.new_empty(weight_size), g.new_empty((weight_size[0],))
 
 
+def _grad_setup(ctx, inputs, output):
+    g, other, size, *conf = inputs
+    ctx.save_for_backward(g, other)
+    ctx.conf = conf
+
+
+def _grad_input_backward(ctx, u):
+    """The double backward through the input's gradient ``gi = GI(g, W)``
+    (linear in each): ``d/dg = conv2d(u, W)``, ``d/dW = GW(g, u)``."""
+    g, weight = ctx.saved_tensors
+    conf = ctx.conf
+    dg = conv2d(u, weight, None, *conf) if ctx.needs_input_grad[0] else None
+    dw = (conv2d_grad_weight(g, u, list(weight.shape), *conf)[0] if ctx.needs_input_grad[1]
+          else None)
+    return dg, dw, None, None, None, None, None
+
+
+def _grad_weight_backward(ctx, uw, ub):
+    """The double backward through the weights' gradient ``(gw, gb) =
+    GW(g, x)``: ``d/dg = conv2d(x, uw, ub)``, ``d/dx = GI(g, uw)``."""
+    g, x = ctx.saved_tensors
+    conf = ctx.conf
+    co = g.shape[1]
+    if uw is None:
+        uw = g.new_zeros((co, x.shape[1] // conf[3]) + tuple(ctx.kernel_size))
+    dg = conv2d(x, uw, ub, *conf) if ctx.needs_input_grad[0] else None
+    dx = conv2d_grad_input(g, uw, list(x.shape), *conf) if ctx.needs_input_grad[1] else None
+    return dg, dx, None, None, None, None, None
+
+
+def _grad_weight_setup(ctx, inputs, output):
+    _grad_setup(ctx, inputs, output)
+    ctx.kernel_size = list(inputs[2])[2:]
+
+
 _CONF = "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, SymInt groups"
 conv2d = _op("conv2d", f"({_CONV_INT}, *, str algo='auto') -> Tensor",
              _conv2d, _conv2d_fake, _conv2d_backward, _conv2d_setup)
@@ -231,11 +269,12 @@ _op("conv2d.padding", f"({_CONV_STR}, *, str algo='auto') -> Tensor",
     _conv2d_str, _conv2d_str_fake, _conv2d_backward, _conv2d_setup)
 conv2d_grad_input = _op("conv2d_grad_input",
                         f"(Tensor grad, Tensor weight, SymInt[4] input_size, {_CONF}) -> Tensor",
-                        _grad_input, _grad_input_fake)
+                        _grad_input, _grad_input_fake, _grad_input_backward, _grad_setup)
 conv2d_grad_weight = _op("conv2d_grad_weight",
                          f"(Tensor grad, Tensor input, SymInt[4] weight_size, {_CONF}) "
                          "-> (Tensor, Tensor)",
-                         _grad_weight, _grad_weight_fake)
+                         _grad_weight, _grad_weight_fake, _grad_weight_backward,
+                         _grad_weight_setup)
 
 
 # ------------------------------------------------------------------ fused block
@@ -315,10 +354,16 @@ conv_relu_maxpool = _op("conv_relu_maxpool", f"({_CONV_INT}, {_FUSED_KW}) -> Ten
                         _fused, _fused_fake, _fused_backward, _fused_setup)
 _op("conv_relu_maxpool.padding", f"({_CONV_STR}, {_FUSED_KW}) -> Tensor",
     _fused_str, _fused_str_fake, _fused_backward, _fused_setup)
+def _fused_grad_backward(ctx, *_):
+    raise NotImplementedError("tiramisu::conv_relu_maxpool has no double backward (a gradient "
+                              "of its gradient): use conv2d, relu and max_pool2d apart for "
+                              "higher-order gradients (tiramisu::conv2d has one)")
+
+
 conv_relu_maxpool_grad = _op(
     "conv_relu_maxpool_grad",
     f"(Tensor grad, Tensor input, Tensor weight, Tensor bias, {_CONF}, int pool) -> Tensor",
-    _fused_grad, _fused_grad_fake)
+    _fused_grad, _fused_grad_fake, _fused_grad_backward, lambda ctx, inputs, output: None)
 
 # ------------------------------------------------------------------ sparse conv
 def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
@@ -396,37 +441,78 @@ def _rnn_fake(op, x, weights, num_layers, gates):
     return x.new_empty((t, b, h)), x.new_empty((num_layers, b, h))
 
 
-def _lstm(x, weights, num_layers, h0=None, c0=None):
-    _dtype("lstm", x, *weights)
-    y, (hn, cn) = api.lstm(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
-                                       for layer in _rnn_layers("lstm", weights, num_layers)],
-                       None if h0 is None else contiguous(h0).detach(),
-                       None if c0 is None else contiguous(c0).detach())
-    return y, hn, cn
+def _detached(t):
+    return None if t is None else contiguous(t).detach()
 
 
-def _lstm_fake(x, weights, num_layers, h0=None, c0=None):
+def _rnn_impl(op, x, weights, num_layers, h0, c0, dropout_masks):
+    _dtype(op, x, *weights)
+    layers = [[contiguous(w).detach() for w in layer]
+              for layer in _rnn_layers(op, weights, num_layers)]
+    x, h0, c0 = _detached(x), _detached(h0), _detached(c0)
+    if dropout_masks:           # training with dropout: the masks the module drew
+        torch._check(len(dropout_masks) == num_layers - 1,
+                     lambda: f"tiramisu::{op}: dropout_masks: expected num_layers - 1 = "
+                             f"{num_layers - 1} masks, got {len(dropout_masks)}")
+    masks = [_detached(m) for m in dropout_masks] if dropout_masks else None
+    if op == "lstm":
+        y, (hn, cn) = api.lstm(x, layers, h0, c0, dropout_masks=masks)
+        return y, hn, cn
+    y, hn = api.gru(x, layers, h0, dropout_masks=masks)
+    return y, hn, None
+
+
+def _lstm(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
+    return _rnn_impl("lstm", x, weights, num_layers, h0, c0, dropout_masks)
+
+
+def _lstm_fake(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
     y, hn = _rnn_fake("lstm", x, weights, num_layers, 4)
     return y, hn, hn.new_empty(hn.shape)
 
 
-def _gru(x, weights, num_layers, h0=None):
-    _dtype("gru", x, *weights)
-    y, hn = api.gru(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
-                                for layer in _rnn_layers("gru", weights, num_layers)],
-                None if h0 is None else contiguous(h0).detach())
-    return y, hn
+def _gru(x, weights, num_layers, h0=None, dropout_masks=None):
+    return _rnn_impl("gru", x, weights, num_layers, h0, None, dropout_masks)[:2]
 
 
-def _gru_fake(x, weights, num_layers, h0=None):
+def _gru_fake(x, weights, num_layers, h0=None, dropout_masks=None):
     return _rnn_fake("gru", x, weights, num_layers, 3)
 
 
-# forward only: no backward kernels yet (asking for a gradient raises "has no backward")
+def _rnn_setup(ctx, inputs, output):
+    ctx.inputs = inputs
+
+
+def _rnn_backward(op):
+    """The backward of ``tiramisu::lstm`` / ``gru``: the forward recomputed
+    keeping every layer's states, then backpropagation through time
+    (:func:`schedules.solvers.rnn_train.gradients`, compiled kernels)."""
+    def backward(ctx, dy, dhn, dcn=None):
+        x, weights, num_layers, h0 = ctx.inputs[:4]
+        c0 = ctx.inputs[4] if op == "lstm" else None
+        masks = ctx.inputs[-1]
+        layers = _rnn_layers(op, weights, num_layers)
+        dx, dW, dh0, dc0 = rnn_train.gradients(
+            op, _detached(x), [[_detached(w) for w in layer] for layer in layers], _detached(h0),
+            _detached(c0), dy, dhn, dcn, [_detached(m) for m in masks] if masks else None)
+        per = len(layers[0])
+        dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
+        need = ctx.needs_input_grad
+        grads = [torch.from_numpy(dx) if need[0] else None, dws, None,
+                 torch.from_numpy(dh0) if h0 is not None and need[3] else None]
+        if op == "lstm":
+            grads.append(torch.from_numpy(dc0) if c0 is not None and need[4] else None)
+        return tuple(grads + [None if masks is None else [None] * len(masks)])
+    return backward
+
+
+# backward: backpropagation through time in compiled kernels (schedules.solvers.rnn_train)
 lstm = _op("lstm", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
-           "Tensor? c0=None) -> (Tensor, Tensor, Tensor)", _lstm, _lstm_fake)
-gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None) -> (Tensor, Tensor)",
-          _gru, _gru_fake)
+           "Tensor? c0=None, Tensor[]? dropout_masks=None) -> (Tensor, Tensor, Tensor)", _lstm,
+           _lstm_fake, _rnn_backward("lstm"), _rnn_setup)
+gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
+          "Tensor[]? dropout_masks=None) -> (Tensor, Tensor)", _gru, _gru_fake,
+          _rnn_backward("gru"), _rnn_setup)
 
 OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
