@@ -480,7 +480,24 @@ def _gru_fake(x, weights, num_layers, h0=None, dropout_masks=None):
 
 
 def _rnn_setup(ctx, inputs, output):
-    ctx.inputs = inputs
+    """Saves the inputs (``save_for_backward``: changed in place before the
+    backward, they are refused by torch, never used stale)."""
+    x, weights, num_layers, h0, *rest = list(inputs) + [None] * 3
+    masks = rest[1] if len(inputs) == 6 else rest[0]   # (lstm has c0 before the masks)
+    c0 = rest[0] if len(inputs) == 6 else None
+    ctx.num_layers, ctx.has = num_layers, (h0 is not None, c0 is not None, len(masks or ()))
+    ctx.n_weights = len(weights)
+    ctx.save_for_backward(x, *weights, *(t for t in (h0, c0) if t is not None), *(masks or ()))
+
+
+def _rnn_saved(ctx):
+    """``(x, weights, h0, c0, masks)`` as :func:`_rnn_setup` saved them."""
+    saved = list(ctx.saved_tensors)
+    x, weights, rest = saved[0], saved[1:1 + ctx.n_weights], saved[1 + ctx.n_weights:]
+    has_h, has_c, n_masks = ctx.has
+    h0 = rest.pop(0) if has_h else None
+    c0 = rest.pop(0) if has_c else None
+    return x, weights, h0, c0, (rest if n_masks else None)
 
 
 def _rnn_backward(op):
@@ -488,9 +505,8 @@ def _rnn_backward(op):
     keeping every layer's states, then backpropagation through time
     (:func:`schedules.solvers.rnn_train.gradients`, compiled kernels)."""
     def backward(ctx, dy, dhn, dcn=None):
-        x, weights, num_layers, h0 = ctx.inputs[:4]
-        c0 = ctx.inputs[4] if op == "lstm" else None
-        masks = ctx.inputs[-1]
+        x, weights, h0, c0, masks = _rnn_saved(ctx)
+        num_layers = ctx.num_layers
         layers = _rnn_layers(op, weights, num_layers)
         dx, dW, dh0, dc0 = rnn_train.gradients(
             op, _detached(x), [[_detached(w) for w in layer] for layer in layers], _detached(h0),
@@ -502,7 +518,9 @@ def _rnn_backward(op):
                  torch.from_numpy(dh0) if h0 is not None and need[3] else None]
         if op == "lstm":
             grads.append(torch.from_numpy(dc0) if c0 is not None and need[4] else None)
-        return tuple(grads + [None if masks is None else [None] * len(masks)])
+        grads.append(None if masks is None else [None] * len(masks))
+        # one per argument dispatched (torch drops the trailing ones left at their defaults)
+        return tuple(grads[:len(need)])
     return backward
 
 
