@@ -188,12 +188,13 @@ def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, 
         y, hn, cn = rnn_train.run(cell, x, weights, h0, c0, masks, target, schedule, solve)
     else:
         if p_drop or masks:
-            raise ValueError(f"dropout={dropout} in training mode: the training path takes dense "
-                             "weights as lists on the CPU (not CSR, RNNWeights or the GPU)")
+            raise ValueError(f"dropout={dropout} in training mode (or dropout_masks): the training "
+                             "path takes dense weights as lists on the CPU (not CSR, RNNWeights "
+                             "or the GPU)")
         p, args = RnnProblem.from_call(cell, x, weights, h0, c0, sparse, target)
         y, hn, cn = _solve(cell, p, args, schedule, cell, "schedule", repeats=2)
         if grad:                    # no backward kernel for these: a gradient asked raises
-            outs = A.without_backward(f"schedules.{cell} (sparse or GPU)",
+            outs = A.without_backward(f"schedules.{cell} (CSR weights, RNNWeights or the GPU)",
                                       (y, hn) + ((cn,) if cn is not None else ()), grad)
             y, hn, cn = outs[0], outs[1], outs[2] if cn is not None else None
     if unbatched:
