@@ -15,6 +15,7 @@ only)::
                                      stride=1, padding=0, dilation=1)  # CSR weight, float32
     torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0, dropout_masks) -> (y, h_n, c_n)
     torch.ops.tiramisu.gru(input, params, num_layers, h0, dropout_masks) -> (y, h_n)
+    torch.ops.tiramisu.lstm_backward / gru_backward: their backward (an op, for torch.compile)
 
 ``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
 them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
@@ -500,24 +501,74 @@ def _rnn_saved(ctx):
     return x, weights, h0, c0, (rest if n_masks else None)
 
 
+def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
+    """The implementation of ``tiramisu::lstm_backward`` / ``gru_backward``:
+    the forward recomputed keeping every layer's states, then
+    backpropagation through time (:func:`schedules.solvers.rnn_train.gradients`,
+    compiled kernels).  Returns ``(dx, dparams, dh0, dc0)``."""
+    layers = _rnn_layers(op, weights, num_layers)
+    dx, dW, dh0, dc0 = rnn_train.gradients(
+        op, _detached(x), [[_detached(w) for w in layer] for layer in layers], _detached(h0),
+        _detached(c0), *(None if g is None else _detached(g) for g in (dy, dhn, dcn)),
+        [_detached(m) for m in dropout_masks] if dropout_masks else None)
+    per = len(layers[0])
+    dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
+    return torch.from_numpy(dx), dws, torch.from_numpy(dh0), \
+        (torch.from_numpy(dc0) if dc0 is not None else None)
+
+
+def _lstm_backward_impl(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
+                        dropout_masks=None):
+    return _rnn_grads("lstm", grad_y, grad_hn, grad_cn, input, params, num_layers, h0, c0,
+                      dropout_masks)
+
+
+def _gru_backward_impl(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
+    return _rnn_grads("gru", grad_y, grad_hn, None, input, params, num_layers, h0, None,
+                      dropout_masks)[:3]
+
+
+def _rnn_grads_fake(input, params, num_layers):
+    h = params[1].shape[1]
+    states = input.new_empty((num_layers, input.shape[1], h))
+    return input.new_empty(input.shape), [p.new_empty(p.shape) for p in params], states
+
+
+def _lstm_backward_fake(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
+                        dropout_masks=None):
+    dx, dws, dh0 = _rnn_grads_fake(input, params, num_layers)
+    return dx, dws, dh0, dh0.new_empty(dh0.shape)
+
+
+def _gru_backward_fake(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
+    return _rnn_grads_fake(input, params, num_layers)
+
+
+_GRADS = "Tensor? grad_y, Tensor? grad_hn, {c}Tensor input, Tensor[] params, int num_layers, " \
+         "Tensor? h0=None, {c0}Tensor[]? dropout_masks=None"
+lstm_backward = _op("lstm_backward", "(" + _GRADS.format(c="Tensor? grad_cn, ", c0="Tensor? c0=None, ")
+                    + ") -> (Tensor, Tensor[], Tensor, Tensor)", _lstm_backward_impl,
+                    _lstm_backward_fake)
+gru_backward = _op("gru_backward", "(" + _GRADS.format(c="", c0="") + ") -> (Tensor, Tensor[], "
+                   "Tensor)", _gru_backward_impl, _gru_backward_fake)
+
+
 def _rnn_backward(op):
-    """The backward of ``tiramisu::lstm`` / ``gru``: the forward recomputed
-    keeping every layer's states, then backpropagation through time
-    (:func:`schedules.solvers.rnn_train.gradients`, compiled kernels)."""
+    """The backward of ``tiramisu::lstm`` / ``gru``: one op of its own
+    (``lstm_backward`` / ``gru_backward``, so that ``torch.compile`` traces
+    it), given the saved inputs."""
     def backward(ctx, dy, dhn, dcn=None):
         x, weights, h0, c0, masks = _rnn_saved(ctx)
-        num_layers = ctx.num_layers
-        layers = _rnn_layers(op, weights, num_layers)
-        dx, dW, dh0, dc0 = rnn_train.gradients(
-            op, _detached(x), [[_detached(w) for w in layer] for layer in layers], _detached(h0),
-            _detached(c0), dy, dhn, dcn, [_detached(m) for m in masks] if masks else None)
-        per = len(layers[0])
-        dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
-        need = ctx.needs_input_grad
-        grads = [torch.from_numpy(dx) if need[0] else None, dws, None,
-                 torch.from_numpy(dh0) if h0 is not None and need[3] else None]
         if op == "lstm":
-            grads.append(torch.from_numpy(dc0) if c0 is not None and need[4] else None)
+            dx, dws, dh0, dc0 = lstm_backward(dy, dhn, dcn, x, weights, ctx.num_layers, h0, c0,
+                                              masks)
+        else:
+            (dx, dws, dh0), dc0 = gru_backward(dy, dhn, x, weights, ctx.num_layers, h0, masks), None
+        need = ctx.needs_input_grad
+        grads = [dx if need[0] else None, list(dws), None,
+                 dh0 if h0 is not None and need[3] else None]
+        if op == "lstm":
+            grads.append(dc0 if c0 is not None and need[4] else None)
         grads.append(None if masks is None else [None] * len(masks))
         # one per argument dispatched (torch drops the trailing ones left at their defaults)
         return tuple(grads[:len(need)])
@@ -535,4 +586,4 @@ gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=Non
 OPS = {"gemm": gemm, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
        "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d,
-       "lstm": lstm, "gru": gru}
+       "lstm": lstm, "gru": gru, "lstm_backward": lstm_backward, "gru_backward": gru_backward}

@@ -80,6 +80,19 @@ def _api_batch_first(cell, m, x, h0, c0):
     return out[0].transpose(0, 1), hn
 
 
+def _seeded_runs(m, models, x, seed):
+    """Per model: (y, the gradients of m's parameters) of ``sum(y ** 2)``,
+    each run from the same seed (the dropout masks' generator)."""
+    res = []
+    for model in models:
+        m.zero_grad()
+        torch.manual_seed(seed)
+        y = model(x)[0]
+        y.pow(2).sum().backward()
+        res.append((y.detach(), [p.grad.clone() for p in m.parameters()]))
+    return res
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_seeded_dropout_forward_and_backward_equal_torchs(cell):
     """Training-mode dropout between layers: the masks come from torch's
@@ -89,13 +102,7 @@ def test_seeded_dropout_forward_and_backward_equal_torchs(cell):
     m = MODULES[cell](4, 5, 3, dropout=0.4)
     ours = tnn.convert(torch.nn.Sequential(m))[0]
     x = torch.randn(6, 2, 4)
-    res = []
-    for model in (m, ours):
-        m.zero_grad()
-        torch.manual_seed(11)
-        y = model(x)[0]
-        y.pow(2).sum().backward()
-        res.append((y.detach(), [p.grad.clone() for p in m.parameters()]))
+    res = _seeded_runs(m, (m, ours), x, 11)
     torch.testing.assert_close(res[1][0], res[0][0], rtol=1e-5, atol=1e-6)
     for g, w in zip(res[1][1], res[0][1]):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
@@ -216,3 +223,18 @@ def test_converted_seq2seq_trains_like_torch():
     want, got = _train(ref, data), _train(ours, data)
     assert want[-1] < want[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_module_trains_with_dropout_like_torch():
+    """torch.compile(fullgraph=True) of a converted LSTM in training mode:
+    the masks drawn in the module, the backward an op of its own
+    (tiramisu::lstm_backward), gradients equal torch's for a seeded run."""
+    torch.manual_seed(9)
+    m = torch.nn.LSTM(3, 4, 2, dropout=0.3)
+    compiled = torch.compile(tnn.LSTM.from_torch(m), fullgraph=True)
+    x = torch.randn(5, 2, 3)
+    res = _seeded_runs(m, (m, compiled), x, 3)
+    torch._dynamo.reset()
+    torch.testing.assert_close(res[1][0], res[0][0], rtol=1e-5, atol=1e-6)
+    for g, w in zip(res[1][1], res[0][1]):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
