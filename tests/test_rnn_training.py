@@ -238,3 +238,24 @@ def test_compiled_module_trains_with_dropout_like_torch():
     torch.testing.assert_close(res[1][0], res[0][0], rtol=1e-5, atol=1e-6)
     for g, w in zip(res[1][1], res[0][1]):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_numpy_input_with_weights_that_require_grad_keeps_the_graph():
+    """A NumPy x with a module's parameters: the results are tensors that
+    carry the backward (never a NumPy array that silently drops it)."""
+    torch.manual_seed(10)
+    m = torch.nn.GRU(3, 4, 1)
+    x = torch.randn(2, 2, 3)
+    y, _ = schedules.gru(x.numpy(), m.all_weights)
+    assert isinstance(y, torch.Tensor) and y.requires_grad
+    y.sum().backward()
+    want = m.weight_ih_l0.grad.clone()
+    m.zero_grad()
+    m(x)[0].sum().backward()
+    torch.testing.assert_close(want, m.weight_ih_l0.grad, rtol=1e-4, atol=1e-5)
+    y, _ = schedules.gru(x.numpy(), [[w.detach() for w in layer] for layer in m.all_weights])
+    assert isinstance(y, np.ndarray)
+    y, _ = schedules.gru(x.numpy(), m.all_weights, sparse=True)   # CSR: no backward kernel
+    assert isinstance(y, torch.Tensor) and y.requires_grad
+    with pytest.raises(RuntimeError, match="has no backward kernel yet"):
+        y.sum().backward()

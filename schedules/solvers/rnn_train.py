@@ -298,6 +298,14 @@ def gradients(cell, x, weights, h0, c0, dy, dhn, dcn, masks=None, target=None,
 
 
 # ------------------------------------------------------------------ torch level
+def _needing_grad(inputs):
+    """Whether grad mode is on and a torch tensor among ``inputs`` requires grad."""
+    if not any(is_torch(a) for a in inputs):
+        return False
+    import torch
+    return torch.is_grad_enabled() and any(is_torch(a) and a.requires_grad for a in inputs)
+
+
 def run(cell, x, weights, h0, c0, masks=None, target=None, schedule="layer", solve=None):
     """``(y, h_n, c_n)`` (c_n None for the GRU) of x's kind; torch results
     are attached to the inputs that require grad by an autograd node whose
@@ -314,14 +322,14 @@ def run(cell, x, weights, h0, c0, masks=None, target=None, schedule="layer", sol
         train = {"masks": m}
         y, hn, cn = (_array(a, "result") if a is not None else None for a in solve(train))
         saved = train["states"]
-    if not is_torch(x):
+    inputs = [x, h0, c0] + [w for layer in weights for w in layer]
+    grad = _needing_grad(inputs)
+    if not is_torch(x) and not grad:
         return y, hn, cn
     import torch
     outs = [torch.from_numpy(y), torch.from_numpy(hn)] + ([torch.from_numpy(cn)] if cn is not None
                                                           else [])
-    flat = [w for layer in weights for w in layer]
-    inputs = [x, h0, c0] + flat
-    if not torch.is_grad_enabled() or not any(is_torch(a) and a.requires_grad for a in inputs):
+    if not grad:      # (a NumPy x with weights that need grad: tensors, to carry the graph)
         return outs[0], outs[1], outs[2] if cn is not None else None
     per = len(weights[0])
 
