@@ -355,6 +355,13 @@ conv_relu_maxpool = _op("conv_relu_maxpool", f"({_CONV_INT}, {_FUSED_KW}) -> Ten
                         _fused, _fused_fake, _fused_backward, _fused_setup)
 _op("conv_relu_maxpool.padding", f"({_CONV_STR}, {_FUSED_KW}) -> Tensor",
     _fused_str, _fused_str_fake, _fused_backward, _fused_setup)
+def _no_double_backward(op):
+    def backward(ctx, *_):
+        raise NotImplementedError(f"tiramisu::{op} has no double backward (a gradient of its "
+                                  "gradient): compute higher-order gradients with torch's module")
+    return backward
+
+
 def _fused_grad_backward(ctx, *_):
     raise NotImplementedError("tiramisu::conv_relu_maxpool has no double backward (a gradient "
                               "of its gradient): use conv2d, relu and max_pool2d apart for "
@@ -434,12 +441,13 @@ def _rnn_layers(op, weights, num_layers):
 
 def _rnn_fake(op, x, weights, num_layers, gates):
     layers = _rnn_layers(op, weights, num_layers)
-    torch._check(x.dim() == 3, lambda: f"tiramisu::{op}: x must be (T, B, I)")
+    torch._check(x.dim() in (2, 3), lambda: f"tiramisu::{op}: x must be (T, B, I) or unbatched "
+                                            f"(T, I)")
     h = layers[0][1].shape[1]
     torch._check(layers[0][1].shape[0] == gates * h,
                  lambda: f"tiramisu::{op}: w_hh of layer 0 must be ({gates}*H, H)")
-    t, b = x.shape[0], x.shape[1]
-    return x.new_empty((t, b, h)), x.new_empty((num_layers, b, h))
+    batch = tuple(x.shape[1:-1])
+    return x.new_empty((x.shape[0], *batch, h)), x.new_empty((num_layers, *batch, h))
 
 
 def _detached(t):
@@ -507,14 +515,19 @@ def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
     backpropagation through time (:func:`schedules.solvers.rnn_train.gradients`,
     compiled kernels).  Returns ``(dx, dparams, dh0, dc0)``."""
     layers = _rnn_layers(op, weights, num_layers)
+    unbatched = x.dim() == 2            # (T, I): batch 1 in the middle, as the forward
+    batch = (lambda t: None if t is None else _detached(t).unsqueeze(-2)) if unbatched else \
+        (lambda t: None if t is None else _detached(t))       # noqa: E731
     dx, dW, dh0, dc0 = rnn_train.gradients(
-        op, _detached(x), [[_detached(w) for w in layer] for layer in layers], _detached(h0),
-        _detached(c0), *(None if g is None else _detached(g) for g in (dy, dhn, dcn)),
-        [_detached(m) for m in dropout_masks] if dropout_masks else None)
+        op, batch(x), [[_detached(w) for w in layer] for layer in layers], batch(h0), batch(c0),
+        *(batch(g) for g in (dy, dhn, dcn)),
+        [batch(m) for m in dropout_masks] if dropout_masks else None)
     per = len(layers[0])
     dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
-    return torch.from_numpy(dx), dws, torch.from_numpy(dh0), \
-        (torch.from_numpy(dc0) if dc0 is not None else None)
+    out = [torch.from_numpy(a) if a is not None else None for a in (dx, dh0, dc0)]
+    if unbatched:
+        out = [a if a is None else a.squeeze(-2) for a in out]
+    return out[0], dws, out[1], out[2]
 
 
 def _lstm_backward_impl(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
@@ -530,7 +543,7 @@ def _gru_backward_impl(grad_y, grad_hn, input, params, num_layers, h0=None, drop
 
 def _rnn_grads_fake(input, params, num_layers):
     h = params[1].shape[1]
-    states = input.new_empty((num_layers, input.shape[1], h))
+    states = input.new_empty((num_layers, *input.shape[1:-1], h))
     return input.new_empty(input.shape), [p.new_empty(p.shape) for p in params], states
 
 
@@ -546,11 +559,13 @@ def _gru_backward_fake(grad_y, grad_hn, input, params, num_layers, h0=None, drop
 
 _GRADS = "Tensor? grad_y, Tensor? grad_hn, {c}Tensor input, Tensor[] params, int num_layers, " \
          "Tensor? h0=None, {c0}Tensor[]? dropout_masks=None"
+_NO_CONTEXT = lambda ctx, inputs, output: None       # noqa: E731
 lstm_backward = _op("lstm_backward", "(" + _GRADS.format(c="Tensor? grad_cn, ", c0="Tensor? c0=None, ")
                     + ") -> (Tensor, Tensor[], Tensor, Tensor)", _lstm_backward_impl,
-                    _lstm_backward_fake)
+                    _lstm_backward_fake, _no_double_backward("lstm"), _NO_CONTEXT)
 gru_backward = _op("gru_backward", "(" + _GRADS.format(c="", c0="") + ") -> (Tensor, Tensor[], "
-                   "Tensor)", _gru_backward_impl, _gru_backward_fake)
+                   "Tensor)", _gru_backward_impl, _gru_backward_fake, _no_double_backward("gru"),
+                   _NO_CONTEXT)
 
 
 def _rnn_backward(op):

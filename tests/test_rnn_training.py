@@ -163,6 +163,13 @@ def test_op_backward_with_masks_gradcheck():
     mask = torch.empty(3, 2, 3, dtype=torch.float64).bernoulli_(0.5).mul_(2)
     fn = lambda x, *ws: torch.ops.tiramisu.lstm(x, list(ws), 2, dropout_masks=[mask])  # noqa: E731
     assert torch.autograd.gradcheck(fn, (x, *ws))
+    with pytest.raises(NotImplementedError, match="tiramisu::lstm has no double backward"):
+        torch.autograd.gradgradcheck(fn, (x, *ws))
+    # unbatched (T, I) with (L, H) states, as torch's module takes them
+    xu, h0 = x[:, 0].detach().requires_grad_(), torch.randn(2, 3, dtype=torch.float64)
+    fu = lambda x, *ws: torch.ops.tiramisu.lstm(x, list(ws), 2, h0, h0)  # noqa: E731
+    assert fu(xu, *ws)[0].shape == (3, 3) and fu(xu, *ws)[1].shape == (2, 3)
+    assert torch.autograd.gradcheck(fu, (xu, *ws), fast_mode=True)
 
 
 def test_conv2d_double_backward():
