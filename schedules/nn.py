@@ -232,8 +232,9 @@ class _Recurrent(nn.Module):
     def _run(self, x, *state):
         name = type(self).__name__
         if x.dim() not in (2, 3):
-            raise ValueError(f"{name}: input: expected {'(B, T, I) (batch_first=True)' if self.batch_first else '(T, B, I)'}"
-                             f" or unbatched (T, I), got shape {tuple(x.shape)}")
+            batched = "(B, T, I) (batch_first=True)" if self.batch_first else "(T, B, I)"
+            raise ValueError(f"{name}: input: expected {batched} or unbatched (T, I), got shape "
+                             f"{tuple(x.shape)}")
         unbatched = x.dim() == 2
         want = 2 if unbatched else 3
         for s, what in zip(state, ("h0", "c0")):

@@ -560,7 +560,8 @@ def _gru_backward_fake(grad_y, grad_hn, input, params, num_layers, h0=None, drop
 _GRADS = "Tensor? grad_y, Tensor? grad_hn, {c}Tensor input, Tensor[] params, int num_layers, " \
          "Tensor? h0=None, {c0}Tensor[]? dropout_masks=None"
 _NO_CONTEXT = lambda ctx, inputs, output: None       # noqa: E731
-lstm_backward = _op("lstm_backward", "(" + _GRADS.format(c="Tensor? grad_cn, ", c0="Tensor? c0=None, ")
+lstm_backward = _op("lstm_backward",
+                    "(" + _GRADS.format(c="Tensor? grad_cn, ", c0="Tensor? c0=None, ")
                     + ") -> (Tensor, Tensor[], Tensor, Tensor)", _lstm_backward_impl,
                     _lstm_backward_fake, _no_double_backward("lstm"), _NO_CONTEXT)
 gru_backward = _op("gru_backward", "(" + _GRADS.format(c="", c0="") + ") -> (Tensor, Tensor[], "

@@ -180,9 +180,13 @@ def test_conv2d_double_backward():
     x = torch.randn(1, 4, 5, 4, dtype=torch.float64, requires_grad=True)
     w = torch.randn(4, 2, 3, 2, dtype=torch.float64, requires_grad=True)
     b = torch.randn(4, dtype=torch.float64, requires_grad=True)
-    conv = lambda x, w, b: torch.ops.tiramisu.conv2d(x, w, b, [2, 1], [1, 0], [1, 2], 2)  # noqa: E731
+    def conv(x, w, b):
+        return torch.ops.tiramisu.conv2d(x, w, b, [2, 1], [1, 0], [1, 2], 2)
+
+    def fused(x, w):
+        return torch.ops.tiramisu.conv_relu_maxpool(x, w, None, padding=[1, 1])
+
     assert torch.autograd.gradgradcheck(conv, (x, w, b))
-    fused = lambda x, w: torch.ops.tiramisu.conv_relu_maxpool(x, w, None, padding=[1, 1])  # noqa: E731
     w1 = torch.randn(2, 4, 3, 3, dtype=torch.float64, requires_grad=True)
     with pytest.raises(NotImplementedError, match="conv_relu_maxpool has no double backward"):
         torch.autograd.gradgradcheck(fused, (x, w1))

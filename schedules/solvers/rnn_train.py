@@ -239,7 +239,8 @@ def backward(cell, layers, saved, c0, dy, dhn, dcn, masks=None, target=None, sch
     if schedule == "wavefront":
         low = stacked_from(layers)
         n = L - low
-        stack = lambda k: np.ascontiguousarray(np.stack([layers[l][k] for l in range(low, L)]))  # noqa: E731
+        def stack(k):
+            return np.ascontiguousarray(np.stack([layers[l][k] for l in range(low, L)]))
         keep = np.ones((n, T, B, H), dtype)
         for i, l in enumerate(range(low, L)):
             if masks is not None and l > 0:
