@@ -15,7 +15,7 @@ from .problems.gemm import GemmProblem, MatmulShapes
 from .problems.resize_conv import ResizeConvProblem
 from .problems.rnn import RnnProblem
 from .registry import SOLVERS
-from .solvers import conv_fused, conv_sparse
+from .solvers import conv_fused, conv_sparse, rnn_train
 from .solvers.conv_dense import BUILDERS
 from .solvers.rnn_cpu import SCHEDULES
 from .weights.rnn import blocking
@@ -186,30 +186,77 @@ def matmul(a, b, params: GemmParams | None = None, target=None):
 
 
 # ------------------------------------------------------------------ RNNs
-def lstm(x, weights, h0=None, c0=None, *, sparse=False, schedule="auto", target=None):
+def lstm(x, weights, h0=None, c0=None, *, sparse=False, schedule="auto", target=None,
+         dropout=0.0, training=False, dropout_masks=None):
     """``torch.nn.LSTM`` (batch_first=False) forward: returns ``(y, (h_n, c_n))``.
+    ``x`` is (T, B, I), or (T, I) unbatched (then h0/c0 are (L, H) and the
+    results have no batch dimension, as torch's).
     ``weights``: ``module.all_weights`` (or CSR matrices, or :class:`RNNWeights`);
     ``sparse=True`` runs CSR products (exact zeros dropped); ``schedule``:
     "auto" (find step), "layer" or "wavefront" (:mod:`schedules.solvers.rnn_cpu`).
     ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
-    the GPU wavefront of :mod:`schedules.solvers.rnn_cuda` (dense weights)."""
-    grad = A.needing_grad(x, weights, h0, c0)
-    p, args = RnnProblem.from_call("lstm", x, weights, h0, c0, sparse, target)
-    y, hn, cn = _solve("lstm", p, args, schedule, "lstm", "schedule", repeats=2)
-    if grad:                        # no backward kernel yet: a gradient asked of it raises
-        y, hn, cn = A.without_backward("schedules.lstm", (y, hn, cn), grad)
+    the GPU wavefront of :mod:`schedules.solvers.rnn_cuda` (dense weights).
+    Training (:mod:`schedules.solvers.rnn_train`): on torch tensors that
+    require grad the results carry a backward (backpropagation through time
+    in compiled kernels), float64 runs too, and ``dropout`` > 0 with
+    ``training=True`` drops between layers with torch's masks (or the
+    ``dropout_masks`` given, one (T, B, H) per layer but the last, as
+    ``torch.ops.tiramisu.lstm`` takes them); ``schedule`` then also chooses
+    the backward's ("auto": "layer")."""
+    y, hn, cn = _rnn("lstm", x, weights, h0, c0, sparse, schedule, target, dropout, training,
+                     dropout_masks)
     return y, (hn, cn)
 
 
-def gru(x, weights, h0=None, *, sparse=False, schedule="auto", target=None):
+def gru(x, weights, h0=None, *, sparse=False, schedule="auto", target=None, dropout=0.0,
+        training=False, dropout_masks=None):
     """``torch.nn.GRU`` (batch_first=False) forward: returns ``(y, h_n)``.
-    ``target="cuda"`` or device arrays: the GPU wavefront, as :func:`lstm`."""
-    grad = A.needing_grad(x, weights, h0)
-    p, args = RnnProblem.from_call("gru", x, weights, h0, None, sparse, target)
-    y, hn, _ = _solve("gru", p, args, schedule, "gru", "schedule", repeats=2)
-    if grad:
-        y, hn = A.without_backward("schedules.gru", (y, hn), grad)
+    ``target="cuda"`` or device arrays: the GPU wavefront; unbatched input,
+    training and dropout as :func:`lstm`."""
+    y, hn, _ = _rnn("gru", x, weights, h0, None, sparse, schedule, target, dropout, training,
+                    dropout_masks)
     return y, hn
+
+
+def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, masks):
+    """One LSTM/GRU call: unbatched input unsqueezed, then the training path
+    (:func:`schedules.solvers.rnn_train.run`: a gradient may be asked, float64,
+    or dropout) or the library's solvers."""
+    unbatched = rnn_train.unbatched(cell, x, h0, c0)
+    if unbatched:
+        x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
+    p_drop = rnn_train.dropout_p(dropout, training)
+    grad = A.needing_grad(x, weights, h0, c0)
+    trainable = rnn_train.trainable(x, weights, h0, c0, sparse, target)
+    if masks is not None and (p_drop or not isinstance(masks, (list, tuple))
+                              or len(masks) != len(weights) - 1):
+        raise ValueError("dropout_masks: expected a list of one (T, B, H) mask per layer but the "
+                         "last (and no dropout= as well)")
+    if trainable and (grad or p_drop or masks or rnn_train.is_float64(x)):
+        if p_drop and len(weights) > 1:
+            masks = rnn_train.dropout_masks(x, len(weights), weights, p_drop)
+        solve = None
+        if not rnn_train.is_float64(x):      # float32: the library's forward solvers
+            def solve(train):
+                p, args = RnnProblem.from_call(cell, x, weights, h0, c0, False, target)
+                # dropout goes between the layers: layer-major (the backward follows schedule)
+                forward = "layer" if train["masks"] else schedule
+                return _solve(cell, p, args + (train,), forward, cell, "schedule", repeats=2)
+        y, hn, cn = rnn_train.run(cell, x, weights, h0, c0, masks, target, schedule, solve)
+    else:
+        if p_drop or masks:
+            raise ValueError(f"dropout={dropout} in training mode (or dropout_masks): the training "
+                             "path takes dense weights as lists on the CPU (not CSR, RNNWeights "
+                             "or the GPU)")
+        p, args = RnnProblem.from_call(cell, x, weights, h0, c0, sparse, target)
+        y, hn, cn = _solve(cell, p, args, schedule, cell, "schedule", repeats=2)
+        if grad:                    # no backward kernel for these: a gradient asked raises
+            outs = A.without_backward(f"schedules.{cell} (CSR weights, RNNWeights or the GPU)",
+                                      (y, hn) + ((cn,) if cn is not None else ()), grad)
+            y, hn, cn = outs[0], outs[1], outs[2] if cn is not None else None
+    if unbatched:
+        y, hn, cn = (None if a is None else a[:, 0] for a in (y, hn, cn))
+    return y, hn, cn
 
 
 def _rnn_function(cell, T, B, H, layers, schedule, sparse):

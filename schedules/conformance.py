@@ -68,11 +68,6 @@ REFUSALS = (
             "tiramisu::sparse_conv2d has no overload taking padding='valid'/'same' (conv2d's "
             "conv2d.padding); the caller passes the padding as ints",
             "a sparse_conv2d.padding overload, as conv2d's"),
-    Refusal("unbatched RNN input", ("nn.LSTM", "nn.GRU"),
-            r"expected \((T, B, I|B, T, I)\).*got shape \(\d+, \d+\)$",
-            "the RNN kernels take (T, B, I) (or (B, T, I) batch_first); torch also takes an "
-            "unbatched (T, I) input",
-            "issue 30 A2: unbatched LSTM/GRU input (the RNN engineer's part)"),
     Refusal("bidirectional or projected RNN", ("nn.LSTM", "nn.GRU"),
             r"bidirectional and proj_size are not supported",
             "the RNN kernels run one direction without a projection (no kernel written for "

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import schedules.torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
+from schedules.solvers import rnn_train
 from schedules.weights.csr import CSRWeights
 
 ops = torch.ops.tiramisu
@@ -225,8 +226,12 @@ class SparseConv2d(nn.Module):
 
 class _Recurrent(nn.Module):
     """A torch ``nn.LSTM``/``nn.GRU``'s parameters (the same objects) run by
-    ``tiramisu::lstm``/``gru`` (:func:`schedules.lstm`, float32, forward only:
-    no backward kernels yet, asking for a gradient raises)."""
+    ``tiramisu::lstm``/``gru`` (:func:`schedules.lstm`; float32 and float64;
+    trained through backpropagation-through-time kernels).  In training mode
+    with ``dropout`` > 0 the masks between layers are drawn as torch's CPU
+    RNN draws them (:func:`schedules.solvers.rnn_train.dropout_masks`): a
+    seeded run drops what torch drops.  Input ``(T, B, I)`` (``(B, T, I)``
+    with ``batch_first``) or unbatched ``(T, I)``, as torch's."""
 
     _torch = None
 
@@ -249,18 +254,39 @@ class _Recurrent(nn.Module):
     def from_torch(cls, module):
         return cls(module)
 
+    def extra_repr(self):
+        return (f"hidden_size={self.hidden_size}, num_layers={self.num_layers}, "
+                f"batch_first={self.batch_first}, dropout={self.dropout}")
+
     def _run(self, x, *state):
-        if self.training and self.dropout > 0 and self.num_layers > 1:
-            # torch drops between layers in training mode: refused, never ignored
-            raise ValueError(f"{type(self).__name__}: dropout={self.dropout} in training mode is "
-                             "not supported (torch would drop between layers); call .eval(), or "
-                             "convert a module with dropout=0")
-        if self.batch_first:
-            if x.dim() != 3 or min(x.shape[:2]) < 1:    # the caller's shape, not transposed
-                raise ValueError(f"{type(self).__name__}: input: expected (B, T, I) "
-                                 f"(batch_first=True) with B, T >= 1, got shape {tuple(x.shape)}")
+        name = type(self).__name__
+        if x.dim() not in (2, 3):
+            batched = "(B, T, I) (batch_first=True)" if self.batch_first else "(T, B, I)"
+            raise ValueError(f"{name}: input: expected {batched} or unbatched (T, I), got shape "
+                             f"{tuple(x.shape)}")
+        unbatched = x.dim() == 2
+        want = 2 if unbatched else 3
+        for s, what in zip(state, ("h0", "c0")):
+            if s is not None and s.dim() != want:
+                raise ValueError(f"{name}: for {'unbatched 2-D' if unbatched else 'batched 3-D'} "
+                                 f"input, {what} should be {want}-D, got {s.dim()}-D")
+        if unbatched:                   # (T, I) is one sequence of batch 1, time-major
+            x = x.unsqueeze(1)
+            state = tuple(None if s is None else s.unsqueeze(1) for s in state)
+        elif self.batch_first:
+            if min(x.shape[:2]) < 1:    # the caller's shape, not transposed
+                raise ValueError(f"{name}: input: expected (B, T, I) (batch_first=True) with "
+                                 f"B, T >= 1, got shape {tuple(x.shape)}")
             x = x.transpose(0, 1)
-        out = self._op(x, [getattr(self, n) for n in self._names], self.num_layers, *state)
+        weights = [getattr(self, n) for n in self._names]
+        masks = None
+        p = rnn_train.dropout_p(self.dropout, self.training)
+        if p and self.num_layers > 1:   # torch's masks, from torch's generator
+            per = len(weights) // self.num_layers
+            masks = rnn_train.dropout_masks(x, self.num_layers, [weights[:per]], p)
+        out = self._op(x, weights, self.num_layers, *state, dropout_masks=masks)
+        if unbatched:
+            return out[0].squeeze(1), tuple(o.squeeze(1) for o in out[1:])
         y = out[0].transpose(0, 1) if self.batch_first else out[0]
         return y, out[1:]
 
@@ -300,24 +326,36 @@ def _pool_of(mp: nn.MaxPool2d):
     return k
 
 
-def convert(model: nn.Module, fuse=True, algo="auto"):
-    """Replaces, in place, every ``nn.Linear`` and ``nn.Conv2d`` of ``model``
-    by this module's, and (``fuse``) every ``Conv2d, ReLU, MaxPool2d`` run of
-    an ``nn.Sequential`` that the fused block takes by one
-    :class:`ConvReLUMaxPool2d` (the run's modules are renumbered).  Returns
-    ``model``."""
+_CONVERTERS = {nn.Linear: lambda m, algo: Linear.from_torch(m),
+               nn.Conv2d: lambda m, algo: Conv2d.from_torch(m, algo=algo),
+               nn.LSTM: lambda m, algo: LSTM.from_torch(m),
+               nn.GRU: lambda m, algo: GRU.from_torch(m)}
+
+
+def convert(model: nn.Module, fuse=True, algo="auto", report=None, _prefix=""):
+    """Replaces, in place, every ``nn.Linear``, ``nn.Conv2d``, ``nn.LSTM`` and
+    ``nn.GRU`` of ``model`` by this module's, and (``fuse``) every ``Conv2d,
+    ReLU, MaxPool2d`` run of an ``nn.Sequential`` that the fused block takes
+    by one :class:`ConvReLUMaxPool2d` (the run's modules are renumbered).
+    ``report``: a list that receives one ``"name: Torch -> ours"`` line per
+    module converted.  Returns ``model``."""
     if fuse and isinstance(model, nn.Sequential):
         fused = _fused(model, algo)
         model._modules.clear()
         for k, m in enumerate(fused):
             model.add_module(str(k), m)
+            if report is not None and isinstance(m, ConvReLUMaxPool2d):
+                report.append(f"{_prefix}{k}: Conv2d+ReLU+MaxPool2d -> ConvReLUMaxPool2d")
     for name, child in list(model.named_children()):
-        if type(child) is nn.Linear:
-            setattr(model, name, Linear.from_torch(child))
-        elif type(child) is nn.Conv2d:
-            setattr(model, name, Conv2d.from_torch(child, algo=algo))
+        make = _CONVERTERS.get(type(child))
+        if make is not None:
+            new = make(child, algo)
+            setattr(model, name, new)
+            if report is not None:
+                report.append(f"{_prefix}{name}: {type(child).__name__} -> "
+                              f"schedules.nn.{type(new).__name__}")
         else:
-            convert(child, fuse, algo)
+            convert(child, fuse, algo, report, f"{_prefix}{name}.")
     return model
 
 

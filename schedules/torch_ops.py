@@ -17,16 +17,19 @@ only)::
     torch.ops.tiramisu.resize_conv_relu_maxpool(input, size, weight, bias=None, pool=2, *,
                                                 mode="bilinear", stride=1, padding=0,
                                                 dilation=1, algo="auto")  # float32, forward only
-    torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0) -> (y, h_n, c_n)  # forward only
-    torch.ops.tiramisu.gru(input, params, num_layers, h0) -> (y, h_n)            # forward only
+    torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0, dropout_masks) -> (y, h_n, c_n)
+    torch.ops.tiramisu.gru(input, params, num_layers, h0, dropout_masks) -> (y, h_n)
+    torch.ops.tiramisu.lstm_backward / gru_backward: their backward (an op, for torch.compile)
 
 ``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
 them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
 too, by :meth:`schedules.problems.conv.ConvProblem.from_meta` (RuntimeError
 naming the argument), and an unknown ``algo`` is refused (ValueError).
 Each op has a backward made of compiled kernels, themselves ops
-(``gemm`` twice; ``matmul`` twice, summed over broadcast batch dimensions; ``conv2d_grad_input``, ``conv2d_grad_weight``;
-``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
+(``gemm`` twice; ``matmul`` twice, summed over broadcast batch dimensions;
+``conv2d_grad_input``, ``conv2d_grad_weight``; ``conv_relu_maxpool_grad`` then the two conv
+ones; ``lstm``/``gru``: the forward recomputed keeping every layer's states, then
+backpropagation through time, :mod:`schedules.solvers.rnn_train`), float32 and float64.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
 ``algo`` there); float64, and float32 shapes those do not take (unequal
 stride/padding/dilation pairs, a fused block with groups), run the plain
@@ -48,6 +51,7 @@ from .problems.conv import ConvProblem, ConvShape, padding_of, pair
 from .problems.gemm import MatmulShapes
 from .registry import SOLVERS
 from .solvers import backward as BW
+from .solvers import rnn_train
 from .weights.csr import csr_weights
 
 NS = "tiramisu"
@@ -274,6 +278,41 @@ def _grad_weight_fake(g, x, weight_size, stride, padding, dilation, groups):
     return g.new_empty(weight_size), g.new_empty((weight_size[0],))
 
 
+def _grad_setup(ctx, inputs, output):
+    g, other, size, *conf = inputs
+    ctx.save_for_backward(g, other)
+    ctx.conf = conf
+
+
+def _grad_input_backward(ctx, u):
+    """The double backward through the input's gradient ``gi = GI(g, W)``
+    (linear in each): ``d/dg = conv2d(u, W)``, ``d/dW = GW(g, u)``."""
+    g, weight = ctx.saved_tensors
+    conf = ctx.conf
+    dg = conv2d(u, weight, None, *conf) if ctx.needs_input_grad[0] else None
+    dw = (conv2d_grad_weight(g, u, list(weight.shape), *conf)[0] if ctx.needs_input_grad[1]
+          else None)
+    return dg, dw, None, None, None, None, None
+
+
+def _grad_weight_backward(ctx, uw, ub):
+    """The double backward through the weights' gradient ``(gw, gb) =
+    GW(g, x)``: ``d/dg = conv2d(x, uw, ub)``, ``d/dx = GI(g, uw)``."""
+    g, x = ctx.saved_tensors
+    conf = ctx.conf
+    co = g.shape[1]
+    if uw is None:
+        uw = g.new_zeros((co, x.shape[1] // conf[3]) + tuple(ctx.kernel_size))
+    dg = conv2d(x, uw, ub, *conf) if ctx.needs_input_grad[0] else None
+    dx = conv2d_grad_input(g, uw, list(x.shape), *conf) if ctx.needs_input_grad[1] else None
+    return dg, dx, None, None, None, None, None
+
+
+def _grad_weight_setup(ctx, inputs, output):
+    _grad_setup(ctx, inputs, output)
+    ctx.kernel_size = list(inputs[2])[2:]
+
+
 _CONF = "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, SymInt groups"
 conv2d = _op("conv2d", f"({_CONV_INT}, *, str algo='auto') -> Tensor",
              _conv2d, _conv2d_fake, _conv2d_backward, _conv2d_setup)
@@ -281,11 +320,12 @@ _op("conv2d.padding", f"({_CONV_STR}, *, str algo='auto') -> Tensor",
     _conv2d_str, _conv2d_str_fake, _conv2d_backward, _conv2d_setup)
 conv2d_grad_input = _op("conv2d_grad_input",
                         f"(Tensor grad, Tensor weight, SymInt[4] input_size, {_CONF}) -> Tensor",
-                        _grad_input, _grad_input_fake)
+                        _grad_input, _grad_input_fake, _grad_input_backward, _grad_setup)
 conv2d_grad_weight = _op("conv2d_grad_weight",
                          f"(Tensor grad, Tensor input, SymInt[4] weight_size, {_CONF}) "
                          "-> (Tensor, Tensor)",
-                         _grad_weight, _grad_weight_fake)
+                         _grad_weight, _grad_weight_fake, _grad_weight_backward,
+                         _grad_weight_setup)
 
 
 # ------------------------------------------------------------------ fused block
@@ -365,10 +405,23 @@ conv_relu_maxpool = _op("conv_relu_maxpool", f"({_CONV_INT}, {_FUSED_KW}) -> Ten
                         _fused, _fused_fake, _fused_backward, _fused_setup)
 _op("conv_relu_maxpool.padding", f"({_CONV_STR}, {_FUSED_KW}) -> Tensor",
     _fused_str, _fused_str_fake, _fused_backward, _fused_setup)
+def _no_double_backward(op):
+    def backward(ctx, *_):
+        raise NotImplementedError(f"tiramisu::{op} has no double backward (a gradient of its "
+                                  "gradient): compute higher-order gradients with torch's module")
+    return backward
+
+
+def _fused_grad_backward(ctx, *_):
+    raise NotImplementedError("tiramisu::conv_relu_maxpool has no double backward (a gradient "
+                              "of its gradient): use conv2d, relu and max_pool2d apart for "
+                              "higher-order gradients (tiramisu::conv2d has one)")
+
+
 conv_relu_maxpool_grad = _op(
     "conv_relu_maxpool_grad",
     f"(Tensor grad, Tensor input, Tensor weight, Tensor bias, {_CONF}, int pool) -> Tensor",
-    _fused_grad, _fused_grad_fake)
+    _fused_grad, _fused_grad_fake, _fused_grad_backward, lambda ctx, inputs, output: None)
 
 # ------------------------------------------------------------------ sparse conv
 def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
@@ -481,47 +534,166 @@ def _rnn_layers(op, weights, num_layers):
 
 def _rnn_fake(op, x, weights, num_layers, gates):
     layers = _rnn_layers(op, weights, num_layers)
-    torch._check(x.dim() == 3, lambda: f"tiramisu::{op}: x must be (T, B, I)")
+    torch._check(x.dim() in (2, 3), lambda: f"tiramisu::{op}: x must be (T, B, I) or unbatched "
+                                            f"(T, I)")
     h = layers[0][1].shape[1]
     torch._check(layers[0][1].shape[0] == gates * h,
                  lambda: f"tiramisu::{op}: w_hh of layer 0 must be ({gates}*H, H)")
-    t, b = x.shape[0], x.shape[1]
-    return x.new_empty((t, b, h)), x.new_empty((num_layers, b, h))
+    batch = tuple(x.shape[1:-1])
+    return x.new_empty((x.shape[0], *batch, h)), x.new_empty((num_layers, *batch, h))
 
 
-def _lstm(x, weights, num_layers, h0=None, c0=None):
-    _dtype("lstm", x, *weights)
-    y, (hn, cn) = api.lstm(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
-                                       for layer in _rnn_layers("lstm", weights, num_layers)],
-                       None if h0 is None else contiguous(h0).detach(),
-                       None if c0 is None else contiguous(c0).detach())
-    return y, hn, cn
+def _detached(t):
+    return None if t is None else contiguous(t).detach()
 
 
-def _lstm_fake(x, weights, num_layers, h0=None, c0=None):
+def _rnn_impl(op, x, weights, num_layers, h0, c0, dropout_masks):
+    _dtype(op, x, *weights)
+    layers = [[contiguous(w).detach() for w in layer]
+              for layer in _rnn_layers(op, weights, num_layers)]
+    x, h0, c0 = _detached(x), _detached(h0), _detached(c0)
+    if dropout_masks:           # training with dropout: the masks the module drew
+        torch._check(len(dropout_masks) == num_layers - 1,
+                     lambda: f"tiramisu::{op}: dropout_masks: expected num_layers - 1 = "
+                             f"{num_layers - 1} masks, got {len(dropout_masks)}")
+    masks = [_detached(m) for m in dropout_masks] if dropout_masks else None
+    if op == "lstm":
+        y, (hn, cn) = api.lstm(x, layers, h0, c0, dropout_masks=masks)
+        return y, hn, cn
+    y, hn = api.gru(x, layers, h0, dropout_masks=masks)
+    return y, hn, None
+
+
+def _lstm(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
+    return _rnn_impl("lstm", x, weights, num_layers, h0, c0, dropout_masks)
+
+
+def _lstm_fake(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
     y, hn = _rnn_fake("lstm", x, weights, num_layers, 4)
     return y, hn, hn.new_empty(hn.shape)
 
 
-def _gru(x, weights, num_layers, h0=None):
-    _dtype("gru", x, *weights)
-    y, hn = api.gru(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
-                                for layer in _rnn_layers("gru", weights, num_layers)],
-                None if h0 is None else contiguous(h0).detach())
-    return y, hn
+def _gru(x, weights, num_layers, h0=None, dropout_masks=None):
+    return _rnn_impl("gru", x, weights, num_layers, h0, None, dropout_masks)[:2]
 
 
-def _gru_fake(x, weights, num_layers, h0=None):
+def _gru_fake(x, weights, num_layers, h0=None, dropout_masks=None):
     return _rnn_fake("gru", x, weights, num_layers, 3)
 
 
-# forward only: no backward kernels yet (asking for a gradient raises "has no backward")
+def _rnn_setup(ctx, inputs, output):
+    """Saves the inputs (``save_for_backward``: changed in place before the
+    backward, they are refused by torch, never used stale)."""
+    x, weights, num_layers, h0, *rest = list(inputs) + [None] * 3
+    masks = rest[1] if len(inputs) == 6 else rest[0]   # (lstm has c0 before the masks)
+    c0 = rest[0] if len(inputs) == 6 else None
+    ctx.num_layers, ctx.has = num_layers, (h0 is not None, c0 is not None, len(masks or ()))
+    ctx.n_weights = len(weights)
+    ctx.save_for_backward(x, *weights, *(t for t in (h0, c0) if t is not None), *(masks or ()))
+
+
+def _rnn_saved(ctx):
+    """``(x, weights, h0, c0, masks)`` as :func:`_rnn_setup` saved them."""
+    saved = list(ctx.saved_tensors)
+    x, weights, rest = saved[0], saved[1:1 + ctx.n_weights], saved[1 + ctx.n_weights:]
+    has_h, has_c, n_masks = ctx.has
+    h0 = rest.pop(0) if has_h else None
+    c0 = rest.pop(0) if has_c else None
+    return x, weights, h0, c0, (rest if n_masks else None)
+
+
+def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
+    """The implementation of ``tiramisu::lstm_backward`` / ``gru_backward``:
+    the forward recomputed keeping every layer's states, then
+    backpropagation through time (:func:`schedules.solvers.rnn_train.gradients`,
+    compiled kernels).  Returns ``(dx, dparams, dh0, dc0)``."""
+    layers = _rnn_layers(op, weights, num_layers)
+    unbatched = x.dim() == 2            # (T, I): batch 1 in the middle, as the forward
+    batch = (lambda t: None if t is None else _detached(t).unsqueeze(-2)) if unbatched else \
+        (lambda t: None if t is None else _detached(t))       # noqa: E731
+    dx, dW, dh0, dc0 = rnn_train.gradients(
+        op, batch(x), [[_detached(w) for w in layer] for layer in layers], batch(h0), batch(c0),
+        *(batch(g) for g in (dy, dhn, dcn)),
+        [batch(m) for m in dropout_masks] if dropout_masks else None)
+    per = len(layers[0])
+    dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
+    out = [torch.from_numpy(a) if a is not None else None for a in (dx, dh0, dc0)]
+    if unbatched:
+        out = [a if a is None else a.squeeze(-2) for a in out]
+    return out[0], dws, out[1], out[2]
+
+
+def _lstm_backward_impl(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
+                        dropout_masks=None):
+    return _rnn_grads("lstm", grad_y, grad_hn, grad_cn, input, params, num_layers, h0, c0,
+                      dropout_masks)
+
+
+def _gru_backward_impl(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
+    return _rnn_grads("gru", grad_y, grad_hn, None, input, params, num_layers, h0, None,
+                      dropout_masks)[:3]
+
+
+def _rnn_grads_fake(input, params, num_layers):
+    h = params[1].shape[1]
+    states = input.new_empty((num_layers, *input.shape[1:-1], h))
+    return input.new_empty(input.shape), [p.new_empty(p.shape) for p in params], states
+
+
+def _lstm_backward_fake(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
+                        dropout_masks=None):
+    dx, dws, dh0 = _rnn_grads_fake(input, params, num_layers)
+    return dx, dws, dh0, dh0.new_empty(dh0.shape)
+
+
+def _gru_backward_fake(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
+    return _rnn_grads_fake(input, params, num_layers)
+
+
+_GRADS = "Tensor? grad_y, Tensor? grad_hn, {c}Tensor input, Tensor[] params, int num_layers, " \
+         "Tensor? h0=None, {c0}Tensor[]? dropout_masks=None"
+_NO_CONTEXT = lambda ctx, inputs, output: None       # noqa: E731
+lstm_backward = _op("lstm_backward",
+                    "(" + _GRADS.format(c="Tensor? grad_cn, ", c0="Tensor? c0=None, ")
+                    + ") -> (Tensor, Tensor[], Tensor, Tensor)", _lstm_backward_impl,
+                    _lstm_backward_fake, _no_double_backward("lstm"), _NO_CONTEXT)
+gru_backward = _op("gru_backward", "(" + _GRADS.format(c="", c0="") + ") -> (Tensor, Tensor[], "
+                   "Tensor)", _gru_backward_impl, _gru_backward_fake, _no_double_backward("gru"),
+                   _NO_CONTEXT)
+
+
+def _rnn_backward(op):
+    """The backward of ``tiramisu::lstm`` / ``gru``: one op of its own
+    (``lstm_backward`` / ``gru_backward``, so that ``torch.compile`` traces
+    it), given the saved inputs."""
+    def backward(ctx, dy, dhn, dcn=None):
+        x, weights, h0, c0, masks = _rnn_saved(ctx)
+        if op == "lstm":
+            dx, dws, dh0, dc0 = lstm_backward(dy, dhn, dcn, x, weights, ctx.num_layers, h0, c0,
+                                              masks)
+        else:
+            (dx, dws, dh0), dc0 = gru_backward(dy, dhn, x, weights, ctx.num_layers, h0, masks), None
+        need = ctx.needs_input_grad
+        grads = [dx if need[0] else None, list(dws), None,
+                 dh0 if h0 is not None and need[3] else None]
+        if op == "lstm":
+            grads.append(dc0 if c0 is not None and need[4] else None)
+        grads.append(None if masks is None else [None] * len(masks))
+        # one per argument dispatched (torch drops the trailing ones left at their defaults)
+        return tuple(grads[:len(need)])
+    return backward
+
+
+# backward: backpropagation through time in compiled kernels (schedules.solvers.rnn_train)
 lstm = _op("lstm", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
-           "Tensor? c0=None) -> (Tensor, Tensor, Tensor)", _lstm, _lstm_fake)
-gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None) -> (Tensor, Tensor)",
-          _gru, _gru_fake)
+           "Tensor? c0=None, Tensor[]? dropout_masks=None) -> (Tensor, Tensor, Tensor)", _lstm,
+           _lstm_fake, _rnn_backward("lstm"), _rnn_setup)
+gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
+          "Tensor[]? dropout_masks=None) -> (Tensor, Tensor)", _gru, _gru_fake,
+          _rnn_backward("gru"), _rnn_setup)
 
 OPS = {"gemm": gemm, "matmul": matmul, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
        "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d,
-       "resize_conv_relu_maxpool": resize_conv_relu_maxpool, "lstm": lstm, "gru": gru}
+       "resize_conv_relu_maxpool": resize_conv_relu_maxpool, "lstm": lstm, "gru": gru,
+       "lstm_backward": lstm_backward, "gru_backward": gru_backward}

@@ -107,7 +107,7 @@ def test_a_csr_shape_beyond_int64_is_refused():
 def test_batch_first_message_shows_the_callers_shape(cell):
     from schedules import nn as snn
     m = getattr(snn, cell).from_torch(getattr(torch.nn, cell)(4, 5, batch_first=True))
-    for shape in [(2, 3), (2, 3, 4, 1), (0, 3, 4)]:
+    for shape in [(2, 3, 4, 1), (0, 3, 4)]:      # (2, 3) is an unbatched (T, I): see below
         with pytest.raises(ValueError, match=rf"{cell}: input: expected \(B, T, I\) "
                                              rf"\(batch_first=True\).*got shape "
                                              + re.escape(str(shape))):
@@ -115,6 +115,9 @@ def test_batch_first_message_shows_the_callers_shape(cell):
     with pytest.raises(ValueError, match=r"x: input size 7 \(its last dimension\), but "
                                          r"weights\[0\]\[0\] \(w_ih of layer 0\) expects 4"):
         m(torch.randn(2, 3, 7))
+    with pytest.raises(ValueError, match=r"x: input size 3 \(its last dimension\), but "
+                                         r"weights\[0\]\[0\] \(w_ih of layer 0\) expects 4"):
+        m(torch.randn(2, 3))                       # unbatched, as torch takes it
 
 
 def test_batched_gemm_says_which_size_differs():
@@ -136,36 +139,46 @@ def test_winograd_names_the_stride_and_dilation():
 
 def test_lstm_and_gru_never_drop_autograd_silently():
     """``schedules.lstm(x, m.all_weights)`` on parameters that require grad
-    returned ``y.requires_grad=False`` without a word.  There is no backward
-    kernel yet: the forward runs (the README's call), the result is attached
-    to the inputs, and asking for a gradient raises naming the operator
-    (issue 30, item 4)."""
+    returned ``y.requires_grad=False`` without a word.  Now the result
+    carries the backpropagation-through-time kernels' backward (gradients
+    as torch's); the paths with no backward kernel (CSR weights) still
+    attach one that raises, naming the operator (issue 30, item 4)."""
     for cell, make in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
         m = make(4, 6, 2)
         x = torch.randn(3, 2, 4)
         run = getattr(schedules, cell)
-        with torch.no_grad():
-            want = m(x)[0]
+        want = m(x)[0]
         y = run(x, m.all_weights)[0]
         assert y.requires_grad
-        torch.testing.assert_close(y.detach(), want, atol=1e-5, rtol=1e-5)
-        with pytest.raises(RuntimeError, match=rf"schedules.{cell} has no backward kernel yet"):
-            y.sum().backward()
+        torch.testing.assert_close(y.detach(), want.detach(), atol=1e-5, rtol=1e-5)
+        want.sum().backward()
+        torch_grads = [p.grad.clone() for p in m.parameters()]
+        m.zero_grad()
+        y.sum().backward()
+        for got, ref in zip((p.grad for p in m.parameters()), torch_grads):
+            torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
         xg = x.clone().requires_grad_(True)
         with pytest.raises(RuntimeError, match="has no backward kernel yet"):
-            run(xg, [[w.detach() for w in layer] for layer in m.all_weights])[0].sum().backward()
+            run(xg, [[w.detach() for w in layer] for layer in m.all_weights],
+                sparse=True)[0].sum().backward()
         with torch.no_grad():                       # no graph: a plain result
             assert not run(x, m.all_weights)[0].requires_grad
         assert not run(x, [[w.detach() for w in layer] for layer in m.all_weights])[0].requires_grad
 
 
-def test_training_mode_dropout_is_refused_not_ignored():
+def test_training_mode_dropout_follows_torch_and_eval_does_not_drop():
+    """Training-mode dropout was refused as a stopgap; now it drops what
+    torch drops (its generator, its order), and eval mode drops nothing."""
     from schedules import nn as tnn
     m = torch.nn.LSTM(4, 6, 2, dropout=0.3)
     ours = tnn.LSTM.from_torch(m)
     x = torch.randn(3, 2, 4)
-    with pytest.raises(ValueError, match=r"LSTM: dropout=0.3 in training mode is not supported"):
-        ours(x)
+    torch.manual_seed(5)
+    want = m(x)[0]
+    torch.manual_seed(5)
+    torch.testing.assert_close(ours(x)[0], want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"dropout should be a number in range \[0, 1\]"):
+        schedules.lstm(x, m.all_weights, dropout=1.5, training=True)
     ours.eval()
     m.eval()
     with torch.no_grad():

@@ -143,8 +143,11 @@ def _bad(cell, **change):
 
 
 @pytest.mark.parametrize("change, error, message", [
-    (dict(x=np.zeros((3, 2), np.float32)), ValueError, r"x: expected \(T, B, I\)"),
-    (dict(x=np.zeros((3, 2, 4))), TypeError, "x: expected float32"),
+    (dict(x=np.zeros((3, 2, 4, 1), np.float32)), ValueError, r"x: expected \(T, B, I\)"),
+    (dict(x=np.zeros((3, 2), np.float32)), ValueError,      # unbatched x takes (L, H) states
+     r"h0: for unbatched 2-D input x, h0 should be 2-D \(\(layers, H\)\), got shape \(2, 2, 5\)"),
+    (dict(x=np.zeros((3, 2, 4))), TypeError,                # float64 runs, in one dtype
+     r"weights\[0\]\[0\] \(w_ih of layer 0\): expected float64 \(x is float64"),
     (dict(x=np.zeros((0, 2, 4), np.float32)), ValueError, "at least 1"),
     (dict(x=np.zeros((3, 2, 6), np.float32)), ValueError,
      r"x: input size 6 \(its last dimension\), but weights\[0\]\[0\] \(w_ih of layer 0\) "

@@ -173,6 +173,7 @@ def without_backward(what: str, outputs: tuple, inputs: list) -> tuple:
     backward kernel fails clearly instead of the result silently carrying
     none (``requires_grad=False``)."""
     import torch
+    outputs = [torch.as_tensor(o) for o in outputs]     # (NumPy results: tensors, to carry it)
 
     class NoBackward(torch.autograd.Function):
         @staticmethod

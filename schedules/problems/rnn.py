@@ -65,7 +65,8 @@ class RnnProblem:
         torch_in = is_torch(x)
         xa = _numpy(x, "x")
         if xa.ndim != 3:
-            raise ValueError(f"x: expected (T, B, I) (batch_first=False), got shape {xa.shape}")
+            raise ValueError(f"x: expected (T, B, I) (batch_first=False) or unbatched (T, I), got "
+                             f"shape {xa.shape}")
         T, B, I = xa.shape
         if T < 1 or B < 1:
             raise ValueError(f"x: the sequence length and batch must be at least 1, got shape "

@@ -124,8 +124,12 @@ def _pad(a, Hp):
     return out
 
 
-def _forward(W, x, h0, c0, schedule, target):
-    """(y, h_n, c_n) as NumPy arrays."""
+def _forward(W, x, h0, c0, schedule, target, train=None):
+    """(y, h_n, c_n) as NumPy arrays.  ``train`` (training,
+    :mod:`schedules.solvers.rnn_train`): a dict whose ``"masks"`` (None, or
+    one dropout mask per layer but the last: layer-major only) multiply each
+    layer's output, and whose ``"states"`` receives per layer ``(input, h
+    [T + 1][B][H])``, what the backward needs."""
     T, B, _ = x.shape
     L, H = len(W.layers), W.hidden
     blk = W.blocking(B)
@@ -133,6 +137,10 @@ def _forward(W, x, h0, c0, schedule, target):
     h0p, c0p = _pad(h0, Hp), _pad(c0, Hp) if c0 is not None else None
     hn = np.empty((L, B, H), np.float32)
     cn = np.empty((L, B, H), np.float32) if W.cell == "lstm" else None
+    masks = train and train.get("masks")
+    states = None if train is None else train.setdefault("states", [])
+    if states is not None:
+        states.clear()              # (the find step runs a solver more than once)
     seq, first = x, L
     if schedule == "wavefront" and not W.sparse:
         first = W.packed("wavefront", B)["first"]
@@ -141,7 +149,11 @@ def _forward(W, x, h0, c0, schedule, target):
         hn[l] = y[T - 1, :, :H]
         if c is not None:
             cn[l] = c[:, :H]
+        if states is not None:
+            states.append((seq, np.concatenate([h0[l][None], y[:, :, :H]])))
         seq = y if Hp == H else np.ascontiguousarray(y[:, :, :H])
+        if masks and l < L - 1:
+            seq = seq * masks[l]
     if first < L:
         p = W.packed("wavefront", B)
         kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, target)
@@ -153,6 +165,10 @@ def _forward(W, x, h0, c0, schedule, target):
         else:
             h = kern(**args)
         hn[first:] = h[1:, T, :, :H]
+        if states is not None:
+            for i in range(L - first):
+                below = seq if i == 0 else np.ascontiguousarray(h[i, 1:, :, :H])
+                states.append((below, np.ascontiguousarray(h[i + 1, :, :, :H])))
         seq = h[L - first, 1:, :, :H]
     return np.ascontiguousarray(seq), hn, cn
 
@@ -171,8 +187,8 @@ class _Cpu(Solver):
         return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk)
 
     def run(self, p, args):
-        W, x, h0, c0, torch_in = args
-        y, hn, cn = _forward(W, x, h0, c0, self.name, p.target)
+        W, x, h0, c0, torch_in, *train = args
+        y, hn, cn = _forward(W, x, h0, c0, self.name, p.target, *train)
         if torch_in:
             import torch
             y, hn = torch.from_numpy(y), torch.from_numpy(hn)

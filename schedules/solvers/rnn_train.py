@@ -1,0 +1,359 @@
+"""LSTM/GRU training on the CPU: the forward that keeps every layer's states,
+dropout between layers drawn as torch draws it, and backpropagation through
+time with the kernels of :mod:`schedules.blocks.rnn_grad` (float32 and
+float64, ``target`` "llvm" or "cpu").
+
+Layer-major: the layers run bottom up in the forward (layer ``l``'s output,
+times its dropout mask, is layer ``l + 1``'s input) and top down in the
+backward (layer ``l``'s input gradient, times the mask, is layer ``l - 1``'s
+output gradient); within a layer, the reverse-time recurrence is one kernel.
+
+:func:`run` is what ``schedules.lstm`` / ``gru`` call when a gradient may be
+asked (torch inputs that require grad) or the dtype is float64: it returns
+the results attached to the inputs by a ``torch.autograd.Function`` whose
+backward runs :func:`backward`.  :func:`gradients` recomputes the forward
+and runs the backward (the backward of ``torch.ops.tiramisu.lstm`` / ``gru``,
+which keep their schemas' three / two results).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..blocks import rnn_grad
+from ..core.arrays import is_torch
+from ..core.kernels import kernel
+from ..weights.rnn import GATES, TENSORS
+
+DTYPES = ("float32", "float64")
+
+
+def _forward_kernel(cell, T, B, K, H, dtype, target):
+    return kernel(("rnn_train_forward", cell, T, B, K, H, dtype),
+                  lambda: rnn_grad.layer_forward(cell, T, B, K, H, dtype), target)
+
+
+def _backward_kernel(cell, T, B, K, H, dtype, target):
+    return kernel(("rnn_train_backward", cell, T, B, K, H, dtype),
+                  lambda: rnn_grad.layer_backward(cell, T, B, K, H, dtype), target)
+
+
+# ------------------------------------------------------------------ arguments
+def _array(a, name, dtype=None):
+    """A contiguous NumPy array of ``a`` (a NumPy array or CPU tensor,
+    detached); ``dtype``: the dtype it must have."""
+    if is_torch(a):
+        if a.device.type != "cpu":
+            raise ValueError(f"{name}: expected a CPU tensor, got device {a.device}")
+        a = a.detach().contiguous().numpy()
+    elif not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(a).__name__}")
+    if str(a.dtype) not in DTYPES:
+        raise TypeError(f"{name}: expected float32 or float64, got {a.dtype}")
+    if dtype is not None and str(a.dtype) != dtype:
+        raise TypeError(f"{name}: expected {dtype} (x is {dtype}: give x, the weights and the "
+                        f"states one dtype, float32 or float64), got {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
+def check(cell, x, weights, h0, c0):
+    """``(layers, x, h0, c0)`` as NumPy arrays of x's dtype, checked:
+    ``layers`` a list per layer of ``[w_ih, w_hh, b_ih, b_hh]`` (zero biases
+    where none are given), h0/c0 ``(L, B, H)`` (zeros when None)."""
+    G = GATES[cell]
+    xa = _array(x, "x")
+    dtype = str(xa.dtype)
+    if xa.ndim != 3 or min(xa.shape) < 1:
+        raise ValueError(f"x: expected (T, B, I) with T, B, I >= 1, got shape {xa.shape}")
+    T, B, I = xa.shape
+    if not isinstance(weights, (list, tuple)) or not weights:
+        raise TypeError(f"weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
+                        f"b_hh] (like {cell.upper()}.all_weights)")
+    H, layers, K = None, [], I
+    for l, layer in enumerate(weights):
+        if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
+            raise ValueError(f"weights[{l}]: expected [w_ih, w_hh, b_ih, b_hh] or [w_ih, w_hh]")
+        if len(layer) != len(weights[0]):
+            raise ValueError(f"weights[{l}]: every layer must have the same form (with or "
+                             "without biases)")
+        arrs = [_array(m, f"weights[{l}][{k}] ({TENSORS[k]} of layer {l})", dtype)
+                for k, m in enumerate(layer)]
+        if H is None:
+            H = arrs[1].shape[1] if arrs[1].ndim == 2 else -1
+        for k, a in enumerate(arrs):
+            want = ((G * H, K), (G * H, H), (G * H,), (G * H,))[k]
+            if a.shape != want or H < 1:
+                raise ValueError(f"weights[{l}][{k}] ({TENSORS[k]} of layer {l}): expected shape "
+                                 f"{want} ({G} gates x hidden size {H}), got {a.shape}")
+        if len(arrs) == 2:
+            arrs += [np.zeros(G * H, dtype), np.zeros(G * H, dtype)]
+        layers.append(arrs)
+        K = H
+    L = len(layers)
+    states = []
+    for a, name in ((h0, "h0"), (c0, "c0")):
+        if name == "c0" and cell != "lstm":
+            states.append(None)
+            continue
+        if a is None:
+            states.append(np.zeros((L, B, H), dtype))
+            continue
+        a = _array(a, name, dtype)
+        if a.shape != (L, B, H):
+            raise ValueError(f"{name}: expected shape (layers, B, H) = {(L, B, H)}, got {a.shape}")
+        states.append(a)
+    return layers, xa, states[0], states[1]
+
+
+def dropout_masks(x, layers, weights, p):
+    """The masks torch's CPU RNN applies between layers in training mode
+    (``aten::dropout`` on each layer's output (T, B, H) but the last, bottom
+    up: ``empty_like(out).bernoulli_(1 - p).div_(1 - p)``, nothing drawn at
+    ``p == 1``), drawn from torch's default generator: a seeded run gives
+    torch's masks.  Needs torch."""
+    try:
+        import torch
+    except ImportError:
+        raise ValueError("dropout > 0 in training mode draws its masks with torch's generator "
+                         "(as torch.nn.LSTM does): install torch, or pass training=False") from None
+    T, B = x.shape[0], x.shape[1]
+    H = weights[0][1].shape[1]
+    dt = x.dtype if is_torch(x) else getattr(torch, str(x.dtype))
+    if p == 1:
+        return [torch.zeros((T, B, H), dtype=dt) for _ in range(layers - 1)]
+    return [torch.empty((T, B, H), dtype=dt).bernoulli_(1 - p).div_(1 - p)
+            for _ in range(layers - 1)]
+
+
+def dropout_p(dropout, training):
+    """The probability of dropping in this call: ``dropout`` checked (a
+    number in [0, 1], as torch's RNN modules require), 0 unless ``training``."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or \
+            not 0 <= dropout <= 1:
+        raise ValueError(f"dropout should be a number in range [0, 1] representing the "
+                         f"probability of an element being zeroed, got {dropout!r}")
+    if not isinstance(training, bool):
+        raise TypeError(f"training: expected a bool, got {type(training).__name__}")
+    return float(dropout) if training else 0.0
+
+
+def unbatched(cell, x, h0, c0):
+    """Whether ``x`` is an unbatched (T, I) sequence; its states must then be
+    (L, H) (and (L, B, H) for a batched x), as torch requires."""
+    nd = len(getattr(x, "shape", ()))
+    if nd not in (2, 3):
+        return False                    # the problem's parse names the shape
+    want = nd
+    for a, name in ((h0, "h0"), (c0, "c0")):
+        if a is not None and len(getattr(a, "shape", ())) != want:
+            kind = "unbatched 2-D" if nd == 2 else "batched 3-D"
+            raise ValueError(f"{name}: for {kind} input x, {name} should be {want}-D "
+                             f"({'(layers, H)' if nd == 2 else '(layers, B, H)'}), got shape "
+                             f"{tuple(a.shape)}")
+    return nd == 2
+
+
+def is_float64(x):
+    return str(getattr(x, "dtype", "")) in ("float64", "torch.float64")
+
+
+def trainable(x, weights, h0, c0, sparse, target):
+    """Whether the training path takes the call: dense weights as lists of
+    host arrays, not ``sparse``, a CPU target."""
+    from tiramisu_py.runtime.device_arrays import on_device
+    from ..core.kernels import target_of
+    if sparse or target_of(target) == "cuda" or not isinstance(weights, (list, tuple)):
+        return False
+    arrays = [x, h0, c0]
+    for layer in weights:
+        if not isinstance(layer, (list, tuple)):
+            return False
+        arrays += list(layer)
+    return all(a is None or (isinstance(a, np.ndarray) or is_torch(a)) and not on_device(a)
+               for a in arrays)
+
+
+# ------------------------------------------------------------------ NumPy level
+def forward(cell, layers, x, h0, c0, masks=None, target=None):
+    """``(y, h_n, c_n, saved)``: the stack's results and, per layer, its
+    ``(input, h states [T + 1][B][H])`` for :func:`backward`."""
+    T, B, _ = x.shape
+    dtype = str(x.dtype)
+    L, H = len(layers), layers[0][1].shape[1]
+    hn = np.empty((L, B, H), dtype)
+    cn = np.empty((L, B, H), dtype) if cell == "lstm" else None
+    inp, saved = x, []
+    for l, (w_ih, w_hh, b_ih, b_hh) in enumerate(layers):
+        kern = _forward_kernel(cell, T, B, inp.shape[2], H, dtype, target)
+        args = dict(x=inp, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh, h0=h0[l])
+        if cell == "lstm":
+            out = kern(c0=c0[l], **args)
+            h, cn[l] = out["h"], out["c"][T]
+        else:
+            h = kern(**args)
+        hn[l] = h[T]
+        saved.append((inp, h))
+        inp = h[1:]
+        if masks is not None and l < L - 1:
+            inp = inp * masks[l]
+        inp = np.ascontiguousarray(inp)
+    return inp, hn, cn, saved
+
+
+def _wavefront_kernel(cell, L, T, B, H, dtype, target):
+    return kernel(("rnn_train_wavefront_backward", cell, L, T, B, H, dtype),
+                  lambda: rnn_grad.wavefront_backward(cell, L, T, B, H, dtype), target)
+
+
+def stacked_from(layers):
+    """The first layer of the wavefront's stack (the layers of input size H)."""
+    return 0 if layers[0][0].shape[1] == layers[0][1].shape[1] else 1
+
+
+def check_schedule(schedule, layers):
+    """"layer" or "wavefront" for the backward ("auto": "layer"), refused
+    as the forward's solvers refuse it."""
+    if schedule in ("auto", "layer"):
+        return "layer"
+    if schedule != "wavefront":
+        raise ValueError(f"schedule must be 'auto', 'layer' or 'wavefront', got {schedule!r}")
+    if len(layers) - stacked_from(layers) < 2:
+        raise ValueError("schedule='wavefront' needs at least two stacked layers of input size H "
+                         "and dense weights; use 'layer'")
+    return schedule
+
+
+def backward(cell, layers, saved, c0, dy, dhn, dcn, masks=None, target=None, schedule="layer"):
+    """``(dx, [[dw_ih, dw_hh, db_ih, db_hh] per layer], dh0, dc0)`` from the
+    gradients of ``y`` (T, B, H), ``h_n`` and ``c_n`` (L, B, H).
+    ``schedule``: "layer" (a kernel per layer, top down) or "wavefront" (the
+    stacked layers of input size H in one skewed kernel, then layer 0
+    layer-major when its input size differs)."""
+    L = len(layers)
+    T, B, H = dy.shape
+    dtype = str(dy.dtype)
+    G = GATES[cell]
+    dW = [None] * L
+    dh0 = np.empty((L, B, H), dtype)
+    dc0 = np.empty((L, B, H), dtype) if cell == "lstm" else None
+    low = L
+    if schedule == "wavefront":
+        low = stacked_from(layers)
+        n = L - low
+        def stack(k):
+            return np.ascontiguousarray(np.stack([layers[l][k] for l in range(low, L)]))
+        keep = np.ones((n, T, B, H), dtype)
+        for i, l in enumerate(range(low, L)):
+            if masks is not None and l > 0:
+                keep[i] = masks[l - 1]
+        args = dict(x=np.stack([saved[l][0] for l in range(low, L)]),
+                    h=np.stack([saved[l][1] for l in range(low, L)]),
+                    w_ih=stack(0), w_hh=stack(1), b_ih=stack(2), b_hh=stack(3), keep=keep,
+                    dy=np.ascontiguousarray(dy), dh_n=np.ascontiguousarray(dhn[low:]))
+        if cell == "lstm":
+            args.update(c0=np.ascontiguousarray(c0[low:]), dc_n=np.ascontiguousarray(dcn[low:]))
+        out = _wavefront_kernel(cell, n, T, B, H, dtype, target)(**args)
+        for i, l in enumerate(range(low, L)):
+            dW[l] = [out["dw_ih"][i].reshape(G * H, H), out["dw_hh"][i].reshape(G * H, H),
+                     out["db_ih"][i].reshape(G * H), out["db_hh"][i].reshape(G * H)]
+        dh0[low:] = out["dH"][:, T]
+        if dc0 is not None:
+            dc0[low:] = out["dC"][:, T]
+        dy = out["dys"][0]
+    for l in reversed(range(low)):
+        (w_ih, w_hh, b_ih, b_hh), (inp, h) = layers[l], saved[l]
+        K = inp.shape[2]
+        kern = _backward_kernel(cell, T, B, K, H, dtype, target)
+        args = dict(x=inp, h=h, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh,
+                    dy=np.ascontiguousarray(dy), dh_n=dhn[l])
+        if cell == "lstm":
+            args.update(c0=c0[l], dc_n=dcn[l])
+        out = kern(**args)
+        dW[l] = [out["dw_ih"].reshape(G * H, K), out["dw_hh"].reshape(G * H, H),
+                 out["db_ih"].reshape(G * H), out["db_hh"].reshape(G * H)]
+        dh0[l] = out["dH"][T]
+        if dc0 is not None:
+            dc0[l] = out["dC"][T]
+        dy = out["dx"]
+        if masks is not None and l > 0:
+            dy = dy * masks[l - 1]
+    return dy, dW, dh0, dc0
+
+
+def _zeros_or(g, shape, dtype):
+    return np.zeros(shape, dtype) if g is None else _array(g, "grad", dtype)
+
+
+def gradients(cell, x, weights, h0, c0, dy, dhn, dcn, masks=None, target=None,
+              schedule="layer"):
+    """The gradients of the stack's inputs (NumPy), recomputing the forward:
+    ``(dx, dW, dh0, dc0)`` as :func:`backward`; ``dy``/``dhn``/``dcn`` may be
+    None (zero)."""
+    layers, xa, h0a, c0a = check(cell, x, weights, h0, c0)
+    schedule = check_schedule(schedule, layers)
+    m = None if not masks else [_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+    y, hn, _, saved = forward(cell, layers, xa, h0a, c0a, m, target)
+    dt = str(xa.dtype)
+    return backward(cell, layers, saved, c0a, _zeros_or(dy, y.shape, dt),
+                    _zeros_or(dhn, hn.shape, dt), _zeros_or(dcn, hn.shape, dt), m, target,
+                    schedule)
+
+
+# ------------------------------------------------------------------ torch level
+def _needing_grad(inputs):
+    """Whether grad mode is on and a torch tensor among ``inputs`` requires grad."""
+    if not any(is_torch(a) for a in inputs):
+        return False
+    import torch
+    return torch.is_grad_enabled() and any(is_torch(a) and a.requires_grad for a in inputs)
+
+
+def run(cell, x, weights, h0, c0, masks=None, target=None, schedule="layer", solve=None):
+    """``(y, h_n, c_n)`` (c_n None for the GRU) of x's kind; torch results
+    are attached to the inputs that require grad by an autograd node whose
+    backward runs :func:`backward` on the states the forward kept.
+    ``solve(train)``: the library's forward (float32), returning ``(y, h_n,
+    c_n)`` and filling ``train["states"]`` (``train["masks"]`` between the
+    layers); without it, the plain kernels of :func:`forward`."""
+    layers, xa, h0a, c0a = check(cell, x, weights, h0, c0)
+    schedule = check_schedule(schedule, layers)
+    m = None if not masks else [_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+    if solve is None:
+        y, hn, cn, saved = forward(cell, layers, xa, h0a, c0a, m, target)
+    else:
+        train = {"masks": m}
+        y, hn, cn = (_array(a, "result") if a is not None else None for a in solve(train))
+        saved = train["states"]
+    inputs = [x, h0, c0] + [w for layer in weights for w in layer]
+    grad = _needing_grad(inputs)
+    if not is_torch(x) and not grad:
+        return y, hn, cn
+    import torch
+    outs = [torch.from_numpy(y), torch.from_numpy(hn)] + ([torch.from_numpy(cn)] if cn is not None
+                                                          else [])
+    if not grad:      # (a NumPy x with weights that need grad: tensors, to carry the graph)
+        return outs[0], outs[1], outs[2] if cn is not None else None
+    per = len(weights[0])
+
+    class RecurrentBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *_):
+            return tuple(outs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            dt = str(xa.dtype)
+            g = [_zeros_or(None if a is None else a.detach().numpy(), o.shape, dt)
+                 for a, o in zip(grads, outs)]
+            dx, dW, dh0, dc0 = backward(cell, layers, saved, c0a, g[0], g[1],
+                                        g[2] if cell == "lstm" else None, m, target,
+                                        schedule)
+            res = [torch.from_numpy(dx), torch.from_numpy(dh0),
+                   torch.from_numpy(dc0) if dc0 is not None else None]
+            for layer in dW:
+                res += [torch.from_numpy(a) for a in layer[:per]]
+            return tuple(r if is_torch(a) and a.requires_grad else None
+                         for r, a in zip(res, inputs))
+
+    tensors = [a if is_torch(a) else torch.empty(0) for a in inputs]
+    res = RecurrentBackward.apply(*tensors)
+    return res[0], res[1], res[2] if cn is not None else None
