@@ -12,12 +12,16 @@ only)::
                                          dilation=1, groups=1, *, pool=2, algo="auto")
                                          # (and .padding: "valid" / "same")
     torch.ops.tiramisu.sparse_conv2d(input, rowptr, colidx, values, weight_size, bias=None,
-                                     stride=1, padding=0, dilation=1)  # CSR weight, float32
+                                     stride=1, padding=0, dilation=1, groups=1)  # CSR, float32
     torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0) -> (y, h_n, c_n)  # forward only
     torch.ops.tiramisu.gru(input, params, num_layers, h0) -> (y, h_n)            # forward only
 
 ``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
-them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
+them (``[2]`` is ``[2, 2]``); the input NCHW or unbatched CHW (the result
+then CHW); ``padding="same"`` with an odd total padded as aten pads it (a
+copy of the input with the extra zeros below and right, then
+``total // 2`` on each side; the gradient cropped back); an input of 0
+channels gives aten's result of 0 channels; every argument aten refuses is refused here
 too, by :meth:`schedules.problems.conv.ConvProblem.from_meta` (RuntimeError
 naming the argument), and an unknown ``algo`` is refused (ValueError).
 Each op has a backward made of compiled kernels, themselves ops
@@ -25,7 +29,7 @@ Each op has a backward made of compiled kernels, themselves ops
 ``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
 ``algo`` there); float64, and float32 shapes those do not take (unequal
-stride/padding/dilation pairs, a fused block with groups), run the plain
+stride/padding/dilation pairs), run the plain
 kernels of :mod:`schedules.solvers.backward`, whatever ``algo``.
 
 Adding an op is one :func:`_op` call: a schema, an implementation, a fake
@@ -40,7 +44,7 @@ from tiramisu_py.runtime.torch_bridge import contiguous, define
 
 from . import api
 from .core.kernels import kernel
-from .problems.conv import ConvProblem, ConvShape, padding_of, pair
+from .problems.conv import ConvProblem, ConvShape, padding_of, pair, same_extra
 from .registry import SOLVERS
 from .solvers import backward as BW
 from .weights.csr import csr_weights
@@ -70,6 +74,12 @@ def _conv(op, xshape, wshape, stride, padding, dilation, groups):
     SymInts), checked."""
     return ConvProblem.from_meta(op, xshape, wshape, stride, padding, dilation, groups,
                                  check=torch._check)
+
+
+def _out(x, s: ConvShape, pool=1):
+    """The result's shape for input ``x`` (CHW unbatched: no batch axis)."""
+    shape = (s.n, s.co if s.ci else 0, s.ho // pool, s.wo // pool)
+    return shape[1:] if x.dim() == 3 else shape
 
 
 def _square(s: ConvShape):
@@ -127,13 +137,34 @@ def _algo(op, algo):
 
 
 def _str_padding(op, weight, stride, padding, dilation):
-    """aten's ``conv2d.padding``: "valid" or "same" as a (height, width)
-    list (:func:`schedules.problems.conv.padding_of`: "same" needs stride 1
-    and an even total padding)."""
+    """aten's ``conv2d.padding``: "valid" or "same" as ``(pads, extra)``: a
+    (height, width) list padded on both sides and the zeros added below and
+    right first (:func:`schedules.problems.conv.padding_of`,
+    :func:`~schedules.problems.conv.same_extra`: "same" needs stride 1)."""
     st, dl = (pair(v, name, 1, f"tiramisu::{op}") for v, name in ((stride, "stride"),
                                                                  (dilation, "dilation")))
-    p = padding_of(padding, weight.shape[2], weight.shape[3], st, dl, f"tiramisu::{op}")
-    return list(p) if isinstance(p, tuple) else [p, p]
+    kh, kw = weight.shape[2], weight.shape[3]
+    p = padding_of(padding, kh, kw, st, dl, f"tiramisu::{op}")
+    return (list(p) if isinstance(p, tuple) else [p, p]), same_extra(padding, kh, kw, dl)
+
+
+def _pad_extra(x, extra):
+    """``x`` with torch's extra "same" zeros below and right (a copy), or itself."""
+    return torch.nn.functional.pad(x, (0, extra[1], 0, extra[0])) if any(extra) else x
+
+
+def _grads(ctx, g, x, weight_shape, run):
+    """``run(g, x)`` of a conv op's backward on NCHW ``g`` and ``x`` (padded
+    as the forward padded it: ``ctx.extra``), its input gradient cropped and
+    unbatched back to ``x``'s shape; an input of 0 channels: zeros."""
+    if x.shape[-3] == 0:
+        return x.new_zeros(x.shape), x.new_zeros(weight_shape), x.new_zeros(weight_shape[:1])
+    x4 = _pad_extra(x if x.dim() == 4 else x[None], ctx.extra)
+    gx, gw, gb = run(g if g.dim() == 4 else g[None], x4)
+    if gx is not None:
+        gx = gx[..., :x.shape[-2], :x.shape[-1]]
+        gx = gx if x.dim() == 4 else gx[0]
+    return gx, gw, gb
 
 
 def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
@@ -142,6 +173,10 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
     _algo("conv2d", algo)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
+    if s.ci == 0 or s.n == 0:                     # aten's empty result
+        return x.new_zeros(_out(x, s))
+    if x.dim() == 3:
+        return _conv2d(x[None], weight, bias, stride, padding, dilation, groups, algo=algo)[0]
     if dt == "float32" and _square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
                           dilation=s.dh, groups=groups, algo=algo)
@@ -152,50 +187,55 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
 def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                  groups=1, *, algo="auto"):
     s = _conv("conv2d", input.shape, weight.shape, stride, padding, dilation, groups)
-    return input.new_empty((s.n, s.co, s.ho, s.wo))
+    return input.new_empty(_out(input, s))
 
 
 def _conv2d_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                 groups=1, *, algo="auto"):
-    return _conv2d(input, weight, bias, stride,
-                   _str_padding("conv2d", weight, stride, padding, dilation), dilation, groups,
+    pads, extra = _str_padding("conv2d", weight, stride, padding, dilation)
+    return _conv2d(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
                    algo=algo)
 
 
 def _conv2d_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                      groups=1, *, algo="auto"):
-    return _conv2d_fake(input, weight, bias, stride,
-                        _str_padding("conv2d", weight, stride, padding, dilation), dilation,
-                        groups)
+    pads, extra = _str_padding("conv2d", weight, stride, padding, dilation)
+    return _conv2d_fake(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups)
 
 
 def _conv_args(op, inputs, keyword_only_inputs):
-    """``(input, weight, bias, [stride, padding, dilation, groups])`` of a
-    conv op's call (torch hands setup_context the positional arguments
-    given, the defaults left out), padding as a (height, width) list."""
+    """``(input, weight, bias, [stride, padding, dilation, groups], extra)``
+    of a conv op's call (torch hands setup_context the positional arguments
+    given, the defaults left out), padding as a (height, width) list and
+    ``extra`` the uneven "same" zeros (:func:`_str_padding`)."""
     x, weight, bias = (list(inputs[:3]) + [None])[:3]
     given = dict(zip(("stride", "padding", "dilation", "groups"), inputs[3:]))
     conf = {k: given.get(k, v) for k, v in _CONV_DEFAULTS.items()}
     st, pd, dl, g = (conf[k] for k in ("stride", "padding", "dilation", "groups"))
+    extra = (0, 0)
     if isinstance(pd, str):
-        pd = _str_padding(op, weight, st, pd, dl)
+        pd, extra = _str_padding(op, weight, st, pd, dl)
     lists = [list(v) * (2 if len(v) == 1 else 1) for v in (st, pd, dl)]
-    return x, weight, bias, lists + [g]
+    return x, weight, bias, lists + [g], extra
 
 
 def _conv2d_setup(ctx, inputs, keyword_only_inputs, output):
-    x, weight, bias, ctx.conf = _conv_args("conv2d", inputs, keyword_only_inputs)
+    x, weight, bias, ctx.conf, ctx.extra = _conv_args("conv2d", inputs, keyword_only_inputs)
     ctx.save_for_backward(x, weight)
     ctx.has_bias, ctx.n_inputs = bias is not None, len(inputs)
 
 
 def _conv2d_backward(ctx, g):
     x, weight = ctx.saved_tensors
-    gx = gw = gb = None
-    if ctx.needs_input_grad[0]:
-        gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
-    if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-        gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf)
+
+    def run(g, x):
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
+        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+            gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf)
+        return gx, gw, gb
+    gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
     return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
@@ -245,8 +285,14 @@ def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1,
     _algo("conv_relu_maxpool", algo)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
-    if dt == "float32" and _square(s) and s.groups == 1:
-        return api.conv_relu_maxpool(x, weight, bias, s.sh, s.ph, s.dh, pool=pool, algo=algo)
+    if s.n == 0:
+        return x.new_zeros(_out(x, s, pool))
+    if x.dim() == 3:
+        return _fused(x[None], weight, bias, stride, padding, dilation, groups, pool=pool,
+                      algo=algo)[0]
+    if dt == "float32" and _square(s):
+        return api.conv_relu_maxpool(x, weight, bias, s.sh, s.ph, s.dh, groups, pool=pool,
+                                     algo=algo)
     bias = x.new_zeros((s.co,)) if bias is None else bias
     return _kernel(("fused", s, pool, dt), lambda: BW.fused_forward(s, pool, dt))(
         data=x, weight=weight, bias=bias)
@@ -254,6 +300,9 @@ def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1,
 
 def _fused_conv(x, weight, stride, padding, dilation, groups, pool):
     s = _conv("conv_relu_maxpool", x.shape, weight.shape, stride, padding, dilation, groups)
+    torch._check(s.ci != 0, lambda: "tiramisu::conv_relu_maxpool: input has no channel: the "
+                                    "convolution's result has none, and torch's max_pool2d "
+                                    "refuses an input of 0 channels")
     torch._check(1 <= pool <= min(s.ho, s.wo),
                  lambda: f"tiramisu::conv_relu_maxpool: pool must be in [1, {min(s.ho, s.wo)}], "
                          f"got {pool}")
@@ -263,25 +312,26 @@ def _fused_conv(x, weight, stride, padding, dilation, groups, pool):
 def _fused_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                 groups=1, *, pool=2, algo="auto"):
     s = _fused_conv(input, weight, stride, padding, dilation, groups, pool)
-    return input.new_empty((s.n, s.co, s.ho // pool, s.wo // pool))
+    return input.new_empty(_out(input, s, pool))
 
 
 def _fused_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                groups=1, *, pool=2, algo="auto"):
-    return _fused(input, weight, bias, stride,
-                  _str_padding("conv_relu_maxpool", weight, stride, padding, dilation), dilation,
-                  groups, pool=pool, algo=algo)
+    pads, extra = _str_padding("conv_relu_maxpool", weight, stride, padding, dilation)
+    return _fused(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
+                  pool=pool, algo=algo)
 
 
 def _fused_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                     groups=1, *, pool=2, algo="auto"):
-    return _fused_fake(input, weight, bias, stride,
-                       _str_padding("conv_relu_maxpool", weight, stride, padding, dilation),
-                       dilation, groups, pool=pool)
+    pads, extra = _str_padding("conv_relu_maxpool", weight, stride, padding, dilation)
+    return _fused_fake(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
+                       pool=pool)
 
 
 def _fused_setup(ctx, inputs, keyword_only_inputs, output):
-    x, weight, bias, ctx.conf = _conv_args("conv_relu_maxpool", inputs, keyword_only_inputs)
+    x, weight, bias, ctx.conf, ctx.extra = _conv_args("conv_relu_maxpool", inputs,
+                                                       keyword_only_inputs)
     ctx.has_bias, ctx.n_inputs = bias is not None, len(inputs)
     ctx.save_for_backward(x, weight, x.new_zeros((weight.shape[0],)) if bias is None else bias)
     ctx.pool = keyword_only_inputs.get("pool", 2)
@@ -289,11 +339,16 @@ def _fused_setup(ctx, inputs, keyword_only_inputs, output):
 
 def _fused_backward(ctx, g):
     x, weight, bias = ctx.saved_tensors
-    gz = conv_relu_maxpool_grad(g, x, weight, bias, *ctx.conf, ctx.pool)
-    gx = conv2d_grad_input(gz, weight, list(x.shape), *ctx.conf) if ctx.needs_input_grad[0] else None
-    gw = gb = None
-    if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-        gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf)
+
+    def run(g, x):
+        gz = conv_relu_maxpool_grad(g, x, weight, bias, *ctx.conf, ctx.pool)
+        gx = (conv2d_grad_input(gz, weight, list(x.shape), *ctx.conf)
+              if ctx.needs_input_grad[0] else None)
+        gw = gb = None
+        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+            gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf)
+        return gx, gw, gb
+    gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
     return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
@@ -307,7 +362,7 @@ def _fused_grad(g, x, weight, bias, stride, padding, dilation, groups, pool):
 
 def _fused_grad_fake(g, x, weight, bias, stride, padding, dilation, groups, pool):
     s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
-    return x.new_empty((s.n, s.co, s.ho, s.wo))
+    return x.new_empty(_out(x, s))
 
 
 _FUSED_KW = "*, int pool=2, str algo='auto'"
@@ -322,20 +377,21 @@ conv_relu_maxpool_grad = _op(
 
 # ------------------------------------------------------------------ sparse conv
 def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
-                   padding=(0, 0), dilation=(1, 1)):
+                   padding=(0, 0), dilation=(1, 1), groups=1):
     _dtype("sparse_conv2d", x, values, bias)
-    _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, 1)
+    _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, groups)
     if values.dtype != torch.float32:
         raise TypeError("tiramisu::sparse_conv2d: the sparse kernel is float32 only, got "
                         f"{values.dtype}")
     csr = csr_weights(rowptr, colidx, values, tuple(weight_size))     # converted once per weight
-    return api.sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding), tuple(dilation))
+    return api.sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding),
+                             tuple(dilation), groups)
 
 
 def _sparse_conv2d_fake(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
-                        padding=(0, 0), dilation=(1, 1)):
-    s = _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, 1)
-    return x.new_empty((s.n, s.co, s.ho, s.wo))
+                        padding=(0, 0), dilation=(1, 1), groups=1):
+    s = _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, groups)
+    return x.new_empty(_out(x, s))
 
 
 def _sparse_flat(rowptr, colidx, weight_size):
@@ -348,7 +404,8 @@ def _sparse_flat(rowptr, colidx, weight_size):
 def _sparse_setup(ctx, inputs, output):
     x, rowptr, colidx, values, weight_size = inputs[:5]
     ctx.save_for_backward(x, rowptr, colidx, values)
-    _, _, bias, ctx.conf = _conv_args("sparse_conv2d", (x, None) + tuple(inputs[5:]), {})
+    _, _, bias, ctx.conf, ctx.extra = _conv_args("sparse_conv2d", (x, None) + tuple(inputs[5:]),
+                                                 {})
     ctx.weight_size, ctx.has_bias, ctx.n_inputs = list(weight_size), bias is not None, len(inputs)
 
 
@@ -358,21 +415,27 @@ def _sparse_backward(ctx, g):
     sparsity pattern is fixed, as in pruned training)."""
     x, rowptr, colidx, values = ctx.saved_tensors
     flat = _sparse_flat(rowptr, colidx, ctx.weight_size)
-    gx = gv = gb = None
-    if ctx.needs_input_grad[0]:
-        n = ctx.weight_size[0] * ctx.weight_size[1] * ctx.weight_size[2] * ctx.weight_size[3]
-        dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
-        gx = conv2d_grad_input(g, dense, list(x.shape), *ctx.conf)
-    if ctx.needs_input_grad[3] or ctx.needs_input_grad[5]:
-        gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf)
-        gv = gw.reshape(-1)[flat]
-    return (gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None)[:ctx.n_inputs]
+
+    def run(g, x):
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            n = ctx.weight_size[0] * ctx.weight_size[1] * ctx.weight_size[2] * ctx.weight_size[3]
+            dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
+            gx = conv2d_grad_input(g, dense, list(x.shape), *ctx.conf)
+        if ctx.needs_input_grad[3] or (ctx.has_bias and ctx.needs_input_grad[5]):
+            gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf)
+        return gx, gw, gb
+    gx, gw, gb = _grads(ctx, g, x, ctx.weight_size, run)
+    gv = None if gw is None else gw.reshape(-1)[flat]
+    return (gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None,
+            None)[:ctx.n_inputs]
 
 
 sparse_conv2d = _op(
     "sparse_conv2d",
     "(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "
-    "Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor",
+    "Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, "
+    "SymInt groups=1) -> Tensor",
     _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
 
 

@@ -112,6 +112,13 @@ class CudaSparseCSR(Solver):
     numerics = "structural"
     weight = "csr"
 
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.shape.groups != 1:
+            return (f"target='cuda' supports groups=1 only, got groups={p.shape.groups}; use a "
+                    "CPU target for grouped convolutions")
+        return why
+
     def build(self, p, params):
         return function(p.shape, bias=p.bias, **params)
 
