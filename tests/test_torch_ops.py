@@ -219,8 +219,10 @@ def test_from_torch_round_trip():
     block = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
     fused = tnn.ConvReLUMaxPool2d.from_torch(block, algo="direct")
     torch.testing.assert_close(fused(xc), block(xc), atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="stride 1"):
-        tnn.ConvReLUMaxPool2d.from_torch(nn.Conv2d(3, 8, 3, stride=2), pool=2)
+    strided = nn.Conv2d(3, 8, 3, stride=2)          # any conv of the block: torch's composition
+    torch.testing.assert_close(tnn.ConvReLUMaxPool2d.from_torch(strided, pool=2)(xc),
+                               nn.functional.max_pool2d(strided(xc).relu(), 2),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_compiled_model_no_graph_break_and_plain_kernel_inside():

@@ -165,7 +165,13 @@ class Im2col(_Dense):
 
 
 class SpatialPack(_Dense):
+    """With ``groups > 1`` it runs one kernel per group (:func:`by_group`),
+    not checked bit for bit against direct's grouped loop nest (a one-channel
+    group can round apart), so "auto" offers it for ``groups=1`` only."""
     name = "spatial_pack"
+
+    def numerics_for(self, p):
+        return self.numerics if p.shape.groups == 1 else "per_group"
 
     def space(self, p):
         lanes = host().lanes(4)
