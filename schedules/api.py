@@ -45,14 +45,14 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     ``padding`` and ``dilation`` an int or a (height, width) pair;
     ``padding`` also "valid" or "same" (an odd total padded as torch: the
     extra row / column below and right); any ``groups``, on every CPU
-    algorithm; empty shapes as torch (0 images: an empty result; 0 input
+    algorithm, CUDA too; empty shapes as torch (0 images: an empty result; 0 input
     channels: a result of 0 channels; 0 rows with images and channels, or
     fewer output channels than groups: refused).  ``algo``:
     "auto" (find step), "direct", "im2col", "spatial_pack" or "sparse"
     (:func:`schedules.sparse_conv2d`; ``weight`` may then also be a sparse
     weight, see there).  ``target="cuda"``, or torch CUDA tensors with no
     target: the CUDA solvers (:mod:`schedules.solvers.conv_cuda`; a sparse
-    weight: :mod:`schedules.solvers.conv_sparse_cuda`; ``groups=1``), the
+    weight: :mod:`schedules.solvers.conv_sparse_cuda`; per group), the
     result on the input's device."""
     p, args = ConvProblem.from_call("conv2d", input, weight, bias, stride, padding, dilation,
                                     groups, algo=algo, target=target)
@@ -94,8 +94,8 @@ def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, ta
     ``padding``, ``dilation``, ``groups`` and the inputs as in
     :func:`conv2d` (a grouped weight is (Cout, Cin/groups, KH, KW); each
     group runs on its rows).  ``target="cuda"``, or torch CUDA tensors with
-    no target: the CUDA solver :mod:`schedules.solvers.conv_sparse_cuda`
-    (``groups=1``), the result on the input's device."""
+    no target: the CUDA solver :mod:`schedules.solvers.conv_sparse_cuda`,
+    the result on the input's device."""
     p, args = ConvProblem.from_call("conv2d", x, w, bias, stride, padding, dilation, groups,
                                     algo="sparse", target=target, name="sparse_conv2d",
                                     names=("x", "w"))

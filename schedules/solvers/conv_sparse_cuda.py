@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
+from ..blocks.conv_common import by_group
 from ..blocks.gpu_map import check_shape, map_rows
 from ..core.arrays import positive_int
 from ..core.kernels import cuda_kernel
@@ -112,19 +113,15 @@ class CudaSparseCSR(Solver):
     numerics = "structural"
     weight = "csr"
 
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and p.shape.groups != 1:
-            return (f"target='cuda' supports groups=1 only, got groups={p.shape.groups}; use a "
-                    "CPU target for grouped convolutions")
-        return why
-
     def build(self, p, params):
         return function(p.shape, bias=p.bias, **params)
 
     def run(self, p, args):
         if p.degenerate:
             return args.zeros(p)
+        return by_group(self._run, p, args)       # each group its CSR rows
+
+    def _run(self, p, args):
         s, csr, dev = p.shape, args.csr, args.device
         layout = (s.kh, s.kw, s.hp, s.wp, s.dh, s.dw)
         arrays = csr.conv_layout(*layout)
