@@ -13,6 +13,7 @@ only)::
                                          # (and .padding: "valid" / "same")
     torch.ops.tiramisu.sparse_conv2d(input, rowptr, colidx, values, weight_size, bias=None,
                                      stride=1, padding=0, dilation=1, groups=1)  # CSR, float32
+                                     # (and .padding: "valid" / "same")
     torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0) -> (y, h_n, c_n)  # forward only
     torch.ops.tiramisu.gru(input, params, num_layers, h0) -> (y, h_n)            # forward only
 
@@ -136,14 +137,14 @@ def _algo(op, algo):
         raise ValueError(f"tiramisu::{op}: algo must be one of {', '.join(names)}; got {algo!r}")
 
 
-def _str_padding(op, weight, stride, padding, dilation):
+def _str_padding(op, kernel, stride, padding, dilation):
     """aten's ``conv2d.padding``: "valid" or "same" as ``(pads, extra)``: a
     (height, width) list padded on both sides and the zeros added below and
     right first (:func:`schedules.problems.conv.padding_of`,
     :func:`~schedules.problems.conv.same_extra`: "same" needs stride 1)."""
     st, dl = (pair(v, name, 1, f"tiramisu::{op}") for v, name in ((stride, "stride"),
                                                                  (dilation, "dilation")))
-    kh, kw = weight.shape[2], weight.shape[3]
+    kh, kw = kernel[-2], kernel[-1]
     p = padding_of(padding, kh, kw, st, dl, f"tiramisu::{op}")
     return (list(p) if isinstance(p, tuple) else [p, p]), same_extra(padding, kh, kw, dl)
 
@@ -192,18 +193,18 @@ def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilati
 
 def _conv2d_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                 groups=1, *, algo="auto"):
-    pads, extra = _str_padding("conv2d", weight, stride, padding, dilation)
+    pads, extra = _str_padding("conv2d", weight.shape, stride, padding, dilation)
     return _conv2d(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
                    algo=algo)
 
 
 def _conv2d_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                      groups=1, *, algo="auto"):
-    pads, extra = _str_padding("conv2d", weight, stride, padding, dilation)
+    pads, extra = _str_padding("conv2d", weight.shape, stride, padding, dilation)
     return _conv2d_fake(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups)
 
 
-def _conv_args(op, inputs, keyword_only_inputs):
+def _conv_args(op, inputs, keyword_only_inputs, kernel=None):
     """``(input, weight, bias, [stride, padding, dilation, groups], extra)``
     of a conv op's call (torch hands setup_context the positional arguments
     given, the defaults left out), padding as a (height, width) list and
@@ -214,7 +215,7 @@ def _conv_args(op, inputs, keyword_only_inputs):
     st, pd, dl, g = (conf[k] for k in ("stride", "padding", "dilation", "groups"))
     extra = (0, 0)
     if isinstance(pd, str):
-        pd, extra = _str_padding(op, weight, st, pd, dl)
+        pd, extra = _str_padding(op, weight.shape if kernel is None else kernel, st, pd, dl)
     lists = [list(v) * (2 if len(v) == 1 else 1) for v in (st, pd, dl)]
     return x, weight, bias, lists + [g], extra
 
@@ -317,14 +318,14 @@ def _fused_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilatio
 
 def _fused_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                groups=1, *, pool=2, algo="auto"):
-    pads, extra = _str_padding("conv_relu_maxpool", weight, stride, padding, dilation)
+    pads, extra = _str_padding("conv_relu_maxpool", weight.shape, stride, padding, dilation)
     return _fused(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
                   pool=pool, algo=algo)
 
 
 def _fused_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                     groups=1, *, pool=2, algo="auto"):
-    pads, extra = _str_padding("conv_relu_maxpool", weight, stride, padding, dilation)
+    pads, extra = _str_padding("conv_relu_maxpool", weight.shape, stride, padding, dilation)
     return _fused_fake(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
                        pool=pool)
 
@@ -394,6 +395,20 @@ def _sparse_conv2d_fake(x, rowptr, colidx, values, weight_size, bias=None, strid
     return x.new_empty(_out(x, s))
 
 
+def _sparse_conv2d_str(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
+                       padding="valid", dilation=(1, 1), groups=1):
+    pads, extra = _str_padding("sparse_conv2d", weight_size, stride, padding, dilation)
+    return _sparse_conv2d(_pad_extra(x, extra), rowptr, colidx, values, weight_size, bias,
+                          stride, pads, dilation, groups)
+
+
+def _sparse_conv2d_str_fake(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
+                            padding="valid", dilation=(1, 1), groups=1):
+    pads, extra = _str_padding("sparse_conv2d", weight_size, stride, padding, dilation)
+    return _sparse_conv2d_fake(_pad_extra(x, extra), rowptr, colidx, values, weight_size, bias,
+                               stride, pads, dilation, groups)
+
+
 def _sparse_flat(rowptr, colidx, weight_size):
     """Flat positions in the dense (Cout, Cin*KH*KW) weight of the nonzeros."""
     co, k = weight_size[0], weight_size[1] * weight_size[2] * weight_size[3]
@@ -405,7 +420,7 @@ def _sparse_setup(ctx, inputs, output):
     x, rowptr, colidx, values, weight_size = inputs[:5]
     ctx.save_for_backward(x, rowptr, colidx, values)
     _, _, bias, ctx.conf, ctx.extra = _conv_args("sparse_conv2d", (x, None) + tuple(inputs[5:]),
-                                                 {})
+                                                 {}, kernel=weight_size)
     ctx.weight_size, ctx.has_bias, ctx.n_inputs = list(weight_size), bias is not None, len(inputs)
 
 
@@ -431,12 +446,13 @@ def _sparse_backward(ctx, g):
             None)[:ctx.n_inputs]
 
 
-sparse_conv2d = _op(
-    "sparse_conv2d",
-    "(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "
-    "Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, "
-    "SymInt groups=1) -> Tensor",
-    _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
+_SPARSE = ("(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "
+           "Tensor? bias=None, SymInt[2] stride=1, {padding}, SymInt[2] dilation=1, "
+           "SymInt groups=1) -> Tensor")
+sparse_conv2d = _op("sparse_conv2d", _SPARSE.format(padding="SymInt[2] padding=0"),
+                    _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
+_op("sparse_conv2d.padding", _SPARSE.format(padding="str padding=\"valid\""),
+    _sparse_conv2d_str, _sparse_conv2d_str_fake, _sparse_backward, _sparse_setup)
 
 
 # ------------------------------------------------------------------ recurrent

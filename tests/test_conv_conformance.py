@@ -186,6 +186,29 @@ def test_torch_op_and_its_gradients_match_torch(case, dtype):
             torch.testing.assert_close(a, r, **tol)
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_sparse_op_and_its_gradients_match_torch(case):
+    """``tiramisu::sparse_conv2d`` (and ``.padding``): the CSR weight's
+    values get the dense gradient at the nonzeros."""
+    _, xs, ws, kw = case
+    x, w, b = _inputs(xs, ws, torch.float32)
+    dense = w.detach() * (w.detach().abs() > 0.6)
+    csr = schedules.CSRWeights.from_dense(dense.numpy())
+    values = torch.tensor(csr.values, requires_grad=True)
+    ours = torch.ops.tiramisu.sparse_conv2d(
+        x, torch.as_tensor(np.array(csr.rowptr), dtype=torch.int64),
+        torch.as_tensor(np.array(csr.colidx), dtype=torch.int64), values, list(ws), b,
+        **_listed(kw))
+    wref = dense.clone().requires_grad_(True)
+    ref = F.conv2d(x, wref, b, **kw)
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+    gx, gv, gb = _grads(ours, (x, values, b))
+    rx, rw, rb = _grads(ref, (x, wref, b))
+    torch.testing.assert_close(gx, rx, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gb, rb, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gv, rw[dense != 0], rtol=1e-4, atol=1e-4)
+
+
 def test_torch_op_gradcheck_uneven_same_unbatched_grouped():
     x, w, b = _inputs((4, 5, 6), (4, 2, 2, 3), torch.float64)
     torch.autograd.gradcheck(lambda x, w, b: torch.ops.tiramisu.conv2d(
