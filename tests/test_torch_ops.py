@@ -276,7 +276,7 @@ def test_sparse_conv2d_op_module_and_grads():
     args = (x, torch.as_tensor(csr.rowptr, dtype=torch.int64),
             torch.as_tensor(csr.colidx, dtype=torch.int64), torch.as_tensor(csr.values),
             list(csr.shape), conv.bias.detach(), [1, 2], [1, 1], [1, 1])
-    _opcheck(torch.ops.tiramisu.sparse_conv2d, args)
+    _opcheck(torch.ops.tiramisu.sparse_conv2d.default, args)   # (an overload now: .padding)
     sp = tnn.SparseConv2d.from_torch(conv)
     assert abs(sp.density - csr.density) < 1e-9
     xg = x.clone().requires_grad_()
