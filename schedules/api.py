@@ -29,22 +29,35 @@ def _solve(op, p, args, algo, call, param="algo", repeats=3):
     return find(p, SOLVERS[op], args, algo, call=call, param=param, repeats=repeats).run(p, args)
 
 
+def _conv(op, p, args, algo, call):
+    """A convolution's result: the solver's (found, or forced and checked),
+    torch's empty result for a degenerate problem (no kernel run), without
+    the batch axis for an unbatched input."""
+    solver = find(p, SOLVERS[op], args, algo, call=call)
+    return args.result(args.zeros(p) if p.degenerate else solver.run(p, args))
+
+
 # ------------------------------------------------------------------ convolutions
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, algo="auto",
            target=None):
-    """2-D convolution with ``torch.nn.functional.conv2d``'s signature and
-    defaults: NCHW float32 (NumPy arrays or CPU torch tensors; the result has
-    the same kind); ``stride``, ``padding`` and ``dilation`` an int or a
-    (height, width) pair; ``padding`` also "valid" or "same".  ``algo``:
+    """2-D convolution with ``torch.nn.functional.conv2d``'s signature,
+    defaults and results: NCHW, or unbatched CHW, float32 (NumPy arrays or
+    CPU torch tensors; the result has the same kind); ``stride``,
+    ``padding`` and ``dilation`` an int or a (height, width) pair;
+    ``padding`` also "valid" or "same" (an odd total padded as torch: the
+    extra row / column below and right); any ``groups``, on every CPU
+    algorithm, CUDA too; empty shapes as torch (0 images: an empty result; 0 input
+    channels: a result of 0 channels; 0 rows with images and channels, or
+    fewer output channels than groups: refused).  ``algo``:
     "auto" (find step), "direct", "im2col", "spatial_pack" or "sparse"
     (:func:`schedules.sparse_conv2d`; ``weight`` may then also be a sparse
     weight, see there).  ``target="cuda"``, or torch CUDA tensors with no
     target: the CUDA solvers (:mod:`schedules.solvers.conv_cuda`; a sparse
-    weight: :mod:`schedules.solvers.conv_sparse_cuda`; ``groups=1``), the
+    weight: :mod:`schedules.solvers.conv_sparse_cuda`; per group), the
     result on the input's device."""
     p, args = ConvProblem.from_call("conv2d", input, weight, bias, stride, padding, dilation,
                                     groups, algo=algo, target=target)
-    return _solve("conv2d", p, args, algo, "conv2d")
+    return _conv("conv2d", p, args, algo, "conv2d")
 
 
 def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1, groups=1,
@@ -61,16 +74,16 @@ def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
                       pool=2, algo="auto", target=None):
     """``max_pool2d(relu(conv2d(input, weight, bias, stride, padding, dilation,
     groups)), pool)`` in one fused pass (see :mod:`schedules.solvers.conv_fused`):
-    the convolution's arguments and defaults are :func:`conv2d`'s (torch's);
-    ``groups`` must be 1.  ``algo``: "auto" (find step), "direct",
-    "winograd" (3x3 kernels, stride 1, no dilation, ``pool=2``) or "sparse"
-    (:func:`schedules.sparse_conv_relu_maxpool`; ``weight`` may be sparse)."""
-    if groups != 1:
-        raise ValueError(f"conv_relu_maxpool: groups must be 1, got {groups!r}; use conv2d")
+    the convolution's arguments, defaults and inputs are :func:`conv2d`'s
+    (torch's; an input of 0 channels is refused, as torch's max_pool2d
+    refuses the convolution's result of 0 channels).  ``algo``: "auto" (find
+    step), "direct", "winograd" (3x3 kernels, stride 1, no dilation,
+    ``pool=2``) or "sparse" (:func:`schedules.sparse_conv_relu_maxpool`;
+    ``weight`` may be sparse)."""
     p, args = ConvProblem.from_call("conv_relu_maxpool", input, weight, bias, stride, padding,
                                     dilation, groups, algo=algo, target=target, pool=pool,
                                     gpu=False)
-    return _solve("conv_relu_maxpool", p, args, algo, "conv_relu_maxpool")
+    return _conv("conv_relu_maxpool", p, args, algo, "conv_relu_maxpool")
 
 
 def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, target=None):
@@ -79,28 +92,29 @@ def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, ta
     with zeros (converted on every call), :class:`CSRWeights` (convert once
     with ``CSRWeights.from_dense``), a torch sparse-CSR tensor or a scipy CSR
     matrix of shape (Cout, Cin*K*K) (a square K x K kernel).  ``stride``,
-    ``padding``, ``dilation``: ints or pairs; ``groups`` must be 1.
-    ``target="cuda"``, or torch CUDA tensors with no target: the CUDA
-    solver :mod:`schedules.solvers.conv_sparse_cuda`, the result on the
-    input's device."""
+    ``padding``, ``dilation``, ``groups`` and the inputs as in
+    :func:`conv2d` (a grouped weight is (Cout, Cin/groups, KH, KW); each
+    group runs on its rows).  ``target="cuda"``, or torch CUDA tensors with
+    no target: the CUDA solver :mod:`schedules.solvers.conv_sparse_cuda`,
+    the result on the input's device."""
     p, args = ConvProblem.from_call("conv2d", x, w, bias, stride, padding, dilation, groups,
                                     algo="sparse", target=target, name="sparse_conv2d",
                                     names=("x", "w"))
-    return _solve("conv2d", p, args, "sparse", "sparse_conv2d")
+    return _conv("conv2d", p, args, "sparse", "sparse_conv2d")
 
 
 def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, dilation=1,
-                             target=None):
+                             groups=1, target=None):
     """``max_pool2d(relu(conv2d(x, w, bias, stride, padding, dilation)), pool)``
     with a sparse ``w`` (as in :func:`sparse_conv2d`), in one pass: each
     output channel's row is pooled from registers' tile results in L1; no
     conv-sized intermediate exists.  The convolution's keywords and defaults
     are torch's (as :func:`schedules.conv_relu_maxpool`); the TIRAMISU
     paper's block is ``padding=1``."""
-    p, args = ConvProblem.from_call("conv_relu_maxpool", x, w, bias, stride, padding, dilation, 1,
-                                    algo="sparse", target=target, pool=pool,
+    p, args = ConvProblem.from_call("conv_relu_maxpool", x, w, bias, stride, padding, dilation,
+                                    groups, algo="sparse", target=target, pool=pool,
                                     name="sparse_conv_relu_maxpool", names=("x", "w"), gpu=False)
-    return _solve("conv_relu_maxpool", p, args, "sparse", "sparse_conv_relu_maxpool")
+    return _conv("conv_relu_maxpool", p, args, "sparse", "sparse_conv_relu_maxpool")
 
 
 def resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="bilinear", stride=1,

@@ -52,45 +52,37 @@ class Linear(nn.Linear):
         return _adopt(new, module)
 
 
-def _padding(conv):
-    """The conv's padding as an ``(h, w)`` pair ("valid", "same", ints)."""
+def _padded(conv, input):
+    """``(input, padding)`` for the conv op, by torch's rule
+    (``nn.Conv2d._conv_forward``): with ``padding_mode`` "reflect",
+    "replicate" or "circular" the input padded by ``F.pad`` (torch's own
+    refusals: a padding too large for the input) and padding 0; with
+    "zeros" the input and the padding as given ("same" / "valid" too: the op
+    pads an odd "same" as torch)."""
     if conv.padding_mode != "zeros":
-        raise ValueError(f"{type(conv).__name__}: padding_mode {conv.padding_mode!r} is not "
-                         "supported (only 'zeros')")
-    if conv.padding == "valid":
-        return [0, 0]
-    if conv.padding == "same":
-        pads = []
-        for d, k in zip(conv.dilation, conv.kernel_size):
-            total = d * (k - 1)
-            if total % 2:
-                raise ValueError(f"{type(conv).__name__}: padding='same' with kernel {k} and "
-                                 f"dilation {d} pads unevenly; not supported")
-            pads.append(total // 2)
-        return pads
-    return list(conv.padding)
+        return (nn.functional.pad(input, conv._reversed_padding_repeated_twice,
+                                  mode=conv.padding_mode), [0, 0])
+    return input, conv.padding if isinstance(conv.padding, str) else list(conv.padding)
 
 
 class Conv2d(nn.Conv2d):
-    """``nn.Conv2d`` (zeros padding, any stride/padding/dilation/groups) as
-    ``tiramisu::conv2d``; ``algo``: "auto" (the find step of
-    :mod:`schedules.conv_ops`), "direct", "im2col" or "spatial_pack"
-    (float32 shapes the library takes; others use the plain kernel)."""
+    """``nn.Conv2d`` (any padding, padding_mode, stride, dilation, groups;
+    batched or unbatched input) as ``tiramisu::conv2d``; ``algo``: "auto"
+    (the find step of :mod:`schedules.conv_ops`), "direct", "im2col" or
+    "spatial_pack" (float32 shapes the library takes; others use the plain
+    kernel)."""
 
     algo = "auto"
 
     def forward(self, input):
-        unbatched = input.dim() == 3
-        x = input.unsqueeze(0) if unbatched else input
-        y = ops.conv2d(x, self.weight, self.bias, list(self.stride), _padding(self),
-                       list(self.dilation), self.groups, algo=self.algo)
-        return y.squeeze(0) if unbatched else y
+        x, padding = _padded(self, input)
+        return ops.conv2d(x, self.weight, self.bias, list(self.stride), padding,
+                          list(self.dilation), self.groups, algo=self.algo)
 
     @classmethod
     def from_torch(cls, module: nn.Conv2d, algo="auto"):
         if not isinstance(module, nn.Conv2d):
             raise TypeError(f"Conv2d.from_torch: expected an nn.Conv2d, got {type(module).__name__}")
-        _padding(module)
         new = cls(module.in_channels, module.out_channels, module.kernel_size,
                   stride=module.stride, padding=module.padding, dilation=module.dilation,
                   groups=module.groups, bias=module.bias is not None,
@@ -99,27 +91,47 @@ class Conv2d(nn.Conv2d):
         return _adopt(new, module)
 
 
+def _torch_padding(padding, kernel_size, dilation):
+    """nn.Conv2d's ``_reversed_padding_repeated_twice`` (left, right, top,
+    bottom) of ``padding`` (ints, "valid", or "same" split as torch splits
+    it: the odd extra on the right / bottom)."""
+    if isinstance(padding, str):
+        totals = [0, 0] if padding == "valid" else [d * (k - 1) for d, k in
+                                                     zip(dilation, kernel_size)]
+        return [p for t in reversed(totals) for p in (t // 2, t - t // 2)]
+    return [p for p in reversed(padding) for _ in range(2)]
+
+
 class ConvReLUMaxPool2d(nn.Module):
-    """``max_pool2d(relu(conv2d(x, weight, bias, padding=padding)), pool)``
-    in one fused kernel (``tiramisu::conv_relu_maxpool``; stride 1,
-    dilation 1, groups 1; non-overlapping ``pool x pool`` windows, floor
-    mode).  ``algo``: "auto", "direct" or "winograd"."""
+    """``max_pool2d(relu(conv(x)), pool)`` in one fused kernel
+    (``tiramisu::conv_relu_maxpool``), ``conv`` an ``nn.Conv2d`` of these
+    arguments (any stride, padding, dilation, groups, padding_mode; batched
+    or unbatched input); non-overlapping ``pool x pool`` windows, floor
+    mode.  ``algo``: "auto", "direct" or "winograd"."""
 
     def __init__(self, in_channels, out_channels, kernel_size=3, padding=1, pool=2, bias=True,
-                 algo="auto", device=None, dtype=None):
+                 algo="auto", device=None, dtype=None, *, stride=1, dilation=1, groups=1,
+                 padding_mode="zeros"):
         super().__init__()
-        conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=padding, bias=bias,
-                         device=device, dtype=dtype)
+        conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias, padding_mode, device=device, dtype=dtype)
         self.weight, self.bias = conv.weight, conv.bias
-        self.padding, self.pool, self.algo = _padding(conv), int(pool), algo
+        for k in ("stride", "padding", "dilation", "groups", "padding_mode",
+                  "_reversed_padding_repeated_twice"):
+            setattr(self, k, getattr(conv, k))
+        self.pool, self.algo = int(pool), algo
 
     def extra_repr(self):
         co, ci, kh, kw = self.weight.shape
-        return f"{ci}, {co}, kernel_size=({kh}, {kw}), padding={tuple(self.padding)}, pool={self.pool}"
+        return (f"{ci * self.groups}, {co}, kernel_size=({kh}, {kw}), stride={self.stride}, "
+                f"padding={self.padding!r}, dilation={self.dilation}, groups={self.groups}, "
+                f"padding_mode={self.padding_mode!r}, pool={self.pool}")
 
     def forward(self, input):
-        return ops.conv_relu_maxpool(input, self.weight, self.bias, padding=self.padding,
-                                     pool=self.pool, algo=self.algo)
+        x, padding = _padded(self, input)
+        return ops.conv_relu_maxpool(x, self.weight, self.bias, list(self.stride), padding,
+                                     list(self.dilation), self.groups, pool=self.pool,
+                                     algo=self.algo)
 
     @classmethod
     def from_torch(cls, module, pool=None, algo="auto"):
@@ -137,15 +149,30 @@ class ConvReLUMaxPool2d(nn.Module):
                                 "ReLU, MaxPool2d) or a Conv2d with pool=")
             conv, mp = parts[0], parts[2]
             p = _pool_of(mp)
-        if tuple(conv.stride) != (1, 1) or tuple(conv.dilation) != (1, 1) or conv.groups != 1:
-            raise ValueError("ConvReLUMaxPool2d.from_torch: the conv must have stride 1, "
-                             f"dilation 1, groups 1 (got stride {conv.stride}, dilation "
-                             f"{conv.dilation}, groups {conv.groups})")
         new = cls(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
                   pool=p, bias=conv.bias is not None, algo=algo, device="meta",
-                  dtype=conv.weight.dtype)
-        new.padding = _padding(conv)
+                  dtype=conv.weight.dtype, stride=conv.stride, dilation=conv.dilation,
+                  groups=conv.groups, padding_mode=conv.padding_mode)
         return _adopt(new, conv)
+
+
+def _resize_padding(conv):
+    """The resize block's padding as an ``(h, w)`` pair of ints ("valid",
+    "same" with an even total, ints): its op pads the resized image, which
+    no caller holds, so an uneven "same" (torch's extra zeros below and
+    right of a copy) is refused, naming it."""
+    if conv.padding == "valid":
+        return [0, 0]
+    if conv.padding == "same":
+        pads = []
+        for d, k in zip(conv.dilation, conv.kernel_size):
+            total = d * (k - 1)
+            if total % 2:
+                raise ValueError(f"ResizeConvReLUMaxPool2d: padding='same' with kernel {k} and "
+                                 f"dilation {d} pads unevenly; pass the padding as ints")
+            pads.append(total // 2)
+        return pads
+    return list(conv.padding)
 
 
 class ResizeConvReLUMaxPool2d(nn.Module):
@@ -165,7 +192,7 @@ class ResizeConvReLUMaxPool2d(nn.Module):
                          device=device, dtype=dtype)
         self.weight, self.bias = conv.weight, conv.bias
         self.size = [int(size), int(size)] if isinstance(size, int) else [int(v) for v in size]
-        self.padding, self.pool, self.mode, self.algo = _padding(conv), int(pool), mode, algo
+        self.padding, self.pool, self.mode, self.algo = _resize_padding(conv), int(pool), mode, algo
 
     def extra_repr(self):
         co, ci, kh, kw = self.weight.shape
@@ -179,12 +206,14 @@ class ResizeConvReLUMaxPool2d(nn.Module):
 
 class SparseConv2d(nn.Module):
     """``nn.Conv2d`` with a CSR sparse weight (a pruned layer), as
-    ``tiramisu::sparse_conv2d`` (:func:`schedules.sparse_conv2d`, float32,
-    groups 1).  The sparsity pattern (``rowptr``, ``colidx``: buffers) is
-    fixed; ``values`` (one per nonzero) and ``bias`` are parameters, trained
-    through the dense backward kernels."""
+    ``tiramisu::sparse_conv2d`` (:func:`schedules.sparse_conv2d`, float32;
+    any stride, padding, dilation, groups, padding_mode; batched or
+    unbatched input).  The sparsity pattern (``rowptr``, ``colidx``:
+    buffers) is fixed; ``values`` (one per nonzero) and ``bias`` are
+    parameters, trained through the dense backward kernels."""
 
-    def __init__(self, csr, bias=None, stride=1, padding=0, dilation=1):
+    def __init__(self, csr, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                 padding_mode="zeros"):
         super().__init__()
         pair = lambda v: list(v) if isinstance(v, (tuple, list)) else [int(v), int(v)]  # noqa: E731
         self.weight_size = list(csr.shape)
@@ -194,7 +223,11 @@ class SparseConv2d(nn.Module):
         self.register_buffer("colidx", own(csr.colidx, torch.int64))
         self.values = nn.Parameter(own(csr.values, torch.float32))
         self.bias = None if bias is None else nn.Parameter(torch.as_tensor(bias).detach().clone())
-        self.stride, self.padding, self.dilation = pair(stride), pair(padding), pair(dilation)
+        self.stride, self.dilation, self.groups = pair(stride), pair(dilation), groups
+        self.padding = padding if isinstance(padding, str) else pair(padding)
+        self.padding_mode = padding_mode
+        self._reversed_padding_repeated_twice = _torch_padding(self.padding, csr.shape[2:],
+                                                               self.dilation)
 
     @property
     def density(self):
@@ -203,12 +236,18 @@ class SparseConv2d(nn.Module):
 
     def extra_repr(self):
         co, ci, kh, kw = self.weight_size
-        return (f"{ci}, {co}, kernel_size=({kh}, {kw}), stride={tuple(self.stride)}, "
-                f"padding={tuple(self.padding)}, density={self.density:.3f}")
+        return (f"{ci * self.groups}, {co}, kernel_size=({kh}, {kw}), stride={tuple(self.stride)}, "
+                f"padding={self.padding!r}, groups={self.groups}, density={self.density:.3f}")
 
     def forward(self, input):
-        return ops.sparse_conv2d(input, self.rowptr, self.colidx, self.values, self.weight_size,
-                                 self.bias, self.stride, self.padding, self.dilation)
+        if isinstance(self.padding, str) or self.padding_mode != "zeros":   # torch's rule
+            mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
+            x, padding = nn.functional.pad(input, self._reversed_padding_repeated_twice,
+                                           mode=mode), [0, 0]
+        else:
+            x, padding = input, self.padding
+        return ops.sparse_conv2d(x, self.rowptr, self.colidx, self.values, self.weight_size,
+                                 self.bias, self.stride, padding, self.dilation, self.groups)
 
     @classmethod
     def from_torch(cls, module: nn.Conv2d, threshold=0.0):
@@ -217,11 +256,10 @@ class SparseConv2d(nn.Module):
         if not isinstance(module, nn.Conv2d):
             raise TypeError(f"SparseConv2d.from_torch: expected an nn.Conv2d, got "
                             f"{type(module).__name__}")
-        if module.groups != 1:
-            raise ValueError("SparseConv2d.from_torch: groups must be 1")
         csr = CSRWeights.from_dense(module.weight.detach().float().numpy(), threshold=threshold)
         bias = None if module.bias is None else module.bias.detach().float()
-        return cls(csr, bias, module.stride, _padding(module), module.dilation)
+        return cls(csr, bias, module.stride, module.padding, module.dilation, module.groups,
+                   module.padding_mode)
 
 
 class _Recurrent(nn.Module):

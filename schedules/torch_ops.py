@@ -13,7 +13,8 @@ only)::
                                          dilation=1, groups=1, *, pool=2, algo="auto")
                                          # (and .padding: "valid" / "same")
     torch.ops.tiramisu.sparse_conv2d(input, rowptr, colidx, values, weight_size, bias=None,
-                                     stride=1, padding=0, dilation=1)  # CSR weight, float32
+                                     stride=1, padding=0, dilation=1, groups=1)  # CSR, float32
+                                     # (and .padding: "valid" / "same")
     torch.ops.tiramisu.resize_conv_relu_maxpool(input, size, weight, bias=None, pool=2, *,
                                                 mode="bilinear", stride=1, padding=0,
                                                 dilation=1, algo="auto")  # float32, forward only
@@ -22,7 +23,11 @@ only)::
     torch.ops.tiramisu.lstm_backward / gru_backward: their backward (an op, for torch.compile)
 
 ``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
-them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
+them (``[2]`` is ``[2, 2]``); the input NCHW or unbatched CHW (the result
+then CHW); ``padding="same"`` with an odd total padded as aten pads it (a
+copy of the input with the extra zeros below and right, then
+``total // 2`` on each side; the gradient cropped back); an input of 0
+channels gives aten's result of 0 channels; every argument aten refuses is refused here
 too, by :meth:`schedules.problems.conv.ConvProblem.from_meta` (RuntimeError
 naming the argument), and an unknown ``algo`` is refused (ValueError).
 Each op has a backward made of compiled kernels, themselves ops
@@ -32,10 +37,10 @@ ones; ``lstm``/``gru``: the forward recomputed keeping every layer's states, the
 backpropagation through time, :mod:`schedules.solvers.rnn_train`), float32 and float64.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
 ``algo`` there); float64, and float32 shapes those do not take (unequal
-stride/padding/dilation pairs, a fused block with groups), run the plain
+stride/padding/dilation pairs), run the plain
 kernels of :mod:`schedules.solvers.backward`, whatever ``algo``.
 
-Adding an op is one :func:`_op` call: a schema, an implementation, a fake
+Adding an op is one :func:`schedules.torch_glue.op` call: a schema, an implementation, a fake
 (shape) function and optionally a backward (see the ones below).
 """
 from __future__ import annotations
@@ -43,31 +48,19 @@ from __future__ import annotations
 
 import torch
 
-from tiramisu_py.runtime.torch_bridge import contiguous, define
+from tiramisu_py.runtime.torch_bridge import contiguous
 
 from . import api
+from . import torch_glue as glue
+from .torch_rnn_ops import gru, gru_backward, lstm, lstm_backward
 from .core.kernels import kernel
-from .problems.conv import ConvProblem, ConvShape, padding_of, pair
+from .problems.conv import ConvProblem, ConvShape, padding_of, pair, same_extra
 from .problems.gemm import MatmulShapes
 from .registry import SOLVERS
 from .solvers import backward as BW
-from .solvers import rnn_train
 from .weights.csr import csr_weights
 
-NS = "tiramisu"
-FLOATS = {torch.float32: "float32", torch.float64: "float64"}
-
-
-def _op(name, schema, impl, fake, backward=None, setup_context=None):
-    return define(f"{NS}::{name}", schema, impl, fake, backward, setup_context)
-
-
-def _dtype(op, *ts):
-    dts = {t.dtype for t in ts if t is not None}
-    if len(dts) != 1 or next(iter(dts)) not in FLOATS:
-        raise TypeError(f"tiramisu::{op}: expected float32 or float64 tensors of one dtype, "
-                        f"got {', '.join(str(t.dtype) for t in ts if t is not None)}")
-    return FLOATS[next(iter(dts))]
+_op, _dtype = glue.op, glue.float_dtype
 
 
 def _kernel(key, build):
@@ -79,6 +72,12 @@ def _conv(op, xshape, wshape, stride, padding, dilation, groups):
     SymInts), checked."""
     return ConvProblem.from_meta(op, xshape, wshape, stride, padding, dilation, groups,
                                  check=torch._check)
+
+
+def _out(x, s: ConvShape, pool=1):
+    """The result's shape for input ``x`` (CHW unbatched: no batch axis)."""
+    shape = (s.n, s.co if s.ci else 0, s.ho // pool, s.wo // pool)
+    return shape[1:] if x.dim() == 3 else shape
 
 
 def _square(s: ConvShape):
@@ -180,14 +179,35 @@ def _algo(op, algo):
         raise ValueError(f"tiramisu::{op}: algo must be one of {', '.join(names)}; got {algo!r}")
 
 
-def _str_padding(op, weight, stride, padding, dilation):
-    """aten's ``conv2d.padding``: "valid" or "same" as a (height, width)
-    list (:func:`schedules.problems.conv.padding_of`: "same" needs stride 1
-    and an even total padding)."""
+def _str_padding(op, kernel, stride, padding, dilation):
+    """aten's ``conv2d.padding``: "valid" or "same" as ``(pads, extra)``: a
+    (height, width) list padded on both sides and the zeros added below and
+    right first (:func:`schedules.problems.conv.padding_of`,
+    :func:`~schedules.problems.conv.same_extra`: "same" needs stride 1)."""
     st, dl = (pair(v, name, 1, f"tiramisu::{op}") for v, name in ((stride, "stride"),
                                                                  (dilation, "dilation")))
-    p = padding_of(padding, weight.shape[2], weight.shape[3], st, dl, f"tiramisu::{op}")
-    return list(p) if isinstance(p, tuple) else [p, p]
+    kh, kw = kernel[-2], kernel[-1]
+    p = padding_of(padding, kh, kw, st, dl, f"tiramisu::{op}")
+    return (list(p) if isinstance(p, tuple) else [p, p]), same_extra(padding, kh, kw, dl)
+
+
+def _pad_extra(x, extra):
+    """``x`` with torch's extra "same" zeros below and right (a copy), or itself."""
+    return torch.nn.functional.pad(x, (0, extra[1], 0, extra[0])) if any(extra) else x
+
+
+def _grads(ctx, g, x, weight_shape, run):
+    """``run(g, x)`` of a conv op's backward on NCHW ``g`` and ``x`` (padded
+    as the forward padded it: ``ctx.extra``), its input gradient cropped and
+    unbatched back to ``x``'s shape; an input of 0 channels: zeros."""
+    if x.shape[-3] == 0:
+        return x.new_zeros(x.shape), x.new_zeros(weight_shape), x.new_zeros(weight_shape[:1])
+    x4 = _pad_extra(x if x.dim() == 4 else x[None], ctx.extra)
+    gx, gw, gb = run(g if g.dim() == 4 else g[None], x4)
+    if gx is not None:
+        gx = gx[..., :x.shape[-2], :x.shape[-1]]
+        gx = gx if x.dim() == 4 else gx[0]
+    return gx, gw, gb
 
 
 def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
@@ -196,6 +216,10 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
     _algo("conv2d", algo)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
+    if s.ci == 0 or s.n == 0:                     # aten's empty result
+        return x.new_zeros(_out(x, s))
+    if x.dim() == 3:
+        return _conv2d(x[None], weight, bias, stride, padding, dilation, groups, algo=algo)[0]
     if dt == "float32" and _square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
                           dilation=s.dh, groups=groups, algo=algo)
@@ -206,50 +230,55 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
 def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                  groups=1, *, algo="auto"):
     s = _conv("conv2d", input.shape, weight.shape, stride, padding, dilation, groups)
-    return input.new_empty((s.n, s.co, s.ho, s.wo))
+    return input.new_empty(_out(input, s))
 
 
 def _conv2d_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                 groups=1, *, algo="auto"):
-    return _conv2d(input, weight, bias, stride,
-                   _str_padding("conv2d", weight, stride, padding, dilation), dilation, groups,
+    pads, extra = _str_padding("conv2d", weight.shape, stride, padding, dilation)
+    return _conv2d(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
                    algo=algo)
 
 
 def _conv2d_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                      groups=1, *, algo="auto"):
-    return _conv2d_fake(input, weight, bias, stride,
-                        _str_padding("conv2d", weight, stride, padding, dilation), dilation,
-                        groups)
+    pads, extra = _str_padding("conv2d", weight.shape, stride, padding, dilation)
+    return _conv2d_fake(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups)
 
 
-def _conv_args(op, inputs, keyword_only_inputs):
-    """``(input, weight, bias, [stride, padding, dilation, groups])`` of a
-    conv op's call (torch hands setup_context the positional arguments
-    given, the defaults left out), padding as a (height, width) list."""
+def _conv_args(op, inputs, keyword_only_inputs, kernel=None):
+    """``(input, weight, bias, [stride, padding, dilation, groups], extra)``
+    of a conv op's call (torch hands setup_context the positional arguments
+    given, the defaults left out), padding as a (height, width) list and
+    ``extra`` the uneven "same" zeros (:func:`_str_padding`)."""
     x, weight, bias = (list(inputs[:3]) + [None])[:3]
     given = dict(zip(("stride", "padding", "dilation", "groups"), inputs[3:]))
     conf = {k: given.get(k, v) for k, v in _CONV_DEFAULTS.items()}
     st, pd, dl, g = (conf[k] for k in ("stride", "padding", "dilation", "groups"))
+    extra = (0, 0)
     if isinstance(pd, str):
-        pd = _str_padding(op, weight, st, pd, dl)
+        pd, extra = _str_padding(op, weight.shape if kernel is None else kernel, st, pd, dl)
     lists = [list(v) * (2 if len(v) == 1 else 1) for v in (st, pd, dl)]
-    return x, weight, bias, lists + [g]
+    return x, weight, bias, lists + [g], extra
 
 
 def _conv2d_setup(ctx, inputs, keyword_only_inputs, output):
-    x, weight, bias, ctx.conf = _conv_args("conv2d", inputs, keyword_only_inputs)
+    x, weight, bias, ctx.conf, ctx.extra = _conv_args("conv2d", inputs, keyword_only_inputs)
     ctx.save_for_backward(x, weight)
     ctx.has_bias, ctx.n_inputs = bias is not None, len(inputs)
 
 
 def _conv2d_backward(ctx, g):
     x, weight = ctx.saved_tensors
-    gx = gw = gb = None
-    if ctx.needs_input_grad[0]:
-        gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
-    if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-        gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf)
+
+    def run(g, x):
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
+        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+            gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf)
+        return gx, gw, gb
+    gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
     return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
@@ -335,8 +364,14 @@ def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1,
     _algo("conv_relu_maxpool", algo)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
-    if dt == "float32" and _square(s) and s.groups == 1:
-        return api.conv_relu_maxpool(x, weight, bias, s.sh, s.ph, s.dh, pool=pool, algo=algo)
+    if s.n == 0:
+        return x.new_zeros(_out(x, s, pool))
+    if x.dim() == 3:
+        return _fused(x[None], weight, bias, stride, padding, dilation, groups, pool=pool,
+                      algo=algo)[0]
+    if dt == "float32" and _square(s):
+        return api.conv_relu_maxpool(x, weight, bias, s.sh, s.ph, s.dh, groups, pool=pool,
+                                     algo=algo)
     bias = x.new_zeros((s.co,)) if bias is None else bias
     return _kernel(("fused", s, pool, dt), lambda: BW.fused_forward(s, pool, dt))(
         data=x, weight=weight, bias=bias)
@@ -344,6 +379,9 @@ def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1,
 
 def _fused_conv(x, weight, stride, padding, dilation, groups, pool):
     s = _conv("conv_relu_maxpool", x.shape, weight.shape, stride, padding, dilation, groups)
+    torch._check(s.ci != 0, lambda: "tiramisu::conv_relu_maxpool: input has no channel: the "
+                                    "convolution's result has none, and torch's max_pool2d "
+                                    "refuses an input of 0 channels")
     torch._check(1 <= pool <= min(s.ho, s.wo),
                  lambda: f"tiramisu::conv_relu_maxpool: pool must be in [1, {min(s.ho, s.wo)}], "
                          f"got {pool}")
@@ -353,25 +391,26 @@ def _fused_conv(x, weight, stride, padding, dilation, groups, pool):
 def _fused_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                 groups=1, *, pool=2, algo="auto"):
     s = _fused_conv(input, weight, stride, padding, dilation, groups, pool)
-    return input.new_empty((s.n, s.co, s.ho // pool, s.wo // pool))
+    return input.new_empty(_out(input, s, pool))
 
 
 def _fused_str(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                groups=1, *, pool=2, algo="auto"):
-    return _fused(input, weight, bias, stride,
-                  _str_padding("conv_relu_maxpool", weight, stride, padding, dilation), dilation,
-                  groups, pool=pool, algo=algo)
+    pads, extra = _str_padding("conv_relu_maxpool", weight.shape, stride, padding, dilation)
+    return _fused(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
+                  pool=pool, algo=algo)
 
 
 def _fused_str_fake(input, weight, bias=None, stride=(1, 1), padding="valid", dilation=(1, 1),
                     groups=1, *, pool=2, algo="auto"):
-    return _fused_fake(input, weight, bias, stride,
-                       _str_padding("conv_relu_maxpool", weight, stride, padding, dilation),
-                       dilation, groups, pool=pool)
+    pads, extra = _str_padding("conv_relu_maxpool", weight.shape, stride, padding, dilation)
+    return _fused_fake(_pad_extra(input, extra), weight, bias, stride, pads, dilation, groups,
+                       pool=pool)
 
 
 def _fused_setup(ctx, inputs, keyword_only_inputs, output):
-    x, weight, bias, ctx.conf = _conv_args("conv_relu_maxpool", inputs, keyword_only_inputs)
+    x, weight, bias, ctx.conf, ctx.extra = _conv_args("conv_relu_maxpool", inputs,
+                                                       keyword_only_inputs)
     ctx.has_bias, ctx.n_inputs = bias is not None, len(inputs)
     ctx.save_for_backward(x, weight, x.new_zeros((weight.shape[0],)) if bias is None else bias)
     ctx.pool = keyword_only_inputs.get("pool", 2)
@@ -379,11 +418,16 @@ def _fused_setup(ctx, inputs, keyword_only_inputs, output):
 
 def _fused_backward(ctx, g):
     x, weight, bias = ctx.saved_tensors
-    gz = conv_relu_maxpool_grad(g, x, weight, bias, *ctx.conf, ctx.pool)
-    gx = conv2d_grad_input(gz, weight, list(x.shape), *ctx.conf) if ctx.needs_input_grad[0] else None
-    gw = gb = None
-    if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-        gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf)
+
+    def run(g, x):
+        gz = conv_relu_maxpool_grad(g, x, weight, bias, *ctx.conf, ctx.pool)
+        gx = (conv2d_grad_input(gz, weight, list(x.shape), *ctx.conf)
+              if ctx.needs_input_grad[0] else None)
+        gw = gb = None
+        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+            gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf)
+        return gx, gw, gb
+    gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
     return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
@@ -397,7 +441,7 @@ def _fused_grad(g, x, weight, bias, stride, padding, dilation, groups, pool):
 
 def _fused_grad_fake(g, x, weight, bias, stride, padding, dilation, groups, pool):
     s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
-    return x.new_empty((s.n, s.co, s.ho, s.wo))
+    return x.new_empty(_out(x, s))
 
 
 _FUSED_KW = "*, int pool=2, str algo='auto'"
@@ -405,13 +449,6 @@ conv_relu_maxpool = _op("conv_relu_maxpool", f"({_CONV_INT}, {_FUSED_KW}) -> Ten
                         _fused, _fused_fake, _fused_backward, _fused_setup)
 _op("conv_relu_maxpool.padding", f"({_CONV_STR}, {_FUSED_KW}) -> Tensor",
     _fused_str, _fused_str_fake, _fused_backward, _fused_setup)
-def _no_double_backward(op):
-    def backward(ctx, *_):
-        raise NotImplementedError(f"tiramisu::{op} has no double backward (a gradient of its "
-                                  "gradient): compute higher-order gradients with torch's module")
-    return backward
-
-
 def _fused_grad_backward(ctx, *_):
     raise NotImplementedError("tiramisu::conv_relu_maxpool has no double backward (a gradient "
                               "of its gradient): use conv2d, relu and max_pool2d apart for "
@@ -425,20 +462,35 @@ conv_relu_maxpool_grad = _op(
 
 # ------------------------------------------------------------------ sparse conv
 def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
-                   padding=(0, 0), dilation=(1, 1)):
+                   padding=(0, 0), dilation=(1, 1), groups=1):
     _dtype("sparse_conv2d", x, values, bias)
-    _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, 1)
+    _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, groups)
     if values.dtype != torch.float32:
         raise TypeError("tiramisu::sparse_conv2d: the sparse kernel is float32 only, got "
                         f"{values.dtype}")
     csr = csr_weights(rowptr, colidx, values, tuple(weight_size))     # converted once per weight
-    return api.sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding), tuple(dilation))
+    return api.sparse_conv2d(contiguous(x), csr, bias, tuple(stride), tuple(padding),
+                             tuple(dilation), groups)
 
 
 def _sparse_conv2d_fake(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
-                        padding=(0, 0), dilation=(1, 1)):
-    s = _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, 1)
-    return x.new_empty((s.n, s.co, s.ho, s.wo))
+                        padding=(0, 0), dilation=(1, 1), groups=1):
+    s = _conv("sparse_conv2d", x.shape, weight_size, stride, padding, dilation, groups)
+    return x.new_empty(_out(x, s))
+
+
+def _sparse_conv2d_str(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
+                       padding="valid", dilation=(1, 1), groups=1):
+    pads, extra = _str_padding("sparse_conv2d", weight_size, stride, padding, dilation)
+    return _sparse_conv2d(_pad_extra(x, extra), rowptr, colidx, values, weight_size, bias,
+                          stride, pads, dilation, groups)
+
+
+def _sparse_conv2d_str_fake(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
+                            padding="valid", dilation=(1, 1), groups=1):
+    pads, extra = _str_padding("sparse_conv2d", weight_size, stride, padding, dilation)
+    return _sparse_conv2d_fake(_pad_extra(x, extra), rowptr, colidx, values, weight_size, bias,
+                               stride, pads, dilation, groups)
 
 
 def _sparse_flat(rowptr, colidx, weight_size):
@@ -451,7 +503,8 @@ def _sparse_flat(rowptr, colidx, weight_size):
 def _sparse_setup(ctx, inputs, output):
     x, rowptr, colidx, values, weight_size = inputs[:5]
     ctx.save_for_backward(x, rowptr, colidx, values)
-    _, _, bias, ctx.conf = _conv_args("sparse_conv2d", (x, None) + tuple(inputs[5:]), {})
+    _, _, bias, ctx.conf, ctx.extra = _conv_args("sparse_conv2d", (x, None) + tuple(inputs[5:]),
+                                                 {}, kernel=weight_size)
     ctx.weight_size, ctx.has_bias, ctx.n_inputs = list(weight_size), bias is not None, len(inputs)
 
 
@@ -461,22 +514,29 @@ def _sparse_backward(ctx, g):
     sparsity pattern is fixed, as in pruned training)."""
     x, rowptr, colidx, values = ctx.saved_tensors
     flat = _sparse_flat(rowptr, colidx, ctx.weight_size)
-    gx = gv = gb = None
-    if ctx.needs_input_grad[0]:
-        n = ctx.weight_size[0] * ctx.weight_size[1] * ctx.weight_size[2] * ctx.weight_size[3]
-        dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
-        gx = conv2d_grad_input(g, dense, list(x.shape), *ctx.conf)
-    if ctx.needs_input_grad[3] or ctx.needs_input_grad[5]:
-        gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf)
-        gv = gw.reshape(-1)[flat]
-    return (gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None)[:ctx.n_inputs]
+
+    def run(g, x):
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            n = ctx.weight_size[0] * ctx.weight_size[1] * ctx.weight_size[2] * ctx.weight_size[3]
+            dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
+            gx = conv2d_grad_input(g, dense, list(x.shape), *ctx.conf)
+        if ctx.needs_input_grad[3] or (ctx.has_bias and ctx.needs_input_grad[5]):
+            gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf)
+        return gx, gw, gb
+    gx, gw, gb = _grads(ctx, g, x, ctx.weight_size, run)
+    gv = None if gw is None else gw.reshape(-1)[flat]
+    return (gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None,
+            None)[:ctx.n_inputs]
 
 
-sparse_conv2d = _op(
-    "sparse_conv2d",
-    "(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "
-    "Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1) -> Tensor",
-    _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
+_SPARSE = ("(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "
+           "Tensor? bias=None, SymInt[2] stride=1, {padding}, SymInt[2] dilation=1, "
+           "SymInt groups=1) -> Tensor")
+sparse_conv2d = _op("sparse_conv2d", _SPARSE.format(padding="SymInt[2] padding=0"),
+                    _sparse_conv2d, _sparse_conv2d_fake, _sparse_backward, _sparse_setup)
+_op("sparse_conv2d.padding", _SPARSE.format(padding="str padding=\"valid\""),
+    _sparse_conv2d_str, _sparse_conv2d_str_fake, _sparse_backward, _sparse_setup)
 
 
 # ------------------------------------------------------------------ resize block
@@ -521,176 +581,6 @@ resize_conv_relu_maxpool = _op(
     "str mode='bilinear', SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, "
     "str algo='auto') -> Tensor", _resize, _resize_fake)
 
-
-# ------------------------------------------------------------------ recurrent
-def _rnn_layers(op, weights, num_layers):
-    per = len(weights) // num_layers if num_layers > 0 else 0
-    torch._check(num_layers >= 1 and per in (2, 4) and per * num_layers == len(weights),
-                 lambda: f"tiramisu::{op}: weights must be num_layers x [w_ih, w_hh(, b_ih, b_hh)] "
-                         f"(as module.all_weights flattened), got {len(weights)} tensors for "
-                         f"{num_layers} layers")
-    return [list(weights[i * per:(i + 1) * per]) for i in range(num_layers)]
-
-
-def _rnn_fake(op, x, weights, num_layers, gates):
-    layers = _rnn_layers(op, weights, num_layers)
-    torch._check(x.dim() in (2, 3), lambda: f"tiramisu::{op}: x must be (T, B, I) or unbatched "
-                                            f"(T, I)")
-    h = layers[0][1].shape[1]
-    torch._check(layers[0][1].shape[0] == gates * h,
-                 lambda: f"tiramisu::{op}: w_hh of layer 0 must be ({gates}*H, H)")
-    batch = tuple(x.shape[1:-1])
-    return x.new_empty((x.shape[0], *batch, h)), x.new_empty((num_layers, *batch, h))
-
-
-def _detached(t):
-    return None if t is None else contiguous(t).detach()
-
-
-def _rnn_impl(op, x, weights, num_layers, h0, c0, dropout_masks):
-    _dtype(op, x, *weights)
-    layers = [[contiguous(w).detach() for w in layer]
-              for layer in _rnn_layers(op, weights, num_layers)]
-    x, h0, c0 = _detached(x), _detached(h0), _detached(c0)
-    if dropout_masks:           # training with dropout: the masks the module drew
-        torch._check(len(dropout_masks) == num_layers - 1,
-                     lambda: f"tiramisu::{op}: dropout_masks: expected num_layers - 1 = "
-                             f"{num_layers - 1} masks, got {len(dropout_masks)}")
-    masks = [_detached(m) for m in dropout_masks] if dropout_masks else None
-    if op == "lstm":
-        y, (hn, cn) = api.lstm(x, layers, h0, c0, dropout_masks=masks)
-        return y, hn, cn
-    y, hn = api.gru(x, layers, h0, dropout_masks=masks)
-    return y, hn, None
-
-
-def _lstm(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
-    return _rnn_impl("lstm", x, weights, num_layers, h0, c0, dropout_masks)
-
-
-def _lstm_fake(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
-    y, hn = _rnn_fake("lstm", x, weights, num_layers, 4)
-    return y, hn, hn.new_empty(hn.shape)
-
-
-def _gru(x, weights, num_layers, h0=None, dropout_masks=None):
-    return _rnn_impl("gru", x, weights, num_layers, h0, None, dropout_masks)[:2]
-
-
-def _gru_fake(x, weights, num_layers, h0=None, dropout_masks=None):
-    return _rnn_fake("gru", x, weights, num_layers, 3)
-
-
-def _rnn_setup(ctx, inputs, output):
-    """Saves the inputs (``save_for_backward``: changed in place before the
-    backward, they are refused by torch, never used stale)."""
-    x, weights, num_layers, h0, *rest = list(inputs) + [None] * 3
-    masks = rest[1] if len(inputs) == 6 else rest[0]   # (lstm has c0 before the masks)
-    c0 = rest[0] if len(inputs) == 6 else None
-    ctx.num_layers, ctx.has = num_layers, (h0 is not None, c0 is not None, len(masks or ()))
-    ctx.n_weights = len(weights)
-    ctx.save_for_backward(x, *weights, *(t for t in (h0, c0) if t is not None), *(masks or ()))
-
-
-def _rnn_saved(ctx):
-    """``(x, weights, h0, c0, masks)`` as :func:`_rnn_setup` saved them."""
-    saved = list(ctx.saved_tensors)
-    x, weights, rest = saved[0], saved[1:1 + ctx.n_weights], saved[1 + ctx.n_weights:]
-    has_h, has_c, n_masks = ctx.has
-    h0 = rest.pop(0) if has_h else None
-    c0 = rest.pop(0) if has_c else None
-    return x, weights, h0, c0, (rest if n_masks else None)
-
-
-def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
-    """The implementation of ``tiramisu::lstm_backward`` / ``gru_backward``:
-    the forward recomputed keeping every layer's states, then
-    backpropagation through time (:func:`schedules.solvers.rnn_train.gradients`,
-    compiled kernels).  Returns ``(dx, dparams, dh0, dc0)``."""
-    layers = _rnn_layers(op, weights, num_layers)
-    unbatched = x.dim() == 2            # (T, I): batch 1 in the middle, as the forward
-    batch = (lambda t: None if t is None else _detached(t).unsqueeze(-2)) if unbatched else \
-        (lambda t: None if t is None else _detached(t))       # noqa: E731
-    dx, dW, dh0, dc0 = rnn_train.gradients(
-        op, batch(x), [[_detached(w) for w in layer] for layer in layers], batch(h0), batch(c0),
-        *(batch(g) for g in (dy, dhn, dcn)),
-        [batch(m) for m in dropout_masks] if dropout_masks else None)
-    per = len(layers[0])
-    dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
-    out = [torch.from_numpy(a) if a is not None else None for a in (dx, dh0, dc0)]
-    if unbatched:
-        out = [a if a is None else a.squeeze(-2) for a in out]
-    return out[0], dws, out[1], out[2]
-
-
-def _lstm_backward_impl(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
-                        dropout_masks=None):
-    return _rnn_grads("lstm", grad_y, grad_hn, grad_cn, input, params, num_layers, h0, c0,
-                      dropout_masks)
-
-
-def _gru_backward_impl(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
-    return _rnn_grads("gru", grad_y, grad_hn, None, input, params, num_layers, h0, None,
-                      dropout_masks)[:3]
-
-
-def _rnn_grads_fake(input, params, num_layers):
-    h = params[1].shape[1]
-    states = input.new_empty((num_layers, *input.shape[1:-1], h))
-    return input.new_empty(input.shape), [p.new_empty(p.shape) for p in params], states
-
-
-def _lstm_backward_fake(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
-                        dropout_masks=None):
-    dx, dws, dh0 = _rnn_grads_fake(input, params, num_layers)
-    return dx, dws, dh0, dh0.new_empty(dh0.shape)
-
-
-def _gru_backward_fake(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
-    return _rnn_grads_fake(input, params, num_layers)
-
-
-_GRADS = "Tensor? grad_y, Tensor? grad_hn, {c}Tensor input, Tensor[] params, int num_layers, " \
-         "Tensor? h0=None, {c0}Tensor[]? dropout_masks=None"
-_NO_CONTEXT = lambda ctx, inputs, output: None       # noqa: E731
-lstm_backward = _op("lstm_backward",
-                    "(" + _GRADS.format(c="Tensor? grad_cn, ", c0="Tensor? c0=None, ")
-                    + ") -> (Tensor, Tensor[], Tensor, Tensor)", _lstm_backward_impl,
-                    _lstm_backward_fake, _no_double_backward("lstm"), _NO_CONTEXT)
-gru_backward = _op("gru_backward", "(" + _GRADS.format(c="", c0="") + ") -> (Tensor, Tensor[], "
-                   "Tensor)", _gru_backward_impl, _gru_backward_fake, _no_double_backward("gru"),
-                   _NO_CONTEXT)
-
-
-def _rnn_backward(op):
-    """The backward of ``tiramisu::lstm`` / ``gru``: one op of its own
-    (``lstm_backward`` / ``gru_backward``, so that ``torch.compile`` traces
-    it), given the saved inputs."""
-    def backward(ctx, dy, dhn, dcn=None):
-        x, weights, h0, c0, masks = _rnn_saved(ctx)
-        if op == "lstm":
-            dx, dws, dh0, dc0 = lstm_backward(dy, dhn, dcn, x, weights, ctx.num_layers, h0, c0,
-                                              masks)
-        else:
-            (dx, dws, dh0), dc0 = gru_backward(dy, dhn, x, weights, ctx.num_layers, h0, masks), None
-        need = ctx.needs_input_grad
-        grads = [dx if need[0] else None, list(dws), None,
-                 dh0 if h0 is not None and need[3] else None]
-        if op == "lstm":
-            grads.append(dc0 if c0 is not None and need[4] else None)
-        grads.append(None if masks is None else [None] * len(masks))
-        # one per argument dispatched (torch drops the trailing ones left at their defaults)
-        return tuple(grads[:len(need)])
-    return backward
-
-
-# backward: backpropagation through time in compiled kernels (schedules.solvers.rnn_train)
-lstm = _op("lstm", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
-           "Tensor? c0=None, Tensor[]? dropout_masks=None) -> (Tensor, Tensor, Tensor)", _lstm,
-           _lstm_fake, _rnn_backward("lstm"), _rnn_setup)
-gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
-          "Tensor[]? dropout_masks=None) -> (Tensor, Tensor)", _gru, _gru_fake,
-          _rnn_backward("gru"), _rnn_setup)
 
 OPS = {"gemm": gemm, "matmul": matmul, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,

@@ -132,7 +132,7 @@ def test_winograd_names_the_stride_and_dilation():
     x, w = f32(1, 2, 8, 8), f32(2, 2, 3, 3)
     for kw, got in (({"stride": 2}, "stride=2"), ({"dilation": 2}, "dilation=2")):
         with pytest.raises(ValueError, match=rf"algo 'winograd' needs a 3x3 kernel, stride=1, "
-                                             rf"dilation=1, groups=1, pool=2 and an output of at "
+                                             rf"dilation=1, pool=2 and an output of at "
                                              rf"least 2x2 \(got {got}\); use 'direct'"):
             schedules.conv_relu_maxpool(x, w, padding=1, algo="winograd", **kw)
 

@@ -203,12 +203,19 @@ def test_emulator_catches_the_removed_conv_barrier():
     assert max(errs) > 1e-2
 
 
-def test_conv_groups_refused_on_cuda():
+def test_conv_groups_on_cuda_run_per_group():
+    """The CUDA schedule is of one group (its function refuses more); the
+    solvers run it per group, so they apply to any groups (run on a GPU in
+    test_grouped_unbatched_same_on_a_real_gpu)."""
     with pytest.raises(ValueError, match="target='cuda' supports groups=1 only, got groups=2"):
         gpu_conv.function(ConvShape(1, 4, 6, 6, 4, 3, 3, groups=2))
+    from schedules.problems.conv import ConvProblem
+    from schedules.registry import SOLVERS
     x = np.zeros((1, 4, 6, 6), np.float32)
-    with pytest.raises(ValueError, match="groups=1 only"):
-        schedules.conv2d(x, np.zeros((4, 2, 3, 3), np.float32), groups=2, target="cuda")
+    for w in (np.zeros((4, 2, 3, 3), np.float32), CSRWeights.from_dense(np.ones((4, 2, 3, 3),
+                                                                                np.float32))):
+        p, _ = ConvProblem.from_call("conv2d", x, w, None, 1, 1, 1, 2, target="cuda")
+        assert sum(s.applicable(p) is True for s in SOLVERS["conv2d"] if s.target == "cuda") == 1
     with pytest.raises(ValueError, match="algo 'im2col' has no CUDA schedule"):
         schedules.conv2d(x, np.zeros((4, 4, 3, 3), np.float32), algo="im2col", target="cuda")
     with pytest.raises(ValueError, match="tile_co must be a positive int"):
@@ -486,8 +493,8 @@ def test_degenerate_shapes_on_cuda_need_no_launch():
                            b, target="cuda")
     assert out.shape == (0, 3, 3, 3)
     out = schedules.conv2d(np.zeros((2, 0, 5, 5), np.float32), np.zeros((3, 0, 3, 3), np.float32),
-                           b, target="cuda")
-    np.testing.assert_array_equal(out, np.broadcast_to(b.reshape(1, 3, 1, 1), (2, 3, 3, 3)))
+                           b, target="cuda")      # no input channel: none out, as in torch
+    assert out.shape == (2, 0, 3, 3)
 
 
 @pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
@@ -501,6 +508,26 @@ def test_torch_cuda_tensors_on_a_real_gpu():
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
     out = schedules.sparse_conv2d(dev(x), CSRWeights.from_dense(w), dev(b), padding=1)
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
+                    reason="needs torch and a CUDA GPU (torch.cuda)")
+def test_grouped_unbatched_same_on_a_real_gpu():
+    """torch's conv2d on the GPU paths: groups (per group), an unbatched
+    input and an odd "same" padding (torch's extra zeros below and right)."""
+    import torch.nn.functional as F
+    rng = np.random.default_rng(3)
+    for xs, ws, kw in (((2, 6, 7, 9), (6, 2, 3, 3), dict(padding=1, groups=3)),
+                       ((4, 7, 6), (6, 4, 2, 3), dict(padding="same")),
+                       ((4, 7, 6), (4, 2, 2, 2), dict(padding="same", groups=2))):
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in (xs, ws))
+        w[np.abs(w) < 0.5] = 0
+        want = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), **kw)
+        out = schedules.conv2d(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda(), **kw)
+        assert out.is_cuda and out.shape == want.shape
+        torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-4)
+        out = schedules.sparse_conv2d(torch.from_numpy(x).cuda(), CSRWeights.from_dense(w), **kw)
+        torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-4)
 
 
 # ------------------------------------------------------------------ a lowering fix found here

@@ -68,10 +68,6 @@ def test_conv2d_algorithms_match_numpy(algo, case):
     x, w = rand(n, ci, h, wd), rand(co, ci // groups, k, k)
     b = rand(co) if bias else None
     expected = ref_conv(x, w, b, stride, padding, dilation, groups)
-    if groups != 1 and algo != "direct":
-        with pytest.raises(ValueError, match=f"algo '{algo}' needs groups=1"):
-            schedules.conv2d(x, w, b, stride, padding, dilation, groups, algo=algo)
-        return
     out = schedules.conv2d(x, w, b, stride, padding, dilation, groups, algo=algo)
     assert out.shape == expected.shape
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
@@ -107,7 +103,13 @@ def test_find_step_skips_inapplicable_algorithms():
     x, w = rand(1, 4, 5, 5), rand(4, 1, 3, 3)
     out = schedules.conv2d(x, w, None, padding=1, groups=4)
     np.testing.assert_allclose(out, ref_conv(x, w, None, 1, 1, 1, 4), rtol=1e-4, atol=1e-4)
-    # direct is the only candidate (groups=4): nothing to time, no record
+    # every CPU solver runs groups (im2col and spatial_pack per group), but
+    # "auto" offers only direct: the others round apart (per-group kernels)
+    from schedules.registry import SOLVERS
+    from schedules.problems.conv import ConvProblem
+    p, _ = ConvProblem.from_call("conv2d", x, w, None, 1, 1, 1, 4)
+    assert all(SOLVERS["conv2d"][k].applicable(p) is True for k in range(3))
+    assert [s.name for s in find.candidates(p, SOLVERS["conv2d"])] == ["direct"]
     assert not [k for k in find.records() if _dims(k) == [1, 4, 5, 5, 4]]
 
 
@@ -282,7 +284,7 @@ def test_torch_tensors_in_and_out():
     (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), rand(7)), r"bias has 7"),
     (lambda: schedules.conv2d(rand(1, 4, 5, 5), rand(8, 4, 3, 3), algo="winograd"), r"algo must"),
     (lambda: schedules.conv2d(rand(1, 4, 2, 2), rand(8, 4, 5, 5), padding=0), r"does not fit"),
-    (lambda: schedules.conv2d(rand(4, 5, 5), rand(8, 4, 3, 3)), r"input: expected 4 dimensions"),
+    (lambda: schedules.conv2d(rand(5, 5), rand(8, 4, 3, 3)), r"input must be 3-D \(C, H, W"),
     (lambda: schedules.conv2d(rand(1, 6, 5, 5), rand(8, 2, 3, 3), groups=4), r"groups=4 must divide"),
     (lambda: schedules.conv_relu_maxpool(rand(1, 4, 5, 5), rand(8, 4, 3, 3), rand(8), padding=1, pool=0),
      r"pool must be"),
@@ -341,8 +343,12 @@ def test_conv2d_padding_same_and_valid():
     assert schedules.conv2d(x, w, padding="valid", algo="direct").shape == (1, 3, 4, 3)
     with pytest.raises(ValueError, match="padding='same' is not supported for strided"):
         schedules.conv2d(x, w, stride=2, padding="same")
-    with pytest.raises(ValueError, match="uneven padding"):
-        schedules.conv2d(x, rand(3, 2, 2, 2), padding="same")
+    w2 = rand(3, 2, 2, 2)        # an odd total: torch's extra zeros below and right
+    np.testing.assert_allclose(schedules.conv2d(x, w2, padding="same", algo="direct"),
+                               ref_conv_hw(np.pad(x, ((0, 0), (0, 0), (0, 1), (0, 1))), w2, None,
+                                           (1, 1), (0, 0), (1, 1)), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="pads unevenly: torch adds 1 row"):
+        schedules.conv2d_function(1, 2, 6, 7, 3, 2, 2, padding="same")
     for bad, name in (((1, 2, 3), "stride"), ((0, 1), "stride"), ((), "stride"), ("full", "padding"),
                       ((-1, 0), "padding"), (1.5, "dilation")):
         with pytest.raises(ValueError, match=f"{name} must be"):
@@ -365,8 +371,11 @@ def test_conv_relu_maxpool_follows_conv2d(algo):
                                rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(schedules.conv_relu_maxpool(x, w, b, padding=1, algo=algo),
                                ref(b, 1), rtol=1e-4, atol=1e-4)
-    with pytest.raises(ValueError, match="groups must be 1"):
-        schedules.conv_relu_maxpool(x, rand(8, 2, 3, 3), groups=2)
+    w2 = rand(8, 2, 3, 3)        # groups: each group's block, as torch's composition
+    c = np.maximum(ref_conv(x, w2, b, 1, 1, 1, 2), 0)[:, :, :10, :8]
+    np.testing.assert_allclose(schedules.conv_relu_maxpool(x, w2, b, padding=1, groups=2,
+                                                           algo=algo),
+                               c.reshape(1, 8, 5, 2, 4, 2).max(axis=(3, 5)), rtol=1e-4, atol=1e-4)
 
 
 def test_forced_algo_that_does_not_apply_lists_every_solver_and_why():
@@ -374,14 +383,14 @@ def test_forced_algo_that_does_not_apply_lists_every_solver_and_why():
     one's reason first, then every solver of the operator and why it does
     (not) apply."""
     from schedules.registry import SOLVERS
-    x, w = rand(1, 4, 5, 5), rand(4, 2, 3, 3)
+    x, w = rand(1, 4, 5, 5), schedules.CSRWeights.from_dense(rand(4, 2, 3, 3))
     with pytest.raises(ValueError) as e:
         schedules.conv2d(x, w, padding=1, groups=2, algo="im2col")
     msg = str(e.value)
-    assert msg.startswith("conv2d: algo 'im2col' needs groups=1 (got groups=2)")
+    assert msg.startswith("conv2d: algo 'im2col' needs a dense w")
     for s in SOLVERS["conv2d"]:
         assert f"{s!r}: " in msg, s
-    assert "direct (cpu): applies" in msg and "spatial_pack (cpu): needs groups=1" in msg
+    assert "sparse (cpu): applies" in msg and "spatial_pack (cpu): needs a dense w" in msg
     assert "direct (cuda): runs with target='cuda'" in msg
     with pytest.raises(ValueError, match=r"winograd \(cpu\): needs a 3x3 kernel.*"
                                          r"sparse \(cpu\): needs a sparse w"):

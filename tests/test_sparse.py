@@ -241,7 +241,7 @@ def test_bad_calls():
         schedules.sparse_conv2d(x, c, stride=0, padding=1)
     with pytest.raises(ValueError, match="does not fit"):
         schedules.sparse_conv2d(x, CSRWeights.from_dense(pruned(4, 3, 7, 0.5)), stride=1, padding=0)
-    with pytest.raises(ValueError, match="groups must be 1"):
+    with pytest.raises(ValueError, match="groups=3 must divide"):
         schedules.sparse_conv2d(x, c, stride=1, padding=1, groups=3)
     with pytest.raises(TypeError, match="x: expected float32"):
         schedules.sparse_conv2d(x.astype(np.float64), c, stride=1, padding=1)

@@ -1,9 +1,11 @@
 """Pieces several convolution solvers schedule with: the inputs every conv
-Function declares and the zero-padded input."""
+Function declares, the zero-padded input, and the run of a solver without a
+grouped schedule once per group (:func:`by_group`)."""
 from __future__ import annotations
 
 import tiramisu_py as tp
 
+from ..core import arrays as A
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -30,3 +32,16 @@ def padded(f, X, s: ConvShape, name="xp"):
     xp = f.computation(name, [n, c, y, x], tp.select(inside, X[n, c, y - ph, x - pw], 0.0))
     xp.parallelize(c if s.n < 2 * host().cores else n)
     return xp
+
+
+def by_group(run, p, args):
+    """``run(p, args)`` of a solver whose schedule takes ``groups=1``, for
+    any ``groups``: once per group, on the group's problem
+    (:meth:`schedules.problems.conv.ConvProblem.per_group`: one kernel for
+    every group) and arguments (its channels), the results joined along the
+    channels.  Each output is the same sum as with the grouped loop nest."""
+    g = p.shape.groups
+    if g == 1:
+        return run(p, args)
+    one = p.per_group()
+    return A.concat_channels([run(one, args.group(k, g)) for k in range(g)])

@@ -150,6 +150,28 @@ def zeros(like, shape, bias=None):
     return out
 
 
+def contiguous(x):
+    """``x`` (a NumPy array or torch tensor) C-contiguous: itself, or a copy."""
+    return x.contiguous() if is_torch(x) else np.ascontiguousarray(x)
+
+
+def pad_end(x, rows, cols):
+    """A copy of ``x`` (N, C, H, W; NumPy or torch, on its device) with
+    ``rows`` rows of zeros below and ``cols`` columns of zeros on the right."""
+    n, c, h, w = x.shape
+    out = zeros(x, (n, c, h + rows, w + cols))
+    out[:, :, :h, :w] = x
+    return out
+
+
+def concat_channels(parts):
+    """The arrays ``parts`` (NumPy or torch) joined along axis 1."""
+    if is_torch(parts[0]):
+        import torch
+        return torch.cat(parts, 1)
+    return np.concatenate(parts, 1)
+
+
 def needing_grad(*args) -> list:
     """The torch tensors among ``args`` (nested lists and tuples too) that
     require grad while grad mode is on; empty without torch."""

@@ -94,7 +94,7 @@ def candidates(p, solvers):
     computed), nor by im2col (GEMM blocks summed apart) or Winograd
     (transformed inputs), which run only when ``algo=`` names them."""
     cands = [s for s in solvers if s.applicable(p) is True]
-    return [s for s in cands if s.numerics == cands[0].numerics]
+    return [s for s in cands if s.numerics_for(p) == cands[0].numerics_for(p)]
 
 
 def find(p, solvers, args, algo="auto", *, call, param="algo", repeats=3):

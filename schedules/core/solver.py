@@ -45,6 +45,12 @@ class Solver:
             return WEIGHT_REASONS[self.weight]
         return True
 
+    def numerics_for(self, p) -> str:
+        """The ``numerics`` of this solver on ``p`` (what the find step
+        compares): ``numerics``, unless a subclass computes ``p`` otherwise
+        (a solver run per group says so for ``groups > 1``)."""
+        return self.numerics
+
     def params(self, p) -> dict:
         """The default schedule parameters for ``p`` (from :func:`schedules.host`)."""
         return {}

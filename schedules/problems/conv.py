@@ -68,13 +68,15 @@ class ConvShape:
 
     @classmethod
     def make(cls, x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1, op="conv2d",
-             names=("input", "weight")):
+             names=("input", "weight"), extra=False):
         """The shape of ``op``'s call on an input of shape ``x_shape`` (NCHW)
         and a weight of shape ``w_shape`` (OIHW), checked: ValueError starting
         with ``op`` and naming the argument (``names``: what the op calls its
         input and weight).  ``stride``, ``padding``, ``dilation``: an int or a
         (height, width) pair, as torch takes them; ``padding`` also "valid"
-        or "same" (:func:`padding_of`)."""
+        or "same" (:func:`padding_of`; with ``extra`` an uneven "same" is
+        torch's: the shape's input has :func:`same_extra`'s zeros added,
+        which the caller adds; without, it is refused)."""
         stride, dilation = pair(stride, "stride", 1, op), pair(dilation, "dilation", 1, op)
         if not _is_int(groups) or groups < 1:
             raise ValueError(f"{op}: groups must be a positive int, got {groups!r}")
@@ -86,7 +88,7 @@ class ConvShape:
         co, cig, kh, kw = w_shape
         if kh < 1 or kw < 1:
             raise ValueError(f"{op}: the kernel is {kh}x{kw}; it must be at least 1x1")
-        padding = padding_of(padding, kh, kw, stride, dilation, op)
+        padding_in, padding = padding, padding_of(padding, kh, kw, stride, dilation, op)
         if ci % groups or co % groups:
             raise ValueError(f"{op}: groups={groups} must divide the {ci} input and {co} output "
                              "channels")
@@ -95,7 +97,19 @@ class ConvShape:
             raise ValueError(f"{op}: {wn} has {cig} input channels, {xn} has {ci}" if groups == 1
                              else f"{op}: {wn} has {cig} input channels per group; {xn} has {ci} "
                              f"channels in {groups} groups, so {ci // groups} were expected")
-        s = cls(n, ci, h, w, co, kh, kw, stride, padding, dilation, groups)
+        if co < groups:
+            raise ValueError(f"{op}: {wn} has {co} output channels; with groups={groups} it "
+                             f"needs at least {groups}, as in torch")
+        if n and ci and not (h and w):
+            raise ValueError(f"{op}: {xn} of shape {tuple(x_shape)} is empty; as in torch, an "
+                             "empty input may have 0 images or 0 channels, not 0 rows or columns")
+        eh, ew = same_extra(padding_in, kh, kw, dilation)
+        if (eh or ew) and not extra:
+            raise ValueError(f"{op}: padding='same' with a {kh}x{kw} kernel (dilation "
+                             f"{dilation!r}) pads unevenly: torch adds {eh} row(s) and {ew} "
+                             f"column(s) of zeros below and right of the input first; pass the "
+                             f"input so padded and padding={padding!r}")
+        s = cls(n, ci, h + eh, w + ew, co, kh, kw, stride, padding, dilation, groups)
         if s.ho < 1 or s.wo < 1:
             raise ValueError(f"{op}: the {kh}x{kw} kernel (dilation {dilation}) does not fit the "
                              f"{h}x{w} input with padding {padding}")
@@ -124,8 +138,9 @@ def pair(v, name, least, op="conv2d"):
 
 def padding_of(padding, kh, kw, stride, dilation, op="conv2d"):
     """torch's ``padding``: an int, a pair, "valid" (0) or "same" (stride 1;
-    the total padding ``dilation * (k - 1)`` must be even: torch puts an odd
-    extra row on one side, which these kernels do not).  ``stride`` and
+    the total padding ``dilation * (k - 1)`` split as torch splits it:
+    ``total // 2`` on both sides, returned here, and an odd extra row or
+    column on the bottom / right side, :func:`same_extra`).  ``stride`` and
     ``dilation`` as :func:`pair` returns them."""
     if isinstance(padding, str):
         if padding == "valid":
@@ -136,14 +151,26 @@ def padding_of(padding, kh, kw, stride, dilation, op="conv2d"):
         if stride not in (1, (1, 1)):
             raise ValueError(f"{op}: padding='same' is not supported for strided convolutions "
                              f"(stride={stride!r}), as in torch")
-        dh, dw = dilation if isinstance(dilation, tuple) else (dilation, dilation)
-        th, tw = dh * (kh - 1), dw * (kw - 1)
-        if th % 2 or tw % 2:
-            raise ValueError(f"{op}: padding='same' with a {kh}x{kw} kernel (dilation "
-                             f"{dilation!r}) needs uneven padding, which is not supported; "
-                             f"pad the input and use padding=0")
+        th, tw = _same_total(kh, kw, dilation)
         return (th // 2, tw // 2)
     return pair(padding, "padding", 0, op)
+
+
+def _same_total(kh, kw, dilation):
+    dh, dw = dilation if isinstance(dilation, tuple) else (dilation, dilation)
+    return dh * (kh - 1), dw * (kw - 1)
+
+
+def same_extra(padding, kh, kw, dilation) -> tuple:
+    """``(rows, columns)`` of zeros torch adds below and right of the input
+    for ``padding="same"`` when the total ``dilation * (k - 1)`` is odd (0 or
+    1 each; ``(0, 0)`` for any other padding): torch pads a copy of the input
+    by them, then pads ``total // 2`` on every side (:func:`padding_of`), and
+    so do the calls here.  ``dilation`` as :func:`pair` returns it."""
+    if not isinstance(padding, str) or padding != "same":
+        return (0, 0)                       # (also when dilation is bad: refused elsewhere)
+    th, tw = _same_total(kh, kw, dilation)
+    return (th % 2, tw % 2)
 
 
 def conv_shape(x_shape, w_shape, stride, padding, dilation, op="sparse_conv2d"):
@@ -154,18 +181,39 @@ def conv_shape(x_shape, w_shape, stride, padding, dilation, op="sparse_conv2d"):
 
 @dataclass
 class ConvArgs:
-    """The checked arrays of a call: ``x``, the dense weight ``w`` (None for a
-    CSR weight on the GPU), ``b``, the CSR weight ``csr`` (None for a dense
+    """The checked arrays of a call: ``x`` (NCHW: an unbatched input has had
+    its batch axis added, ``unbatched``, and a "same" padding its odd extra
+    zeros, :func:`same_extra`), the dense weight ``w`` (None for a CSR
+    weight on the GPU), ``b``, the CSR weight ``csr`` (None for a dense
     weight) and ``device`` (the input's torch device, None on the host)."""
     x: object
     w: object
     b: object
     csr: object = None
     device: object = None
+    unbatched: bool = False
 
     def zeros(self, p: "ConvProblem"):
-        """The result of a degenerate problem: the bias broadcast (zeros)."""
+        """The result of a degenerate problem: zeros (an empty array)."""
         return A.zeros(self.x, p.output_shape, self.b)
+
+    def result(self, out):
+        """The call's result: ``out`` without the batch axis for an unbatched
+        input, as torch returns it."""
+        return out[0] if self.unbatched else out
+
+    def group(self, g, groups):
+        """The arguments of group ``g`` of ``groups``: its input channels and
+        its output channels' weight (dense rows, CSR rows) and bias, each
+        contiguous."""
+        ci = self.x.shape[1] // groups
+        co = (self.w if self.csr is None else self.csr).shape[0] // groups
+        rows = slice(g * co, (g + 1) * co)
+        return ConvArgs(A.contiguous(self.x[:, g * ci:(g + 1) * ci]),
+                        None if self.w is None else A.contiguous(self.w[rows]),
+                        None if self.b is None else A.contiguous(self.b[rows]),
+                        None if self.csr is None else self.csr.rows(g * co, (g + 1) * co),
+                        self.device)
 
 
 @dataclass(frozen=True)
@@ -194,8 +242,9 @@ class ConvProblem:
 
     @property
     def degenerate(self):
-        """An empty output (batch or output channels 0) or an empty sum (input
-        channels 0: the output is the bias): every solver handles it, the
+        """An empty output: no image, no output channel, or no input channel
+        (then torch's result has no channel either: ``(N, 0, Ho, Wo)``, not
+        the bias): :func:`schedules.api` returns it without a kernel, the
         find step has nothing to time."""
         s = self.shape
         return s.n == 0 or s.co == 0 or s.ci == 0
@@ -203,7 +252,7 @@ class ConvProblem:
     @property
     def output_shape(self):
         s = self.shape
-        return (s.n, s.co, s.ho // self.pool, s.wo // self.pool)
+        return (s.n, s.co if s.ci else 0, s.ho // self.pool, s.wo // self.pool)
 
     @property
     def density_bucket(self):
@@ -232,85 +281,92 @@ class ConvProblem:
         """``(problem, args)`` of a call of ``op`` with torch's arguments,
         checked: ValueError/TypeError starting with ``name`` (the public
         call's name, default ``op``) and naming the argument (``names``:
-        what the call names its input and weight).  Host arrays (NumPy, CPU
-        torch) or, with ``target="cuda"`` or no target, torch CUDA tensors
-        (the result on the input's device; ``gpu=False``: an operator
-        without a GPU solver takes host arrays only); ``weight`` dense, or sparse
-        (:class:`schedules.CSRWeights`, torch sparse-CSR, scipy CSR)."""
+        what the call names its input and weight).  ``input`` NCHW or, as
+        torch takes it, unbatched CHW (``args.result`` drops the batch axis
+        again).  Host arrays (NumPy, CPU torch) or, with ``target="cuda"``
+        or no target, torch CUDA tensors (the result on the input's device;
+        ``gpu=False``: an operator without a GPU solver takes host arrays
+        only); ``weight`` dense, or sparse (:class:`schedules.CSRWeights`,
+        torch sparse-CSR, scipy CSR).  ``size``: the (height, width) the input
+        is resized to before the convolution (the resize block's problem)."""
         name = name or op
         sparse = is_sparse(weight)
         # (a torch sparse tensor raises on the device probe: the input decides)
         _check_sparse_weight(weight, sparse, names[1])
+        xn, wn = names
+        input, unbatched = _batched(input, xn, name)
         cuda = gpu and use_cuda(target, input, None if sparse else weight, bias,
                                 names=(names[0], names[1], "bias"))
-        xn, wn = names
+        as_csr_form = sparse or algo == "sparse"
+        cig = _channels_per_group(input, groups)
         if cuda:
             dev = A.device_of(input)
             x = A.float32_on(input, xn, 4, dev)
-            if sparse or algo == "sparse":
-                csr = _host_csr(weight, x.shape[1], wn)
-                s = cls._sparse_shape(name, x.shape, csr, groups, stride, padding, dilation,
-                                      names)
-                w = None
-            else:
-                csr = None
-                w = A.float32_on(weight, wn, 4, dev)
-                s = ConvShape.make(x.shape, w.shape, stride, padding, dilation, groups, name)
+            csr = _host_csr(weight, cig, wn) if as_csr_form else None
+            w = None if as_csr_form else A.float32_on(weight, wn, 4, dev)
             b = None if bias is None else A.float32_on(bias, "bias", 1, dev)
-            args = ConvArgs(x, w, b, csr, dev)
-        elif sparse or algo == "sparse":
-            if not sparse:
-                A.same_kind((input, weight, bias), (xn, wn, "bias"))
-            else:
-                A.same_kind((input, bias), (xn, "bias"))
-            x = A.float32_array(input, xn, 4)
-            csr = as_csr(weight, x.shape[1], wn)
-            s = cls._sparse_shape(name, _resized(x.shape, size), csr, groups, stride, padding,
-                                  dilation, names)
-            b = None if bias is None else A.float32_array(bias, "bias", 1)
-            args = ConvArgs(x, None if sparse else weight, b, csr)
         else:
-            A.same_kind((input, weight, bias), (xn, wn, "bias"))
-            x, w = A.float32_array(input, xn, 4), A.float32_array(weight, wn, 4)
+            dev = None
+            A.same_kind((input, bias) if sparse else (input, weight, bias),
+                        (xn, "bias") if sparse else (xn, wn, "bias"))
+            x = A.float32_array(input, xn, 4)
+            csr = as_csr(weight, cig, wn) if as_csr_form else None
+            w = None if sparse else A.float32_array(weight, wn, 4)
             b = None if bias is None else A.float32_array(bias, "bias", 1)
-            s = ConvShape.make(_resized(x.shape, size), w.shape, stride, padding, dilation, groups,
-                               name)
-            args = ConvArgs(x, w, b)
+        if csr is not None and len(csr.shape) != 4:
+            raise ValueError(f"{name}: {wn} must be a 4-D (Cout, Cin/groups, KH, KW) weight, "
+                             f"got shape {csr.shape}")
+        kshape = (w if csr is None else csr).shape
+        s = ConvShape.make(_resized(x.shape, size), kshape, stride, padding, dilation, groups,
+                           name, names=names, extra=True)
+        if (s.h, s.w) != _resized(x.shape, size)[2:]:   # torch's uneven "same": zeros below, right
+            if size is not None:
+                raise ValueError(f"{name}: padding='same' needs uneven padding here (the "
+                                 "resized image padded more below and right); pass the padding "
+                                 "as ints")
+            x = A.pad_end(x, s.h - x.shape[2], s.w - x.shape[3])
+        args = ConvArgs(x, w, b, csr, dev, unbatched)
         if args.b is not None and args.b.shape[0] != s.co:
             raise ValueError(f"{name}: bias has {args.b.shape[0]} values for {s.co} output channels")
-        if op == "conv_relu_maxpool" and (not isinstance(pool, int) or isinstance(pool, bool)
-                                         or not 1 <= pool <= min(s.ho, s.wo)):
-            raise ValueError(f"{name}: pool must be an int in [1, {min(s.ho, s.wo)}], got {pool!r}")
+        if op == "conv_relu_maxpool":
+            if not isinstance(pool, int) or isinstance(pool, bool) \
+                    or not 1 <= pool <= min(s.ho, s.wo):
+                raise ValueError(f"{name}: pool must be an int in [1, {min(s.ho, s.wo)}], got "
+                                 f"{pool!r}")
+            if s.ci == 0:
+                raise ValueError(f"{name}: {xn} has no channel: the convolution's result has "
+                                 "none, and torch's max_pool2d refuses an input of 0 channels")
         density = None if args.csr is None else args.csr.density
         # the form the solvers read: structural zeros absent ("csr") or not
-        form = "csr" if sparse or algo == "sparse" else "dense"
-        p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu", form,
-                density, pool)
+        p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu",
+                "csr" if as_csr_form else "dense", density, pool)
         return p, args
 
-    @staticmethod
-    def _sparse_shape(name, xshape, csr, groups, stride, padding, dilation, names):
-        if groups != 1:
-            raise ValueError(f"{name}: groups must be 1 for sparse weights, got {groups!r}")
-        if len(csr.shape) != 4:
-            raise ValueError(f"{name}: {names[1]} must be a 4-D (Cout, Cin, KH, KW) weight, got "
-                             f"shape {csr.shape}")
-        return ConvShape.make(tuple(xshape), csr.shape, stride, padding, dilation, 1, name,
-                              names=names)
+    def per_group(self):
+        """The problem of one group (``groups=1``, its channels), which
+        solvers without a grouped schedule run once per group."""
+        s = self.shape
+        g = s.groups
+        one = ConvShape(s.n, s.ci // g, s.h, s.w, s.co // g, s.kh, s.kw, s.stride, s.padding,
+                        s.dilation, 1)
+        return ConvProblem(self.op, one, self.bias, self.target, self.device, self.weight,
+                           self.density, self.pool)
 
     @classmethod
     def from_meta(cls, op, xshape, wshape, stride, padding, dilation, groups, check=None):
         """The :class:`ConvShape` of symbolic shapes and arguments (ints or
         torch SymInts, for torch's operators and fake implementations), with
-        :meth:`ConvShape.make`'s rules: ``stride``, ``padding``,
+        :meth:`ConvShape.make`'s rules (an unbatched CHW ``xshape`` is one
+        image: ``n`` 1): ``stride``, ``padding``,
         ``dilation`` lists of 1 or 2 (one is both), positive (padding
         non-negative); ``check(condition, message)`` (``torch._check``:
         RuntimeError) refuses what does not fit, naming the argument
         (default: ValueError)."""
         check = check or _check
         xshape, wshape = tuple(xshape), tuple(wshape)
-        check(len(xshape) == 4, lambda: f"tiramisu::{op}: input must be 4-D (N, C, H, W), got "
-                                        f"shape {xshape}")
+        check(len(xshape) in (3, 4), lambda: f"tiramisu::{op}: input must be 3-D (C, H, W, "
+                                             f"unbatched) or 4-D (N, C, H, W), got shape {xshape}")
+        xshape = (1,) + xshape if len(xshape) == 3 else xshape
         check(len(wshape) == 4, lambda: f"tiramisu::{op}: weight must be 4-D (Cout, Cin/groups, "
                                         f"KH, KW), got shape {wshape}")
         stride = _meta_pair(op, stride, "stride", 1, check)
@@ -327,6 +383,11 @@ class ConvProblem:
                       f"input {xshape} has {ci} channels in {groups} groups")
         check(kh >= 1 and kw >= 1,
               lambda: f"tiramisu::{op}: the kernel is {kh}x{kw}; it must be at least 1x1")
+        check(co >= groups, lambda: f"tiramisu::{op}: weight has {co} output channels; with "
+                                    f"groups={groups} it needs at least {groups}, as in torch")
+        check(n == 0 or ci == 0 or (h != 0 and wd != 0),
+              lambda: f"tiramisu::{op}: input of shape {xshape} is empty; as in torch, an empty "
+                      "input may have 0 images or 0 channels, not 0 rows or columns")
         s = ConvShape(n, ci, h, wd, co, kh, kw, stride, padding, dilation, groups)
         check(s.ho >= 1 and s.wo >= 1,
               lambda: f"tiramisu::{op}: the {kh}x{kw} kernel does not fit the {h}x{wd} input")
@@ -369,6 +430,23 @@ def _check_sparse_weight(w, sparse, name):
                              f"{rowptr[-1]} for {len(w.colidx)} nonzeros); rowptr must start at "
                              "0, never decrease and end at nnz: make a new CSRWeights instead of "
                              "changing one")
+
+
+def _batched(x, name, op):
+    """``(x, unbatched)``: an unbatched CHW input as NCHW of one image (a
+    view), as torch takes it; another rank is refused as torch refuses it."""
+    nd = getattr(x, "ndim", None)
+    if isinstance(nd, int) and nd not in (3, 4):
+        raise ValueError(f"{op}: {name} must be 3-D (C, H, W, unbatched) or 4-D (N, C, H, W), "
+                         f"as in torch; got shape {tuple(x.shape)}")
+    return (x[None], True) if nd == 3 else (x, False)
+
+
+def _channels_per_group(x, groups):
+    """The input's channels per group (all of them when ``groups`` is not a
+    positive divisor: refused later, named, by :meth:`ConvShape.make`)."""
+    c = x.shape[1] if getattr(x, "ndim", 0) == 4 else 0
+    return c // groups if _is_int(groups) and groups >= 1 and c % groups == 0 else c
 
 
 def _check(cond, message):

@@ -70,6 +70,10 @@ class ResizeConvProblem:
                              "target=None, 'cpu', 'c' or 'llvm'")
         hw = resize_size(size, name)
         shape = tuple(getattr(input, "shape", ()))
+        if hasattr(input, "shape") and len(shape) != 4:
+            # (torch's interpolate reads a 3-D input as (N, C, L), a 1-D resize:
+            # no unbatched image here)
+            raise ValueError(f"{name}: x must be 4-D (N, C, H, W), got shape {shape}")
         if len(shape) == 4 and 0 in shape[2:]:
             raise ValueError(f"{name}: x has an empty image ({shape}); interpolate needs input "
                              "sizes greater than 0")

@@ -37,14 +37,16 @@ Two kernels, launched in order:
   The barriers are not written here: the GPU legality check derives them
   from the dependences through the shared tiles.
 
-``groups`` must be 1 (a tile of output channels reads one input-channel
-range).  Not yet: double buffering, vector loads.
+The schedule is of one group (a tile of output channels reads one
+input-channel range); the solver runs it once per group
+(:func:`schedules.blocks.conv_common.by_group`).  Not yet: double
+buffering, vector loads.
 """
 from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import conv_inputs
+from ..blocks.conv_common import by_group, conv_inputs
 from ..blocks.gpu_map import check_shape, map_rows
 from ..core.arrays import positive_int
 from ..core.kernels import cuda_kernel
@@ -178,13 +180,6 @@ class CudaDirect(Solver):
     target = "cuda"
     weight = "dense"
 
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and p.shape.groups != 1:
-            return (f"target='cuda' supports groups=1 only, got groups={p.shape.groups}; use a "
-                    "CPU target for grouped convolutions")
-        return why
-
     def space(self, p):
         return {"tile_co": [16, 32, 64], "micro_co": [1, 2, 4], "micro_x": [1, 2]}
 
@@ -194,6 +189,9 @@ class CudaDirect(Solver):
     def run(self, p, args):
         if p.degenerate:
             return args.zeros(p)
+        return by_group(self._run, p, args)       # a schedule of one group
+
+    def _run(self, p, args):
         k = cuda_kernel(("conv2d", "cuda", p.shape, p.bias), lambda: self.build(p, {}))
         if args.b is not None:
             return k(data=args.x, weight=args.w, bias=args.b)

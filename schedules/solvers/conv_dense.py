@@ -10,12 +10,15 @@ sums blocks of products apart (``numerics = "gemm"``): it runs only when
 
 * ``im2col``: per image, the input patches are copied into a matrix laid out as
   the GEMM's packed B panels; the product with the weights (as a ``Co x
-  Ci*Kh*Kw`` matrix) is the BLIS GEMM of :mod:`schedules.blocks.blis`.  ``groups == 1``.
+  Ci*Kh*Kw`` matrix) is the BLIS GEMM of :mod:`schedules.blocks.blis`.  The
+  schedule is of one group; the solver runs it per group
+  (:func:`schedules.blocks.conv_common.by_group`).
 * ``spatial_pack``: NCHWc blocking (:mod:`schedules.blocks.nchwc`): the input is
   packed into ``[n][C/CB][H][W][CB]`` (per image) and the weights into
   ``[Co/VB][Ci][Kh][Kw][VB]``; the output is computed in ``[Co/VB][rows][Wo][VB]``
   tiles of rows (VB output channels in SIMD lanes, XB columns in registers)
-  that stay in L2, each unpacked to NCHW right away.  ``groups == 1``.
+  that stay in L2, each unpacked to NCHW right away.  One group, run per
+  group as im2col.
 
 Padding is a computation (``select`` on the borders) of the padded input.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 import tiramisu_py as tp
 
 from ..blocks.blis import blis, default_params
-from ..blocks.conv_common import conv_inputs, padded
+from ..blocks.conv_common import by_group, conv_inputs, padded
 from ..blocks.nchwc import tiled_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
@@ -130,16 +133,15 @@ class _Dense(Solver):
     op = "conv2d"
     weight = "dense"
 
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and self.name != "direct" and p.shape.groups != 1:
-            return f"needs groups=1 (got groups={p.shape.groups}); use 'direct'"
-        return why
-
     def build(self, p, params):
         return BUILDERS[self.name](p.shape, bias=p.bias, **params)
 
     def run(self, p, args):
+        if self.name == "direct":                 # grouped loop nest
+            return self._run(p, args)
+        return by_group(self._run, p, args)       # a schedule of one group
+
+    def _run(self, p, args):
         s = p.shape
         k = kernel(("conv2d", self.name, s, p.bias), lambda: self.build(p, self.params(p)),
                    p.target)
@@ -163,7 +165,13 @@ class Im2col(_Dense):
 
 
 class SpatialPack(_Dense):
+    """With ``groups > 1`` it runs one kernel per group (:func:`by_group`),
+    not checked bit for bit against direct's grouped loop nest (a one-channel
+    group can round apart), so "auto" offers it for ``groups=1`` only."""
     name = "spatial_pack"
+
+    def numerics_for(self, p):
+        return self.numerics if p.shape.groups == 1 else "per_group"
 
     def space(self, p):
         lanes = host().lanes(4)

@@ -14,6 +14,11 @@ algorithms:
   tile being one pooling window: 2.25x fewer multiplications, every
   intermediate per image.  3x3 kernels, 2x2 pooling.
 
+Both schedules are of one group; with ``groups > 1`` the solvers run them
+once per group (:func:`schedules.blocks.conv_common.by_group`: ReLU and the
+pooling are per channel, so the block of a group is the group's channels of
+the whole block).
+
 ``schedules.conv_relu_maxpool(..., algo="auto")`` runs ``direct`` only:
 Winograd's transforms add and subtract inputs before the products (an input
 of 3e38 overflows to inf, ``inf - inf`` gives NaN where the direct
@@ -25,7 +30,7 @@ fastest never changes the answer.
 from __future__ import annotations
 
 from ..blocks import winograd
-from ..blocks.conv_common import conv_inputs
+from ..blocks.conv_common import by_group, conv_inputs
 from ..blocks.nchwc import tiled_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
@@ -71,6 +76,9 @@ class _Fused(Solver):
         return function(p.shape, p.pool, bias=p.bias, algo=self.name, **params)
 
     def run(self, p, args):
+        return by_group(self._run, p, args)
+
+    def _run(self, p, args):
         k = kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias),
                    lambda: self.build(p, self.params(p)), p.target)
         if args.b is not None:
@@ -91,14 +99,13 @@ class FusedWinograd(_Fused):
 
     def applicable(self, p):
         why = super().applicable(p)
-        if why is True and not winograd.applicable(p.shape, p.pool):
+        if why is True and not winograd.applicable(p.per_group().shape, p.pool):
             s = p.shape
             got = [f"a {s.kh}x{s.kw} kernel" if (s.kh, s.kw) != (3, 3) else "",
                    f"stride={s.stride!r}" if s.stride != 1 else "",
                    f"dilation={s.dilation!r}" if s.dilation != 1 else "",
-                   f"groups={s.groups}" if s.groups != 1 else "",
                    f"pool={p.pool}" if p.pool != 2 else "",
                    f"a {s.ho}x{s.wo} output" if min(s.ho, s.wo) < 2 else ""]
-            return ("needs a 3x3 kernel, stride=1, dilation=1, groups=1, pool=2 and an output "
-                    f"of at least 2x2 (got {', '.join(g for g in got if g)}); use 'direct'")
+            return ("needs a 3x3 kernel, stride=1, dilation=1, pool=2 and an output of at "
+                    f"least 2x2 (got {', '.join(g for g in got if g)}); use 'direct'")
         return why

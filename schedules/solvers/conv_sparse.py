@@ -2,6 +2,7 @@
 :mod:`schedules.blocks.csr_conv`; the weights: :mod:`schedules.weights.csr`)."""
 from __future__ import annotations
 
+from ..blocks.conv_common import by_group
 from ..blocks.csr_conv import function, pitch, plan, tile_size
 from ..core.kernels import kernel
 from ..core.solver import Solver
@@ -39,12 +40,6 @@ class SparseCSR(Solver):
     def __init__(self, op):
         self.op = op
 
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and p.shape.groups != 1:
-            return f"needs groups=1 (got groups={p.shape.groups})"
-        return why
-
     def params(self, p):
         return plan(p.shape, density=1.0 if p.density is None else p.density)
 
@@ -56,6 +51,9 @@ class SparseCSR(Solver):
         return function(p.shape, bias=p.bias, pool=p.pool, relu=p.relu, **order)
 
     def run(self, p, args):
+        return by_group(self._run, p, args)       # the CSR rows of each group
+
+    def _run(self, p, args):
         s = p.shape
         csr = args.csr if args.csr is not None else as_csr(args.w, s.ci)
         params = plan(s, density=csr.density)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
+from ..blocks.conv_common import by_group
 from ..blocks.gpu_map import check_shape, map_rows
 from ..core.arrays import positive_int
 from ..core.kernels import cuda_kernel
@@ -118,6 +119,9 @@ class CudaSparseCSR(Solver):
     def run(self, p, args):
         if p.degenerate:
             return args.zeros(p)
+        return by_group(self._run, p, args)       # each group its CSR rows
+
+    def _run(self, p, args):
         s, csr, dev = p.shape, args.csr, args.device
         layout = (s.kh, s.kw, s.hp, s.wp, s.dh, s.dw)
         arrays = csr.conv_layout(*layout)

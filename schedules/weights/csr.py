@@ -154,6 +154,16 @@ class CSRWeights:
             self._derived[key] = make()
         return self._derived[key]
 
+    def rows(self, start, stop):
+        """The weight of rows ``start:stop`` (a grouped convolution's group),
+        made once and cached on this object (its own layouts with it)."""
+        def make():
+            lo, hi = int(self.rowptr[start]), int(self.rowptr[stop])
+            return CSRWeights(self.rowptr[start:stop + 1] - self.rowptr.dtype.type(lo),
+                              self.colidx[lo:hi], self.values[lo:hi],
+                              (stop - start,) + self.shape[1:])
+        return self.derived(("rows", start, stop), make)
+
     def conv_offsets(self, kh, kw, hp, wp, dh=1, dw=1):
         """``colidx`` as flat offsets ``ci*hp*wp + ky*dh*wp + kx*dw`` into a
         padded ``hp x wp`` image (int32; cached per image size)."""
