@@ -18,6 +18,7 @@ KeyboardInterrupt or any other exception the whole group (``cc1``, ``as``,
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -38,10 +39,36 @@ COMPILER_INVOCATIONS = 0          # subprocess compiler runs in this process (pr
 BASE_FLAGS = ("-O3", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fwrapv")
 OPTIONAL_FLAGS = ("-march=native", "-fopenmp", "-mprefer-vector-width=512",
                   "-Werror=implicit-function-declaration")
+# flags added only where a probe shows the compiler miscompiles without them:
+# gcc 12.2 at -O3 with AVX2/AVX-512 vectorises a guarded copy (a padded
+# input's ``cond ? data[iy - 1][ix] : 0``) wrongly after if-conversion, so
+# 30 of 54 values came out 0 (spatial_pack's packed input; LLVM and -O2 right)
+WORKAROUND_FLAGS = ("-fno-tree-loop-if-convert",)
 LIBS = ("-lm",)
 BUILD_TIMEOUT_S = 600
 
 _PROBE_SRC = "int tp_probe(int n) { int s = 0; for (int i = 0; i < n; i++) s += i; return s; }\n"
+# the guarded copy gcc 12.2 -O3 -mavx2 miscompiles: tp_probe returns the
+# number of wrong values (0 with a sound compiler)
+_PROBE_MISCOMPILE_SRC = """#include <stdint.h>
+static void tp_fill(const float *restrict data_, float *restrict out_) {
+  const float (*restrict data)[1][7][6] = (const float (*)[1][7][6])data_;
+  float (*restrict out)[9][6] = (float (*)[9][6])out_;
+  for (int64_t iy = 0; iy < 9; iy++)
+    for (int64_t ix = 0; ix < 6; ix++)
+      out[0][iy][ix] = (iy >= 1 && iy < 8) ? data[0][0][iy - 1][ix] : 0.0f;
+}
+int tp_probe(void) {
+  float d[42], o[54];
+  for (int i = 0; i < 42; i++) d[i] = (float)(i + 1);
+  tp_fill(d, o);
+  int bad = 0;
+  for (int iy = 0; iy < 9; iy++)
+    for (int ix = 0; ix < 6; ix++)
+      bad += o[iy * 6 + ix] != ((iy >= 1 && iy < 8) ? d[(iy - 1) * 6 + ix] : 0.0f);
+  return bad;
+}
+"""
 _PROBE_OMP_SRC = """#include <omp.h>
 int tp_probe(int n) {
   int s = 0;
@@ -150,7 +177,7 @@ _probe_lock = threading.Lock()
 
 def probe_path(cc: Compiler) -> Path:
     key = hashlib.sha256(f"probe|{cache.FORMAT_VERSION}|{cc.identity}|"
-                         f"{OPTIONAL_FLAGS}".encode()).hexdigest()[:32]
+                         f"{OPTIONAL_FLAGS}|{WORKAROUND_FLAGS}".encode()).hexdigest()[:32]
     return cache.cache_dir() / f"probe-{key}.json"
 
 
@@ -168,7 +195,7 @@ def _read_probe(cc: Compiler, path: Path):
     flags = record.get("flags")
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         return None
-    ordered = tuple(f for f in OPTIONAL_FLAGS if f in flags)
+    ordered = tuple(f for f in OPTIONAL_FLAGS + WORKAROUND_FLAGS if f in flags)
     return ordered if tuple(flags) == ordered else None     # only our flags, in our order
 
 
@@ -226,11 +253,37 @@ def _run_probe(cc: Compiler) -> tuple:
             return r.returncode == 0 and not r.stderr.strip()
 
         if ok(OPTIONAL_FLAGS, omp):                 # the usual case: one run
-            return OPTIONAL_FLAGS
-        if not ok((), plain):
+            flags = OPTIONAL_FLAGS
+        elif not ok((), plain):
             raise RuntimeError(f"C compiler {cc.argv[0]} cannot build a shared library "
                                f"with {' '.join(BASE_FLAGS)}")
-        return tuple(f for f in OPTIONAL_FLAGS if ok((f,), omp if f == "-fopenmp" else plain))
+        else:
+            flags = tuple(f for f in OPTIONAL_FLAGS
+                          if ok((f,), omp if f == "-fopenmp" else plain))
+        return flags + _workarounds(cc, flags, d, ok)
+
+
+def _miscompiles(cc: Compiler, flags, d) -> bool:
+    """Whether ``cc`` with ``flags`` builds the guarded copy of
+    :data:`_PROBE_MISCOMPILE_SRC` wrongly (run once, in this process)."""
+    src, so = Path(d, "miscompile.c"), Path(d, f"miscompile-{len(flags)}.so")
+    src.write_text(_PROBE_MISCOMPILE_SRC)
+    try:
+        r = run_compiler([*cc.argv, *BASE_FLAGS, *flags, "-o", str(so), str(src), *LIBS])
+        if r.returncode != 0:
+            return False
+        return ctypes.CDLL(str(so)).tp_probe() != 0
+    except (OSError, subprocess.SubprocessError, AttributeError):
+        return False                      # not loadable here (a cross compiler): no evidence
+
+
+def _workarounds(cc: Compiler, flags, d, ok) -> tuple:
+    """:data:`WORKAROUND_FLAGS` when the compiler miscompiles the probe with
+    ``flags`` and builds it right with them, else ()."""
+    if not _miscompiles(cc, flags, d):
+        return ()
+    extra = tuple(f for f in WORKAROUND_FLAGS if ok((f,), Path(d, "plain.c")))
+    return extra if extra and not _miscompiles(cc, flags + extra, d) else ()
 
 
 def _split(var: str, value: str) -> list:

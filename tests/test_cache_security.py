@@ -259,7 +259,7 @@ def test_planted_probe_flags_are_never_used(tmp_path):
     assert not marker.exists(), "planted -wrapper ran"
     assert r >= 2                                        # re-probed, then built
     flags = json.loads(probe.read_text())["flags"]
-    assert set(flags) <= set(toolchain.OPTIONAL_FLAGS)
+    assert set(flags) <= set(toolchain.OPTIONAL_FLAGS + toolchain.WORKAROUND_FLAGS)
 
 
 @needs_root

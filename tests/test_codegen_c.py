@@ -445,3 +445,18 @@ def test_reduction_loop_respects_its_step(kind, cache_root):
     x, out = np.arange(10, dtype=np.float64), np.zeros(1)
     assert compile_c(fn).call([], [x.ctypes.data, out.ctypes.data]) == 0
     assert out[0] == x[::3].sum()
+
+
+def test_the_probe_works_around_a_miscompiling_c_compiler(tmp_path):
+    """gcc 12.2 at -O3 with AVX2/AVX-512 vectorised a guarded copy wrongly
+    (spatial_pack's padded input: 30 of 54 values 0); the probe runs that
+    copy and adds -fno-tree-loop-if-convert only where it comes out wrong:
+    the flags every build uses compute it right, on any compiler."""
+    from codegen import toolchain
+    cc = toolchain.find_c_compiler()
+    flags = toolchain.compiler_flags(cc)[len(toolchain.BASE_FLAGS):]
+    assert not toolchain._miscompiles(cc, flags, tmp_path)
+    base = tuple(f for f in flags if f not in toolchain.WORKAROUND_FLAGS)
+    # the workaround is there exactly when the compiler needs it
+    assert (toolchain._miscompiles(cc, base, tmp_path)
+            == any(f in flags for f in toolchain.WORKAROUND_FLAGS))

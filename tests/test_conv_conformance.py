@@ -46,15 +46,8 @@ def torch_conv(x, w, b, **kw):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("algo", ("auto",) + schedules.CONV_ALGOS + ("sparse",))
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_conv2d_matches_torch(case, algo, target, request):
+def test_conv2d_matches_torch(case, algo, target):
     _, xs, ws, kw = case
-    if algo == "spatial_pack" and target == "cpu" and kw.get("padding") == (1, 0):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "a bug found here, older than this suite: spatial_pack compiled by the C backend "
-            "gives wrong numbers for a padding of (1, 0) on small shapes (e.g. input "
-            "(1, 1, 7, 6), weight (2, 1, 3, 3)); the generated C is right (its numbers are "
-            "torch's at -O2, -O0 or with -fno-tree-vectorize; wrong with gcc 12.2 -O3 "
-            "-march=native), and the same Function by LLVM is right")))
     x, w, b = rand(*xs), rand(*ws), rand(ws[0])
     out = schedules.conv2d(x, w, b, algo=algo, target=target, **kw)
     want = torch_conv(x, w, b, **kw)
