@@ -73,10 +73,6 @@ REFUSALS = (
             "the RNN kernels take (T, B, I) (or (B, T, I) batch_first); torch also takes an "
             "unbatched (T, I) input",
             "issue 30 A2: unbatched LSTM/GRU input (the RNN engineer's part)"),
-    Refusal("bidirectional or projected RNN", ("nn.LSTM", "nn.GRU"),
-            r"bidirectional and proj_size are not supported",
-            "the RNN kernels run one direction without a projection (no kernel written for "
-            "bidirectional=True or proj_size > 0)"),
 )
 
 

@@ -226,7 +226,8 @@ class SparseConv2d(nn.Module):
 class _Recurrent(nn.Module):
     """A torch ``nn.LSTM``/``nn.GRU``'s parameters (the same objects) run by
     ``tiramisu::lstm``/``gru`` (:func:`schedules.lstm`, float32, forward only:
-    no backward kernels yet, asking for a gradient raises)."""
+    no backward kernels yet, asking for a gradient raises); bidirectional
+    and (LSTM) ``proj_size`` > 0 as torch computes them."""
 
     _torch = None
 
@@ -235,10 +236,9 @@ class _Recurrent(nn.Module):
         if not isinstance(module, self._torch):
             raise TypeError(f"{type(self).__name__}.from_torch: expected an "
                             f"{self._torch.__name__}, got {type(module).__name__}")
-        if module.bidirectional or getattr(module, "proj_size", 0):
-            raise ValueError(f"{type(self).__name__}.from_torch: bidirectional and proj_size are "
-                             "not supported")
         self.num_layers, self.batch_first = module.num_layers, module.batch_first
+        self.bidirectional = bool(module.bidirectional)
+        self.proj_size = int(getattr(module, "proj_size", 0))
         self.hidden_size, self.dropout = module.hidden_size, float(module.dropout)
         self._names = [n for layer in module._all_weights for n in layer]
         for n in self._names:
@@ -260,7 +260,8 @@ class _Recurrent(nn.Module):
                 raise ValueError(f"{type(self).__name__}: input: expected (B, T, I) "
                                  f"(batch_first=True) with B, T >= 1, got shape {tuple(x.shape)}")
             x = x.transpose(0, 1)
-        out = self._op(x, [getattr(self, n) for n in self._names], self.num_layers, *state)
+        out = self._op(x, [getattr(self, n) for n in self._names], self.num_layers, *state,
+                       bidirectional=self.bidirectional)
         y = out[0].transpose(0, 1) if self.batch_first else out[0]
         return y, out[1:]
 

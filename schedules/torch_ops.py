@@ -17,8 +17,10 @@ only)::
     torch.ops.tiramisu.resize_conv_relu_maxpool(input, size, weight, bias=None, pool=2, *,
                                                 mode="bilinear", stride=1, padding=0,
                                                 dilation=1, algo="auto")  # float32, forward only
-    torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0) -> (y, h_n, c_n)  # forward only
-    torch.ops.tiramisu.gru(input, params, num_layers, h0) -> (y, h_n)            # forward only
+    torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0, bidirectional) -> (y, h_n, c_n)
+    torch.ops.tiramisu.gru(input, params, num_layers, h0, bidirectional) -> (y, h_n)
+                                         # lstm, gru: forward only; params as all_weights
+                                         # flattened (bidirectional, proj_size's w_hr too)
 
 ``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
 them (``[2]`` is ``[2, 2]``); every argument aten refuses is refused here
@@ -470,56 +472,67 @@ resize_conv_relu_maxpool = _op(
 
 
 # ------------------------------------------------------------------ recurrent
-def _rnn_layers(op, weights, num_layers):
-    per = len(weights) // num_layers if num_layers > 0 else 0
-    torch._check(num_layers >= 1 and per in (2, 4) and per * num_layers == len(weights),
-                 lambda: f"tiramisu::{op}: weights must be num_layers x [w_ih, w_hh(, b_ih, b_hh)] "
-                         f"(as module.all_weights flattened), got {len(weights)} tensors for "
-                         f"{num_layers} layers")
-    return [list(weights[i * per:(i + 1) * per]) for i in range(num_layers)]
+def _rnn_layers(op, weights, num_layers, bidirectional=False):
+    """The flat parameter list cut into one list per layer and direction."""
+    lists = num_layers * (2 if bidirectional else 1)
+    per = len(weights) // lists if lists > 0 else 0
+    forms = (2, 3, 4, 5) if op == "lstm" else (2, 4)
+    torch._check(num_layers >= 1 and per in forms and per * lists == len(weights),
+                 lambda: f"tiramisu::{op}: weights must be num_layers x directions x [w_ih, w_hh"
+                         f"(, b_ih, b_hh){'(, w_hr)' if op == 'lstm' else ''}] (as "
+                         f"module.all_weights flattened), got {len(weights)} tensors for "
+                         f"{num_layers} layers{', bidirectional' if bidirectional else ''}")
+    return [list(weights[i * per:(i + 1) * per]) for i in range(lists)]
 
 
-def _rnn_fake(op, x, weights, num_layers, gates):
-    layers = _rnn_layers(op, weights, num_layers)
+def _rnn_fake(op, x, weights, num_layers, gates, bidirectional):
+    """``(y, h_n, c_n or None)`` of torch's shapes: (T, B, D * H_out),
+    (layers * D, B, H_out), (layers * D, B, H)."""
+    layers = _rnn_layers(op, weights, num_layers, bidirectional)
     torch._check(x.dim() == 3, lambda: f"tiramisu::{op}: x must be (T, B, I)")
-    h = layers[0][1].shape[1]
+    projected = op == "lstm" and len(layers[0]) in (3, 5)
+    h = layers[0][-1].shape[1] if projected else layers[0][1].shape[1]
+    out = layers[0][-1].shape[0] if projected else h
     torch._check(layers[0][1].shape[0] == gates * h,
-                 lambda: f"tiramisu::{op}: w_hh of layer 0 must be ({gates}*H, H)")
-    t, b = x.shape[0], x.shape[1]
-    return x.new_empty((t, b, h)), x.new_empty((num_layers, b, h))
+                 lambda: f"tiramisu::{op}: w_hh of layer 0 must be ({gates}*H, H_out)")
+    t, b, d = x.shape[0], x.shape[1], 2 if bidirectional else 1
+    return (x.new_empty((t, b, d * out)), x.new_empty((num_layers * d, b, out)),
+            x.new_empty((num_layers * d, b, h)) if op == "lstm" else None)
 
 
-def _lstm(x, weights, num_layers, h0=None, c0=None):
+def _rnn_args(op, x, weights, num_layers, bidirectional, *state):
+    return ([contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
+             for layer in _rnn_layers(op, weights, num_layers, bidirectional)]]
+            + [None if s is None else contiguous(s).detach() for s in state])
+
+
+def _lstm(x, weights, num_layers, h0=None, c0=None, bidirectional=False):
     _dtype("lstm", x, *weights)
-    y, (hn, cn) = api.lstm(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
-                                       for layer in _rnn_layers("lstm", weights, num_layers)],
-                       None if h0 is None else contiguous(h0).detach(),
-                       None if c0 is None else contiguous(c0).detach())
+    y, (hn, cn) = api.lstm(*_rnn_args("lstm", x, weights, num_layers, bidirectional, h0, c0),
+                           bidirectional=bidirectional)
     return y, hn, cn
 
 
-def _lstm_fake(x, weights, num_layers, h0=None, c0=None):
-    y, hn = _rnn_fake("lstm", x, weights, num_layers, 4)
-    return y, hn, hn.new_empty(hn.shape)
+def _lstm_fake(x, weights, num_layers, h0=None, c0=None, bidirectional=False):
+    return _rnn_fake("lstm", x, weights, num_layers, 4, bidirectional)
 
 
-def _gru(x, weights, num_layers, h0=None):
+def _gru(x, weights, num_layers, h0=None, bidirectional=False):
     _dtype("gru", x, *weights)
-    y, hn = api.gru(contiguous(x).detach(), [[contiguous(w).detach() for w in layer]
-                                for layer in _rnn_layers("gru", weights, num_layers)],
-                None if h0 is None else contiguous(h0).detach())
-    return y, hn
+    return api.gru(*_rnn_args("gru", x, weights, num_layers, bidirectional, h0),
+                   bidirectional=bidirectional)
 
 
-def _gru_fake(x, weights, num_layers, h0=None):
-    return _rnn_fake("gru", x, weights, num_layers, 3)
+def _gru_fake(x, weights, num_layers, h0=None, bidirectional=False):
+    return _rnn_fake("gru", x, weights, num_layers, 3, bidirectional)[:2]
 
 
 # forward only: no backward kernels yet (asking for a gradient raises "has no backward")
 lstm = _op("lstm", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
-           "Tensor? c0=None) -> (Tensor, Tensor, Tensor)", _lstm, _lstm_fake)
-gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None) -> (Tensor, Tensor)",
-          _gru, _gru_fake)
+           "Tensor? c0=None, bool bidirectional=False) -> (Tensor, Tensor, Tensor)", _lstm,
+           _lstm_fake)
+gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
+          "bool bidirectional=False) -> (Tensor, Tensor)", _gru, _gru_fake)
 
 OPS = {"gemm": gemm, "matmul": matmul, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
