@@ -33,7 +33,14 @@ ValueError/TypeError/RuntimeError whose message matches one rule of
 ``addmm`` and ``max_pool2d`` have no op of ours (max-pool exists only fused
 after a conv, ``tiramisu::conv_relu_maxpool``), so their samples are not
 run.  ``until`` names the work that is to remove a rule ("" for a lasting
-one)."""
+one).
+
+Bidirectional stacks and LSTMs with ``proj_size`` > 0 run (composed per
+direction by :func:`schedules.lstm`; the rule that refused them is gone).
+torch's ModuleInfo samples of ``nn.LSTM``/``nn.GRU`` are all unbatched
+``(T, I)`` inputs, so they stay under "unbatched RNN input" until that
+lands; ``tests/test_rnn_bidirectional.py`` runs each of them as a batch of
+one against torch."""
 from __future__ import annotations
 
 import re

@@ -194,3 +194,35 @@ def test_packed_weights_refused_with_bidirectional():
     w = schedules.RNNWeights(_lstm_weights(1, False, 0), "lstm")
     with pytest.raises(TypeError, match="RNNWeights holds one direction"):
         schedules.lstm(np.zeros((T, B, I), np.float32), w, bidirectional=True)
+
+
+def test_torch_module_samples_batched():
+    """Every ModuleInfo sample of nn.LSTM/nn.GRU (all unbatched (T, I) inputs
+    in torch's test data; half bidirectional, a quarter of the LSTM's with
+    proj_size) run as a batch of one through from_torch equals torch's."""
+    try:
+        from torch.testing._internal.common_modules import module_db
+    except ImportError as exc:
+        pytest.skip(f"PyTorch's ModuleInfo samples need expecttest and hypothesis: {exc}")
+    ran = 0
+    for info in module_db:
+        cls = info.module_cls
+        if cls not in (torch.nn.LSTM, torch.nn.GRU):
+            continue
+        for mi in info.module_inputs_func(info, device="cpu", dtype=torch.float32,
+                                          requires_grad=False, training=False):
+            c = mi.constructor_input
+            m = cls(*c.args, **c.kwargs).eval()
+            x, *rest = mi.forward_input.args
+            assert x.dim() == 2
+            batch = 0 if m.batch_first else 1
+            state = [s.unsqueeze(1) for s in (rest[0] if rest and isinstance(rest[0], tuple)
+                                               else rest)]
+            hx = (tuple(state) if cls is torch.nn.LSTM else state[0]) if state else None
+            ours = (snn.LSTM if cls is torch.nn.LSTM else snn.GRU).from_torch(m)
+            with torch.no_grad():
+                want, got = m(x.unsqueeze(batch), hx), ours(x.unsqueeze(batch), hx)
+            flat = lambda o: [o[0], *o[1]] if isinstance(o[1], tuple) else list(o)  # noqa: E731
+            _close(flat(got), flat(want))
+            ran += 1
+    assert ran >= 48, ran
