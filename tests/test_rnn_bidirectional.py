@@ -176,11 +176,30 @@ def _lstm_weights(L=2, bd=True, proj=2):
      "proj_size > 0 has no GPU schedule"),
     (lambda w, x: schedules.lstm(x.astype(np.float64), w, bidirectional=True), TypeError,
      "x: expected float32"),
+    (lambda w, x: schedules.lstm(x, _lstm_weights(2, True, 0)), ValueError,
+     r"weights\[1\]\[0\] .* pass bidirectional=True"),
 ])
 def test_bad_arguments(call, error, message):
     x = np.random.default_rng(0).standard_normal((T, B, I)).astype(np.float32)
     with pytest.raises(error, match=message):
         call(_lstm_weights(), x)
+
+
+def test_sparse_weights_per_direction():
+    """``sparse=True`` and CSR objects reach every direction's layer."""
+    m = _module("gru", 2, True, True, 0)
+    w = [[a.detach().numpy().copy() for a in layer] for layer in m.all_weights]
+    for layer in w:
+        for a in layer[:2]:
+            a[np.abs(a) < 0.15] = 0
+    with torch.no_grad():
+        for p, a in zip(m.parameters(), [a for layer in w for a in layer]):
+            p.copy_(torch.from_numpy(a))
+        want = m(torch.randn(T, B, I, generator=torch.Generator().manual_seed(5)))
+    x = torch.randn(T, B, I, generator=torch.Generator().manual_seed(5)).numpy()
+    csr = [[schedules.CSRWeights.from_dense(a) for a in layer[:2]] + layer[2:] for layer in w]
+    _close(schedules.gru(x, w, bidirectional=True, sparse=True), want)
+    _close(schedules.gru(x, csr, bidirectional=True), want)
 
 
 def test_projection_not_smaller_than_hidden_refused():

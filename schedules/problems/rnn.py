@@ -304,6 +304,7 @@ class RnnStack:
         n = {len(w) for w in weights}
         proj = cell == "lstm" and n <= {3, 5}
         if not bidirectional and not proj:
+            _hint_bidirectional(weights, cell)
             return None
         D = 2 if bidirectional else 1
         if len(weights) % D:
@@ -351,6 +352,24 @@ class RnnStack:
             raise ValueError(f"{name}: expected shape {want} (layers * directions, batch, "
                              f"{'proj_size' if name == 'h0' and self.proj else 'hidden'}), got "
                              f"{tuple(getattr(s, 'shape', ()))}")
+
+
+def _hint_bidirectional(weights, cell):
+    """A unidirectional list whose later layer takes layer 0's input size or
+    twice the hidden size is a bidirectional module's ``all_weights``
+    (``weights[1]`` is layer 0's reverse direction): refused with the hint."""
+    shapes = [[tuple(getattr(m, "shape", ())) for m in w[:2]] for w in weights]
+    if len(weights) % 2 or any(len(s) < 2 or len(s[0]) != 2 or len(s[1]) != 2
+                               for s in shapes):
+        return
+    I, H = shapes[0][0][1], shapes[0][1][1]
+    for k, (w_ih, _) in enumerate(shapes[1:], 1):
+        if w_ih[1] != H:
+            if w_ih[1] == 2 * H or (k == 1 and w_ih[1] == I):
+                raise ValueError(f"weights[{k}][0] (w_ih of layer {k}): expected {H} inputs "
+                                 f"(the hidden size), got {w_ih[1]}: the all_weights of a "
+                                 f"bidirectional {cell.upper()}? pass bidirectional=True")
+            return
 
 
 def _name(k, D, n, length=5):
