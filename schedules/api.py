@@ -6,6 +6,8 @@ and run on the checked arguments.  The ``*_function`` helpers give a
 solver's scheduled Function, to inspect or re-schedule."""
 from __future__ import annotations
 
+import numpy as np
+
 from .blocks import rnn_cells as cells
 from .blocks.blis import GemmParams
 from .core import arrays as A
@@ -13,12 +15,13 @@ from .core.find import find
 from .problems.conv import ConvProblem, ConvShape, conv_shape
 from .problems.gemm import GemmProblem, MatmulShapes
 from .problems.resize_conv import ResizeConvProblem
-from .problems.rnn import RnnProblem
+from .problems.rnn import RnnProblem, RnnStack
 from .registry import SOLVERS
 from .solvers import conv_fused, conv_sparse, rnn_train
 from .solvers.conv_dense import BUILDERS
+from .solvers.lstm_projected import lstm_projected_layer
 from .solvers.rnn_cpu import SCHEDULES
-from .weights.rnn import blocking
+from .weights.rnn import _numpy, blocking
 
 CONV_ALGOS = tuple(BUILDERS)                  # the dense conv2d solvers ("sparse" aside)
 FUSED_ALGOS = conv_fused.ALGOS
@@ -200,16 +203,23 @@ def matmul(a, b, params: GemmParams | None = None, target=None):
 
 
 # ------------------------------------------------------------------ RNNs
-def lstm(x, weights, h0=None, c0=None, *, sparse=False, schedule="auto", target=None,
-         dropout=0.0, training=False, dropout_masks=None):
+def lstm(x, weights, h0=None, c0=None, *, bidirectional=False, sparse=False,
+         schedule="auto", target=None, dropout=0.0, training=False,
+         dropout_masks=None):
     """``torch.nn.LSTM`` (batch_first=False) forward: returns ``(y, (h_n, c_n))``.
     ``x`` is (T, B, I), or (T, I) unbatched (then h0/c0 are (L, H) and the
     results have no batch dimension, as torch's).
     ``weights``: ``module.all_weights`` (or CSR matrices, or :class:`RNNWeights`);
+    ``bidirectional=True``: two lists per layer (forward, reverse) as torch
+    lists them; lists ending with ``w_hr`` (``proj_size`` > 0) run the
+    projected cell (:func:`_stacked`).
     ``sparse=True`` runs CSR products (exact zeros dropped); ``schedule``:
     "auto" (find step), "layer" or "wavefront" (:mod:`schedules.solvers.rnn_cpu`).
     ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
     the GPU wavefront of :mod:`schedules.solvers.rnn_cuda` (dense weights).
+    ``bidirectional=True``: two lists per layer (forward, reverse) as torch
+    lists them; lists ending with ``w_hr`` (``proj_size`` > 0) run the
+    projected cell (:func:`_stacked`; no dropout there).
     Training (:mod:`schedules.solvers.rnn_train`): on torch tensors that
     require grad the results carry a backward (backpropagation through time
     in compiled kernels), float64 runs too, and ``dropout`` > 0 with
@@ -218,24 +228,39 @@ def lstm(x, weights, h0=None, c0=None, *, sparse=False, schedule="auto", target=
     ``torch.ops.tiramisu.lstm`` takes them); ``schedule`` then also chooses
     the backward's ("auto": "layer")."""
     y, hn, cn = _rnn("lstm", x, weights, h0, c0, sparse, schedule, target, dropout, training,
-                     dropout_masks)
+                     dropout_masks, bidirectional)
     return y, (hn, cn)
 
 
-def gru(x, weights, h0=None, *, sparse=False, schedule="auto", target=None, dropout=0.0,
-        training=False, dropout_masks=None):
+def gru(x, weights, h0=None, *, bidirectional=False, sparse=False, schedule="auto",
+        target=None, dropout=0.0, training=False, dropout_masks=None):
     """``torch.nn.GRU`` (batch_first=False) forward: returns ``(y, h_n)``.
-    ``target="cuda"`` or device arrays: the GPU wavefront; unbatched input,
-    training and dropout as :func:`lstm`."""
+    ``target="cuda"`` or device arrays: the GPU wavefront; ``bidirectional``,
+    unbatched input, training and dropout as :func:`lstm`."""
     y, hn, _ = _rnn("gru", x, weights, h0, None, sparse, schedule, target, dropout, training,
-                    dropout_masks)
+                    dropout_masks, bidirectional)
     return y, hn
 
 
-def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, masks):
-    """One LSTM/GRU call: unbatched input unsqueezed, then the training path
-    (:func:`schedules.solvers.rnn_train.run`: a gradient may be asked, float64,
-    or dropout) or the library's solvers."""
+def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, masks,
+         bidirectional=False):
+    """One LSTM/GRU call: a bidirectional or projected stack composed of
+    one-layer calls (:func:`_stacked`); else unbatched input unsqueezed, then
+    the training path (:func:`schedules.solvers.rnn_train.run`: a gradient
+    may be asked, float64, or dropout) or the library's solvers."""
+    stack = RnnStack.of(cell, weights, bidirectional)
+    if stack is not None:
+        if rnn_train.dropout_p(dropout, training) or masks is not None:
+            raise ValueError(f"schedules.{cell}: dropout in training mode is not supported for a "
+                             "bidirectional or projected stack (its layers run one by one); "
+                             "pass dropout=0 or training=False")
+        unbatched = len(getattr(x, "shape", ())) == 2          # (T, I), states (L*D, H)
+        if unbatched:
+            x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
+        y, hn, cn = _stacked(stack, x, h0, c0, sparse, schedule, target)
+        if unbatched:
+            y, hn, cn = (None if a is None else a[:, 0] for a in (y, hn, cn))
+        return y, hn, cn
     unbatched = rnn_train.unbatched(cell, x, h0, c0)
     if unbatched:
         x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
@@ -271,6 +296,91 @@ def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, 
     if unbatched:
         y, hn, cn = (None if a is None else a[:, 0] for a in (y, hn, cn))
     return y, hn, cn
+
+
+def _stacked(st, x, h0, c0, sparse, schedule, target):
+    """``(y, h_n, c_n)`` of a bidirectional or projected stack, composed
+    layer by layer: each direction of a layer is one unidirectional layer
+    (the reverse one on the time-flipped sequence, its output flipped back),
+    run by :func:`lstm` / :func:`gru` (or, projected, by
+    :func:`schedules.solvers.lstm_projected.lstm_projected_layer`); the
+    directions' outputs concatenated along the features feed the next layer.
+    ``h_n``/``c_n`` are layer-major, directions inner, as torch's.  Autograd
+    composes through the flips and concatenations: a gradient asked of a
+    projected layer (no backward kernel) raises."""
+    if schedule == "wavefront":
+        raise ValueError("schedule='wavefront' runs a stack of unidirectional layers without "
+                         "projection; a bidirectional or projected stack runs layer by layer: "
+                         "pass schedule='layer' or 'auto'")
+    torch_in = A.is_torch(x)
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) != 3 or min(shape) < 1:
+        raise ValueError(f"x: expected (T, B, I) (batch_first=False) with no zero extent, got "
+                         f"shape {shape}")
+    if shape[2] != st.input_size:
+        raise ValueError(f"x: input size {shape[2]} (its last dimension), but weights[0][0] "
+                         f"(w_ih of layer 0) expects {st.input_size}")
+    st.check_state(h0, "h0", shape[1])
+    st.check_state(c0, "c0", shape[1])
+    if torch_in:
+        import torch
+        flip, cat = (lambda a: torch.flip(a, [0])), torch.cat
+    else:
+        flip, cat = (lambda a: a[::-1]), np.concatenate
+    seq, hs, cs = x, [], []
+    for l in range(st.layers):
+        outs = []
+        for d in range(st.directions):
+            k = l * st.directions + d
+            state = [None if s is None else s[k:k + 1] for s in (h0, c0)]
+            inp = flip(seq) if d else seq
+            if st.proj:
+                y, hn, cn = _projected(inp, st.weights[k], *state, target)
+            elif st.cell == "lstm":
+                y, (hn, cn) = lstm(inp, [_present(st.weights[k][:4])], *state, sparse=sparse,
+                                   schedule=schedule, target=target)
+            else:
+                y, hn = gru(inp, [_present(st.weights[k][:4])], state[0], sparse=sparse,
+                            schedule=schedule, target=target)
+                cn = None
+            outs.append(flip(y) if d else y)
+            hs.append(hn)
+            cs.append(cn)
+        seq = cat(outs, -1) if len(outs) > 1 else outs[0]
+    hn = cat(hs, 0)
+    cn = cat(cs, 0) if st.cell == "lstm" else None
+    if not torch_in:
+        seq = np.ascontiguousarray(seq)
+    return seq, hn, cn
+
+
+def _present(tensors):
+    """The tensors given (``[w_ih, w_hh]`` without biases)."""
+    return [m for m in tensors if m is not None]
+
+
+def _projected(x, weights, h0, c0, target):
+    """One projected LSTM layer's ``(y, h_n (1, B, P), c_n (1, B, H))`` of
+    ``x``'s kind; refuses autograd (no backward kernel) with a clear error."""
+    grad = A.needing_grad(x, weights, h0, c0)
+    torch_in = A.is_torch(x)
+    for s, name in ((h0, "h0"), (c0, "c0")):
+        if s is not None and A.is_torch(s) != torch_in:
+            raise TypeError(f"{name}: pass x and {name} both as NumPy arrays or both as torch "
+                            "tensors")
+    names = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
+    arrays = [None if m is None else _numpy(m, f"weights ({names[n]})")
+              for n, m in enumerate(weights)]
+    y, hn, cn = lstm_projected_layer(
+        _numpy(x, "x"), arrays, None if h0 is None else _numpy(h0, "h0")[0],
+        None if c0 is None else _numpy(c0, "c0")[0], target)
+    outs = (y, hn[None], cn[None])
+    if torch_in:
+        import torch
+        outs = tuple(torch.from_numpy(np.ascontiguousarray(o)) for o in outs)
+    if grad:
+        outs = A.without_backward("schedules.lstm with proj_size > 0", outs, grad)
+    return outs
 
 
 def _rnn_function(cell, T, B, H, layers, schedule, sparse):

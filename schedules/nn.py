@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import schedules.torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
+from schedules import api
 from schedules.solvers import rnn_train
 from schedules.weights.csr import CSRWeights
 
@@ -269,7 +270,11 @@ class _Recurrent(nn.Module):
     with ``dropout`` > 0 the masks between layers are drawn as torch's CPU
     RNN draws them (:func:`schedules.solvers.rnn_train.dropout_masks`): a
     seeded run drops what torch drops.  Input ``(T, B, I)`` (``(B, T, I)``
-    with ``batch_first``) or unbatched ``(T, I)``, as torch's."""
+    with ``batch_first``) or unbatched ``(T, I)``, as torch's.  Bidirectional
+    and (LSTM) ``proj_size`` > 0 as torch computes them, through
+    :func:`schedules.lstm`'s composition of one-layer calls (gradients through
+    it for bidirectional stacks; none for a projected layer; no dropout in
+    training mode there)."""
 
     _torch = None
 
@@ -278,12 +283,12 @@ class _Recurrent(nn.Module):
         if not isinstance(module, self._torch):
             raise TypeError(f"{type(self).__name__}.from_torch: expected an "
                             f"{self._torch.__name__}, got {type(module).__name__}")
-        if module.bidirectional or getattr(module, "proj_size", 0):
-            raise ValueError(f"{type(self).__name__}.from_torch: bidirectional and proj_size are "
-                             "not supported")
         self.num_layers, self.batch_first = module.num_layers, module.batch_first
+        self.bidirectional = bool(module.bidirectional)
+        self.proj_size = int(getattr(module, "proj_size", 0))
         self.hidden_size, self.dropout = module.hidden_size, float(module.dropout)
-        self._names = [n for layer in module._all_weights for n in layer]
+        self._layers = [list(layer) for layer in module._all_weights]
+        self._names = [n for layer in self._layers for n in layer]
         for n in self._names:
             setattr(self, n, getattr(module, n))
         self.train(module.training)
@@ -316,6 +321,12 @@ class _Recurrent(nn.Module):
                 raise ValueError(f"{name}: input: expected (B, T, I) (batch_first=True) with "
                                  f"B, T >= 1, got shape {tuple(x.shape)}")
             x = x.transpose(0, 1)
+        if self.bidirectional or self.proj_size:
+            out = self._stacked(x, state)
+            if unbatched:
+                return out[0].squeeze(1), tuple(o.squeeze(1) for o in out[1:])
+            y = out[0].transpose(0, 1) if self.batch_first else out[0]
+            return y, out[1:]
         weights = [getattr(self, n) for n in self._names]
         masks = None
         p = rnn_train.dropout_p(self.dropout, self.training)
@@ -327,6 +338,21 @@ class _Recurrent(nn.Module):
             return out[0].squeeze(1), tuple(o.squeeze(1) for o in out[1:])
         y = out[0].transpose(0, 1) if self.batch_first else out[0]
         return y, out[1:]
+
+
+    def _stacked(self, x, state):
+        """A bidirectional or projected stack through :func:`schedules.lstm`
+        / :func:`schedules.gru` (per layer and direction, one-layer calls)."""
+        if rnn_train.dropout_p(self.dropout, self.training) and self.num_layers > 1:
+            raise ValueError(f"{type(self).__name__}: dropout={self.dropout} in training mode is "
+                             "not supported with bidirectional=True or proj_size > 0 (call "
+                             ".eval(), or use dropout=0)")
+        weights = [[getattr(self, n) for n in layer] for layer in self._layers]
+        if self._torch is nn.LSTM:
+            y, (hn, cn) = api.lstm(x, weights, *state, bidirectional=self.bidirectional)
+            return y, hn, cn
+        y, hn = api.gru(x, weights, *state, bidirectional=self.bidirectional)
+        return y, hn
 
 
 class LSTM(_Recurrent):

@@ -27,7 +27,7 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 # samples (variants included) that run, when written: 135 of the 279 of the ops and modules
 # listed (48.4%), 204 of 435 with the routes derived from conv2d's samples (46.9%); raise it
 # as refusal rules go (the goal: >= 90% of the samples torch accepts)
-RAN_AT_LEAST = 236
+RAN_AT_LEAST = 435
 
 
 def _pair(v):
@@ -221,9 +221,14 @@ def test_every_rule_is_used_and_well_formed(outcomes):
         assert r.name in used, f"refusal rule {r.name!r} refuses no sample any more: remove it"
 
 
-def test_the_harness_fails_what_it_must():
+def test_the_harness_fails_what_it_must(monkeypatch):
     """A wrong number, or a refusal no rule documents, is a failure; torch's
-    own refusal is not counted."""
+    own refusal is not counted; a rule applies to its targets only (a rule
+    made for this test: the table itself is empty today)."""
+    import schedules.conformance as conformance
+    monkeypatch.setattr(conformance, "REFUSALS", (conformance.Refusal(
+        "bidirectional or projected RNN", ("nn.GRU",),
+        r"bidirectional and proj_size are not supported", "a test rule"),))
     x = torch.ones(2)
     assert _outcome("matmul", lambda: x, lambda: x + 1)[0] == "MISMATCH"
     assert _outcome("matmul", lambda: x, lambda: x) == ("ran", "")

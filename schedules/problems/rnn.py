@@ -262,3 +262,126 @@ def _host(weights):
                 if isinstance(layer, (list, tuple)) else layer
                 for l, layer in enumerate(weights)]
     return weights
+
+
+# ------------------------------------------------------------------ directions and projections
+@dataclass(frozen=True)
+class RnnStack:
+    """The structure of a torch RNN's weight list beyond one direction
+    without a projection: ``layers`` layers of ``directions`` (1, or 2 with
+    ``bidirectional=True``: torch's ``all_weights`` order, per layer the
+    forward list then the reverse one) and, for the LSTM, ``proj`` > 0 when
+    each list ends with ``w_hr`` (``proj_size``: ``[w_ih, w_hh, b_ih, b_hh,
+    w_hr]`` or ``[w_ih, w_hh, w_hr]``).  ``weights[l * directions + d]`` is
+    ``[w_ih, w_hh, b_ih or None, b_hh or None, w_hr or None]``; shapes are
+    checked here (the tensors' kinds by the call that runs them)."""
+    cell: str
+    layers: int
+    directions: int
+    input_size: int
+    hidden: int
+    proj: int
+    weights: tuple
+
+    composed = property(lambda self: self.directions == 2 or self.proj > 0)
+    out_size = property(lambda self: self.proj or self.hidden)   # h_t's size (torch's H_out)
+
+    @classmethod
+    def of(cls, cell, weights, bidirectional):
+        """The stack of ``weights`` (None: the plain form, one direction,
+        no projection, which :class:`RnnProblem` parses)."""
+        if not isinstance(bidirectional, bool):
+            raise TypeError(f"bidirectional must be a bool, got {bidirectional!r}")
+        _per_layer(weights, cell)
+        if isinstance(weights, RNNWeights):
+            if bidirectional:
+                raise TypeError("weights: an RNNWeights holds one direction; with "
+                                "bidirectional=True pass the list per layer and direction "
+                                f"({cell.upper()}.all_weights)")
+            return None
+        if not isinstance(weights, (list, tuple)) or not weights or \
+                not all(isinstance(w, (list, tuple)) for w in weights):
+            return None                     # RnnProblem names what is wrong
+        n = {len(w) for w in weights}
+        proj = cell == "lstm" and n <= {3, 5}
+        if not bidirectional and not proj:
+            _hint_bidirectional(weights, cell)
+            return None
+        D = 2 if bidirectional else 1
+        if len(weights) % D:
+            raise ValueError(f"weights: bidirectional=True takes two lists per layer (forward, "
+                             f"then reverse, as {cell.upper()}.all_weights), got {len(weights)}")
+        forms = ((3, 5) if proj else (2, 4))
+        if len(n) != 1 or n.pop() not in forms:
+            tail = ", w_hr" if proj else ""
+            raise ValueError(f"weights: every list must be [w_ih, w_hh, b_ih, b_hh{tail}] or "
+                             f"[w_ih, w_hh{tail}], all of one form; got lengths "
+                             f"{[len(w) for w in weights]}")
+        G = 4 if cell == "lstm" else 3
+        first = weights[0]
+        hidden_of = (first[-1], 4) if proj else (first[1], 1)     # w_hr (P, H) or w_hh
+        H = _shape(hidden_of[0], _name(0, D, hidden_of[1], len(first)))[-1]
+        P = int(first[-1].shape[0]) if proj else 0
+        if proj and not 0 < P < H:
+            raise ValueError(f"{_name(0, D, 4, len(first))}: proj_size (its rows) must lie in "
+                             f"[1, hidden size {H}), got {P}")
+        I = _shape(first[0], _name(0, D, 0))[-1]
+        if H < 1 or I < 1:
+            raise ValueError(f"weights: the hidden and input sizes must be at least 1, got "
+                             f"hidden {H}, input {I}")
+        out = []
+        for k, w in enumerate(weights):
+            l = k // D
+            full = list(w[:-1] if proj else w)
+            full += [None] * (4 - len(full)) + [w[-1] if proj else None]
+            wants = ((G * H, I if l == 0 else D * (P or H)), (G * H, P or H), (G * H,),
+                     (G * H,), (P, H))
+            for n_, (m, want) in enumerate(zip(full, wants)):
+                name = _name(k, D, n_, len(w))
+                if m is not None and tuple(_shape(m, name)) != want:
+                    raise ValueError(f"{name}: expected shape {want}, got "
+                                     f"{tuple(m.shape)}")
+            out.append(tuple(full))
+        return cls(cell, len(weights) // D, D, int(I), H, P, tuple(out))
+
+    def check_state(self, s, name, B):
+        """``s`` (h0 or c0, or None) of torch's shape (layers * directions,
+        B, H_out or H)."""
+        size = self.out_size if name == "h0" else self.hidden
+        want = (self.layers * self.directions, B, size)
+        if s is not None and tuple(getattr(s, "shape", ())) != want:
+            raise ValueError(f"{name}: expected shape {want} (layers * directions, batch, "
+                             f"{'proj_size' if name == 'h0' and self.proj else 'hidden'}), got "
+                             f"{tuple(getattr(s, 'shape', ()))}")
+
+
+def _hint_bidirectional(weights, cell):
+    """A unidirectional list whose later layer takes layer 0's input size or
+    twice the hidden size is a bidirectional module's ``all_weights``
+    (``weights[1]`` is layer 0's reverse direction): refused with the hint."""
+    shapes = [[tuple(getattr(m, "shape", ())) for m in w[:2]] for w in weights]
+    if len(weights) % 2 or any(len(s) < 2 or len(s[0]) != 2 or len(s[1]) != 2
+                               for s in shapes):
+        return
+    I, H = shapes[0][0][1], shapes[0][1][1]
+    for k, (w_ih, _) in enumerate(shapes[1:], 1):
+        if w_ih[1] != H:
+            if w_ih[1] == 2 * H or (k == 1 and w_ih[1] == I):
+                raise ValueError(f"weights[{k}][0] (w_ih of layer {k}): expected {H} inputs "
+                                 f"(the hidden size), got {w_ih[1]}: the all_weights of a "
+                                 f"bidirectional {cell.upper()}? pass bidirectional=True")
+            return
+
+
+def _name(k, D, n, length=5):
+    """The name of ``weights[k][n]`` (n: 0-3 torch's tensors, 4 ``w_hr``,
+    the last of a list of ``length``)."""
+    what, at = ("w_hr", length - 1) if n == 4 else (TENSORS[n], n)
+    return f"weights[{k}][{at}] ({what} of layer {k // D}{', reverse' if k % D else ''})"
+
+
+def _shape(m, name):
+    shape = getattr(m, "shape", None)
+    if shape is None or len(shape) not in (1, 2):
+        raise TypeError(f"{name}: expected a matrix or vector, got {type(m).__name__}")
+    return tuple(int(v) for v in shape)
