@@ -6,7 +6,8 @@ then on, in any process on this host, the solvers' ``run`` builds with them
 (:mod:`schedules.core.tuned`: the record kind, the key, the lookup).
 
 Problems (:func:`problems`): per op the bench suites' shapes (``sizes=
-"bench"``: GEMM 512 / 1024 / 2048; the 4 conv suite shapes; sparse VGG
+"bench"``: GEMM 512 / 1024 / 2048; the 4 conv suite shapes, as conv2d and
+as the fused conv + ReLU + 2x2 max-pool block; sparse VGG
 512->512 at 14x14, batch 8, 10% dense; LSTM and GRU 4 x 1024, T = 100,
 B = 1), or small ones (``sizes="small"``, for tests and smoke runs).  For
 each problem and each solver "auto" may choose
@@ -16,12 +17,14 @@ values timed with the best values found so far for the others (compile,
 one warm-up call, the best of ``repeats`` calls), the best kept.  A
 candidate that fails to build, or whose result differs from the defaults'
 beyond rounding, is skipped with a note.  No candidate starts once
-``budget`` seconds have passed (the defaults of a problem always run); a
-problem already recorded on this host is not timed again unless
-``retune``.  :data:`RUNS` counts the candidates timed in this process.
+``budget`` seconds have passed (the defaults of a problem always run; a
+search the budget cut is recorded as it stands, marked incomplete, and the
+next run times it again); a problem whose search is recorded complete on
+this host is not timed again unless ``retune``.  :data:`RUNS` counts the candidates timed in this process.
 """
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 
@@ -66,12 +69,15 @@ def problems(op, sizes="bench", target=None):
             out.append((f"gemm {n}", "gemm", lambda n=n: GemmProblem.from_call(
                 "gemm", _random((n, n)), _random((n, n), 1), None, target)))
     elif op == "conv":
-        for n, ci, co, h, w in CONV_SHAPES[sizes]:
-            def make(n=n, ci=ci, co=co, h=h, w=w):
+        for (n, ci, co, h, w), fused in itertools.product(CONV_SHAPES[sizes], (False, True)):
+            def make(n=n, ci=ci, co=co, h=h, w=w, fused=fused):
                 x, wt = _random((n, ci, h, w)), _random((co, ci, 3, 3), 1) / np.float32(3 * ci)
-                return ConvProblem.from_call("conv2d", x, wt, _random((co,), 2), 1, 1, 1, 1,
-                                             algo="auto", target=target)
-            out.append((f"conv {n}x{ci}->{co}@{h}x{w}", "conv2d", make))
+                return ConvProblem.from_call("conv_relu_maxpool" if fused else "conv2d", x, wt,
+                                             _random((co,), 2), 1, 1, 1, 1, algo="auto",
+                                             target=target, pool=2 if fused else 1,
+                                             gpu=not fused)
+            out.append((f"{'conv_relu_maxpool' if fused else 'conv'} {n}x{ci}->{co}@{h}x{w}",
+                        "conv_relu_maxpool" if fused else "conv2d", make))
     elif op == "sparse":
         for n, ci, co, h, w, density in SPARSE_SHAPES[sizes]:
             def make(n=n, ci=ci, co=co, h=h, w=w, density=density):
@@ -174,7 +180,8 @@ def _tune_one(solver, p, args, label, deadline, repeats, bar):
         if notes and notes[-1] == "budget spent":
             break
     bar.show(bar_label, total, total, best_t, "")
-    tuned.save(solver, p, best, best_t, default_t, timed)
+    cut = "budget spent" in notes
+    tuned.save(solver, p, best, best_t, default_t, timed, complete=not cut)
     return {"problem": label, "op": p.op, "solver": solver.name, "values": best,
             "seconds": best_t, "default_seconds": default_t, "timed": timed, "notes": notes,
             "cached": False}

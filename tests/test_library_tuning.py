@@ -108,8 +108,12 @@ def test_damaged_and_foreign_records_are_ignored(cache):
             assert tuned.recorded(blis, p) == {}, bad
             assert blis.tuned(p) == default
             assert np.allclose(blis.run(p, args), a @ b, rtol=1e-4, atol=1e-4)
+    # a search the budget cut is used, but the next tuning run times it again
+    tuned.save(blis, p, {"mr": 4}, 1.0, 2.0, 1, complete=False)
+    assert tuned.recorded(blis, p) == {"mr": 4} and not tuned.has_record(blis, p)
     # a caller's own tiles win over any record
     tuned.save(blis, p, {"mr": 4}, 1.0, 2.0, 1)
+    assert tuned.has_record(blis, p)
     mine = schedules.gemm_params(48, 48, 48)
     q = GemmProblem.from_call("gemm", a, b, mine, None)[0]
     assert blis.tuned(q)["params"] == mine

@@ -12,7 +12,7 @@ is keyed by JSON text of::
               "l1d": ..., "l2": ..., "l3": ..., "backend": "llvm", "library": "0.1.0"}}
 
 and holds ``{"values": {name: value}, "seconds": best, "default_seconds":
-the defaults' time}``.  ``values`` are names of the solver's
+the defaults' time, "complete": false when the budget cut the search}``.  ``values`` are names of the solver's
 :meth:`~schedules.core.solver.Solver.space`; a solver's ``run`` builds
 with its host defaults (``params(p)``) updated by them.  A record whose
 value is damaged, or names a parameter or a value that the solver's space
@@ -126,19 +126,22 @@ def _where(key):
     return (str(tuning.store().directory), key)
 
 
-def save(solver, p, values, seconds, default_seconds, timed) -> None:
+def save(solver, p, values, seconds, default_seconds, timed, complete=True) -> None:
     """Records the winner ``values`` for ``solver`` on ``p`` (and uses it
-    from now on in this process too)."""
+    from now on in this process too); ``complete``: False when the budget
+    ended the search (a later tuning run continues it)."""
     k = record_key(solver, p)
     tuning.store().put(KIND, k, {"values": values, "seconds": seconds,
-                                 "default_seconds": default_seconds},
+                                 "default_seconds": default_seconds, "complete": complete},
                        meta={"timed": timed})
     _CACHE[_where(k)] = dict(values) if fits(solver, p, values) else {}
     _FAST.clear()
 
 
 def has_record(solver, p) -> bool:
-    return tuning.store().get(KIND, record_key(solver, p), valid=_valid) is not None
+    """Whether a complete search for ``solver`` on ``p`` is recorded on this host."""
+    value = tuning.store().get(KIND, record_key(solver, p), valid=_valid)
+    return value is not None and value.get("complete", True) is not False
 
 
 def forget() -> None:
