@@ -17,7 +17,7 @@ values timed with the best values found so far for the others (compile,
 one warm-up call, the best of ``repeats`` calls), the best kept.  A
 candidate that fails to build, or whose result differs from the defaults'
 beyond rounding, is skipped with a note.  No candidate starts once
-``budget`` seconds have passed (the defaults of a problem always run; a
+``budget`` seconds have passed (a search once started times the defaults; a
 search the budget cut is recorded as it stands, marked incomplete, and the
 next run times it again); a problem whose search is recorded complete on
 this host is not timed again unless ``retune``.  :data:`RUNS` counts the candidates timed in this process.
@@ -211,6 +211,11 @@ def tune_library(ops=OPS, budget=None, progress=True, *, sizes="bench", repeats=
     deadline = time.perf_counter() + (float("inf") if budget is None else budget)
     bar, report = _Bar(sys.stderr if progress else None), []
     for label, op, make in cases:
+        if time.perf_counter() > deadline:          # not even made: its arrays cost time too
+            report.append({"problem": label, "op": op, "solver": "-", "values": {},
+                           "seconds": None, "default_seconds": None, "timed": 0,
+                           "notes": ["budget spent: not tuned"], "cached": False})
+            continue
         p, args = make()
         for solver in candidates(p, SOLVERS[op]):
             if not solver.space(p):

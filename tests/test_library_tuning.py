@@ -143,6 +143,10 @@ def test_tuned_parameters_give_the_defaults_results(cache):
     rp, rargs = make()
     layer, wave = SOLVERS["lstm"][0], SOLVERS["lstm"][1]
     ref = layer.run(rp, rargs, {})
+    assert layer.params(rp)["hb"] == 2 * lanes and wave.params(rp)["chunk"] == 4
+    assert wave.build(rp, {}).fixed["TC"] == 4
+    assert wave.build(rp, {"chunk": 2}).fixed["TC"] == 2
+    assert layer.build(rp, {"hb": lanes}).fixed["HB"] == lanes
     for solver, values in ((layer, {"hb": lanes}), (wave, {"chunk": 2}), (wave, {"hb": lanes})):
         assert tuned.fits(solver, rp, values), (solver, values)
         for got, want in zip(solver.run(rp, rargs, values), ref):

@@ -169,11 +169,20 @@ class _Cpu(Solver):
     def __init__(self, op):
         self.op = op
 
+    def params(self, p):
+        """The host's blocking (:func:`schedules.weights.rnn.blocking`) and,
+        for the wavefront, its chunk of steps."""
+        blk = blocking(cells.GATES[p.cell], p.B)
+        return {"hb": blk.hb, "mb": blk.mb,
+                **({"chunk": cells.chunk_of(p.T)} if self.name == "wavefront" else {})}
+
     def build(self, p, params):
-        blk = cells.Blocking(**params) if params else blocking(cells.GATES[p.cell], p.B)
+        params = {**self.params(p), **params}
+        blk = replace(blocking(cells.GATES[p.cell], p.B), hb=params["hb"], mb=params["mb"])
         if self.name == "layer":
             return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk, sparse=p.sparse)
-        return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk)
+        return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk,
+                                        params["chunk"])
 
     def space(self, p):
         """The hidden units per block (whole vectors: the split of the
