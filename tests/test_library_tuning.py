@@ -153,6 +153,21 @@ def test_tuned_parameters_give_the_defaults_results(cache):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_a_find_choice_made_before_tuning_is_made_again(cache):
+    from schedules.core import find
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((1, 4, 9, 9), dtype=np.float32), \
+        rng.standard_normal((8, 4, 3, 3), dtype=np.float32)
+    cp, _ = ConvProblem.from_call("conv2d", x, w, None, 1, 1, 1, 1, algo="auto", target=None)
+    cands = find.candidates(cp, SOLVERS["conv2d"])
+    before = find.key(cp, cands)
+    tuned.save(cands[0], cp, {"parallel": "n"}, 1.0, 2.0, 1)
+    after = json.loads(find.key(cp, cands))
+    assert after["tuned"] == {cands[0].name: {"parallel": "n"}}
+    tuned.forget()
+    assert find.key(cp, cands) == before
+
+
 def test_the_default_micro_kernel_follows_the_isa(monkeypatch):
     """AVX2 (16 registers, 256 bits) and AVX-512 (32, 512) get different
     register blocks from the same rule (vector_registers, vector_bits)."""
