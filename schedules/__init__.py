@@ -26,7 +26,9 @@ registry, one find step): :mod:`schedules.registry`.
 (shared-memory tiles; ``.compile(target="cuda")``), and
 ``schedules.rnn_cuda_function(L, T, B, I, H, cell="lstm")`` the stacked
 LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
-``gemm``, ``lstm`` and ``gru`` on the GPU.
+``gemm``, ``lstm`` and ``gru`` on the GPU.  ``schedules.tune_library()``
+(``tiramisu-py tune gemm conv sparse rnn``) times the solvers' parameters on
+this host once and records them; every later call on this host uses them.
 """
 from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
                   conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function, matmul,
@@ -40,6 +42,7 @@ from .solvers.conv_fused import function as conv_relu_maxpool_function
 from .solvers.gemm_cuda import function as gemm_cuda_function
 from .solvers.resize_conv import function as resize_conv_relu_maxpool_function
 from .solvers.rnn_cuda import function as rnn_cuda_function
+from .tuner import tune_library
 from .weights.csr import CSRWeights
 from .weights.prune import prune_magnitude
 from .weights.rnn import RNNWeights
@@ -50,4 +53,5 @@ __all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams",
            "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",
            "sparse_conv_relu_maxpool", "lstm", "gru", "lstm_function", "gru_function", "RNNWeights",
            "RNN_SCHEDULES", "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function",
-           "prune_magnitude", "fold_batchnorm", "vgg_block", "resnet_block", "matmul"]
+           "prune_magnitude", "fold_batchnorm", "vgg_block", "resnet_block", "matmul",
+           "tune_library"]

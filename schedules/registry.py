@@ -42,6 +42,11 @@ Design (as MIOpen's solver architecture)
   positional (``json.dumps(list(vars(ConvShape).values()))``), so their
   records are removed from the store on first use and each problem is
   timed once more (:data:`schedules.core.find.RETIRED`).
+* **Tuned parameters** (:mod:`schedules.core.tuned`, :mod:`schedules.tuner`):
+  ``schedules.tune_library`` times each solver's ``space`` per host and
+  shape class and records the winners under the kind "params"; ``run``
+  builds with them (the host defaults where none is recorded), and the find
+  key names them, so a choice made before tuning is made again.
 * **API** (:mod:`schedules.api`): each public call is parse -> find -> run.
 """
 from __future__ import annotations

@@ -128,7 +128,9 @@ def main(argv=None):
                    help="benchmark the operator library against NumPy and PyTorch "
                         "(tiramisu-py bench --help)")
     t = sub.add_parser("tune", help="time legal schedules of FILE:FUNC on this host and "
-                                    "record the fastest (compile() then uses it)")
+                                    "record the fastest (compile() then uses it); with the "
+                                    "operator library, `tune [gemm|conv|sparse|rnn|all]` tunes "
+                                    "its parameters (`tiramisu-py tune --help`)")
     t.add_argument("function", metavar="FILE:FUNC",
                    help="a Python file and a Function (or a function returning one) in it")
     t.add_argument("-p", "--param", action="append", default=[], metavar="NAME=INT",

@@ -39,10 +39,15 @@ def store():
 
 def key(p, candidates=()) -> str:
     """The record's key: the problem's explicit key (every field by name and
-    the problem's version), the candidates' versions, the library's version
-    and the host (SIMD width, cores)."""
+    the problem's version), the candidates' versions and their tuned
+    parameters where recorded (:mod:`schedules.core.tuned`: a choice made
+    before tuning is made again), the library's version and the host (SIMD
+    width, cores)."""
     h = host()
+    tuned = {s.name: s.chosen(p) for s in candidates}
+    tuned = {name: values for name, values in tuned.items() if values}
     return json.dumps({**p.key(), "solvers": {s.name: s.version for s in candidates},
+                       **({"tuned": tuned} if tuned else {}),
                        "library": tp.__version__,
                        "host": {"vector_bits": h.vector_bits, "cores": h.cores}},
                       sort_keys=True)

@@ -2,6 +2,8 @@
 :mod:`schedules.registry` for the design)."""
 from __future__ import annotations
 
+from . import tuned as _tuned
+
 
 WEIGHT_REASONS = {
     "dense": "needs a dense w; a sparse w takes 'auto' or 'sparse'",
@@ -56,16 +58,36 @@ class Solver:
         return {}
 
     def space(self, p) -> dict:
-        """The tunable parameters: ``{name: [values]}`` (empty: none)."""
+        """The tunable parameters: ``{name: [values]}`` (empty: none), each
+        value legal for ``p`` on its own; the tuner
+        (:mod:`schedules.tuner`) times them one parameter at a time from
+        the defaults."""
         return {}
+
+    def with_values(self, p, values: dict) -> dict:
+        """:meth:`build`'s params: the defaults with ``values`` (names of
+        :meth:`space`) in place."""
+        return {**self.params(p), **values}
+
+    def tuned(self, p, values=None) -> dict:
+        """The params :meth:`run` builds with: ``values`` (a tuner's
+        candidate), else the values recorded for ``p`` on this host
+        (:func:`schedules.core.tuned.recorded`), over the defaults."""
+        values = self.chosen(p, values)
+        return self.with_values(p, values) if values else self.params(p)
+
+    def chosen(self, p, values=None) -> dict:
+        """``values``, else the values recorded for ``p`` on this host ({}: none)."""
+        return _tuned.recorded(self, p) if values is None else values
 
     def build(self, p, params):
         """The scheduled ``tiramisu_py.Function`` of ``p``."""
         raise NotImplementedError
 
-    def run(self, p, args):
+    def run(self, p, args, values=None):
         """Computes ``p`` on the checked arguments ``args`` (the kernel compiled
-        once per process, the arguments laid out as it takes them)."""
+        once per process, the arguments laid out as it takes them) with the
+        params of :meth:`tuned` (``values``: a tuner's candidate)."""
         raise NotImplementedError
 
     def __repr__(self):

@@ -54,7 +54,10 @@ def _accumulators():
 
 
 
-def direct(s: ConvShape, bias=True):
+def direct(s: ConvShape, bias=True, xb=None, cob=None, parallel=None):
+    """The 7-deep nest, ``cob`` output channels (unrolled) x ``xb`` columns
+    (vectorised) accumulated in registers, ``parallel`` "co" or "n"
+    (defaults from the host)."""
     f, X, Wt, B = conv_inputs("conv2d_direct", s, bias)
     xp = padded(f, X, s)
     cig, cog = s.ci // s.groups, s.co // s.groups
@@ -66,14 +69,15 @@ def direct(s: ConvShape, bias=True):
     out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * s.sh + ky * s.dh,
                                                  x * s.sw + kx * s.dw]
     lanes = host().lanes(4)
-    xb = _vector_tile(s.wo, lanes)
-    cob = max(1, min(s.co, _accumulators() // -(-xb // lanes)))
+    xb = xb or _vector_tile(s.wo, lanes)
+    cob = cob or max(1, min(s.co, _accumulators() // -(-xb // lanes)))
     u = out.update
     u.split("co", cob, names=("co0", "co1")).split("x", xb, names=("x0", "x1"))
     u.reorder("n", "co0", "y", "x0", "ci", "ky", "kx", "co1", "x1")
     u.unroll("co1", cob)
     u.vectorize("x1", xb)
-    par = "co0" if -(-s.co // cob) >= 4 * host().cores or s.n < host().cores else "n"
+    par = {"co": "co0", "n": "n"}.get(parallel) or \
+        ("co0" if -(-s.co // cob) >= 4 * host().cores or s.n < host().cores else "n")
     u.parallelize(par)
     out.parallelize("co" if par == "co0" else "n")
     return f
@@ -136,15 +140,16 @@ class _Dense(Solver):
     def build(self, p, params):
         return BUILDERS[self.name](p.shape, bias=p.bias, **params)
 
-    def run(self, p, args):
+    def run(self, p, args, values=None):
         if self.name == "direct":                 # grouped loop nest
-            return self._run(p, args)
-        return by_group(self._run, p, args)       # a schedule of one group
+            return self._run(p, args, values)
+        return by_group(lambda q, a: self._run(q, a, values), p, args)   # one group's schedule
 
-    def _run(self, p, args):
+    def _run(self, p, args, values=None):
         s = p.shape
-        k = kernel(("conv2d", self.name, s, p.bias), lambda: self.build(p, self.params(p)),
-                   p.target)
+        params = self.tuned(p, values)
+        k = kernel(("conv2d", self.name, s, p.bias) + _chosen(params),
+                   lambda: self.build(p, params), p.target)
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
         if self.name == "im2col":       # the weight as the GEMM's Co x Ci*Kh*Kw matrix
             out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **kw)   # (-1 fails when Co = 0)
@@ -152,8 +157,19 @@ class _Dense(Solver):
         return k(weight=args.w, **kw)
 
 
+def _chosen(params):
+    """The kernel key's part for params other than the defaults (none: the key as before)."""
+    return (tuple(sorted(params.items())),) if params else ()
+
+
 class Direct(_Dense):
     name = "direct"
+
+    def space(self, p):
+        s, lanes = p.shape, host().lanes(4)
+        return {"xb": [x for x in (lanes, 2 * lanes, 3 * lanes) if x <= max(lanes, s.wo)],
+                "cob": [c for c in (1, 2, 4, 6, 8) if c <= max(1, s.co)],
+                "parallel": ["co", "n"]}
 
 
 class Im2col(_Dense):
@@ -175,5 +191,8 @@ class SpatialPack(_Dense):
 
     def space(self, p):
         lanes = host().lanes(4)
-        return {"vb": [v for v in (lanes, 2 * lanes) if p.shape.co % v == 0],
+        s = p.shape
+        return {"vb": [v for v in (lanes, 2 * lanes) if s.co % v == 0],
+                "xb": [x for x in (2, 4, 6, 7, 8, 14) if x <= max(1, s.wo)],
+                "rows": [r for r in (1, 2, 4, 8, 16) if r <= max(1, s.ho)],
                 "parallel": ["n", "c"]}

@@ -75,12 +75,14 @@ class _Fused(Solver):
     def build(self, p, params):
         return function(p.shape, p.pool, bias=p.bias, algo=self.name, **params)
 
-    def run(self, p, args):
-        return by_group(self._run, p, args)
+    def run(self, p, args, values=None):
+        return by_group(lambda q, a: self._run(q, a, values), p, args)
 
-    def _run(self, p, args):
-        k = kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias),
-                   lambda: self.build(p, self.params(p)), p.target)
+    def _run(self, p, args, values=None):
+        params = self.tuned(p, values)
+        k = kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias)
+                   + ((tuple(sorted(params.items())),) if params else ()),
+                   lambda: self.build(p, params), p.target)
         if args.b is not None:
             return k(data=args.x, weight=args.w, bias=args.b)
         return k(data=args.x, weight=args.w)
@@ -90,7 +92,9 @@ class FusedDirect(_Fused):
     name = "direct"
 
     def space(self, p):
-        return {"parallel": ["n", "c"], "pack_per_image": [False, True]}
+        rows = max(1, p.shape.ho // p.pool)
+        return {"rows": [r for r in (1, 2, 4, 8) if r <= rows], "parallel": ["n", "c"],
+                "pack_per_image": [False, True]}
 
 
 class FusedWinograd(_Fused):

@@ -44,19 +44,25 @@ class SparseCSR(Solver):
         return plan(p.shape, density=1.0 if p.density is None else p.density)
 
     def space(self, p):
-        return {"rows_outer": [False, True]}
+        """The loop order (tiles of rows outside the channels or inside) and
+        the input channels per block (rows outer; 0: unblocked)."""
+        return {"rows_outer": [False, True],
+                "channel_block": [0] + [c for c in (4, 8, 16, 32, 64) if c < p.shape.ci]}
+
+    def with_values(self, p, values):
+        return plan(p.shape, density=1.0 if p.density is None else p.density, **values)
 
     def build(self, p, params):
         order = dict(rows_outer=params["rows_outer"], channel_block=params["channel_block"] or 0)
         return function(p.shape, bias=p.bias, pool=p.pool, relu=p.relu, **order)
 
-    def run(self, p, args):
-        return by_group(self._run, p, args)       # the CSR rows of each group
+    def run(self, p, args, values=None):
+        return by_group(lambda q, a: self._run(q, a, values), p, args)   # each group's CSR rows
 
-    def _run(self, p, args):
+    def _run(self, p, args, values=None):
         s = p.shape
         csr = args.csr if args.csr is not None else as_csr(args.w, s.ci)
-        params = plan(s, density=csr.density)
+        params = plan(s, density=csr.density, **self.chosen(p, values))
         order = dict(rows_outer=params["rows_outer"], channel_block=params["channel_block"] or 0)
         k = kernel(("sparse_conv", s, p.bias, p.pool, p.relu, tuple(order.values())),
                    lambda: self.build(p, params), p.target)

@@ -36,6 +36,8 @@ once per schedule and is reused by later calls.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 import tiramisu_py as tp
@@ -57,9 +59,9 @@ def _layer_kernel(cell, T, B, H, K, blk, sparse, target):
                           target)
 
 
-def _wavefront_kernel(cell, L, T, B, H, blk, target):
-    return kernel(("rnn_wavefront", cell, L, T, B, H, blk),
-                          lambda: cells.wavefront_function(cell, L, T, B, H, blk), target)
+def _wavefront_kernel(cell, L, T, B, H, blk, target, chunk=None):
+    return kernel(("rnn_wavefront", cell, L, T, B, H, blk) + ((chunk,) if chunk else ()),
+                  lambda: cells.wavefront_function(cell, L, T, B, H, blk, chunk), target)
 
 
 def _projection_kernel(M, R, I, target):
@@ -92,7 +94,7 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
     T, B, K = seq.shape
     H = W.hidden
     if W.sparse:
-        p = W.packed("csr", B)[l]
+        p = W.packed("csr", B, blk)[l]
         rowptr, colidx, values = p["wi"]
         xp = _projection_kernel(T * B, len(rowptr) - 1, K, target)(
             x=np.ascontiguousarray(seq.reshape(T * B, K).T), rowptr=rowptr, colidx=colidx,
@@ -100,7 +102,7 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
         rowptr, colidx, values = p["wh"]
         weights = dict(rowptr=rowptr, colidx=colidx, values=values)
     else:
-        p = W.packed("layer", B)[l]
+        p = W.packed("layer", B, blk)[l]
         a, wiT = seq.reshape(T * B, K), p["wiT"]          # the library GEMM's kernel
         xp = gemm_kernel(T * B, wiT.shape[1], K, default_params(T * B, wiT.shape[1], K),
                          target)(np.ascontiguousarray(a), wiT)
@@ -124,15 +126,18 @@ def _pad(a, Hp):
     return out
 
 
-def _forward(W, x, h0, c0, schedule, target, train=None):
+def _forward(W, x, h0, c0, schedule, target, train=None, values=None):
     """(y, h_n, c_n) as NumPy arrays.  ``train`` (training,
     :mod:`schedules.solvers.rnn_train`): a dict whose ``"masks"`` (None, or
     one dropout mask per layer but the last: layer-major only) multiply each
     layer's output, and whose ``"states"`` receives per layer ``(input, h
-    [T + 1][B][H])``, what the backward needs."""
+    [T + 1][B][H])``, what the backward needs.  ``values``: tuned ``hb``,
+    ``mb`` (the blocking) and ``chunk`` (the wavefront's), else the host's."""
     T, B, _ = x.shape
     L, H = len(W.layers), W.hidden
-    blk = W.blocking(B)
+    values = dict(values or {})
+    chunk = values.pop("chunk", None)
+    blk = replace(W.blocking(B), **values)
     Hp = cells.padded(H, blk.hb)
     h0p, c0p = _pad(h0, Hp), _pad(c0, Hp) if c0 is not None else None
     hn = np.empty((L, B, H), np.float32)
@@ -143,7 +148,7 @@ def _forward(W, x, h0, c0, schedule, target, train=None):
         states.clear()              # (the find step runs a solver more than once)
     seq, first = x, L
     if schedule == "wavefront" and not W.sparse:
-        first = W.packed("wavefront", B)["first"]
+        first = W.packed("wavefront", B, blk)["first"]
     for l in range(first):
         y, c = _run_layer(W, l, seq, h0p[l], None if c0p is None else c0p[l], blk, target)
         hn[l] = y[T - 1, :, :H]
@@ -155,8 +160,8 @@ def _forward(W, x, h0, c0, schedule, target, train=None):
         if masks and l < L - 1:
             seq = seq * masks[l]
     if first < L:
-        p = W.packed("wavefront", B)
-        kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, target)
+        p = W.packed("wavefront", B, blk)
+        kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, target, chunk)
         args = dict(xin=seq, wi=p["wi"], wh=p["wh"], bi=p["bi"], bh=p["bh"], h0=h0p[first:])
         if W.cell == "lstm":
             out = kern(c0=c0p[first:], **args)
@@ -180,15 +185,35 @@ class _Cpu(Solver):
     def __init__(self, op):
         self.op = op
 
+    def params(self, p):
+        """The host's blocking (:func:`schedules.weights.rnn.blocking`) and,
+        for the wavefront, its chunk of steps."""
+        blk = blocking(cells.GATES[p.cell], p.B)
+        return {"hb": blk.hb, "mb": blk.mb,
+                **({"chunk": cells.chunk_of(p.T)} if self.name == "wavefront" else {})}
+
     def build(self, p, params):
-        blk = cells.Blocking(**params) if params else blocking(cells.GATES[p.cell], p.B)
+        params = {**self.params(p), **params}
+        blk = replace(blocking(cells.GATES[p.cell], p.B), hb=params["hb"], mb=params["mb"])
         if self.name == "layer":
             return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk, sparse=p.sparse)
-        return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk)
+        return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk,
+                                        params["chunk"])
 
-    def run(self, p, args):
+    def space(self, p):
+        """The hidden units per block (whole vectors: the split of the
+        hidden units across the cores) and, with a batch, the batch rows
+        in the register block."""
+        lanes = host().lanes(4)
+        out = {"hb": [v * lanes for v in (1, 2, 4) if v == 1 or v * lanes <= p.hidden]}
+        if p.B > 1:
+            out["mb"] = [m for m in (1, 2, 3, 4) if m <= p.B]
+        return out
+
+    def run(self, p, args, values=None):
         W, x, h0, c0, torch_in, *train = args
-        y, hn, cn = _forward(W, x, h0, c0, self.name, p.target, *train)
+        y, hn, cn = _forward(W, x, h0, c0, self.name, p.target, *(train or [None]),
+                             values=self.chosen(p, values))
         if torch_in:
             import torch
             y, hn = torch.from_numpy(y), torch.from_numpy(hn)
@@ -211,4 +236,4 @@ class Wavefront(_Cpu):
         return why
 
     def space(self, p):
-        return {"chunk": [1, 2, 4, 8, 16]}
+        return {**super().space(p), "chunk": [c for c in (1, 2, 4, 8, 16) if p.T % c == 0]}

@@ -164,9 +164,10 @@ class RNNWeights:
             return 0
         return size(list(self._packed.values()))
 
-    def packed(self, what, batch):
-        """The packed arrays of one schedule (made once, kept)."""
-        blk = self.blocking(batch)
+    def packed(self, what, batch, blk=None):
+        """The packed arrays of one schedule (made once, kept) for the
+        blocking ``blk`` (default: :meth:`blocking`, the host's)."""
+        blk = blk or self.blocking(batch)
         key = (what, blk)
         if key not in self._packed:
             self._packed[key] = getattr(self, f"_pack_{what}")(blk)

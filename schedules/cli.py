@@ -1,0 +1,59 @@
+"""The ``tiramisu-py`` command with the operator library: ``tiramisu_py.cli``'s
+commands, and ``tiramisu-py tune [gemm|conv|sparse|rnn|all] [--budget SECONDS]``
+(:func:`schedules.tune_library`) beside its ``tiramisu-py tune FILE:FUNC``.
+
+One ``tune`` subcommand: an argument containing ":" is FILE:FUNC (the
+language's tuner, :func:`tiramisu_py.tune`), op names (or none: all) tune
+the library.  This entry lives at the top of ``schedules`` because
+``tiramisu_py`` must not import ``schedules``: it extends
+``tiramisu_py.cli.main`` and is what the ``tiramisu-py`` script runs
+(pyproject.toml); ``python -m schedules.cli`` is the same command."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tiramisu_py import cli as language_cli
+
+from .tuner import OPS, summary, tune_library
+
+
+def _library_tune(argv):
+    p = argparse.ArgumentParser(
+        prog="tiramisu-py tune",
+        description="Time the operator library's tunable parameters on this host and record "
+                    "the fastest (every later process on this host uses them). "
+                    "`tiramisu-py tune FILE:FUNC` tunes a Function instead.")
+    p.add_argument("ops", nargs="*", metavar="OP", help=f"{', '.join(OPS)} or all (default all)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds after which no candidate starts (default: no limit)")
+    p.add_argument("--sizes", choices=("bench", "small"), default="bench",
+                   help="the bench suites' shapes (default) or small ones (a smoke run)")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per candidate (best of)")
+    p.add_argument("--retune", action="store_true", help="time again what is recorded")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    bad = [o for o in args.ops if o not in OPS + ("all",)]
+    if bad:
+        p.error(f"unknown op {bad[0]!r}: choose from {', '.join(OPS)}, all, or give FILE:FUNC")
+    try:
+        report = tune_library(args.ops or ("all",), budget=args.budget,
+                              progress=not args.quiet, sizes=args.sizes, repeats=args.repeats,
+                              retune=args.retune)
+    except ValueError as e:
+        raise SystemExit(f"tiramisu-py tune: {e}") from None
+    print(summary(report))
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["tune"]:
+        positional = [a for a in argv[1:] if not a.startswith("-")]
+        if not any(":" in a for a in positional) and "-p" not in argv and "--param" not in argv:
+            return _library_tune(argv[1:])
+    return language_cli.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""The library tuner: ``schedules.tune_library(ops=("gemm", "conv", "sparse",
+"rnn"), budget=None, progress=True)`` times the tunable parameters of every
+library solver (:meth:`schedules.core.solver.Solver.space`) on this host,
+once per shape class, and records the winners in the tuning store; from
+then on, in any process on this host, the solvers' ``run`` builds with them
+(:mod:`schedules.core.tuned`: the record kind, the key, the lookup).
+
+Problems (:func:`problems`): per op the bench suites' shapes (``sizes=
+"bench"``: GEMM 512 / 1024 / 2048; the 4 conv suite shapes, as conv2d and
+as the fused conv + ReLU + 2x2 max-pool block; sparse VGG
+512->512 at 14x14, batch 8, 10% dense; LSTM and GRU 4 x 1024, T = 100,
+B = 1), or small ones (``sizes="small"``, for tests and smoke runs).  For
+each problem and each solver "auto" may choose
+(:func:`schedules.core.find.candidates`), the search is coordinate descent
+from the host defaults: each parameter of the space in turn, each of its
+values timed with the best values found so far for the others (compile,
+one warm-up call, the best of ``repeats`` calls), the best kept.  A
+candidate that fails to build, or whose result differs from the defaults'
+beyond rounding, is skipped with a note.  No candidate starts once
+``budget`` seconds have passed (a search once started times the defaults; a
+search the budget cut is recorded as it stands, marked incomplete, and the
+next run times it again); a problem whose search is recorded complete on
+this host is not timed again unless ``retune``.  :data:`RUNS` counts the candidates timed in this process.
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+
+import numpy as np
+
+from .core import tuned
+from .core.find import candidates
+from .problems.conv import ConvProblem
+from .problems.gemm import GemmProblem
+from .problems.rnn import RnnProblem
+from .registry import SOLVERS
+from .weights.csr import CSRWeights
+from .weights.prune import prune_magnitude
+
+OPS = ("gemm", "conv", "sparse", "rnn")
+RUNS = {"timed": 0, "failed": 0}          # candidates timed / skipped in this process
+# (batch, in channels, out channels, height, width): bench/suites.py's CONV_SHAPES
+CONV_SHAPES = {"bench": ((8, 128, 256, 112, 112), (32, 64, 64, 56, 56), (32, 512, 512, 14, 14),
+                         (32, 3, 32, 224, 224)),
+               "small": ((2, 8, 16, 12, 12),)}
+GEMM_SIZES = {"bench": (512, 1024, 2048), "small": (48,)}
+SPARSE_SHAPES = {"bench": ((8, 512, 512, 14, 14, 0.10),), "small": ((2, 8, 16, 12, 12, 0.3),)}
+# (cell, layers, hidden = input, T, B): bench/suite_rnn.py's (a)
+RNN_SIZES = {"bench": (("lstm", 4, 1024, 100, 1), ("gru", 4, 1024, 100, 1)),
+             "small": (("lstm", 2, 32, 4, 1),)}
+
+
+def _random(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+
+
+def problems(op, sizes="bench", target=None):
+    """``[(label, registry op, make)]``: ``make()`` gives ``(problem, args)``
+    of one representative problem of ``op``'s shape classes."""
+    if op not in OPS:
+        raise ValueError(f"tune_library: ops must be among {', '.join(OPS)}; got {op!r}")
+    if sizes not in ("bench", "small"):
+        raise ValueError(f"tune_library: sizes must be 'bench' or 'small'; got {sizes!r}")
+    out = []
+    if op == "gemm":
+        for n in GEMM_SIZES[sizes]:
+            out.append((f"gemm {n}", "gemm", lambda n=n: GemmProblem.from_call(
+                "gemm", _random((n, n)), _random((n, n), 1), None, target)))
+    elif op == "conv":
+        for (n, ci, co, h, w), fused in itertools.product(CONV_SHAPES[sizes], (False, True)):
+            def make(n=n, ci=ci, co=co, h=h, w=w, fused=fused):
+                x, wt = _random((n, ci, h, w)), _random((co, ci, 3, 3), 1) / np.float32(3 * ci)
+                return ConvProblem.from_call("conv_relu_maxpool" if fused else "conv2d", x, wt,
+                                             _random((co,), 2), 1, 1, 1, 1, algo="auto",
+                                             target=target, pool=2 if fused else 1,
+                                             gpu=not fused)
+            out.append((f"{'conv_relu_maxpool' if fused else 'conv'} {n}x{ci}->{co}@{h}x{w}",
+                        "conv_relu_maxpool" if fused else "conv2d", make))
+    elif op == "sparse":
+        for n, ci, co, h, w, density in SPARSE_SHAPES[sizes]:
+            def make(n=n, ci=ci, co=co, h=h, w=w, density=density):
+                wt = prune_magnitude(_random((co, ci, 3, 3), 1), density)
+                return ConvProblem.from_call("conv2d", _random((n, ci, h, w)),
+                                             CSRWeights.from_dense(wt), _random((co,), 2), 1, 1,
+                                             1, 1, algo="auto", target=target)
+            out.append((f"sparse {n}x{ci}->{co}@{h}x{w} {density:.0%}", "conv2d", make))
+    else:
+        for cell, layers, hidden, T, B in RNN_SIZES[sizes]:
+            def make(cell=cell, layers=layers, hidden=hidden, T=T, B=B):
+                g = {"lstm": 4, "gru": 3}[cell]
+                ws = [[_random((g * hidden, hidden), 4 * l + i) / np.float32(hidden ** 0.5)
+                       for i in range(2)] + [_random((g * hidden,), 4 * l + i) for i in (2, 3)]
+                      for l in range(layers)]
+                c0 = np.zeros((layers, B, hidden), np.float32) if cell == "lstm" else None
+                return RnnProblem.from_call(cell, _random((T, B, hidden)), ws,
+                                            np.zeros((layers, B, hidden), np.float32), c0,
+                                            False, target)
+            out.append((f"{cell} {layers}x{hidden} T={T} B={B}", cell, make))
+    return out
+
+
+def _result(out):
+    first = out[0] if isinstance(out, tuple) else out
+    return np.asarray(first.numpy() if hasattr(first, "numpy") else first)
+
+
+class _Bar:
+    """One line on stderr: the problem, the candidates done, the best time."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def show(self, label, done, total, best, note=""):
+        if self.file is None:
+            return
+        fill = int(24 * done / max(1, total))
+        b = "-" if best is None else f"{best * 1e3:.3f} ms"
+        self.file.write(f"\rtune {label} [{'#' * fill}{'.' * (24 - fill)}] {done}/{total} "
+                        f"best {b} {note}"[:100].ljust(100))
+        self.file.flush()
+
+    def end(self):
+        if self.file is not None:
+            self.file.write("\n")
+            self.file.flush()
+
+
+def _timer(solver, p, args, repeats):
+    def run(values):
+        out = solver.run(p, args, values)          # compile + warm up
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            solver.run(p, args, values)
+            best = min(best, time.perf_counter() - t0)   # noise only slows a run down
+        return best, _result(out)
+    return run
+
+
+def _tune_one(solver, p, args, label, deadline, repeats, bar):
+    bar_label = f"{label} {solver.name}"
+    """Coordinate descent over ``solver.space(p)`` from the defaults;
+    returns the report entry (and records the winner)."""
+    space = solver.space(p)
+    total = 1 + sum(len(v) for v in space.values())
+    run, notes, timed, done = _timer(solver, p, args, repeats), [], 0, 1
+    bar.show(bar_label, 0, total, None, "defaults")
+    default_t, reference = run({})
+    best_t, best = default_t, {}
+    seen = {repr(solver.tuned(p, {}))}
+    for name, vals in space.items():
+        for v in vals:
+            cand = {**best, name: v}
+            done += 1
+            key = repr(solver.tuned(p, cand))
+            if key in seen:
+                continue
+            seen.add(key)
+            if time.perf_counter() > deadline:
+                notes.append("budget spent")
+                break
+            bar.show(bar_label, done, total, best_t, f"{name}={v}")
+            try:
+                t, out = run(cand)
+            except Exception as e:           # a candidate the compiler refuses: skipped
+                RUNS["failed"] += 1
+                notes.append(f"{cand}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                continue
+            RUNS["timed"] += 1
+            timed += 1
+            if out.shape != reference.shape or not np.allclose(out, reference, rtol=1e-3,
+                                                               atol=1e-3, equal_nan=True):
+                RUNS["failed"] += 1
+                notes.append(f"{cand}: result differs from the defaults'; skipped")
+                continue
+            if t < best_t:
+                best_t, best = t, cand
+        if notes and notes[-1] == "budget spent":
+            break
+    bar.show(bar_label, total, total, best_t, "")
+    cut = "budget spent" in notes
+    tuned.save(solver, p, best, best_t, default_t, timed, complete=not cut)
+    return {"problem": label, "op": p.op, "solver": solver.name, "values": best,
+            "seconds": best_t, "default_seconds": default_t, "timed": timed, "notes": notes,
+            "cached": False}
+
+
+def tune_library(ops=OPS, budget=None, progress=True, *, sizes="bench", repeats=3,
+                 retune=False, target=None):
+    """Tunes the library's solvers on this host for the problems of ``ops``
+    (names of :data:`OPS`, or "all") and records the winners; returns one
+    report entry per (problem, solver): ``{"problem", "op", "solver",
+    "values" (the recorded parameters; {}: the defaults won), "seconds",
+    "default_seconds", "timed" (candidates timed), "notes" (skipped
+    candidates and why), "cached" (recorded before: nothing timed)}``.
+    ``budget``: seconds (None: no limit) after which no candidate starts;
+    ``progress``: a bar on stderr; ``sizes``: "bench" or "small";
+    ``retune``: time again what is recorded."""
+    if isinstance(ops, str):
+        ops = (ops,)
+    ops = list(dict.fromkeys(o for op in ops for o in (OPS if op == "all" else (op,))))
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                               or budget <= 0):
+        raise ValueError(f"tune_library: budget must be a positive number of seconds or None, "
+                         f"not {budget!r}")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ValueError(f"tune_library: repeats must be a positive int, not {repeats!r}")
+    cases = [c for op in ops for c in problems(op, sizes, target)]
+    deadline = time.perf_counter() + (float("inf") if budget is None else budget)
+    bar, report = _Bar(sys.stderr if progress else None), []
+    for label, op, make in cases:
+        if time.perf_counter() > deadline:          # not even made: its arrays cost time too
+            report.append({"problem": label, "op": op, "solver": "-", "values": {},
+                           "seconds": None, "default_seconds": None, "timed": 0,
+                           "notes": ["budget spent: not tuned"], "cached": False})
+            continue
+        p, args = make()
+        for solver in candidates(p, SOLVERS[op]):
+            if not solver.space(p):
+                continue
+            if not retune and tuned.has_record(solver, p):
+                report.append({"problem": label, "op": p.op, "solver": solver.name,
+                               "values": tuned.recorded(solver, p), "seconds": None,
+                               "default_seconds": None, "timed": 0, "notes": [],
+                               "cached": True})
+                continue
+            if time.perf_counter() > deadline:
+                report.append({"problem": label, "op": p.op, "solver": solver.name,
+                               "values": {}, "seconds": None, "default_seconds": None,
+                               "timed": 0, "notes": ["budget spent: not tuned"],
+                               "cached": False})
+                continue
+            report.append(_tune_one(solver, p, args, label, deadline, repeats, bar))
+            bar.end()
+    return report
+
+
+def summary(report) -> str:
+    """The report as lines: problem, solver, values, speedup over the defaults."""
+    lines = []
+    for r in report:
+        if r["cached"]:
+            how = "recorded before"
+        elif r["seconds"] is None:
+            how = "; ".join(r["notes"])
+        else:
+            how = (f"{r['timed']} timed, {r['seconds'] * 1e3:.3f} ms "
+                   f"({r['default_seconds'] / r['seconds']:.2f}x the defaults)")
+        lines.append(f"{r['problem']} [{r['solver']}]: {r['values'] or 'defaults'}; {how}")
+        lines += [f"    skipped {n}" for n in r["notes"] if r["seconds"] is not None]
+    return "\n".join(lines)
