@@ -7,7 +7,7 @@ import tiramisu_py as tp
 import schedules
 
 TIRAMISU_PY = ["Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
-               "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool", "exp",
+               "bfloat16", "float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool", "exp",
                "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max", "select",
                "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare"]
 SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",

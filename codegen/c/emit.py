@@ -137,8 +137,30 @@ class CPrinter(WidenMixin):
         if isinstance(e, ir.Cast):
             if e.a.dtype == e.dtype:
                 return self._e(e.a)
+            if ir.is_half(e.dtype) or ir.is_half(e.a.dtype):
+                return self.half_cast(e)
             return f"({CTYPES[e.dtype]}){self.wrap(e.a, P_UNARY)}", P_UNARY
         raise TypeError(f"C backend: not an expression: {e!r}")
+
+    def half_cast(self, e: ir.Cast) -> tuple:
+        """A conversion to or from a 16-bit float: through float32, by the
+        functions :meth:`half_conversion` names."""
+        fr, to = e.a.dtype, e.dtype
+        x = self.expr(e.a)
+        if ir.is_half(fr):
+            x = f"{self.half_conversion(fr, 'float32')}({x})"
+            if to == "float32":
+                return x, P_PRIMARY
+            if not ir.is_half(to):
+                return f"({CTYPES[to]}){x}", P_UNARY
+        elif fr != "float32":
+            x = f"(float){self.wrap(e.a, P_UNARY)}"
+        return f"{self.half_conversion('float32', to)}({x})", P_PRIMARY
+
+    def half_conversion(self, fr: str, to: str) -> str:
+        """The C function converting ``fr`` to ``to`` (one of them float32, the
+        other 16-bit): the ``tp_cvt_*`` helpers on the bits in ``uint16_t``."""
+        return self.helper(f"tp_cvt_{SUFFIX[fr]}_{SUFFIX[to]}")
 
     def _narrow(self, s: str, prec: int, dtype: str) -> tuple:
         # int8/uint8 arithmetic is done in int by C: convert back so that
