@@ -29,6 +29,7 @@ from .helpers import helper_source
 from .names import c_names, check_name, renamed
 from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, P_REL, P_UNARY,
                      SUFFIX, const_literal, int_literal)
+from .dot import DotMixin
 from .widen import WidenMixin
 
 _STACK_LIMIT = 16384        # bytes: constant-size temporaries inside loops up to this go on the stack
@@ -57,7 +58,7 @@ def _omp_op(op: str, dt: str, em: "CPrinter") -> str:
 
 
 # ------------------------------------------------------------------ printer
-class CPrinter(WidenMixin):
+class CPrinter(WidenMixin, DotMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
     it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
@@ -349,6 +350,8 @@ class CPrinter(WidenMixin):
             clause, aliases = self.reduction_clause(s)
             self.out(ind, "#pragma omp parallel for" + clause)
             self.omp, self.in_parallel = "parallel", True
+        elif s.kind == "vector" and s.attrs.get("dot"):
+            return self.dot_loop(s, ind)                # codegen.c.dot
         elif s.kind == "vector" and not s.attrs.get("reduction") and loops.nested(s.body):
             return self.nested_vector_loop(s, ind)      # codegen.c.widen
         elif s.kind == "vector":

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .. import ir, vecmath
 from .syntax import CTYPES, SUFFIX
+from .dot import DOT_SOURCE
 from .vecmath import c_bits_helpers, c_helper
 from .widen import vector_helper
 
@@ -18,6 +19,8 @@ def helper_source(name: str) -> str:
         return _ALLOC_SOURCE
     if name.startswith("tp_vec_"):
         return vector_helper(name)
+    if name == "tp_dot":
+        return DOT_SOURCE
     if name in _HALF_SOURCE:
         return _HALF_SOURCE[name]
     if name in ("tp_bits_f32", "tp_bits_f64"):
