@@ -251,3 +251,25 @@ def test_cuda_printer_uses_cuda_half_types(monkeypatch):
     out = k.emulate(torch.from_numpy(x), torch.from_numpy(h))
     assert torch.equal(out["C"].view(torch.int16), torch.from_numpy(x).bfloat16().view(torch.int16))
     np.testing.assert_array_equal(out["D"].numpy(), h.astype(np.float32) * 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bf16_accumulator_rounds_at_every_store(backend):
+    """``c[i] += a[i, k]`` with c bfloat16: each step computed in float32 and
+    stored rounded (plain, vectorised over i, accumulated locally)."""
+    x = torch.from_numpy(RNG.standard_normal((20, 37)).astype(np.float32)).bfloat16()
+    ref = torch.zeros(20, dtype=torch.bfloat16)
+    for kk in range(37):
+        ref = (ref.float() + x[:, kk].float()).bfloat16()
+    for sched in range(3):
+        f = tp.Function(f"accbf{sched}", params=["N", "K"])
+        i, k = f.var("i", 0, "N"), f.var("k", 0, "K")
+        a = f.input("A", ("N", "K"), tp.bfloat16)
+        c = f.computation("c", [i], 0.0, dtype=tp.bfloat16)
+        c[i] += a[i, k]
+        if sched == 1:
+            c.update.interchange(i, k)
+            c.update.vectorize(i, 16)
+        if sched == 2:
+            c.update.accumulate_locally(k, allow_reassociation=True)
+        assert torch.equal(f.compile(backend)(x).view(torch.int16), ref.view(torch.int16))
