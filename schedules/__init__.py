@@ -4,6 +4,7 @@ the public language and scheduling API (no hand-written C)::
 
     schedules.gemm(a, b)                      # Goto/BLIS GEMM
     schedules.batched_gemm(a, b)
+    schedules.gemm_int8(a, b)                 # int8 x int8 -> int32, torch._int_mm
     schedules.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                      algo="auto")     # torch.nn.functional.conv2d's signature and defaults
     schedules.conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
@@ -23,8 +24,8 @@ LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 ``gemm``, ``lstm`` and ``gru`` on the GPU.
 """
 from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
-                  conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function, sparse_conv2d,
-                  sparse_conv2d_function, sparse_conv_relu_maxpool)
+                  conv_relu_maxpool, gemm, gemm_int8, gru, gru_function, lstm, lstm_function,
+                  sparse_conv2d, sparse_conv2d_function, sparse_conv_relu_maxpool)
 from .blocks.blis import GemmParams
 from .blocks.blis import default_params as gemm_params
 from .blocks.blis import function as gemm_function
@@ -35,7 +36,7 @@ from .solvers.rnn_cuda import function as rnn_cuda_function
 from .weights.csr import CSRWeights
 from .weights.rnn import RNNWeights
 
-__all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
+__all__ = ["gemm", "batched_gemm", "gemm_int8", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
            "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",

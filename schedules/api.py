@@ -115,6 +115,9 @@ def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dil
 def gemm(a, b, params: GemmParams | None = None, target=None):
     """``a @ b`` for float32 matrices (NumPy arrays or CPU torch tensors, the
     result has the same kind).  Compiles once per shape (cached).
+    bfloat16 / float16 operands (both the same, as torch): float32
+    accumulation, the result rounded once to their dtype (the 'dot' solver,
+    :mod:`schedules.blocks.dot_gemm`: the host's vdpbf16ps for bfloat16).
     ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
     the CUDA solver of :mod:`schedules.solvers.gemm_cuda` (the result
     allocated by torch on the inputs' device)."""
@@ -123,9 +126,19 @@ def gemm(a, b, params: GemmParams | None = None, target=None):
 
 
 def batched_gemm(a, b, params: GemmParams | None = None, target=None):
-    """``a @ b`` for float32 batches ``(B, N, K) @ (B, K, M)``."""
+    """``a @ b`` for batches ``(B, N, K) @ (B, K, M)`` (dtypes as :func:`gemm`)."""
     p, args = GemmProblem.from_call("batched_gemm", a, b, params, target, gpu=False)
     return _solve("batched_gemm", p, args, "auto", "batched_gemm")
+
+
+def gemm_int8(a, b, target=None):
+    """``torch._int_mm(a, b)``: int8 ``(N, K) @ (K, M)`` into int32, exact
+    (NumPy arrays or CPU torch tensors, the result of the same kind).  The
+    u8 x s8 dot-product instruction (vpdpbusd) where the host has it, A
+    shifted to unsigned and the compensation ``128 * colsum(B)`` folded in
+    (:mod:`schedules.blocks.dot_gemm`)."""
+    p, args = GemmProblem.from_call("gemm_int8", a, b, None, target, gpu=False)
+    return _solve("gemm_int8", p, args, "auto", "gemm_int8")
 
 
 # ------------------------------------------------------------------ RNNs

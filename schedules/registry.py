@@ -53,6 +53,7 @@ from .solvers.conv_sparse import SparseCSR
 from .solvers.conv_sparse_cuda import CudaSparseCSR
 from .solvers.gemm_blis import Blis
 from .solvers.gemm_cuda import CudaTiled
+from .solvers.gemm_dot import DotGemm
 from .solvers.rnn_cpu import Layer, Wavefront
 from .solvers.rnn_cuda import CudaWavefront
 
@@ -60,8 +61,9 @@ SOLVERS = {
     "conv2d": [Direct(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
                CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
-    "gemm": [Blis("gemm"), CudaTiled()],
-    "batched_gemm": [Blis("batched_gemm")],
+    "gemm": [Blis("gemm"), DotGemm("gemm"), CudaTiled()],
+    "batched_gemm": [Blis("batched_gemm"), DotGemm("batched_gemm")],
+    "gemm_int8": [DotGemm("gemm_int8")],
     "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],
     "gru": [Layer("gru"), Wavefront("gru"), CudaWavefront("gru")],
 }

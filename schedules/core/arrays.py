@@ -43,9 +43,17 @@ def refuse_foreign(x, name):
 def float32_array(x, name, ndim):
     """``x`` (NumPy array or CPU torch tensor) as a C-contiguous float32 array
     of ``ndim`` dimensions; a clear error names ``name`` otherwise."""
+    return typed_array(x, name, ndim, ("float32",))
+
+
+def typed_array(x, name, ndim, dtypes):
+    """``x`` (NumPy array or CPU torch tensor) as a C-contiguous array of
+    ``ndim`` dimensions and one of ``dtypes`` (names: "float32", "bfloat16",
+    "int8", ...); a clear error names ``name`` otherwise."""
+    what = " or ".join(dtypes)
     if is_torch(x):
-        if str(x.dtype) != "torch.float32":
-            raise TypeError(f"{name}: expected a float32 tensor, got {x.dtype}")
+        if str(x.dtype).split(".")[-1] not in dtypes:
+            raise TypeError(f"{name}: expected a {what} tensor, got {x.dtype}")
         if x.device.type != "cpu":
             raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
         if x.dim() != ndim:
@@ -54,8 +62,8 @@ def float32_array(x, name, ndim):
     if not isinstance(x, np.ndarray):
         refuse_foreign(x, name)
         raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise TypeError(f"{name}: expected float32, got {x.dtype}")
+    if x.dtype.name not in dtypes:
+        raise TypeError(f"{name}: expected {what}, got {x.dtype}")
     if x.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
     return np.ascontiguousarray(x)

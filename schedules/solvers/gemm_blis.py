@@ -14,6 +14,12 @@ class Blis(Solver):
     def __init__(self, op):
         self.op = op
 
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.dtype != "float32":
+            return f"needs float32 (got {p.dtype}; the 'dot' solver takes it)"
+        return why
+
     def params(self, p):
         return {"params": p.params or default_params(p.n, p.m, p.k)}
 

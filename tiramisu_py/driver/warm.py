@@ -309,7 +309,7 @@ def library_key(op_key, target, host_text) -> str:
     """The key of a library operator: its key (operator, algorithm, shape),
     the host its schedule is derived from, the target and the code."""
     h = hashlib.sha256()
-    for part in ("library", repr(op_key), target, host_text,
+    for part in ("library", repr(op_key), target, host_text, os.environ.get(codegen.target.ENV, ""),
                  _code_version(("tiramisu_py", "codegen", "schedules"))):
         h.update(part.encode())
         h.update(b"\n")
