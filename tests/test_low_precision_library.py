@@ -90,3 +90,26 @@ def test_dot_gemm_kernel_with_and_without_the_instruction(backend, dtype, monkey
     else:
         close_to_fp32(x, a, b)
         close_to_fp32(y, a, b)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+def test_bench_gemm_dtype_smoke(dtype, tmp_path, capsys):
+    """``tiramisu-py bench gemm --dtype ...`` on tiny sizes: every implementation
+    runs and is checked; the header names the dot-product instructions."""
+    import json
+
+    from tiramisu_py import cli
+    path = tmp_path / "r.json"
+    assert cli.main(["bench", "gemm", "--quick", "--dtype", dtype, "--shapes", "0", "--threads",
+                     "1", "--repeats", "1", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    (case,) = report["cases"]
+    impls = case["impls"]
+    assert "tiramisu_py" in impls and "torch" in impls
+    for r in impls.values():
+        assert r["1"]["failure"] is None
+    if dtype == "int8":
+        assert impls["tiramisu_py"]["1"]["error"] == 0
+    flags = [f for f in ("avx512_bf16", "avx512_vnni") if target.has(f)]
+    assert all(f in report["machine"]["simd"] for f in flags)
+    assert "SIMD" in capsys.readouterr().out
