@@ -113,3 +113,30 @@ def test_bench_gemm_dtype_smoke(dtype, tmp_path, capsys):
     flags = [f for f in ("avx512_bf16", "avx512_vnni") if target.has(f)]
     assert all(f in report["machine"]["simd"] for f in flags)
     assert "SIMD" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_conv2d_low_precision(dtype):
+    """conv2d in bf16/fp16 (the direct solver, float32 sums, the result rounded
+    once to the inputs' dtype, as torch's); the other solvers say why not."""
+    F = torch.nn.functional
+    t = getattr(torch, dtype)
+    x = torch.from_numpy(RNG.standard_normal((2, 5, 9, 11)).astype(np.float32)).to(t)
+    w = torch.from_numpy(RNG.standard_normal((7, 5, 3, 3)).astype(np.float32)).to(t)
+    b = torch.from_numpy(RNG.standard_normal(7).astype(np.float32)).to(t)
+    out = schedules.conv2d(x, w, b, padding=1)
+    assert out.dtype == F.conv2d(x.float(), w.float()).to(t).dtype == t
+    ref = F.conv2d(x.double(), w.double(), b.double(), padding=1)
+    rel = 1e-2 if dtype == "bfloat16" else 2e-3
+    np.testing.assert_allclose(out.double().numpy(), ref.numpy(), rtol=rel,
+                               atol=rel * float(ref.abs().max()))
+    xd = x[:1, :4].contiguous()
+    wd = w[:4, :1].contiguous()
+    out = schedules.conv2d(xd, wd, None, stride=2, groups=4)       # depthwise
+    ref = F.conv2d(xd.double(), wd.double(), None, stride=2, groups=4)
+    np.testing.assert_allclose(out.double().numpy(), ref.numpy(), rtol=rel,
+                               atol=rel * float(ref.abs().max()))
+    with pytest.raises(ValueError, match="needs float32"):
+        schedules.conv2d(x, w, b, algo="spatial_pack")
+    with pytest.raises(TypeError, match="same dtype"):
+        schedules.conv2d(x, w.float(), b)

@@ -187,8 +187,9 @@ class ConvProblem:
     weight: str = "dense"
     density: float | None = None
     pool: int = 1
+    dtype: str = "float32"   # conv2d on the CPU also "bfloat16", "float16" (float32 sums)
 
-    VERSION = 1              # the key's layout: bump when a field changes meaning
+    VERSION = 2              # the key's layout: bump when a field changes meaning (2: dtype)
 
     relu = property(lambda self: self.op == "conv_relu_maxpool")
 
@@ -222,7 +223,7 @@ class ConvProblem:
                 "shape": {f.name: getattr(s, f.name) for f in fields(s)},
                 "bias": self.bias, "target": self.target, "device": self.device,
                 "weight": self.weight,
-                "density<=": self.density_bucket, "pool": self.pool}
+                "density<=": self.density_bucket, "pool": self.pool, "dtype": self.dtype}
 
     # ------------------------------------------------------------ parsing
     @classmethod
@@ -269,8 +270,13 @@ class ConvProblem:
             args = ConvArgs(x, None if sparse else weight, b, csr)
         else:
             A.same_kind((input, weight, bias), (xn, wn, "bias"))
-            x, w = A.float32_array(input, xn, 4), A.float32_array(weight, wn, 4)
-            b = None if bias is None else A.float32_array(bias, "bias", 1)
+            kinds = ("float32", "bfloat16", "float16") if op == "conv2d" else ("float32",)
+            x, w = A.typed_array(input, xn, 4, kinds), A.typed_array(weight, wn, 4, kinds)
+            b = None if bias is None else A.typed_array(bias, "bias", 1, kinds)
+            dts = {str(t.dtype).split(".")[-1] for t in (x, w, b) if t is not None}
+            if len(dts) > 1:                    # as torch's conv2d
+                raise TypeError(f"{name}: {xn}, {wn} and bias must have the same dtype, got "
+                                + ", ".join(str(t.dtype) for t in (x, w, b) if t is not None))
             s = ConvShape.make(x.shape, w.shape, stride, padding, dilation, groups, name)
             args = ConvArgs(x, w, b)
         if args.b is not None and args.b.shape[0] != s.co:
@@ -282,7 +288,7 @@ class ConvProblem:
         # the form the solvers read: structural zeros absent ("csr") or not
         form = "csr" if sparse or algo == "sparse" else "dense"
         p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu", form,
-                density, pool)
+                density, pool, str(args.x.dtype).split(".")[-1])
         return p, args
 
     @staticmethod

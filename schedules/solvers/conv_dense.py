@@ -1,4 +1,5 @@
-"""conv2d (NCHW, float32; stride, padding, dilation, groups incl. depthwise)
+"""conv2d (NCHW, float32 -- and bfloat16/float16 with ``direct``, summing in
+float32; stride, padding, dilation, groups incl. depthwise)
 with three algorithms, each an algorithm + schedule in the DSL:
 
 * ``direct``: the 7-deep loop nest; an output tile of COB channels x XB columns
@@ -51,14 +52,19 @@ def _accumulators():
 
 
 
-def direct(s: ConvShape, bias=True):
-    f, X, Wt, B = conv_inputs("conv2d_direct", s, bias)
+def direct(s: ConvShape, bias=True, dtype="float32"):
+    """``dtype`` "bfloat16"/"float16": the same nest summing in float32 (the
+    padded input converted once), the output rounded once, as torch's."""
+    low = dtype != "float32"
+    f, X, Wt, B = conv_inputs("conv2d_direct" + (f"_{dtype}" if low else ""), s, bias,
+                              getattr(tp, dtype))
     xp = padded(f, X, s)
     cig, cog = s.ci // s.groups, s.co // s.groups
     n, co = f.var("n", 0, s.n), f.var("co", 0, s.co)
     y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
     ci, ky, kx = f.var("ci", 0, cig), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
-    out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0)
+    out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0,
+                        dtype=tp.float32 if low else None)
     chan = ci if s.groups == 1 else (co // cog) * cig + ci
     out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * s.sh + ky * s.dh,
                                                  x * s.sw + kx * s.dw]
@@ -73,6 +79,9 @@ def direct(s: ConvShape, bias=True):
     par = "co0" if -(-s.co // cob) >= 4 * host().cores or s.n < host().cores else "n"
     u.parallelize(par)
     out.parallelize("co" if par == "co0" else "n")
+    if low:
+        res = f.computation("result", [n, co, y, x], out[n, co, y, x], dtype=getattr(tp, dtype))
+        res.parallelize("co" if par == "co0" else "n")
     return f
 
 
@@ -134,15 +143,18 @@ class _Dense(Solver):
         why = super().applicable(p)
         if why is True and self.name != "direct" and p.shape.groups != 1:
             return f"needs groups=1 (got groups={p.shape.groups}); use 'direct'"
+        if why is True and self.name != "direct" and p.dtype != "float32":
+            return f"needs float32 (got {p.dtype}); use 'direct'"
         return why
 
     def build(self, p, params):
-        return BUILDERS[self.name](p.shape, bias=p.bias, **params)
+        extra = {"dtype": p.dtype} if p.dtype != "float32" else {}
+        return BUILDERS[self.name](p.shape, bias=p.bias, **params, **extra)
 
     def run(self, p, args):
         s = p.shape
-        k = kernel(("conv2d", self.name, s, p.bias), lambda: self.build(p, self.params(p)),
-                   p.target)
+        key = ("conv2d", self.name, s, p.bias) + ((p.dtype,) if p.dtype != "float32" else ())
+        k = kernel(key, lambda: self.build(p, self.params(p)), p.target)
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
         if self.name == "im2col":       # the weight as the GEMM's Co x Ci*Kh*Kw matrix
             out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **kw)   # (-1 fails when Co = 0)
