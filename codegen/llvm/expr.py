@@ -17,6 +17,7 @@ from .. import ir, vecmath
 from ..ir import ELSIZE, expr_key
 from . import lower as llvm_lower
 from . import vecmath as llvm_vecmath
+from .half import f32_to_half, half_to_f32
 from .lower import (BITS, FCMP, INTRINSICS, LLT, MEMT, Arr, CannotWiden, Ctx, Func, Host,
                     Module, Val, common, kind, lit, may_trap, splat_lit, vt, zero)
 
@@ -153,11 +154,11 @@ class ExprLowering:
 
     def _conv(self, x: str, fr: str, to: str, w) -> str:
         if ir.is_half(fr):                      # 16-bit floats convert through float32
-            y = self._half_to_f32(x, fr, w)
+            y = half_to_f32(self.f, x, fr, w)
             return y if to == "float32" else self._conv(y, "float32", to, w)
         if ir.is_half(to):
-            return self._f32_to_half(x if fr == "float32" else self._conv(x, fr, "float32", w),
-                                     to, w)
+            return f32_to_half(self.f, x if fr == "float32" else self._conv(x, fr, "float32", w),
+                               to, w)
         f = self.f
         tf, tt = vt(LLT[fr], w), vt(LLT[to], w)
         if to == "bool":
@@ -180,37 +181,6 @@ class ExprLowering:
                 return f.op(f"trunc {t32} {y} to {tt}")
             return f.op(f"fptosi {tf} {x} to {tt}")
         return f.op(f"{'fpext' if BITS[to] > BITS[fr] else 'fptrunc'} {tf} {x} to {tt}")
-
-    def _half_to_f32(self, x: str, fr: str, w) -> str:
-        """bfloat16: its bits are float32's top half; float16: IEEE ``fpext``."""
-        f, t16, t32, tf, th = self.f, vt("i16", w), vt("i32", w), vt("float", w), vt("half", w)
-        if fr == "float16":
-            h = f.op(f"bitcast {t16} {x} to {th}")
-            return f.op(f"fpext {th} {h} to {tf}")
-        y = f.op(f"zext {t16} {x} to {t32}")
-        y = f.op(f"shl {t32} {y}, {splat_lit('16', 'i32', w)}")
-        return f.op(f"bitcast {t32} {y} to {tf}")
-
-    def _f32_to_half(self, x: str, to: str, w) -> str:
-        """float16: IEEE ``fptrunc``; bfloat16: round to nearest even on the
-        bits, a NaN kept quiet with its sign (the C backend's ``tp_cvt_f32_bf16``)."""
-        f, t16, t32, tf, th = self.f, vt("i16", w), vt("i32", w), vt("float", w), vt("half", w)
-        if to == "float16":
-            h = f.op(f"fptrunc {tf} {x} to {th}")
-            return f.op(f"bitcast {th} {h} to {t16}")
-
-        def c(v):
-            return splat_lit(str(v), "i32", w)
-        u = f.op(f"bitcast {tf} {x} to {t32}")
-        hi = f.op(f"lshr {t32} {u}, {c(16)}")
-        odd = f.op(f"and {t32} {hi}, {c(1)}")
-        r = f.op(f"add {t32} {u}, {c(0x7fff)}")
-        r = f.op(f"add {t32} {r}, {odd}")
-        r = f.op(f"lshr {t32} {r}, {c(16)}")
-        qnan = f.op(f"or {t32} {hi}, {c(0x40)}")
-        nan = f.op(f"fcmp uno {tf} {x}, {x}")
-        r = f.op(f"select {vt('i1', w)} {nan}, {t32} {qnan}, {t32} {r}")
-        return f.op(f"trunc {t32} {r} to {t16}")
 
     # -------------------------------------------------------------- operators
     def binary(self, e: ir.Binary) -> Val:
