@@ -60,7 +60,7 @@ def machine_info() -> dict:
         "cpu": _cpu_model(),
         "logical_cores": os.cpu_count(),
         "caches": _caches(),
-        "simd": [f for f in ("avx512f", "avx2") if f in cpu_flags()],
+        "simd": [f for f in ("avx512f", "avx2", "avx512_bf16", "avx512_vnni") if f in cpu_flags()],
         "os": platform.platform(),
         "python": platform.python_version(),
         "versions": {pkg: _version(pkg) for pkg in ("numpy", "torch", "islpy", "llvmlite")},

@@ -1,12 +1,17 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
     tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|paper|all] [--threads 1,2]
-                      [--repeats N] [--quick]
-                      [--shapes 0,2] [--impls NAME,...] [--json PATH] [--png PATH]
+                      [--repeats N] [--quick] [--shapes 0,2] [--dtype fp32|bf16|fp16|int8]
+                      [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
 
 gemm   square float32 C = A @ B, n = 512, 1024, 2048: tiramisu_py (schedules.gemm),
-       numpy, torch (torch.mm), torch.compile.
+       numpy, torch (torch.mm), torch.compile.  ``--dtype bf16|fp16``: torch
+       tensors of that dtype, schedules.gemm (float32 accumulation) against
+       torch.mm in the same dtype (oneDNN) and our float32 GEMM on the same
+       values ("tiramisu_py fp32"); ``--dtype int8``: schedules.gemm_int8
+       against torch._int_mm (named "torch").  The header names the host's dot-product
+       instructions (avx512_bf16: vdpbf16ps, avx512_vnni: vpdpbusd).
 conv   NCHW float32, 3x3, stride 1, padding 1, with bias: tiramisu_py with each
        algorithm forced (schedules.CONV_ALGOS) and "auto", torch
        (F.conv2d), torch.compile.  Checked against torch (or, without torch,
@@ -44,6 +49,7 @@ from bench import harness, suite_paper, suite_polybench, suite_rnn, suite_sparse
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused", "rnn")
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 GEMM_SIZES = {False: (512, 1024, 2048), True: (48, 96)}
 # (batch, in channels, out channels, height, width)
 CONV_SHAPES = {False: ((8, 128, 256, 112, 112), (32, 64, 64, 56, 56),
@@ -51,11 +57,12 @@ CONV_SHAPES = {False: ((8, 128, 256, 112, 112), (32, 64, 64, 56, 56),
                True: ((2, 8, 16, 12, 12), (1, 3, 8, 18, 18))}
 
 
-def cases(suite="all", quick=False, shapes=None) -> list[Case]:
+def cases(suite="all", quick=False, shapes=None, dtype="fp32") -> list[Case]:
     """The cases of ``suite`` (or of all suites); ``shapes``: indices of the
-    sizes to keep in each suite.  Nothing is allocated or imported until a
-    case's ``setup()``."""
-    make = {"gemm": lambda: [_gemm(n) for n in GEMM_SIZES[quick]],
+    sizes to keep in each suite; ``dtype``: the GEMM's (:data:`DTYPES`).
+    Nothing is allocated or imported until a case's ``setup()``."""
+    gemm = _gemm if dtype == "fp32" else functools.partial(_gemm_low, dtype=dtype)
+    make = {"gemm": lambda: [gemm(n) for n in GEMM_SIZES[quick]],
             "conv": lambda: [_conv("conv", s) for s in CONV_SHAPES[quick]],
             "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]],
             "rnn": lambda: suite_rnn.cases(quick)}
@@ -110,6 +117,40 @@ def _gemm(n):
     return Case(f"gemm {n}", 2.0 * n ** 3, setup, lambda out: _max_abs_error(out, reference()))
 
 
+def _gemm_low(n, dtype):
+    """``a @ b`` in bf16/fp16 (torch tensors: NumPy has no bfloat16) or int8
+    (``torch._int_mm``), checked against the float64 product of the same values."""
+    @functools.cache
+    def inputs():
+        import torch
+        if dtype == "int8":
+            rng = np.random.default_rng(0)
+            return [torch.from_numpy(rng.integers(-128, 128, (n, n), dtype=np.int8))
+                    for _ in range(2)]
+        return [torch.from_numpy(x).to(getattr(torch, DTYPES[dtype])) for x in _random((n, n), (n, n))]
+
+    @functools.cache
+    def reference():
+        a, b = inputs()
+        return a.double().numpy() @ b.double().numpy()
+
+    def setup():
+        import schedules
+        import torch
+        a, b = inputs()
+        if dtype == "int8":
+            return {"tiramisu_py": lambda: schedules.gemm_int8(a, b),
+                    "torch": lambda: torch._int_mm(a, b)}
+        a32, b32 = a.float(), b.float()
+        return {"tiramisu_py": lambda: schedules.gemm(a, b), "torch": lambda: torch.mm(a, b),
+                "tiramisu_py fp32": lambda: schedules.gemm(a32, b32)}
+
+    def check(out):
+        return _max_abs_error(out.double().numpy(), reference())
+
+    return Case(f"gemm {dtype} {n}", 2.0 * n ** 3, setup, check)
+
+
 def _conv(op, shape):
     """A 3x3 stride-1 padding-1 convolution with bias (``op="conv"``), or that
     followed by ReLU and a 2x2 max-pool (``op="fused"``)."""
@@ -161,6 +202,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--shapes", type=_indices, metavar="0,2",
                    help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3, "
                         "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a))")
+    p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES),
+                   help="the gemm suite's dtype (default fp32; bf16, fp16, int8 need torch)")
     harness.add_arguments(p)
     suite_sparse.add_arguments(p)
     suite_polybench.add_arguments(p)
@@ -176,11 +219,14 @@ def main(args: argparse.Namespace) -> dict:
         print(QUICK_NOTE, flush=True)
     if args.suite == "sparse":
         return suite_sparse.main(args)
+    if args.dtype != "fp32" and args.suite != "gemm":
+        raise SystemExit(f"--dtype {args.dtype}: only the gemm suite has reduced precision")
     if args.suite == "polybench":
         return suite_polybench.main(args)
     if args.suite == "paper":
         return suite_paper.main(args)
-    report = harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes),
+    report = harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes,
+                                     dtype=args.dtype),
                          **harness.run_args(args))
     if args.suite in ("rnn", "all"):
         print(suite_rnn.annotate(report, cases(args.suite, args.quick, args.shapes)))

@@ -28,12 +28,19 @@ import struct
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-DTYPES = ("bool", "int8", "uint8", "int32", "int64", "float32", "float64")
+DTYPES = ("bool", "int8", "uint8", "int32", "int64", "bfloat16", "float16", "float32", "float64")
 INT_DTYPES = ("int8", "uint8", "int32", "int64")
 FLOAT_DTYPES = ("float32", "float64")
+# 16-bit floats are storage only: they appear as a Load's or an array's dtype,
+# as a Store's value and in a Cast (to or from them), never in arithmetic,
+# comparisons, calls or selects (the DSL computes on them in float32).  A Cast
+# from one goes through float32, a Cast to one rounds a float32 to nearest
+# even (bfloat16: NaN stays a quiet NaN with its sign; float16: IEEE).
+HALF_DTYPES = ("bfloat16", "float16")
 INDEX = "int64"   # dtype of loop iterators, params and indices
 # bytes of one element of each dtype (bool: one byte in memory)
-ELSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "float32": 4, "float64": 8}
+ELSIZE = {"bool": 1, "int8": 1, "uint8": 1, "int32": 4, "int64": 8, "bfloat16": 2, "float16": 2,
+          "float32": 4, "float64": 8}
 
 ARITH_OPS = ("add", "sub", "mul", "div", "mod", "floordiv", "floormod", "min", "max")
 CMP_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
@@ -50,6 +57,11 @@ MEMORY_SCOPES = ("global", "shared", "thread")   # where an Allocate lives (shar
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
+
+
+def is_half(dtype: str) -> bool:
+    """A 16-bit float storage dtype (see :data:`HALF_DTYPES`)."""
+    return dtype in HALF_DTYPES
 
 
 def is_int(dtype: str) -> bool:

@@ -12,7 +12,9 @@ first to last:
   :func:`codegen.llvm.stmt.emit_llvm`) on the function it is asked to print
   (:func:`prepare_for_printing`; a new function, ``fn`` unchanged): vector
   reductions hoisted across the serial loops around them, then register
-  blocking of widened vector loops.
+  blocking of widened vector loops, then the vector loops that are dot
+  products of bfloat16 pairs or u8 x s8 quadruples tagged for the host's
+  dot-product instruction (:mod:`codegen.dotprod`).
 
 The CUDA path runs its own pair (``simplify_indices``, ``accumulate_locally``:
 no full-tile versioning, no CPU vector passes).
@@ -23,12 +25,13 @@ from __future__ import annotations
 
 from . import ir
 from .accumulate import accumulate_locally
+from .dotprod import mark_dot_products
 from .regblock import register_block
 from .simplify import simplify_indices, version_full_tiles
 from .vreduce import hoist_vector_reductions
 
 LOOP_PASSES = (simplify_indices, version_full_tiles, accumulate_locally)
-PRINT_PASSES = (hoist_vector_reductions, register_block)
+PRINT_PASSES = (hoist_vector_reductions, register_block, mark_dot_products)
 
 
 def run_passes(passes, fn: ir.LoweredFunction) -> ir.LoweredFunction:

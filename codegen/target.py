@@ -14,7 +14,11 @@ import os
 import platform
 
 ENV = "TIRAMISU_PY_HOST"
-FIELDS = ("vector_bits", "vector_registers", "l1d", "l2", "l3", "cores")
+FIELDS = ("vector_bits", "vector_registers", "l1d", "l2", "l3", "cores", "avx512_bf16",
+          "avx512_vnni")
+# instruction-set flags (0 or 1 when pinned): the dot-product instructions
+# codegen.dotprod emits (vdpbf16ps, vpdpbusd)
+FLAGS = ("avx512_bf16", "avx512_vnni")
 _SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 
 
@@ -33,7 +37,10 @@ def pinned() -> dict:
             out[name] = int(value)
         except ValueError:
             raise ValueError(f"{ENV}: {name} must be an integer, got {value.strip()!r}") from None
-        if out[name] <= 0 or (name == "vector_bits" and out[name] % 128):
+        if name in FLAGS:
+            if out[name] not in (0, 1):
+                raise ValueError(f"{ENV}: {name} must be 0 or 1, got {out[name]}")
+        elif out[name] <= 0 or (name == "vector_bits" and out[name] % 128):
             raise ValueError(f"{ENV}: {name} must be positive"
                              + (" and a multiple of 128" if name == "vector_bits" else "")
                              + f", got {out[name]}")
@@ -52,6 +59,16 @@ def cpu_flags() -> frozenset:
     except OSError:
         pass
     return frozenset()
+
+
+def has(flag: str) -> bool:
+    """Whether the host has the instruction-set ``flag`` (one of :data:`FLAGS`,
+    as ``/proc/cpuinfo`` names it), unless pinned (``avx512_bf16=0`` generates
+    the code of a host without it; ``=1`` code that only such a host runs)."""
+    if flag not in FLAGS:
+        raise ValueError(f"codegen.target.has: unknown flag {flag!r} (known: {', '.join(FLAGS)})")
+    p = pinned().get(flag)
+    return bool(p) if p is not None else flag in cpu_flags()
 
 
 def _probed_vector_bits() -> int:

@@ -5,6 +5,7 @@ the public language and scheduling API (no hand-written C)::
     schedules.gemm(a, b)                      # Goto/BLIS GEMM
     schedules.batched_gemm(a, b)              # (B, N, K) @ (B, K, M), a batch of 1 broadcast
     schedules.matmul(a, b)                    # torch.matmul: 1-D, 2-D, N-D broadcast
+    schedules.gemm_int8(a, b)                 # int8 x int8 -> int32, torch._int_mm
     schedules.conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1,
                      algo="auto")     # torch.nn.functional.conv2d's signature and defaults
     schedules.conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
@@ -31,7 +32,7 @@ LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 this host once and records them; every later call on this host uses them.
 """
 from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
-                  conv_relu_maxpool, gemm, gru, gru_function, lstm, lstm_function, matmul,
+                  conv_relu_maxpool, gemm, gemm_int8, gru, gru_function, lstm, lstm_function, matmul,
                   resize_conv_relu_maxpool, sparse_conv2d, sparse_conv2d_function,
                   sparse_conv_relu_maxpool, fold_batchnorm, vgg_block, resnet_block)
 from .blocks.blis import GemmParams
@@ -47,7 +48,7 @@ from .weights.csr import CSRWeights
 from .weights.prune import prune_magnitude
 from .weights.rnn import RNNWeights
 
-__all__ = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
+__all__ = ["gemm", "batched_gemm", "gemm_int8", "gemm_function", "gemm_params", "GemmParams", "conv2d",
            "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
            "FUSED_ALGOS",
            "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights", "sparse_conv2d", "sparse_conv2d_function",

@@ -159,6 +159,9 @@ def gemm(a, b, params: GemmParams | None = None, target=None):
     """``a @ b`` for float32 or float64 matrices (NumPy arrays or CPU torch
     tensors, both of one dtype; the result has the same kind and dtype;
     float64 on the CPU only).  Compiles once per shape and dtype (cached).
+    bfloat16 / float16 operands (both the same, as torch): float32
+    accumulation, the result rounded once to their dtype (the 'dot' solver,
+    :mod:`schedules.blocks.dot_gemm`: the host's vdpbf16ps for bfloat16).
     ``target="cuda"``, or device arrays (torch CUDA tensors) with no target:
     the CUDA solver of :mod:`schedules.solvers.gemm_cuda` (the result
     allocated by torch on the inputs' device)."""
@@ -167,8 +170,8 @@ def gemm(a, b, params: GemmParams | None = None, target=None):
 
 
 def batched_gemm(a, b, params: GemmParams | None = None, target=None):
-    """``a @ b`` for float32 (or float64) batches ``(B, N, K) @ (B, K, M)``
-    (NumPy arrays or CPU torch tensors).  A batch of 1 on either side is
+    """``a @ b`` for batches ``(B, N, K) @ (B, K, M)``
+    (NumPy arrays or CPU torch tensors; dtypes as :func:`gemm`).  A batch of 1 on either side is
     broadcast to the other's, as ``torch.matmul`` does for 3-D operands
     (``torch.bmm`` refuses it); other batch sizes must be equal.  For more
     batch dimensions, or 2-D and 1-D operands, see :func:`matmul`."""
@@ -200,6 +203,16 @@ def matmul(a, b, params: GemmParams | None = None, target=None):
     a2, b2 = s.operands(a, b)
     out = (gemm if s.folded else batched_gemm)(a2, b2, params, target)
     return out.reshape(s.out)
+
+
+def gemm_int8(a, b, target=None):
+    """``torch._int_mm(a, b)``: int8 ``(N, K) @ (K, M)`` into int32, exact
+    (NumPy arrays or CPU torch tensors, the result of the same kind).  The
+    u8 x s8 dot-product instruction (vpdpbusd) where the host has it, A
+    shifted to unsigned and the compensation ``128 * colsum(B)`` folded in
+    (:mod:`schedules.blocks.dot_gemm`)."""
+    p, args = GemmProblem.from_call("gemm_int8", a, b, None, target, gpu=False)
+    return _solve("gemm_int8", p, args, "auto", "gemm_int8")
 
 
 # ------------------------------------------------------------------ RNNs

@@ -59,6 +59,7 @@ from .solvers.conv_sparse_cuda import CudaSparseCSR
 from .solvers.gemm_blis import Blis
 from .solvers.resize_conv import ResizeDirect, ResizeSparse
 from .solvers.gemm_cuda import CudaTiled
+from .solvers.gemm_dot import DotGemm
 from .solvers.rnn_cpu import Layer, Wavefront
 from .solvers.rnn_cuda import CudaWavefront
 
@@ -67,8 +68,9 @@ SOLVERS = {
                CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
     "resize_conv_relu_maxpool": [ResizeDirect(), ResizeSparse()],
-    "gemm": [Blis("gemm"), CudaTiled()],
-    "batched_gemm": [Blis("batched_gemm")],
+    "gemm": [Blis("gemm"), DotGemm("gemm"), CudaTiled()],
+    "batched_gemm": [Blis("batched_gemm"), DotGemm("batched_gemm")],
+    "gemm_int8": [DotGemm("gemm_int8")],
     "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],
     "gru": [Layer("gru"), Wavefront("gru"), CudaWavefront("gru")],
 }

@@ -41,7 +41,7 @@ def test_gemm_float64_torch():
 def test_gemm_dtypes_must_agree():
     with pytest.raises(TypeError, match="b: expected float64, got float32"):
         schedules.gemm(np.ones((2, 2)), np.ones((2, 2), np.float32))
-    with pytest.raises(TypeError, match="a: expected float32 or float64, got int64"):
+    with pytest.raises(TypeError, match="a: expected float32 or float64 or bfloat16 or float16, got int64"):
         schedules.gemm(np.ones((2, 2), np.int64), np.ones((2, 2)))
 
 

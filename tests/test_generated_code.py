@@ -3,7 +3,7 @@ hashes recorded in ``tests/data/generated_code.json``: moving code between
 modules (the architecture work) must leave every kernel byte-identical; a
 change that means to alter generated code re-records them and says so.
 
-The host is pinned (``TIRAMISU_PY_HOST``: AVX-512, 32 vector registers, the
+The host is pinned (``TIRAMISU_PY_HOST``: AVX-512 with BF16 and VNNI, 32 vector registers, the
 caches and 2 cores of the machine the hashes were recorded on), so the
 schedules' host-derived parameters and the vector widths do not depend on
 where the test runs; LLVM's ``target datalayout``/``target triple`` lines are
@@ -25,7 +25,8 @@ from schedules.solvers import conv_sparse_cuda as gpu_sparse
 from schedules.problems.conv import ConvShape
 
 RECORD = Path(__file__).with_name("data") / "generated_code.json"
-PIN = "vector_bits=512,vector_registers=32,l1d=49152,l2=1048576,l3=33554432,cores=2"
+PIN = ("vector_bits=512,vector_registers=32,l1d=49152,l2=1048576,l3=33554432,cores=2,"
+       "avx512_bf16=1,avx512_vnni=1")
 
 S = ConvShape(2, 8, 12, 10, 16, 3, 3, 1, 1)
 S_ODD = ConvShape(2, 4, 13, 11, 8, 3, 3, 2, 1, 2)

@@ -7,11 +7,11 @@ import tiramisu_py as tp
 import schedules
 
 TIRAMISU_PY = ["Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
-               "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool", "exp",
+               "bfloat16", "float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool", "exp",
                "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max", "select",
                "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare",
                "tune"]
-SCHEDULES = ["gemm", "batched_gemm", "gemm_function", "gemm_params", "GemmParams", "conv2d",
+SCHEDULES = ["gemm", "batched_gemm", "gemm_int8", "gemm_function", "gemm_params", "GemmParams", "conv2d",
              "conv2d_function", "conv_relu_maxpool", "conv_relu_maxpool_function", "CONV_ALGOS",
              "FUSED_ALGOS", "host", "gemm_cuda_function", "rnn_cuda_function", "CSRWeights",
              "sparse_conv2d", "sparse_conv2d_function", "sparse_conv_relu_maxpool", "lstm", "gru",

@@ -113,8 +113,9 @@ def test_default_schedule_reads_a_in_place():
 @pytest.mark.parametrize("call,match", [
     (lambda: schedules.gemm(np.zeros((3, 4), np.float64), np.zeros((4, 5), np.float32)),
      r"b: expected float64, got float32"),      # float64 runs (issue 29); the dtypes must agree
-    (lambda: schedules.gemm(np.zeros((3, 4), np.float16), np.zeros((4, 5), np.float16)),
-     r"a: expected float32 or float64, got float16"),
+    # float16 and bfloat16 run too (issue 31, float32 sums); an integer matrix does not
+    (lambda: schedules.gemm(np.zeros((3, 4), np.int16), np.zeros((4, 5), np.int16)),
+     r"a: expected float32 or float64 or bfloat16 or float16, got int16"),
     (lambda: schedules.gemm(np.zeros((3, 4), np.float32), np.zeros((5, 5), np.float32)),
      r"inner dimensions differ"),
     (lambda: schedules.gemm(np.zeros((3,), np.float32), np.zeros((3, 5), np.float32)),

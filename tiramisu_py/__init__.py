@@ -21,7 +21,8 @@ from .draw import Picture, draw_compare
 from .lang.program import Buffer
 from .runtime.kernel import Kernel
 from .driver.tune import tune
-from .base.types import DType, bool_, float32, float64, int8, int32, int64, uint8
+from .base.types import (DType, bfloat16, bool_, float16, float32, float64, int8, int32, int64,
+                         uint8)
 
 bool = bool_  # noqa: A001 - tp.bool mirrors numpy's name
 
@@ -36,7 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Function", "Var", "Buffer", "Computation", "Update", "Kernel", "Expr", "DType",
-    "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool",
+    "bfloat16", "float16", "float32", "float64", "int8", "uint8", "int32", "int64", "bool_", "bool",
     "exp", "log", "tanh", "sigmoid", "sqrt", "abs", "floor", "ceil", "min", "max",
     "select", "cast", "IllegalScheduleError", "cache_dir", "Picture", "draw_compare", "tune",
 ]

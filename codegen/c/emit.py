@@ -29,6 +29,7 @@ from .helpers import helper_source
 from .names import c_names, check_name, renamed
 from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, P_REL, P_UNARY,
                      SUFFIX, const_literal, int_literal)
+from .dot import DotMixin
 from .widen import WidenMixin
 
 _STACK_LIMIT = 16384        # bytes: constant-size temporaries inside loops up to this go on the stack
@@ -57,7 +58,7 @@ def _omp_op(op: str, dt: str, em: "CPrinter") -> str:
 
 
 # ------------------------------------------------------------------ printer
-class CPrinter(WidenMixin):
+class CPrinter(WidenMixin, DotMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
     it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
@@ -137,8 +138,30 @@ class CPrinter(WidenMixin):
         if isinstance(e, ir.Cast):
             if e.a.dtype == e.dtype:
                 return self._e(e.a)
+            if ir.is_half(e.dtype) or ir.is_half(e.a.dtype):
+                return self.half_cast(e)
             return f"({CTYPES[e.dtype]}){self.wrap(e.a, P_UNARY)}", P_UNARY
         raise TypeError(f"C backend: not an expression: {e!r}")
+
+    def half_cast(self, e: ir.Cast) -> tuple:
+        """A conversion to or from a 16-bit float: through float32, by the
+        functions :meth:`half_conversion` names."""
+        fr, to = e.a.dtype, e.dtype
+        x = self.expr(e.a)
+        if ir.is_half(fr):
+            x = f"{self.half_conversion(fr, 'float32')}({x})"
+            if to == "float32":
+                return x, P_PRIMARY
+            if not ir.is_half(to):
+                return f"({CTYPES[to]}){x}", P_UNARY
+        elif fr != "float32":
+            x = f"(float){self.wrap(e.a, P_UNARY)}"
+        return f"{self.half_conversion('float32', to)}({x})", P_PRIMARY
+
+    def half_conversion(self, fr: str, to: str) -> str:
+        """The C function converting ``fr`` to ``to`` (one of them float32, the
+        other 16-bit): the ``tp_cvt_*`` helpers on the bits in ``uint16_t``."""
+        return self.helper(f"tp_cvt_{SUFFIX[fr]}_{SUFFIX[to]}")
 
     def _narrow(self, s: str, prec: int, dtype: str) -> tuple:
         # int8/uint8 arithmetic is done in int by C: convert back so that
@@ -328,6 +351,8 @@ class CPrinter(WidenMixin):
             clause, aliases = self.reduction_clause(s)
             self.out(ind, "#pragma omp parallel for" + sched + clause)
             self.omp, self.in_parallel = "parallel", True
+        elif s.kind == "vector" and s.attrs.get("dot"):
+            return self.dot_loop(s, ind)                # codegen.c.dot
         elif s.kind == "vector" and not s.attrs.get("reduction") and loops.nested(s.body):
             return self.nested_vector_loop(s, ind)      # codegen.c.widen
         elif s.kind == "vector":

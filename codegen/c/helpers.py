@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .. import ir, vecmath
 from .syntax import CTYPES, SUFFIX
+from .dot import DOT_SOURCE
 from .vecmath import c_bits_helpers, c_helper
 from .widen import vector_helper
 
@@ -18,6 +19,10 @@ def helper_source(name: str) -> str:
         return _ALLOC_SOURCE
     if name.startswith("tp_vec_"):
         return vector_helper(name)
+    if name == "tp_dot":
+        return DOT_SOURCE
+    if name in _HALF_SOURCE:
+        return _HALF_SOURCE[name]
     if name in ("tp_bits_f32", "tp_bits_f64"):
         return c_bits_helpers("float32" if name.endswith("f32") else "float64")
     kind, suf = name[3:].rsplit("_", 1)
@@ -78,3 +83,20 @@ _ALLOC_SOURCE = ("static void *tp_alloc(const int64_t *dims, int rank, size_t el
                 "  if (posix_memalign(&p, 64, bytes) != 0) return NULL;\n"
                 "  if (zero) memset(p, 0, bytes);\n"
                 "  return p;\n}")
+
+
+# 16-bit floats live as their bits in uint16_t.  bfloat16: round to nearest
+# even on the bits, a NaN stays a quiet NaN with its sign and top payload;
+# float16: IEEE, by the compiler's _Float16 (F16C's vcvtps2ph where present)
+_HALF_SOURCE = {
+    "tp_cvt_bf16_f32": ("static inline float tp_cvt_bf16_f32(uint16_t h) {\n"
+                        "  uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;\n}"),
+    "tp_cvt_f32_bf16": ("static inline uint16_t tp_cvt_f32_bf16(float f) {\n"
+                        "  uint32_t u; memcpy(&u, &f, 4);\n"
+                        "  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);\n"
+                        "  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n}"),
+    "tp_cvt_f16_f32": ("static inline float tp_cvt_f16_f32(uint16_t h) {\n"
+                       "  _Float16 x; memcpy(&x, &h, 2); return (float)x;\n}"),
+    "tp_cvt_f32_f16": ("static inline uint16_t tp_cvt_f32_f16(float f) {\n"
+                       "  _Float16 x = (_Float16)f; uint16_t h; memcpy(&h, &x, 2); return h;\n}"),
+}

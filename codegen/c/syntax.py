@@ -12,10 +12,11 @@ from .. import ir
 from ..ir import INT_RANGE, to_f32
 
 CTYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
-          "int32": "int32_t", "int64": "int64_t", "bool": "bool"}
+          "int32": "int32_t", "int64": "int64_t", "bool": "bool",
+          "bfloat16": "uint16_t", "float16": "uint16_t"}     # 16-bit floats: their bits
 # the dtype's suffix in the names of the generated helpers (``tp_min_f32``)
 SUFFIX = {"float32": "f32", "float64": "f64", "int8": "i8", "uint8": "u8",
-          "int32": "i32", "int64": "i64", "bool": "b"}
+          "int32": "i32", "int64": "i64", "bool": "b", "bfloat16": "bf16", "float16": "f16"}
 
 # precedence levels (higher binds tighter)
 P_PRIMARY, P_UNARY, P_MUL, P_ADD, P_REL, P_EQ, P_AND, P_OR = 100, 90, 80, 70, 60, 55, 40, 35

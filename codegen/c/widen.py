@@ -31,9 +31,10 @@ from .. import ir, loops, vectorize
 from ..ir import expr_key
 
 CT = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
-      "int32": "int32_t", "int64": "int64_t", "bool": "uint8_t"}
+      "int32": "int32_t", "int64": "int64_t", "bool": "uint8_t", "bfloat16": "uint16_t",
+      "float16": "uint16_t"}
 SUF = {"float32": "f32", "float64": "f64", "int8": "i8", "uint8": "u8", "int32": "i32",
-       "int64": "i64", "bool": "u8"}
+       "int64": "i64", "bool": "u8", "bfloat16": "bf16", "float16": "f16"}
 FAST = ("float32", "float64", "int32", "int64")       # vector loads, stores and operators
 
 

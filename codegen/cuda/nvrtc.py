@@ -100,6 +100,22 @@ def _output(get_size, get, prog, what: str) -> bytes:
     return bytes(buf)
 
 
+def half_include_dirs() -> list:
+    """``--include-path`` options for the toolkit's ``cuda_bf16.h`` and
+    ``cuda_fp16.h`` (which this NVRTC does not ship built in): the first
+    directory holding them of ``$CUDA_HOME``/``$CUDA_PATH``, /usr/local/cuda
+    and /usr/local/cuda-*; [] where none does (NVRTC then names the header)."""
+    import glob
+    import os
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda",
+             *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
+    for root in filter(None, roots):
+        inc = os.path.join(root, "include")
+        if os.path.isfile(os.path.join(inc, "cuda_bf16.h")):
+            return [f"--include-path={inc}"]
+    return []
+
+
 def compile_cubin(source: str, arch: str, options=()) -> tuple:
     """(cubin bytes, NVRTC's log with ptxas's report) for ``arch`` ("sm_90");
     CompileFailed (with the log) when NVRTC or ptxas fails."""
@@ -109,7 +125,9 @@ def compile_cubin(source: str, arch: str, options=()) -> tuple:
                                             [HEADERS[n].encode() for n in names],
                                             [n.encode() for n in names]), "nvrtcCreateProgram")
     try:
-        opts = [o.encode() for o in (f"--gpu-architecture={arch}", *OPTIONS, *options)]
+        extra = half_include_dirs() if ("<cuda_bf16.h>" in source
+                                         or "<cuda_fp16.h>" in source) else []
+        opts = [o.encode() for o in (f"--gpu-architecture={arch}", *OPTIONS, *options, *extra)]
         err = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
         log = _output(nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, prog, "ProgramLog")
         log = log.rstrip(b"\0").decode(errors="replace")

@@ -46,7 +46,8 @@ FORMAT_VERSION = "tiramisu_py-llvm-1|O3|speed3|ordered-reductions|2"
 CODEGEN_RUNS = 0            # LLVM parse + optimisation + object emissions in this process
 ENGINE_LOADS = 0            # objects loaded into an MCJIT engine in this process
 _CFFI_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "uint8": "uint8_t",
-               "int32": "int32_t", "int64": "int64_t", "bool": "_Bool"}
+               "int32": "int32_t", "int64": "int64_t", "bool": "_Bool", "bfloat16": "uint16_t",
+               "float16": "uint16_t"}
 _LIBGOMP = "libgomp.so.1"
 _LIBM = "libm.so.6"
 

@@ -17,6 +17,7 @@ from .. import ir, vecmath
 from ..ir import ELSIZE, expr_key
 from . import lower as llvm_lower
 from . import vecmath as llvm_vecmath
+from .half import f32_to_half, half_to_f32
 from .lower import (BITS, FCMP, INTRINSICS, LLT, MEMT, Arr, CannotWiden, Ctx, Func, Host,
                     Module, Val, common, kind, lit, may_trap, splat_lit, vt, zero)
 
@@ -152,6 +153,12 @@ class ExprLowering:
         return Val(self._conv(x, v.dtype, to, w), to, kind(w))
 
     def _conv(self, x: str, fr: str, to: str, w) -> str:
+        if ir.is_half(fr):                      # 16-bit floats convert through float32
+            y = half_to_f32(self.f, x, fr, w)
+            return y if to == "float32" else self._conv(y, "float32", to, w)
+        if ir.is_half(to):
+            return f32_to_half(self.f, x if fr == "float32" else self._conv(x, fr, "float32", w),
+                               to, w)
         f = self.f
         tf, tt = vt(LLT[fr], w), vt(LLT[to], w)
         if to == "bool":

@@ -39,9 +39,11 @@ from .. import ir, target
 from ..ir import INT_RANGE, to_f32
 
 LLT = {"bool": "i1", "int8": "i8", "uint8": "i8", "int32": "i32", "int64": "i64",
-       "float32": "float", "float64": "double"}
+       "float32": "float", "float64": "double",
+       "bfloat16": "i16", "float16": "i16"}   # 16-bit floats: their bits (see expr.half_*)
 MEMT = dict(LLT, bool="i8")                # how a dtype lives in memory
-BITS = {"bool": 8, "int8": 8, "uint8": 8, "int32": 32, "int64": 64, "float32": 32, "float64": 64}
+BITS = {"bool": 8, "int8": 8, "uint8": 8, "int32": 32, "int64": 64, "float32": 32, "float64": 64,
+        "bfloat16": 16, "float16": 16}
 STACK_LIMIT = 16384                         # bytes: constant-size temporaries up to this go on the stack
 # math functions without an LLVM intrinsic that we want from libm (patched by a test)
 LIBM_NAMES = {("tanh", "float32"): "tanhf", ("tanh", "float64"): "tanh"}

@@ -39,6 +39,7 @@ from ..ir import ELSIZE, expr_key
 from .expr import ExprLowering, VecState
 from .lower import (BITS, IDENT, LLT, MEMT, STACK_LIMIT, Arr, CannotWiden, Ctx, Func, Val, host,
                     name_hint, vt)
+from .dot import DotLowering
 from .parallel import ParallelLowering, plain_parallel
 from .promote import PromotionLowering
 from .reduce import ACC, ReductionLowering
@@ -46,7 +47,7 @@ from .reduce import ACC, ReductionLowering
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
 
-class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, ExprLowering):
+class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLowering, ExprLowering):
     def __init__(self, fn: ir.LoweredFunction, h):
         super().__init__(fn, h)
         self.npar = 0
@@ -220,6 +221,8 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, ExprLower
             return self.reduction_loop(s, step)          # codegen.llvm.reduce
         if s.kind == "parallel" and not self.ctx.parallel:
             return self.parallel_loop(s, step)
+        if s.kind == "vector" and s.attrs.get("dot"):
+            return self.dot_loop(s)                      # codegen.llvm.dot
         if s.kind == "vector":
             return self.vector_loop(s, step)
         md = ""

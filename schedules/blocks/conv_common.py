@@ -10,13 +10,13 @@ from ..host import host
 from ..problems.conv import ConvShape
 
 
-def conv_inputs(name, s: ConvShape, bias):
+def conv_inputs(name, s: ConvShape, bias, dtype=tp.float32):
     """``(f, data, weight, bias or None)``: a Function ``name`` with the
-    inputs of a convolution of shape ``s``."""
+    inputs of a convolution of shape ``s``, of ``dtype``."""
     f = tp.Function(name, params={})
-    X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
-    Wt = f.input("weight", (s.co, s.ci // s.groups, s.kh, s.kw), tp.float32)
-    B = f.input("bias", (s.co,), tp.float32) if bias else None
+    X = f.input("data", (s.n, s.ci, s.h, s.w), dtype)
+    Wt = f.input("weight", (s.co, s.ci // s.groups, s.kh, s.kw), dtype)
+    B = f.input("bias", (s.co,), dtype) if bias else None
     return f, X, Wt, B
 
 

@@ -42,12 +42,19 @@ def refuse_foreign(x, name):
 
 def float32_array(x, name, ndim, dtypes=("float32",)):
     """``x`` (NumPy array or CPU torch tensor) as a C-contiguous float32 array
-    (``dtypes``: the float dtype names accepted) of ``ndim`` dimensions (None:
-    any); a clear error names ``name`` otherwise."""
-    want = " or ".join(dtypes)
+    of ``ndim`` dimensions (None: any); ``dtypes``: the dtype names accepted;
+    a clear error names ``name`` otherwise."""
+    return typed_array(x, name, ndim, dtypes)
+
+
+def typed_array(x, name, ndim, dtypes):
+    """``x`` (NumPy array or CPU torch tensor) as a C-contiguous array of
+    ``ndim`` dimensions (None: any) and one of ``dtypes`` (names: "float32",
+    "bfloat16", "int8", ...); a clear error names ``name`` otherwise."""
+    what = " or ".join(dtypes)
     if is_torch(x):
-        if str(x.dtype).replace("torch.", "") not in dtypes:
-            raise TypeError(f"{name}: expected a {want} tensor, got {x.dtype}")
+        if str(x.dtype).split(".")[-1] not in dtypes:
+            raise TypeError(f"{name}: expected a {what} tensor, got {x.dtype}")
         if x.device.type != "cpu":
             raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
         if ndim is not None and x.dim() != ndim:
@@ -57,7 +64,7 @@ def float32_array(x, name, ndim, dtypes=("float32",)):
         refuse_foreign(x, name)
         raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
     if x.dtype.name not in dtypes:
-        raise TypeError(f"{name}: expected {want}, got {x.dtype}")
+        raise TypeError(f"{name}: expected {what}, got {x.dtype}")
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
     return x if x.flags.c_contiguous else x.copy(order="C")     # (a 0-d array stays 0-d)

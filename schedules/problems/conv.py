@@ -235,8 +235,9 @@ class ConvProblem:
     weight: str = "dense"
     density: float | None = None
     pool: int = 1
+    dtype: str = "float32"   # conv2d on the CPU also "bfloat16", "float16" (float32 sums)
 
-    VERSION = 1              # the key's layout: bump when a field changes meaning
+    VERSION = 2              # the key's layout: bump when a field changes meaning (2: dtype)
 
     relu = property(lambda self: self.op == "conv_relu_maxpool")
 
@@ -271,7 +272,7 @@ class ConvProblem:
                 "shape": {f.name: getattr(s, f.name) for f in fields(s)},
                 "bias": self.bias, "target": self.target, "device": self.device,
                 "weight": self.weight,
-                "density<=": self.density_bucket, "pool": self.pool}
+                "density<=": self.density_bucket, "pool": self.pool, "dtype": self.dtype}
 
     # ------------------------------------------------------------ parsing
     @classmethod
@@ -309,10 +310,17 @@ class ConvProblem:
             dev = None
             A.same_kind((input, bias) if sparse else (input, weight, bias),
                         (xn, "bias") if sparse else (xn, wn, "bias"))
-            x = A.float32_array(input, xn, 4)
+            # bfloat16 / float16 for the dense conv2d (its direct solver), as torch's
+            kinds = ("float32", "bfloat16", "float16") if op == "conv2d" and not as_csr_form \
+                else ("float32",)
+            x = A.typed_array(input, xn, 4, kinds)
             csr = as_csr(weight, cig, wn) if as_csr_form else None
-            w = None if sparse else A.float32_array(weight, wn, 4)
-            b = None if bias is None else A.float32_array(bias, "bias", 1)
+            w = None if sparse else A.typed_array(weight, wn, 4, kinds)
+            b = None if bias is None else A.typed_array(bias, "bias", 1, kinds)
+            dts = {str(t.dtype).split(".")[-1] for t in (x, w, b) if t is not None}
+            if len(dts) > 1:                    # as torch's conv2d
+                raise TypeError(f"{name}: {xn}, {wn} and bias must have the same dtype, got "
+                                + ", ".join(str(t.dtype) for t in (x, w, b) if t is not None))
         if csr is not None and len(csr.shape) != 4:
             raise ValueError(f"{name}: {wn} must be a 4-D (Cout, Cin/groups, KH, KW) weight, "
                              f"got shape {csr.shape}")
@@ -339,7 +347,8 @@ class ConvProblem:
         density = None if args.csr is None else args.csr.density
         # the form the solvers read: structural zeros absent ("csr") or not
         p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu",
-                "csr" if as_csr_form else "dense", density, pool)
+                "csr" if as_csr_form else "dense", density, pool,
+                "float32" if cuda else str(args.x.dtype).split(".")[-1])
         return p, args
 
     def per_group(self):
@@ -350,7 +359,7 @@ class ConvProblem:
         one = ConvShape(s.n, s.ci // g, s.h, s.w, s.co // g, s.kh, s.kw, s.stride, s.padding,
                         s.dilation, 1)
         return ConvProblem(self.op, one, self.bias, self.target, self.device, self.weight,
-                           self.density, self.pool)
+                           self.density, self.pool, self.dtype)
 
     @classmethod
     def from_meta(cls, op, xshape, wshape, stride, padding, dilation, groups, check=None):

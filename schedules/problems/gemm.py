@@ -10,12 +10,16 @@ from ..core import arrays as A
 from ..core.kernels import target_of, use_cuda
 
 
+LOW_PRECISION = ("bfloat16", "float16")     # gemm/batched_gemm: float32 accumulation
+
+
 @dataclass(frozen=True)
 class GemmProblem:
-    """``(n x k) @ (k x m)`` of ``dtype`` ("float32"; "float64" on the CPU)
-    (``batch``: that many of them), the backend ``target``, the ``device``
-    ("cpu" or "cuda") and the caller's tiles ``params`` (a
-    :class:`schedules.GemmParams`, or None: from the host)."""
+    """``(n x k) @ (k x m)`` of ``dtype`` (float32; float64, bfloat16 and
+    float16 on the CPU; int8 for ``op`` "gemm_int8") (``batch``: that many of
+    them), the backend ``target``, the ``device`` ("cpu" or "cuda") and the
+    caller's tiles ``params`` (a :class:`schedules.GemmParams`, or None: from
+    the host)."""
     op: str
     n: int
     m: int
@@ -49,16 +53,23 @@ class GemmProblem:
                              "(NumPy or CPU tensors) and no target='cuda'")
         cuda = gpu and use_cuda(target, a, b, names=("a", "b"))
         A.same_kind((a, b), ("a", "b"))
-        ndim = 2 if op == "gemm" else 3
+        ndim = 3 if op == "batched_gemm" else 2
         if cuda:
             a, b = A.cuda_float32(a, "a", ndim), A.cuda_float32(b, "b", ndim)
+            dtype = "float32"
         else:
-            a = A.float32_array(a, "a", ndim, ("float32", "float64"))
-            b = A.float32_array(b, "b", ndim, (str(a.dtype).replace("torch.", ""),))
-        if op == "gemm":
+            kinds = ("int8",) if op == "gemm_int8" else ("float32", "float64") + LOW_PRECISION
+            a = A.typed_array(a, "a", ndim, kinds)
+            dtype = str(a.dtype).split(".")[-1]
+            if str(getattr(b, "dtype", "")).split(".")[-1] != dtype and \
+                    str(getattr(b, "dtype", "")).split(".")[-1] in kinds:   # as torch's matmul
+                raise TypeError(f"{op}: b: expected {dtype}, got {str(b.dtype).split('.')[-1]} "
+                                "(a and b must have the same dtype)")
+            b = A.typed_array(b, "b", ndim, (dtype,))
+        if op != "batched_gemm":
             (n, k), (k2, m) = a.shape, b.shape
             if k != k2:
-                raise ValueError(f"gemm: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
+                raise ValueError(f"{op}: a is {n}x{k} but b is {k2}x{m}; inner dimensions differ")
             batch = None
         else:
             (batch, n, k), (nb2, k2, m) = a.shape, b.shape
@@ -73,7 +84,7 @@ class GemmProblem:
                 batch = max(batch, nb2)
                 a, b = A.broadcast(a, (batch, n, k)), A.broadcast(b, (batch, k2, m))
         p = cls(op, int(n), int(m), int(k), target_of(target), "cuda" if cuda else "cpu",
-                batch, params, "float32" if cuda else str(a.dtype).replace("torch.", ""))
+                batch, params, dtype)
         return p, (a, b)
 
 

@@ -1,4 +1,5 @@
-"""conv2d (NCHW, float32; stride, padding, dilation, groups incl. depthwise)
+"""conv2d (NCHW, float32 -- and bfloat16/float16 with ``direct``, summing in
+float32; stride, padding, dilation, groups incl. depthwise)
 with three algorithms, each an algorithm + schedule in the DSL:
 
 * ``direct``: the 7-deep loop nest; an output tile of COB channels x XB columns
@@ -54,17 +55,22 @@ def _accumulators():
 
 
 
-def direct(s: ConvShape, bias=True, xb=None, cob=None, parallel=None):
+def direct(s: ConvShape, bias=True, xb=None, cob=None, parallel=None, dtype="float32"):
     """The 7-deep nest, ``cob`` output channels (unrolled) x ``xb`` columns
     (vectorised) accumulated in registers, ``parallel`` "co" or "n"
-    (defaults from the host)."""
-    f, X, Wt, B = conv_inputs("conv2d_direct", s, bias)
+    (defaults from the host).  ``dtype`` "bfloat16"/"float16": the same nest
+    summing in float32 (the padded input converted once), the output rounded
+    once, as torch's."""
+    low = dtype != "float32"
+    f, X, Wt, B = conv_inputs("conv2d_direct" + (f"_{dtype}" if low else ""), s, bias,
+                              getattr(tp, dtype))
     xp = padded(f, X, s)
     cig, cog = s.ci // s.groups, s.co // s.groups
     n, co = f.var("n", 0, s.n), f.var("co", 0, s.co)
     y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
     ci, ky, kx = f.var("ci", 0, cig), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
-    out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0)
+    out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0,
+                        dtype=tp.float32 if low else None)
     chan = ci if s.groups == 1 else (co // cog) * cig + ci
     out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * s.sh + ky * s.dh,
                                                  x * s.sw + kx * s.dw]
@@ -80,6 +86,9 @@ def direct(s: ConvShape, bias=True, xb=None, cob=None, parallel=None):
         ("co0" if -(-s.co // cob) >= 4 * host().cores or s.n < host().cores else "n")
     u.parallelize(par)
     out.parallelize("co" if par == "co0" else "n")
+    if low:
+        res = f.computation("result", [n, co, y, x], out[n, co, y, x], dtype=getattr(tp, dtype))
+        res.parallelize("co" if par == "co0" else "n")
     return f
 
 
@@ -137,8 +146,15 @@ class _Dense(Solver):
     op = "conv2d"
     weight = "dense"
 
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and self.name != "direct" and p.dtype != "float32":
+            return f"needs float32 (got {p.dtype}); use 'direct'"
+        return why
+
     def build(self, p, params):
-        return BUILDERS[self.name](p.shape, bias=p.bias, **params)
+        extra = {"dtype": p.dtype} if p.dtype != "float32" else {}
+        return BUILDERS[self.name](p.shape, bias=p.bias, **params, **extra)
 
     def run(self, p, args, values=None):
         if self.name == "direct":                 # grouped loop nest
@@ -148,7 +164,8 @@ class _Dense(Solver):
     def _run(self, p, args, values=None):
         s = p.shape
         params = self.tuned(p, values)
-        k = kernel(("conv2d", self.name, s, p.bias) + _chosen(params),
+        k = kernel(("conv2d", self.name, s, p.bias) + _chosen(params)
+                   + ((p.dtype,) if p.dtype != "float32" else ()),
                    lambda: self.build(p, params), p.target)
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
         if self.name == "im2col":       # the weight as the GEMM's Co x Ci*Kh*Kw matrix

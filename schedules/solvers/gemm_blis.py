@@ -21,6 +21,12 @@ class Blis(Solver):
     def __init__(self, op):
         self.op = op
 
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.dtype not in ("float32", "float64"):
+            return f"needs float32 or float64 (got {p.dtype}; the 'dot' solver takes it)"
+        return why
+
     def params(self, p):
         return {"params": p.params or default_params(p.n, p.m, p.k,
                                                      itemsize=DTYPES[p.dtype].bits // 8)}

@@ -116,6 +116,8 @@ class CudaTiled(Solver):
 
     def applicable(self, p):
         why = super().applicable(p)
+        if why is True and p.dtype != "float32":
+            return f"needs float32 (got {p.dtype})"
         if why is True and p.params is not None:
             return ("takes no params: GemmParams are the CPU schedule's tiles; the CUDA GEMM "
                     "(target='cuda' or device arrays) takes none")

@@ -6,7 +6,8 @@ module keeps the whole result, keyed by what determines it:
 
 * a Function's **fingerprint**: its name, params (and fixed values), loops,
   buffers, statements (expressions, update targets, ``store_in``), nests, the
-  scheduling commands in order, the target, and the compiler's own code
+  scheduling commands in order, the target, the pinned host facts
+  (``$TIRAMISU_PY_HOST``), and the compiler's own code
   (size and mtime of every ``.py`` file of ``tiramisu_py`` and ``codegen``);
 * for an operator of :mod:`schedules`, its key (operator, algorithm, shape),
   the host description its schedule is derived from, the target and the
@@ -140,7 +141,9 @@ def algorithm_lines(f) -> list:
 def key(f, target) -> str:
     """The warm-start key of compiling ``f`` for ``target``."""
     h = hashlib.sha256()
-    for line in [f"target {target}", _code_version(("tiramisu_py", "codegen"))] \
+    # the pinned host facts change the generated code (vector width, dot-product instructions)
+    host = os.environ.get(codegen.target.ENV, "")
+    for line in [f"target {target}", f"host {host}", _code_version(("tiramisu_py", "codegen"))] \
             + algorithm_lines(f) \
             + [f"cmd {c.stmt} {c.op} {c.args!r} {sorted(c.kwargs.items())!r}" for c in f._commands]:
         h.update(line.encode())
@@ -306,7 +309,7 @@ def library_key(op_key, target, host_text) -> str:
     """The key of a library operator: its key (operator, algorithm, shape),
     the host its schedule is derived from, the target and the code."""
     h = hashlib.sha256()
-    for part in ("library", repr(op_key), target, host_text,
+    for part in ("library", repr(op_key), target, host_text, os.environ.get(codegen.target.ENV, ""),
                  _code_version(("tiramisu_py", "codegen", "schedules"))):
         h.update(part.encode())
         h.update(b"\n")

@@ -318,7 +318,9 @@ def _strong_type_node(e: Expr, memo):
     if isinstance(e, Cast):
         return e.to
     if isinstance(e, UnOp):
-        return T.bool_ if e.op == "not" else strong_type(e.a)
+        if e.op == "not":
+            return T.bool_
+        return None if strong_type(e.a) is None else T.arith(strong_type(e.a))
     if isinstance(e, BinOp):
         if e.op in ("lt", "le", "gt", "ge", "eq", "ne", "and", "or"):
             return T.bool_
@@ -326,7 +328,7 @@ def _strong_type_node(e: Expr, memo):
         if ta is None and tb is None:
             return None
         if ta is None or tb is None:
-            t = weak_partner_type(ta or tb, e.b if ta is not None else e.a, memo)
+            t = T.arith(weak_partner_type(ta or tb, e.b if ta is not None else e.a, memo))
         else:
             t = T.promote(ta, tb)
         if e.op == "div" and not t.is_float:
@@ -337,13 +339,13 @@ def _strong_type_node(e: Expr, memo):
         if ta is None and tb is None:
             return None
         if ta is None or tb is None:
-            return weak_partner_type(ta or tb, e.b if ta is not None else e.a, memo)
+            return T.arith(weak_partner_type(ta or tb, e.b if ta is not None else e.a, memo))
         return T.promote(ta, tb)
     if isinstance(e, Call):
         ts = [strong_type(a) for a in e.args]
         if all(t is None for t in ts):
             return None
-        t = ts[0] if len(ts) == 1 else _promote_all([x for x in ts if x is not None])
+        t = T.arith(ts[0] if len(ts) == 1 else _promote_all([x for x in ts if x is not None]))
         if e.func in ("abs",) or t.is_float:
             return t
         return T.DEFAULT_FLOAT            # exp of an int is float64
@@ -509,11 +511,17 @@ def _is_dtype(x) -> bool:
     return True
 
 
-def cast(x, dtype):
+def cast(x, dtype, saturate=False):
     """``x`` converted to ``dtype`` (C conversion rules), value first as in
     ``x.astype(dtype)`` (NumPy) and ``x.to(dtype)`` (torch).  The older
     order ``cast(dtype, x)`` is accepted too: a dtype and a value cannot be
-    mistaken for each other."""
+    mistaken for each other.  To bfloat16/float16: round to nearest even,
+    NaN and infinities kept.
+
+    ``saturate=True`` clamps to the target's range first instead of wrapping
+    (an integer target: its smallest and largest value, NaN to 0, floats
+    truncated toward zero; a 16-bit float target: its largest finite value,
+    NaN kept), as a quantising store wants."""
     if _is_dtype(x) and not _is_dtype(dtype):
         x, dtype = dtype, x
     if not _is_dtype(dtype):
@@ -522,7 +530,39 @@ def cast(x, dtype):
                 T.from_any(d)
         raise TypeError(f"tp.cast(x, dtype): dtype must be a dtype (tp.float32, np.int64, "
                         f"'float64', ...), got {dtype!r}")
-    return Cast(T.from_any(dtype), wrap(x))
+    to = T.from_any(dtype)
+    if not isinstance(saturate, bool):
+        raise TypeError(f"tp.cast: saturate must be True or False, got {saturate!r}")
+    if saturate:
+        return _saturating_cast(wrap(x), to)
+    return Cast(to, wrap(x))
+
+
+_HALF_MAX = {"bfloat16": 3.3895313892515355e38, "float16": 65504.0}
+
+
+def _saturating_cast(x: Expr, to) -> Expr:
+    """``x`` clamped into ``to``'s range (NaN: 0 for an integer target,
+    kept for a float one), then converted."""
+    src = strong_type(x) or _weak_default(x)
+    if to.is_half:
+        if not (src.is_float and src.bits > 16):
+            return Cast(to, x)
+        hi = _HALF_MAX[to.name]
+        return Cast(to, min(max(x, wrap(-hi)), wrap(hi)))
+    if to.is_bool or to.is_float:
+        raise ValueError(f"tp.cast(saturate=True): saturation is defined for integer and "
+                         f"16-bit float targets, not {to!r}")
+    lo, hi = _int_range(to)
+    if src.is_float:
+        # max(x, lo) is exact (lo is a power of two); x >= float(hi) is tested
+        # apart because float(hi) may round up past hi (2**31 - 1 in float32)
+        low = Cast(to, Select(x != x, wrap(0.0), max(x, wrap(float(lo)))))
+        return Select(x >= wrap(float(hi)), Cast(to, wrap(hi)), low)
+    slo, shi = _int_range(src)
+    if slo >= lo and shi <= hi:
+        return Cast(to, x)
+    return Cast(to, min(max(x, wrap(builtins.max(lo, slo))), wrap(builtins.min(hi, shi))))
 
 
 def power(x, n):

@@ -12,6 +12,7 @@ import islpy as isl
 
 from codegen import ir
 
+from ..base import types as T
 from ..lang.expr import Access, Var, walk
 from ..lang.program import Computation
 from ..lang.schedule import gpu_tags
@@ -337,7 +338,7 @@ class AstLowering:
             value = cast(self.ex.expr(s.value, env, s.dtype), s.dtype)
         else:
             buf, idx = resolve(Access(s.parent, s.lhs))
-            dt = s.parent.dtype
+            dt = T.arith(s.parent.dtype)      # a 16-bit float accumulates in float32
             old = ir.Load(buf.name, tuple(self.ex.index(i, env) for i in idx), buf.dtype.name)
             rhs = cast(self.ex.expr(s.value, env, dt), dt)
             value = ir.Binary(s.op, cast(old, dt), rhs, dt.name)

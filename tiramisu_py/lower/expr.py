@@ -35,6 +35,8 @@ class ExprLowering:
         if isinstance(e, Const):
             v = e.value
             v = bool(v) if t.is_bool else (int(v) if t.is_int else float(v))
+            if t.is_half:              # no 16-bit literals: a float32 one, converted
+                return ir.Cast(ir.Const(v, "float32"), t.name)
             return ir.Const(v, t.name)
         if isinstance(e, ParamRef):
             x = ir.Const(self.fixed[e.name], "int64") if e.name in self.fixed else ir.Var(e.name)
@@ -86,6 +88,6 @@ def operand_type(a, b, memo=None) -> T.DType:
 def cast(x: ir.Expr, t: T.DType) -> ir.Expr:
     if x.dtype == t.name:
         return x
-    if isinstance(x, ir.Const) and not t.is_bool:
+    if isinstance(x, ir.Const) and not t.is_bool and not t.is_half:
         return ir.Const(int(x.value) if t.is_int else float(x.value), t.name)
     return ir.Cast(x, t.name)

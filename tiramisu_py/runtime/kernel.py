@@ -267,6 +267,9 @@ class Kernel:
                     import torch
                     obj = (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, b.dtype.name))
                 else:
+                    if b.dtype.np is None:
+                        raise TypeError(f"{self.name}: output {b.name!r} is bfloat16, which NumPy "
+                                        "lacks: pass torch tensors (or install ml_dtypes)")
                     obj = (np.zeros if zero else np.empty)(shape, dtype=b.dtype.np)
                 arrs[b.name] = _Arg(b.name, obj)
             results[b.name] = arrs[b.name].obj
