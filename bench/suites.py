@@ -1,6 +1,6 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
-    tiramisu-py bench [gemm|conv|fused|sparse|rnn|all] [--threads 1,2] [--repeats N] [--quick]
+    tiramisu-py bench [gemm|conv|fused|sparse|rnn|models|all] [--threads 1,2] [--repeats N] [--quick]
                       [--shapes 0,2] [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
 
@@ -18,6 +18,9 @@ sparse CSR sparse-weight conv over a density sweep, break-even density, time vs
 
 rnn    multilayer LSTM and GRU against torch.nn.LSTM/GRU and torch.compile, with the
        achieved weight bandwidth at batch 1 (bench/suite_rnn.py).
+models whole models converted by schedules.nn.convert (VGG-11, ResNet-18, MobileNetV2,
+       an Embedding-LSTM-Linear seq2seq) against torch eager and torch.compile, inference
+       and forward + backward, batch 2 and 16 (bench/suite_models.py; not part of "all").
 
 FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
 ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
@@ -32,7 +35,7 @@ import json
 
 import numpy as np
 
-from bench import harness, suite_rnn, suite_sparse
+from bench import harness, suite_models, suite_rnn, suite_sparse
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused", "rnn")
@@ -50,7 +53,8 @@ def cases(suite="all", quick=False, shapes=None) -> list[Case]:
     make = {"gemm": lambda: [_gemm(n) for n in GEMM_SIZES[quick]],
             "conv": lambda: [_conv("conv", s) for s in CONV_SHAPES[quick]],
             "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]],
-            "rnn": lambda: suite_rnn.cases(quick)}
+            "rnn": lambda: suite_rnn.cases(quick),
+            "models": lambda: suite_models.cases(quick)}
     return [case for name in (SUITES if suite == "all" else (suite,))
             for i, case in enumerate(make[name]()) if shapes is None or i in shapes]
 
@@ -145,13 +149,16 @@ def _indices(text):
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("suite", nargs="?", default="all", choices=(*SUITES, "sparse", "all"),
+    p.add_argument("suite", nargs="?", default="all",
+                   choices=(*SUITES, "sparse", "models", "all"),
                    help="which suite (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (a smoke test, not a benchmark)")
     p.add_argument("--shapes", type=_indices, metavar="0,2",
                    help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3, "
-                        "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a))")
+                        "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a); models 0-15: "
+                        "vgg, resnet18, mobilenet_v2, seq2seq x batch 2, 16 x inference, "
+                        "fwd+bwd)")
     harness.add_arguments(p)
     suite_sparse.add_arguments(p)
     return p

@@ -21,7 +21,9 @@ class Blis(Solver):
         return {"parallel": ["ic", "jc"], "micro": ["ir", "jr"], "pack_a": [False, True]}
 
     def build(self, p, params):
-        return function(p.n, p.m, p.k, batch=p.batch, **params)
+        return function(p.n, p.m, p.k, batch=p.batch, b_transposed=p.trans_b, **params)
 
     def run(self, p, args):
-        return kernel(p.n, p.m, p.k, self.params(p)["params"], p.target, batch=p.batch)(*args)
+        """``args``: ``(a, b)``, ``b`` as ``m x k`` when ``p.trans_b``."""
+        return kernel(p.n, p.m, p.k, self.params(p)["params"], p.target, batch=p.batch,
+                      b_transposed=p.trans_b)(*args)
