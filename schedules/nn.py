@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import schedules.torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
+from schedules.api import FUSED_ALGOS
 from schedules.fusion import STAND_INS, ConvertReport, find_chains
 from schedules.weights.csr import CSRWeights
 
@@ -305,7 +306,8 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False):
 
     * each ``Conv2d, ReLU, MaxPool2d`` run of an ``nn.Sequential`` that the
       fused block takes by one :class:`ConvReLUMaxPool2d` (the run's
-      modules are renumbered);
+      modules are renumbered; with ``algo`` "auto" or one of the block's,
+      :data:`schedules.FUSED_ALGOS`);
     * each ``Conv2d -> BatchNorm2d -> ReLU/ReLU6`` chain of the forward
       (either link optional; found by ``torch.fx``, see
       :mod:`schedules.fusion`) into one convolution while the BatchNorm and
@@ -347,8 +349,8 @@ LEFT = {nn.BatchNorm2d: "BatchNorm2d not after a converted conv, or in training 
 
 
 def _convert(model, fuse, algo, chains, report, prefix):
-    if fuse and isinstance(model, nn.Sequential):
-        fused = _fused(model, algo, report, prefix)
+    if fuse and isinstance(model, nn.Sequential) and algo in ("auto",) + FUSED_ALGOS:
+        fused = _fused(model, algo, report, prefix)    # (an algo the block has not: no trios)
         model._modules.clear()
         for k, m in enumerate(fused):
             model.add_module(str(k), m)

@@ -1,0 +1,225 @@
+"""Whole models through ``schedules.nn.convert``: BatchNorm folding (exact to
+rounding, training mode untouched), ReLU/ReLU6 epilogues, the report, outputs
+that in-place ops may modify under autograd, ``Linear`` reading its weight
+where torch stores it, and the ``models`` bench suite's smoke run."""
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import schedules  # noqa: E402
+import schedules.nn as snn  # noqa: E402
+from schedules.fusion import FoldedBatchNorm2d, FusedReLU, FusedReLU6  # noqa: E402
+
+
+def _random_stats(model):
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.3, 2.0)
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-1, 1)
+    return model
+
+
+class Block(nn.Module):
+    """A ResNet BasicBlock: its ReLU module is called twice (not fusable),
+    its BatchNorms fold, the residual add stays torch's."""
+
+    def __init__(self, ci, co, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(ci, co, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(co)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(co, co, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(co)
+        self.down = nn.Sequential(nn.Conv2d(ci, co, 1, stride, bias=False), nn.BatchNorm2d(co))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + self.down(x))
+
+
+def _net(dtype=torch.float32):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6(),
+                      nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU(),
+                      Block(8, 16, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5))
+    return _random_stats(m).to(dtype)
+
+
+def test_batchnorm_folding_is_exact_to_rounding_and_activations_fuse():
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 2e-5)):
+        model = _net(dtype).eval()
+        ours = snn.convert(copy.deepcopy(model))
+        x = torch.randn(2, 3, 10, 10, dtype=dtype)
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x), model(x), atol=tol, rtol=tol)
+        assert isinstance(ours[1], FoldedBatchNorm2d) and isinstance(ours[2], FusedReLU6)
+        assert isinstance(ours[5], FusedReLU) and isinstance(ours[6].bn2, FoldedBatchNorm2d)
+        assert type(ours[6].relu) is nn.ReLU                  # called twice: left alone
+    # the folded weights are the conv's scaled by gamma / sqrt(var + eps), rounded once
+    conv, bn = model[0], model[1]
+    group = ours[0].__dict__["_fusion"]
+    w, b = group.folded(ours[0].weight, ours[0].bias)
+    scale = (bn.running_var.double() + bn.eps).rsqrt() * bn.weight.double()
+    expect_w = (conv.weight.double() * scale.reshape(-1, 1, 1, 1)).float()
+    expect_b = ((conv.bias.double() - bn.running_mean.double()) * scale + bn.bias.double()).float()
+    assert w.dtype == torch.float32 and torch.equal(w, expect_w)
+    assert torch.equal(b, expect_b)
+
+
+def test_training_mode_runs_apart_exactly_and_eval_folds_the_new_statistics():
+    model = _net()
+    ours = snn.convert(copy.deepcopy(model))
+    assert list(ours.state_dict()) == list(model.state_dict())
+    x = torch.randn(4, 3, 10, 10)
+    model.train(), ours.train()
+    torch.testing.assert_close(ours(x), model(x), atol=1e-5, rtol=1e-5)
+    for a, b in zip(ours.state_dict().values(), model.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)     # running stats updated alike
+    model.eval(), ours.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+        # new statistics through load_state_dict: the cached fold is refreshed
+        model[1].running_mean.add_(0.5)
+        ours.load_state_dict(model.state_dict())
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+
+
+def test_eval_mode_gradients_flow_through_the_fold():
+    model = _net().eval()
+    ours = snn.convert(copy.deepcopy(model))
+    x = torch.randn(2, 3, 10, 10)
+    model(x).square().sum().backward()
+    ours(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_report_names_what_was_converted_fused_and_left(capsys):
+    model = _net().eval()
+    ours = snn.convert(copy.deepcopy(model), verbose=True)
+    r = ours.tiramisu_report
+    assert {n for n, _, _ in r.converted} == {"0", "3", "6.conv1", "6.conv2", "6.down.0", "9"}
+    fused = dict(r.fused)
+    assert set(fused) == {"0 + 1 + 2", "3 + 4 + 5", "6.conv1 + 6.bn1", "6.conv2 + 6.bn2",
+                          "6.down.0 + 6.down.1"}
+    assert "relu6" in fused["0 + 1 + 2"] and "BatchNorm2d folded" in fused["6.conv1 + 6.bn1"]
+    assert {n for n, _, _ in r.left_to_torch} == {"6.relu", "7", "8"}
+    assert r.how == "torch.fx" and r.functions == {"add": 1}
+    printed = capsys.readouterr().out
+    assert "5 fused" in printed and "6.relu: ReLU" in printed
+    # no fusion asked: convs converted, BatchNorms left to torch
+    plain = snn.convert(copy.deepcopy(model), fuse=False).tiramisu_report
+    assert not plain.fused and "1" in {n for n, _, _ in plain.left_to_torch}
+
+
+def test_untraceable_model_fuses_its_sequentials():
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+
+        def forward(self, x):
+            return self.body(x) if x.sum() > -1e9 else x      # data-dependent: fx fails
+
+    model = _random_stats(Branchy()).eval()
+    ours = snn.convert(copy.deepcopy(model))
+    assert ours.tiramisu_report.how == "nn.Sequential order"
+    assert len(ours.tiramisu_report.fused) == 1
+    x = torch.randn(1, 3, 6, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("algo", ["auto", "im2col"])
+def test_inplace_relu_after_converted_convs_trains(algo):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(8 * 2 * 2, 10), nn.ReLU(inplace=True),
+                          nn.Linear(10, 3))
+    ours = snn.convert(copy.deepcopy(model), algo=algo)
+    x = torch.randn(2, 3, 8, 8)
+    for m in (model, ours):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        m(x).square().mean().backward()
+        opt.step()
+    for p, q in zip(model.parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5)
+
+
+def test_every_op_output_is_its_own_tensor():
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    for algo in ("direct", "im2col", "spatial_pack"):
+        y = torch.ops.tiramisu.conv2d(x, w, None, [1], [1], algo=algo)
+        assert y._base is None, algo
+        y.relu_()                                            # allowed
+    a = torch.randn(3, 3)
+    assert torch.ops.tiramisu.gemm(a, torch.eye(3))._base is None
+
+
+def test_linear_reads_its_weight_where_torch_stores_it(monkeypatch):
+    torch.manual_seed(0)
+    lin = nn.Linear(96, 40)
+    ours = snn.Linear.from_torch(copy.deepcopy(lin))
+    weight_storage = ours.weight.untyped_storage().data_ptr()
+    copied = []
+    real = torch.Tensor.contiguous
+
+    def spy(t, *a, **k):
+        if not t.is_contiguous() and t.untyped_storage().data_ptr() == weight_storage:
+            copied.append(tuple(t.shape))
+        return real(t, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "contiguous", spy)
+    x = torch.randn(5, 96, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    for _ in range(2):
+        y = ours(x)
+        y.square().sum().backward()
+    for _ in range(2):
+        lin(x_ref).square().sum().backward()
+    monkeypatch.undo()
+    assert copied == []                                   # no copy of the weight, per call
+    torch.testing.assert_close(y, lin(x_ref), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.weight.grad, lin.weight.grad, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(ours.bias.grad, lin.bias.grad, atol=1e-4, rtol=1e-5)
+
+
+def test_gemm_with_a_transposed_operand():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((7, 33), dtype=np.float32)
+    w = rng.standard_normal((20, 33), dtype=np.float32)
+    np.testing.assert_allclose(schedules.gemm(a, w.T), a @ w.T, rtol=1e-5, atol=1e-5)
+    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+    torch.testing.assert_close(torch.ops.tiramisu.gemm(ta, tw.t()), ta @ tw.t(),
+                               atol=1e-5, rtol=1e-5)
+    strided = torch.from_numpy(rng.standard_normal((33, 40), dtype=np.float32))[:, ::2]
+    torch.testing.assert_close(torch.ops.tiramisu.gemm(ta, strided), ta @ strided,
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        schedules.gemm(a, w)
+
+
+def test_models_bench_suite_smoke():
+    from bench import suite_models
+    cases = suite_models.cases(quick=True)
+    assert len(cases) == 16 and cases[0].name == "vgg b2 inference"
+    assert all(c.flops > 0 for c in cases)
+    case = next(c for c in cases if c.name == "seq2seq b2 fwd+bwd")
+    impls = case.setup()
+    assert set(impls) == {"tiramisu_py", "torch"}
+    assert case.check(impls["tiramisu_py"]()) < 1e-4
+    model, _ = suite_models.model("mobilenet_v2", quick=True)
+    ours = snn.convert(copy.deepcopy(model).eval())
+    depthwise = [m for m in ours.modules() if isinstance(m, snn.Conv2d) and m.groups > 1]
+    assert depthwise and all("_fusion" in m.__dict__ for m in depthwise)
