@@ -295,7 +295,9 @@ def _pool_of(mp: nn.MaxPool2d):
     return k
 
 
-# torch module types convert replaces, and how (the recurrent modules: see the rnn work)
+# torch module types convert replaces, and how: ``{type: (module, algo) -> our module}``.
+# nn.LSTM / nn.GRU are not here yet (their ops have no backward): the recurrent
+# conversion adds its lines here and drops their entries from LEFT below.
 CONVERTERS = {nn.Linear: lambda m, algo: Linear.from_torch(m),
               nn.Conv2d: lambda m, algo: Conv2d.from_torch(m, algo=algo)}
 
