@@ -35,7 +35,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     defaults: NCHW float32 (NumPy arrays or CPU torch tensors; the result has
     the same kind); ``stride``, ``padding`` and ``dilation`` an int or a
     (height, width) pair; ``padding`` also "valid" or "same".  ``algo``:
-    "auto" (find step), "direct", "im2col", "spatial_pack" or "sparse"
+    "auto" (find step), "direct", "depthwise" (groups = channels, see
+    :mod:`schedules.solvers.conv_depthwise`), "im2col", "spatial_pack" or "sparse"
     (:func:`schedules.sparse_conv2d`; ``weight`` may then also be a sparse
     weight, see there).  ``target="cuda"``, or torch CUDA tensors with no
     target: the CUDA solvers (:mod:`schedules.solvers.conv_cuda`; a sparse

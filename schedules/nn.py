@@ -75,7 +75,7 @@ def _padding(conv):
 class Conv2d(nn.Conv2d):
     """``nn.Conv2d`` (zeros padding, any stride/padding/dilation/groups) as
     ``tiramisu::conv2d``; ``algo``: "auto" (the find step of
-    :mod:`schedules.conv_ops`), "direct", "im2col" or "spatial_pack"
+    :mod:`schedules.conv_ops`), "direct", "depthwise", "im2col" or "spatial_pack"
     (float32 shapes the library takes; others use the plain kernel)."""
 
     algo = "auto"

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from .solvers.conv_cuda import CudaDirect
 from .solvers.conv_dense import Direct, Im2col, SpatialPack
+from .solvers.conv_depthwise import Depthwise
 from .solvers.conv_fused import FusedDirect, FusedWinograd
 from .solvers.conv_sparse import SparseCSR
 from .solvers.conv_sparse_cuda import CudaSparseCSR
@@ -57,7 +58,7 @@ from .solvers.rnn_cpu import Layer, Wavefront
 from .solvers.rnn_cuda import CudaWavefront
 
 SOLVERS = {
-    "conv2d": [Direct(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
+    "conv2d": [Direct(), Depthwise(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
                CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
     "gemm": [Blis("gemm"), CudaTiled()],

@@ -223,3 +223,25 @@ def test_models_bench_suite_smoke():
     ours = snn.convert(copy.deepcopy(model).eval())
     depthwise = [m for m in ours.modules() if isinstance(m, snn.Conv2d) and m.groups > 1]
     assert depthwise and all("_fusion" in m.__dict__ for m in depthwise)
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 9, 9, 3, 1, 1, 1), (1, 32, 14, 11, 3, 2, 1, 1),
+                                   (2, 16, 10, 10, 5, 1, 2, 2), (1, 48, 7, 7, 3, 1, 0, 1)])
+def test_depthwise_solver_equals_direct_bit_for_bit(shape):
+    from schedules.core import find
+    from schedules.problems.conv import ConvProblem
+    from schedules.registry import SOLVERS
+    n, c, h, w, k, stride, padding, dilation = shape
+    g = torch.Generator().manual_seed(0)
+    x, wt, b = (torch.randn(*s, generator=g) for s in ((n, c, h, w), (c, 1, k, k), (c,)))
+    for bias in (b, None):
+        direct = schedules.conv2d(x, wt, bias, stride, padding, dilation, c, algo="direct")
+        ours = schedules.conv2d(x, wt, bias, stride, padding, dilation, c, algo="depthwise")
+        assert torch.equal(ours, direct)
+        torch.testing.assert_close(ours, torch.nn.functional.conv2d(x, wt, bias, stride, padding,
+                                                                    dilation, c))
+    p, _ = ConvProblem.from_call("conv2d", x, wt, b, stride, padding, dilation, c)
+    assert [s.name for s in find.candidates(p, SOLVERS["conv2d"])] == ["direct", "depthwise"]
+    # not depthwise: refused by name
+    with pytest.raises(ValueError, match="depthwise.*needs a depthwise conv"):
+        schedules.conv2d(x, torch.randn(c, 2, k, k), None, groups=c // 2, algo="depthwise")
