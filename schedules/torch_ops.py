@@ -23,6 +23,12 @@ naming the argument), and an unknown ``algo`` is refused (ValueError).
 Each op has a backward made of compiled kernels, themselves ops
 (``gemm`` twice; ``conv2d_grad_input``, ``conv2d_grad_weight``;
 ``conv_relu_maxpool_grad`` then the two conv ones), float32 and float64.
+``conv2d_grad_input`` of a float32 stride-1 conv runs as the forward
+convolution of the output's gradient with the flipped, group-transposed
+weight (:func:`flipped_weight`), through the forward solvers and their find
+step; other strides and float64 run the plain kernel.  Every op returns
+fresh tensors (:func:`fresh_outputs`); ``gemm`` reads a transposed
+``mat2`` (``weight.t()``) in place.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
 ``algo`` there); float64, and float32 shapes those do not take (unequal
 stride/padding/dilation pairs, a fused block with groups), run the plain
@@ -238,7 +244,22 @@ def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
     g, weight = contiguous(g), contiguous(weight)
     s = _conv("conv2d_grad_input", input_size, weight.shape, stride,
               padding, dilation, groups)
+    if dt == "float32" and _square(s) and s.sh == 1 and s.ph <= s.dh * (s.kh - 1) \
+            and s.pw <= s.dw * (s.kw - 1) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        # stride 1: the gradient is the convolution of the output's gradient
+        # with the flipped, group-transposed weight, run by the forward solvers
+        return api.conv2d(g, flipped_weight(weight, groups), None, stride=1,
+                          padding=s.dh * (s.kh - 1) - s.ph, dilation=s.dh, groups=groups)
     return _kernel(("grad_input", s, dt), lambda: BW.conv_grad_input(s, dt))(grad=g, weight=weight)
+
+
+def flipped_weight(weight, groups):
+    """The weight of the convolution that maps an output gradient to the
+    input gradient (stride 1): per group ``(Co/g, Ci/g)`` transposed to
+    ``(Ci/g, Co/g)``, each kernel rotated by 180 degrees; ``(Ci, Co/g, Kh, Kw)``."""
+    co, cig, kh, kw = weight.shape
+    w = weight.reshape(groups, co // groups, cig, kh, kw).transpose(1, 2)
+    return w.flip(-1, -2).reshape(groups * cig, co // groups, kh, kw).contiguous()
 
 
 def _grad_input_fake(g, weight, input_size, stride, padding, dilation, groups):
