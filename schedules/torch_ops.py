@@ -26,7 +26,9 @@ Each op has a backward made of compiled kernels, themselves ops
 ``conv2d_grad_input`` of a float32 stride-1 conv runs as the forward
 convolution of the output's gradient with the flipped, group-transposed
 weight (:func:`flipped_weight`), through the forward solvers and their find
-step; other strides and float64 run the plain kernel.  Every op returns
+step, and ``conv2d_grad_weight`` of a float32 pointwise (1x1, stride 1, no
+padding, groups 1) conv as one GEMM per image (the input read transposed);
+other shapes and float64 run the plain kernels.  Every op returns
 fresh tensors (:func:`fresh_outputs`); ``gemm`` reads a transposed
 ``mat2`` (``weight.t()``) in place.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
@@ -271,6 +273,15 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups):
     g, x = contiguous(g), contiguous(x)
     s = _conv("conv2d_grad_weight", x.shape, weight_size, stride, padding,
               dilation, groups)
+    if dt == "float32" and (s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.groups) == (1, 1, 1, 1, 0, 0, 1) \
+            and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        # a pointwise conv: per image grad (Co x P) @ input^T, the input (Ci x P)
+        # read transposed in place by the library's GEMM
+        p, gw = s.ho * s.wo, None
+        for i in range(s.n):
+            part = api.gemm(g[i].reshape(s.co, p), x[i].reshape(s.ci, p).t())
+            gw = part if gw is None else gw.add_(part)
+        return gw.reshape(weight_size), g.sum((0, 2, 3))
     r = _kernel(("grad_weight", s, dt), lambda: BW.conv_grad_weight(s, dt))(data=x, grad=g)
     return r["grad_weight"], r["grad_bias"]
 

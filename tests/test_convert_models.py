@@ -249,23 +249,25 @@ def test_depthwise_solver_equals_direct_bit_for_bit(shape):
 
 @pytest.mark.parametrize("conf", [(2, 6, 8, 9, 3, 1, 1, 1, 2), (1, 16, 16, 10, 3, 1, 1, 1, 16),
                                   (2, 3, 5, 8, 5, 1, 2, 2, 1), (1, 3, 4, 6, 3, 1, 0, 1, 1),
-                                  (2, 4, 6, 9, 3, 2, 1, 1, 1)])
-def test_grad_input_runs_as_a_forward_conv_with_the_flipped_weight(conf, monkeypatch):
+                                  (2, 4, 6, 9, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1)])
+def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     from schedules import torch_ops
     n, ci, co, h, k, stride, padding, dilation, groups = conf
     real = torch_ops._kernel
     used = []
     monkeypatch.setattr(torch_ops, "_kernel",
-                        lambda key, build: (used.append(key[0]) if key[0] == "grad_input" else None)
-                        or real(key, build))
+                        lambda key, build: used.append(key[0]) or real(key, build))
     g = torch.Generator().manual_seed(1)
     x = torch.randn(n, ci, h, h, generator=g, requires_grad=True)
     w = torch.randn(co, ci // groups, k, k, generator=g, requires_grad=True)
-    y = torch.ops.tiramisu.conv2d(x, w, None, [stride], [padding], [dilation], groups)
+    b = torch.randn(co, generator=g, requires_grad=True)
+    y = torch.ops.tiramisu.conv2d(x, w, b, [stride], [padding], [dilation], groups)
     gy = torch.randn(y.shape, generator=g)
     y.backward(gy)
-    x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_()
-    torch.nn.functional.conv2d(x2, w2, None, stride, padding, dilation, groups).backward(gy)
-    torch.testing.assert_close(x.grad, x2.grad, atol=1e-4, rtol=1e-4)
-    torch.testing.assert_close(w.grad, w2.grad, atol=1e-4, rtol=1e-4)
-    assert bool(used) == (stride != 1)      # stride 1: through the forward solvers
+    x2, w2, b2 = (t.detach().requires_grad_() for t in (x, w, b))
+    torch.nn.functional.conv2d(x2, w2, b2, stride, padding, dilation, groups).backward(gy)
+    for ours, ref in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
+        torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+    # stride 1: through the forward solvers; a pointwise conv's grad weight: GEMMs
+    assert ("grad_input" in used) == (stride != 1)
+    assert ("grad_weight" in used) == (k != 1)
