@@ -271,3 +271,19 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     # stride 1: through the forward solvers; a pointwise conv's grad weight: GEMMs
     assert ("grad_input" in used) == (stride != 1)
     assert ("grad_weight" in used) == (k != 1)
+
+
+def test_small_batch_linear_runs_the_dot_solver():
+    from schedules.core import find
+    from schedules.problems.gemm import GemmProblem
+    from schedules.registry import SOLVERS
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((37, 300), dtype=np.float32)
+    for n in (1, 3, 8, 9):
+        a = rng.standard_normal((n, 300), dtype=np.float32)
+        p, args = GemmProblem.from_call("gemm", a, w.T, None, None)
+        chosen = find.find(p, SOLVERS["gemm"], args, call="gemm").name
+        assert p.trans_b and chosen == ("dot" if n <= 8 else "blis")
+        np.testing.assert_allclose(schedules.gemm(a, w.T), a @ w.T, rtol=1e-4, atol=1e-4)
+    p, _ = GemmProblem.from_call("gemm", a, np.ascontiguousarray(w.T), None, None)
+    assert not p.trans_b and find.find(p, SOLVERS["gemm"], args, call="gemm").name == "blis"

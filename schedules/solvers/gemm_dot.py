@@ -1,0 +1,77 @@
+"""A GEMM with few rows and a transposed B on the CPU: ``C = A @ B`` with B
+given as its ``M x K`` transpose (``nn.Linear``'s weight at a small batch),
+as dot products along K.
+
+With a handful of rows of A the product is a pass over the weight: packing
+B into BLIS panels (:mod:`schedules.blocks.blis`) would read it, write a
+copy and read that again, three times the traffic of the product.  Here
+each row ``j`` of the stored weight is read once, contiguously, for all
+rows of A at once: ``C[i, j] = sum_k A[i, k] * B[j, k]`` with ``k`` in
+vector lanes (partial sums per lane, reduced at the end), the N rows of A
+unrolled, the rows of B parallel.
+
+Numerics ``"dot"``: the lanes sum apart and are reduced at the end, which
+rounds differently from the BLIS blocks, so it is its own arithmetic; the
+registry lists it first and it applies by shape alone (``trans_b``, at most
+:data:`MAX_ROWS` rows, A in half of L2: :func:`fits`), so which of the two
+computes a product never depends on a timing.
+"""
+from __future__ import annotations
+
+import tiramisu_py as tp
+
+from ..core.kernels import kernel as _kernel
+from ..core.solver import Solver
+from ..host import host
+
+MAX_ROWS = 8
+
+
+def fits(n, k) -> bool:
+    """At most :data:`MAX_ROWS` rows of A (accumulators in registers), all of
+    A in half of L2 (it is read again for every row of B)."""
+    return n <= MAX_ROWS and n * k * 4 <= host().l2 // 2
+
+
+def function(n, m, k, lanes=None):
+    """``C = A @ B^T`` for ``A`` ``n x k`` and ``B`` stored ``m x k``."""
+    lanes = lanes or host().lanes(4)
+    f = tp.Function("gemm_dot", params={"N": n, "M": m, "K": k})
+    i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    A = f.input("A", ("N", "K"), tp.float32)
+    B = f.input("B", ("M", "K"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j] += A[i, kk] * B[j, kk]
+    u = C.update
+    u.split("k", lanes, names=("k0", "k1"))
+    u.reorder("j", "k0", "i", "k1")
+    u.unroll("i", n)
+    u.vectorize("k1", lanes)
+    u.accumulate_locally("k0", allow_reassociation=True)
+    u.parallelize("j")
+    C.parallelize("i")
+    return f
+
+
+class Dot(Solver):
+    """``a @ b`` with ``b`` passed transposed and few rows in ``a``
+    (:func:`fits`): one pass over ``b``."""
+    op = "gemm"
+    name = "dot"
+    numerics = "dot"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and not (p.trans_b and p.batch is None and fits(p.n, p.k)
+                                and p.params is None):
+            return (f"needs b transposed (weight.t()), at most {MAX_ROWS} rows of a, a in "
+                    f"half of L2, no params (got trans_b={p.trans_b}, {p.n} x {p.k})")
+        return why
+
+    def build(self, p, params):
+        return function(p.n, p.m, p.k)
+
+    def run(self, p, args):
+        """``args``: ``(a, b)``, ``b`` as ``m x k``."""
+        return _kernel(("gemm_dot", p.n, p.m, p.k), lambda: function(p.n, p.m, p.k),
+                       p.target)(*args)
