@@ -54,7 +54,7 @@ from .solvers.conv_sparse import SparseCSR
 from .solvers.conv_sparse_cuda import CudaSparseCSR
 from .solvers.gemm_blis import Blis
 from .solvers.gemm_cuda import CudaTiled
-from .solvers.gemm_dot import Dot
+from .solvers.gemm_dot import Dot, Rows
 from .solvers.rnn_cpu import Layer, Wavefront
 from .solvers.rnn_cuda import CudaWavefront
 
@@ -62,7 +62,7 @@ SOLVERS = {
     "conv2d": [Direct(), Depthwise(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
                CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
-    "gemm": [Dot(), Blis("gemm"), CudaTiled()],
+    "gemm": [Dot(), Rows(), Blis("gemm"), CudaTiled()],
     "batched_gemm": [Blis("batched_gemm")],
     "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],
     "gru": [Layer("gru"), Wavefront("gru"), CudaWavefront("gru")],

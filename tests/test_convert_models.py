@@ -225,7 +225,7 @@ def test_models_bench_suite_smoke():
     assert depthwise and all("_fusion" in m.__dict__ for m in depthwise)
 
 
-@pytest.mark.parametrize("shape", [(2, 16, 9, 9, 3, 1, 1, 1), (1, 32, 14, 11, 3, 2, 1, 1),
+@pytest.mark.parametrize("shape", [(2, 16, 10, 9, 3, 1, 1, 1), (1, 32, 14, 11, 3, 2, 1, 1),
                                    (2, 16, 10, 10, 5, 1, 2, 2), (1, 48, 7, 7, 3, 1, 0, 1)])
 def test_depthwise_solver_equals_direct_bit_for_bit(shape):
     from schedules.core import find
@@ -247,9 +247,11 @@ def test_depthwise_solver_equals_direct_bit_for_bit(shape):
         schedules.conv2d(x, torch.randn(c, 2, k, k), None, groups=c // 2, algo="depthwise")
 
 
-@pytest.mark.parametrize("conf", [(2, 6, 8, 9, 3, 1, 1, 1, 2), (1, 16, 16, 10, 3, 1, 1, 1, 16),
+# (sizes other than 9: docs/guide/tuning.md counts the find records of h = 9 in the
+# shared cache directory)
+@pytest.mark.parametrize("conf", [(2, 6, 8, 10, 3, 1, 1, 1, 2), (1, 16, 16, 10, 3, 1, 1, 1, 16),
                                   (2, 3, 5, 8, 5, 1, 2, 2, 1), (1, 3, 4, 6, 3, 1, 0, 1, 1),
-                                  (2, 4, 6, 9, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1)])
+                                  (2, 4, 6, 11, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1)])
 def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     from schedules import torch_ops
     n, ci, co, h, k, stride, padding, dilation, groups = conf
@@ -273,7 +275,7 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     assert ("grad_weight" in used) == (k != 1)
 
 
-def test_small_batch_linear_runs_the_dot_solver():
+def test_small_batch_gemm_runs_one_pass_solvers():
     from schedules.core import find
     from schedules.problems.gemm import GemmProblem
     from schedules.registry import SOLVERS
@@ -285,5 +287,11 @@ def test_small_batch_linear_runs_the_dot_solver():
         chosen = find.find(p, SOLVERS["gemm"], args, call="gemm").name
         assert p.trans_b and chosen == ("dot" if n <= 8 else "blis")
         np.testing.assert_allclose(schedules.gemm(a, w.T), a @ w.T, rtol=1e-4, atol=1e-4)
-    p, _ = GemmProblem.from_call("gemm", a, np.ascontiguousarray(w.T), None, None)
-    assert not p.trans_b and find.find(p, SOLVERS["gemm"], args, call="gemm").name == "blis"
+    for n, expect in ((2, "rows"), (9, "blis")):     # b as stored: one pass in order, or BLIS
+        a = rng.standard_normal((n, 300), dtype=np.float32)
+        b = np.ascontiguousarray(w.T)
+        p, args = GemmProblem.from_call("gemm", a, b, None, None)
+        assert not p.trans_b and find.find(p, SOLVERS["gemm"], args, call="gemm").name == expect
+        np.testing.assert_allclose(schedules.gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    empty = np.zeros((0, 300), np.float32)
+    assert schedules.gemm(empty, w.T).shape == (0, 37)

@@ -1,6 +1,10 @@
-"""A GEMM with few rows and a transposed B on the CPU: ``C = A @ B`` with B
-given as its ``M x K`` transpose (``nn.Linear``'s weight at a small batch),
-as dot products along K.
+"""GEMMs with few rows on the CPU, one pass over B (``nn.Linear`` at a small
+batch: ``x @ W^T`` forward, ``grad @ W`` backward).
+
+``dot``: B given as its ``M x K`` transpose (the weight as stored), as dot
+products along K.  ``rows``: B ``K x M`` as it is (the backward's ``W``),
+each block of columns of C accumulated in registers over all of K, the
+rows of B read in order.
 
 With a handful of rows of A the product is a pass over the weight: packing
 B into BLIS panels (:mod:`schedules.blocks.blis`) would read it, write a
@@ -14,7 +18,9 @@ Numerics ``"dot"``: the lanes sum apart and are reduced at the end, which
 rounds differently from the BLIS blocks, so it is its own arithmetic; the
 registry lists it first and it applies by shape alone (``trans_b``, at most
 :data:`MAX_ROWS` rows, A in half of L2: :func:`fits`), so which of the two
-computes a product never depends on a timing.
+computes a product never depends on a timing.  ``rows`` adds the products
+to each C element one by one in K's order (its own ``"rows"`` numerics,
+chosen by shape the same way).
 """
 from __future__ import annotations
 
@@ -27,10 +33,12 @@ from ..host import host
 MAX_ROWS = 8
 
 
-def fits(n, k) -> bool:
-    """At most :data:`MAX_ROWS` rows of A (accumulators in registers), all of
-    A in half of L2 (it is read again for every row of B)."""
-    return n <= MAX_ROWS and n * k * 4 <= host().l2 // 2
+def fits(p) -> bool:
+    """A GEMM (not empty, unbatched, with the host's tiles) of at most
+    :data:`MAX_ROWS` rows of A (accumulators in registers), all of A in half
+    of L2 (it is read again for every row or block of B)."""
+    return (p.batch is None and p.params is None and 1 <= p.n <= MAX_ROWS
+            and min(p.m, p.k) >= 1 and p.n * p.k * 4 <= host().l2 // 2)
 
 
 def function(n, m, k, lanes=None):
@@ -53,6 +61,28 @@ def function(n, m, k, lanes=None):
     return f
 
 
+def rows_function(n, m, k, lanes=None):
+    """``C = A @ B`` for ``A`` ``n x k`` and ``B`` ``k x m``: per block of
+    ``4 x lanes`` columns, the ``n`` rows' accumulators in registers while
+    ``k`` runs; the blocks parallel."""
+    lanes = lanes or host().lanes(4)
+    width = 4 * lanes if m >= 4 * lanes else lanes
+    f = tp.Function("gemm_rows", params={"N": n, "M": m, "K": k})
+    i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    A = f.input("A", ("N", "K"), tp.float32)
+    B = f.input("B", ("K", "M"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j] += A[i, kk] * B[kk, j]
+    u = C.update
+    u.split("j", width, names=("j0", "j1"))
+    u.reorder("j0", "k", "i", "j1")
+    u.unroll("i", n)
+    u.vectorize("j1", lanes if width % lanes == 0 else width)
+    u.parallelize("j0")
+    C.parallelize("i")
+    return f
+
+
 class Dot(Solver):
     """``a @ b`` with ``b`` passed transposed and few rows in ``a``
     (:func:`fits`): one pass over ``b``."""
@@ -62,8 +92,7 @@ class Dot(Solver):
 
     def applicable(self, p):
         why = super().applicable(p)
-        if why is True and not (p.trans_b and p.batch is None and fits(p.n, p.k)
-                                and p.params is None):
+        if why is True and not (p.trans_b and fits(p)):
             return (f"needs b transposed (weight.t()), at most {MAX_ROWS} rows of a, a in "
                     f"half of L2, no params (got trans_b={p.trans_b}, {p.n} x {p.k})")
         return why
@@ -75,3 +104,26 @@ class Dot(Solver):
         """``args``: ``(a, b)``, ``b`` as ``m x k``."""
         return _kernel(("gemm_dot", p.n, p.m, p.k), lambda: function(p.n, p.m, p.k),
                        p.target)(*args)
+
+
+class Rows(Solver):
+    """``a @ b`` with ``b`` as stored (not transposed) and few rows in ``a``
+    (:func:`fits`): one pass over ``b``, in order."""
+    op = "gemm"
+    name = "rows"
+    numerics = "rows"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and not (not p.trans_b and fits(p)):
+            return (f"needs b as stored (not transposed), at most {MAX_ROWS} rows of a, a in "
+                    f"half of L2, no params (got trans_b={p.trans_b}, {p.n} x {p.k})")
+        return why
+
+    def build(self, p, params):
+        return rows_function(p.n, p.m, p.k)
+
+    def run(self, p, args):
+        return _kernel(("gemm_rows", p.n, p.m, p.k), lambda: rows_function(p.n, p.m, p.k),
+                       p.target)(*args)
+
