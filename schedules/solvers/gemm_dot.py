@@ -41,15 +41,23 @@ def fits(p) -> bool:
             and min(p.m, p.k) >= 1 and p.n * p.k * 4 <= host().l2 // 2)
 
 
+def _product(name, n, m, k, b_transposed):
+    """``(f, C)``: the unscheduled ``C = A @ B`` (``B`` stored ``m x k`` when
+    ``b_transposed``)."""
+    f = tp.Function(name, params={"N": n, "M": m, "K": k})
+    i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    A = f.input("A", ("N", "K"), tp.float32)
+    B = f.input("B", ("M", "K") if b_transposed else ("K", "M"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j] += A[i, kk] * (B[j, kk] if b_transposed else B[kk, j])
+    C.parallelize("i")
+    return f, C
+
+
 def function(n, m, k, lanes=None):
     """``C = A @ B^T`` for ``A`` ``n x k`` and ``B`` stored ``m x k``."""
     lanes = lanes or host().lanes(4)
-    f = tp.Function("gemm_dot", params={"N": n, "M": m, "K": k})
-    i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
-    A = f.input("A", ("N", "K"), tp.float32)
-    B = f.input("B", ("M", "K"), tp.float32)
-    C = f.computation("C", [i, j], 0.0)
-    C[i, j] += A[i, kk] * B[j, kk]
+    f, C = _product("gemm_dot", n, m, k, True)
     u = C.update
     u.split("k", lanes, names=("k0", "k1"))
     u.reorder("j", "k0", "i", "k1")
@@ -57,7 +65,6 @@ def function(n, m, k, lanes=None):
     u.vectorize("k1", lanes)
     u.accumulate_locally("k0", allow_reassociation=True)
     u.parallelize("j")
-    C.parallelize("i")
     return f
 
 
@@ -67,63 +74,50 @@ def rows_function(n, m, k, lanes=None):
     ``k`` runs; the blocks parallel."""
     lanes = lanes or host().lanes(4)
     width = 4 * lanes if m >= 4 * lanes else lanes
-    f = tp.Function("gemm_rows", params={"N": n, "M": m, "K": k})
-    i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
-    A = f.input("A", ("N", "K"), tp.float32)
-    B = f.input("B", ("K", "M"), tp.float32)
-    C = f.computation("C", [i, j], 0.0)
-    C[i, j] += A[i, kk] * B[kk, j]
+    f, C = _product("gemm_rows", n, m, k, False)
     u = C.update
     u.split("j", width, names=("j0", "j1"))
     u.reorder("j0", "k", "i", "j1")
     u.unroll("i", n)
     u.vectorize("j1", lanes if width % lanes == 0 else width)
     u.parallelize("j0")
-    C.parallelize("i")
     return f
 
 
-class Dot(Solver):
-    """``a @ b`` with ``b`` passed transposed and few rows in ``a``
-    (:func:`fits`): one pass over ``b``."""
+class _OnePass(Solver):
+    """A product with few rows in ``a`` (:func:`fits`) and ``b`` transposed
+    (``transposed``) or as stored: one pass over ``b``."""
     op = "gemm"
+    transposed = True
+    make = None
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and not (p.trans_b == self.transposed and fits(p)):
+            layout = "transposed (weight.t())" if self.transposed else "as stored"
+            return (f"needs b {layout}, at most {MAX_ROWS} rows of a, a in half of L2, no "
+                    f"params (got trans_b={p.trans_b}, {p.n} x {p.k})")
+        return why
+
+    def build(self, p, params):
+        return self.make(p.n, p.m, p.k)
+
+    def run(self, p, args):
+        """``args``: ``(a, b)``, ``b`` as ``m x k`` when ``p.trans_b``."""
+        return _kernel((f"gemm_{self.name}", p.n, p.m, p.k), lambda: self.build(p, {}),
+                       p.target)(*args)
+
+
+class Dot(_OnePass):
+    """``a @ b`` with ``b`` passed transposed: dot products along K."""
     name = "dot"
     numerics = "dot"
-
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and not (p.trans_b and fits(p)):
-            return (f"needs b transposed (weight.t()), at most {MAX_ROWS} rows of a, a in "
-                    f"half of L2, no params (got trans_b={p.trans_b}, {p.n} x {p.k})")
-        return why
-
-    def build(self, p, params):
-        return function(p.n, p.m, p.k)
-
-    def run(self, p, args):
-        """``args``: ``(a, b)``, ``b`` as ``m x k``."""
-        return _kernel(("gemm_dot", p.n, p.m, p.k), lambda: function(p.n, p.m, p.k),
-                       p.target)(*args)
+    make = staticmethod(function)
 
 
-class Rows(Solver):
-    """``a @ b`` with ``b`` as stored (not transposed) and few rows in ``a``
-    (:func:`fits`): one pass over ``b``, in order."""
-    op = "gemm"
+class Rows(_OnePass):
+    """``a @ b`` with ``b`` as stored: blocks of columns over K in order."""
     name = "rows"
     numerics = "rows"
-
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and not (not p.trans_b and fits(p)):
-            return (f"needs b as stored (not transposed), at most {MAX_ROWS} rows of a, a in "
-                    f"half of L2, no params (got trans_b={p.trans_b}, {p.n} x {p.k})")
-        return why
-
-    def build(self, p, params):
-        return rows_function(p.n, p.m, p.k)
-
-    def run(self, p, args):
-        return _kernel(("gemm_rows", p.n, p.m, p.k), lambda: rows_function(p.n, p.m, p.k),
-                       p.target)(*args)
-
+    transposed = False
+    make = staticmethod(rows_function)
