@@ -295,3 +295,21 @@ def test_small_batch_gemm_runs_one_pass_solvers():
         np.testing.assert_allclose(schedules.gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
     empty = np.zeros((0, 300), np.float32)
     assert schedules.gemm(empty, w.T).shape == (0, 37)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_float64_gradcheck_of_converted_blocks(mode):
+    from bench.suite_models import _inverted_residual
+    torch.manual_seed(3)
+    for block in (Block(2, 4, 2), _inverted_residual()(4, 4, 1, 2)):
+        block = _random_stats(block).double().train(mode == "train")
+        ours = snn.convert(copy.deepcopy(block))
+        assert ours.tiramisu_report.converted and ours.tiramisu_report.fused
+        x = torch.randn(2, block.conv1.in_channels if hasattr(block, "conv1") else 4, 5, 5,
+                        dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t: ours(t), (x,), eps=1e-6, atol=1e-5)
+        x2 = x.detach().requires_grad_()
+        block(x2).sum().backward()
+        ours(x).sum().backward()
+        for p, q in zip(block.parameters(), ours.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-8, rtol=1e-7)
