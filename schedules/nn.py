@@ -343,7 +343,9 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False):
 
 
 # why convert leaves a module type to torch (the rest: "no schedules.nn module")
-LEFT = {nn.BatchNorm2d: "BatchNorm2d not after a converted conv, or in training mode only",
+_UNFUSED = ("not fused: fusion needs it called once, as the only user of a converted "
+            "Conv2d's output or of that conv's BatchNorm's, with fuse=True")
+LEFT = {nn.BatchNorm2d: _UNFUSED, nn.ReLU: _UNFUSED, nn.ReLU6: _UNFUSED,
         nn.LSTM: "not converted by convert: schedules.nn.LSTM.from_torch converts it "
                  "(forward only)",
         nn.GRU: "not converted by convert: schedules.nn.GRU.from_torch converts it "
