@@ -210,6 +210,15 @@ def test_gemm_with_a_transposed_operand():
         schedules.gemm(a, w)
 
 
+def test_models_suite_is_registered():
+    """``tiramisu-py bench models`` parses and names the suite's cases (the
+    run itself is the smoke test below: a harness run costs a subprocess)."""
+    from bench import suites
+    args = suites.parser("tiramisu-py bench").parse_args(["models", "--quick", "--shapes", "13"])
+    (case,) = suites.cases(args.suite, args.quick, args.shapes)
+    assert case.name == "seq2seq b2 fwd+bwd" and "models" not in suites.SUITES   # not in "all"
+
+
 def test_models_bench_suite_smoke():
     from bench import suite_models
     cases = suite_models.cases(quick=True)
