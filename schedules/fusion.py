@@ -19,8 +19,8 @@ activation of a chain share one :class:`FusionGroup`.  The group is
 (``module.training`` False); then the conv computes
 ``act(conv(x, W * s, (b - mean) * s + beta))`` with ``s = gamma /
 sqrt(var + eps)`` (folded in float64 and rounded once to the weight's
-dtype; cached per version of the six tensors when no gradient is
-recorded) and the BatchNorm and activation modules return their input
+dtype; when no gradient is recorded, made once per value of the six tensors
+by the prepared-weights cache, which is never stale) and the BatchNorm and activation modules return their input
 unchanged.  When either is in training mode the group is inactive: the
 conv is a plain convolution and the BatchNorm (batch statistics, running
 averages updated) and activation run as torch's, exactly.  ``model.train()``
@@ -33,8 +33,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
+
+from .core.prepared import prepared
 
 ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6"}
 
@@ -47,39 +50,54 @@ class FusionGroup:
     def __init__(self, conv, bn=None, act=None):
         self.conv, self.bn, self.act = conv, bn, act
         self.activation = ACTIVATIONS[type(act)] if act is not None else None
-        self._cache = None
 
     def active(self) -> bool:
         return all(not m.training for m in (self.bn, self.act) if m is not None)
 
     def folded(self, weight, bias):
         """``(weight, bias)`` with the BatchNorm folded in (unchanged without
-        one); differentiable when gradients are recorded."""
+        one); differentiable when gradients are recorded, else made once per
+        value of the six tensors (:func:`schedules.core.prepared.prepared`:
+        never stale, ``.data`` writes included)."""
         bn = self.bn
         if bn is None:
             return weight, bias
         parts = (weight, bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
-        cacheable = not torch.compiler.is_compiling() and not (
-            torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in parts))
-        if cacheable:
-            key = (tuple(None if t is None else (id(t), t._version) for t in parts),
-                   torch.is_inference_mode_enabled(), bn.eps)
-            if self._cache is not None and self._cache[0] == key:
-                return self._cache[1]
-        wide = torch.float64
-        scale = bn.running_var.to(wide).add(bn.eps).rsqrt()
-        if bn.weight is not None:
-            scale = scale * bn.weight.to(wide)
-        shift = -bn.running_mean.to(wide) if bias is None else bias.to(wide) - bn.running_mean
-        shift = shift * scale + (0 if bn.bias is None else bn.bias.to(wide))
-        out = ((weight.to(wide) * scale.reshape(-1, 1, 1, 1)).to(weight.dtype),
-               shift.to(weight.dtype))
-        if cacheable:
-            self._cache = (key, out)
-        return out
+        given = [t for t in parts if t is not None]
+        if torch.compiler.is_compiling() or any(t.is_inference() for t in given) or (
+                torch.is_grad_enabled() and any(t.requires_grad for t in given)):
+            return _fold(*parts, bn.eps)
+        return prepared("folded_batchnorm", [None if t is None else t.detach() for t in parts],
+                        lambda arrays: _made(arrays, bn.eps), extra=(bn.eps,))
 
     def names(self, names):
         return " + ".join(names[id(m)] for m in (self.conv, self.bn, self.act) if m is not None)
+
+
+def _fold(weight, bias, gamma, beta, mean, var, eps):
+    """``(weight * s, (bias - mean) * s + beta)``, ``s = rsqrt(var + eps) *
+    gamma``, in float64, each rounded once to the weight's dtype."""
+    wide = torch.float64
+    scale = var.to(wide).add(eps).rsqrt()
+    if gamma is not None:
+        scale = scale * gamma.to(wide)
+    shift = -mean.to(wide) if bias is None else bias.to(wide) - mean
+    shift = shift * scale + (0 if beta is None else beta.to(wide))
+    return ((weight.to(wide) * scale.reshape(-1, 1, 1, 1)).to(weight.dtype),
+            shift.to(weight.dtype))
+
+
+def _made(arrays, eps):
+    """The fold of the cache's read-only NumPy copies, as ordinary tensors
+    (not inference tensors, whatever the mode of the call that made them)."""
+    with torch.inference_mode(False):
+        return _Folded(_fold(*[None if a is None else torch.from_numpy(np.array(a))
+                               for a in arrays], eps))
+
+
+class _Folded(tuple):
+    """A folded ``(weight, bias)``, sized for the prepared-weights cache."""
+    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in self))
 
 
 class _PassThrough:

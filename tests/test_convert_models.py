@@ -89,6 +89,13 @@ def test_training_mode_runs_apart_exactly_and_eval_folds_the_new_statistics():
         model[1].running_mean.add_(0.5)
         ours.load_state_dict(model.state_dict())
         torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+        # a write through .data (no version bump) is seen too
+        for m in (model, ours):
+            m[0].weight.data.mul_(-1.5)
+            m[4].running_var.data.mul_(2.0)
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+        with torch.inference_mode():
+            torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
 
 
 def test_eval_mode_gradients_flow_through_the_fold():
