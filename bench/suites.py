@@ -1,8 +1,8 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
-    tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|paper|all] [--threads 1,2]
-                      [--repeats N] [--quick] [--shapes 0,2] [--dtype fp32|bf16|fp16|int8]
-                      [--impls NAME,...] [--json PATH] [--png PATH]
+    tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|paper|models|all]
+                      [--threads 1,2] [--repeats N] [--quick] [--shapes 0,2]
+                      [--dtype fp32|bf16|fp16|int8] [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
 
 gemm   square float32 C = A @ B, n = 512, 1024, 2048: tiramisu_py (schedules.gemm),
@@ -31,6 +31,9 @@ paper  the TIRAMISU paper's table: Conv, Conv-ReLU-MaxPool, Resize-Conv-ReLU-Max
        the VGG and ResNet blocks, the seq-to-seq LSTM, dense and sparse, against torch
        and torch.compile, with the paper's figures and the break-even density
        (bench/suite_paper.py; not part of "all").
+models whole models converted by schedules.nn.convert (VGG-11, ResNet-18, MobileNetV2,
+       an Embedding-LSTM-Linear seq2seq) against torch eager and torch.compile, inference
+       and forward + backward, batch 2 and 16 (bench/suite_models.py; not part of "all").
 
 FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
 ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
@@ -45,7 +48,7 @@ import json
 
 import numpy as np
 
-from bench import harness, suite_paper, suite_polybench, suite_rnn, suite_sparse
+from bench import harness, suite_models, suite_paper, suite_polybench, suite_rnn, suite_sparse
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused", "rnn")
@@ -65,7 +68,8 @@ def cases(suite="all", quick=False, shapes=None, dtype="fp32") -> list[Case]:
     make = {"gemm": lambda: [gemm(n) for n in GEMM_SIZES[quick]],
             "conv": lambda: [_conv("conv", s) for s in CONV_SHAPES[quick]],
             "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]],
-            "rnn": lambda: suite_rnn.cases(quick)}
+            "rnn": lambda: suite_rnn.cases(quick),
+            "models": lambda: suite_models.cases(quick)}
     return [case for name in (SUITES if suite == "all" else (suite,))
             for i, case in enumerate(make[name]()) if shapes is None or i in shapes]
 
@@ -195,13 +199,15 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("suite", nargs="?", default="all",
-                   choices=(*SUITES, "sparse", "polybench", "paper", "all"),
+                   choices=(*SUITES, "sparse", "polybench", "paper", "models", "all"),
                    help="which suite (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (a smoke test, not a benchmark)")
     p.add_argument("--shapes", type=_indices, metavar="0,2",
                    help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3, "
-                        "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a))")
+                        "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a); models 0-15: "
+                        "vgg, resnet18, mobilenet_v2, seq2seq x batch 2, 16 x inference, "
+                        "fwd+bwd)")
     p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES),
                    help="the gemm suite's dtype (default fp32; bf16, fp16, int8 need torch)")
     harness.add_arguments(p)

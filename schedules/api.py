@@ -52,7 +52,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     algorithm, CUDA too; empty shapes as torch (0 images: an empty result; 0 input
     channels: a result of 0 channels; 0 rows with images and channels, or
     fewer output channels than groups: refused).  ``algo``:
-    "auto" (find step), "direct", "im2col", "spatial_pack" or "sparse"
+    "auto" (find step), "direct", "depthwise" (groups = channels, see
+    :mod:`schedules.solvers.conv_depthwise`), "im2col", "spatial_pack" or "sparse"
     (:func:`schedules.sparse_conv2d`; ``weight`` may then also be a sparse
     weight, see there).  ``target="cuda"``, or torch CUDA tensors with no
     target: the CUDA solvers (:mod:`schedules.solvers.conv_cuda`; a sparse

@@ -20,6 +20,8 @@ from torch import nn
 import schedules.torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
 from schedules import api
 from schedules.solvers import rnn_train
+from schedules.api import FUSED_ALGOS
+from schedules.fusion import STAND_INS, ConvertReport, find_chains
 from schedules.weights.csr import CSRWeights
 
 ops = torch.ops.tiramisu
@@ -69,16 +71,38 @@ def _padded(conv, input):
 class Conv2d(nn.Conv2d):
     """``nn.Conv2d`` (any padding, padding_mode, stride, dilation, groups;
     batched or unbatched input) as ``tiramisu::conv2d``; ``algo``: "auto"
-    (the find step of :mod:`schedules.conv_ops`), "direct", "im2col" or
-    "spatial_pack" (float32 shapes the library takes; others use the plain
-    kernel)."""
+    (the find step of :mod:`schedules.conv_ops`), "direct", "depthwise",
+    "im2col" or "spatial_pack" (float32 shapes the library takes; others use
+    the plain kernel)."""
 
     algo = "auto"
 
     def forward(self, input):
         x, padding = _padded(self, input)
+        group = self.__dict__.get("_fusion")         # set by convert: see schedules.fusion
+        if group is not None and group.active():
+            unbatched = x.dim() == 3
+            y = self._fused(x.unsqueeze(0) if unbatched else x, group, padding)
+            return y.squeeze(0) if unbatched else y
         return ops.conv2d(x, self.weight, self.bias, list(self.stride), padding,
                           list(self.dilation), self.groups, algo=self.algo)
+
+    def _fused(self, x, group, pad):
+        """The chain's conv with its BatchNorm folded into the weight and bias
+        and its activation as the epilogue: ReLU inside the kernel (the
+        fused block with ``pool=1``) where that takes the conv, else applied
+        in place to the conv's fresh output."""
+        weight, bias = group.folded(self.weight, self.bias)
+        in_kernel = (group.activation == "relu" and self.algo == "auto" and self.groups == 1
+                     and tuple(self.stride) == (1, 1) and tuple(self.dilation) == (1, 1)
+                     and weight.dtype == torch.float32)
+        if in_kernel:
+            return ops.conv_relu_maxpool(x, weight, bias, [1, 1], pad, [1, 1], 1, pool=1)
+        y = ops.conv2d(x, weight, bias, list(self.stride), pad, list(self.dilation),
+                       self.groups, algo=self.algo)
+        if group.activation == "relu":
+            return y.clamp_(min=0)
+        return y.clamp_(0, 6) if group.activation == "relu6" else y
 
     @classmethod
     def from_torch(cls, module: nn.Conv2d, algo="auto"):
@@ -390,40 +414,110 @@ def _pool_of(mp: nn.MaxPool2d):
     return k
 
 
-_CONVERTERS = {nn.Linear: lambda m, algo: Linear.from_torch(m),
-               nn.Conv2d: lambda m, algo: Conv2d.from_torch(m, algo=algo),
-               nn.LSTM: lambda m, algo: LSTM.from_torch(m),
-               nn.GRU: lambda m, algo: GRU.from_torch(m)}
+# torch module types convert replaces, and how: ``{type: (module, algo) -> our module}``
+CONVERTERS = {nn.Linear: lambda m, algo: Linear.from_torch(m),
+              nn.Conv2d: lambda m, algo: Conv2d.from_torch(m, algo=algo),
+              nn.LSTM: lambda m, algo: LSTM.from_torch(m),
+              nn.GRU: lambda m, algo: GRU.from_torch(m)}
 
 
-def convert(model: nn.Module, fuse=True, algo="auto", report=None, _prefix=""):
+def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None):
     """Replaces, in place, every ``nn.Linear``, ``nn.Conv2d``, ``nn.LSTM`` and
-    ``nn.GRU`` of ``model`` by this module's, and (``fuse``) every ``Conv2d,
-    ReLU, MaxPool2d`` run of an ``nn.Sequential`` that the fused block takes
-    by one :class:`ConvReLUMaxPool2d` (the run's modules are renumbered).
-    ``report``: a list that receives one ``"name: Torch -> ours"`` line per
-    module converted.  Returns ``model``."""
-    if fuse and isinstance(model, nn.Sequential):
-        fused = _fused(model, algo)
-        model._modules.clear()
-        for k, m in enumerate(fused):
-            model.add_module(str(k), m)
-            if report is not None and isinstance(m, ConvReLUMaxPool2d):
-                report.append(f"{_prefix}{k}: Conv2d+ReLU+MaxPool2d -> ConvReLUMaxPool2d")
-    for name, child in list(model.named_children()):
-        make = _CONVERTERS.get(type(child))
-        if make is not None:
-            new = make(child, algo)
-            setattr(model, name, new)
-            if report is not None:
-                report.append(f"{_prefix}{name}: {type(child).__name__} -> "
-                              f"schedules.nn.{type(new).__name__}")
-        else:
-            convert(child, fuse, algo, report, f"{_prefix}{name}.")
+    ``nn.GRU`` of ``model`` by this module's (:data:`CONVERTERS`), and with
+    ``fuse``:
+
+    * each ``Conv2d, ReLU, MaxPool2d`` run of an ``nn.Sequential`` that the
+      fused block takes by one :class:`ConvReLUMaxPool2d` (the run's
+      modules are renumbered; with ``algo`` "auto" or one of the block's,
+      :data:`schedules.FUSED_ALGOS`);
+    * each ``Conv2d -> BatchNorm2d -> ReLU/ReLU6`` chain of the forward
+      (either link optional; found by ``torch.fx``, see
+      :mod:`schedules.fusion`) into one convolution while the BatchNorm and
+      activation are in eval mode: the BatchNorm folded into the conv's
+      weight and bias, the activation its epilogue; in training mode the
+      three run apart, exactly as torch's (``train()`` un-folds, ``eval()``
+      folds again; parameters, buffers and ``state_dict`` are untouched).
+
+    Returns ``model``; what was converted, fused and left to torch is
+    ``model.tiramisu_report`` (a :class:`schedules.fusion.ConvertReport`),
+    printed with ``verbose=True``; ``report``: a list that also receives one
+    ``"name: Torch -> schedules.nn.Ours"`` line per module converted."""
+    chains, how, functions = find_chains(model) if fuse else ({}, "no fusion", {})
+    lines = report
+    report = ConvertReport(functions=dict(functions), how=how)
+    _convert(model, fuse, algo, chains, report, "")
+    if lines is not None:
+        lines += [f"{name}: {torch_type} -> {ours}" for name, torch_type, ours in report.converted]
+    live = [g for g in chains.values() if isinstance(g.conv, Conv2d)]
+    _stand_ins(model, {id(m): g for g in live for m in (g.bn, g.act) if m is not None})
+    names = {id(m): n for n, m in model.named_modules()}
+    for g in live:
+        g.conv.__dict__["_fusion"] = g
+        report.fused.append((g.names(names), _chain_text(g)))
+    ours = tuple(STAND_INS.values()) + (Linear, Conv2d, ConvReLUMaxPool2d, SparseConv2d,
+                                        _Recurrent, nn.Identity)
+    report.left_to_torch += [(n, type(m).__name__, LEFT.get(type(m), "no schedules.nn module"))
+                             for n, m in model.named_modules()
+                             if n and not m._modules and not isinstance(m, ours)
+                             and n not in {r[0] for r in report.left_to_torch}]
+    model.tiramisu_report = report
+    if verbose:
+        print(report)
     return model
 
 
-def _fused(seq, algo):
+# why convert leaves a module type to torch (the rest: "no schedules.nn module")
+_UNFUSED = ("not fused: fusion needs it called once, as the only user of a converted "
+            "Conv2d's output or of that conv's BatchNorm's, with fuse=True")
+LEFT = {nn.BatchNorm2d: _UNFUSED, nn.ReLU: _UNFUSED, nn.ReLU6: _UNFUSED}
+
+
+def _convert(model, fuse, algo, chains, report, prefix):
+    if fuse and isinstance(model, nn.Sequential) and algo in ("auto",) + FUSED_ALGOS:
+        fused = _fused(model, algo, report, prefix)    # (an algo the block has not: no trios)
+        model._modules.clear()
+        for k, m in enumerate(fused):
+            model.add_module(str(k), m)
+    for name, child in list(model.named_children()):
+        full = prefix + name
+        convert_one = CONVERTERS.get(type(child))
+        if convert_one is None:
+            _convert(child, fuse, algo, chains, report, full + ".")
+            continue
+        try:
+            new = convert_one(child, algo)
+        except ValueError as e:             # a setting our module does not take: torch's stays
+            report.left_to_torch.append((full, type(child).__name__, str(e)))
+            continue
+        setattr(model, name, new)
+        report.converted.append((full, type(child).__name__, f"schedules.nn.{type(new).__name__}"))
+        if id(child) in chains:
+            chains[id(child)].conv = new
+    return model
+
+
+def _stand_ins(model, groups):
+    """Replaces each chain's BatchNorm and activation by its stand-in."""
+    for name, child in list(model.named_children()):
+        group = groups.get(id(child))
+        if group is None:
+            _stand_ins(child, groups)
+            continue
+        new = STAND_INS[type(child)].adopt(child, group)
+        setattr(model, name, new)
+        if child is group.bn:
+            group.bn = new
+        else:
+            group.act = new
+
+
+def _chain_text(group):
+    parts = ["BatchNorm2d folded into the weight and bias" if group.bn is not None else "",
+             f"{group.activation} as the epilogue" if group.activation else ""]
+    return " + ".join(p for p in parts if p) + " (eval mode; apart in training mode)"
+
+
+def _fused(seq, algo, report, prefix):
     """The modules of ``seq`` with each fusable Conv2d-ReLU-MaxPool2d run as
     one :class:`ConvReLUMaxPool2d`."""
     mods, out, k = list(seq), [], 0
@@ -433,6 +527,8 @@ def _fused(seq, algo):
                 and isinstance(trio[2], nn.MaxPool2d):
             try:
                 out.append(ConvReLUMaxPool2d.from_torch(nn.Sequential(*trio), algo=algo))
+                report.fused.append((f"{prefix}{k}..{k + 2}", "Conv2d + ReLU + MaxPool2d as one "
+                                     f"ConvReLUMaxPool2d (now {prefix}{len(out) - 1})"))
                 k += 3
                 continue
             except ValueError:          # not a shape the fused block takes: keep the three

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from .solvers.conv_cuda import CudaDirect
 from .solvers.conv_dense import Direct, Im2col, SpatialPack
+from .solvers.conv_depthwise import Depthwise
 from .solvers.conv_fused import FusedDirect, FusedWinograd
 from .solvers.conv_sparse import SparseCSR
 from .solvers.conv_sparse_cuda import CudaSparseCSR
@@ -60,15 +61,16 @@ from .solvers.gemm_blis import Blis
 from .solvers.resize_conv import ResizeDirect, ResizeSparse
 from .solvers.gemm_cuda import CudaTiled
 from .solvers.gemm_dot import DotGemm
+from .solvers.gemm_rows import Rows, RowsT
 from .solvers.rnn_cpu import Layer, Wavefront
 from .solvers.rnn_cuda import CudaWavefront
 
 SOLVERS = {
-    "conv2d": [Direct(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
+    "conv2d": [Direct(), Depthwise(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
                CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
     "resize_conv_relu_maxpool": [ResizeDirect(), ResizeSparse()],
-    "gemm": [Blis("gemm"), DotGemm("gemm"), CudaTiled()],
+    "gemm": [RowsT(), Rows(), Blis("gemm"), DotGemm("gemm"), CudaTiled()],
     "batched_gemm": [Blis("batched_gemm"), DotGemm("batched_gemm")],
     "gemm_int8": [DotGemm("gemm_int8")],
     "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],

@@ -13,8 +13,42 @@ FLOATS = {torch.float32: "float32", torch.float64: "float64"}
 
 
 def op(name, schema, impl, fake, backward=None, setup_context=None):
-    """Defines ``tiramisu::name`` (see :func:`tiramisu_py.runtime.torch_bridge.define`)."""
-    return define(f"{NS}::{name}", schema, impl, fake, backward, setup_context)
+    """Defines ``tiramisu::name`` (see :func:`tiramisu_py.runtime.torch_bridge.define`);
+    its results pass through :func:`fresh_outputs`."""
+    def owned(*args, **kwargs):
+        return fresh_outputs(impl(*args, **kwargs), args)
+    owned.__name__, owned.__doc__ = impl.__name__, impl.__doc__
+    return define(f"{NS}::{name}", schema, owned, fake, backward, setup_context)
+
+
+def _tensors(args):
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, (list, tuple)):
+            yield from _tensors(a)
+
+
+def fresh_outputs(result, args):
+    """``result`` (a tensor or a tuple of them) with no output aliasing
+    anything but its own fresh storage: an output sharing storage with an
+    argument is copied, and an output that is a view (im2col's reshape of
+    the kernel's output) becomes a tensor of its own over the same fresh
+    storage (no copy).  So every op returns tensors that in-place ops after
+    it (``ReLU(inplace=True)``) may modify under autograd."""
+    if isinstance(result, (tuple, list)):
+        return type(result)(fresh_outputs(r, args) for r in result)
+    if not isinstance(result, torch.Tensor):
+        return result
+    mine = result.untyped_storage().data_ptr()
+    if result.untyped_storage().nbytes() and any(
+            t.untyped_storage().data_ptr() == mine for t in _tensors(args)):
+        return result.clone()
+    if result._base is None:
+        return result
+    own = result.new_empty(0)
+    return own.set_(result.untyped_storage(), result.storage_offset(), result.shape,
+                    result.stride())
 
 
 def float_dtype(name, *ts):

@@ -35,6 +35,14 @@ Each op has a backward made of compiled kernels, themselves ops
 ``conv2d_grad_input``, ``conv2d_grad_weight``; ``conv_relu_maxpool_grad`` then the two conv
 ones; ``lstm``/``gru``: the forward recomputed keeping every layer's states, then
 backpropagation through time, :mod:`schedules.solvers.rnn_train`), float32 and float64.
+``conv2d_grad_input`` of a float32 stride-1 conv runs as the forward
+convolution of the output's gradient with the flipped, group-transposed
+weight (:func:`flipped_weight`), through the forward solvers and their find
+step, and ``conv2d_grad_weight`` of a float32 pointwise (1x1, stride 1, no
+padding, groups 1) conv as one GEMM per image (the input read transposed);
+other shapes and float64 run the plain kernels.  Every op returns
+fresh tensors (:func:`schedules.torch_glue.fresh_outputs`); ``gemm`` reads a transposed
+``mat2`` (``weight.t()``) in place.
 float32 forwards run the library's solvers (:mod:`schedules.api`; a forced
 ``algo`` there); float64, and float32 shapes those do not take (unequal
 stride/padding/dilation pairs), run the plain
@@ -87,11 +95,12 @@ def _square(s: ConvShape):
 # ------------------------------------------------------------------ gemm
 def _gemm(a, b):
     dt = _dtype("gemm", a, b)
-    a, b = contiguous(a), contiguous(b)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"tiramisu::gemm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
-    if dt == "float32":
-        return api.gemm(a, b)
+    a = contiguous(a)
+    if dt == "float32":         # a transposed b (``weight.t()``) is read as it is stored
+        return api.gemm(a, b if b.t().is_contiguous() else contiguous(b))
+    b = contiguous(b)
     (n, k), m = a.shape, b.shape[1]
     return _kernel(("matmul", n, m, k, dt), lambda: BW.matmul(n, m, k, dt))(a, b)
 
@@ -287,7 +296,23 @@ def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
     g, weight = contiguous(g), contiguous(weight)
     s = _conv("conv2d_grad_input", input_size, weight.shape, stride,
               padding, dilation, groups)
+    if dt == "float32" and _square(s) and s.sh == 1 and s.ph <= s.dh * (s.kh - 1) \
+            and s.pw <= s.dw * (s.kw - 1) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        # stride 1: the gradient is the convolution of the output's gradient
+        # with the flipped, group-transposed weight, run by the forward solvers
+        return api.conv2d(g, flipped_weight(weight, groups), None, stride=1,
+                          padding=(s.dh * (s.kh - 1) - s.ph, s.dw * (s.kw - 1) - s.pw),
+                          dilation=s.dh, groups=groups)
     return _kernel(("grad_input", s, dt), lambda: BW.conv_grad_input(s, dt))(grad=g, weight=weight)
+
+
+def flipped_weight(weight, groups):
+    """The weight of the convolution that maps an output gradient to the
+    input gradient (stride 1): per group ``(Co/g, Ci/g)`` transposed to
+    ``(Ci/g, Co/g)``, each kernel rotated by 180 degrees; ``(Ci, Co/g, Kh, Kw)``."""
+    co, cig, kh, kw = weight.shape
+    w = weight.reshape(groups, co // groups, cig, kh, kw).transpose(1, 2)
+    return w.flip(-1, -2).reshape(groups * cig, co // groups, kh, kw).contiguous()
 
 
 def _grad_input_fake(g, weight, input_size, stride, padding, dilation, groups):
@@ -299,6 +324,15 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups):
     g, x = contiguous(g), contiguous(x)
     s = _conv("conv2d_grad_weight", x.shape, weight_size, stride, padding,
               dilation, groups)
+    if dt == "float32" and (s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.groups) == (1, 1, 1, 1, 0, 0, 1) \
+            and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        # a pointwise conv: per image grad (Co x P) @ input^T, the input (Ci x P)
+        # read transposed in place by the library's GEMM
+        p, gw = s.ho * s.wo, None
+        for i in range(s.n):
+            part = api.gemm(g[i].reshape(s.co, p), x[i].reshape(s.ci, p).t())
+            gw = part if gw is None else gw.add_(part)
+        return gw.reshape(weight_size), g.sum((0, 2, 3))
     r = _kernel(("grad_weight", s, dt), lambda: BW.conv_grad_weight(s, dt))(data=x, grad=g)
     return r["grad_weight"], r["grad_bias"]
 

@@ -82,12 +82,14 @@ def floor_violations(graph, floors, package="tiramisu_py"):
 # the host facts < core (solver base, find, kernels, arrays) < weights (CSR,
 # packed RNN weights) < problems < blocks (schedule pieces solvers share) <
 # solvers < registry < api < the package's __init__, and the torch glue on top
+# (fusion: the model-level fusion convert applies, below the modules that use it)
 SCHEDULES_FLOORS = {"host": 0, "core": 1, "weights": 2, "problems": 3, "blocks": 4,
                     "solvers": 5, "registry": 6, "api": 7, "tuner": 7, "": 8,
-                    # the torch glue: helpers < the recurrent ops < the other ops < modules
-                    "torch_glue": 8, "torch_rnn_ops": 9, "torch_ops": 10, "nn": 11,
-                    "conformance": 12,   # the conformance suite's refusal table, read by its test
-                    "cli": 13}   # the tiramisu-py command: tiramisu_py.cli + the library's tune
+                    # the torch glue: helpers < the recurrent ops < the other ops < convert's
+                    # fusion < modules
+                    "torch_glue": 8, "torch_rnn_ops": 9, "torch_ops": 10, "fusion": 11, "nn": 12,
+                    "conformance": 13,   # the conformance suite's refusal table, read by its test
+                    "cli": 14}   # the tiramisu-py command: tiramisu_py.cli + the library's tune
 
 
 def test_schedules_imports_run_down_its_floors():

@@ -105,17 +105,22 @@ def default_params(n, m, k, machine=None, itemsize=4) -> GemmParams:
                       parallel=parallel)
 
 
-def algorithm(n, m, k, batch=None, dtype=tp.float32):
+def algorithm(n, m, k, batch=None, dtype=tp.float32, b_transposed=False):
     """The unscheduled ``C = A @ B`` (``batch``: a leading batch dimension) of
-    ``dtype`` (float32 or float64) matrices."""
-    f = tp.Function("gemm" if batch is None else "batched_gemm",
+    ``dtype`` (float32 or float64) matrices; ``b_transposed``: B given as its
+    transpose, an ``M x K`` matrix read ``B[j, k]``, as ``nn.Linear`` stores
+    its weight."""
+    if b_transposed and batch is not None:
+        raise ValueError("gemm: b_transposed is for one (unbatched) product")
+    name = "gemm_bt" if b_transposed else "gemm"
+    f = tp.Function(name if batch is None else "batched_gemm",
                     params={"N": n, "M": m, "K": k, **({} if batch is None else {"NB": batch})})
     i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
     if batch is None:
         A = f.input("A", ("N", "K"), dtype)
-        B = f.input("B", ("K", "M"), dtype)
+        B = f.input("B", ("M", "K") if b_transposed else ("K", "M"), dtype)
         C = f.computation("C", [i, j], 0.0, dtype=_explicit(dtype))
-        C[i, j] += A[i, kk] * B[kk, j]
+        C[i, j] += A[i, kk] * (B[j, kk] if b_transposed else B[kk, j])
     else:
         b = f.var("b", 0, "NB")
         A = f.input("A", ("NB", "N", "K"), dtype)
@@ -131,14 +136,18 @@ def _explicit(dtype):
     return None if dtype is tp.float32 else dtype
 
 
-def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
+def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None,
+         b_transposed=False):
     """Applies the Goto/BLIS schedule to ``update`` (a ``+=`` of ``a[.., i, k] *
     b[.., k, j]`` over loops ``outer..., i, j, k``): tiling, packing of ``b``
     (and of ``a`` with ``p.pack_a``; inputs or computations) into contiguous
     panels, register blocking, parallel ``ic`` or ``jc``.  ``depth``: the
     extent of ``k`` (the packed panel of ``b`` holds all of it).  ``b=None``:
     ``b`` is already stored as packed panels ``[j / NR][k][j % NR]`` and is
-    read in place.  Returns the packed copies (``None`` for one not made)."""
+    read in place; ``b_transposed``: ``b`` is read ``b[.., j, k]`` (its
+    transpose is the operand), and its packing reads it so: the panels are
+    the same, no transposed copy of ``b`` is made first.  Returns the packed
+    copies (``None`` for one not made)."""
     f = update.function
     update.split(i, p.mc, names=("ic", "i_")).split("i_", p.mr, names=("ir", "iu"))
     update.split(j, p.nc, names=("jc", "j_")).split("j_", p.nr, names=("jr", "jv"))
@@ -152,11 +161,19 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None):
         # micro-panel per innermost loop (a contiguous vector copy)
         bp = update.cache_at(b, "jc", name=f"{b.name}_packed")
         kb, jb = bp.vars[-2], bp.vars[-1]
+        if b_transposed:
+            jb, kb = kb, jb
         bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), depth, p.nr), b.dtype),
                     [(jb % p.nc) // p.nr, kb, jb % p.nr])
         bp.split(jb, p.nr, names=(f"{jb.name}_r", f"{jb.name}_v"))
+        if b_transposed:
+            # a transpose: NR rows of B^T read along k (contiguous), written
+            # NR-wide into the panel (k outer of the vector: one row per kb)
+            bp.reorder(f"{jb.name}_r", kb, f"{jb.name}_v")
+            if p.parallel != "jc":
+                bp.parallelize(f"{jb.name}_r")
         bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
-        if p.parallel != "jc":
+        if p.parallel != "jc" and not b_transposed:
             bp.parallelize(kb)
     # A is the broadcast operand: read in place by default (its MR x KC
     # elements stay in L1 over the jr loop), or packed per (ic, kc)
@@ -186,23 +203,31 @@ def _pack_a(update, a, p):
     return ap
 
 
-def function(n, m, k, batch=None, params: GemmParams | None = None, dtype=tp.float32):
-    """``C = A @ B`` (``batch``: batched; ``dtype``: float32 or float64) with
-    the BLIS schedule; change it or compile it (``.compile(target="llvm")``)."""
+def function(n, m, k, batch=None, params: GemmParams | None = None, dtype=tp.float32,
+             b_transposed=False):
+    """``C = A @ B`` (``batch``: batched; ``dtype``: float32 or float64;
+    ``b_transposed``: B passed as its ``M x K`` transpose) with the BLIS
+    schedule; change it or compile it (``.compile(target="llvm")``)."""
     p = params or default_params(n, m, k, itemsize=dtype.bits // 8)
-    f = algorithm(n, m, k, batch, dtype)
+    f = algorithm(n, m, k, batch, dtype, b_transposed)
     C = f.computations["C"]
     C.parallelize("b" if batch is not None else "i")
     outer = ("b",) if batch is not None else ()
-    blis(C.update, f.buffers["A"], f.buffers["B"], "i", "j", "k", p, outer, depth=k)
+    blis(C.update, f.buffers["A"], f.buffers["B"], "i", "j", "k", p, outer, depth=k,
+         b_transposed=b_transposed)
     return f
 
 
-def kernel(n, m, k, p: GemmParams, target, batch=None, dtype=tp.float32):
+def kernel(n, m, k, p: GemmParams, target, batch=None, dtype=tp.float32, b_transposed=False):
     """The compiled ``C = A @ B`` of these sizes and tiles (``batch``:
-    batched; ``dtype``: float32 or float64), once per process: the GEMM
-    solvers' kernel, and the RNN layer's input projection."""
+    batched; ``dtype``: float32 or float64; ``b_transposed``: B passed as
+    ``M x K``), once per process: the GEMM solvers' kernel, and the RNN
+    layer's input projection."""
     wide = () if dtype is tp.float32 else (dtype.name,)     # float32 keys as before
+    if b_transposed:
+        return _kernel(("gemm_bt", n, m, k, p) + wide,
+                       lambda: function(n, m, k, params=p, dtype=dtype, b_transposed=True),
+                       target)
     if batch is None:
         return _kernel(("gemm", n, m, k, p) + wide,
                        lambda: function(n, m, k, params=p, dtype=dtype), target)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+import numpy as np
+
 from ..core import arrays as A
 from ..core.kernels import target_of, use_cuda
 
@@ -19,7 +21,10 @@ class GemmProblem:
     float16 on the CPU; int8 for ``op`` "gemm_int8") (``batch``: that many of
     them), the backend ``target``, the ``device`` ("cpu" or "cuda") and the
     caller's tiles ``params`` (a :class:`schedules.GemmParams`, or None: from
-    the host)."""
+    the host).;
+    ``trans_b``: ``b`` came as the transpose of a contiguous ``m x k`` matrix
+    (``weight.t()``, as ``nn.Linear`` passes it) and is read in that layout,
+    never copied (CPU, unbatched, float32/float64)."""
     op: str
     n: int
     m: int
@@ -29,8 +34,9 @@ class GemmProblem:
     batch: int | None = None
     params: object = None
     dtype: str = "float32"
+    trans_b: bool = False
 
-    VERSION = 2                 # 2: the dtype
+    VERSION = 3                 # 2: the dtype; 3: trans_b
 
     degenerate = property(lambda self: min(self.n, self.m, self.k) == 0)
 
@@ -38,7 +44,7 @@ class GemmProblem:
         return {"op": self.op, "version": self.VERSION, "n": self.n, "m": self.m, "k": self.k,
                 "batch": self.batch, "target": self.target, "device": self.device,
                 "params": None if self.params is None else repr(self.params),
-                "dtype": self.dtype}
+                "dtype": self.dtype, "trans_b": self.trans_b}
 
     @classmethod
     def from_call(cls, op, a, b, params, target, gpu=True):
@@ -54,6 +60,7 @@ class GemmProblem:
         cuda = gpu and use_cuda(target, a, b, names=("a", "b"))
         A.same_kind((a, b), ("a", "b"))
         ndim = 3 if op == "batched_gemm" else 2
+        trans_b = False
         if cuda:
             a, b = A.cuda_float32(a, "a", ndim), A.cuda_float32(b, "b", ndim)
             dtype = "float32"
@@ -65,7 +72,10 @@ class GemmProblem:
                     str(getattr(b, "dtype", "")).split(".")[-1] in kinds:   # as torch's matmul
                 raise TypeError(f"{op}: b: expected {dtype}, got {str(b.dtype).split('.')[-1]} "
                                 "(a and b must have the same dtype)")
-            b = A.typed_array(b, "b", ndim, (dtype,))
+            # weight.t() (nn.Linear's): read as stored, never copied (float32/float64)
+            trans_b = op == "gemm" and dtype in ("float32", "float64") and _transposed(b)
+            b = A.typed_array(b.T, "b", ndim, (dtype,)).T if trans_b else \
+                A.typed_array(b, "b", ndim, (dtype,))
         if op != "batched_gemm":
             (n, k), (k2, m) = a.shape, b.shape
             if k != k2:
@@ -84,8 +94,8 @@ class GemmProblem:
                 batch = max(batch, nb2)
                 a, b = A.broadcast(a, (batch, n, k)), A.broadcast(b, (batch, k2, m))
         p = cls(op, int(n), int(m), int(k), target_of(target), "cuda" if cuda else "cpu",
-                batch, params, dtype)
-        return p, (a, b)
+                batch, params, dtype, trans_b)
+        return p, (a, b.T if trans_b else b)
 
 
 def _refuse(cond, message):
@@ -155,3 +165,13 @@ class MatmulShapes:
         """``x`` of ``shape`` broadcast to ``batch + mat``, as ``(size,) + mat``."""
         x = A.broadcast(x.reshape(shape[:-2] + mat), self.batch + mat)
         return x.reshape((size,) + mat)
+
+
+def _transposed(b) -> bool:
+    """``b`` is a 2-D array whose transpose, not itself, is C-contiguous."""
+    if getattr(b, "ndim", None) != 2 or min(b.shape) < 2:
+        return False
+    if A.is_torch(b):
+        return not b.is_contiguous() and b.t().is_contiguous()
+    return (isinstance(b, np.ndarray) and not b.flags.c_contiguous
+            and b.T.flags.c_contiguous)

@@ -50,11 +50,13 @@ class Blis(Solver):
         return {"params": replace(self.params(p)["params"], **values)}
 
     def build(self, p, params):
-        return function(p.n, p.m, p.k, batch=p.batch, dtype=DTYPES[p.dtype], **params)
+        return function(p.n, p.m, p.k, batch=p.batch, dtype=DTYPES[p.dtype], b_transposed=p.trans_b,
+                        **params)
 
     def run(self, p, args, values=None):
+        """``args``: ``(a, b)``, ``b`` as ``m x k`` when ``p.trans_b``."""
         return kernel(p.n, p.m, p.k, self.tuned(p, values)["params"], p.target, batch=p.batch,
-                      dtype=DTYPES[p.dtype])(*args)
+                      dtype=DTYPES[p.dtype], b_transposed=p.trans_b)(*args)
 
 
 def _sizes(default, extent, multiple):

@@ -1,0 +1,236 @@
+"""Model-level fusion for :func:`schedules.nn.convert` (imports torch): which
+``Conv2d -> BatchNorm2d -> ReLU/ReLU6`` chains of a model may run as one
+convolution, the modules that stand in for the folded BatchNorm and
+activation, and the report of what ``convert`` did.
+
+**Finding chains.**  The model's forward is traced with ``torch.fx``
+(:func:`find_chains`): a chain is an ``nn.Conv2d`` whose output is used only
+by an ``nn.BatchNorm2d`` (with running statistics, over the conv's
+channels), whose output is used only by an ``nn.ReLU``/``nn.ReLU6`` (either
+link optional, at least one present), every module of it called exactly
+once in the forward.  A model ``torch.fx`` cannot trace (data-dependent
+control flow) is read as its ``nn.Sequential`` containers only, in order,
+where the order is the dataflow.  Functional calls (``F.relu``, ``x + y``)
+are not fused; the report counts them.
+
+**One switch, the modules' own modes.**  The conv, the BatchNorm and the
+activation of a chain share one :class:`FusionGroup`.  The group is
+*active* when its BatchNorm and activation are both in eval mode
+(``module.training`` False); then the conv computes
+``act(conv(x, W * s, (b - mean) * s + beta))`` with ``s = gamma /
+sqrt(var + eps)`` (folded in float64 and rounded once to the weight's
+dtype; when no gradient is recorded, made once per value of the six tensors
+by the prepared-weights cache, which is never stale) and the BatchNorm and activation modules return their input
+unchanged.  When either is in training mode the group is inactive: the
+conv is a plain convolution and the BatchNorm (batch statistics, running
+averages updated) and activation run as torch's, exactly.  ``model.train()``
+after ``model.eval()`` thus un-folds, ``eval()`` folds again with the
+current statistics; the parameters and buffers are never modified, so
+``state_dict`` keys and values are those of the torch model.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from .core.prepared import prepared
+
+ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6"}
+
+
+class FusionGroup:
+    """The modules of one chain (held as plain references: they stay where
+    the model has them, once in its ``state_dict``) and the folded
+    weights' cache."""
+
+    def __init__(self, conv, bn=None, act=None):
+        self.conv, self.bn, self.act = conv, bn, act
+        self.activation = ACTIVATIONS[type(act)] if act is not None else None
+
+    def active(self) -> bool:
+        return all(not m.training for m in (self.bn, self.act) if m is not None)
+
+    def folded(self, weight, bias):
+        """``(weight, bias)`` with the BatchNorm folded in (unchanged without
+        one); differentiable when gradients are recorded, else made once per
+        value of the six tensors (:func:`schedules.core.prepared.prepared`:
+        never stale, ``.data`` writes included)."""
+        bn = self.bn
+        if bn is None:
+            return weight, bias
+        parts = (weight, bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
+        given = [t for t in parts if t is not None]
+        if torch.compiler.is_compiling() or any(t.is_inference() for t in given) or (
+                torch.is_grad_enabled() and any(t.requires_grad for t in given)):
+            return _fold(*parts, bn.eps)
+        return prepared("folded_batchnorm", [None if t is None else t.detach() for t in parts],
+                        lambda arrays: _made(arrays, bn.eps), extra=(bn.eps,))
+
+    def names(self, names):
+        return " + ".join(names[id(m)] for m in (self.conv, self.bn, self.act) if m is not None)
+
+
+def _fold(weight, bias, gamma, beta, mean, var, eps):
+    """``(weight * s, (bias - mean) * s + beta)``, ``s = rsqrt(var + eps) *
+    gamma``, in float64, each rounded once to the weight's dtype."""
+    wide = torch.float64
+    scale = var.to(wide).add(eps).rsqrt()
+    if gamma is not None:
+        scale = scale * gamma.to(wide)
+    shift = -mean.to(wide) if bias is None else bias.to(wide) - mean
+    shift = shift * scale + (0 if beta is None else beta.to(wide))
+    return ((weight.to(wide) * scale.reshape(-1, 1, 1, 1)).to(weight.dtype),
+            shift.to(weight.dtype))
+
+
+def _made(arrays, eps):
+    """The fold of the cache's read-only NumPy copies, as ordinary tensors
+    (not inference tensors, whatever the mode of the call that made them)."""
+    with torch.inference_mode(False):
+        return _Folded(_fold(*[None if a is None else torch.from_numpy(np.array(a))
+                               for a in arrays], eps))
+
+
+class _Folded(tuple):
+    """A folded ``(weight, bias)``, sized for the prepared-weights cache."""
+    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in self))
+
+
+class _PassThrough:
+    """A chain's BatchNorm or activation: its input unchanged while the group
+    is active (the conv applied it), else the torch module's forward."""
+
+    def forward(self, input):
+        group = self.__dict__.get("_fusion")
+        if group is not None and group.active():
+            return input
+        return super().forward(input)
+
+    @classmethod
+    def adopt(cls, module, group):
+        """A new module of this class with ``module``'s parameters, buffers,
+        settings and mode (the same tensor objects)."""
+        new = cls.__new__(cls)
+        new.__dict__.update(module.__dict__)
+        new._parameters, new._buffers = dict(module._parameters), dict(module._buffers)
+        new._modules = dict(module._modules)
+        new.__dict__["_fusion"] = group
+        return new
+
+
+class FoldedBatchNorm2d(_PassThrough, nn.BatchNorm2d):
+    """An ``nn.BatchNorm2d`` folded into the preceding conv while in eval
+    mode (:class:`FusionGroup`); torch's BatchNorm in training mode."""
+
+
+class FusedReLU(_PassThrough, nn.ReLU):
+    """An ``nn.ReLU`` applied by the preceding conv while in eval mode."""
+
+
+class FusedReLU6(_PassThrough, nn.ReLU6):
+    """An ``nn.ReLU6`` applied by the preceding conv while in eval mode."""
+
+
+STAND_INS = {nn.BatchNorm2d: FoldedBatchNorm2d, nn.ReLU: FusedReLU, nn.ReLU6: FusedReLU6}
+
+
+def _foldable_bn(conv, bn):
+    return (type(bn) is nn.BatchNorm2d and bn.track_running_stats
+            and bn.running_mean is not None and bn.num_features == conv.out_channels)
+
+
+def _chain(conv, after):
+    """The ``(bn, act)`` that follow ``conv`` given ``after(module)``: the
+    one module that alone consumes a module's output (or None)."""
+    bn = after(conv)
+    if not _foldable_bn(conv, bn):
+        bn = None
+    act = after(bn if bn is not None else conv)
+    if type(act) not in ACTIVATIONS:
+        act = None
+    return (bn, act) if bn is not None or act is not None else None
+
+
+def find_chains(model: nn.Module):
+    """``({id(conv): FusionGroup}, how, functions)``: the chains of
+    ``model`` (see the module's docstring), ``how`` they were found
+    ("torch.fx" or "nn.Sequential order") and, when traced, a count of the
+    functional calls of the forward (left to torch)."""
+    try:
+        gm = torch.fx.symbolic_trace(model)
+    except Exception:   # noqa: BLE001 -- any tracing failure: read the Sequentials instead
+        return _sequential_chains(model), "nn.Sequential order", Counter()
+    mods = dict(gm.named_modules())
+    calls = Counter(n.target for n in gm.graph.nodes if n.op == "call_module")
+    node_of = {n.target: n for n in gm.graph.nodes if n.op == "call_module" and calls[n.target] == 1}
+
+    def after(module):
+        if module is None:
+            return None
+        node = next((n for t, n in node_of.items() if mods[t] is module), None)
+        if node is None or len(node.users) != 1:
+            return None
+        user = next(iter(node.users))
+        return mods[user.target] if user.op == "call_module" and user.target in node_of else None
+
+    groups = {}
+    for target, node in node_of.items():
+        conv = mods[target]
+        if type(conv) is nn.Conv2d:
+            found = _chain(conv, after)
+            if found is not None:
+                groups[id(conv)] = FusionGroup(conv, *found)
+    functions = Counter(getattr(n.target, "__name__", str(n.target))
+                        for n in gm.graph.nodes if n.op in ("call_function", "call_method"))
+    return groups, "torch.fx", functions
+
+
+def _sequential_chains(model):
+    uses = Counter(id(m) for _, m in model.named_modules(remove_duplicate=False))
+    groups = {}
+    for seq in model.modules():
+        if not isinstance(seq, nn.Sequential):
+            continue
+        parts = list(seq)
+        for k, conv in enumerate(parts):
+            if type(conv) is not nn.Conv2d:
+                continue
+            nxt = {id(a): b for a, b in zip(parts, parts[1:])}
+            found = _chain(conv, lambda m: nxt.get(id(m)) if m is not None else None)
+            if found and all(uses[id(m)] == 1 for m in (conv, *found) if m is not None):
+                groups[id(conv)] = FusionGroup(conv, *found)
+    return groups
+
+
+@dataclass
+class ConvertReport:
+    """What :func:`schedules.nn.convert` did to a model (also
+    ``model.tiramisu_report``): ``converted`` ``[(name, torch type, our
+    type)]``, ``fused`` ``[(names, what)]``, ``left_to_torch`` ``[(name,
+    type, why)]`` (leaf modules only), ``functions`` (functional calls of
+    the traced forward, left to torch: ``{name: count}``) and ``how`` the
+    chains were found.  ``str(report)`` is a readable summary."""
+    converted: list = field(default_factory=list)
+    fused: list = field(default_factory=list)
+    left_to_torch: list = field(default_factory=list)
+    functions: dict = field(default_factory=dict)
+    how: str = ""
+
+    def __str__(self):
+        lines = [f"schedules.nn.convert: {len(self.converted)} converted, {len(self.fused)} "
+                 f"fused, {len(self.left_to_torch)} left to torch (chains found by {self.how})"]
+        lines += [f"  converted  {n}: {a} -> {b}" for n, a, b in self.converted]
+        lines += [f"  fused      {n}: {what}" for n, what in self.fused]
+        lines += [f"  torch      {n}: {t} ({why})" for n, t, why in self.left_to_torch]
+        if self.functions:
+            calls = ", ".join(f"{k} x{v}" for k, v in sorted(self.functions.items()))
+            lines.append(f"  torch      functional calls in forward: {calls}")
+        return "\n".join(lines)
+
+
+__all__ = ["FusionGroup", "FoldedBatchNorm2d", "FusedReLU", "FusedReLU6", "STAND_INS",
+           "find_chains", "ConvertReport"]

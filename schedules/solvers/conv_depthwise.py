@@ -1,0 +1,125 @@
+"""The depthwise conv2d solver (``groups == in channels == out channels``,
+MobileNet's 3x3 layers): channels in the SIMD lanes.
+
+The direct schedule vectorises a depthwise conv along the output columns,
+which a 7x7 or 14x14 map fills badly, and it has one input channel per
+output channel to sum over.  Here the channels are the vector: the input is
+packed per image and block of VB channels into ``[Hp][Wp][VB]`` (zero-padded
+on the way), the weights into ``[C/VB][Kh][Kw][VB]``, and each output tile
+``[Ho][Wo][VB]`` (XB columns unrolled x VB channels in a vector, the
+``Kh x Kw`` taps summed in registers) is computed right before it is written
+back to NCHW, into a tile-sized buffer that stays in L2.
+
+Numerics: every output starts at its bias and adds the ``Kh x Kw`` products
+in the direct solver's order (ky, then kx), one by one: the same IEEE
+result as ``direct`` bit for bit, so "auto" times the two and keeps the
+faster (:func:`schedules.core.find.candidates`).
+"""
+from __future__ import annotations
+
+import tiramisu_py as tp
+
+from ..blocks.conv_common import conv_inputs
+from ..blocks.nchwc import register_block
+from ..core.kernels import kernel
+from ..core.solver import Solver
+from ..host import host
+from ..problems.conv import ConvShape
+
+
+def channel_lanes(c: int) -> int | None:
+    """Channels per vector: the SIMD lanes (or half of them, at least 8)
+    that divide ``c``; None when none does (fewer channels than that fill a
+    vector badly: ``direct`` takes them)."""
+    lanes = host().lanes(4)
+    return next((v for v in (lanes, lanes // 2) if v >= 8 and c % v == 0), None)
+
+
+def function(s: ConvShape, bias=True, vb=None, xb=None):
+    """The scheduled depthwise convolution of shape ``s`` (``vb`` channels
+    per vector, ``xb`` columns per register block; defaults from the host)."""
+    if not (s.groups == s.ci == s.co and s.groups > 1):
+        raise ValueError(f"depthwise: needs groups == in channels == out channels > 1 (got "
+                         f"groups={s.groups}, {s.ci} -> {s.co} channels)")
+    vb = vb or channel_lanes(s.co)
+    if vb is None or s.co % vb:
+        raise ValueError(f"depthwise: the channels ({s.co}) must be a multiple of vb ({vb})")
+    f, X, Wt, B = conv_inputs("conv2d_depthwise", s, bias)
+    nb = s.co // vb
+    hp, wp = s.hp, s.wp
+    # the NCHW output, written per (image, block of VB channels)
+    n, c0, c1 = f.var("n", 0, s.n), f.var("c0", 0, nb), f.var("c1", 0, vb)
+    y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
+    # packed input [n][C/VB][Hp][Wp][VB], padded with zeros
+    pn, pb, py, px, pv = (f.var(nm, 0, e) for nm, e in
+                          (("pn", s.n), ("pb", nb), ("py", hp), ("px", wp), ("pv", vb)))
+    inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
+    xpk = f.computation("x_packed", [pn, pb, py, px, pv],
+                        tp.select(inside, X[pn, pb * vb + pv, py - s.ph, px - s.pw], 0.0))
+    # weights [C/VB][Kh][Kw][VB]
+    wb, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
+                      (("wb", nb), ("wky", s.kh), ("wkx", s.kw), ("wv", vb)))
+    wpk = f.computation("w_packed", [wb, wy, wx, wv], Wt[wb * vb + wv, 0, wy, wx])
+    # the blocked output [n][C/VB][Ho][Wo][VB]
+    bn, bb, by, bx, bv = (f.var(nm, 0, e) for nm, e in
+                          (("bn", s.n), ("bb", nb), ("by", s.ho), ("bx", s.wo), ("bv", vb)))
+    ky, kx = f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    with f.nest(bn, bb, by):
+        outc = f.computation("out_blocked", [bn, bb, by, bx, bv],
+                             B[bb * vb + bv] if B is not None else 0.0)
+        outc[bn, bb, by, bx, bv] += wpk[bb, ky, kx, bv] * xpk[bn, bb, by * s.sh + ky * s.dh,
+                                                              bx * s.sw + kx * s.dw, bv]
+    out = f.computation("out_nchw", [n, c0, c1, y, x], outc[n, c0, y, x, c1])
+    out.store_in(f.buffer("out", (s.n, s.co, s.ho, s.wo), tp.float32, output=True),
+                 [n, c0 * vb + c1, y, x])
+    # the register block: XB columns x one vector of channels, taps innermost-but-two
+    xb = xb or register_block(vb, s.wo)
+    u = outc.update
+    u.split("bx", xb, names=("bx0", "bx1"))
+    u.reorder("bn", "bb", "by", "bx0", "ky", "kx", "bx1", "bv")
+    u.unroll("bx1", xb)
+    u.vectorize("bv", vb)
+    outc.vectorize("bv", vb)
+    xpk.vectorize("pv", vb)
+    # one tile [Ho][Wo][VB] and one packed input block [Hp][Wp][VB] per (image,
+    # block), made right before the block is written back, reused by every block
+    outc.store_in(f.buffer("tile", (s.ho, s.wo, vb), tp.float32), [by, bx, bv])
+    xpk.store_in(f.buffer("x_block", (hp, wp, vb), tp.float32), [py, px, pv])
+    out.reorder("n", "c0", "y", "x", "c1")
+    outc.compute_at(out, "c0")
+    xpk.compute_at(outc.update, "c0")
+    par = "n" if s.n >= 2 * host().cores else "c0"
+    out.parallelize(par)
+    wpk.parallelize("wb")
+    return f
+
+
+class Depthwise(Solver):
+    """A depthwise conv2d (groups = channels, one weight per channel and
+    tap), channels in the vector lanes; the same numerics as ``direct``."""
+    op = "conv2d"
+    name = "depthwise"
+    weight = "dense"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        s = p.shape
+        if why is True and not (s.groups == s.ci == s.co and s.groups > 1):
+            return (f"needs a depthwise conv: groups == in channels == out channels (got "
+                    f"groups={s.groups}, {s.ci} -> {s.co} channels)")
+        if why is True and channel_lanes(s.co) is None:
+            return (f"needs channels a multiple of {max(8, host().lanes(4) // 2)} "
+                    f"(got {s.co})")
+        return why
+
+    def space(self, p):
+        lanes = host().lanes(4)
+        return {"vb": [v for v in (lanes, lanes // 2) if v >= 8 and p.shape.co % v == 0]}
+
+    def build(self, p, params):
+        return function(p.shape, bias=p.bias, **params)
+
+    def run(self, p, args):
+        k = kernel(("conv2d", self.name, p.shape, p.bias), lambda: self.build(p, {}), p.target)
+        kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
+        return k(weight=args.w, **kw)

@@ -1,0 +1,125 @@
+"""GEMMs with few rows on the CPU, one pass over B (``nn.Linear`` at a small
+batch: ``x @ W^T`` forward, ``grad @ W`` backward).
+
+``rows_t``: B given as its ``M x K`` transpose (the weight as stored), as dot
+products along K.  ``rows``: B ``K x M`` as it is (the backward's ``W``),
+each block of columns of C accumulated in registers over all of K, the
+rows of B read in order.
+
+With a handful of rows of A the product is a pass over the weight: packing
+B into BLIS panels (:mod:`schedules.blocks.blis`) would read it, write a
+copy and read that again, three times the traffic of the product.  Here
+each row ``j`` of the stored weight is read once, contiguously, for all
+rows of A at once: ``C[i, j] = sum_k A[i, k] * B[j, k]`` with ``k`` in
+vector lanes (partial sums per lane, reduced at the end), the N rows of A
+unrolled, the rows of B parallel.
+
+Numerics ``"rows_t"``: the lanes sum apart and are reduced at the end, which
+rounds differently from the BLIS blocks, so it is its own arithmetic; the
+registry lists it first and it applies by shape alone (``trans_b``, at most
+:data:`MAX_ROWS` rows, A in half of L2: :func:`fits`), so which of the two
+computes a product never depends on a timing.  ``rows`` adds the products
+to each C element one by one in K's order (its own ``"rows"`` numerics,
+chosen by shape the same way).
+"""
+from __future__ import annotations
+
+import tiramisu_py as tp
+
+from ..core.kernels import kernel as _kernel
+from ..core.solver import Solver
+from ..host import host
+
+MAX_ROWS = 8
+
+
+def fits(p) -> bool:
+    """A GEMM (not empty, unbatched, with the host's tiles) of at most
+    :data:`MAX_ROWS` rows of A (accumulators in registers), all of A in half
+    of L2 (it is read again for every row or block of B)."""
+    return (p.batch is None and p.params is None and 1 <= p.n <= MAX_ROWS
+            and min(p.m, p.k) >= 1 and p.n * p.k * 4 <= host().l2 // 2)
+
+
+def _product(name, n, m, k, b_transposed):
+    """``(f, C)``: the unscheduled ``C = A @ B`` (``B`` stored ``m x k`` when
+    ``b_transposed``)."""
+    f = tp.Function(name, params={"N": n, "M": m, "K": k})
+    i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+    A = f.input("A", ("N", "K"), tp.float32)
+    B = f.input("B", ("M", "K") if b_transposed else ("K", "M"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j] += A[i, kk] * (B[j, kk] if b_transposed else B[kk, j])
+    C.parallelize("i")
+    return f, C
+
+
+def function(n, m, k, lanes=None):
+    """``C = A @ B^T`` for ``A`` ``n x k`` and ``B`` stored ``m x k``."""
+    lanes = lanes or host().lanes(4)
+    f, C = _product("gemm_dot", n, m, k, True)
+    u = C.update
+    u.split("k", lanes, names=("k0", "k1"))
+    u.reorder("j", "k0", "i", "k1")
+    u.unroll("i", n)
+    u.vectorize("k1", lanes)
+    u.accumulate_locally("k0", allow_reassociation=True)
+    u.parallelize("j")
+    return f
+
+
+def rows_function(n, m, k, lanes=None):
+    """``C = A @ B`` for ``A`` ``n x k`` and ``B`` ``k x m``: per block of
+    ``4 x lanes`` columns, the ``n`` rows' accumulators in registers while
+    ``k`` runs; the blocks parallel."""
+    lanes = lanes or host().lanes(4)
+    width = 4 * lanes if m >= 4 * lanes else lanes
+    f, C = _product("gemm_rows", n, m, k, False)
+    u = C.update
+    u.split("j", width, names=("j0", "j1"))
+    u.reorder("j0", "k", "i", "j1")
+    u.unroll("i", n)
+    u.vectorize("j1", lanes if width % lanes == 0 else width)
+    u.parallelize("j0")
+    return f
+
+
+class _OnePass(Solver):
+    """A product with few rows in ``a`` (:func:`fits`) and ``b`` transposed
+    (``transposed``) or as stored: one pass over ``b``."""
+    op = "gemm"
+    transposed = True
+    make = None
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.dtype != "float32":
+            return f"needs float32 (got {p.dtype})"
+        if why is True and not (p.trans_b == self.transposed and fits(p)):
+            layout = "transposed (weight.t())" if self.transposed else "as stored"
+            return (f"needs b {layout}, at most {MAX_ROWS} rows of a, a in half of L2, no "
+                    f"params (got trans_b={p.trans_b}, {p.n} x {p.k})")
+        return why
+
+    def build(self, p, params):
+        return self.make(p.n, p.m, p.k)
+
+    def run(self, p, args, values=None):
+        """``args``: ``(a, b)``, ``b`` as ``m x k`` when ``p.trans_b``."""
+        return _kernel((f"gemm_{self.name}", p.n, p.m, p.k), lambda: self.build(p, {}),
+                       p.target)(*args)
+
+
+class RowsT(_OnePass):
+    """``a @ b`` with ``b`` passed transposed: dot products along K."""
+    name = "rows_t"
+    numerics = "rows_t"
+    make = staticmethod(function)
+
+
+class Rows(_OnePass):
+    """``a @ b`` with ``b`` as stored: blocks of columns over K in order."""
+    name = "rows"
+    numerics = "rows"
+    transposed = False
+    make = staticmethod(rows_function)

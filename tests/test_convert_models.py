@@ -1,0 +1,331 @@
+"""Whole models through ``schedules.nn.convert``: BatchNorm folding (exact to
+rounding, training mode untouched), ReLU/ReLU6 epilogues, the report, outputs
+that in-place ops may modify under autograd, ``Linear`` reading its weight
+where torch stores it, and the ``models`` bench suite's smoke run."""
+import copy
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+import schedules  # noqa: E402
+import schedules.nn as snn  # noqa: E402
+from schedules.fusion import FoldedBatchNorm2d, FusedReLU, FusedReLU6  # noqa: E402
+
+
+def _random_stats(model):
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.3, 2.0)
+            with torch.no_grad():
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-1, 1)
+    return model
+
+
+class Block(nn.Module):
+    """A ResNet BasicBlock: its ReLU module is called twice (not fusable),
+    its BatchNorms fold, the residual add stays torch's."""
+
+    def __init__(self, ci, co, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(ci, co, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(co)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(co, co, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(co)
+        self.down = nn.Sequential(nn.Conv2d(ci, co, 1, stride, bias=False), nn.BatchNorm2d(co))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + self.down(x))
+
+
+def _net(dtype=torch.float32):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU6(),
+                      nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8), nn.ReLU(),
+                      Block(8, 16, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5))
+    return _random_stats(m).to(dtype)
+
+
+def test_batchnorm_folding_is_exact_to_rounding_and_activations_fuse():
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 2e-5)):
+        model = _net(dtype).eval()
+        ours = snn.convert(copy.deepcopy(model))
+        x = torch.randn(2, 3, 10, 10, dtype=dtype)
+        with torch.no_grad():
+            torch.testing.assert_close(ours(x), model(x), atol=tol, rtol=tol)
+        assert isinstance(ours[1], FoldedBatchNorm2d) and isinstance(ours[2], FusedReLU6)
+        assert isinstance(ours[5], FusedReLU) and isinstance(ours[6].bn2, FoldedBatchNorm2d)
+        assert type(ours[6].relu) is nn.ReLU                  # called twice: left alone
+    # the folded weights are the conv's scaled by gamma / sqrt(var + eps), rounded once
+    conv, bn = model[0], model[1]
+    group = ours[0].__dict__["_fusion"]
+    w, b = group.folded(ours[0].weight, ours[0].bias)
+    scale = (bn.running_var.double() + bn.eps).rsqrt() * bn.weight.double()
+    expect_w = (conv.weight.double() * scale.reshape(-1, 1, 1, 1)).float()
+    expect_b = ((conv.bias.double() - bn.running_mean.double()) * scale + bn.bias.double()).float()
+    assert w.dtype == torch.float32 and torch.equal(w, expect_w)
+    assert torch.equal(b, expect_b)
+
+
+def test_training_mode_runs_apart_exactly_and_eval_folds_the_new_statistics():
+    model = _net()
+    ours = snn.convert(copy.deepcopy(model))
+    assert list(ours.state_dict()) == list(model.state_dict())
+    x = torch.randn(4, 3, 10, 10)
+    model.train(), ours.train()
+    torch.testing.assert_close(ours(x), model(x), atol=1e-5, rtol=1e-5)
+    for a, b in zip(ours.state_dict().values(), model.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)     # running stats updated alike
+    model.eval(), ours.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+        # new statistics through load_state_dict: the cached fold is refreshed
+        model[1].running_mean.add_(0.5)
+        ours.load_state_dict(model.state_dict())
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+        # a write through .data (no version bump) is seen too
+        for m in (model, ours):
+            m[0].weight.data.mul_(-1.5)
+            m[4].running_var.data.mul_(2.0)
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+        with torch.inference_mode():
+            torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+
+
+def test_eval_mode_gradients_flow_through_the_fold():
+    model = _net().eval()
+    ours = snn.convert(copy.deepcopy(model))
+    x = torch.randn(2, 3, 10, 10)
+    model(x).square().sum().backward()
+    ours(x).square().sum().backward()
+    for (name, p), q in zip(model.named_parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4, msg=name)
+
+
+def test_report_names_what_was_converted_fused_and_left(capsys):
+    model = _net().eval()
+    ours = snn.convert(copy.deepcopy(model), verbose=True)
+    r = ours.tiramisu_report
+    assert {n for n, _, _ in r.converted} == {"0", "3", "6.conv1", "6.conv2", "6.down.0", "9"}
+    fused = dict(r.fused)
+    assert set(fused) == {"0 + 1 + 2", "3 + 4 + 5", "6.conv1 + 6.bn1", "6.conv2 + 6.bn2",
+                          "6.down.0 + 6.down.1"}
+    assert "relu6" in fused["0 + 1 + 2"] and "BatchNorm2d folded" in fused["6.conv1 + 6.bn1"]
+    assert {n for n, _, _ in r.left_to_torch} == {"6.relu", "7", "8"}
+    assert r.how == "torch.fx" and r.functions == {"add": 1}
+    printed = capsys.readouterr().out
+    assert "5 fused" in printed and "6.relu: ReLU" in printed
+    # no fusion asked: convs converted, BatchNorms left to torch
+    plain = snn.convert(copy.deepcopy(model), fuse=False).tiramisu_report
+    assert not plain.fused and "1" in {n for n, _, _ in plain.left_to_torch}
+
+
+def test_untraceable_model_fuses_its_sequentials():
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU())
+
+        def forward(self, x):
+            return self.body(x) if x.sum() > -1e9 else x      # data-dependent: fx fails
+
+    model = _random_stats(Branchy()).eval()
+    ours = snn.convert(copy.deepcopy(model))
+    assert ours.tiramisu_report.how == "nn.Sequential order"
+    assert len(ours.tiramisu_report.fused) == 1
+    x = torch.randn(1, 3, 6, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), model(x), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("algo", ["auto", "im2col"])
+def test_inplace_relu_after_converted_convs_trains(algo):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(8 * 2 * 2, 10), nn.ReLU(inplace=True),
+                          nn.Linear(10, 3))
+    ours = snn.convert(copy.deepcopy(model), algo=algo)
+    x = torch.randn(2, 3, 8, 8)
+    for m in (model, ours):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        m(x).square().mean().backward()
+        opt.step()
+    for p, q in zip(model.parameters(), ours.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5)
+
+
+def test_every_op_output_is_its_own_tensor():
+    x, w = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+    for algo in ("direct", "im2col", "spatial_pack"):
+        y = torch.ops.tiramisu.conv2d(x, w, None, [1], [1], algo=algo)
+        assert y._base is None, algo
+        y.relu_()                                            # allowed
+    a = torch.randn(3, 3)
+    assert torch.ops.tiramisu.gemm(a, torch.eye(3))._base is None
+
+
+def test_linear_reads_its_weight_where_torch_stores_it(monkeypatch):
+    torch.manual_seed(0)
+    lin = nn.Linear(96, 40)
+    ours = snn.Linear.from_torch(copy.deepcopy(lin))
+    weight_storage = ours.weight.untyped_storage().data_ptr()
+    copied = []
+    real = torch.Tensor.contiguous
+
+    def spy(t, *a, **k):
+        if not t.is_contiguous() and t.untyped_storage().data_ptr() == weight_storage:
+            copied.append(tuple(t.shape))
+        return real(t, *a, **k)
+
+    monkeypatch.setattr(torch.Tensor, "contiguous", spy)
+    x = torch.randn(5, 96, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    for _ in range(2):
+        y = ours(x)
+        y.square().sum().backward()
+    for _ in range(2):
+        lin(x_ref).square().sum().backward()
+    monkeypatch.undo()
+    assert copied == []                                   # no copy of the weight, per call
+    torch.testing.assert_close(y, lin(x_ref), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.weight.grad, lin.weight.grad, atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(ours.bias.grad, lin.bias.grad, atol=1e-4, rtol=1e-5)
+
+
+def test_gemm_with_a_transposed_operand():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((7, 33), dtype=np.float32)
+    w = rng.standard_normal((20, 33), dtype=np.float32)
+    np.testing.assert_allclose(schedules.gemm(a, w.T), a @ w.T, rtol=1e-5, atol=1e-5)
+    ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+    torch.testing.assert_close(torch.ops.tiramisu.gemm(ta, tw.t()), ta @ tw.t(),
+                               atol=1e-5, rtol=1e-5)
+    strided = torch.from_numpy(rng.standard_normal((33, 40), dtype=np.float32))[:, ::2]
+    torch.testing.assert_close(torch.ops.tiramisu.gemm(ta, strided), ta @ strided,
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        schedules.gemm(a, w)
+
+
+def test_models_suite_is_registered():
+    """``tiramisu-py bench models`` parses and names the suite's cases (the
+    run itself is the smoke test below: a harness run costs a subprocess)."""
+    from bench import suites
+    args = suites.parser("tiramisu-py bench").parse_args(["models", "--quick", "--shapes", "13"])
+    (case,) = suites.cases(args.suite, args.quick, args.shapes)
+    assert case.name == "seq2seq b2 fwd+bwd" and "models" not in suites.SUITES   # not in "all"
+
+
+def test_models_bench_suite_smoke():
+    from bench import suite_models
+    cases = suite_models.cases(quick=True)
+    assert len(cases) == 16 and cases[0].name == "vgg b2 inference"
+    assert all(c.flops > 0 for c in cases)
+    case = next(c for c in cases if c.name == "seq2seq b2 fwd+bwd")
+    impls = case.setup()
+    assert set(impls) == {"tiramisu_py", "torch"}
+    assert case.check(impls["tiramisu_py"]()) < 1e-4
+    model, _ = suite_models.model("mobilenet_v2", quick=True)
+    ours = snn.convert(copy.deepcopy(model).eval())
+    depthwise = [m for m in ours.modules() if isinstance(m, snn.Conv2d) and m.groups > 1]
+    assert depthwise and all("_fusion" in m.__dict__ for m in depthwise)
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 10, 9, 3, 1, 1, 1), (1, 32, 14, 11, 3, 2, 1, 1),
+                                   (2, 16, 10, 10, 5, 1, 2, 2), (1, 48, 7, 7, 3, 1, 0, 1)])
+def test_depthwise_solver_equals_direct_bit_for_bit(shape):
+    from schedules.core import find
+    from schedules.problems.conv import ConvProblem
+    from schedules.registry import SOLVERS
+    n, c, h, w, k, stride, padding, dilation = shape
+    g = torch.Generator().manual_seed(0)
+    x, wt, b = (torch.randn(*s, generator=g) for s in ((n, c, h, w), (c, 1, k, k), (c,)))
+    for bias in (b, None):
+        direct = schedules.conv2d(x, wt, bias, stride, padding, dilation, c, algo="direct")
+        ours = schedules.conv2d(x, wt, bias, stride, padding, dilation, c, algo="depthwise")
+        assert torch.equal(ours, direct)
+        torch.testing.assert_close(ours, torch.nn.functional.conv2d(x, wt, bias, stride, padding,
+                                                                    dilation, c))
+    p, _ = ConvProblem.from_call("conv2d", x, wt, b, stride, padding, dilation, c)
+    assert [s.name for s in find.candidates(p, SOLVERS["conv2d"])] == ["direct", "depthwise"]
+    # not depthwise: refused by name
+    with pytest.raises(ValueError, match="depthwise.*needs a depthwise conv"):
+        schedules.conv2d(x, torch.randn(c, 2, k, k), None, groups=c // 2, algo="depthwise")
+
+
+# (sizes other than 9: docs/guide/tuning.md counts the find records of h = 9 in the
+# shared cache directory)
+@pytest.mark.parametrize("conf", [(2, 6, 8, 10, 3, 1, 1, 1, 2), (1, 16, 16, 10, 3, 1, 1, 1, 16),
+                                  (2, 3, 5, 8, 5, 1, 2, 2, 1), (1, 3, 4, 6, 3, 1, 0, 1, 1),
+                                  (2, 4, 6, 11, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1)])
+def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
+    from schedules import torch_ops
+    n, ci, co, h, k, stride, padding, dilation, groups = conf
+    real = torch_ops._kernel
+    used = []
+    monkeypatch.setattr(torch_ops, "_kernel",
+                        lambda key, build: used.append(key[0]) or real(key, build))
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, ci, h, h, generator=g, requires_grad=True)
+    w = torch.randn(co, ci // groups, k, k, generator=g, requires_grad=True)
+    b = torch.randn(co, generator=g, requires_grad=True)
+    y = torch.ops.tiramisu.conv2d(x, w, b, [stride], [padding], [dilation], groups)
+    gy = torch.randn(y.shape, generator=g)
+    y.backward(gy)
+    x2, w2, b2 = (t.detach().requires_grad_() for t in (x, w, b))
+    torch.nn.functional.conv2d(x2, w2, b2, stride, padding, dilation, groups).backward(gy)
+    for ours, ref in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
+        torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
+    # stride 1: through the forward solvers; a pointwise conv's grad weight: GEMMs
+    assert ("grad_input" in used) == (stride != 1)
+    assert ("grad_weight" in used) == (k != 1)
+
+
+def test_small_batch_gemm_runs_one_pass_solvers():
+    from schedules.core import find
+    from schedules.problems.gemm import GemmProblem
+    from schedules.registry import SOLVERS
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((37, 300), dtype=np.float32)
+    for n in (1, 3, 8, 9):
+        a = rng.standard_normal((n, 300), dtype=np.float32)
+        p, args = GemmProblem.from_call("gemm", a, w.T, None, None)
+        chosen = find.find(p, SOLVERS["gemm"], args, call="gemm").name
+        assert p.trans_b and chosen == ("rows_t" if n <= 8 else "blis")
+        np.testing.assert_allclose(schedules.gemm(a, w.T), a @ w.T, rtol=1e-4, atol=1e-4)
+    for n, expect in ((2, "rows"), (9, "blis")):     # b as stored: one pass in order, or BLIS
+        a = rng.standard_normal((n, 300), dtype=np.float32)
+        b = np.ascontiguousarray(w.T)
+        p, args = GemmProblem.from_call("gemm", a, b, None, None)
+        assert not p.trans_b and find.find(p, SOLVERS["gemm"], args, call="gemm").name == expect
+        np.testing.assert_allclose(schedules.gemm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    empty = np.zeros((0, 300), np.float32)
+    assert schedules.gemm(empty, w.T).shape == (0, 37)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_float64_gradcheck_of_converted_blocks(mode):
+    from bench.suite_models import _inverted_residual
+    torch.manual_seed(3)
+    for block in (Block(2, 4, 2), _inverted_residual()(4, 4, 1, 2)):
+        block = _random_stats(block).double().train(mode == "train")
+        ours = snn.convert(copy.deepcopy(block))
+        assert ours.tiramisu_report.converted and ours.tiramisu_report.fused
+        x = torch.randn(2, block.conv1.in_channels if hasattr(block, "conv1") else 4, 5, 5,
+                        dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t: ours(t), (x,), eps=1e-6, atol=1e-5)
+        x2 = x.detach().requires_grad_()
+        block(x2).sum().backward()
+        ours(x).sum().backward()
+        for p, q in zip(block.parameters(), ours.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-8, rtol=1e-7)
