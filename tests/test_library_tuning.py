@@ -58,7 +58,7 @@ def test_tuner_records_and_a_second_process_reuses_the_records(cache):
     assert json.loads(key)["host"]["cpu"] == tuned.cpu_model()
     assert rec["values"] == entry["values"]
     # a known, non-default winner, so that the child's kernel shows which params it ran
-    blis = SOLVERS["gemm"][0]
+    blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
     p, args, a, b = _gemm()
     chosen = {"mr": 4, "pack_a": True, "micro": "jr"}
     tuned.save(blis, p, chosen, 1.0, 2.0, 3)
@@ -78,7 +78,7 @@ def test_tuner_records_and_a_second_process_reuses_the_records(cache):
 
 
 def test_records_of_another_host_are_not_used(cache, monkeypatch):
-    blis = SOLVERS["gemm"][0]
+    blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
     p, args, a, b = _gemm()
     tuned.save(blis, p, {"mr": 4}, 1.0, 2.0, 1)
     assert tuned.recorded(blis, p) == {"mr": 4}
@@ -95,7 +95,7 @@ def test_records_of_another_host_are_not_used(cache, monkeypatch):
 
 
 def test_damaged_and_foreign_records_are_ignored(cache):
-    blis = SOLVERS["gemm"][0]
+    blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
     p, args, a, b = _gemm()
     key = tuned.record_key(blis, p)
     default = blis.tuned(p)
@@ -120,7 +120,7 @@ def test_damaged_and_foreign_records_are_ignored(cache):
 
 
 def test_tuned_parameters_give_the_defaults_results(cache):
-    blis = SOLVERS["gemm"][0]
+    blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
     p, args, a, b = _gemm()
     ref = blis.run(p, args, {})
     for values in ({"mr": 4, "kc": 24}, {"pack_a": True, "micro": "jr", "parallel": "jc"}):
@@ -130,7 +130,8 @@ def test_tuned_parameters_give_the_defaults_results(cache):
     x, w = rng.standard_normal((2, 8, 12, 12), dtype=np.float32), \
         rng.standard_normal((16, 8, 3, 3), dtype=np.float32)
     cp, cargs = ConvProblem.from_call("conv2d", x, w, None, 1, 1, 1, 1, algo="auto", target=None)
-    direct, spatial = SOLVERS["conv2d"][0], SOLVERS["conv2d"][2]
+    by_name = {s.name: s for s in SOLVERS["conv2d"] if s.target == "cpu"}
+    direct, spatial = by_name["direct"], by_name["spatial_pack"]
     ref = direct.run(cp, cargs, {})
     lanes = schedules.host().lanes(4)
     # the same products summed in the same order: equal bit for bit
@@ -141,7 +142,7 @@ def test_tuned_parameters_give_the_defaults_results(cache):
     # the RNN's hidden-block split and the wavefront's chunk
     (_, _, make), = tuner.problems("rnn", "small")
     rp, rargs = make()
-    layer, wave = SOLVERS["lstm"][0], SOLVERS["lstm"][1]
+    layer, wave = (next(s for s in SOLVERS["lstm"] if s.name == n) for n in ("layer", "wavefront"))
     ref = layer.run(rp, rargs, {})
     assert layer.params(rp)["hb"] == 2 * lanes and wave.params(rp)["chunk"] == 4
     assert wave.build(rp, {}).fixed["TC"] == 4
