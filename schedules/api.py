@@ -268,7 +268,7 @@ def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, 
             raise ValueError(f"schedules.{cell}: dropout in training mode is not supported for a "
                              "bidirectional or projected stack (its layers run one by one); "
                              "pass dropout=0 or training=False")
-        unbatched = len(getattr(x, "shape", ())) == 2          # (T, I), states (L*D, H)
+        unbatched = rnn_train.unbatched(cell, x, h0, c0)      # (T, I), states (L*D, H)
         if unbatched:
             x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
         y, hn, cn = _stacked(stack, x, h0, c0, sparse, schedule, target)

@@ -345,24 +345,23 @@ class _Recurrent(nn.Module):
                 raise ValueError(f"{name}: input: expected (B, T, I) (batch_first=True) with "
                                  f"B, T >= 1, got shape {tuple(x.shape)}")
             x = x.transpose(0, 1)
-        if self.bidirectional or self.proj_size:
-            out = self._stacked(x, state)
-            if unbatched:
-                return out[0].squeeze(1), tuple(o.squeeze(1) for o in out[1:])
-            y = out[0].transpose(0, 1) if self.batch_first else out[0]
-            return y, out[1:]
+        out = self._stacked(x, state) if self.bidirectional or self.proj_size \
+            else self._layers_op(x, state)
+        if unbatched:
+            return out[0].squeeze(1), tuple(o.squeeze(1) for o in out[1:])
+        y = out[0].transpose(0, 1) if self.batch_first else out[0]
+        return y, out[1:]
+
+    def _layers_op(self, x, state):
+        """``tiramisu::lstm``/``gru`` of a one-direction stack, with torch's
+        dropout masks in training mode."""
         weights = [getattr(self, n) for n in self._names]
         masks = None
         p = rnn_train.dropout_p(self.dropout, self.training)
         if p and self.num_layers > 1:   # torch's masks, from torch's generator
             per = len(weights) // self.num_layers
             masks = rnn_train.dropout_masks(x, self.num_layers, [weights[:per]], p)
-        out = self._op(x, weights, self.num_layers, *state, dropout_masks=masks)
-        if unbatched:
-            return out[0].squeeze(1), tuple(o.squeeze(1) for o in out[1:])
-        y = out[0].transpose(0, 1) if self.batch_first else out[0]
-        return y, out[1:]
-
+        return self._op(x, weights, self.num_layers, *state, dropout_masks=masks)
 
     def _stacked(self, x, state):
         """A bidirectional or projected stack through :func:`schedules.lstm`
