@@ -68,9 +68,9 @@ class GemmProblem:
             kinds = ("int8",) if op == "gemm_int8" else ("float32", "float64") + LOW_PRECISION
             a = A.typed_array(a, "a", ndim, kinds)
             dtype = str(a.dtype).split(".")[-1]
-            if str(getattr(b, "dtype", "")).split(".")[-1] != dtype and \
-                    str(getattr(b, "dtype", "")).split(".")[-1] in kinds:   # as torch's matmul
-                raise TypeError(f"{op}: b: expected {dtype}, got {str(b.dtype).split('.')[-1]} "
+            b_dtype = str(getattr(b, "dtype", "")).split(".")[-1]
+            if b_dtype != dtype and b_dtype in kinds:              # as torch's matmul
+                raise TypeError(f"{op}: b: expected {dtype}, got {b_dtype} "
                                 "(a and b must have the same dtype)")
             # weight.t() (nn.Linear's): read as stored, never copied (float32/float64)
             trans_b = op == "gemm" and dtype in ("float32", "float64") and _transposed(b)
