@@ -1,6 +1,6 @@
 """Benchmark suites: the operator library (``schedules``) against NumPy and PyTorch.
 
-    tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|paper|models|all]
+    tiramisu-py bench [gemm|conv|fused|sparse|rnn|polybench|paper|models|all ...]
                       [--threads 1,2] [--repeats N] [--quick] [--shapes 0,2]
                       [--dtype fp32|bf16|fp16|int8] [--impls NAME,...] [--json PATH] [--png PATH]
     (or python -m bench ... from the repository root)
@@ -198,9 +198,10 @@ def _indices(text):
 def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("suite", nargs="?", default="all",
+    p.add_argument("suite", nargs="*", default=["all"],
                    choices=(*SUITES, "sparse", "polybench", "paper", "models", "all"),
-                   help="which suite (default: all)")
+                   help="which suites, run one after the other in this process's order "
+                        "(default: all)")
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes (a smoke test, not a benchmark)")
     p.add_argument("--shapes", type=_indices, metavar="0,2",
@@ -221,6 +222,25 @@ QUICK_NOTE = ("--quick: a SMOKE TEST of the harness on tiny sizes, NOT A BENCHMA
 
 
 def main(args: argparse.Namespace) -> dict:
+    """Runs the suites named (``args.suite``: a name or a list of names).  With
+    several, each runs in turn and ``--json`` / ``--png`` get one document
+    (``{suite: report}``) / one plot per suite (``NAME-SUITE.png``)."""
+    names = [args.suite] if isinstance(args.suite, str) else list(args.suite)
+    if len(names) == 1:
+        return _main_one(argparse.Namespace(**{**vars(args), "suite": names[0]}))
+    reports = {}
+    for name in names:
+        png = args.png and f"{args.png.rsplit('.', 1)[0]}-{name}.png"
+        reports[name] = _main_one(argparse.Namespace(**{**vars(args), "suite": name,
+                                                        "json": None, "png": png}))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(reports, f, indent=1)
+        print(f"wrote {args.json}")
+    return reports
+
+
+def _main_one(args: argparse.Namespace) -> dict:
     if args.quick:
         print(QUICK_NOTE, flush=True)
     if args.suite == "sparse":
