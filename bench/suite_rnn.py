@@ -8,7 +8,8 @@ batch 64; (c) 2 x 256, T = 50, batch 16; and the LSTM (a) with 15% of its
 weights nonzero (uniform), ours with CSR weights against torch with the dense
 zero-filled ones.  Implementations: ``tiramisu_py`` (schedule="auto": the find
 step's choice), ``tiramisu_py[layer]`` and ``tiramisu_py[wavefront]`` forced,
-``tiramisu_py[csr]`` (sparse), ``torch`` (nn.LSTM/GRU, no grad) and
+``tiramisu_py[csr]`` (sparse), ``tiramisu_py[module]`` (the module a converted
+model holds, ``schedules.nn.LSTM/GRU.from_torch(m)(x)``), ``torch`` (nn.LSTM/GRU, no grad) and
 ``torch.compile`` (the cell step compiled, the loops over layers and steps in
 Python, each layer's input product one matmul; left out by ``--quick``, whose
 tiny sizes then run in seconds once our kernels are in the disk cache).  Our rows
@@ -113,6 +114,8 @@ def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False):
             packed = schedules.RNNWeights(weights, cell)
             ours = {"tiramisu_py": documented,
                     "tiramisu_py[prepacked]": lambda: op(x, packed)[0]}
+            if module is not None:          # the module a converted model holds
+                ours["tiramisu_py[module]"] = _module_call(cell, module, xd)
             ours.update({f"tiramisu_py[{s}]": (lambda s=s: documented(schedule=s))
                          for s in schedules.RNN_SCHEDULES
                          if s in _applicable(cell, x, packed)})
@@ -125,6 +128,19 @@ def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False):
                 lambda out: float(np.max(np.abs(np.asarray(out, np.float64) - reference()))))
     case.rnn = dict(cell=cell, L=L, H=H, I=I, T=T, B=B, density=density)
     return case
+
+
+def _module_call(cell, module, x):
+    """``schedules.nn.LSTM/GRU.from_torch(module)(x)[0]`` without grad."""
+    import torch
+
+    import schedules.nn
+    ours = (schedules.nn.LSTM if cell == "lstm" else schedules.nn.GRU).from_torch(module)
+
+    def call():
+        with torch.no_grad():
+            return ours(x)[0]
+    return call
 
 
 def _torch_module(cell, x, weights):

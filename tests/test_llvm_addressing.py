@@ -85,3 +85,36 @@ def test_stencil_neighbours_share_one_row_product(backend):
         assert rows and all(r.startswith("%i.") for r in rows), rows
         # the neighbours' constant column offsets are added to the shared index
         assert re.search(r"add nsw i64 %t\d+, -1\b", src) and re.search(r"add nsw i64 %t\d+, 1\b", src)
+
+
+def _indirect_function():
+    """``y[i] = sum_q v[i, q] * x[idx[i, q]]``, the ``q`` lanes vectorised:
+    a load whose index is data (an indirection), as the CSR kernels read."""
+    f = tp.Function("indirect", params={"N": 8, "Q": 16, "M": 40})
+    i, q = f.var("i", 0, "N"), f.var("q", 0, "Q")
+    x = f.input("x", ("M",), tp.float32)
+    v = f.input("v", ("N", "Q"), tp.float32)
+    idx = f.input("idx", ("N", "Q"), tp.int32)
+    p = f.computation("p", [i, q], v[i, q] * x[idx[i, q]])
+    p.vectorize("q", 16)
+    return f
+
+
+def test_data_dependent_index_is_one_gather_and_exact():
+    f = _indirect_function()
+    src = emit_llvm(f.compile(target="llvm").lowered)
+    assert "@llvm.masked.gather.v16f32" in src
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(40).astype(np.float32)
+    v = rng.standard_normal((8, 16)).astype(np.float32)
+    idx = rng.integers(0, 40, (8, 16)).astype(np.int32)
+    out = f.compile(target="llvm")(x=x, v=v, idx=idx)
+    got = out["p"] if isinstance(out, dict) else out
+    np.testing.assert_array_equal(np.asarray(got), v * x[idx])
+
+
+@X86
+def test_gather_is_the_hosts_instruction_unless_zen_prefers_scalar_loads():
+    src = emit_llvm(_indirect_function().compile(target="llvm").lowered)
+    assert "vgatherdps" in _asm(src, "+avx512f")            # AVX-512 hosts: the instruction
+    assert "vgather" not in _asm(src, tuning_features("znver4"))   # Zen: scalar loads

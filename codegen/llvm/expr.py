@@ -577,6 +577,13 @@ class ExprLowering:
                     (f.op(f"mul nsw i64 {delta}, {k}") if delta is not None else "0")
                 out.append(f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {p0}, i64 {off}", "p"))
             return out
+        ptrs = self.ptr_vector(a, idx)
+        return [f.op(f"extractelement <{w} x ptr> {ptrs}, i64 {k}", "p") for k in range(w)]
+
+    def ptr_vector(self, a: Arr, idx: list) -> str:
+        """The lanes' addresses as one ``<w x ptr>`` (an index that varies
+        across the lanes in a way no scalar pointer and stride describes)."""
+        f, w = self.f, self.vec.w
         lin = None
         for i, s in zip(idx, a.strides):
             v = self.mat(i)
@@ -586,8 +593,17 @@ class ExprLowering:
             lin = v if lin is None else f.op(f"add nsw <{w} x i64> {lin}, {v}")
         if lin is None:
             lin = "zeroinitializer"
-        ptrs = f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {a.ptr}, <{w} x i64> {lin}", "ptrs")
-        return [f.op(f"extractelement <{w} x ptr> {ptrs}, i64 {k}", "p") for k in range(w)]
+        return f.op(f"getelementptr inbounds {MEMT[a.dtype]}, ptr {a.ptr}, <{w} x i64> {lin}", "ptrs")
+
+    def gathered(self, a: Arr, idx: list) -> bool:
+        """Whether a load at ``idx`` is one gather instruction: an index that
+        depends on data (an indirection such as ``colidx[nz]``), of an
+        element type the gather intrinsic takes.  LLVM lowers
+        ``llvm.masked.gather`` to the host's gather (AVX2 ``vgatherdps``,
+        AVX-512's) or, where the target has none or prefers scalar loads, to
+        the same scalar loads the lane-by-lane form makes."""
+        affine = all(i.kind in ("u", "a") for i in idx)
+        return not affine and MEMT[a.dtype] in ("float", "double", "i32", "i64")
 
     @staticmethod
     def contiguous(idx: list) -> bool:
@@ -621,6 +637,12 @@ class ExprLowering:
                      f"{self.masks[-1]}, {vty} poison)", "mld")
         elif self.contiguous(idx):
             x = f.op(f"load <{w} x {mt}>, ptr {self.addr(a, idx)}, align {al}", "vld")
+        elif self.gathered(a, idx):
+            vty = f"<{w} x {mt}>"
+            name = f"llvm.masked.gather.v{w}{_SUFFIX.get(mt, mt)}.v{w}p0"
+            self.m.declare(name, vty, [f"<{w} x ptr>", "i32", f"<{w} x i1>", vty])
+            x = f.op(f"call {vty} @{name}(<{w} x ptr> {self.ptr_vector(a, idx)}, i32 {al}, "
+                     f"<{w} x i1> splat (i1 true), {vty} poison)", "gather")
         else:
             x = "poison"
             for k, p in enumerate(self.lane_ptrs(a, idx)):

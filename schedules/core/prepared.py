@@ -15,17 +15,17 @@ device and ``_version`` (bumped by every in-place op on the tensor, a view
 or a ``detach()`` of it: a changed version is a miss at once).  An entry
 found is used only if every array still holds, **bit for bit, the values it
 held when the entry was made**: the entry keeps a copy of them and compares
-(``np.array_equal`` over same-size unsigned views, so NaNs compare equal and
--0.0 differs from 0.0).  The comparison is what makes the cache exact where
+(the bytes: libc's ``memcmp`` over contiguous buffers, split over the
+host's cores with the GIL released, ``np.array_equal`` over same-size
+unsigned views otherwise; so NaNs compare equal and -0.0 differs from 0.0).  The comparison is what makes the cache exact where
 the version cannot see a write: ``param.data.mul_(0.5)`` (``.data`` has a
 version counter of its own), a write through ``tensor.numpy()``, a NumPy
 array written in place (NumPy arrays have no version), a freed array whose
 address is reused by another.  A prepared form is a function of the values
 (and shapes) alone, so equal values give the right answer whatever the
 object.  Its cost is one read of the weights and of the copy per call,
-memory-bound: measured on a 2-core AMD EPYC host, 0.4 ms for 8 MB and 13 ms
-for 134 MB (the 4 x 1024 LSTM's weights), against packing them again on
-every call (the cost this cache removes).  Arrays on a GPU are not cached
+memory-bound (:data:`COMPARE_THREADS` threads read both), against packing
+them again on every call (the cost this cache removes).  Arrays on a GPU are not cached
 (prepared on every call).
 
 **Memory.**  Least recently used entries are evicted while the entries hold
@@ -38,9 +38,12 @@ the values made per ``kind`` (the tests count with it).
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -50,6 +53,32 @@ PREPARATIONS: Counter = Counter()
 
 _entries: OrderedDict = OrderedDict()      # key -> (copies, value)
 _lock = threading.RLock()
+COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                             else (os.cpu_count() or 1)))
+SPLIT_BYTES = 4 << 20           # comparisons of more bytes than this are split over the threads
+_pool = None
+
+
+def _memcmp():
+    try:
+        f = ctypes.CDLL(ctypes.util.find_library("c") or None).memcmp
+    except (OSError, AttributeError):
+        return None
+    f.restype = ctypes.c_int
+    f.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    return f
+
+
+_MEMCMP = _memcmp()
+
+
+def _forget_pool():             # a forked child has none of the parent's threads
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def prepared(kind, sources, make, extra=()):
@@ -143,8 +172,26 @@ def _same(view, copy):
         return view is None and copy is None
     if view.shape != copy.shape or view.dtype != copy.dtype:
         return False
+    if _MEMCMP is not None and view.flags.c_contiguous and copy.flags.c_contiguous:
+        return _equal_bytes(view.ctypes.data, copy.ctypes.data, view.nbytes)
     size = view.dtype.itemsize
     if view.dtype.kind in "fciub" and size in (1, 2, 4, 8):
         bits = np.dtype(f"u{size}")
         return bool(np.array_equal(view.view(bits), copy.view(bits)))
     return bool(np.array_equal(view, copy))
+
+
+def _equal_bytes(a, b, n):
+    """``memcmp(a, b, n) == 0``, in :data:`COMPARE_THREADS` slices above
+    :data:`SPLIT_BYTES` (ctypes releases the GIL during the call)."""
+    global _pool
+    if n <= SPLIT_BYTES or COMPARE_THREADS == 1:
+        return n == 0 or _MEMCMP(a, b, n) == 0
+    step = -(-n // COMPARE_THREADS)
+    step = -(-step // 64) * 64
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(COMPARE_THREADS, thread_name_prefix="tp-prepared")
+    parts = [(o, min(step, n - o)) for o in range(0, n, step)]
+    return all(r == 0 for r in _pool.map(lambda part: _MEMCMP(a + part[0], b + part[0], part[1]),
+                                         parts))
