@@ -60,14 +60,14 @@ def weight_bytes(cell, L, H, I, T, impl, density=1.0):
     """Bytes of weights an implementation reads per call at batch 1: the
     recurrent matrices every step, the input ones once (hoisted GEMM) or
     once per chunk of steps (the wavefront's layers of input size H); CSR
-    reads a value and a column index per nonzero, the input matrix once
-    per row of the projection (T times)."""
+    reads a value and a column index per nonzero: the recurrent matrices
+    every step, the input ones once (the hoisted projection)."""
     from schedules.blocks.rnn_cells import chunk_of
     G = 4 if cell == "lstm" else 3
     ih = [G * H * (I if l == 0 else H) * 4 for l in range(L)]
     hh = G * H * H * 4
     if "csr" in impl:
-        return T * density * (sum(ih) + L * hh) * 2
+        return density * (sum(ih) + L * T * hh) * 2
     if "wavefront" in impl:
         first = 0 if I == H else 1
         return first * ih[0] + (L - first) * T // chunk_of(T) * ih[-1] + L * T * hh

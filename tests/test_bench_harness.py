@@ -92,12 +92,16 @@ def test_cli_bench_quick_gemm(tmp_path, capsys):
 
 
 def test_cli_bench_quick_conv_and_fused(tmp_path):
-    """One tiny shape of the conv and fused suites: every algorithm runs and is checked."""
+    """One tiny shape of the conv and fused suites in one run (several suites:
+    one JSON document, a report per suite): every algorithm runs and is checked."""
     json_path = tmp_path / "conv.json"
+    assert cli.main(["bench", "conv", "fused", "--quick", "--shapes", "0", "--threads", "1",
+                     "--repeats", "1", "--impls", "tiramisu_py", "--json", str(json_path)]) == 0
+    reports = json.loads(json_path.read_text())
+    assert sorted(reports) == ["conv", "fused"]
     for suite in ("conv", "fused"):
-        assert cli.main(["bench", suite, "--quick", "--shapes", "0", "--threads", "1",
-                         "--repeats", "1", "--impls", "tiramisu_py", "--json", str(json_path)]) == 0
-        (case,) = json.loads(json_path.read_text())["cases"]
+        (case,) = reports[suite]["cases"]
+        assert case["name"].startswith(suite)
         assert case["impls"] and all(impl.startswith("tiramisu_py") for impl in case["impls"])
         for r in case["impls"].values():
             assert r["1"]["failure"] is None and r["1"]["error"] < 1e-3
