@@ -10,7 +10,10 @@ local tile that starts at ``op``'s identity, and combines the tile into
     C[i][j + jv] = C[i][j + jv] + C_local[jv]         (for jv)
 
 The tile is indexed by the loops between the marked loop and the update, so
-each of their iterations has its own slot; backends keep a small tile in
+each of their iterations has its own slot (except a loop inside the
+innermost vector loop that the element's index does not use, such as a
+dot product's pair loop: its iterations share the lane's slot, in program
+order, :func:`_slot_path`); backends keep a small tile in
 registers.  This reassociates the accumulation (the caller, the scheduling
 layer, checks that the program allowed it and that one slot always holds one
 element).
@@ -142,6 +145,29 @@ def _wrap(path, body, keys=("vector_width", "unroll")):
     return body
 
 
+def _slot_path(store: ir.Store, path):
+    """The loops (and lets) of ``path`` that index the tile: all of them,
+    except a loop inside the innermost vector loop whose iterator the updated
+    element's index does not use (the pair loop ``k1`` of a dot product:
+    its iterations add to the same element one after the other, so they share
+    the lane's slot, as in the program).  Unchanged when a kept loop or let
+    depends on a left-out iterator."""
+    vectors = [n for n, p in enumerate(path) if isinstance(p, ir.For) and p.kind == "vector"]
+    if not vectors:
+        return path
+    need = _needed(store, path)
+    dropped = {p.var for n, p in enumerate(path) if n > vectors[-1] and isinstance(p, ir.For)
+               and p.var not in need}
+    if not dropped:
+        return path
+    kept = [p for p in path if not (isinstance(p, ir.For) and p.var in dropped)]
+    for p in kept:
+        exprs = [p.value] if isinstance(p, ir.Let) else [p.lo, p.hi]
+        if any(ir.free_vars(e) & dropped for e in exprs):
+            return path
+    return kept
+
+
 def _replace(s, new, attrs=None):
     """``s`` with the statements ``new`` maps (by id) replaced, and the loops
     ``attrs`` maps given those extra attributes."""
@@ -181,6 +207,7 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
     for n, (store, path, rhs) in enumerate(plans):
         dtype, op = store.value.dtype, ops[store.array]
         name = ir.fresh_name(f"{store.array}_local", taken)
+        path = _slot_path(store, path)
         fors = [p for p in path if isinstance(p, ir.For)]
         shape = tuple(ir.Const(max(1, _extent(p)), ir.INDEX) for p in fors) \
             or (ir.Const(1, ir.INDEX),)

@@ -13,10 +13,12 @@ runs with conversions and float32 (int32) multiply-adds::
 
     jc  (NC columns)   pack B[:, jc] -> Bp[K/n][M][n]
      ic (MR rows)
-      k0  (K/n steps)
-       iu  unrolled (MR rows)
-        jv  vectorised (16 columns)
-         k1  unrolled (n)              acc[i, j] += A[i, n*k0 + k1] * Bp[k0, j, k1]
+      jr (NV x 16 columns)
+       k0  (K/n steps; the MR x NV vectors of acc local, in registers)
+        iu  unrolled (MR rows)
+         ju  unrolled (NV vectors)
+          jv  vectorised (16 columns)
+           k1  unrolled (n)            acc[i, j] += A[i, n*k0 + k1] * Bp[k0, j, k1]
     C[i, j] = cast(acc[i, j])
 
 int8: ``vpdpbusd`` multiplies unsigned by signed bytes, so A is shifted to
@@ -61,26 +63,48 @@ def function(n, m, k, dtype, batch=None, mr=4, nc=None):
     if dtype == "int8":
         value = value - 128 * colsum[(*outer, j)]
     c = f.computation("C", [*outer, i, j], value, dtype=out_t)
-    c.vectorize(j, LANES)
+    # the O(n^2) passes: rows in parallel, the contiguous loop in vectors
+    rows = "b" if batch is not None else "i"
+    for s in (acc, c):
+        s.vectorize(j, LANES)
+        s.parallelize(rows)
+    if dtype == "int8":
+        au.vectorize(kk, LANES)
+        au.parallelize(rows)
+        colsum.vectorize(j, LANES)
+        colsum.update.interchange(j, kk)        # B read along its rows
+        colsum.update.vectorize(j, LANES)
     schedule(f, acc.update, b, pair, n, m, k, mr, nc, outer)
     return f
 
 
-def schedule(f, update, b, pair, n, m, k, mr=4, nc=None, outer=()):
-    """Pairs along k, B packed per column block, MR rows unrolled, 16 columns
-    vectorised (see the module docstring)."""
+def schedule(f, update, b, pair, n, m, k, mr=4, nc=None, outer=(), nv=None):
+    """Pairs along k, B packed per column block, a register block of ``mr``
+    rows (unrolled) by ``nv`` vectors of 16 columns (unrolled, vectorised),
+    its accumulators local over the k-steps (see the module docstring)."""
     h = host()
-    nc = nc or max(LANES, min(-(-m // LANES) * LANES, h.l2 // 4 // max(1, 2 * k) // LANES * LANES))
+    vectors = -(-m // LANES)
+    # mr x nv accumulators in about 3/4 of the registers, one more for B's vector
+    nv = nv or max(1, min(4, vectors, (h.vector_registers * 3 // 4) // mr))
+    width = nv * LANES
+    nc = nc or max(width, min(-(-m // width) * width,
+                              h.l2 // 4 // max(1, 2 * k) // width * width))
     i, j, kk = "i", "j", "k"
     update.split(kk, pair, names=("k0", "k1"))
     update.split(i, mr, names=("ic", "iu"))
-    update.split(j, nc, names=("jc", "j_")).split("j_", LANES, names=("jr", "jv"))
-    update.reorder(*[o.name for o in outer], "jc", "ic", "jr", "k0", "iu", "jv", "k1")
+    update.split(j, nc, names=("jc", "j_")).split("j_", width, names=("jr", "j2"))
+    update.split("j2", LANES, names=("ju", "jv"))
+    update.reorder(*[o.name for o in outer], "jc", "ic", "jr", "k0", "iu", "ju", "jv", "k1")
     bp = update.cache_at(b, "jc", name="B_packed")
     kb, jb = bp.vars[-2], bp.vars[-1]
-    bp.store_in(f.buffer("B_pairs", (-(-k // pair), m, pair), b.dtype), [kb // pair, jb, kb % pair])
+    # BLIS's panel: per block of NV x 16 columns, the k-steps one after the
+    # other, each one the block's pairs (contiguous: one stream per micro-kernel)
+    bp.store_in(f.buffer("B_pairs", (-(-nc // width), -(-k // pair), width, pair), b.dtype),
+                [(jb % nc) // width, kb // pair, jb % width, kb % pair])
     update.unroll("iu", mr)
+    update.unroll("ju", nv)
     update.vectorize("jv", LANES)
     update.unroll("k1", pair)
+    update.accumulate_locally("k0", allow_reassociation=True)   # acc starts at 0: combined once
     update.parallelize("jc" if -(-m // nc) >= h.cores else "ic")
     return bp
