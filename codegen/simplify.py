@@ -345,22 +345,89 @@ def _clamps(loop):
     return conds, bounds[0], bounds[1]
 
 
-def _clamped_loops(s, bound_inside):
-    """Unrolled and vector loops under ``s`` whose extent is clamped by a
-    ``min`` (upper bound) or ``max`` (lower bound) over names bound outside
-    ``s``: [(loop, conditions, lo, hi)] (:func:`_clamps`)."""
+def _clamped_loops(s, bound_inside, ranges=None):
+    """Tile loops under ``s`` (unrolled and vector loops, and serial loops
+    directly around a vector loop: the vector count of ``vectorize(j, 32)``
+    with 8 lanes) whose extent is clamped by a ``min`` (upper bound) or
+    ``max`` (lower bound): [(loop, conditions, lo, hi)] (:func:`_clamps`).  A
+    clamp over names bound outside ``s`` qualifies; so does one over the
+    iterators of tile loops between ``s`` and it whose range is constant in
+    the full tiles (``ranges``: var -> (first, last)), affinely: its
+    condition is then taken at their worst values (``jv1 < min(7, 109 - 32 jr
+    - 8 jv0) + 1`` under ``jv0 < 4``: ``85 - 32 jr >= 7``), so that one test
+    outside a reduction loop covers every vector inside it (and the full side
+    runs without a test, its accumulators local)."""
+    ranges = {} if ranges is None else ranges
     out = []
     if isinstance(s, ir.For):
-        if s.kind in ("unrolled", "vector"):
+        if _tile_loop(s):
             conds, lo, hi = _clamps(s)
-            if conds and not any(ir.free_vars(o) & bound_inside for o, _ in conds):
-                out.append((s, conds, lo, hi))
+            worst = _worst_case(conds, bound_inside, ranges) if conds else None
+            if worst:
+                out.append((s, worst, lo, hi))
+            full_lo = s.lo if lo is None else lo
+            full_hi = s.hi if hi is None else hi
+            if (not conds or worst) and isinstance(full_lo, ir.Const) \
+                    and isinstance(full_hi, ir.Const) and s.step == 1 \
+                    and int(full_hi.value) > int(full_lo.value):
+                ranges = {**ranges, s.var: (int(full_lo.value), int(full_hi.value) - 1)}
         bound_inside = bound_inside | {s.var}
     elif isinstance(s, ir.Let):
         bound_inside = bound_inside | {s.name}
     for k in ir.stmt_children(s):
-        out += _clamped_loops(k, bound_inside)
+        out += _clamped_loops(k, bound_inside, ranges)
     return out
+
+
+def _tile_loop(s: ir.For) -> bool:
+    """An unrolled or vector loop, or a serial one holding a vector loop
+    directly (through blocks only)."""
+    if s.kind in ("unrolled", "vector"):
+        return True
+    if s.kind != "serial":
+        return False
+    todo = [s.body]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, ir.Block):
+            todo += list(x.stmts)
+        elif isinstance(x, ir.For) and x.kind == "vector":
+            return True
+    return False
+
+
+def _worst_case(conds, bound_inside, ranges):
+    """``conds`` (``(e, e cmp C)``) with every name bound inside taken at its
+    worst value over ``ranges`` (None when a name bound inside has no
+    constant range or ``e`` is not affine in it)."""
+    out = []
+    for o, cond in conds:
+        inner = ir.free_vars(o) & bound_inside
+        if not inner:
+            out.append((o, cond))
+            continue
+        if not inner <= set(ranges):
+            return None
+        form = affine(o, lambda n: True)
+        if form is None:
+            return None
+        e = o
+        for v in inner:
+            coef = form[0].get(v, 0)
+            first, last = ranges[v]
+            # ">= C" is hardest where e is smallest, "<= C" where it is largest
+            low = (cond.op == "ge") == (coef > 0)
+            e = _substitute(e, v, first if low else last)
+        e = _build(_affine(e), o.dtype)         # the constants folded
+        out.append((e, ir.Binary(cond.op, e, cond.b, "bool")))
+    return out
+
+
+def _substitute(e, var, value):
+    """``e`` with ``var`` replaced by the constant ``value``."""
+    if isinstance(e, ir.Var) and e.name == var:
+        return ir.Const(value, e.dtype)
+    return ir.with_children(e, [_substitute(k, var, value) for k in ir.expr_children(e)])
 
 
 def partial_tiles(s) -> bool:
