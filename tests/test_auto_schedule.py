@@ -132,3 +132,19 @@ def test_known_small_sizes_are_not_time_tiled_nor_parallel():
     ref = spec.reference(**inputs, T=5)
     for k in ref:
         np.testing.assert_allclose(out[k], ref[k])
+
+
+def test_fused_reduction_gets_its_stride_one_loop_innermost():
+    """2mm: an initialisation and its reduction fused in ``i, j``: moving the
+    reduction's ``k`` out of the stride-1 loop breaks the order the shared
+    loop gave them, so the reduction is placed after the initialisation at
+    the loop above (``after``) and its stride-1 loop vectorised; the printed
+    steps replay and the result is right (the replay is checked above)."""
+    spec = KERNELS["2mm"]
+    f = spec.build()
+    text = [str(s) for s in f.auto_schedule()]
+    upd = "f.computations['T'].update"
+    assert f"{upd}.after(f.computations['T'], 'i1')" in text
+    assert f"{upd}.reorder('k', 'j1')" in text
+    assert any(t.startswith(f"{upd}.vectorize('j1',") for t in text)
+    run(spec, f)

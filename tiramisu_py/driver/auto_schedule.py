@@ -23,7 +23,9 @@ The search (per top-level group of statements, in program order):
    tiles run as a **wavefront**: the last tile loop is skewed by the others,
    moved outermost, and the next one parallelised.
 4. **Point loops**: the statement's stride-1 loop (its written element's
-   last index) is moved innermost and vectorised with the host's lanes; the
+   last index) is moved innermost (placing the statement ``after`` the
+   group's previous one at the loop above, when a fused loop ordered them)
+   and vectorised with the host's lanes; the
    loop around it is unrolled when short (a register block).
 
 Every step is given through the verbs users call and kept only if the exact
@@ -108,7 +110,8 @@ class Step:
     def apply(self, f):
         obj = f if self.stmt is None else _statement(f, self.stmt)
         args = [[_statement(f, r.name) for r in a] if isinstance(a, list)
-                and a and isinstance(a[0], _StmtRef) else a for a in self.args]
+                and a and isinstance(a[0], _StmtRef) else
+                _statement(f, a.name) if isinstance(a, _StmtRef) else a for a in self.args]
         getattr(obj, self.verb)(*args, **self.kwargs)
 
 
@@ -256,11 +259,11 @@ class AutoScheduler:
             band = [n + "0" for n in band]
         self.parallelize(names, band if tiled else [lp.name for lp in self.state()[lead].loops],
                          wavefront=tiled)
-        for n in names:
+        for k, n in enumerate(names):
             # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
             # it for vectors leaves short guarded loops; the C compiler
             # vectorises the whole point loop better
-            self.point_loops(n, vector=not (tiled and carried))
+            self.point_loops(n, vector=not (tiled and carried), before=names[:k])
 
     def complete(self, names):
         """A group the user scheduled: only the missing tags."""
@@ -413,7 +416,13 @@ class AutoScheduler:
         return True
 
     # -- point loops --------------------------------------------------------
-    def point_loops(self, stmt, move=True, vector=True):
+    def point_loops(self, stmt, move=True, vector=True, before=()):
+        """The stride-1 loop innermost and vectorised (the loop around it
+        unrolled when short).  ``before``: the statements of the group that
+        precede ``stmt``; when moving the loop breaks the order a shared loop
+        gave them (an initialisation and its reduction fused in ``i, j``:
+        ``k`` moved out of ``j``), ``stmt`` is placed after the last of them
+        at the loop above the moved ones."""
         if self.out_of_time():
             return
         var = space.stride_one_var(self.model, stmt)
@@ -427,7 +436,10 @@ class AutoScheduler:
             k = names.index(inner)
             rest = [n for n in names[k + 1:] if not st.tags.get(n)]
             if rest and len(rest) == len(names) - k - 1:
-                self.attempt([self.step(stmt, "reorder", *rest, inner)])
+                move_it = [self.step(stmt, "reorder", *rest, inner)]
+                if not self.attempt(move_it) and before and k > 0:
+                    self.attempt([self.step(stmt, "after", _StmtRef(self.f, before[-1]),
+                                            names[k - 1])] + move_it)
         if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"] or not vector:
             return
         lanes = max(1, host.vector_bits() // (8 * space.element_bytes(self.model, stmt)))
