@@ -101,6 +101,12 @@ def schedule(f, update, b, pair, n, m, k, mr=4, nc=None, outer=(), nv=None):
     # other, each one the block's pairs (contiguous: one stream per micro-kernel)
     bp.store_in(f.buffer("B_pairs", (-(-nc // width), -(-k // pair), width, pair), b.dtype),
                 [(jb % nc) // width, kb // pair, jb % width, kb % pair])
+    if k % pair == 0:
+        # per k-step, column by column, the pair (quadruple) of rows unrolled:
+        # the panel written in order, no division per element
+        bp.split(kb, pair, names=("kp0", "kp1"))
+        bp.reorder("kp0", jb.name, "kp1")
+        bp.unroll("kp1", pair)
     update.unroll("iu", mr)
     update.unroll("ju", nv)
     update.vectorize("jv", LANES)

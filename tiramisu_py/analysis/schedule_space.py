@@ -72,6 +72,21 @@ def stride_one_var(model, stmt):
     return None
 
 
+def strided_reads(model, stmt, var):
+    """The arrays ``stmt`` reads with ``var`` in an index other than the
+    last: along ``var`` those reads are strided (a vector loop over ``var``
+    gathers them lane by lane)."""
+    out = []
+    for a in model.by_name[stmt].accesses:
+        if a.write or len(a.index) < 2:
+            continue
+        for e in a.index[:-1]:
+            if any(isinstance(n, Var) and n.name == var for n in walk(e)):
+                out.append(a.buffer.name)
+                break
+    return out
+
+
 def data_dependent_from(model, stmt):
     """The position of ``stmt``'s first loop with data-dependent bounds
     (loops from there on stay in place: the loops its bounds read must stay

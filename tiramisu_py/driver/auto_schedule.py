@@ -25,7 +25,8 @@ The search (per top-level group of statements, in program order):
 4. **Point loops**: the statement's stride-1 loop (its written element's
    last index) is moved innermost (placing the statement ``after`` the
    group's previous one at the loop above, when a fused loop ordered them)
-   and vectorised with the host's lanes; the
+   and vectorised with the host's lanes (not when a read is strided along
+   it: the lanes would gather it); the
    loop around it is unrolled when short (a register block).
 
 Every step is given through the verbs users call and kept only if the exact
@@ -442,6 +443,8 @@ class AutoScheduler:
                                             names[k - 1])] + move_it)
         if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"] or not vector:
             return
+        if space.strided_reads(self.model, stmt, var):
+            return      # lanes would gather a strided operand: slower than the scalar loop
         lanes = max(1, host.vector_bits() // (8 * space.element_bytes(self.model, stmt)))
         if not self.attempt([self.step(stmt, "vectorize", inner, lanes)]):
             return
