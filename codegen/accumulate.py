@@ -61,7 +61,10 @@ def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
             threads = {**threads, s.var: rng}
         s = ir.rebuild(s, lambda x: visit(x, threads))
         if isinstance(s, ir.For) and s.attrs.get("accumulate"):
-            s = _rewrite(s, dict(s.attrs["accumulate"]), taken, threads)
+            if s.attrs.get("accumulate_exact"):
+                s = _rewrite_exact(s, dict(s.attrs["accumulate"]), taken, threads)
+            else:
+                s = _rewrite(s, dict(s.attrs["accumulate"]), taken, threads)
         return s
 
     fn.body = visit(fn.body, {})
@@ -227,6 +230,61 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
     for name, dtype, shape in reversed(tiles):
         out = ir.Allocate(name, dtype, shape, out)
     return out
+
+
+def _rewrite_exact(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
+    """The program's order kept: the tile starts from the output's elements
+    (copied in before ``loop``) and is copied out after it, one slot per
+    element (every loop between ``loop`` and the update indexes the
+    element); otherwise, and on the GPU, ``loop`` is left as it is."""
+    sites = _sites(loop, ops)
+    if not sites or threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
+                                   for _, path in sites for p in path):
+        return _strip(loop)
+    written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
+    self_loads, plans = set(), []
+    for store, path in sites:
+        rhs = _takeable(loop, store, path, ops[store.array], written)
+        need = _needed(store, path)
+        if rhs is None or any(isinstance(p, ir.For) and p.var not in need for p in path):
+            return _strip(loop)
+        self_loads.add(id(store.value.a))
+        plans.append((store, path))
+    for s in ir.walk_stmts(loop.body):
+        for e in ir.stmt_exprs(s):
+            if any(x.array in ops and id(x) not in self_loads for x in _loads(e)):
+                return _strip(loop)
+    new, copies_in, copies_out, tiles = {}, [], [], []
+    for store, path in plans:
+        dtype = store.value.dtype
+        name = ir.fresh_name(f"{store.array}_local", taken)
+        fors = [p for p in path if isinstance(p, ir.For)]
+        shape = tuple(ir.Const(max(1, _extent(p)), ir.INDEX) for p in fors) \
+            or (ir.Const(1, ir.INDEX),)
+        tidx = tuple(ir.Var(p.var) if p.lo.value == 0 else
+                     ir.Binary("sub", ir.Var(p.var), p.lo, ir.INDEX) for p in fors) \
+            or (ir.Const(0, ir.INDEX),)
+        tile = ir.Load(name, tidx, dtype)
+        new[id(store)] = ir.Store(name, tidx, ir.Binary(store.value.op, tile, store.value.b, dtype))
+        copies_in.append(_wrap(path, ir.Store(name, tidx, ir.Load(store.array, store.index,
+                                                                  dtype))))
+        copies_out.append(_wrap(path, ir.Store(store.array, store.index, tile)))
+        tiles.append((name, dtype, shape))
+    body = _replace(loop.body, new)
+    out = ir.Block(copies_in + [ir.For(loop.var, loop.lo, loop.hi, body, kind=loop.kind,
+                                       step=loop.step, attrs=_plain_attrs(loop))] + copies_out)
+    for name, dtype, shape in reversed(tiles):
+        out = ir.Allocate(name, dtype, shape, out)
+    return out
+
+
+def _plain_attrs(loop):
+    return {k: v for k, v in loop.attrs.items() if k not in ("accumulate", "accumulate_exact")}
+
+
+def _strip(loop):
+    return ir.For(loop.var, loop.lo, loop.hi, loop.body, kind=loop.kind, step=loop.step,
+                  attrs=_plain_attrs(loop))
 
 
 # ------------------------------------------------------------------ GPU: per-thread tiles

@@ -1,5 +1,7 @@
-"""accumulate_locally(loop): a reassociated reduction accumulates over a loop
-in a local tile and is combined into its output once after the loop.  Both
+"""accumulate_locally(loop): a reduction accumulates over a loop in a local
+tile, written to its output once after the loop: reassociated (from zero,
+combined once) or, without allow_reassociation, copied in and out (the
+program's order, bit for bit).  Both
 sides: legal uses give the reference result on both backends (random inputs,
 partial tiles, every reduction op), illegal ones are refused with the reason."""
 import numpy as np
@@ -98,11 +100,42 @@ def test_integer_max_starts_at_the_lowest_value(backend):
 
 
 # ------------------------------------------------------------------ refusals
-def test_needs_reassociation():
-    f, C = gemm()
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_without_reassociation_the_tile_is_copied_in_and_out_bit_for_bit(target):
+    """No allow_reassociation: the tile starts from C's values (the init
+    C = 0.5 + ..., not zero) and the additions run in the program's order, so
+    the result is the same loops' without the tile bit for bit (float32,
+    random inputs, partial tiles)."""
+    def build():
+        f = tp.Function("gemm_exact", params=["N", "M", "K"])
+        i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+        A = f.input("A", ("N", "K"), tp.float32)
+        B = f.input("B", ("K", "M"), tp.float32)
+        C = f.computation("C", [i, j], 0.5)
+        C[i, j] += A[i, kk] * B[kk, j]
+        return f, C
+    def block(u):
+        u.tile("i", "j", 4, 16)
+        u.reorder("i0", "j0", "k", "i1", "j1")
+        u.unroll("i1", 4)
+        u.vectorize("j1", 16)
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((7, 37)).astype(np.float32)
+    b = rng.standard_normal((37, 19)).astype(np.float32)
+    f0, C0 = build()
+    block(C0.update)                    # the same loops, C updated in memory
+    want = f0.compile(target)(A=a, B=b, N=7, M=19, K=37)
+    np.testing.assert_allclose(want, 0.5 + a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    f, C = build()
+    block(C.update)
     C.update.accumulate_locally("k")
-    with pytest.raises(tp.IllegalScheduleError, match="allow_reassociation=True"):
-        f.compile()
+    k = f.compile(target)
+    assert np.array_equal(k(A=a, B=b, N=7, M=19, K=37), want)
+    lowered = accumulate_locally(f.compile("c").lowered)
+    tiles = [s for s in ir.walk_stmts(lowered.body) if isinstance(s, ir.Allocate)
+             and s.array.startswith("C_local")]
+    assert tiles, "no local tile"
 
 
 def test_refused_when_the_element_changes_with_the_loop():

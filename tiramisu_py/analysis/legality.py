@@ -244,8 +244,9 @@ def _check_accumulate(model, deps, state, stmt, loop, cmd):
 
 
 def _check_accumulate_text(model, deps, state, stmt, loop, text, fix):
-    """``accumulate_locally(loop)``: the statement is a reassociated reduction,
-    no other statement in ``loop`` touches its output, and the element it
+    """``accumulate_locally(loop)``: the statement is a reduction (without
+    ``allow_reassociation`` its tile is copied in and out: the program's
+    order), no other statement in ``loop`` touches its output, and the element it
     updates is fixed by the loops outside and inside ``loop`` (so one slot of
     the local tile holds one element)."""
     s = state[stmt]
@@ -256,11 +257,6 @@ def _check_accumulate_text(model, deps, state, stmt, loop, text, fix):
     if stmt not in deps.reductions:
         raise IllegalScheduleError(f"{text} is illegal: {stmt} is not a reduction (it reads "
                                    "its own output array elsewhere than the updated element)")
-    if not s.reassociate:
-        raise IllegalScheduleError(
-            f"{text} is illegal: it reassociates the reduction {stmt} (the output is "
-            f"combined once per run of {loop!r}); "
-            f"{fix or f'{stmt}.accumulate_locally({loop}, allow_reassociation=True)'} permits it")
     if s.at is not None:
         raise IllegalScheduleError(f"{text}: {stmt} is computed at {s.at[1]}; local "
                                    "accumulation of a compute_at copy is not supported")

@@ -251,13 +251,17 @@ class Schedulable:
     @all_or_nothing_call
     def accumulate_locally(self, loop, allow_reassociation=False):
         """Accumulates this reduction over ``loop`` (and the loops inside it) in
-        a small local tile that starts at the reduction's identity, one slot
-        per iteration of the loops inside ``loop``, and combines the tile into
-        the output once after each run of ``loop`` (a register block that
-        never loads the output inside the loop: BLIS's micro-kernel).  It
-        reassociates the reduction, so it needs ``allow_reassociation``;
-        ``compile()`` checks that no other statement in ``loop`` accesses the
-        output and that the element updated does not change with ``loop``."""
+        a small local tile, one slot per element (per iteration of the loops
+        inside ``loop``), written back to the output once after each run of
+        ``loop``: a register block that never loads the output inside the
+        loop (BLIS's micro-kernel).  By default the tile starts from the
+        output's values (copied in before the loop, out after it): the same
+        additions in the same order, bit for bit the program's result.  With
+        ``allow_reassociation=True`` it starts at the reduction's identity and
+        is combined into the output once (the reduction reassociated; partial
+        sums per vector lane allowed).  ``compile()`` checks that no other
+        statement in ``loop`` accesses the output and that the element
+        updated does not change with ``loop``."""
         n = loop_name(loop)
         if not getattr(self, "is_update", False):
             raise ValueError(f"{self.name}.accumulate_locally({n}): applies to updates "

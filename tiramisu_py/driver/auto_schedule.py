@@ -27,7 +27,10 @@ The search (per top-level group of statements, in program order):
    group's previous one at the loop above, when a fused loop ordered them)
    and vectorised with the host's lanes (not when a read is strided along
    it: the lanes would gather it); the
-   loop around it is unrolled when short (a register block).
+   loop around it is unrolled when short (a register block); a reduction
+   accumulates over its innermost loop that leaves the element fixed in a
+   local tile copied in and out (``accumulate_locally`` without
+   reassociation: bit for bit the program's order).
 
 Every step is given through the verbs users call and kept only if the exact
 legality check (:func:`tiramisu_py.analysis.legality.check`) accepts the whole
@@ -265,6 +268,8 @@ class AutoScheduler:
             # it for vectors leaves short guarded loops; the C compiler
             # vectorises the whole point loop better
             self.point_loops(n, vector=not (tiled and carried), before=names[:k])
+        for n in names:
+            self.register_accumulate(n)
 
     def complete(self, names):
         """A group the user scheduled: only the missing tags."""
@@ -415,6 +420,26 @@ class AutoScheduler:
                     and self.f.buffers[c[0]].kind != "temp":
                 return False
         return True
+
+    # -- reductions ---------------------------------------------------------
+    def register_accumulate(self, stmt):
+        """A reduction accumulates over its innermost loop that leaves the
+        updated element fixed in a local tile copied in and out
+        (``accumulate_locally`` without reassociation: the program's order,
+        bit for bit), so the element stays in a register instead of being
+        loaded and stored at every step (a C compiler cannot keep it there
+        when it cannot prove the arrays apart, e.g. in an OpenMP region)."""
+        if self.out_of_time() or stmt not in self.deps.reductions:
+            return
+        if space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars):
+            return                      # data-dependent bounds: left as written
+        st = self.state()[stmt]
+        loops = [lp.name for lp in st.loops]
+        for k in range(len(loops) - 1, -1, -1):
+            if st.tags.get(loops[k]):
+                continue
+            if self.attempt([self.step(stmt, "accumulate_locally", loops[k])]):
+                return
 
     # -- point loops --------------------------------------------------------
     def point_loops(self, stmt, move=True, vector=True, before=()):

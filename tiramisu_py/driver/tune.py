@@ -55,7 +55,8 @@ DEFAULT_SPACE = (
     {"schedule": "dynamic"}, {"tile": 32, "unroll": False},
 )
 VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse",
-                   "parallelize", "vectorize", "unroll", "after", "tile_band"})
+                   "parallelize", "vectorize", "unroll", "after", "tile_band",
+                   "accumulate_locally"})
 RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
 
 
@@ -302,6 +303,10 @@ def _user_steps(g, commands):
                 first = cs[0].args[0] if cs[0].op == "split" else loop
                 out.append(Step(g, last.stmt, {"vector": "vectorize", "unrolled": "unroll"}[kind],
                                 first, arg))
+        elif last.op == "accumulate":
+            kw = {"allow_reassociation": True} if any(c.op == "allow_reassociation"
+                                                      for c in cs) else {}
+            out.append(Step(g, last.stmt, "accumulate_locally", last.args[0], **kw))
         elif len(cs) == 1 and last.op in VERBS:
             out.append(Step(g, last.stmt, last.op, *_command_args(g, last)))
         else:

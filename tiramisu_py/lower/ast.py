@@ -202,6 +202,8 @@ class AstLowering:
             if nm in st.accumulate:
                 red = self.model.by_name[stmt_name].stmt
                 attrs["accumulate"] = [(resolve(Access(red.parent, red.lhs))[0].name, red.op)]
+                if not st.reassociate:          # copied in and out: the program's order
+                    attrs["accumulate_exact"] = True
             tag = st.tags.get(nm) if nm else None
             if tag is None:
                 continue
