@@ -12,12 +12,12 @@ from codegen import ir
 from codegen.accumulate import accumulate_locally
 
 
-def gemm(n="N", m="M", k="K"):
+def gemm(n="N", m="M", k="K", init=0.0):
     f = tp.Function("gemm", params=["N", "M", "K"])
     i, j, kk = f.var("i", 0, n), f.var("j", 0, m), f.var("k", 0, k)
     A = f.input("A", ("N", "K"), tp.float32)
     B = f.input("B", ("K", "M"), tp.float32)
-    C = f.computation("C", [i, j], 0.0)
+    C = f.computation("C", [i, j], init)
     C[i, j] += A[i, kk] * B[kk, j]
     return f, C
 
@@ -107,13 +107,8 @@ def test_without_reassociation_the_tile_is_copied_in_and_out_bit_for_bit(target)
     the result is the same loops' without the tile bit for bit (float32,
     random inputs, partial tiles)."""
     def build():
-        f = tp.Function("gemm_exact", params=["N", "M", "K"])
-        i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
-        A = f.input("A", ("N", "K"), tp.float32)
-        B = f.input("B", ("K", "M"), tp.float32)
-        C = f.computation("C", [i, j], 0.5)
-        C[i, j] += A[i, kk] * B[kk, j]
-        return f, C
+        return gemm(init=0.5)
+
     def block(u):
         u.tile("i", "j", 4, 16)
         u.reorder("i0", "j0", "k", "i1", "j1")
