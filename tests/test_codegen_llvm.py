@@ -588,3 +588,22 @@ def test_examples_lowered_ir_through_llvm():
     np.testing.assert_allclose(out, conv2d.reference(inp, w, bias), rtol=1e-4, atol=1e-4)
     largs = lstm.random_inputs(2, 5, 2, 8, seed=5)
     np.testing.assert_allclose(lstm.run(swap(lstm), *largs), lstm.reference(*largs), rtol=1e-4, atol=2e-5)
+
+
+def test_spinning_openmp_threads_survive_interpreter_exit():
+    """llvmlite dlclose()s the libraries it loaded when the process exits;
+    libgomp's workers, still spinning under OMP_WAIT_POLICY=active, crashed
+    in unmapped code (exit status -11).  libgomp is pinned (RTLD_NODELETE)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import numpy as np, tiramisu_py as tp\n"
+            "f = tp.Function('spin', params={'N': 64})\n"
+            "i = f.var('i', 0, 'N')\n"
+            "A = f.input('A', ('N',), tp.float32)\n"
+            "c = f.computation('c', [i], A[i] * 2.0)\n"
+            "c.parallelize('i')\n"
+            "assert f.compile('llvm')(A=np.ones(64, np.float32))[3] == 2.0\n")
+    env = dict(os.environ, OMP_WAIT_POLICY="active", OMP_NUM_THREADS="2",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

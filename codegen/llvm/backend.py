@@ -23,12 +23,15 @@ LLVM aborts the process on an unresolved symbol at link time, so every
 undefined symbol of the object (read from its ELF symbol table) and every
 declared function of the module is looked up with ``llvm.address_of_symbol``
 first; a missing one raises :class:`LLVMCompileError` naming it and the ``.ll``
-file.  ``libgomp.so.1`` is loaded (``llvm.load_library_permanently``) when the
-code uses OpenMP.
+file.  ``libgomp.so.1`` is loaded (``llvm.load_library_permanently``, and
+pinned with ``RTLD_NODELETE`` so that llvmlite's ``dlclose`` at exit never
+unmaps it under libgomp's spinning threads) when the code uses OpenMP.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import os
 import struct
 import threading
 
@@ -88,6 +91,7 @@ _ffi = cffi.FFI()
 _loaded: dict = {}                 # (cache dir, key) -> LLVMCompiledFunction
 _lock = threading.RLock()
 _libraries: dict = {}              # name -> None or the error text
+_pinned: list = []                 # handles of the libraries kept mapped until the process ends
 
 
 class _BadObject(Exception):
@@ -149,11 +153,22 @@ def elf_symbols(data: bytes) -> tuple:
 def _load_library(name: str):
     if name not in _libraries:
         try:
+            _pin(name)
             llvm.load_library_permanently(name)
             _libraries[name] = None
-        except RuntimeError as exc:
+        except (RuntimeError, OSError) as exc:
             _libraries[name] = str(exc).strip() or "not found"
     return _libraries[name]
+
+
+def _pin(name: str) -> None:
+    """Loads ``name`` so that it is never unmapped (``RTLD_NODELETE``, a
+    handle never closed): at exit llvmlite's destructor ``dlclose``\ s the
+    libraries it loaded, and libgomp's worker threads, still spinning
+    (``OMP_WAIT_POLICY=active``), would run unmapped code (a segfault at
+    interpreter exit)."""
+    mode = os.RTLD_GLOBAL | getattr(os, "RTLD_NODELETE", 0)
+    _pinned.append(ctypes.CDLL(name, mode=mode))
 
 
 def check_symbols(names, ll_path) -> None:
