@@ -10,8 +10,9 @@ count) set, then prints one table with a column group per thread count, and
 optionally writes JSON and a bar chart (matplotlib, optional).
 
 Per case, each implementation is called once as a warm-up (it may compile; its
-result goes to ``check``), then timed over ``repeats`` calls in a row (after one
-more untimed call and a short pause), one implementation after the other:
+result goes to ``check``), then timed over ``repeats`` calls in a row (after a
+short pause and untimed calls for :data:`WARM_S`: an idle virtual CPU runs slow
+for a few milliseconds), one implementation after the other:
 interleaving single calls let the thread pools of one library (OpenBLAS
 spinning after a call) slow down the next one.  Reported: median and minimum
 seconds, GFLOP/s from the median,
@@ -141,6 +142,7 @@ class Progress:
 
 
 SETTLE_S = 0.3       # OpenBLAS threads spin ~0.1 s after a call
+WARM_S = 0.2         # untimed calls before the timed ones (one at least)
 
 
 def measure(case: Case, repeats: int, threads: int, progress: Progress,
@@ -174,8 +176,14 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
         progress.show(f"{label}: timing {name} ({i}/{len(timed)}), {repeats} calls",
                       transient=i > 1)
         time.sleep(SETTLE_S)            # the previous library's threads go to sleep
-        _prepare(fn)
-        fn()
+        # then calls for WARM_S at least: after the pause an idle (virtual) CPU
+        # runs slow for some milliseconds, which a short call's median would show
+        start = time.perf_counter()
+        while True:
+            _prepare(fn)
+            fn()
+            if time.perf_counter() - start >= WARM_S:
+                break
         for _ in range(repeats):
             _prepare(fn)
             t0 = time.perf_counter()
