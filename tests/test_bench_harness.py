@@ -99,9 +99,9 @@ def test_cli_bench_quick_conv_and_fused(tmp_path):
                      "--repeats", "1", "--impls", "tiramisu_py", "--json", str(json_path)]) == 0
     reports = json.loads(json_path.read_text())
     assert sorted(reports) == ["conv", "fused"]
-    for suite in ("conv", "fused"):
+    for suite, name in (("conv", "conv "), ("fused", "conv+relu+pool ")):
         (case,) = reports[suite]["cases"]
-        assert case["name"].startswith(suite)
+        assert case["name"].startswith(name)
         assert case["impls"] and all(impl.startswith("tiramisu_py") for impl in case["impls"])
         for r in case["impls"].values():
             assert r["1"]["failure"] is None and r["1"]["error"] < 1e-3
