@@ -61,7 +61,8 @@ CONV_SHAPES = {False: ((8, 128, 256, 112, 112), (32, 64, 64, 56, 56),
 
 
 def cases(suite="all", quick=False, shapes=None, dtype="fp32") -> list[Case]:
-    """The cases of ``suite`` (or of all suites); ``shapes``: indices of the
+    """The cases of ``suite`` (a name or a list of names; "all": every
+    suite); ``shapes``: indices of the
     sizes to keep in each suite; ``dtype``: the GEMM's (:data:`DTYPES`).
     Nothing is allocated or imported until a case's ``setup()``."""
     gemm = _gemm if dtype == "fp32" else functools.partial(_gemm_low, dtype=dtype)
@@ -70,7 +71,9 @@ def cases(suite="all", quick=False, shapes=None, dtype="fp32") -> list[Case]:
             "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]],
             "rnn": lambda: suite_rnn.cases(quick),
             "models": lambda: suite_models.cases(quick)}
-    return [case for name in (SUITES if suite == "all" else (suite,))
+    names = [suite] if isinstance(suite, str) else list(suite)     # a name or names
+    names = [n for name in names for n in (SUITES if name == "all" else (name,))]
+    return [case for name in names
             for i, case in enumerate(make[name]()) if shapes is None or i in shapes]
 
 

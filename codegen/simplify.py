@@ -345,10 +345,10 @@ def _clamps(loop):
     return conds, bounds[0], bounds[1]
 
 
-def _clamped_loops(s, bound_inside, ranges=None):
-    """Tile loops under ``s`` (unrolled and vector loops, and serial loops
-    directly around a vector loop: the vector count of ``vectorize(j, 32)``
-    with 8 lanes) whose extent is clamped by a ``min`` (upper bound) or
+def _clamped_loops(s, bound_inside, ranges=None, accumulating=False):
+    """Tile loops under ``s`` (unrolled and vector loops, and, inside a loop
+    marked ``accumulate``, serial loops directly around a vector loop: the
+    vector count of ``vectorize(j, 32)`` with 8 lanes) whose extent is clamped by a ``min`` (upper bound) or
     ``max`` (lower bound): [(loop, conditions, lo, hi)] (:func:`_clamps`).  A
     clamp over names bound outside ``s`` qualifies; so does one over the
     iterators of tile loops between ``s`` and it whose range is constant in
@@ -360,7 +360,7 @@ def _clamped_loops(s, bound_inside, ranges=None):
     ranges = {} if ranges is None else ranges
     out = []
     if isinstance(s, ir.For):
-        if _tile_loop(s):
+        if _tile_loop(s, accumulating):
             conds, lo, hi = _clamps(s)
             worst = _worst_case(conds, bound_inside, ranges) if conds else None
             if worst:
@@ -372,19 +372,21 @@ def _clamped_loops(s, bound_inside, ranges=None):
                     and int(full_hi.value) > int(full_lo.value):
                 ranges = {**ranges, s.var: (int(full_lo.value), int(full_hi.value) - 1)}
         bound_inside = bound_inside | {s.var}
+        accumulating = accumulating or bool(s.attrs.get("accumulate"))
     elif isinstance(s, ir.Let):
         bound_inside = bound_inside | {s.name}
     for k in ir.stmt_children(s):
-        out += _clamped_loops(k, bound_inside, ranges)
+        out += _clamped_loops(k, bound_inside, ranges, accumulating)
     return out
 
 
-def _tile_loop(s: ir.For) -> bool:
-    """An unrolled or vector loop, or a serial one holding a vector loop
-    directly (through blocks only)."""
+def _tile_loop(s: ir.For, accumulating=False) -> bool:
+    """An unrolled or vector loop, or (inside a loop that accumulates
+    locally, where a test would keep the tile from registers) a serial one
+    holding a vector loop directly (through blocks only)."""
     if s.kind in ("unrolled", "vector"):
         return True
-    if s.kind != "serial":
+    if s.kind != "serial" or not accumulating:
         return False
     todo = [s.body]
     while todo:

@@ -85,12 +85,12 @@ def test_reset_schedule_and_copy():
     assert f.undo() is None
 
 
-def test_accumulate_locally_hint_is_the_call_as_written():
+def test_reassociation_hint_is_the_call_as_written():
     f, C = _gemm()
     u = C.update
-    u.accumulate_locally("k")
+    u.parallelize("k")
     with pytest.raises(tp.IllegalScheduleError,
-                       match=r'u\.accumulate_locally\("k", allow_reassociation=True\) permits'):
+                       match=r'u\.parallelize\("k", allow_reassociation=True\) permits'):
         f.compile()
 
 
