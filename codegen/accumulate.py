@@ -61,10 +61,8 @@ def accumulate_locally(fn: ir.LoweredFunction) -> ir.LoweredFunction:
             threads = {**threads, s.var: rng}
         s = ir.rebuild(s, lambda x: visit(x, threads))
         if isinstance(s, ir.For) and s.attrs.get("accumulate"):
-            if s.attrs.get("accumulate_exact"):
-                s = _rewrite_exact(s, dict(s.attrs["accumulate"]), taken, threads)
-            else:
-                s = _rewrite(s, dict(s.attrs["accumulate"]), taken, threads)
+            s = _rewrite(s, dict(s.attrs["accumulate"]), taken, threads,
+                         exact=bool(s.attrs.get("accumulate_exact")))
         return s
 
     fn.body = visit(fn.body, {})
@@ -183,34 +181,40 @@ def _replace(s, new, attrs=None):
     return out
 
 
-def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
-    """``threads``: the GPU thread loops around ``loop`` (var -> inclusive range)."""
+def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict, exact=False) -> ir.Stmt:
+    """``threads``: the GPU thread loops around ``loop`` (var -> inclusive range).
+    ``exact`` (no reassociation allowed): the tile starts from the output's
+    elements (copied in before ``loop``) and is copied out after it, one slot
+    per element (every loop between ``loop`` and the update indexes the
+    element), the program's order kept; otherwise, and on the GPU, ``loop``
+    is left as it is."""
+    untouched = _strip(loop) if exact else loop
     sites = _sites(loop, ops)
     if not sites:
-        return loop
+        return untouched
     if threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
                       for _, path in sites for p in path):
-        return _rewrite_gpu(loop, ops, taken, sites, threads)
+        return untouched if exact else _rewrite_gpu(loop, ops, taken, sites, threads)
     written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
     self_loads = set()
     plans = []
     for store, path in sites:
         rhs = _takeable(loop, store, path, ops[store.array], written)
-        if rhs is None:
-            return loop
+        if rhs is None or exact and any(isinstance(p, ir.For) and p.var not in _needed(store, path)
+                                        for p in path):
+            return untouched
         self_loads.add(id(store.value.a))
-        plans.append((store, path, rhs))
+        plans.append((store, path if exact else _slot_path(store, path), rhs))
     # the arrays may be read only by the updates themselves
     for s in ir.walk_stmts(loop.body):
         for e in ir.stmt_exprs(s):
             if any(x.array in ops and id(x) not in self_loads for x in _loads(e)):
-                return loop
+                return untouched
 
     new, inits, combines, tiles = {}, [], [], []
-    for n, (store, path, rhs) in enumerate(plans):
+    for store, path, rhs in plans:
         dtype, op = store.value.dtype, ops[store.array]
         name = ir.fresh_name(f"{store.array}_local", taken)
-        path = _slot_path(store, path)
         fors = [p for p in path if isinstance(p, ir.For)]
         shape = tuple(ir.Const(max(1, _extent(p)), ir.INDEX) for p in fors) \
             or (ir.Const(1, ir.INDEX),)
@@ -219,60 +223,15 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
             or (ir.Const(0, ir.INDEX),)
         tile = ir.Load(name, tidx, dtype)
         new[id(store)] = ir.Store(name, tidx, ir.Binary(store.value.op, tile, rhs, dtype))
-        inits.append(_wrap(path, ir.Store(name, tidx, ir.Const(ir.identity(op, dtype), dtype))))
-        combined = ir.Binary(ir.COMBINE[op], ir.Load(store.array, store.index, dtype), tile, dtype)
+        output = ir.Load(store.array, store.index, dtype)
+        start = output if exact else ir.Const(ir.identity(op, dtype), dtype)
+        inits.append(_wrap(path, ir.Store(name, tidx, start)))
+        combined = tile if exact else ir.Binary(ir.COMBINE[op], output, tile, dtype)
         combines.append(_wrap(path, ir.Store(store.array, store.index, combined)))
         tiles.append((name, dtype, shape))
-    attrs = {k: v for k, v in loop.attrs.items() if k != "accumulate"}
     body = _replace(loop.body, new)
     out = ir.Block(inits + [ir.For(loop.var, loop.lo, loop.hi, body, kind=loop.kind,
-                                   step=loop.step, attrs=attrs)] + combines)
-    for name, dtype, shape in reversed(tiles):
-        out = ir.Allocate(name, dtype, shape, out)
-    return out
-
-
-def _rewrite_exact(loop: ir.For, ops: dict, taken: set, threads: dict) -> ir.Stmt:
-    """The program's order kept: the tile starts from the output's elements
-    (copied in before ``loop``) and is copied out after it, one slot per
-    element (every loop between ``loop`` and the update indexes the
-    element); otherwise, and on the GPU, ``loop`` is left as it is."""
-    sites = _sites(loop, ops)
-    if not sites or threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
-                                   for _, path in sites for p in path):
-        return _strip(loop)
-    written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
-    self_loads, plans = set(), []
-    for store, path in sites:
-        rhs = _takeable(loop, store, path, ops[store.array], written)
-        need = _needed(store, path)
-        if rhs is None or any(isinstance(p, ir.For) and p.var not in need for p in path):
-            return _strip(loop)
-        self_loads.add(id(store.value.a))
-        plans.append((store, path))
-    for s in ir.walk_stmts(loop.body):
-        for e in ir.stmt_exprs(s):
-            if any(x.array in ops and id(x) not in self_loads for x in _loads(e)):
-                return _strip(loop)
-    new, copies_in, copies_out, tiles = {}, [], [], []
-    for store, path in plans:
-        dtype = store.value.dtype
-        name = ir.fresh_name(f"{store.array}_local", taken)
-        fors = [p for p in path if isinstance(p, ir.For)]
-        shape = tuple(ir.Const(max(1, _extent(p)), ir.INDEX) for p in fors) \
-            or (ir.Const(1, ir.INDEX),)
-        tidx = tuple(ir.Var(p.var) if p.lo.value == 0 else
-                     ir.Binary("sub", ir.Var(p.var), p.lo, ir.INDEX) for p in fors) \
-            or (ir.Const(0, ir.INDEX),)
-        tile = ir.Load(name, tidx, dtype)
-        new[id(store)] = ir.Store(name, tidx, ir.Binary(store.value.op, tile, store.value.b, dtype))
-        copies_in.append(_wrap(path, ir.Store(name, tidx, ir.Load(store.array, store.index,
-                                                                  dtype))))
-        copies_out.append(_wrap(path, ir.Store(store.array, store.index, tile)))
-        tiles.append((name, dtype, shape))
-    body = _replace(loop.body, new)
-    out = ir.Block(copies_in + [ir.For(loop.var, loop.lo, loop.hi, body, kind=loop.kind,
-                                       step=loop.step, attrs=_plain_attrs(loop))] + copies_out)
+                                   step=loop.step, attrs=_plain_attrs(loop))] + combines)
     for name, dtype, shape in reversed(tiles):
         out = ir.Allocate(name, dtype, shape, out)
     return out
@@ -375,7 +334,7 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
         combined = ir.Binary(ir.COMBINE[op], ir.Load(store.array, store.index, dtype), tile, dtype)
         combines.append(_wrap(wrap, ir.Store(store.array, store.index, combined), _GPU_KEYS))
         tiles.append((name, dtype, shape))
-    attrs = {k: v for k, v in loop.attrs.items() if k != "accumulate"}
+    attrs = _plain_attrs(loop)
     body = _replace(loop.body, new, marks)
     out = ir.Block(inits + [ir.For(loop.var, loop.lo, loop.hi, body, kind=loop.kind,
                                    step=loop.step, attrs=attrs)] + combines)

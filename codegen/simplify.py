@@ -474,13 +474,6 @@ def _version(s, seen):
     return ir.rebuild(s, lambda x: _version(x, seen))
 
 
-def _at_zero(e, var):
-    """``e`` with ``var`` replaced by 0."""
-    if isinstance(e, ir.Var) and e.name == var:
-        return ir.Const(0, e.dtype)
-    return ir.with_children(e, [_at_zero(k, var) for k in ir.expr_children(e)])
-
-
 def _full_range(var, conds):
     """``([L...], [U...])``: ``var`` satisfies every condition ``a*var + r
     cmp C`` (``cmp`` "ge" or "le", ``a != 0``) iff ``max(L...) <= var <
@@ -491,7 +484,7 @@ def _full_range(var, conds):
         if a is None or not a[0].get(var):
             return None
         coef, dt = a[0][var], cond.a.dtype
-        r, c, k = _at_zero(cond.a, var), ir.Const(int(cond.b.value), dt), ir.Const(abs(coef), dt)
+        r, c, k = _substitute(cond.a, var, 0), ir.Const(int(cond.b.value), dt), ir.Const(abs(coef), dt)
         # with x = C - r (a > 0) or r - C (a < 0), the condition is
         # var >= x / k ("ge" and a > 0, "le" and a < 0) or var <= x / k
         x = ir.binary("sub", c, r) if coef > 0 else ir.binary("sub", r, c)
