@@ -18,6 +18,14 @@ time the documented call, ``schedules.lstm(x, m.all_weights)`` with torch's tens
 call and reuses them while the tensors are unchanged; ``[prepacked]`` rows pass
 the internal ``schedules.RNNWeights`` object instead, labelled as such.
 
+``--dtype bf16`` / ``fp16`` (the dense cases; needs torch): the module's weights
+and the input in that dtype, ours through the same documented call (the
+weights kept in their format, float32 sums and states) against torch's
+module in that dtype (oneDNN); ``tiramisu_py[float32]`` and
+``torch[float32]``: the same rounded weights in float32, so the table shows
+the reduced format's gain over our own float32 kernel.  The check is against
+the float32 reference of the rounded weights.
+
 FLOP counts: 2 * T * B * G * H * (I_l + H) per layer (G = 4 gates for the
 LSTM, 3 for the GRU; nonlinearities not counted); the sparse case counts the
 dense FLOPs (its ratio is a speed-up).  After the table, the achieved
@@ -42,11 +50,13 @@ SIZES = {False: (("a", 4, 1024, 1024, 100, 1), ("b", 4, 512, 512, 100, 64),
 DENSITY = 0.15
 
 
-def cases(quick=False):
-    """LSTM and GRU at each size, then the sparse LSTM at size (a)."""
+def cases(quick=False, dtype="float32"):
+    """LSTM and GRU at each size, then (float32) the sparse LSTM at size (a)."""
     out = []
     for tag, *size in SIZES[quick]:
-        out += [_case("lstm", tag, *size, quick=quick), _case("gru", tag, *size, quick=quick)]
+        out += [_case(cell, tag, *size, quick=quick, dtype=dtype) for cell in ("lstm", "gru")]
+    if dtype != "float32":
+        return out
     tag, *size = SIZES[quick][0]
     return out + [_case("lstm", tag, *size, density=DENSITY, quick=quick)]
 
@@ -56,16 +66,17 @@ def _flops(cell, L, H, I, T, B):
     return sum(2.0 * T * B * G * H * ((I if l == 0 else H) + H) for l in range(L))
 
 
-def weight_bytes(cell, L, H, I, T, impl, density=1.0):
+def weight_bytes(cell, L, H, I, T, impl, density=1.0, itemsize=4):
     """Bytes of weights an implementation reads per call at batch 1: the
     recurrent matrices every step, the input ones once (hoisted GEMM) or
     once per chunk of steps (the wavefront's layers of input size H); CSR
     reads a value and a column index per nonzero: the recurrent matrices
-    every step, the input ones once (the hoisted projection)."""
+    every step, the input ones once (the hoisted projection).  ``itemsize``:
+    the bytes of a weight (2 in bfloat16 / float16)."""
     from schedules.blocks.rnn_cells import chunk_of
     G = 4 if cell == "lstm" else 3
-    ih = [G * H * (I if l == 0 else H) * 4 for l in range(L)]
-    hh = G * H * H * 4
+    ih = [G * H * (I if l == 0 else H) * itemsize for l in range(L)]
+    hh = G * H * H * itemsize
     if "csr" in impl:
         return density * (sum(ih) + L * T * hh) * 2
     if "wavefront" in impl:
@@ -74,13 +85,19 @@ def weight_bytes(cell, L, H, I, T, impl, density=1.0):
     return sum(ih) + L * T * hh
 
 
-def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False):
+def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False, dtype="float32"):
     import examples.rnn as ref
 
     @functools.cache
     def inputs():
         weights = ref.random_weights(cell, L, I, H, density=density)
         x = np.random.default_rng(1).standard_normal((T, B, I)).astype(np.float32)
+        if dtype != "float32":          # the values the reduced format holds, in float32
+            import torch
+            t = getattr(torch, dtype)
+            weights = [[torch.from_numpy(w).to(t).float().numpy() for w in layer]
+                       for layer in weights]
+            x = torch.from_numpy(x).to(t).float().numpy()
         return x, weights
 
     @functools.cache
@@ -92,6 +109,8 @@ def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False):
         x, weights = inputs()
         op = schedules.lstm if cell == "lstm" else schedules.gru
         module = _torch_module(cell, x, weights)
+        if dtype != "float32":
+            return _reduced(cell, op, x, module, dtype)
         # the documented call: the input and the weights as torch gives them
         # (module.all_weights; NumPy's lists without torch), prepared once by
         # the library's cache; "[prepacked]": the internal RNNWeights object
@@ -123,11 +142,40 @@ def _case(cell, tag, L, H, I, T, B, density=1.0, quick=False):
                                        compiled=density == 1 and not quick)}
 
     name = f"{cell} ({tag}) {L}x{H} in {I} T={T} B={B}" + (
-        f" {density:.0%} dense" if density < 1 else "")
+        f" {density:.0%} dense" if density < 1 else "") + (
+        f" {dtype}" if dtype != "float32" else "")
     case = Case(name, _flops(cell, L, H, I, T, B), setup,
                 lambda out: float(np.max(np.abs(np.asarray(out, np.float64) - reference()))))
-    case.rnn = dict(cell=cell, L=L, H=H, I=I, T=T, B=B, density=density)
+    case.rnn = dict(cell=cell, L=L, H=H, I=I, T=T, B=B, density=density, dtype=dtype)
     return case
+
+
+def _reduced(cell, op, x, module, dtype):
+    """The implementations of a bfloat16 / float16 case: ours and torch's in
+    that dtype (the documented call, weights as the module holds them), and
+    both in float32 on the same values."""
+    import torch
+    import schedules
+    if module is None:
+        raise RuntimeError(f"--dtype {dtype}: needs torch")
+    t = getattr(torch, dtype)
+    low = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(
+        module.input_size, module.hidden_size, module.num_layers).to(t)
+    low.load_state_dict(module.state_dict())
+    x32, xl = torch.from_numpy(x), torch.from_numpy(x).to(t)
+
+    def run(fn, *args, **kw):
+        def call():
+            with torch.no_grad():
+                out = fn(*args, **kw)[0]
+            return out.float()
+        return call
+    out = {"tiramisu_py": run(op, xl, low.all_weights),
+           "tiramisu_py[float32]": run(op, x32, module.all_weights)}
+    packed = schedules.RNNWeights(low.all_weights, cell)
+    out.update({f"tiramisu_py[{s}]": run(op, xl, low.all_weights, schedule=s)
+                for s in schedules.RNN_SCHEDULES if s in _applicable(cell, xl, packed)})
+    return {**out, "torch": run(low, xl), "torch[float32]": run(module, x32)}
 
 
 def _module_call(cell, module, x):
@@ -262,7 +310,9 @@ def annotate(report, cases_):
         for impl, per_n in c["impls"].items():
             if impl == "torch.compile" or impl == "tiramisu_py":
                 continue
-            nbytes = weight_bytes(s["cell"], s["L"], s["H"], s["I"], s["T"], impl, s["density"])
+            low = s.get("dtype", "float32") != "float32" and "float32" not in impl
+            nbytes = weight_bytes(s["cell"], s["L"], s["H"], s["I"], s["T"], impl, s["density"],
+                                  2 if low else 4)
             cols = []
             for n, r in per_n.items():
                 if r.get("median_s"):
@@ -290,7 +340,7 @@ def find_choices(report, cases_):
         k = json.loads(key)
         if k["op"] in ("lstm", "gru"):
             records[(k["op"], k["layers"], k["input_size"], k["hidden"], k["T"], k["B"],
-                     k["sparse"], k["threads"])] = value
+                     k["sparse"], k["threads"], k.get("dtype", "float32"))] = value
     lines = ["find step (schedule=\"auto\"): choice and its timings (ms) per thread count:"]
     for case, c in zip(cases_, report["cases"]):
         s = getattr(case, "rnn", None)
@@ -298,7 +348,8 @@ def find_choices(report, cases_):
             continue
         found = {}
         for n in report["threads"]:
-            r = records.get((s["cell"], s["L"], s["I"], s["H"], s["T"], s["B"], False, n))
+            r = records.get((s["cell"], s["L"], s["I"], s["H"], s["T"], s["B"], False, n,
+                             s.get("dtype", "float32")))
             if r:
                 found[str(n)] = r
                 times = ", ".join(f"{k} {v * 1e3:.0f}" for k, v in r["seconds"].items())

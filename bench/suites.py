@@ -67,9 +67,10 @@ def cases(suite="all", quick=False, shapes=None, dtype="fp32") -> list[Case]:
     Nothing is allocated or imported until a case's ``setup()``."""
     gemm = _gemm if dtype == "fp32" else functools.partial(_gemm_low, dtype=dtype)
     make = {"gemm": lambda: [gemm(n) for n in GEMM_SIZES[quick]],
-            "conv": lambda: [_conv("conv", s) for s in CONV_SHAPES[quick]],
+            "conv": lambda: [_conv("conv", s) if dtype == "fp32" else _conv_low(s, dtype)
+                             for s in CONV_SHAPES[quick]],
             "fused": lambda: [_conv("fused", s) for s in CONV_SHAPES[quick]],
-            "rnn": lambda: suite_rnn.cases(quick),
+            "rnn": lambda: suite_rnn.cases(quick, DTYPES[dtype]),
             "models": lambda: suite_models.cases(quick)}
     names = [suite] if isinstance(suite, str) else list(suite)     # a name or names
     names = [n for name in names for n in (SUITES if name == "all" else (name,))]
@@ -192,6 +193,38 @@ def _conv(op, shape):
                 lambda out: _max_abs_error(out, reference()))
 
 
+def _conv_low(shape, dtype):
+    """The conv case in bf16/fp16 (torch tensors): ours (``algo="auto"``, float32
+    sums, the result rounded once) and torch's conv2d in that dtype (oneDNN),
+    and ours in float32 on the same values; checked against the float64
+    convolution of those values."""
+    n, ci, co, h, w = shape
+
+    @functools.cache
+    def inputs():
+        import torch
+        x, weight, bias = _random((n, ci, h, w), (co, ci, 3, 3), (co,))
+        t = getattr(torch, DTYPES[dtype])
+        return [torch.from_numpy(a).to(t) for a in (x, weight / np.float32(np.sqrt(ci * 9)), bias)]
+
+    @functools.cache
+    def reference():
+        import torch
+        return torch.nn.functional.conv2d(*(a.double() for a in inputs()), padding=1).numpy()
+
+    def setup():
+        import schedules
+        import torch
+        x, weight, bias = inputs()
+        x32, w32, b32 = (a.float() for a in inputs())
+        return {"tiramisu_py": lambda: schedules.conv2d(x, weight, bias, padding=1),
+                "tiramisu_py fp32": lambda: schedules.conv2d(x32, w32, b32, padding=1),
+                "torch": lambda: torch.nn.functional.conv2d(x, weight, bias, padding=1)}
+
+    return Case(f"conv {dtype} {n}x{ci}x{h}x{w} -> {co}", 2.0 * n * co * h * w * ci * 9, setup,
+                lambda out: _max_abs_error(out.double().numpy(), reference()))
+
+
 # ------------------------------------------------------------- command line
 
 def _indices(text):
@@ -213,7 +246,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
                         "vgg, resnet18, mobilenet_v2, seq2seq x batch 2, 16 x inference, "
                         "fwd+bwd)")
     p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES),
-                   help="the gemm suite's dtype (default fp32; bf16, fp16, int8 need torch)")
+                   help="the dtype of the gemm (fp32, bf16, fp16, int8), conv and rnn suites "
+                        "(fp32, bf16, fp16); the reduced ones need torch (default fp32)")
     harness.add_arguments(p)
     suite_sparse.add_arguments(p)
     suite_polybench.add_arguments(p)
@@ -248,8 +282,10 @@ def _main_one(args: argparse.Namespace) -> dict:
         print(QUICK_NOTE, flush=True)
     if args.suite == "sparse":
         return suite_sparse.main(args)
-    if args.dtype != "fp32" and args.suite != "gemm":
-        raise SystemExit(f"--dtype {args.dtype}: only the gemm suite has reduced precision")
+    if args.dtype != "fp32" and (args.suite not in ("gemm", "conv", "rnn")
+                                 or args.dtype == "int8" and args.suite != "gemm"):
+        raise SystemExit(f"--dtype {args.dtype}: the gemm suite has bf16, fp16 and int8, the "
+                         f"conv and rnn suites bf16 and fp16")
     if args.suite == "polybench":
         return suite_polybench.main(args)
     if args.suite == "paper":
@@ -258,7 +294,7 @@ def _main_one(args: argparse.Namespace) -> dict:
                                      dtype=args.dtype),
                          **harness.run_args(args))
     if args.suite in ("rnn", "all"):
-        print(suite_rnn.annotate(report, cases(args.suite, args.quick, args.shapes)))
+        print(suite_rnn.annotate(report, cases(args.suite, args.quick, args.shapes, args.dtype)))
         if args.json:                   # again, with the bandwidths
             with open(args.json, "w") as f:
                 json.dump(report, f, indent=1)

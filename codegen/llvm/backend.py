@@ -163,7 +163,7 @@ def _load_library(name: str):
 
 def _pin(name: str) -> None:
     """Loads ``name`` so that it is never unmapped (``RTLD_NODELETE``, a
-    handle never closed): at exit llvmlite's destructor ``dlclose``\ s the
+    handle never closed): at exit llvmlite's destructor ``dlclose`` closes the
     libraries it loaded, and libgomp's worker threads, still spinning
     (``OMP_WAIT_POLICY=active``), would run unmapped code (a segfault at
     interpreter exit)."""

@@ -67,12 +67,14 @@ def _block_gemv(update, blk: Blocking, b="b", k="k", g="g", j="j"):
 
 
 # ------------------------------------------------------------- layer-major
-def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True):
+def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True,
+                   wdtype="float32"):
     """One layer over all ``T`` steps, its input projection ``xp`` given
     (hoisted: one GEMM over all steps).  Inputs ``xp, w (or rowptr, colidx,
     values), bias, h0, c0 (LSTM)``; outputs ``y`` (and ``c``).  ``K`` is the
     recurrent product's depth (H).  ``sparse``: ``w`` in CSR over the packed
-    rows ``(jb * G + g) * HB + j``."""
+    rows ``(jb * G + g) * HB + j``.  ``wdtype``: the storage type of ``w``
+    ("float32", "bfloat16", "float16"; the products and sums in float32)."""
     G, hb = GATES[cell], blk.hb
     NB = padded(H, hb) // hb
     Hp = NB * hb
@@ -103,7 +105,7 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True)
         colidx = f.input("colidx", ("NNZ",), tp.int32)
         values = f.input("values", ("NNZ",), tp.float32)
     else:
-        w = f.input("w", ("NB", "K", G, "HB"), tp.float32)
+        w = f.input("w", ("NB", "K", G, "HB"), getattr(tp, wdtype))
     u = jb * hb + j
     with f.nest(t, jb):
         # LSTM: the accumulators start from the projection; GRU: from b_hh
@@ -149,7 +151,7 @@ def chunk_of(T, limit=16):
     return max(c for c in range(1, min(T, limit) + 1) if T % c == 0)
 
 
-def wavefront_function(cell, L, T, B, H, blk: Blocking, chunk=None):
+def wavefront_function(cell, L, T, B, H, blk: Blocking, chunk=None, wdtype="float32"):
     """``L`` stacked layers of input size ``H`` (the layers above the first,
     or all when I == H) as a wavefront over chunks of ``chunk`` steps: the
     chunk ``tc`` of layer ``l`` first projects its ``chunk * B`` inputs (the
@@ -160,7 +162,8 @@ def wavefront_function(cell, L, T, B, H, blk: Blocking, chunk=None):
     one barrier per anti-diagonal, not per step.
     Inputs ``xin (T, B, H), wi, wh [L][NB][H][G][HB], bi, bh [L][NB][G][HB],
     h0, c0 [L][B][Hp]``; outputs ``h [L + 1][T + 1][B][Hp]`` (slot 0 the
-    input, ``h[l + 1][t + 1]`` layer l's h_t) and ``c [L][B][Hp]``."""
+    input, ``h[l + 1][t + 1]`` layer l's h_t) and ``c [L][B][Hp]``.
+    ``wdtype``: the storage type of ``wi`` and ``wh`` (sums in float32)."""
     G, hb = GATES[cell], blk.hb
     TC = chunk or chunk_of(T)
     NB = padded(H, hb) // hb
@@ -174,8 +177,8 @@ def wavefront_function(cell, L, T, B, H, blk: Blocking, chunk=None):
     k, kh = f.var("k", 0, "H"), f.var("kh", 0, "H")
     n, tx = f.var("n", 0, Hp), f.var("tx", 0, "T")
     xin = f.input("xin", ("T", "B", "H"), tp.float32)
-    wi = f.input("wi", ("L", "NB", "H", G, "HB"), tp.float32)
-    wh = f.input("wh", ("L", "NB", "H", G, "HB"), tp.float32)
+    wi = f.input("wi", ("L", "NB", "H", G, "HB"), getattr(tp, wdtype))
+    wh = f.input("wh", ("L", "NB", "H", G, "HB"), getattr(tp, wdtype))
     bi = f.input("bi", ("L", "NB", G, "HB"), tp.float32)
     bh = f.input("bh", ("L", "NB", G, "HB"), tp.float32)
     h0 = f.input("h0", ("L", "B", Hp), tp.float32)

@@ -151,7 +151,11 @@ def _host_view(s):
     if _is_torch(s) and getattr(s, "layout", None) is not None and str(s.layout) == "torch.strided" \
             and s.device.type == "cpu":
         try:
-            return s.detach().resolve_conj().resolve_neg().numpy()
+            s = s.detach().resolve_conj().resolve_neg()
+            if str(s.dtype) == "torch.bfloat16":        # (NumPy has none: its bits)
+                import torch
+                s = s.view(torch.int16)
+            return s.numpy()
         except (TypeError, RuntimeError):
             return False
     return False
@@ -162,7 +166,7 @@ def _identity(s, view):
         return None
     ident = (view.__array_interface__["data"][0], view.shape, view.strides, view.dtype.str)
     if _is_torch(s):
-        ident += (str(s.device), s._version)
+        ident += (str(s.device), s._version, str(s.dtype))
     return ident
 
 

@@ -14,7 +14,7 @@ from ..core.arrays import is_torch, refuse_foreign
 from ..core.kernels import target_of, use_cuda
 from ..host import host
 from ..weights.rnn import TENSORS
-from ..weights.rnn import RNNWeights, _numpy, rnn_weights
+from ..weights.rnn import RNNWeights, _numpy, _weights_dtype, rnn_weights, to_float32
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,9 @@ class RnnProblem:
     ``input_size``, hidden size ``hidden``, ``T`` steps of batch ``B``,
     dense or CSR (``sparse``) weights, on ``device`` with the backend
     ``target``; ``threads``: the OpenMP threads a CPU kernel will use (the
-    wavefront's worth depends on it)."""
+    wavefront's worth depends on it); ``dtype``: the weights' and input's
+    ("float32", or "bfloat16" / "float16" on the CPU: the weights stored so,
+    float32 sums and states)."""
     op: str
     layers: int
     input_size: int
@@ -34,6 +36,7 @@ class RnnProblem:
     target: str
     device: str = "cpu"
     threads: int = 1
+    dtype: str = "float32"
 
     VERSION = 1
     degenerate = False          # T, B >= 1 and H >= 1 are checked
@@ -44,7 +47,8 @@ class RnnProblem:
         return {"op": self.op, "version": self.VERSION, "layers": self.layers,
                 "input_size": self.input_size, "hidden": self.hidden, "T": self.T, "B": self.B,
                 "sparse": self.sparse, "target": self.target, "device": self.device,
-                "threads": self.threads}
+                "threads": self.threads,
+                **({"dtype": self.dtype} if self.dtype != "float32" else {})}
 
     @classmethod
     def from_call(cls, cell, x, weights, h0, c0, sparse, target):
@@ -63,7 +67,9 @@ class RnnProblem:
             (L, T, B, I, H), args = parse_device(cell, x, weights, h0, c0)
             return cls(cell, L, I, H, T, B, False, target_of(target), "cuda"), args
         torch_in = is_torch(x)
-        xa = _numpy(x, "x")
+        dtype = weights.dtype if isinstance(weights, RNNWeights) else _weights_dtype(
+            weights[0] if isinstance(weights, (list, tuple)) and weights else None)
+        xa = to_float32(_numpy(x, "x", (dtype,)), dtype)
         if xa.ndim != 3:
             raise ValueError(f"x: expected (T, B, I) (batch_first=False) or unbatched (T, I), got "
                              f"shape {xa.shape}")
@@ -89,9 +95,9 @@ class RnnProblem:
                                  f"(T, B, {w_ih.shape[1]})")
             W = rnn_weights(weights, cell, sparse=sparse, input_size=I)
         L, H = len(W.layers), W.hidden
-        h0a = _state(h0, "h0", L, B, H, torch_in)
-        c0a = _state(c0, "c0", L, B, H, torch_in) if cell == "lstm" else None
-        p = cls(cell, L, I, H, T, B, W.sparse, target_of(target), "cpu", _threads())
+        h0a = _state(h0, "h0", L, B, H, torch_in, dtype)
+        c0a = _state(c0, "c0", L, B, H, torch_in, dtype) if cell == "lstm" else None
+        p = cls(cell, L, I, H, T, B, W.sparse, target_of(target), "cpu", _threads(), dtype)
         return p, (W, xa, h0a, c0a, torch_in)
 
 
@@ -121,12 +127,12 @@ def _tensors(weights):
     return []
 
 
-def _state(s, name, L, B, H, kind):
+def _state(s, name, L, B, H, kind, dtype="float32"):
     if s is None:
         return np.zeros((L, B, H), np.float32)
     if is_torch(s) != kind:
         raise TypeError(f"{name}: pass x and {name} both as NumPy arrays or both as torch tensors")
-    s = _numpy(s, name)
+    s = to_float32(_numpy(s, name, (dtype,)), dtype)
     if s.shape != (L, B, H):
         raise ValueError(f"{name}: expected shape {(L, B, H)} (layers, batch, hidden), "
                          f"got {s.shape}")

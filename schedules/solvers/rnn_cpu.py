@@ -7,7 +7,11 @@ semantics (``batch_first=False``), dense or CSR (sparse) weights.
 ``x`` is (T, B, I); ``weights`` a list per layer of ``[w_ih, w_hh, b_ih,
 b_hh]`` (or ``[w_ih, w_hh]``) exactly like ``module.all_weights``; gate order
 i, f, g, o (LSTM) and r, z, n (GRU, with ``b_hn`` inside ``r * (...)``).
-NumPy arrays or CPU torch tensors, float32; the results have the input's kind.
+NumPy arrays or CPU torch tensors, float32, or bfloat16 / float16 (weights and
+input of one dtype, as torch): the weights stay in their format (half the
+bytes the recurrence streams), the products, sums and states run in float32
+and the results are rounded to the input's dtype; the results have the
+input's kind.
 
 The CPU solvers (``schedule=``; "auto": the find step of :mod:`schedules.core.find`):
 
@@ -48,20 +52,34 @@ from ..blocks.blis import kernel as gemm_kernel
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..host import host
-from ..weights.rnn import blocking
+from ..weights.rnn import as_dtype, blocking, kernel_array
 
 SCHEDULES = ("layer", "wavefront")
 
 
-def _layer_kernel(cell, T, B, H, K, blk, sparse, target):
-    return kernel(("rnn_layer", cell, T, B, H, K, blk, sparse),
-                          lambda: cells.layer_function(cell, T, B, H, K, blk, sparse=sparse),
-                          target)
+def _layer_kernel(cell, T, B, H, K, blk, sparse, target, wdtype="float32"):
+    return kernel(("rnn_layer", cell, T, B, H, K, blk, sparse) + _typed(wdtype),
+                  lambda: cells.layer_function(cell, T, B, H, K, blk, sparse=sparse,
+                                               wdtype=wdtype), target)
 
 
-def _wavefront_kernel(cell, L, T, B, H, blk, target, chunk=None):
-    return kernel(("rnn_wavefront", cell, L, T, B, H, blk) + ((chunk,) if chunk else ()),
-                  lambda: cells.wavefront_function(cell, L, T, B, H, blk, chunk), target)
+def _wavefront_kernel(cell, L, T, B, H, blk, target, chunk=None, wdtype="float32"):
+    return kernel(("rnn_wavefront", cell, L, T, B, H, blk) + ((chunk,) if chunk else ())
+                  + _typed(wdtype),
+                  lambda: cells.wavefront_function(cell, L, T, B, H, blk, chunk, wdtype), target)
+
+
+def _typed(wdtype):
+    """The kernel key's part for the weights' storage type (none for float32)."""
+    return () if wdtype == "float32" else (wdtype,)
+
+
+def _host(out):
+    """A kernel's results as NumPy arrays (reduced-precision weights are
+    passed as torch tensors, so the kernel allocates torch outputs)."""
+    if isinstance(out, dict):
+        return {k: _host(v) for k, v in out.items()}
+    return out if isinstance(out, np.ndarray) else out.numpy()
 
 
 def _projection_kernel(M, R, I, target):
@@ -106,15 +124,15 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
         a, wiT = seq.reshape(T * B, K), p["wiT"]          # the library GEMM's kernel
         xp = gemm_kernel(T * B, wiT.shape[1], K, default_params(T * B, wiT.shape[1], K),
                          target)(np.ascontiguousarray(a), wiT)
-        weights = dict(w=p["w"])
-    kern = _layer_kernel(W.cell, T, B, H, H, blk, W.sparse, target)
+        weights = dict(w=kernel_array(p["w"], W.wdtype))
+    kern = _layer_kernel(W.cell, T, B, H, H, blk, W.sparse, target, W.wdtype)
     args = dict(xp=xp.reshape((-1, T, B) if W.sparse else (T, B, -1)), h0=h0, bias=p["bias"],
                 **weights)
     if W.cell == "lstm":
-        out = kern(c0=c0, **args)
+        out = _host(kern(c0=c0, **args))
         return out["y"][1:], out["c"]
     args["bias_i"] = p["bias_i"]
-    return kern(**args)[1:], None
+    return _host(kern(**args))[1:], None
 
 
 def _pad(a, Hp):
@@ -161,14 +179,15 @@ def _forward(W, x, h0, c0, schedule, target, train=None, values=None):
             seq = seq * masks[l]
     if first < L:
         p = W.packed("wavefront", B, blk)
-        kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, target, chunk)
-        args = dict(xin=seq, wi=p["wi"], wh=p["wh"], bi=p["bi"], bh=p["bh"], h0=h0p[first:])
+        kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, target, chunk, W.wdtype)
+        args = dict(xin=seq, wi=kernel_array(p["wi"], W.wdtype),
+                    wh=kernel_array(p["wh"], W.wdtype), bi=p["bi"], bh=p["bh"], h0=h0p[first:])
         if W.cell == "lstm":
-            out = kern(c0=c0p[first:], **args)
+            out = _host(kern(c0=c0p[first:], **args))
             h, c = out["h"], out["c"]
             cn[first:] = c[:, :, :H]
         else:
-            h = kern(**args)
+            h = _host(kern(**args))
         hn[first:] = h[1:, T, :, :H]
         if states is not None:
             for i in range(L - first):
@@ -195,10 +214,12 @@ class _Cpu(Solver):
     def build(self, p, params):
         params = {**self.params(p), **params}
         blk = replace(blocking(cells.GATES[p.cell], p.B), hb=params["hb"], mb=params["mb"])
+        wdtype = "float32" if p.sparse else p.dtype
         if self.name == "layer":
-            return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk, sparse=p.sparse)
+            return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk, sparse=p.sparse,
+                                        wdtype=wdtype)
         return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk,
-                                        params["chunk"])
+                                        params["chunk"], wdtype)
 
     def space(self, p):
         """The hidden units per block (whole vectors: the split of the
@@ -214,11 +235,7 @@ class _Cpu(Solver):
         W, x, h0, c0, torch_in, *train = args
         y, hn, cn = _forward(W, x, h0, c0, self.name, p.target, *(train or [None]),
                              values=self.chosen(p, values))
-        if torch_in:
-            import torch
-            y, hn = torch.from_numpy(y), torch.from_numpy(hn)
-            cn = torch.from_numpy(cn) if cn is not None else None
-        return y, hn, cn
+        return tuple(None if a is None else as_dtype(a, p.dtype, torch_in) for a in (y, hn, cn))
 
 
 class Layer(_Cpu):

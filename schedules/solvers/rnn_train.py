@@ -158,7 +158,7 @@ def is_float64(x):
 
 def trainable(x, weights, h0, c0, sparse, target):
     """Whether the training path takes the call: dense weights as lists of
-    host arrays, not ``sparse``, a CPU target."""
+    host arrays (float32 or float64), not ``sparse``, a CPU target."""
     from tiramisu_py.runtime.device_arrays import on_device
     from ..core.kernels import target_of
     if sparse or target_of(target) == "cuda" or not isinstance(weights, (list, tuple)):
@@ -169,6 +169,7 @@ def trainable(x, weights, h0, c0, sparse, target):
             return False
         arrays += list(layer)
     return all(a is None or (isinstance(a, np.ndarray) or is_torch(a)) and not on_device(a)
+               and str(a.dtype).split(".")[-1] not in ("bfloat16", "float16")
                for a in arrays)
 
 

@@ -71,19 +71,66 @@ def _check_csr(m, name):
     return m
 
 
-def _numpy(x, name):
-    """A float32 NumPy view of an array or CPU tensor (parameters detached)."""
+REDUCED = ("bfloat16", "float16")     # storage types of the weights (float32 sums)
+
+
+def dtype_name(x) -> str:
+    """NumPy's or torch's name of an array's dtype ("float32", "bfloat16")."""
+    return str(x.dtype).split(".")[-1]
+
+
+def _numpy(x, name, dtypes=("float32",)):
+    """A NumPy view of an array or CPU tensor (parameters detached) of one of
+    ``dtypes``: float32 and float16 as they are, a bfloat16 tensor as its
+    bits (uint16; NumPy has no bfloat16)."""
+    what = " or ".join(dtypes)
     if is_torch(x):
-        if str(x.dtype) != "torch.float32":
-            raise TypeError(f"{name}: expected a float32 tensor, got {x.dtype}")
+        if dtype_name(x) not in dtypes:
+            raise TypeError(f"{name}: expected a {what} tensor, got {x.dtype}")
         if x.device.type != "cpu":
             raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")
-        return x.detach().contiguous().numpy()
+        x = x.detach().contiguous()
+        if dtype_name(x) == "bfloat16":
+            import torch
+            return x.view(torch.int16).numpy().view(np.uint16)
+        return x.numpy()
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise TypeError(f"{name}: expected float32, got {x.dtype}")
+    if x.dtype.name not in dtypes:
+        raise TypeError(f"{name}: expected {what}, got {x.dtype}")
     return np.ascontiguousarray(x)
+
+
+def to_float32(a, dtype):
+    """The float32 values of a NumPy array of ``dtype`` (bfloat16: its bits
+    as uint16), exact (every bfloat16 and float16 is a float32)."""
+    if dtype == "bfloat16":
+        return (np.ascontiguousarray(a).astype(np.uint32) << 16).view(np.float32)
+    return np.ascontiguousarray(a, np.float32)
+
+
+def storage(dtype):
+    """The NumPy dtype that holds ``dtype``'s values (bfloat16: its bits)."""
+    return {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]
+
+
+def as_dtype(a, dtype, torch_out):
+    """A float32 NumPy result rounded to ``dtype`` (to nearest even), as a
+    torch tensor when ``torch_out`` (a bfloat16 result must be)."""
+    if not torch_out:
+        return a if dtype == "float32" else a.astype(dtype)
+    import torch
+    t = torch.from_numpy(a)
+    return t if dtype == "float32" else t.to(getattr(torch, dtype))
+
+
+def kernel_array(a, dtype):
+    """A NumPy array of ``dtype``'s storage as a kernel takes it (bfloat16
+    bits: a torch bfloat16 tensor over the same memory)."""
+    if dtype != "bfloat16":
+        return a
+    import torch
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
 
 
 class RNNWeights:
@@ -91,18 +138,31 @@ class RNNWeights:
     the packed layouts of each schedule made on first use and kept.  Pass it
     to :func:`lstm` / :func:`gru` in place of the list to pack only once
     (the arrays are not copied until packed: change them and make a new
-    one)."""
+    one).
 
-    def __init__(self, weights, cell="lstm", sparse=False, input_size=None):
+    The weights are float32, or all bfloat16 or all float16 (torch's rule:
+    one dtype; ``dtype``: the weights' dtype, needed only for NumPy arrays
+    holding bfloat16 bits as uint16, NumPy having no bfloat16).  Reduced
+    precision weights stay in their format in the packed layouts the
+    recurrences read (half the bytes), the sums and states in float32; the
+    biases are made float32 (exactly), and so are CSR values (sparse weights
+    run in float32)."""
+
+    def __init__(self, weights, cell="lstm", sparse=False, input_size=None, dtype=None):
         if cell not in GATES:
             raise ValueError(f"cell must be 'lstm' or 'gru', got {cell!r}")
         self.cell, self.gates = cell, GATES[cell]
         if not isinstance(weights, (list, tuple)) or not weights:
             raise TypeError("weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
                             f"b_hh] (like {cell.upper()}.all_weights), got {type(weights).__name__}")
+        if dtype not in (None, "float32") + REDUCED:
+            raise ValueError(f"dtype must be None, 'float32', 'bfloat16' or 'float16', got {dtype!r}")
         first = weights[0]
+        self.dtype = dtype or _weights_dtype(first)
+        self._accepted = (self.dtype,) + (("uint16",) if self.dtype == "bfloat16" else ())
         if isinstance(first, (list, tuple)) and len(first) in (2, 4):
-            w_hh = first[1] if _is_csr(first[1]) else _numpy(first[1], "weights[0][1] (w_hh of layer 0)")
+            w_hh = first[1] if _is_csr(first[1]) else _numpy(
+                first[1], "weights[0][1] (w_hh of layer 0)", self._accepted)
             if len(w_hh.shape) != 2 or w_hh.shape[1] < 1:
                 raise ValueError(f"weights[0][1] (w_hh of layer 0): expected shape ({self.gates}*H, H)"
                                  f" with H >= 1, got {tuple(w_hh.shape)}")
@@ -113,6 +173,12 @@ class RNNWeights:
             if l == 0 and input_size is None:
                 input_size = self.layers[0][0].shape[1]
         self.sparse = bool(sparse) or any(_is_csr(m) for layer in self.layers for m in layer[:2])
+        # the packed weights' storage type: the weights' own, float32 for CSR
+        self.wdtype = "float32" if self.sparse else self.dtype
+        for layer in self.layers:
+            for k, m in enumerate(layer):
+                if m is not None and not _is_csr(m) and (k >= 2 or self.wdtype == "float32"):
+                    layer[k] = to_float32(m, self.dtype)
         self.input_size = self.layers[0][0].shape[1]
         self.has_bias = self.layers[0][2] is not None
         self._packed = {}
@@ -126,7 +192,16 @@ class RNNWeights:
         out = []
         for k, m in enumerate(layer):
             name = f"weights[{l}][{k}] ({TENSORS[k]} of layer {l})"
-            m = _check_csr(m, name) if k < 2 and _is_csr(m) else _numpy(m, name)
+            if k < 2 and _is_csr(m):
+                m = _check_csr(m, name)
+            else:
+                kind = dtype_name(m) if isinstance(m, np.ndarray) or is_torch(m) else None
+                if kind is not None and kind not in self._accepted and \
+                        kind in ("float32", "float64") + REDUCED:
+                    raise TypeError(f"{name}: expected {self.dtype}, the dtype of weights[0][1] "
+                                    f"(w_hh of layer 0): one dtype for all weights, as torch; "
+                                    f"got {kind}")
+                m = _numpy(m, name, self._accepted)
             shape = tuple(m.shape)
             if k >= 2:
                 want = (G * H,)
@@ -185,7 +260,7 @@ class RNNWeights:
         G, H = self.gates, self.hidden
         m = self._dense(m)
         Hp = padded(H, hb)
-        w = np.zeros((G, Hp, m.shape[1]), np.float32)
+        w = np.zeros((G, Hp, m.shape[1]), storage(self.wdtype))
         w[:, :H] = m.reshape(G, H, -1)
         return np.ascontiguousarray(w.reshape(G, Hp // hb, hb, -1).transpose(1, 3, 0, 2))
 
@@ -208,8 +283,8 @@ class RNNWeights:
         out = []
         for l, (wih, whh, _, _) in enumerate(self.layers):
             wi = self._blocked(wih, blk.hb)                      # [NB, I, G, HB]
-            out.append(dict(wiT=np.ascontiguousarray(
-                wi.transpose(1, 0, 2, 3).reshape(wi.shape[1], -1)),   # [I, NB*G*HB]
+            out.append(dict(wiT=to_float32(                         # the float32 GEMM's
+                wi.transpose(1, 0, 2, 3).reshape(wi.shape[1], -1), self.wdtype),   # [I, NB*G*HB]
                 w=self._blocked(whh, blk.hb), **self._biases(l, blk.hb)))
         return out
 
@@ -258,6 +333,16 @@ class RNNWeights:
                 np.ascontiguousarray(vals, np.float32))
 
 
+def _weights_dtype(layer):
+    """The dtype of a layer's ``w_hh`` when it is a reduced-precision array,
+    else float32 (the tensors' own checks name what is wrong)."""
+    m = layer[1] if isinstance(layer, (list, tuple)) and len(layer) in (2, 4) else None
+    if m is None or _is_csr(m) or not (isinstance(m, np.ndarray) or is_torch(m)):
+        return "float32"
+    name = dtype_name(m)
+    return name if name in REDUCED else "float32"
+
+
 def _csr_to_dense(m):
     return csr_to_dense(m.rowptr, m.colidx, m.values, tuple(int(d) for d in m.shape))
 
@@ -267,12 +352,13 @@ def rnn_weights(weights, cell="lstm", sparse=False, input_size=None):
     weights and reused, its packed layouts with it, while every array holds
     the values it held (:func:`schedules.core.prepared.prepared`; the
     RNNWeights is built on the cache's read-only copies).  ``weights`` as
-    :class:`RNNWeights` takes them; float32 NumPy arrays or CPU tensors and
-    CSR objects (``rowptr, colidx, values, shape``) are cached, anything else
-    is checked and packed on every call as before."""
+    :class:`RNNWeights` takes them; float32 (bfloat16, float16) NumPy arrays
+    or CPU tensors and CSR objects (``rowptr, colidx, values, shape``) are
+    cached, anything else is checked and packed on every call as before."""
     layout, sources = _sources(weights)
     if layout is None:
         return RNNWeights(weights, cell, sparse=sparse, input_size=input_size)
+    dtype = _weights_dtype(weights[0])      # (the copies of bfloat16 tensors are their bits)
 
     def make(arrays):
         it, out = iter(arrays), []
@@ -280,20 +366,21 @@ def rnn_weights(weights, cell="lstm", sparse=False, input_size=None):
             row = []
             for kind in layer:
                 if kind == "dense":
-                    row.append(next(it))
+                    m = next(it)
+                    row.append(m.view(np.uint16) if m.dtype == np.int16 else m)
                 else:
                     row.append(SimpleNamespace(rowptr=next(it), colidx=next(it),
                                                values=next(it), shape=kind))
             out.append(row)
-        return RNNWeights(out, cell, sparse=sparse, input_size=input_size)
-    return prepared("rnn", sources, make, extra=(cell, bool(sparse), input_size, layout))
+        return RNNWeights(out, cell, sparse=sparse, input_size=input_size, dtype=dtype)
+    return prepared("rnn", sources, make, extra=(cell, bool(sparse), input_size, layout, dtype))
 
 
 def _sources(weights):
     """``(layout, arrays)`` of a per-layer weight list: per tensor "dense" or
     a CSR object's shape, and the arrays in order; ``(None, None)`` when a
-    tensor is not a float32 host array or CSR object (RNNWeights then checks
-    and names it)."""
+    tensor is not a float32, bfloat16 or float16 host array or CSR object
+    (RNNWeights then checks and names it)."""
     if not isinstance(weights, (list, tuple)) or not weights:
         return None, None
     layout, sources = [], []
@@ -309,7 +396,7 @@ def _sources(weights):
                     return None, None
                 kinds.append(shape)
                 sources += [m.rowptr, m.colidx, m.values]
-            elif _float32_host(m):
+            elif _float_host(m):
                 kinds.append("dense")
                 sources.append(m)
             else:
@@ -318,10 +405,10 @@ def _sources(weights):
     return tuple(layout), sources
 
 
-def _float32_host(m):
+def _float_host(m):
     if isinstance(m, np.ndarray):
-        return m.dtype == np.float32
-    return (is_torch(m) and str(m.dtype) == "torch.float32" and m.device.type == "cpu"
+        return m.dtype in (np.float32, np.float16)
+    return (is_torch(m) and dtype_name(m) in ("float32",) + REDUCED and m.device.type == "cpu"
             and str(m.layout) == "torch.strided")
 
 
