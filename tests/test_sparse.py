@@ -15,6 +15,7 @@ import schedules
 from schedules.solvers import conv_sparse as sparse
 from schedules.problems.conv import pair
 from schedules.problems.conv import conv_shape
+from schedules.host import host
 from schedules.weights.csr import CSRWeights
 
 RNG = np.random.default_rng(18)
@@ -139,6 +140,33 @@ def test_sparse_conv_schedules(rows_outer, parallel, cb):
                         channel_block=cb).compile(target=os.environ["TIRAMISU_PY_TARGET"])
     out = k(data=x, rowptr=rowptr, colidx=colidx, val=val, bias=b)
     np.testing.assert_allclose(out, ref_conv(x, w, b, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.usefixtures("backend")
+@pytest.mark.parametrize("shape,padding,dilation,rows_outer,cb,pool", [
+    ((2, 3, 8, 7, 5, 3), 1, 1, True, 2, 1), ((2, 3, 9, 11, 4, 3), 1, 1, False, None, 1),
+    ((1, 4, 10, 13, 3, 5), 2, 1, True, None, 2), ((2, 2, 12, 12, 3, 3), 0, 2, True, 1, 2)])
+def test_sparse_conv_aligned_layout(shape, padding, dilation, rows_outer, cb, pool):
+    """The aligned layout (the row pitch rounded up to whole vectors, one
+    shifted copy of the padded image per kernel column, ``colidx`` into the
+    copies) gives the unaligned result, with the copies' unread columns
+    zeroed (no garbage reaches a used position)."""
+    n, ci, h, w, co, k = shape
+    s = conv_shape((n, ci, h, w), (co, ci, k, k), 1, padding, dilation)
+    x = RNG.standard_normal((n, ci, h, w), dtype=np.float32)
+    wt, b = pruned(co, ci, k, 0.5), RNG.standard_normal(co, dtype=np.float32)
+    plan = sparse.plan(s, vectors=2, rows_outer=rows_outer, channel_block=cb, aligned=True)
+    assert plan["aligned"] and plan["copies"] == k and plan["pitch"] % host().lanes(4) == 0
+    rowptr, colidx, val = CSRWeights.from_dense(wt).conv_layout(**sparse.layout(s, plan))
+    kern = sparse.function(s, vectors=2, rows_outer=rows_outer, channel_block=cb, aligned=True,
+                           pool=pool, relu=pool > 1).compile(
+        target=os.environ["TIRAMISU_PY_TARGET"])
+    out = kern(data=x, rowptr=rowptr, colidx=colidx, val=val, bias=b)
+    ref = ref_conv(x, wt, b, 1, padding, dilation)
+    np.testing.assert_allclose(out, ref_pool(ref, pool) if pool > 1 else ref, rtol=1e-4,
+                               atol=1e-4)
+    assert not sparse.plan(conv_shape((1, 2, 8, 8), (2, 2, 3, 3), 2, 1, 1),
+                           aligned=True)["aligned"]      # stride 2: never
 
 
 @pytest.mark.usefixtures("backend")

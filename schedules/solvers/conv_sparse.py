@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..blocks.conv_common import by_group
-from ..blocks.csr_conv import function, pitch, plan, tile_size
+from ..blocks.csr_conv import aligned_pitch, function, layout, pitch, plan, tile_size
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..problems.conv import conv_shape
 from ..weights.csr import as_csr
 
-__all__ = ["function", "pitch", "plan", "tile_size", "sparse_conv2d_function", "SparseCSR"]
+__all__ = ["function", "layout", "pitch", "plan", "tile_size", "sparse_conv2d_function",
+           "SparseCSR"]
 
 
 def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1,
@@ -44,17 +45,18 @@ class SparseCSR(Solver):
         return plan(p.shape, density=1.0 if p.density is None else p.density)
 
     def space(self, p):
-        """The loop order (tiles of rows outside the channels or inside) and
-        the input channels per block (rows outer; 0: unblocked)."""
+        """The loop order (tiles of rows outside the channels or inside), the
+        input channels per block (rows outer; 0: unblocked) and, where it
+        applies, the aligned layout."""
         return {"rows_outer": [False, True],
-                "channel_block": [0] + [c for c in (4, 8, 16, 32, 64) if c < p.shape.ci]}
+                "channel_block": [0] + [c for c in (4, 8, 16, 32, 64) if c < p.shape.ci],
+                **({"aligned": [False, True]} if aligned_pitch(p.shape) else {})}
 
     def with_values(self, p, values):
         return plan(p.shape, density=1.0 if p.density is None else p.density, **values)
 
     def build(self, p, params):
-        order = dict(rows_outer=params["rows_outer"], channel_block=params["channel_block"] or 0)
-        return function(p.shape, bias=p.bias, pool=p.pool, relu=p.relu, **order)
+        return function(p.shape, bias=p.bias, pool=p.pool, relu=p.relu, **_order(params))
 
     def run(self, p, args, values=None):
         return by_group(lambda q, a: self._run(q, a, values), p, args)   # each group's CSR rows
@@ -63,12 +65,22 @@ class SparseCSR(Solver):
         s = p.shape
         csr = args.csr if args.csr is not None else as_csr(args.w, s.ci)
         params = plan(s, density=csr.density, **self.chosen(p, values))
-        order = dict(rows_outer=params["rows_outer"], channel_block=params["channel_block"] or 0)
-        k = kernel(("sparse_conv", s, p.bias, p.pool, p.relu, tuple(order.values())),
+        k = kernel(("sparse_conv", s, p.bias, p.pool, p.relu, *_key(params)),
                    lambda: self.build(p, params), p.target)
-        rowptr, colidx, val = csr.conv_layout(s.kh, s.kw, s.hp, s.wp, s.dh, s.dw,
-                                              params["channel_block"])
+        rowptr, colidx, val = csr.conv_layout(**layout(s, params))
         kw = dict(data=args.x, rowptr=rowptr, colidx=colidx, val=val)
         if args.b is not None:
             kw["bias"] = args.b
         return k(**kw)
+
+
+def _order(params):
+    """The Function's arguments of a plan."""
+    return dict(rows_outer=params["rows_outer"], channel_block=params["channel_block"] or 0,
+                aligned=params["aligned"])
+
+
+def _key(params):
+    """A plan's part of the kernel key (unaligned kernels keep their old key)."""
+    order = _order(params)
+    return (order["rows_outer"], order["channel_block"]) + (("aligned",) if order["aligned"] else ())

@@ -109,15 +109,15 @@ class ResizeSparse(_Resize):
         s = p.shape
         csr = args.csr if args.csr is not None else as_csr(args.w, s.ci)
         plan = csr_conv.plan(s, density=csr.density)
-        order = dict(rows_outer=plan["rows_outer"], channel_block=plan["channel_block"] or 0)
+        order = dict(rows_outer=plan["rows_outer"], channel_block=plan["channel_block"] or 0,
+                     aligned=plan["aligned"])
         k = kernel((OP, self.name, s, p.src_h, p.src_w, p.mode, p.pool, p.bias,
                     tuple(order.values())),
                    lambda: csr_conv.function(
                        s, bias=p.bias, pool=p.pool, relu=True, **order,
                        source=lambda f: _source(f, s, (p.src_h, p.src_w), p.mode), name=OP),
                    p.target)
-        rowptr, colidx, val = csr.conv_layout(s.kh, s.kw, s.hp, s.wp, s.dh, s.dw,
-                                              plan["channel_block"])
+        rowptr, colidx, val = csr.conv_layout(**csr_conv.layout(s, plan))
         kw = dict(data=args.x, rowptr=rowptr, colidx=colidx, val=val, **self.tables(p))
         if args.b is not None:
             kw["bias"] = args.b

@@ -164,21 +164,24 @@ class CSRWeights:
                               (stop - start,) + self.shape[1:])
         return self.derived(("rows", start, stop), make)
 
-    def conv_offsets(self, kh, kw, hp, wp, dh=1, dw=1):
+    def conv_offsets(self, kh, kw, hp, wp, dh=1, dw=1, copy=0):
         """``colidx`` as flat offsets ``ci*hp*wp + ky*dh*wp + kx*dw`` into a
-        padded ``hp x wp`` image (int32; cached per image size)."""
+        padded ``hp x wp`` image (int32; cached per image size); ``copy`` >
+        0: ``kx*copy + ci*hp*wp + ky*dh*wp``, into copy ``kx`` of ``copy``
+        floats (the image shifted by ``kx*dw``: the sparse conv's aligned
+        layout)."""
         def make():
             c = self.colidx.astype(np.int64)
             ci, r = np.divmod(c, kh * kw)
             ky, kx = np.divmod(r, kw)
-            off = ci * (hp * wp) + ky * (dh * wp) + kx * dw
+            off = ci * (hp * wp) + ky * (dh * wp) + (kx * copy if copy else kx * dw)
             if off.size and off.max() >= 2 ** 31:
                 raise ValueError(f"sparse conv: the padded input ({hp}x{wp} per channel) is "
                                  "too large for 32-bit offsets")
             return off.astype(np.int32)
-        return self.derived(("conv_offsets", kh, kw, hp, wp, dh, dw), make)
+        return self.derived(("conv_offsets", kh, kw, hp, wp, dh, dw, copy), make)
 
-    def conv_layout(self, kh, kw, hp, wp, dh=1, dw=1, cb=None):
+    def conv_layout(self, kh, kw, hp, wp, dh=1, dw=1, cb=None, copy=0):
         """``(rowptr, colidx, values)`` as the sparse conv kernel takes them
         (cached): int32 row pointers, with ``cb`` (input channels per block)
         one per (row, channel block), ``Cout * ceil(Cin / cb) + 1`` of them
@@ -193,7 +196,7 @@ class CSRWeights:
             nb = -(-ci // cb) if cb else 1
             row = np.repeat(np.arange(rows, dtype=np.int64), np.diff(self.rowptr))
             key = row * nb + (self.colidx // (kh * kw * cb) if cb else 0)
-            off, val = self.conv_offsets(kh, kw, hp, wp, dh, dw), self.values
+            off, val = self.conv_offsets(kh, kw, hp, wp, dh, dw, copy), self.values
             if key.size and (np.diff(key) < 0).any():
                 order = np.argsort(key, kind="stable")
                 key, off, val = key[order], off[order], val[order]
@@ -202,7 +205,7 @@ class CSRWeights:
             if not self.nnz:
                 off, val = np.zeros(1, np.int32), np.zeros(1, np.float32)
             return rowptr.astype(np.int32), off, val
-        return self.derived(("conv_layout", kh, kw, hp, wp, dh, dw, cb), make)
+        return self.derived(("conv_layout", kh, kw, hp, wp, dh, dw, cb, copy), make)
 
 
 def csr_to_dense(rowptr, colidx, values, shape):
