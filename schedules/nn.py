@@ -42,8 +42,8 @@ class Linear(nn.Linear):
     def forward(self, input):
         lead = input.shape[:-1]
         y = ops.gemm(input.reshape(-1, self.in_features), self.weight.t())
-        if self.bias is not None:
-            y = y + self.bias
+        if self.bias is not None:      # (under autocast the product is bfloat16: so the bias)
+            y = y + (self.bias if self.bias.dtype == y.dtype else self.bias.to(y.dtype))
         return y.reshape(*lead, self.out_features)
 
     @classmethod
@@ -90,12 +90,14 @@ class Conv2d(nn.Conv2d):
     def _fused(self, x, group, pad):
         """The chain's conv with its BatchNorm folded into the weight and bias
         and its activation as the epilogue: ReLU inside the kernel (the
-        fused block with ``pool=1``) where that takes the conv, else applied
-        in place to the conv's fresh output."""
+        fused block with ``pool=1``) where that takes the conv, else (and
+        under autocast, where conv2d runs in the autocast dtype) applied in
+        place to the conv's fresh output."""
         weight, bias = group.folded(self.weight, self.bias)
         in_kernel = (group.activation == "relu" and self.algo == "auto" and self.groups == 1
                      and tuple(self.stride) == (1, 1) and tuple(self.dilation) == (1, 1)
-                     and weight.dtype == torch.float32)
+                     and weight.dtype == torch.float32
+                     and not torch.is_autocast_enabled("cpu"))  # (conv2d: in the autocast dtype)
         if in_kernel:
             return ops.conv_relu_maxpool(x, weight, bias, [1, 1], pad, [1, 1], 1, pool=1)
         y = ops.conv2d(x, weight, bias, list(self.stride), pad, list(self.dilation),

@@ -10,15 +10,25 @@ from tiramisu_py.runtime.torch_bridge import define
 
 NS = "tiramisu"
 FLOATS = {torch.float32: "float32", torch.float64: "float64"}
+REDUCED = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+# the ops that run in the autocast dtype under torch.autocast("cpu"), as aten's mm,
+# conv2d and lstm do (their float32 arguments cast); every other op casts reduced-
+# precision arguments to float32 (aten's gru, too, runs in float32 there)
+REDUCED_OPS = ("gemm", "conv2d", "conv2d.padding", "lstm")
 
 
 def op(name, schema, impl, fake, backward=None, setup_context=None):
     """Defines ``tiramisu::name`` (see :func:`tiramisu_py.runtime.torch_bridge.define`);
-    its results pass through :func:`fresh_outputs`."""
+    its results pass through :func:`fresh_outputs`; under ``torch.autocast("cpu")``
+    it runs in the autocast dtype if it is one of :data:`REDUCED_OPS`, else in
+    float32."""
     def owned(*args, **kwargs):
         return fresh_outputs(impl(*args, **kwargs), args)
     owned.__name__, owned.__doc__ = impl.__name__, impl.__doc__
-    return define(f"{NS}::{name}", schema, owned, fake, backward, setup_context)
+    return define(f"{NS}::{name}", schema, owned, fake, backward, setup_context,
+                  autocast="reduced" if name in REDUCED_OPS else "float32")
 
 
 def _tensors(args):
@@ -51,14 +61,16 @@ def fresh_outputs(result, args):
                     result.stride())
 
 
-def float_dtype(name, *ts):
-    """"float32" or "float64": the one dtype of the tensors ``ts`` (None
-    skipped), else a TypeError naming the op."""
+def float_dtype(name, *ts, reduced=False):
+    """"float32" or "float64" (``reduced``: also "bfloat16", "float16"): the
+    one dtype of the tensors ``ts`` (None skipped), else a TypeError naming
+    the op."""
     dts = {t.dtype for t in ts if t is not None}
-    if len(dts) != 1 or next(iter(dts)) not in FLOATS:
-        raise TypeError(f"tiramisu::{name}: expected float32 or float64 tensors of one dtype, "
-                        f"got {', '.join(str(t.dtype) for t in ts if t is not None)}")
-    return FLOATS[next(iter(dts))]
+    kinds = {**FLOATS, **(REDUCED if reduced else {})}
+    if len(dts) != 1 or next(iter(dts)) not in kinds:
+        raise TypeError(f"tiramisu::{name}: expected {' or '.join(kinds.values())} tensors of "
+                        f"one dtype, got {', '.join(str(t.dtype) for t in ts if t is not None)}")
+    return kinds[next(iter(dts))]
 
 
 def no_double_backward(name):

@@ -94,12 +94,14 @@ def _square(s: ConvShape):
 
 # ------------------------------------------------------------------ gemm
 def _gemm(a, b):
-    dt = _dtype("gemm", a, b)
+    dt = _dtype("gemm", a, b, reduced=True)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"tiramisu::gemm: shapes {tuple(a.shape)} @ {tuple(b.shape)} do not match")
     a = contiguous(a)
     if dt == "float32":         # a transposed b (``weight.t()``) is read as it is stored
         return api.gemm(a, b if b.t().is_contiguous() else contiguous(b))
+    if dt in ("bfloat16", "float16"):       # the 'dot' solver, float32 sums
+        return api.gemm(a, contiguous(b))
     b = contiguous(b)
     (n, k), m = a.shape, b.shape[1]
     return _kernel(("matmul", n, m, k, dt), lambda: BW.matmul(n, m, k, dt))(a, b)
@@ -221,7 +223,7 @@ def _grads(ctx, g, x, weight_shape, run):
 
 def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
             *, algo="auto"):
-    dt = _dtype("conv2d", input, weight, bias)
+    dt = _dtype("conv2d", input, weight, bias, reduced=True)
     _algo("conv2d", algo)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
@@ -229,7 +231,10 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
         return x.new_zeros(_out(x, s))
     if x.dim() == 3:
         return _conv2d(x[None], weight, bias, stride, padding, dilation, groups, algo=algo)[0]
-    if dt == "float32" and _square(s):
+    if dt in ("bfloat16", "float16") and not _square(s):    # float32 sums, rounded once
+        up = [None if t is None else t.float() for t in (x, weight, bias)]
+        return _conv2d(*up, stride, padding, dilation, groups, algo=algo).to(x.dtype)
+    if dt != "float64" and _square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
                           dilation=s.dh, groups=groups, algo=algo)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))

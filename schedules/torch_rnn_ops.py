@@ -42,7 +42,7 @@ def _detached(t):
 
 
 def _rnn_impl(op, x, weights, num_layers, h0, c0, dropout_masks):
-    _dtype(op, x, *weights)
+    _dtype(op, x, *weights, reduced=True)
     layers = [[contiguous(w).detach() for w in layer]
               for layer in _rnn_layers(op, weights, num_layers)]
     x, h0, c0 = _detached(x), _detached(h0), _detached(c0)

@@ -65,13 +65,15 @@ def _no_backward(qualname):
     return backward
 
 
-def define(qualname, schema, impl, fake, backward=None, setup_context=None):
+def define(qualname, schema, impl, fake, backward=None, setup_context=None, autocast=None):
     """Registers ``qualname`` (``"namespace::name"``, or
     ``"namespace::name.overload"`` for an overload of ``name`` defined
     before, as aten's ``conv2d.padding``) with ``schema`` (the part after the
     name: ``"(Tensor a, Tensor b) -> Tensor"``), ``impl`` (the CPU
     implementation), ``fake`` (shapes only) and ``backward`` /
-    ``setup_context`` (as for ``torch.library.register_autograd``).  Returns
+    ``setup_context`` (as for ``torch.library.register_autograd``) and
+    ``autocast`` (what the op does under ``torch.autocast("cpu")``:
+    :func:`register_autocast`'s policy; None: nothing).  Returns
     ``torch.ops.namespace.name`` (the packet: torch picks the overload by
     the arguments' types)."""
     ns, name = _split(qualname)
@@ -96,7 +98,43 @@ def define(qualname, schema, impl, fake, backward=None, setup_context=None):
                              "a backward (torch takes autograd formulas for functional ops only)")
         op = getattr(getattr(torch.ops, ns), name.split(".")[0])
         _OPS[qualname] = op
+        if autocast is not None:
+            register_autocast(lib, qualname, autocast)
         return op
+
+
+def register_autocast(lib, qualname, policy):
+    """The op's kernel under ``torch.autocast("cpu")`` (dispatch key
+    AutocastCPU), as aten's ops have: ``policy`` "reduced" casts its float32
+    tensor arguments to the autocast dtype (``torch.get_autocast_dtype``:
+    bfloat16 or float16; the op runs its reduced-precision kernels, as aten's
+    lower-precision ops: mm, conv2d, lstm), "float32" casts bfloat16/float16
+    ones to float32 (as aten's float32 ops), then the op runs with autocast
+    off.  Keyword arguments are passed on (unlike
+    ``torch.library.register_autocast``)."""
+    if policy not in ("reduced", "float32"):
+        raise ValueError(f"autocast policy must be 'reduced' or 'float32', got {policy!r}")
+    key = torch._C.DispatchKey.AutocastCPU
+    ns, name = _split(qualname)
+    base, _, overload = name.partition(".")
+    target = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
+    low = (torch.bfloat16, torch.float16)
+
+    def kernel(keyset, *args, **kwargs):
+        to = torch.get_autocast_dtype("cpu") if policy == "reduced" else torch.float32
+
+        def cast(a):
+            if isinstance(a, torch.Tensor):
+                if a.device.type == "cpu" and (a.dtype == torch.float32 if policy == "reduced"
+                                               else a.dtype in low) and a.dtype != to:
+                    return a.to(to)
+                return a
+            if isinstance(a, (list, tuple)):
+                return type(a)(cast(x) for x in a)
+            return a
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
+            return target(*cast(args), **{k: cast(v) for k, v in kwargs.items()})
+    lib.impl(name, kernel, "AutocastCPU", with_keyset=True)
 
 
 def contiguous(t):
