@@ -304,8 +304,9 @@ def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, 
         p, args = RnnProblem.from_call(cell, x, weights, h0, c0, sparse, target)
         y, hn, cn = _solve(cell, p, args, schedule, cell, "schedule", repeats=2)
         if grad:                    # no backward kernel for these: a gradient asked raises
-            outs = A.without_backward(f"schedules.{cell} (CSR weights, RNNWeights, bfloat16/float16 or the GPU)",
-                                      (y, hn) + ((cn,) if cn is not None else ()), grad)
+            outs = A.without_backward(
+                f"schedules.{cell} (CSR weights, RNNWeights, bfloat16/float16 or the GPU)",
+                (y, hn) + ((cn,) if cn is not None else ()), grad)
             y, hn, cn = outs[0], outs[1], outs[2] if cn is not None else None
     if unbatched:
         y, hn, cn = (None if a is None else a[:, 0] for a in (y, hn, cn))

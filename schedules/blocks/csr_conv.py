@@ -81,9 +81,10 @@ def plan(s: ConvShape, vectors=None, rows_outer=None, channel_block=None, densit
     with 16 channels per block; 17.7 / 26.8 unblocked, the copies streamed
     from L2).  Where a tile is a band of rows the copies shrink the blocks
     and it lost (8x512x28x28 at 30%: 49 vs 58 ms; 32x3x224x224 at 20%: 17
-    vs 25 ms): the tuner's space has it, the default does not), ``pitch`` (the
-    flat rows' pitch), ``copies`` (of the padded image: ``KW`` aligned, else
-    1) and ``copy`` (floats per copy, whole vectors), ``tile`` / ``qp``
+    vs 25 ms): the tuner's space has it, the default does not), ``pitch``
+    (the padded image's row pitch), ``row`` (the flat output row's),
+    ``copies`` (of the padded image: ``KW`` aligned, else 1) and ``copy``
+    (floats per copy, whole vectors), ``tile`` / ``qp``
     (:func:`tile_size`), ``size`` / ``tail`` (floats of one flat padded
     image and of the zero tail after it that the last tile may read),
     ``channel_block`` (input channels per
@@ -104,19 +105,19 @@ def plan(s: ConvShape, vectors=None, rows_outer=None, channel_block=None, densit
         rows_outer = True if aligned and rows_outer is None else rows_outer
     aligned = bool(aligned) and ap is not None
     wp = ap if aligned else s.wp
-    t, qp = tile_size(s, vectors, wp if aligned else None)
+    row = wp if aligned else pitch(s)           # the flat output row's pitch
+    t, qp = tile_size(s, vectors, row)
     size = s.ci * s.hp * wp
     # the last read: the largest offset of a nonzero (within its copy, aligned) + the last
     # (padded) position
     last = max(s.ci - 1, 0) * s.hp * wp + (s.kh - 1) * s.dh * wp + \
         (0 if aligned else (s.kw - 1) * s.dw) + \
-        (((qp - 1) // pitch(s)) * s.sh * wp + ((qp - 1) % pitch(s)) * s.sw if s.sh != s.sw
+        (((qp - 1) // row) * s.sh * wp + ((qp - 1) % row) * s.sw if s.sh != s.sw
          else (qp - 1) * s.sh)
     tail = max(0, last + 1 - size)
     copies = s.kw if aligned else 1
     copy = -(-(size + tail) // lanes) * lanes if aligned else size + tail
     if channel_block is None:
-        row = wp if aligned else pitch(s)
         band = min(s.hp, (-(-t // row) + 1) * s.sh + (s.kh - 1) * s.dh)  # rows a tile reads
         # half of L1 for a block's band, all of it for its copies (aligned)
         channel_block = max(1, host().l1d // (1 if aligned else 2) // (copies * band * wp * 4))
@@ -126,7 +127,14 @@ def plan(s: ConvShape, vectors=None, rows_outer=None, channel_block=None, densit
     if not rows_outer or not channel_block or channel_block >= s.ci:
         channel_block = None
     return dict(tile=t, qp=qp, size=size, tail=tail, rows_outer=rows_outer,
-                channel_block=channel_block, aligned=aligned, pitch=wp, copies=copies, copy=copy)
+                channel_block=channel_block, aligned=aligned, pitch=wp, row=row, copies=copies,
+                copy=copy)
+
+
+def schedule_args(p):
+    """The loop-order arguments of :func:`function` that the plan ``p`` chose."""
+    return dict(rows_outer=p["rows_outer"], channel_block=p["channel_block"] or 0,
+                aligned=p["aligned"])
 
 
 def layout(s: ConvShape, p):
@@ -169,15 +177,13 @@ def function(s: ConvShape, bias=True, pool=1, relu=False, vectors=None, parallel
     p = plan(s, vectors, rows_outer, channel_block, density, aligned)
     t, qp, size, tail, rows_outer, cb = (p[k] for k in ("tile", "qp", "size", "tail", "rows_outer",
                                                          "channel_block"))
-    wp, copies, copy = p["pitch"], p["copies"], p["copy"]
+    wp, row, copies, copy = p["pitch"], p["row"], p["copies"], p["copy"]
     nb = -(-s.ci // cb) if cb else 1
     rowptr = f.input("rowptr", (s.co * nb + 1,), tp.int32)
     colidx = f.input("colidx", ("NNZ",), tp.int32)
     val = f.input("val", ("NNZ",), tp.float32)
     B = f.input("bias", (s.co,), tp.float32) if bias else None
     lanes = host().lanes(4)
-
-    row = wp if p["aligned"] else pitch(s)      # the flat output row's pitch
 
     def offset(q):          # where output position q starts reading the flat image
         if s.sh == s.sw:

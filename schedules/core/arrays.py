@@ -22,6 +22,11 @@ def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+def dtype_name(x) -> str:
+    """NumPy's or torch's name of an array's dtype ("float32", "bfloat16")."""
+    return str(x.dtype).split(".")[-1]
+
+
 def refuse_foreign(x, name):
     """Refuses, naming ``name``, what looks like an array but is not one an
     operator on the host takes: a subclass of ``torch.Tensor`` defined
@@ -53,7 +58,7 @@ def typed_array(x, name, ndim, dtypes):
     "bfloat16", "int8", ...); a clear error names ``name`` otherwise."""
     what = " or ".join(dtypes)
     if is_torch(x):
-        if str(x.dtype).split(".")[-1] not in dtypes:
+        if dtype_name(x) not in dtypes:
             raise TypeError(f"{name}: expected a {what} tensor, got {x.dtype}")
         if x.device.type != "cpu":
             raise ValueError(f"{name}: expected a CPU tensor, got device {x.device}")

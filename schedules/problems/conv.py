@@ -317,7 +317,7 @@ class ConvProblem:
             csr = as_csr(weight, cig, wn) if as_csr_form else None
             w = None if sparse else A.typed_array(weight, wn, 4, kinds)
             b = None if bias is None else A.typed_array(bias, "bias", 1, kinds)
-            dts = {str(t.dtype).split(".")[-1] for t in (x, w, b) if t is not None}
+            dts = {A.dtype_name(t) for t in (x, w, b) if t is not None}
             if len(dts) > 1:                    # as torch's conv2d
                 raise TypeError(f"{name}: {xn}, {wn} and bias must have the same dtype, got "
                                 + ", ".join(str(t.dtype) for t in (x, w, b) if t is not None))
@@ -348,7 +348,7 @@ class ConvProblem:
         # the form the solvers read: structural zeros absent ("csr") or not
         p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu",
                 "csr" if as_csr_form else "dense", density, pool,
-                "float32" if cuda else str(args.x.dtype).split(".")[-1])
+                "float32" if cuda else A.dtype_name(args.x))
         return p, args
 
     def per_group(self):

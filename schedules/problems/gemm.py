@@ -67,8 +67,8 @@ class GemmProblem:
         else:
             kinds = ("int8",) if op == "gemm_int8" else ("float32", "float64") + LOW_PRECISION
             a = A.typed_array(a, "a", ndim, kinds)
-            dtype = str(a.dtype).split(".")[-1]
-            b_dtype = str(getattr(b, "dtype", "")).split(".")[-1]
+            dtype = A.dtype_name(a)
+            b_dtype = A.dtype_name(b) if hasattr(b, "dtype") else ""
             if b_dtype != dtype and b_dtype in kinds:              # as torch's matmul
                 raise TypeError(f"{op}: b: expected {dtype}, got {b_dtype} "
                                 "(a and b must have the same dtype)")

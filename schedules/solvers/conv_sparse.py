@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..blocks.conv_common import by_group
-from ..blocks.csr_conv import aligned_pitch, function, layout, pitch, plan, tile_size
+from ..blocks.csr_conv import (aligned_pitch, function, layout, pitch, plan, schedule_args,
+                               tile_size)
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..problems.conv import conv_shape
@@ -56,7 +57,7 @@ class SparseCSR(Solver):
         return plan(p.shape, density=1.0 if p.density is None else p.density, **values)
 
     def build(self, p, params):
-        return function(p.shape, bias=p.bias, pool=p.pool, relu=p.relu, **_order(params))
+        return function(p.shape, bias=p.bias, pool=p.pool, relu=p.relu, **schedule_args(params))
 
     def run(self, p, args, values=None):
         return by_group(lambda q, a: self._run(q, a, values), p, args)   # each group's CSR rows
@@ -74,13 +75,8 @@ class SparseCSR(Solver):
         return k(**kw)
 
 
-def _order(params):
-    """The Function's arguments of a plan."""
-    return dict(rows_outer=params["rows_outer"], channel_block=params["channel_block"] or 0,
-                aligned=params["aligned"])
-
-
 def _key(params):
     """A plan's part of the kernel key (unaligned kernels keep their old key)."""
-    order = _order(params)
-    return (order["rows_outer"], order["channel_block"]) + (("aligned",) if order["aligned"] else ())
+    order = schedule_args(params)
+    aligned = ("aligned",) if order["aligned"] else ()
+    return (order["rows_outer"], order["channel_block"]) + aligned

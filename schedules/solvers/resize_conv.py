@@ -109,8 +109,7 @@ class ResizeSparse(_Resize):
         s = p.shape
         csr = args.csr if args.csr is not None else as_csr(args.w, s.ci)
         plan = csr_conv.plan(s, density=csr.density)
-        order = dict(rows_outer=plan["rows_outer"], channel_block=plan["channel_block"] or 0,
-                     aligned=plan["aligned"])
+        order = csr_conv.schedule_args(plan)
         k = kernel((OP, self.name, s, p.src_h, p.src_w, p.mode, p.pool, p.bias,
                     tuple(order.values())),
                    lambda: csr_conv.function(

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..blocks import rnn_grad
-from ..core.arrays import is_torch
+from ..core.arrays import dtype_name, is_torch
 from ..core.kernels import kernel
-from ..weights.rnn import GATES, TENSORS
+from ..weights.rnn import GATES, REDUCED, TENSORS
 
 DTYPES = ("float32", "float64")
 
@@ -169,7 +169,7 @@ def trainable(x, weights, h0, c0, sparse, target):
             return False
         arrays += list(layer)
     return all(a is None or (isinstance(a, np.ndarray) or is_torch(a)) and not on_device(a)
-               and str(a.dtype).split(".")[-1] not in ("bfloat16", "float16")
+               and dtype_name(a) not in REDUCED
                for a in arrays)
 
 

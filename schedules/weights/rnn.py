@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..core.arrays import is_torch
+from ..core.arrays import dtype_name, is_torch
 from ..core.prepared import prepared
 from ..host import host
 from .csr import csr_to_dense
@@ -72,11 +72,6 @@ def _check_csr(m, name):
 
 
 REDUCED = ("bfloat16", "float16")     # storage types of the weights (float32 sums)
-
-
-def dtype_name(x) -> str:
-    """NumPy's or torch's name of an array's dtype ("float32", "bfloat16")."""
-    return str(x.dtype).split(".")[-1]
 
 
 def _numpy(x, name, dtypes=("float32",)):
@@ -156,7 +151,8 @@ class RNNWeights:
             raise TypeError("weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
                             f"b_hh] (like {cell.upper()}.all_weights), got {type(weights).__name__}")
         if dtype not in (None, "float32") + REDUCED:
-            raise ValueError(f"dtype must be None, 'float32', 'bfloat16' or 'float16', got {dtype!r}")
+            raise ValueError(f"dtype must be None, 'float32', 'bfloat16' or 'float16', "
+                             f"got {dtype!r}")
         first = weights[0]
         self.dtype = dtype or _weights_dtype(first)
         self._accepted = (self.dtype,) + (("uint16",) if self.dtype == "bfloat16" else ())
