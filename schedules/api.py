@@ -209,8 +209,8 @@ def matmul(a, b, params: GemmParams | None = None, target=None):
 def gemm_int8(a, b, target=None):
     """``torch._int_mm(a, b)``: int8 ``(N, K) @ (K, M)`` into int32, exact
     (NumPy arrays or CPU torch tensors, the result of the same kind).  The
-    u8 x s8 dot-product instruction (vpdpbusd) where the host has it, A
-    shifted to unsigned and the compensation ``128 * colsum(B)`` folded in
+    u8 x s8 dot-product instruction (vpdpbusd) where the host has it, B
+    shifted to unsigned and the compensation ``128 * rowsum(A)`` folded in
     (:mod:`schedules.blocks.dot_gemm`)."""
     p, args = GemmProblem.from_call("gemm_int8", a, b, None, target, gpu=False)
     return _solve("gemm_int8", p, args, "auto", "gemm_int8")
