@@ -148,3 +148,73 @@ def test_fused_reduction_gets_its_stride_one_loop_innermost():
     assert f"{upd}.reorder('k', 'j1')" in text
     assert any(t.startswith(f"{upd}.vectorize('j1',") for t in text)
     run(spec, f)
+
+
+def test_triangular_parallel_loop_deals_rows_round_robin():
+    """A loop whose inner extent changes with it (syrk's j <= i) is dealt one
+    iteration at a time on the C target (a static split in halves gives one
+    thread 3/4 of the work); the LLVM backend's static halves are kept; a
+    rectangular loop, tiled with a clamped last tile, gets the default."""
+    import tiramisu_py as tp
+    from examples.polybench import blas
+    from tiramisu_py.poly import footprint
+    from tiramisu_py.commands.state import state_of
+    from tiramisu_py.poly.model import build_model
+
+    SIZE = {"M": 120, "N": 150}          # enough work per row to run in parallel
+
+    def syrk():
+        return blas._build_rank_update("syrk", SIZE, False)
+    steps = [str(s) for s in syrk().auto_schedule()]
+    assert "f.computations['scale'].update.parallelize('i', schedule='static', chunk=1)" in steps
+    assert not any("chunk" in s for s in map(str, syrk().auto_schedule(target="llvm")))
+    f = syrk()
+    model, state = build_model(f), state_of(f)
+    assert footprint.extent_varies_with(model, state, "scale_update", "i", "j")
+    assert not footprint.extent_varies_with(model, state, "scale_update", "i", "k")
+    g = tp.Function("rect", params={"N": 37})
+    i, j = g.var("i", 0, "N"), g.var("j", 0, "N")
+    c = g.computation("C", [i, j], 1.0)
+    c.tile("i", "j", 8, 8)
+    assert not footprint.extent_varies_with(build_model(g), state_of(g), "C", "i0", "j1")
+    assert footprint.extent_varies_with(build_model(g), state_of(g), "C", "j0", "j1") is False
+    inputs = {"A": np.random.default_rng(0).standard_normal((150, 120)),
+              "C": np.random.default_rng(1).standard_normal((150, 150))}
+    f = syrk()
+    f.auto_schedule()
+    out = f.compile()(A=inputs["A"], C=inputs["C"].copy())
+    want = blas._rank_ref(False)(inputs, SIZE)["C"]
+    np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+def test_reduction_leaves_its_fused_nest_for_a_stride_one_inner_loop():
+    """correlation's Gram matrix: the reduction over k sits inside its
+    initialisation's and mirror's (a, c) nest; the auto-scheduler distributes
+    it at a (the initialisation before, the mirror after) to make c, the
+    stride-1 loop, innermost and vectorised."""
+    from examples.polybench import datamining
+    f = datamining.build_correlation(datamining.SIZES["MINI"])
+    steps = [str(s) for s in f.auto_schedule()]
+    for want in ("f.computations['g1'].after(f.computations['g0'], 'a')",
+                 "f.computations['g1'].reorder('k', 'c')",
+                 "f.computations['g3'].after(f.computations['g1'], 'a')"):
+        assert want in steps
+    assert any(s.startswith("f.computations['g1'].vectorize('c',") for s in steps)
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal((32, 28))
+    out = f.compile()(data=data.copy())
+    want = datamining.ref_correlation({"data": data.copy()}, datamining.SIZES["MINI"])
+    got = out["corr"] if isinstance(out, dict) else out
+    np.testing.assert_allclose(np.asarray(got), want["corr"], rtol=1e-10, atol=1e-10)
+
+
+def test_group_parallel_by_its_largest_statement_and_shared_loop_not_split():
+    """mvt's x1: an initialisation (one loop of N) fused with its reduction
+    (N x N): the group has the work for a parallel loop though its first
+    statement alone has not; the initialisation's loop, shared with the
+    reduction's outer loop, is not strip-mined for vectors."""
+    import examples.polybench as pb
+    f = pb.function(pb.KERNELS["mvt"], "LARGE", "plain")
+    steps = [str(s) for s in f.auto_schedule()]
+    assert "f.computations['x1_0'].update.parallelize('i')" in steps
+    assert not any(s.startswith("f.computations['x1_0'].vectorize(") for s in steps)

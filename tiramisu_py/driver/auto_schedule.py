@@ -19,14 +19,19 @@ The search (per top-level group of statements, in program order):
    the host's caches: a tile's arrays fit in a quarter of the L2 (a time loop gets
    16).
 3. **Parallelism**: the outermost tile loop (or loop) that carries no
-   dependence is parallelised; when none does (time-tiled stencils) the
+   dependence is parallelised (on the C target dealt round-robin,
+   ``schedule="static", chunk=1``, when a loop inside it has an extent that
+   changes with it: a triangle); when none does (time-tiled stencils) the
    tiles run as a **wavefront**: the last tile loop is skewed by the others,
    moved outermost, and the next one parallelised.
 4. **Point loops**: the statement's stride-1 loop (its written element's
    last index) is moved innermost (placing the statement ``after`` the
    group's previous one at the loop above, when a fused loop ordered them)
+   (distributing the nest at the loop above when the order needs it: a
+   reduction after its initialisation, its finishing statements after it)
    and vectorised with the host's lanes (not when a read is strided along
-   it: the lanes would gather it); the
+   it: the lanes would gather it, nor when the loop is fused with a
+   statement that runs loops inside it); the
    loop around it is unrolled when short (a register block); a reduction
    accumulates over its innermost loop that leaves the element fixed in a
    local tile copied in and out (``accumulate_locally`` without
@@ -57,12 +62,15 @@ from codegen import target as host
 from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
 from ..commands.state import extent_of, state_of
+from ..poly import footprint
+from .compile import default_target
 
 DEFAULT_BUDGET = 5.0
 TIME_TILE = 16
 SIZES = (8, 16, 32, 64, 128, 256)
 SIZES_1D = (512, 1024, 2048, 4096)     # a band with one space loop: its tiles are rows
 PARALLEL_MIN = 1 << 14                 # iterations a parallel region must hold (known sizes)
+BLOCK_VECTORS = 8                      # vectors in a parallel block of a stride-1 loop
 
 
 class _StmtRef:
@@ -267,7 +275,8 @@ class AutoScheduler:
             # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
             # it for vectors leaves short guarded loops; the C compiler
             # vectorises the whole point loop better
-            self.point_loops(n, vector=not (tiled and carried), before=names[:k])
+            self.point_loops(n, vector=not (tiled and carried), before=names[:k],
+                             after=names[k + 1:])
         for n in names:
             self.register_accumulate(n)
 
@@ -363,21 +372,65 @@ class AutoScheduler:
 
     # -- parallelism --------------------------------------------------------
     def parallelize(self, names, loops, wavefront):
-        sched = {} if self.opt["schedule"] is None else {"schedule": self.opt["schedule"]}
         for lp in loops:
-            if self.too_little_work(names[0], lp):
+            if all(self.too_little_work(n, lp) for n in names):
                 return False
             if not self.may_be_parallel(names, lp):
                 continue
+            sched = self.schedule_of(names, lp)
+            if not wavefront and self.parallel_blocks(names, lp, sched):
+                return True
             if self.attempt([self.step(n, "parallelize", lp, **sched) for n in names]):
                 return True
         if wavefront and len(loops) >= 2 and not self.out_of_time():
             last = loops[-1]
             skews = [self.step(n, "skew", lp, last, 1) for n in names for lp in loops[:-1]]
             moves = [self.step(n, "reorder", last, *loops[:-1]) for n in names]
-            par = [self.step(n, "parallelize", loops[0], **sched) for n in names]
+            par = [self.step(n, "parallelize", loops[0], **self.schedule_of(names, loops[0]))
+                   for n in names]
             return self.attempt(skews + moves + par)
         return False
+
+    def parallel_blocks(self, names, loop, sched):
+        """When ``loop`` is the stride-1 loop of a statement that runs loops
+        inside it (a matrix-vector product read along columns, ``x[i] +=
+        A[j][i] * y[j]``), its blocks of :data:`BLOCK_VECTORS` vectors run in
+        parallel instead (``split``, the outer part parallel) so that the
+        inner part can still become the innermost, vectorised loop (point
+        loops).  True if kept."""
+        st = self.state()
+        if not any(space.stride_one_var(self.model, n) == loop
+                   and [lp.name for lp in st[n].loops][-1] != loop
+                   and not space.strided_reads(self.model, n, loop) for n in names):
+            return False                   # (a row's dot product stays as it is)
+        lanes = max(1, host.vector_bits() // (8 * space.element_bytes(self.model, names[0])))
+        size = BLOCK_VECTORS * lanes
+        ext = extent_of(self.f, names[0], loop)
+        if ext is not None and ext < 2 * size * host.cores():
+            return False                   # too few blocks for the threads
+        sharing = [n for n in names if loop in [lp.name for lp in st[n].loops]]
+        return self.attempt([self.step(n, "split", loop, size) for n in sharing]
+                            + [self.step(n, "parallelize", loop + "0", **sched) for n in sharing])
+
+    def schedule_of(self, names, loop):
+        """The OpenMP schedule of parallel ``loop``: the one given in
+        ``options``; else, on the C target, iterations dealt one at a time
+        round-robin (``schedule="static", chunk=1``) when a loop inside it
+        has an extent that changes with it (a triangle: a static split in
+        halves gives one thread three quarters of the work); else none (the
+        static default, contiguous halves)."""
+        if self.opt["schedule"] is not None:
+            return {"schedule": self.opt["schedule"]}
+        if self.target == "llvm":
+            return {}                    # static halves only
+        st = self.state()
+        for n in names:
+            loops = [lp.name for lp in st[n].loops]
+            if loop in loops and any(
+                    footprint.extent_varies_with(self.model, st, n, loop, inner)
+                    for inner in loops[loops.index(loop) + 1:]):
+                return {"schedule": "static", "chunk": 1}
+        return {}
 
     def extents(self, stmt, loops):
         """The product of the extents of ``loops`` of ``stmt``, or None when
@@ -442,13 +495,15 @@ class AutoScheduler:
                 return
 
     # -- point loops --------------------------------------------------------
-    def point_loops(self, stmt, move=True, vector=True, before=()):
+    def point_loops(self, stmt, move=True, vector=True, before=(), after=()):
         """The stride-1 loop innermost and vectorised (the loop around it
         unrolled when short).  ``before``: the statements of the group that
         precede ``stmt``; when moving the loop breaks the order a shared loop
         gave them (an initialisation and its reduction fused in ``i, j``:
         ``k`` moved out of ``j``), ``stmt`` is placed after the last of them
-        at the loop above the moved ones."""
+        at the loop above the moved ones; ``after``: the statements that
+        follow it, placed after it there too when the order needs it (a
+        reduction's finishing statements)."""
         if self.out_of_time():
             return
         var = space.stride_one_var(self.model, stmt)
@@ -463,10 +518,19 @@ class AutoScheduler:
             rest = [n for n in names[k + 1:] if not st.tags.get(n)]
             if rest and len(rest) == len(names) - k - 1:
                 move_it = [self.step(stmt, "reorder", *rest, inner)]
-                if not self.attempt(move_it) and before and k > 0:
-                    self.attempt([self.step(stmt, "after", _StmtRef(self.f, before[-1]),
-                                            names[k - 1])] + move_it)
+                if not self.attempt(move_it) and k > 0 and (before or after):
+                    # distributed at the loop above: after the group's
+                    # previous statement, the following ones after it
+                    # (a reduction's finishing statements, fused in i, j)
+                    head = [self.step(stmt, "after", _StmtRef(self.f, before[-1]),
+                                      names[k - 1])] if before else []
+                    tail = [self.step(n, "after", _StmtRef(self.f, p), names[k - 1])
+                            for p, n in zip([stmt, *after], after)]
+                    if not self.attempt(head + move_it) and tail:
+                        self.attempt(head + move_it + tail)
         if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"] or not vector:
+            return
+        if self.shared_over_deeper(stmt, inner, (*before, *after)):
             return
         if space.strided_reads(self.model, stmt, var):
             return      # lanes would gather a strided operand: slower than the scalar loop
@@ -480,6 +544,22 @@ class AutoScheduler:
             ext = extent_of(self.f, stmt, names[-2])
             if ext is not None and 1 < ext <= 8:
                 self.attempt([self.step(stmt, "unroll", names[-2])])
+
+
+    def shared_over_deeper(self, stmt, loop, others):
+        """True when ``loop``, ``stmt``'s innermost, is also a loop of one of
+        ``others`` (fused: the same loop at the same depth) that runs more
+        loops inside it (an initialisation fused with its reduction): strip
+        mining it for ``stmt``'s vectors would split the shared loop for
+        ``stmt`` alone, its blocks running against the others' elements."""
+        st = self.state()
+        names = [lp.name for lp in st[stmt].loops]
+        depth = len(names) - 1
+        for n in others:
+            theirs = [lp.name for lp in st[n].loops]
+            if len(theirs) > depth + 1 and theirs[:depth + 1] == names:
+                return True
+        return False
 
 
 def _factor_choices(m):
@@ -496,7 +576,11 @@ def auto_schedule(f, target=None, budget=None, options=None):
     if target is not None and target not in ("cpu", "c", "llvm"):
         raise ValueError(f"auto_schedule: target must be 'cpu', 'c' or 'llvm' (the CPU "
                          f"targets it schedules for), not {target!r}")
+    if target is None:
+        # compile()'s default target: $TIRAMISU_PY_TARGET (a CPU one), else "cpu"
+        target = default_target()
+        target = target if target in ("cpu", "c", "llvm") else "cpu"
     opts = dict(options or {})
     if target == "llvm":
         opts["schedule"] = None          # the LLVM backend deals static chunks only
-    return AutoScheduler(f, target or "cpu", budget, opts).run()
+    return AutoScheduler(f, target, budget, opts).run()

@@ -67,3 +67,35 @@ def loop_extent(model, state, stmt, loop):
     if not val.is_int():
         return None                # unbounded (grows with a param)
     return int(val.to_python()) + 1
+
+
+def extent_varies_with(model, state, stmt, outer, inner):
+    """True when, for fixed values of the loops around ``outer``, the extent
+    of ``stmt``'s loop ``inner`` changes with the value of its loop ``outer``
+    over more than a couple of ``outer``'s values: a triangle (``j <= i``),
+    not a tiled loop's clamped last tile."""
+    m = model.by_name[stmt]
+    st = state[stmt]
+    dom = model.domain(m)
+    names = ", ".join(v.name for v in m.vars)
+    k = st.find(outer, f"{stmt}: loop {outer}", stmt)
+    n = st.find(inner, f"{stmt}: loop {inner}", stmt)
+
+    def to(exprs):
+        return isl.Map(f"{model.prefix()}{{ {stmt}[{names}] -> [{', '.join(exprs)}] }}",
+                       context=model.ctx).intersect_domain(dom)
+    # (the loops down to outer) -> the inner loop's values
+    around = to([lp.expr for lp in st.loops[:k + 1]]).reverse().apply_range(
+        to([st.loops[n].expr]))
+    ext = around.dim_max(0).sub(around.dim_min(0)).coalesce()
+    for where, aff in ext.get_pieces():
+        if not aff.involves_dims(isl.dim_type.in_, k, 1):
+            continue
+        # the loops around outer fixed (as parameters): outer's span there
+        fixed = where.move_dims(isl.dim_type.param, where.dim(isl.dim_type.param),
+                                isl.dim_type.set, 0, k)
+        span = fixed.dim_max(0).sub(fixed.dim_min(0))
+        wide = span.max_val() if span.n_piece() else None
+        if wide is None or not wide.is_int() or wide.to_python() > 1:
+            return True
+    return False
