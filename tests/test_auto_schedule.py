@@ -150,7 +150,7 @@ def test_fused_reduction_gets_its_stride_one_loop_innermost():
     run(spec, f)
 
 
-def test_triangular_parallel_loop_deals_rows_round_robin():
+def test_triangular_parallel_loop_deals_rows_round_robin(monkeypatch):
     """A loop whose inner extent changes with it (syrk's j <= i) is dealt one
     iteration at a time on the C target (a static split in halves gives one
     thread 3/4 of the work); the LLVM backend's static halves are kept; a
@@ -168,6 +168,9 @@ def test_triangular_parallel_loop_deals_rows_round_robin():
     steps = [str(s) for s in syrk().auto_schedule()]
     assert "f.computations['scale'].update.parallelize('i', schedule='static', chunk=1)" in steps
     assert not any("chunk" in s for s in map(str, syrk().auto_schedule(target="llvm")))
+    monkeypatch.setenv("TIRAMISU_PY_TARGET", "llvm")     # compile()'s default target
+    assert not any("chunk" in s for s in map(str, syrk().auto_schedule()))
+    monkeypatch.delenv("TIRAMISU_PY_TARGET")
     f = syrk()
     model, state = build_model(f), state_of(f)
     assert footprint.extent_varies_with(model, state, "scale_update", "i", "j")
