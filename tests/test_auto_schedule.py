@@ -221,3 +221,17 @@ def test_group_parallel_by_its_largest_statement_and_shared_loop_not_split():
     steps = [str(s) for s in f.auto_schedule()]
     assert "f.computations['x1_0'].update.parallelize('i')" in steps
     assert not any(s.startswith("f.computations['x1_0'].vectorize(") for s in steps)
+
+
+def test_serial_stride_one_loop_left_to_the_c_compiler():
+    """jacobi-1d at a size whose band fits in cache: no tiling, no parallel
+    loop; on the C target its stride-1 loops are left to gcc's vectoriser
+    (faster than omp simd over strip-mined blocks), the LLVM target
+    vectorises them."""
+    import examples.polybench as pb
+    k = pb.KERNELS["jacobi-1d"]
+
+    def steps(target):
+        return [str(s) for s in pb.function(k, "MEDIUM", "plain").auto_schedule(target=target)]
+    assert not any(".vectorize(" in s or ".parallelize(" in s for s in steps("cpu"))
+    assert any(s.startswith("f.computations['sB'].vectorize('i',") for s in steps("llvm"))
