@@ -8,7 +8,10 @@ The search (per top-level group of statements, in program order):
 1. **Fusion** where it pays: a single-statement nest too shallow to tile
    that shares an array with the previous one joins its outermost loop
    (``after``), e.g. the rows of a softmax.
-2. **Band**: the loops all statements of the group share (same names, same
+2. **Band**: a group whose last statement is deeper than the loops the
+   group shares (3 or more loops with reuse: a GEMM's update fused with its
+   initialisation in ``i``) first gives that statement a nest of its own
+   (``after(prev, None)``); then the loops all statements of the group share (same names, same
    depths, at most 4, none from a loop with data-dependent bounds on), when
    the group reuses data across them (a 2-D read that leaves a band loop out)
    or its first loop carries a dependence (a time loop), are made permutable, if they are not, by the smallest
@@ -254,6 +257,10 @@ class AutoScheduler:
         return band
 
     def schedule_group(self, names):
+        if len(names) > 1 and self.distribute_last(names):
+            self.schedule_group(names[:-1])
+            self.schedule_group(names[-1:])
+            return
         band = self.common_band(names)
         st = self.state()
         deep = max(len(st[n].loops) for n in names)
@@ -279,6 +286,23 @@ class AutoScheduler:
                              after=names[k + 1:])
         for n in names:
             self.register_accumulate(n)
+
+    def distribute_last(self, names):
+        """When the group's last statement has a deeper tileable nest than the
+        loops the group has in common (3 or more loops with reuse across
+        them: PolyBench's gemm, ``C *= beta`` fused in ``i`` with ``C += A
+        B`` over ``i, k, j``; 2mm's products, initialised in ``i, j``), that
+        statement runs after the others in a nest of its own
+        (``after(prev, None)``), to be tiled there with its reduction loop.
+        True if kept."""
+        st = self.state()
+        last = names[-1]
+        loops = [lp.name for lp in st[last].loops]
+        depth = min(4, len(loops), space.data_dependent_from(self.model, last))
+        if depth < 3 or len(self.common_band(names)) >= depth \
+                or not space.has_reuse(self.model, last, loops[:depth]):
+            return False
+        return self.attempt([self.step(last, "after", _StmtRef(self.f, names[-2]), None)])
 
     def complete(self, names):
         """A group the user scheduled: only the missing tags."""
