@@ -75,13 +75,14 @@ def function(n, m, k, dtype, batch=None, mr=None, nv=None, kc=None, mc=None, nc=
         c.vectorize(j, LANES)          # the O(n^2) pass: rows in parallel, columns in vectors
         c.parallelize(rows)
         packed = b
-    p = tiles(n, m, k, dtype, mr=mr, nv=nv, kc=kc, mc=mc, nc=nc)
+    p = tiles(m, k, dtype, mr=mr, nv=nv, kc=kc, mc=mc, nc=nc)
     schedule(f, acc, packed, pair, k, p, outer)
     return f
 
 
-def tiles(n, m, k, dtype, mr=None, nv=None, kc=None, mc=None, nc=None):
-    """The tile sizes from the host: ``mr`` x ``nv`` accumulator vectors in
+def tiles(m, k, dtype, mr=None, nv=None, kc=None, mc=None, nc=None):
+    """The tile sizes of a ``k``-deep product with ``m`` columns, from the
+    host: ``mr`` x ``nv`` accumulator vectors in
     3/4 of the registers (6 x 4 with 32; the broadcasts of A and the loads of
     B take the rest), ``kc`` k-steps whose ``mr`` rows of A (n-tuples) stay in
     L1 (all of K when that fits half of L1 at ``mr`` rows, as on 2048), ``nc``

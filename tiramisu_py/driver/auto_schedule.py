@@ -28,11 +28,9 @@ The search (per top-level group of statements, in program order):
    tiles run as a **wavefront**: the last tile loop is skewed by the others,
    moved outermost, and the next one parallelised.
 4. **Point loops**: the statement's stride-1 loop (its written element's
-   last index) is moved innermost (placing the statement ``after`` the
-   group's previous one at the loop above, when a fused loop ordered them)
-   (distributing the nest at the loop above when the order needs it: a
-   reduction after its initialisation, its finishing statements after it)
-   and vectorised with the host's lanes (not when a read is strided along
+   last index) is moved innermost (when a fused loop ordered them,
+   distributing the nest at the loop above: the statement ``after`` the
+   group's previous one, its finishing statements after it) and vectorised with the host's lanes (not when a read is strided along
    it: the lanes would gather it, nor when the loop is fused with a
    statement that runs loops inside it); the
    loop around it is unrolled when short (a register block); a reduction
@@ -85,6 +83,11 @@ class _StmtRef:
 
     def __repr__(self):
         return self.text
+
+
+def _names(st):
+    """The loop names of a statement's schedule state, outermost first."""
+    return [lp.name for lp in st.loops]
 
 
 def _ref_text(f, name):
@@ -183,6 +186,10 @@ class AutoScheduler:
     def state(self):
         return state_of(self.f)
 
+    def lanes(self, stmt):
+        """The host's SIMD lanes for the element ``stmt`` writes."""
+        return max(1, host.vector_bits() // (8 * space.element_bytes(self.model, stmt)))
+
     def step(self, stmt, verb, *args, **kwargs):
         return Step(self.f, stmt, verb, *args, **kwargs)
 
@@ -276,7 +283,7 @@ class AutoScheduler:
                 tiled = self.tile_band(names, band, time_loop=carried)
         if tiled:
             band = [n + "0" for n in band]
-        self.parallelize(names, band if tiled else [lp.name for lp in self.state()[lead].loops],
+        self.parallelize(names, band if tiled else _names(self.state()[lead]),
                          wavefront=tiled)
         for k, n in enumerate(names):
             # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
@@ -297,7 +304,7 @@ class AutoScheduler:
         True if kept."""
         st = self.state()
         last = names[-1]
-        loops = [lp.name for lp in st[last].loops]
+        loops = _names(st[last])
         depth = min(4, len(loops), space.data_dependent_from(self.model, last))
         if depth < 3 or len(self.common_band(names)) >= depth \
                 or not space.has_reuse(self.model, last, loops[:depth]):
@@ -308,7 +315,7 @@ class AutoScheduler:
         """A group the user scheduled: only the missing tags."""
         st = self.state()
         if not any(t.kind == "parallel" for n in names for t in st[n].tags.values()):
-            loops = [lp.name for lp in st[names[0]].loops]
+            loops = _names(st[names[0]])
             self.parallelize(names, loops, wavefront=False)
         for n in names:
             if not any(t.kind == "vector" for t in self.state()[n].tags.values()):
@@ -379,7 +386,7 @@ class AutoScheduler:
         e = space.element_bytes(self.model, stmt)
         arrays = space.arrays_touched(self.model, stmt)
         l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
-        lanes = max(1, host.vector_bits() // (8 * e))
+        lanes = self.lanes(stmt)
         if self.opt["tile"] is not None:
             size = self.opt["tile"]
         else:
@@ -424,15 +431,14 @@ class AutoScheduler:
         loops).  True if kept."""
         st = self.state()
         if not any(space.stride_one_var(self.model, n) == loop
-                   and [lp.name for lp in st[n].loops][-1] != loop
+                   and _names(st[n])[-1] != loop
                    and not space.strided_reads(self.model, n, loop) for n in names):
             return False                   # (a row's dot product stays as it is)
-        lanes = max(1, host.vector_bits() // (8 * space.element_bytes(self.model, names[0])))
-        size = BLOCK_VECTORS * lanes
+        size = BLOCK_VECTORS * self.lanes(names[0])
         ext = extent_of(self.f, names[0], loop)
         if ext is not None and ext < 2 * size * host.cores():
             return False                   # too few blocks for the threads
-        sharing = [n for n in names if loop in [lp.name for lp in st[n].loops]]
+        sharing = [n for n in names if loop in _names(st[n])]
         return self.attempt([self.step(n, "split", loop, size) for n in sharing]
                             + [self.step(n, "parallelize", loop + "0", **sched) for n in sharing])
 
@@ -449,7 +455,7 @@ class AutoScheduler:
             return {}                    # static halves only
         st = self.state()
         for n in names:
-            loops = [lp.name for lp in st[n].loops]
+            loops = _names(st[n])
             if loop in loops and any(
                     footprint.extent_varies_with(self.model, st, n, loop, inner)
                     for inner in loops[loops.index(loop) + 1:]):
@@ -478,7 +484,7 @@ class AutoScheduler:
         """Known sizes: one run of ``loop`` (with the loops inside it) has
         fewer than :data:`PARALLEL_MIN` iterations: a parallel region would
         cost more than it saves."""
-        names = [lp.name for lp in self.state()[stmt].loops]
+        names = _names(self.state()[stmt])
         if loop not in names:
             return False
         n = self.extents(stmt, names[names.index(loop):])
@@ -490,7 +496,7 @@ class AutoScheduler:
         refuse it; a quick filter before the check."""
         st = self.state()
         for n in names:
-            if loop not in [lp.name for lp in st[n].loops]:
+            if loop not in _names(st[n]):
                 return False
             c = legality.carried_by(self.model, self.deps, st, n, loop)
             if c is not None and self.f.buffers.get(c[0]) is not None \
@@ -511,7 +517,7 @@ class AutoScheduler:
         if space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars):
             return                      # data-dependent bounds: left as written
         st = self.state()[stmt]
-        loops = [lp.name for lp in st.loops]
+        loops = _names(st)
         for k in range(len(loops) - 1, -1, -1):
             if st.tags.get(loops[k]):
                 continue
@@ -532,7 +538,7 @@ class AutoScheduler:
             return
         var = space.stride_one_var(self.model, stmt)
         st = self.state()[stmt]
-        names = [lp.name for lp in st.loops]
+        names = _names(st)
         inner = var + "1" if var and var + "1" in names else var
         if inner not in names or st.tags.get(inner):
             return
@@ -560,17 +566,15 @@ class AutoScheduler:
             return      # lanes would gather a strided operand: slower than the scalar loop
         if self.compiler_vectorises(stmt):
             return
-        lanes = max(1, host.vector_bits() // (8 * space.element_bytes(self.model, stmt)))
-        if not self.attempt([self.step(stmt, "vectorize", inner, lanes)]):
+        if not self.attempt([self.step(stmt, "vectorize", inner, self.lanes(stmt))]):
             return
         if not self.opt["unroll"]:
             return
-        names = [lp.name for lp in self.state()[stmt].loops]
+        names = _names(self.state()[stmt])
         if len(names) >= 2 and names[-2] == inner + "0":
             ext = extent_of(self.f, stmt, names[-2])
             if ext is not None and 1 < ext <= 8:
                 self.attempt([self.step(stmt, "unroll", names[-2])])
-
 
     def compiler_vectorises(self, stmt):
         """True on the C target for a statement whose loops all run serially
@@ -590,10 +594,10 @@ class AutoScheduler:
         mining it for ``stmt``'s vectors would split the shared loop for
         ``stmt`` alone, its blocks running against the others' elements."""
         st = self.state()
-        names = [lp.name for lp in st[stmt].loops]
+        names = _names(st[stmt])
         depth = len(names) - 1
         for n in others:
-            theirs = [lp.name for lp in st[n].loops]
+            theirs = _names(st[n])
             if len(theirs) > depth + 1 and theirs[:depth + 1] == names:
                 return True
         return False

@@ -51,15 +51,20 @@ def footprint_strides(f, copy_name):
     return out
 
 
+def _to_loops(model, stmt, exprs):
+    """``stmt``'s iterations (its domain) -> the values of the loop
+    expressions ``exprs`` under a schedule."""
+    m = model.by_name[stmt]
+    return isl.Map(f"{model.prefix()}{{ {stmt}[{', '.join(v.name for v in m.vars)}] -> "
+                   f"[{', '.join(exprs)}] }}", context=model.ctx).intersect_domain(model.domain(m))
+
+
 def loop_extent(model, state, stmt, loop):
     """The largest extent ``loop`` of statement ``stmt`` has under the
     schedule ``state``, over all param values, or None when it is unbounded."""
-    m = model.by_name[stmt]
     st = state[stmt]
     k = st.find(loop, f"{stmt}: loop {loop}", stmt)
-    smap = isl.Map(f"{model.prefix()}{{ {stmt}[{', '.join(v.name for v in m.vars)}] -> "
-                   f"[{st.loops[k].expr}] }}", context=model.ctx)
-    rng = smap.intersect_domain(model.domain(m)).range()
+    rng = _to_loops(model, stmt, [st.loops[k].expr]).range()
     ext = rng.dim_max(0).sub(rng.dim_min(0)).coalesce()
     if ext.n_piece() == 0:
         return 0
@@ -74,19 +79,12 @@ def extent_varies_with(model, state, stmt, outer, inner):
     of ``stmt``'s loop ``inner`` changes with the value of its loop ``outer``
     over more than a couple of ``outer``'s values: a triangle (``j <= i``),
     not a tiled loop's clamped last tile."""
-    m = model.by_name[stmt]
     st = state[stmt]
-    dom = model.domain(m)
-    names = ", ".join(v.name for v in m.vars)
     k = st.find(outer, f"{stmt}: loop {outer}", stmt)
     n = st.find(inner, f"{stmt}: loop {inner}", stmt)
-
-    def to(exprs):
-        return isl.Map(f"{model.prefix()}{{ {stmt}[{names}] -> [{', '.join(exprs)}] }}",
-                       context=model.ctx).intersect_domain(dom)
     # (the loops down to outer) -> the inner loop's values
-    around = to([lp.expr for lp in st.loops[:k + 1]]).reverse().apply_range(
-        to([st.loops[n].expr]))
+    around = _to_loops(model, stmt, [lp.expr for lp in st.loops[:k + 1]]).reverse() \
+        .apply_range(_to_loops(model, stmt, [st.loops[n].expr]))
     ext = around.dim_max(0).sub(around.dim_min(0)).coalesce()
     for where, aff in ext.get_pieces():
         if not aff.involves_dims(isl.dim_type.in_, k, 1):
