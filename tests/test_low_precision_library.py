@@ -96,7 +96,8 @@ def test_dot_gemm_kernel_with_and_without_the_instruction(backend, dtype, monkey
 def test_dot_gemm_blocks_with_remainders(dtype):
     """Small tiles on odd sizes: several column panels, row blocks and
     k-blocks, each with a partial last one (and a last k-step short of its
-    pair / quadruple), the initial values set per block (bfloat16: batched)."""
+    pair / quadruple), the initial values set per block; and all of k in one
+    block (bfloat16: batched)."""
     n, m, k = 13, 40, 14
     if dtype == "int8":
         a = torch.from_numpy(RNG.integers(-128, 128, (2, n, k), dtype=np.int8))
@@ -104,17 +105,20 @@ def test_dot_gemm_blocks_with_remainders(dtype):
     else:
         a = torch.from_numpy(RNG.standard_normal((2, n, k)).astype(np.float32)).bfloat16()
         b = torch.from_numpy(RNG.standard_normal((2, k, m)).astype(np.float32)).bfloat16()
-    tiles = dict(mr=3, nv=1, kc=2, mc=6, nc=32)
-    assert dot_gemm.tiles(m, k, dtype, **tiles)["parallel"] == "jc"
-    if dtype == "int8":
-        outs, pairs = [dot_gemm.function(n, m, k, dtype, **tiles).compile()(a[0], b[0])], [(a[0], b[0])]
-    else:
-        outs, pairs = dot_gemm.function(n, m, k, dtype, batch=2, **tiles).compile()(a, b), zip(a, b)
-    for out, (x, y) in zip(outs, pairs):
+    # kc=2: several k-blocks; kc=8: all of k in one block (initial values per register block)
+    for kc in (2, 8):
+        tiles = dict(mr=3, nv=1, kc=kc, mc=6, nc=32)
+        assert dot_gemm.tiles(m, k, dtype, **tiles)["parallel"] == "jc"
         if dtype == "int8":
-            assert torch.equal(out, torch._int_mm(x.contiguous(), y.contiguous()))
+            outs = [dot_gemm.function(n, m, k, dtype, **tiles).compile()(a[0], b[0])]
+            pairs = [(a[0], b[0])]
         else:
-            close_to_fp32(out, x, y)
+            outs, pairs = dot_gemm.function(n, m, k, dtype, batch=2, **tiles).compile()(a, b), zip(a, b)
+        for out, (x, y) in zip(outs, pairs):
+            if dtype == "int8":
+                assert torch.equal(out, torch._int_mm(x.contiguous(), y.contiguous()))
+            else:
+                close_to_fp32(out, x, y)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "int8"])

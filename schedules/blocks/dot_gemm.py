@@ -14,7 +14,9 @@ row and k-step; elsewhere the same kernel runs with conversions and float32
 
     jc  (NC columns)   pack B[:, jc] -> Bp[NC/W][K/n][W][n]
      ic  (MC rows: the MC x NC block of acc set to its initial value here,
-          so that it is in L1 when the micro-kernels add to it)
+          so that it is in L1 when the micro-kernels add to it; when all of
+          K is one KC block, per register block instead, just before jr's
+          micro-kernel: its stores drain while the micro-kernel runs)
       kc  (KC k-steps)
        ir  (MR rows: A's MR x KC n-tuples stay in L1)
         jr  (W = NV x 16 columns: a KC-deep micro-panel of Bp)
@@ -26,8 +28,9 @@ row and k-step; elsewhere the same kernel runs with conversions and float32
     C[i, j] = cast(acc[i, j])          (bf16/fp16; int8 accumulates in C)
 
 int8: ``vpdpbusd`` multiplies unsigned by signed bytes.  B is shifted to
-unsigned (``Bu = B + 128`` as uint8, a pass in the DSL that the packing
-reads) and A, signed, is the broadcast operand, read in place; the
+unsigned (``Bu = B + 128`` as uint8, computed per column block by
+``compute_at`` and stored in the panel layout: the shift is the packing)
+and A, signed, is the broadcast operand, read in place; the
 compensation ``128 * sum_k A[i, k]`` (a row sum, int32) is C's initial
 value: ``sum a (b + 128) - 128 sum a = sum a b``, exact in wrapping int32
 arithmetic.
@@ -63,8 +66,6 @@ def function(n, m, k, dtype, batch=None, mr=None, nv=None, kc=None, mc=None, nc=
         acc = f.computation("C", [*outer, i, j], -128 * rowsum[(*outer, i)], dtype=tp.int32)
         acc[(*outer, i, j)] += tp.cast(a[(*outer, i, kk)], tp.int32) * \
             tp.cast(bu[(*outer, kk, j)], tp.int32)
-        bu.vectorize(j, LANES)
-        bu.parallelize("b" if batch is not None else kk)
         rowsum.parallelize(rows)
         packed = bu
     else:
@@ -115,7 +116,10 @@ def schedule(f, acc, b, pair, k, p, outer=()):
     along k, B packed per column block, a register block of ``mr`` rows
     (unrolled) by ``nv`` vectors of 16 columns (unrolled, vectorised), its
     accumulators local over the k-steps; ``acc``'s initial values computed
-    per (jc, ic) block, just before it.  ``p``: :func:`tiles`."""
+    per (jc, ic) block, just before it (per register block when K is one
+    block).  ``b``: an input, packed by ``cache_at``, or a computation
+    (int8's ``Bu``), computed per column block in the panel layout.
+    ``p``: :func:`tiles`."""
     mr, nv, kc, mc, nc = p["mr"], p["nv"], p["kc"], p["mc"], p["nc"]
     update = acc.update
     width = nv * LANES
@@ -125,15 +129,33 @@ def schedule(f, acc, b, pair, k, p, outer=()):
     update.split("i", mc, names=("ic", "i_")).split("i_", mr, names=("ir", "iu"))
     update.split("j", nc, names=("jc", "j_")).split("j_", width, names=("jr", "j2"))
     update.split("j2", LANES, names=("ju", "jv"))
-    update.reorder(*lead, "jc", "ic", "kc", "ir", "jr", "ks", "iu", "ju", "jv", "k1")
-    # acc's initial values per (jc, ic) block, just before the block's
-    # micro-kernels add to it: in L1 then, not written out and read back
-    acc.split("i", mc, names=("ic", "i_")).split("j", nc, names=("jc", "j_"))
-    acc.reorder(*lead, "jc", "ic", "i_", "j_")
-    acc.split("j_", LANES, names=("j0", "j1"))
-    acc.vectorize("j1", LANES)
-    update.after(acc, "ic")
-    bp = update.cache_at(b, "jc", name="B_packed")
+    one_block = -(-k // pair) <= kc
+    if one_block:
+        # all of k in one block: acc's initial values per register block,
+        # stored just before its micro-kernel (the stores drain while it runs)
+        update.reorder(*lead, "jc", "ic", "ir", "jr", "kc", "ks", "iu", "ju", "jv", "k1")
+        acc.split("i", mc, names=("ic", "i_")).split("i_", mr, names=("ir", "iu"))
+        acc.split("j", nc, names=("jc", "j_")).split("j_", width, names=("jr", "j2"))
+        acc.split("j2", LANES, names=("ju", "jv"))
+        acc.reorder(*lead, "jc", "ic", "ir", "jr", "iu", "ju", "jv")
+        acc.vectorize("jv", LANES)
+        update.after(acc, "jr")
+    else:
+        update.reorder(*lead, "jc", "ic", "kc", "ir", "jr", "ks", "iu", "ju", "jv", "k1")
+        # acc's initial values per (jc, ic) block, just before the block's
+        # micro-kernels add to it: in L1 then, not written out and read back
+        acc.split("i", mc, names=("ic", "i_")).split("j", nc, names=("jc", "j_"))
+        acc.reorder(*lead, "jc", "ic", "i_", "j_")
+        acc.split("j_", LANES, names=("j0", "j1"))
+        acc.vectorize("j1", LANES)
+        update.after(acc, "ic")
+    if isinstance(b, tp.Computation):
+        # int8's shift to unsigned is the packing itself: Bu computed per
+        # column block, stored in the panel layout
+        b.compute_at(update, "jc")
+        bp = b
+    else:
+        bp = update.cache_at(b, "jc", name="B_packed")
     kb, jb = bp.vars[-2], bp.vars[-1]
     # BLIS's panel: per block of NV x 16 columns, the k-steps one after the
     # other, each one the block's pairs (contiguous: one stream per micro-kernel)
