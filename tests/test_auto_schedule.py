@@ -138,17 +138,41 @@ def test_fused_reduction_gets_its_stride_one_loop_innermost():
     """2mm: an initialisation and its reduction fused in ``i, j``: the
     reduction, deeper than the loops they share, gets a nest of its own
     (``after(init, None)``), tiled over ``i, j, k`` with the reduction loop;
-    in a tile the stride-1 loop goes innermost, vectorised, over a local
-    accumulator; the printed steps replay and the result is right (the
-    replay is checked above)."""
+    in a tile a register block of 6 rows (unrolled) by 4 vectors (unrolled,
+    the stride-1 loop innermost, vectorised) runs inside the reduction's
+    point loop, over a local accumulator; the printed steps replay and the
+    result is right (the replay is checked above)."""
     spec = KERNELS["2mm"]
     f = spec.build()
     text = [str(s) for s in f.auto_schedule()]
     upd = "f.computations['T'].update"
     assert f"{upd}.after(f.computations['T'], None)" in text
     assert any(t.startswith(f"{upd}.tile('i', 'j', 'k',") for t in text)
-    assert f"{upd}.reorder('k1', 'j1')" in text
-    assert any(t.startswith(f"{upd}.vectorize('j1',") for t in text)
+    assert f"{upd}.reorder('i10', 'j10', 'k1', 'i11', 'j110', 'j111')" in text
+    assert f"{upd}.split('i1', 6, names=('i10', 'i11'))" in text
+    assert f"{upd}.unroll('i11')" in text and f"{upd}.unroll('j110')" in text
+    assert any(t.startswith(f"{upd}.vectorize('j111',") for t in text)
+    assert f"{upd}.accumulate_locally('k1')" in text
+    run(spec, f)
+
+
+def test_register_block_follows_the_host(monkeypatch):
+    """The register block takes 3/4 of the host's vector registers: 6 rows
+    by 4 vectors with 32, 6 by 2 with 16 (AVX2: 4 float64 lanes, 8 columns);
+    the tile sizes hold whole blocks; results stay right."""
+    from codegen import target
+    monkeypatch.setattr(target, "vector_registers", lambda: 16)
+    monkeypatch.setattr(target, "vector_bits", lambda: 256)
+    spec = KERNELS["2mm"]
+    f = spec.build()
+    text = [str(s) for s in f.auto_schedule()]
+    upd = "f.computations['T'].update"
+    assert f"{upd}.split('j1', 8, names=('j10', 'j11'))" in text
+    assert f"{upd}.split('j11', 4, names=('j110', 'j111'))" in text
+    assert f"{upd}.split('i1', 6, names=('i10', 'i11'))" in text
+    tile = next(t for t in text if t.startswith(f"{upd}.tile("))
+    sizes = [int(x) for x in tile.rstrip(")").split(",")[3:]]
+    assert sizes[0] % 6 == 0 and sizes[1] % 8 == 0, tile
     run(spec, f)
 
 

@@ -72,6 +72,18 @@ def stride_one_var(model, stmt):
     return None
 
 
+def written_vars(model, stmt):
+    """Per index of the element ``stmt`` writes, the loop variables in it
+    (``C[i][j]``: ``[["i"], ["j"]]``); empty when it writes none."""
+    m = model.by_name[stmt]
+    names = {v.name for v in m.vars}
+    for a in m.accesses:
+        if a.write:
+            return [[n.name for n in walk(e) if isinstance(n, Var) and n.name in names]
+                    for e in a.index]
+    return []
+
+
 def strided_reads(model, stmt, var):
     """The arrays ``stmt`` reads with ``var`` in an index other than the
     last: along ``var`` those reads are strided (a vector loop over ``var``

@@ -33,7 +33,10 @@ The search (per top-level group of statements, in program order):
    group's previous one, its finishing statements after it) and vectorised with the host's lanes (not when a read is strided along
    it: the lanes would gather it, nor when the loop is fused with a
    statement that runs loops inside it); the
-   loop around it is unrolled when short (a register block); a reduction
+   loop around it is unrolled when short; a lone GEMM-like reduction
+   (``C[i][j] += A[i][k] * B[k][j]``) gets a register block instead
+   (:meth:`AutoScheduler.register_block`: MR rows by NV vectors inside the
+   reduction's point loop, sized from the host's vector registers); a reduction
    accumulates over its innermost loop that leaves the element fixed in a
    local tile copied in and out (``accumulate_locally`` without
    reassociation: bit for bit the program's order).
@@ -273,6 +276,7 @@ class AutoScheduler:
         deep = max(len(st[n].loops) for n in names)
         lead = names[0]
         tiled = carried = False
+        block = self.block_plan(names, band)
         if len(band) >= 2:
             carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
                               for n in names)
@@ -280,11 +284,13 @@ class AutoScheduler:
             if carried and self.fits_in_cache(lead, band[1:]):
                 carried = reuse = False       # known sizes, all in cache: no time tiling
             if (deep >= 3 and reuse) or carried:
-                tiled = self.tile_band(names, band, time_loop=carried)
-        if tiled:
-            band = [n + "0" for n in band]
-        self.parallelize(names, band if tiled else _names(self.state()[lead]),
-                         wavefront=tiled)
+                tiled = self.tile_band(names, band, time_loop=carried,
+                                       block=None if carried else block)
+        self.parallelize(names, [n + "0" for n in band] if tiled
+                         else _names(self.state()[lead]), wavefront=tiled)
+        if tiled and not carried and block and self.register_block(lead, block):
+            self.register_accumulate(lead)
+            return
         for k, n in enumerate(names):
             # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
             # it for vectors leaves short guarded loops; the C compiler
@@ -367,11 +373,11 @@ class AutoScheduler:
             self.applied.pop()
         return True
 
-    def tile_band(self, names, band, time_loop):
+    def tile_band(self, names, band, time_loop, block=None):
         before = len(self.applied)
         if not self.make_permutable(names, band):
             return False
-        sizes = self.tile_sizes(names[0], band, time_loop)
+        sizes = self.tile_sizes(names[0], band, time_loop, block)
         if len(names) == 1:
             tile = [self.step(names[0], "tile", *band, *sizes)]
         else:
@@ -382,7 +388,7 @@ class AutoScheduler:
         self._drop(len(self.applied) - before)       # the shifts and skews without the tile
         return False
 
-    def tile_sizes(self, stmt, band, time_loop):
+    def tile_sizes(self, stmt, band, time_loop, block=None):
         e = space.element_bytes(self.model, stmt)
         arrays = space.arrays_touched(self.model, stmt)
         l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
@@ -399,6 +405,12 @@ class AutoScheduler:
         out = [size] * len(band)
         if time_loop:
             out[0] = self.opt["time_tile"]
+        if block:
+            # whole register blocks per tile: rows a multiple of MR, columns of NV vectors
+            width = block["nv"] * lanes
+            r, c = band.index(block["row"]), band.index(block["col"])
+            out[r] = max(block["mr"], out[r] - out[r] % block["mr"])
+            out[c] = max(width, out[c] - out[c] % width)
         return out
 
     # -- parallelism --------------------------------------------------------
@@ -503,6 +515,58 @@ class AutoScheduler:
                     and self.f.buffers[c[0]].kind != "temp":
                 return False
         return True
+
+    # -- register blocks ----------------------------------------------------
+    def block_plan(self, names, band):
+        """For a lone reduction over ``band`` whose written element's last
+        index is a band loop read stride-1 (or not at all) and whose index
+        before it is another (GEMM's ``C[i][j] += A[i][k] * B[k][j]``), the
+        register block: ``row`` (i), ``col`` (j), ``red`` (k, a band loop
+        the element leaves out), ``mr`` rows by ``nv`` vectors, 3/4 of the
+        host's vector registers (6 x 4 with 32); else None."""
+        if len(names) != 1 or not (self.opt["vectorize"] and self.opt["unroll"]):
+            return None
+        stmt = names[0]
+        if stmt not in self.deps.reductions or len(band) < 3 \
+                or space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars):
+            return None
+        index = space.written_vars(self.model, stmt)
+        col = space.stride_one_var(self.model, stmt)
+        if len(index) < 2 or index[-1] != [col] or len(index[-2]) != 1 \
+                or space.strided_reads(self.model, stmt, col):
+            return None
+        row = index[-2][0]
+        red = [b for b in band if all(b not in vs for vs in index)]
+        if row not in band or col not in band or row == col or not red:
+            return None
+        regs = host.vector_registers()
+        nv = 4 if regs >= 32 else 2
+        return {"row": row, "col": col, "red": red[-1], "nv": nv,
+                "mr": max(1, min(8, regs * 3 // 4 // nv))}
+
+    def register_block(self, stmt, block):
+        """The point loops of a tiled :meth:`block_plan` statement as a
+        register block inside the reduction's point loop: ``mr`` rows
+        (unrolled) by ``nv`` vectors (unrolled, vectorised), each step one
+        load of each B vector and one broadcast per row feeding ``mr * nv``
+        multiply-adds into accumulators that :meth:`register_accumulate`
+        keeps local over the reduction's point loop (its order of additions
+        per element unchanged).  True if kept."""
+        lanes = self.lanes(stmt)
+        r, c, k = block["row"] + "1", block["col"] + "1", block["red"] + "1"
+        width = block["nv"] * lanes
+        for loop, size in ((r, block["mr"]), (c, width)):
+            ext = extent_of(self.f, stmt, loop)
+            if ext is not None and ext < size:
+                return False
+        return self.attempt([
+            self.step(stmt, "split", c, width, names=(c + "0", c + "1")),
+            self.step(stmt, "split", c + "1", lanes, names=(c + "10", c + "11")),
+            self.step(stmt, "split", r, block["mr"], names=(r + "0", r + "1")),
+            self.step(stmt, "reorder", r + "0", c + "0", k, r + "1", c + "10", c + "11"),
+            self.step(stmt, "unroll", r + "1"),
+            self.step(stmt, "unroll", c + "10"),
+            self.step(stmt, "vectorize", c + "11", lanes)])
 
     # -- reductions ---------------------------------------------------------
     def register_accumulate(self, stmt):
