@@ -42,7 +42,8 @@ from codegen import target as host
 from .. import tuning
 from ..base.errors import IllegalScheduleError
 from ..runtime.shapes import eval_size
-from .auto_schedule import AutoScheduler, Step, _StmtRef
+from .auto_schedule import AutoScheduler
+from .auto_steps import Step, _StmtRef
 from .compile import compile_function, default_target
 from .warm import algorithm_lines
 

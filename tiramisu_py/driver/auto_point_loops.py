@@ -1,0 +1,167 @@
+"""Step 4 of :mod:`tiramisu_py.driver.auto_schedule`, per statement: its
+point loops (the stride-1 loop innermost and vectorised, the short loop
+around it unrolled), the register block of a GEMM-like reduction, and the
+local accumulation of a reduction.  A mixin of
+:class:`~tiramisu_py.driver.auto_schedule.AutoScheduler` (its ``attempt``,
+``state``, ``step``, ``lanes``, ``model``, ``deps``, ``opt``)."""
+from __future__ import annotations
+
+from codegen import target as host
+
+from ..analysis import schedule_space as space
+from ..commands.state import extent_of
+from .auto_steps import _names, _StmtRef
+
+
+class PointLoops:
+    """The per-statement steps of the search (mixed into AutoScheduler)."""
+
+    # -- register blocks ----------------------------------------------------
+    def block_plan(self, names, band):
+        """For a lone reduction over ``band`` whose written element's last
+        index is a band loop read stride-1 (or not at all) and whose index
+        before it is another (GEMM's ``C[i][j] += A[i][k] * B[k][j]``), the
+        register block: ``row`` (i), ``col`` (j), ``red`` (k, a band loop
+        the element leaves out), ``mr`` rows by ``nv`` vectors, 3/4 of the
+        host's vector registers (6 x 4 with 32); else None."""
+        if len(names) != 1 or not (self.opt["vectorize"] and self.opt["unroll"]):
+            return None
+        stmt = names[0]
+        if stmt not in self.deps.reductions or len(band) < 3 \
+                or space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars):
+            return None
+        index = space.written_vars(self.model, stmt)
+        col = space.stride_one_var(self.model, stmt)
+        if len(index) < 2 or index[-1] != [col] or len(index[-2]) != 1 \
+                or space.strided_reads(self.model, stmt, col):
+            return None
+        row = index[-2][0]
+        red = [b for b in band if all(b not in vs for vs in index)]
+        if row not in band or col not in band or row == col or not red:
+            return None
+        regs = host.vector_registers()
+        nv = 4 if regs >= 32 else 2
+        return {"row": row, "col": col, "red": red[-1], "nv": nv,
+                "mr": max(1, min(8, regs * 3 // 4 // nv))}
+
+    def register_block(self, stmt, block):
+        """The point loops of a tiled :meth:`block_plan` statement as a
+        register block inside the reduction's point loop: ``mr`` rows
+        (unrolled) by ``nv`` vectors (unrolled, vectorised), each step one
+        load of each B vector and one broadcast per row feeding ``mr * nv``
+        multiply-adds into accumulators that :meth:`register_accumulate`
+        keeps local over the reduction's point loop (its order of additions
+        per element unchanged).  True if kept."""
+        lanes = self.lanes(stmt)
+        r, c, k = block["row"] + "1", block["col"] + "1", block["red"] + "1"
+        width = block["nv"] * lanes
+        for loop, size in ((r, block["mr"]), (c, width)):
+            ext = extent_of(self.f, stmt, loop)
+            if ext is not None and ext < size:
+                return False
+        return self.attempt([
+            self.step(stmt, "split", c, width),            # c0, c1
+            self.step(stmt, "split", c + "1", lanes),      # c10, c11
+            self.step(stmt, "split", r, block["mr"]),      # r0, r1
+            self.step(stmt, "reorder", r + "0", c + "0", k, r + "1", c + "10", c + "11"),
+            self.step(stmt, "unroll", r + "1"),
+            self.step(stmt, "unroll", c + "10"),
+            self.step(stmt, "vectorize", c + "11", lanes)])
+
+    # -- reductions ---------------------------------------------------------
+    def register_accumulate(self, stmt):
+        """A reduction accumulates over its innermost loop that leaves the
+        updated element fixed in a local tile copied in and out
+        (``accumulate_locally`` without reassociation: the program's order,
+        bit for bit), so the element stays in a register instead of being
+        loaded and stored at every step (a C compiler cannot keep it there
+        when it cannot prove the arrays apart, e.g. in an OpenMP region)."""
+        if self.out_of_time() or stmt not in self.deps.reductions:
+            return
+        if space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars):
+            return                      # data-dependent bounds: left as written
+        st = self.state()[stmt]
+        loops = _names(st)
+        for k in range(len(loops) - 1, -1, -1):
+            if st.tags.get(loops[k]):
+                continue
+            if self.attempt([self.step(stmt, "accumulate_locally", loops[k])]):
+                return
+
+    # -- point loops --------------------------------------------------------
+    def point_loops(self, stmt, move=True, vector=True, before=(), after=()):
+        """The stride-1 loop innermost and vectorised (the loop around it
+        unrolled when short).  ``before``: the statements of the group that
+        precede ``stmt``; when moving the loop breaks the order a shared loop
+        gave them (an initialisation and its reduction fused in ``i, j``:
+        ``k`` moved out of ``j``), ``stmt`` is placed after the last of them
+        at the loop above the moved ones; ``after``: the statements that
+        follow it, placed after it there too when the order needs it (a
+        reduction's finishing statements)."""
+        if self.out_of_time():
+            return
+        var = space.stride_one_var(self.model, stmt)
+        st = self.state()[stmt]
+        names = _names(st)
+        inner = var + "1" if var and var + "1" in names else var
+        if inner not in names or st.tags.get(inner):
+            return
+        fixed = space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars)
+        if move and names[-1] != inner and not fixed:
+            k = names.index(inner)
+            rest = [n for n in names[k + 1:] if not st.tags.get(n)]
+            if rest and len(rest) == len(names) - k - 1:
+                move_it = [self.step(stmt, "reorder", *rest, inner)]
+                if not self.attempt(move_it) and k > 0 and (before or after):
+                    # distributed at the loop above: after the group's
+                    # previous statement, the following ones after it
+                    # (a reduction's finishing statements, fused in i, j)
+                    head = [self.step(stmt, "after", _StmtRef(self.f, before[-1]),
+                                      names[k - 1])] if before else []
+                    tail = [self.step(n, "after", _StmtRef(self.f, p), names[k - 1])
+                            for p, n in zip([stmt, *after], after)]
+                    if not self.attempt(head + move_it) and tail:
+                        self.attempt(head + move_it + tail)
+        if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"] or not vector:
+            return
+        if self.shared_over_deeper(stmt, inner, (*before, *after)):
+            return
+        if space.strided_reads(self.model, stmt, var):
+            return      # lanes would gather a strided operand: slower than the scalar loop
+        if self.compiler_vectorises(stmt):
+            return
+        if not self.attempt([self.step(stmt, "vectorize", inner, self.lanes(stmt))]):
+            return
+        if not self.opt["unroll"]:
+            return
+        names = _names(self.state()[stmt])
+        if len(names) >= 2 and names[-2] == inner + "0":
+            ext = extent_of(self.f, stmt, names[-2])
+            if ext is not None and 1 < ext <= 8:
+                self.attempt([self.step(stmt, "unroll", names[-2])])
+
+    def compiler_vectorises(self, stmt):
+        """True on the C target for a statement whose loops all run serially
+        and that is no reduction: its innermost loop, stride-1 and
+        unit-stride in every read, is what gcc's own vectoriser takes at -O3
+        (restrict arrays, no OpenMP region hiding them), with its own
+        alignment peeling; ``vectorize`` (``omp simd`` over strip-mined
+        blocks) measured slower there (jacobi-1d 0.225 vs 0.177 ms)."""
+        if self.target == "llvm" or stmt in self.deps.reductions:
+            return False
+        return not any(t.kind == "parallel" for t in self.state()[stmt].tags.values())
+
+    def shared_over_deeper(self, stmt, loop, others):
+        """True when ``loop``, ``stmt``'s innermost, is also a loop of one of
+        ``others`` (fused: the same loop at the same depth) that runs more
+        loops inside it (an initialisation fused with its reduction): strip
+        mining it for ``stmt``'s vectors would split the shared loop for
+        ``stmt`` alone, its blocks running against the others' elements."""
+        st = self.state()
+        names = _names(st[stmt])
+        depth = len(names) - 1
+        for n in others:
+            theirs = _names(st[n])
+            if len(theirs) > depth + 1 and theirs[:depth + 1] == names:
+                return True
+        return False
