@@ -277,3 +277,22 @@ def test_statements_parallel_each_when_no_shared_loop_is():
     arrays = pb.random_inputs(k, "MEDIUM")
     pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "MEDIUM")),
                     "fdtd-2d auto")
+
+
+def test_lu_right_looking_and_upper_row_blocks_in_parallel():
+    """LU: the row update ``A[i][j] -= A[i][k] * A[k][j]`` gets its stride-1
+    loop innermost by going after the division at ``k`` (right-looking,
+    ``after(L2, 'j')``); the upper row, whose loop around the stride-1 one
+    carries a dependence, runs blocks of 8 vectors in parallel with that
+    loop inside; the result is the NumPy reference's."""
+    import examples.polybench as pb
+    k = pb.KERNELS["lu"]
+    f = pb.function(k, "MEDIUM", "plain")
+    steps = [str(s) for s in f.auto_schedule()]
+    assert "f.computations['L1'].reorder('k', 'j')" in steps
+    assert "f.computations['L1'].after(f.computations['L2'], 'j')" in steps
+    assert "f.computations['U1'].reorder('ju0', 'ku', 'ju1')" in steps
+    assert "f.computations['U1'].parallelize('ju0')" in steps
+    arrays = pb.random_inputs(k, "MEDIUM")
+    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "MEDIUM")),
+                    "lu auto")

@@ -121,7 +121,8 @@ class PointLoops:
                     tail = [self.step(n, "after", _StmtRef(self.f, p), names[k - 1])
                             for p, n in zip([stmt, *after], after)]
                     if not self.attempt(head + move_it) and tail:
-                        self.attempt(head + move_it + tail)
+                        if not self.attempt(head + move_it + tail):
+                            self.swap_past_next(stmt, move_it, k, after)
         if self.state()[stmt].loops[-1].name != inner or not self.opt["vectorize"] or not vector:
             return
         if self.shared_over_deeper(stmt, inner, (*before, *after)):
@@ -139,6 +140,21 @@ class PointLoops:
             ext = extent_of(self.f, stmt, names[-2])
             if ext is not None and 1 < ext <= 8:
                 self.attempt([self.step(stmt, "unroll", names[-2])])
+
+    def swap_past_next(self, stmt, move_it, k, after):
+        """The stride-1 loop moved in and ``stmt`` placed after the group's
+        next statement in the loop it now shares with it at depth ``k``
+        (LU's row update ``A[i][j] -= A[i][k] * A[k][j]`` in ``i, k, j``
+        after the division ``A[i][k] /= A[k][k]`` at ``k``: the
+        right-looking order, contiguous along ``j``).  True if kept."""
+        if not after:
+            return False
+        theirs = _names(self.state()[after[0]])
+        mine = _names(self.state()[stmt])
+        if len(theirs) <= k or theirs[:k] != mine[:k]:
+            return False
+        return self.attempt(move_it + [self.step(stmt, "after", _StmtRef(self.f, after[0]),
+                                                 theirs[k])])
 
     def compiler_vectorises(self, stmt):
         """True on the C target for a statement whose loops all run serially

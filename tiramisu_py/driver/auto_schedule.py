@@ -241,7 +241,7 @@ class AutoScheduler(PointLoops):
             for n in names:
                 st = self.state()[n]
                 own = [lp for lp in _names(st)[len(band):] if not st.tags.get(lp)]
-                if self.parallelize([n], own, wavefront=False):
+                if self.parallelize([n], own, wavefront=False) or self.blocks_outward(n, own):
                     self.point_loops(n, move=False)
         for n in names:
             self.register_accumulate(n)
@@ -399,6 +399,26 @@ class AutoScheduler(PointLoops):
         sharing = [n for n in names if loop in _names(st[n])]
         return self.attempt([self.step(n, "split", loop, size) for n in sharing]
                             + [self.step(n, "parallelize", loop + "0", **sched) for n in sharing])
+
+    def blocks_outward(self, stmt, own):
+        """When ``stmt``'s innermost loop (of ``own``, its loops inside the
+        group's shared ones) is its stride-1 loop and the loops around it
+        carry a dependence (LU's upper row, ``A[i][ju] -= A[i][ku] *
+        A[ku][ju]`` over ``ku, ju``): blocks of :data:`BLOCK_VECTORS` vectors
+        of it moved outside them and run in parallel, each block's part
+        innermost.  True if kept."""
+        inner = own[-1] if own else None
+        if len(own) < 2 or inner != space.stride_one_var(self.model, stmt) \
+                or space.strided_reads(self.model, stmt, inner):
+            return False
+        size = BLOCK_VECTORS * self.lanes(stmt)
+        work, ext = self.extents(stmt, own), extent_of(self.f, stmt, inner)
+        if (work is not None and work < PARALLEL_MIN) \
+                or (ext is not None and ext < 2 * size * host.cores()):
+            return False
+        return self.attempt([self.step(stmt, "split", inner, size),
+                             self.step(stmt, "reorder", inner + "0", *own[:-1], inner + "1"),
+                             self.step(stmt, "parallelize", inner + "0")])
 
     def schedule_of(self, names, loop):
         """The OpenMP schedule of parallel ``loop``: the one given in
