@@ -296,3 +296,21 @@ def test_lu_right_looking_and_upper_row_blocks_in_parallel():
     arrays = pb.random_inputs(k, "MEDIUM")
     pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "MEDIUM")),
                     "lu auto")
+
+
+def test_untiled_band_whose_loops_all_carry_runs_as_a_wavefront():
+    """nussinov: each cell reads cells left of and below it, so both band
+    loops carry; each cell runs a loop of its own (a max over k), so the
+    anti-diagonals of the untiled band run as a wavefront (j skewed by r,
+    moved outermost, r parallel); the result is the NumPy reference's."""
+    import examples.polybench as pb
+    k = pb.KERNELS["nussinov"]
+    f = pb.function(k, "SMALL", "plain")
+    steps = [str(s) for s in f.auto_schedule()]
+    for name in ("s1", "s2", "s3", "s4"):
+        assert f"f.computations['{name}'].skew('r', 'j', 1)" in steps
+        assert f"f.computations['{name}'].reorder('j', 'r')" in steps
+        assert any(s.startswith(f"f.computations['{name}'].parallelize('r'") for s in steps)
+    arrays = pb.random_inputs(k, "SMALL")
+    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "SMALL")),
+                    "nussinov auto")

@@ -26,7 +26,8 @@ The search (per top-level group of statements, in program order):
    ``schedule="static", chunk=1``, when a loop inside it has an extent that
    changes with it: a triangle); when none does (time-tiled stencils) the
    tiles run as a **wavefront**: the last tile loop is skewed by the others,
-   moved outermost, and the next one parallelised; untiled statements that
+   moved outermost, and the next one parallelised (untiled, the band's
+   points, when each runs a loop of its own: nussinov); untiled statements that
    share only a loop carrying a dependence (fdtd-2d's time loop) each get
    their own outermost parallel loop inside it, after step 4.
 4. **Point loops**: the statement's stride-1 loop (its written element's
@@ -222,9 +223,13 @@ class AutoScheduler(PointLoops):
             if (deep >= 3 and reuse) or carried:
                 tiled = self.tile_band(names, band, time_loop=carried,
                                        block=None if carried else block)
-        each = not self.parallelize(names, [n + "0" for n in band] if tiled
-                                    else _names(self.state()[lead]), wavefront=tiled) \
-            and not tiled and len(names) > 1
+        par = self.parallelize(names, [n + "0" for n in band] if tiled
+                               else _names(self.state()[lead]), wavefront=tiled)
+        if not par and not tiled and len(band) >= 2 and deep > len(band):
+            # every band loop carries and each point runs a loop of its own
+            # (nussinov's max over k): the band's points as a wavefront
+            par = self.parallelize(names, band, wavefront=True)
+        each = not par and not tiled and len(names) > 1
         if tiled and not carried and block and self.register_block(lead, block):
             self.register_accumulate(lead)
             return
