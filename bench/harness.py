@@ -10,7 +10,8 @@ count) set, then prints one table with a column group per thread count, and
 optionally writes JSON and a bar chart (matplotlib, optional).
 
 Per case, each implementation is called once as a warm-up (it may compile; its
-result goes to ``check``), then timed over ``repeats`` calls in a row (after a
+result goes to ``check``), then timed over ``repeats`` calls in a row (at least; short calls
+until :data:`MIN_TIMED_S` of them, :data:`MAX_CALLS` at most) (after a
 short pause and untimed calls for :data:`WARM_S`: an idle virtual CPU runs slow
 for a few milliseconds), one implementation after the other:
 interleaving single calls let the thread pools of one library (OpenBLAS
@@ -143,6 +144,8 @@ class Progress:
 
 SETTLE_S = 0.3       # OpenBLAS threads spin ~0.1 s after a call
 WARM_S = 0.2         # untimed calls before the timed ones (one at least)
+MIN_TIMED_S = 0.5    # timed calls past ``repeats`` until they add up to this...
+MAX_CALLS = 1000     # ...or this many
 
 
 def measure(case: Case, repeats: int, threads: int, progress: Progress,
@@ -184,7 +187,10 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
             fn()
             if time.perf_counter() - start >= WARM_S:
                 break
-        for _ in range(repeats):
+        # ``repeats`` calls at least, more for short ones (MIN_TIMED_S in all):
+        # the median of 5 calls of a millisecond is at the mercy of one hiccup
+        while len(times[name]) < repeats or \
+                (sum(times[name]) < MIN_TIMED_S and len(times[name]) < MAX_CALLS):
             _prepare(fn)
             t0 = time.perf_counter()
             fn()
@@ -329,7 +335,8 @@ def format_table(report: dict) -> str:
                 failures.append(f"  {c['name']} / {impl}: {failure}")
     versus = ("torch eager's (numpy's where a case has no torch)" if ratio == "ratio"
               else f"{ratio[3:]}'s")
-    lines += ["", f"ms: median of {report['repeats']} calls after a warm-up; "
+    lines += ["", f"ms: median of {report['repeats']} calls (more for short ones: "
+              f"{MIN_TIMED_S} s of calls, {MAX_CALLS} at most) after a warm-up; "
               "GFLOP/s from the median; peak: GFLOP/s over the measured FMA peak of that "
               "thread count;",
               f"{ratio}: GFLOP/s over {versus} in the same run (> 1: faster);",
@@ -387,7 +394,8 @@ def add_arguments(p: argparse.ArgumentParser):
                    metavar="1,2", help="thread counts, each measured in its own subprocess "
                    "(default 1,2; 2 for polybench)")
     p.add_argument("--repeats", type=_positive_int, default=5, metavar="N",
-                   help="timed calls per implementation after the warm-up (default 5)")
+                   help="timed calls per implementation after the warm-up (default 5; "
+                   f"short calls repeat until {MIN_TIMED_S} s)")
     p.add_argument("--impls", metavar="NAME,...", type=lambda s: s.split(","),
                    help="only these implementations (e.g. tiramisu_py,numpy,torch; "
                         "tiramisu_py also selects tiramisu_py[direct] etc.)")

@@ -112,3 +112,26 @@ def test_bench_module_help():
     done = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=root,
                           capture_output=True, text=True)
     assert done.returncode == 0 and "--threads" in done.stdout and "fused" in done.stdout
+
+
+def test_short_calls_are_timed_more_often(monkeypatch):
+    """``repeats`` calls at least; a call far shorter than MIN_TIMED_S is
+    repeated until the timed calls add up to it (MAX_CALLS at most); a long
+    one gets ``repeats``."""
+    import time as _time
+    monkeypatch.setattr(harness, "SETTLE_S", 0.0)
+    monkeypatch.setattr(harness, "WARM_S", 0.0)
+    monkeypatch.setattr(harness, "MIN_TIMED_S", 0.05)
+    calls = {"short": 0, "long": 0}
+
+    def setup():
+        def short():
+            calls["short"] += 1
+
+        def long():
+            calls["long"] += 1
+            _time.sleep(0.02)
+        return {"short": short, "long": long}
+    harness.measure(Case("calls", 1.0, setup), 3, 1, harness.Progress(1, 0, io.StringIO()))
+    assert calls["short"] - 2 == harness.MAX_CALLS          # warm-up and one untimed call
+    assert calls["long"] - 2 == 3
