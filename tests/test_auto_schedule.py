@@ -314,3 +314,17 @@ def test_untiled_band_whose_loops_all_carry_runs_as_a_wavefront():
     arrays = pb.random_inputs(k, "SMALL")
     pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "SMALL")),
                     "nussinov auto")
+
+
+def test_time_band_with_small_space_tiles_is_not_time_tiled():
+    """heat-3d at LARGE: a tile's footprint grows as T^3 in its 3-D arrays,
+    so the tiles that fit the cache (16^3) leave no room for the skewed time
+    tiles' halo: each time step's space loops run in parallel instead, the
+    stride-1 one vectorised; GEMM's 2-D arrays keep T^2 tiles."""
+    import examples.polybench as pb
+    steps = [str(s) for s in pb.function(pb.KERNELS["heat-3d"], "LARGE", "plain").auto_schedule()]
+    assert not any("tile" in s or "skew" in s for s in steps), steps
+    assert "f.computations['sB'].parallelize('i')" in steps
+    gemm = [str(s) for s in pb.function(pb.KERNELS["gemm"], "LARGE", "plain").auto_schedule()]
+    tile = next(s for s in gemm if ".tile(" in s)
+    assert all(int(x) >= 32 for x in tile.rstrip(")").split(",")[3:]), tile

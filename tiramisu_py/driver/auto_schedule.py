@@ -47,7 +47,8 @@ The search (per top-level group of statements, in program order):
 Every step is given through the verbs users call and kept only if the exact
 legality check (:func:`tiramisu_py.analysis.legality.check`) accepts the whole
 schedule; otherwise it is undone.  Sizes fixed at declaration feed a small
-cost model (a time band whose space fits in cache is not time-tiled; a loop
+cost model (a time band whose space fits in cache, or whose space tiles
+would be small, is not time-tiled; a loop
 with too little work per run is not parallelised); free sizes are assumed
 large.  Reductions are never reassociated (results
 stay bit-identical to the program order).  A group that any user command
@@ -80,6 +81,7 @@ SIZES = (8, 16, 32, 64, 128, 256)
 SIZES_1D = (512, 1024, 2048, 4096)     # a band with one space loop: its tiles are rows
 PARALLEL_MIN = 1 << 14                 # iterations a parallel region must hold (known sizes)
 BLOCK_VECTORS = 8                      # vectors in a parallel block of a stride-1 loop
+MIN_SPACE_TILE = 64                    # smaller space tiles: a time loop is not tiled
 
 
 class AutoScheduler(PointLoops):
@@ -218,8 +220,11 @@ class AutoScheduler(PointLoops):
             carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
                               for n in names)
             reuse = any(space.has_reuse(self.model, n, band) for n in names)
-            if carried and self.fits_in_cache(lead, band[1:]):
-                carried = reuse = False       # known sizes, all in cache: no time tiling
+            if carried and (self.fits_in_cache(lead, band[1:])
+                            or self.tile_sizes(lead, band, True)[1] < MIN_SPACE_TILE):
+                # known sizes, all in cache; or space tiles too small for the
+                # skewed time tiles' halo (heat-3d: 16^3): no time tiling
+                carried = reuse = False
             if (deep >= 3 and reuse) or carried:
                 tiled = self.tile_band(names, band, time_loop=carried,
                                        block=None if carried else block)
@@ -348,9 +353,12 @@ class AutoScheduler(PointLoops):
             size = self.opt["tile"]
         else:
             space_dims = len(band) - (1 if time_loop else 0)
+            # a tile's footprint in each array: t^(its dimensions, at most the band's)
+            dims = min(space_dims, max([len(a.index) for a in self.model.by_name[stmt].accesses]
+                                       + [1]))
             size = SIZES[0]
             for t in SIZES + (SIZES_1D if space_dims == 1 else ()):
-                if arrays * t ** min(space_dims, 2) * e <= l2 // 4:
+                if arrays * t ** dims * e <= l2 // 4:
                     size = t
         size = max(lanes, size - size % lanes)
         out = [size] * len(band)
