@@ -145,7 +145,8 @@ def build_symm(s):
 
 def schedule_symm(f, s):
     """Per row i, blocks of 64 columns in parallel (the columns are
-    independent); in a block, k outside and the columns in SIMD lanes."""
+    independent); in a block, k outside and the columns in SIMD lanes, the
+    block's vectors unrolled."""
     t0, c1, t1, c2 = (stmt(f, n) for n in ("t0", "c1", "t1", "c2"))
     each((t0, c1, t1, c2), "split", "j", 64)
     for st in (c1, t1):
@@ -155,6 +156,7 @@ def schedule_symm(f, s):
     c2.after(t1, "j0")
     each((t0, c1, t1, c2), "parallelize", "j0")
     each((t0, c1, t1, c2), "vectorize", "j1", lanes())
+    each((c1, t1, c2), "unroll", "j10")          # the block's vectors
 
 
 def ref_symm(a, s):
@@ -243,13 +245,15 @@ def build_trmm(s):
 
 def schedule_trmm(f, s):
     """Per row i, blocks of 64 columns of B in parallel (the columns are
-    independent), k outside the columns, which are in SIMD lanes."""
+    independent), k outside the columns, which are in SIMD lanes (the
+    block's vectors unrolled)."""
     acc, scale = stmt(f, "acc"), stmt(f, "scale")
     each((acc, scale), "split", "j", 64)
     acc.reorder("j0", "k", "j1")
     scale.after(acc, "j0")
     each((acc, scale), "parallelize", "j0")
     each((acc, scale), "vectorize", "j1", lanes())
+    each((acc, scale), "unroll", "j10")          # the block's vectors
 
 
 def ref_trmm(a, s):
