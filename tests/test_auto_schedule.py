@@ -73,9 +73,12 @@ def test_stencils_are_skewed_then_tiled_as_a_wavefront(name, band):
 def test_softmax_rows_are_fused_and_parallel():
     f = KERNELS["softmax"].build()
     steps = f.auto_schedule()
-    fused = [s for s in steps if s.verb == "after"]
+    fused = [s for s in steps if s.verb == "after" and s.args[-1] == "i"]
     assert len(fused) == 5                     # six statements in one loop over the rows
+    # then the rows' reductions (max, sum) 8 rows at a time: blocks of rows
+    assert any(s.verb == "after" and s.args[-1] == "i0" for s in steps)
     assert {s.stmt for s in steps if s.verb == "parallelize"} >= {"mx", "e", "s", "out"}
+    run(KERNELS["softmax"], f)
 
 
 def test_partial_schedule_is_kept_and_completed():
@@ -242,10 +245,15 @@ def test_group_parallel_by_its_largest_statement_and_shared_loop_not_split():
     statement alone has not; the initialisation's loop, shared with the
     reduction's outer loop, is not strip-mined for vectors."""
     import examples.polybench as pb
+    from tiramisu_py.driver.auto_schedule import auto_schedule
     f = pb.function(pb.KERNELS["mvt"], "LARGE", "plain")
-    steps = [str(s) for s in f.auto_schedule()]
+    # unroll=False: no rows jammed (test_dot_product_rows_run_jammed), the
+    # initialisation stays fused with the reduction in i
+    steps = [str(s) for s in auto_schedule(f, options={"unroll": False})]
     assert "f.computations['x1_0'].update.parallelize('i')" in steps
     assert not any(s.startswith("f.computations['x1_0'].vectorize(") for s in steps)
+    jammed = [str(s) for s in pb.function(pb.KERNELS["mvt"], "LARGE", "plain").auto_schedule()]
+    assert "f.computations['x1_0'].update.parallelize('i0')" in jammed
 
 
 def test_serial_stride_one_loop_left_to_the_c_compiler():
@@ -328,3 +336,22 @@ def test_time_band_with_small_space_tiles_is_not_time_tiled():
     gemm = [str(s) for s in pb.function(pb.KERNELS["gemm"], "LARGE", "plain").auto_schedule()]
     tile = next(s for s in gemm if ".tile(" in s)
     assert all(int(x) >= 32 for x in tile.rstrip(")").split(",")[3:]), tile
+
+
+def test_dot_product_rows_run_jammed():
+    """bicg's ``q[i] += A[i][j] * p[j]``: a dot product per row, not
+    vectorised (that would reassociate it): 8 rows unrolled inside ``j``,
+    8 independent chains, each in the program's order; the group split by
+    the same blocks of rows, its statements one after the other in a
+    block; the result is the NumPy reference's, bit for bit in q's order."""
+    import examples.polybench as pb
+    k = pb.KERNELS["bicg"]
+    f = pb.function(k, "SMALL", "plain")
+    steps = [str(s) for s in f.auto_schedule()]
+    upd = "f.computations['q0'].update"
+    assert f"{upd}.split('i', 8)" in steps
+    assert f"{upd}.reorder('j', 'i1')" in steps and f"{upd}.unroll('i1')" in steps
+    assert f"{upd}.accumulate_locally('j')" in steps
+    arrays = pb.random_inputs(k, "SMALL")
+    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "SMALL")),
+                    "bicg auto")

@@ -42,7 +42,9 @@ The search (per top-level group of statements, in program order):
    reduction's point loop, sized from the host's vector registers); a reduction
    accumulates over its innermost loop that leaves the element fixed in a
    local tile copied in and out (``accumulate_locally`` without
-   reassociation: bit for bit the program's order).
+   reassociation: bit for bit the program's order); the rows of a dot
+   product (``x[i] += A[i][j] * y[j]``) run 8 at a time, unrolled inside
+   ``j`` (:meth:`AutoScheduler.jam_rows`, before step 3).
 
 Every step is given through the verbs users call and kept only if the exact
 legality check (:func:`tiramisu_py.analysis.legality.check`) accepts the whole
@@ -80,8 +82,10 @@ TIME_TILE = 16
 SIZES = (8, 16, 32, 64, 128, 256)
 SIZES_1D = (512, 1024, 2048, 4096)     # a band with one space loop: its tiles are rows
 PARALLEL_MIN = 1 << 14                 # iterations a parallel region must hold (known sizes)
+EACH_MIN = 1 << 15                     # the same for a statement's own region inside a serial loop
 BLOCK_VECTORS = 8                      # vectors in a parallel block of a stride-1 loop
 MIN_SPACE_TILE = 64                    # smaller space tiles: a time loop is not tiled
+JAM_ROWS = 8                           # rows of a dot product unrolled inside its loop
 
 
 class AutoScheduler(PointLoops):
@@ -228,6 +232,8 @@ class AutoScheduler(PointLoops):
             if (deep >= 3 and reuse) or carried:
                 tiled = self.tile_band(names, band, time_loop=carried,
                                        block=None if carried else block)
+        if not tiled and len(band) == 1:
+            self.jam_rows(names, band[0])
         par = self.parallelize(names, [n + "0" for n in band] if tiled
                                else _names(self.state()[lead]), wavefront=tiled)
         if not par and not tiled and len(band) >= 2 and deep > len(band):
@@ -251,7 +257,8 @@ class AutoScheduler(PointLoops):
             for n in names:
                 st = self.state()[n]
                 own = [lp for lp in _names(st)[len(band):] if not st.tags.get(lp)]
-                if self.parallelize([n], own, wavefront=False) or self.blocks_outward(n, own):
+                if self.parallelize([n], own, wavefront=False, least=EACH_MIN) \
+                        or self.blocks_outward(n, own):
                     self.point_loops(n, move=False)
         for n in names:
             self.register_accumulate(n)
@@ -373,9 +380,9 @@ class AutoScheduler(PointLoops):
         return out
 
     # -- parallelism --------------------------------------------------------
-    def parallelize(self, names, loops, wavefront):
+    def parallelize(self, names, loops, wavefront, least=PARALLEL_MIN):
         for lp in loops:
-            if all(self.too_little_work(n, lp) for n in names):
+            if all(self.too_little_work(n, lp, least) for n in names):
                 return False
             if not self.may_be_parallel(names, lp):
                 continue
@@ -413,6 +420,32 @@ class AutoScheduler(PointLoops):
         return self.attempt([self.step(n, "split", loop, size) for n in sharing]
                             + [self.step(n, "parallelize", loop + "0", **sched) for n in sharing])
 
+    def jam_rows(self, names, loop):
+        """Rows of a dot product, ``x[i] += A[i][j] * y[j]`` over ``i, j``
+        (the element's one index ``i``, the group's one shared loop; ``j``
+        the reduction, not vectorised: that would reassociate it):
+        :data:`JAM_ROWS` rows at a time, unrolled inside ``j`` (that many
+        independent chains of multiply-adds instead of one, each in the
+        program's order); the group split by the same blocks of ``loop``,
+        its statements one after the other in a block.  True if kept."""
+        st = self.state()
+        rows = [n for n in names if n in self.deps.reductions
+                and _names(st[n])[:1] == [loop] and len(st[n].loops) == 2
+                and space.written_vars(self.model, n) == [[loop]]
+                and not st[n].tags]
+        ext = extent_of(self.f, names[0], loop)
+        if not rows or not self.opt["unroll"] or (ext is not None and ext < 2 * JAM_ROWS) \
+                or not all(_names(st[n])[:1] == [loop] for n in names):
+            return False
+        steps = [self.step(n, "split", loop, JAM_ROWS) for n in names]
+        steps += [self.step(n, "after", _StmtRef(self.f, p), loop + "0")
+                  for p, n in zip(names, names[1:])]
+        for n in rows:
+            inner = _names(st[n])[1]
+            steps += [self.step(n, "reorder", inner, loop + "1"),
+                      self.step(n, "unroll", loop + "1")]
+        return self.attempt(steps)
+
     def blocks_outward(self, stmt, own):
         """When ``stmt``'s innermost loop (of ``own``, its loops inside the
         group's shared ones) is its stride-1 loop and the loops around it
@@ -426,7 +459,7 @@ class AutoScheduler(PointLoops):
             return False
         size = BLOCK_VECTORS * self.lanes(stmt)
         work, ext = self.extents(stmt, own), extent_of(self.f, stmt, inner)
-        if (work is not None and work < PARALLEL_MIN) \
+        if (work is not None and work < EACH_MIN) \
                 or (ext is not None and ext < 2 * size * host.cores()):
             return False
         return self.attempt([self.step(stmt, "split", inner, size),
@@ -471,15 +504,16 @@ class AutoScheduler(PointLoops):
         return n is not None and n * space.arrays_touched(self.model, stmt) \
             * space.element_bytes(self.model, stmt) <= l2 // 2
 
-    def too_little_work(self, stmt, loop):
+    def too_little_work(self, stmt, loop, least=PARALLEL_MIN):
         """Known sizes: one run of ``loop`` (with the loops inside it) has
-        fewer than :data:`PARALLEL_MIN` iterations: a parallel region would
-        cost more than it saves."""
+        fewer than ``least`` iterations (:data:`PARALLEL_MIN`; a statement's
+        own region inside a serial loop, run once per iteration of it:
+        :data:`EACH_MIN`): a parallel region would cost more than it saves."""
         names = _names(self.state()[stmt])
         if loop not in names:
             return False
         n = self.extents(stmt, names[names.index(loop):])
-        return n is not None and n < PARALLEL_MIN
+        return n is not None and n < least
 
     def may_be_parallel(self, names, loop):
         """False when ``loop`` carries a dependence through an array that no
