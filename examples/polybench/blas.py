@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import BLIS_GAP, F64, Kernel, blis_float64, each, lanes, stmt
+from examples.polybench.common import (BLIS_GAP, F64, Kernel, blis_float64, each, lanes,
+                                       rows_of_8, stmt)
 
 ALPHA, BETA = 1.5, 1.2
 MN = {"MINI": dict(M=20, N=30), "SMALL": dict(M=60, N=80),
@@ -108,11 +109,10 @@ def build_gesummv(s):
 
 
 def schedule_gesummv(f, s):
-    ta, ya = stmt(f, "tmp_update"), stmt(f, "yacc_update")
-    each((stmt(f, "tmp"), stmt(f, "yacc"), ta, ya, stmt(f, "yout")), "parallelize", "i")
-    ya.after(ta, "i")                          # one dot product per loop: vector reductions
-    for u in (ta, ya):
-        u.vectorize("j", lanes(), allow_reassociation=True)
+    """Blocks of 8 rows in parallel; in a block the two dot products of the
+    8 rows, unrolled inside j (independent chains, each in order)."""
+    sts = [stmt(f, n) for n in ("tmp", "yacc", "tmp_update", "yacc_update", "yout")]
+    rows_of_8(f, sts, sts[2:4], parallel=True)
 
 
 GESUMMV = Kernel(

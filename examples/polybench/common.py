@@ -149,3 +149,19 @@ def stmt(f: tp.Function, name: str):
         if s.name == name:
             return s
     raise KeyError(f"{f.name} has no statement {name!r}: {[s.name for s in f.statements]}")
+
+
+def rows_of_8(f, statements, dots, parallel=False):
+    """``statements`` (sharing loop i) in blocks of 8 rows, one after the
+    other in a block; each of ``dots`` (``x[i] += A[i][j] * y[j]``) with
+    its 8 rows unrolled inside j, accumulated locally; ``parallel``: the
+    blocks in parallel."""
+    each(statements, "split", "i", 8)
+    for prev, st in zip(statements, statements[1:]):
+        st.after(prev, "i0")
+    for d in dots:
+        d.reorder("j", "i1")
+        d.unroll("i1")
+        d.accumulate_locally("j")
+    if parallel:
+        each(statements, "parallelize", "i0")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import BLIS_GAP, F64, Kernel, blis_float64, lanes, stmt
+from examples.polybench.common import BLIS_GAP, F64, Kernel, blis_float64, lanes, rows_of_8, stmt
 
 ALPHA, BETA = 1.5, 1.2
 MN = {"MINI": dict(M=38, N=42), "SMALL": dict(M=116, N=124),
@@ -113,16 +113,11 @@ def build_atax(s):
 
 
 def schedule_atax(f, s):
-    """tmp = A x (rows in parallel, then) y = A^T tmp (columns in parallel, rows inside)."""
+    """One pass over A in blocks of 8 rows: per block, tmp for the 8 rows
+    (8 dot products unrolled inside j: independent chains, in order), then
+    y += A^T tmp over the same rows while they are in cache."""
     t, tu, ya = stmt(f, "t"), stmt(f, "t_update"), stmt(f, "yacc")
-    ya.after(tu, None)
-    t.parallelize("i")
-    tu.parallelize("i")
-    tu.vectorize("j", lanes(), allow_reassociation=True)
-    ya.split("j", 64)
-    ya.reorder("j0", "i", "j1")
-    ya.parallelize("j0")
-    ya.vectorize("j1", lanes())
+    rows_of_8(f, (t, tu, ya), (tu,))
 
 
 ATAX = Kernel(
@@ -149,15 +144,11 @@ def build_bicg(s):
 
 
 def schedule_bicg(f, s):
-    q0, qu, sa = stmt(f, "q0"), stmt(f, "q0_update"), stmt(f, "sacc")
-    sa.after(qu, None)
-    q0.parallelize("i")
-    qu.parallelize("i")
-    qu.vectorize("j", lanes(), allow_reassociation=True)
-    sa.split("j", 64)
-    sa.reorder("j0", "i", "j1")
-    sa.parallelize("j0")
-    sa.vectorize("j1", lanes())
+    """One pass over A in blocks of 8 rows: per block, s += A^T r over the
+    block's rows, then q for the 8 rows (8 dot products unrolled inside j,
+    in order) while they are in cache."""
+    q0, sa, qu = stmt(f, "q0"), stmt(f, "sacc"), stmt(f, "q0_update")
+    rows_of_8(f, (q0, sa, qu), (qu,))
 
 
 BICG = Kernel(
