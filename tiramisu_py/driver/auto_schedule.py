@@ -232,7 +232,7 @@ class AutoScheduler(PointLoops):
             if (deep >= 3 and reuse) or carried:
                 tiled = self.tile_band(names, band, time_loop=carried,
                                        block=None if carried else block)
-        if not tiled and len(band) == 1:
+        if not tiled and band:
             self.jam_rows(names, band[0])
         par = self.parallelize(names, [n + "0" for n in band] if tiled
                                else _names(self.state()[lead]), wavefront=tiled)
@@ -432,6 +432,7 @@ class AutoScheduler(PointLoops):
         rows = [n for n in names if n in self.deps.reductions
                 and _names(st[n])[:1] == [loop] and len(st[n].loops) == 2
                 and space.written_vars(self.model, n) == [[loop]]
+                and space.strided_reads(self.model, n, loop)   # else: rows in lanes
                 and not st[n].tags]
         ext = extent_of(self.f, names[0], loop)
         if not rows or not self.opt["unroll"] or (ext is not None and ext < 2 * JAM_ROWS) \
