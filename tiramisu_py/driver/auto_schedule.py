@@ -225,9 +225,11 @@ class AutoScheduler(PointLoops):
                               for n in names)
             reuse = any(space.has_reuse(self.model, n, band) for n in names)
             if carried and (self.fits_in_cache(lead, band[1:])
-                            or self.tile_sizes(lead, band, True)[1] < MIN_SPACE_TILE):
-                # known sizes, all in cache; or space tiles too small for the
-                # skewed time tiles' halo (heat-3d: 16^3): no time tiling
+                            or (self.opt["tile"] is None
+                                and self.tile_sizes(lead, band, True)[1] < MIN_SPACE_TILE)):
+                # known sizes, all in cache; or the caches' space tiles too small
+                # for the skewed time tiles' halo (heat-3d: 16^3; a tile size the
+                # tuner gives is tried as given): no time tiling
                 carried = reuse = False
             if (deep >= 3 and reuse) or carried:
                 tiled = self.tile_band(names, band, time_loop=carried,
