@@ -126,17 +126,19 @@ def schedule(f, acc, b, pair, k, p, outer=()):
     lead = [o.name for o in outer]
     update.split("k", pair, names=("k0", "k1"))
     update.split("k0", kc, names=("kc", "ks"))
-    update.split("i", mc, names=("ic", "i_")).split("i_", mr, names=("ir", "iu"))
-    update.split("j", nc, names=("jc", "j_")).split("j_", width, names=("jr", "j2"))
-    update.split("j2", LANES, names=("ju", "jv"))
+
+    def register_blocks(c):
+        """i -> ic, ir, iu and j -> jc, jr, ju, jv (BLIS's blocks) on ``c``."""
+        c.split("i", mc, names=("ic", "i_")).split("i_", mr, names=("ir", "iu"))
+        c.split("j", nc, names=("jc", "j_")).split("j_", width, names=("jr", "j2"))
+        c.split("j2", LANES, names=("ju", "jv"))
+    register_blocks(update)
     one_block = -(-k // pair) <= kc
     if one_block:
         # all of k in one block: acc's initial values per register block,
         # stored just before its micro-kernel (the stores drain while it runs)
         update.reorder(*lead, "jc", "ic", "ir", "jr", "kc", "ks", "iu", "ju", "jv", "k1")
-        acc.split("i", mc, names=("ic", "i_")).split("i_", mr, names=("ir", "iu"))
-        acc.split("j", nc, names=("jc", "j_")).split("j_", width, names=("jr", "j2"))
-        acc.split("j2", LANES, names=("ju", "jv"))
+        register_blocks(acc)
         acc.reorder(*lead, "jc", "ic", "ir", "jr", "iu", "ju", "jv")
         acc.vectorize("jv", LANES)
         update.after(acc, "jr")

@@ -107,6 +107,12 @@ def data_dependent_from(model, stmt):
     return next((k for k, v in enumerate(vs) if v.data_dependent), len(vs))
 
 
+def has_data_dependent_loop(model, stmt):
+    """True when one of ``stmt``'s loops has data-dependent bounds (its
+    loops from there on stay in place)."""
+    return data_dependent_from(model, stmt) < len(model.by_name[stmt].vars)
+
+
 def has_reuse(model, stmt, loops):
     """True when some read of a 2-D (or more) array by ``stmt`` leaves out
     one of ``loops`` (its elements are used again across that loop: tiling

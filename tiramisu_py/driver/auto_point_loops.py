@@ -28,7 +28,7 @@ class PointLoops:
             return None
         stmt = names[0]
         if stmt not in self.deps.reductions or len(band) < 3 \
-                or space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars):
+                or space.has_data_dependent_loop(self.model, stmt):
             return None
         index = space.written_vars(self.model, stmt)
         col = space.stride_one_var(self.model, stmt)
@@ -78,7 +78,7 @@ class PointLoops:
         when it cannot prove the arrays apart, e.g. in an OpenMP region)."""
         if self.out_of_time() or stmt not in self.deps.reductions:
             return
-        if space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars):
+        if space.has_data_dependent_loop(self.model, stmt):
             return                      # data-dependent bounds: left as written
         st = self.state()[stmt]
         loops = _names(st)
@@ -106,7 +106,7 @@ class PointLoops:
         inner = var + "1" if var and var + "1" in names else var
         if inner not in names or st.tags.get(inner):
             return
-        fixed = space.data_dependent_from(self.model, stmt) < len(self.model.by_name[stmt].vars)
+        fixed = space.has_data_dependent_loop(self.model, stmt)
         if move and names[-1] != inner and not fixed:
             k = names.index(inner)
             rest = [n for n in names[k + 1:] if not st.tags.get(n)]

@@ -414,13 +414,20 @@ class AutoScheduler(PointLoops):
                    and _names(st[n])[-1] != loop
                    and not space.strided_reads(self.model, n, loop) for n in names):
             return False                   # (a row's dot product stays as it is)
-        size = BLOCK_VECTORS * self.lanes(names[0])
-        ext = extent_of(self.f, names[0], loop)
-        if ext is not None and ext < 2 * size * host.cores():
-            return False                   # too few blocks for the threads
+        size = self.block_size(names[0], loop)
+        if size is None:
+            return False
         sharing = [n for n in names if loop in _names(st[n])]
         return self.attempt([self.step(n, "split", loop, size) for n in sharing]
                             + [self.step(n, "parallelize", loop + "0", **sched) for n in sharing])
+
+    def block_size(self, stmt, loop):
+        """The iterations of a parallel block of ``stmt``'s stride-1
+        ``loop``: :data:`BLOCK_VECTORS` vectors; None when ``loop`` (of known
+        extent) has fewer than two blocks per core."""
+        size = BLOCK_VECTORS * self.lanes(stmt)
+        ext = extent_of(self.f, stmt, loop)
+        return None if ext is not None and ext < 2 * size * host.cores() else size
 
     def jam_rows(self, names, loop):
         """Rows of a dot product, ``x[i] += A[i][j] * y[j]`` over ``i, j``
@@ -431,14 +438,15 @@ class AutoScheduler(PointLoops):
         program's order); the group split by the same blocks of ``loop``,
         its statements one after the other in a block.  True if kept."""
         st = self.state()
-        rows = [n for n in names if n in self.deps.reductions
-                and _names(st[n])[:1] == [loop] and len(st[n].loops) == 2
+        ext = extent_of(self.f, names[0], loop)
+        if not self.opt["unroll"] or (ext is not None and ext < 2 * JAM_ROWS) \
+                or not all(_names(st[n])[:1] == [loop] for n in names):
+            return False
+        rows = [n for n in names if n in self.deps.reductions and len(st[n].loops) == 2
                 and space.written_vars(self.model, n) == [[loop]]
                 and space.strided_reads(self.model, n, loop)   # else: rows in lanes
                 and not st[n].tags]
-        ext = extent_of(self.f, names[0], loop)
-        if not rows or not self.opt["unroll"] or (ext is not None and ext < 2 * JAM_ROWS) \
-                or not all(_names(st[n])[:1] == [loop] for n in names):
+        if not rows:
             return False
         steps = [self.step(n, "split", loop, JAM_ROWS) for n in names]
         steps += [self.step(n, "after", _StmtRef(self.f, p), loop + "0")
@@ -460,10 +468,9 @@ class AutoScheduler(PointLoops):
         if len(own) < 2 or inner != space.stride_one_var(self.model, stmt) \
                 or space.strided_reads(self.model, stmt, inner):
             return False
-        size = BLOCK_VECTORS * self.lanes(stmt)
-        work, ext = self.extents(stmt, own), extent_of(self.f, stmt, inner)
-        if (work is not None and work < EACH_MIN) \
-                or (ext is not None and ext < 2 * size * host.cores()):
+        size = self.block_size(stmt, inner)
+        work = self.extents(stmt, own)
+        if size is None or (work is not None and work < EACH_MIN):
             return False
         return self.attempt([self.step(stmt, "split", inner, size),
                              self.step(stmt, "reorder", inner + "0", *own[:-1], inner + "1"),
