@@ -24,6 +24,19 @@ def run(spec, f, target="cpu"):
     return inputs
 
 
+def polybench_auto(name, size):
+    """The printed steps of ``auto_schedule()`` on PolyBench's ``name`` at
+    ``size``, after checking the scheduled kernel against the NumPy reference."""
+    import examples.polybench as pb
+    k = pb.KERNELS[name]
+    f = pb.function(k, size, "plain")
+    steps = [str(s) for s in f.auto_schedule()]
+    arrays = pb.random_inputs(k, size)
+    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, size)),
+                    f"{name} auto")
+    return steps
+
+
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_auto_schedule_is_legal_correct_and_replayable(name):
     spec = KERNELS[name]
@@ -275,16 +288,10 @@ def test_statements_parallel_each_when_no_shared_loop_is():
     updates; each then runs its own outer loop in parallel and its
     stride-1 loop vectorised (the parallel region hides the arrays from
     gcc's vectoriser); the result is the NumPy reference's (MEDIUM: enough work per loop)."""
-    import examples.polybench as pb
-    k = pb.KERNELS["fdtd-2d"]
-    f = pb.function(k, "MEDIUM", "plain")
-    steps = [str(s) for s in f.auto_schedule()]
+    steps = polybench_auto("fdtd-2d", "MEDIUM")
     for name, outer, inner in (("s1", "ei", "ej"), ("s2", "xi", "xj"), ("s3", "hi", "hj")):
         assert f"f.computations['{name}'].parallelize('{outer}')" in steps
         assert any(s.startswith(f"f.computations['{name}'].vectorize('{inner}',") for s in steps)
-    arrays = pb.random_inputs(k, "MEDIUM")
-    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "MEDIUM")),
-                    "fdtd-2d auto")
 
 
 def test_lu_right_looking_and_upper_row_blocks_in_parallel():
@@ -293,17 +300,11 @@ def test_lu_right_looking_and_upper_row_blocks_in_parallel():
     ``after(L2, 'j')``); the upper row, whose loop around the stride-1 one
     carries a dependence, runs blocks of 8 vectors in parallel with that
     loop inside; the result is the NumPy reference's."""
-    import examples.polybench as pb
-    k = pb.KERNELS["lu"]
-    f = pb.function(k, "MEDIUM", "plain")
-    steps = [str(s) for s in f.auto_schedule()]
+    steps = polybench_auto("lu", "MEDIUM")
     assert "f.computations['L1'].reorder('k', 'j')" in steps
     assert "f.computations['L1'].after(f.computations['L2'], 'j')" in steps
     assert "f.computations['U1'].reorder('ju0', 'ku', 'ju1')" in steps
     assert "f.computations['U1'].parallelize('ju0')" in steps
-    arrays = pb.random_inputs(k, "MEDIUM")
-    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "MEDIUM")),
-                    "lu auto")
 
 
 def test_untiled_band_whose_loops_all_carry_runs_as_a_wavefront():
@@ -311,17 +312,11 @@ def test_untiled_band_whose_loops_all_carry_runs_as_a_wavefront():
     loops carry; each cell runs a loop of its own (a max over k), so the
     anti-diagonals of the untiled band run as a wavefront (j skewed by r,
     moved outermost, r parallel); the result is the NumPy reference's."""
-    import examples.polybench as pb
-    k = pb.KERNELS["nussinov"]
-    f = pb.function(k, "SMALL", "plain")
-    steps = [str(s) for s in f.auto_schedule()]
+    steps = polybench_auto("nussinov", "SMALL")
     for name in ("s1", "s2", "s3", "s4"):
         assert f"f.computations['{name}'].skew('r', 'j', 1)" in steps
         assert f"f.computations['{name}'].reorder('j', 'r')" in steps
         assert any(s.startswith(f"f.computations['{name}'].parallelize('r'") for s in steps)
-    arrays = pb.random_inputs(k, "SMALL")
-    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "SMALL")),
-                    "nussinov auto")
 
 
 def test_time_band_with_small_space_tiles_is_not_time_tiled():
@@ -344,14 +339,8 @@ def test_dot_product_rows_run_jammed():
     8 independent chains, each in the program's order; the group split by
     the same blocks of rows, its statements one after the other in a
     block; the result is the NumPy reference's, bit for bit in q's order."""
-    import examples.polybench as pb
-    k = pb.KERNELS["bicg"]
-    f = pb.function(k, "SMALL", "plain")
-    steps = [str(s) for s in f.auto_schedule()]
+    steps = polybench_auto("bicg", "SMALL")
     upd = "f.computations['q0'].update"
     assert f"{upd}.split('i', 8)" in steps
     assert f"{upd}.reorder('j', 'i1')" in steps and f"{upd}.unroll('i1')" in steps
     assert f"{upd}.accumulate_locally('j')" in steps
-    arrays = pb.random_inputs(k, "SMALL")
-    pb.assert_close(pb.run(k, f.compile(), arrays), k.reference(arrays, pb.sizes(k, "SMALL")),
-                    "bicg auto")
