@@ -555,6 +555,43 @@ def test_cache_at_packs_a_panel_and_stays_correct():
     assert "Bpk[" in k.source and "* Bpk[k]" in k.source
 
 
+def _gram_lower(n=23, m=9):
+    """C[i][j] = sum_k A[i][k] A[j][k] over j <= i: A read twice."""
+    f = tp.Function("gram", params={"N": n, "M": m})
+    i, kk = f.var("i", 0, "N"), f.var("k", 0, "M")
+    j = f.var("j", 0, i + 1)
+    A = f.input("A", ("N", "M"), tp.float64)
+    C = f.computation("C", [i, j], 0.0, dtype=tp.float64)
+    C[i, j].reduce("+", A[i, kk] * A[j, kk], loops=[i, j, kk])
+    return f, A
+
+
+def test_cache_at_of_one_access_packs_that_operand_only():
+    f, A = _gram_lower()
+    U = f.computations["C"].update
+    i, j, kk = U.vars
+    U.split("j", 8, names=("j0", "j1"))
+    U.reorder("i", "j0", "k", "j1")
+    Ap = U.cache_at(A[j, kk], "j0", name="Ap")
+    Ap.store_in(f.buffer("Apanel", (8, "M"), tp.float64), [Ap.vars[0] % 8, Ap.vars[1]])
+    k = f.compile()
+    # A[i][k] is still read in place, A[j][k] from the panel
+    assert "A[i][k] * Apanel[" in k.source
+    a = RNG.random((23, 9))
+    low = np.tril_indices(23)
+    np.testing.assert_allclose(k(a)[low], (a @ a.T)[low], rtol=1e-12)
+    # the printed command names the access
+    assert any(c.call == 'U.cache_at(A[j, k], "j0", name="Ap")' for c in f._commands)
+
+
+def test_cache_at_of_an_access_the_statement_does_not_read_is_refused():
+    f, A = _gram_lower()
+    U = f.computations["C"].update
+    i, j, kk = U.vars
+    with pytest.raises(ValueError, match=r"does not read A\[k, j\].*A\[i, k\], A\[j, k\]"):
+        U.cache_at(A[kk, j], "i")
+
+
 def test_cache_at_refuses_a_source_written_in_the_nest():
     f = tp.Function("f", params=["N"])
     t, i = f.var("t", 0, 3), f.var("i", 0, "N")

@@ -37,29 +37,46 @@ def _writers_in_root_item(f, stmt, source):
     return out
 
 
-def _redirect(e, source, copy_):
-    """``e`` with every read of ``source`` turned into a read of ``copy_``."""
+def _same_access(a, b) -> bool:
+    """``a`` and ``b`` read the same target with the same index expressions."""
+    return a.target is b.target and list(map(repr, a.indices)) == list(map(repr, b.indices))
+
+
+def _redirect(e, source, copy_, only=None):
+    """``e`` with every read of ``source`` (``only``: every read written as
+    that access) turned into a read of ``copy_``."""
+    def go(x):
+        return _redirect(x, source, copy_, only)
     if isinstance(e, Access):
-        idx = [_redirect(i, source, copy_) for i in e.indices]
-        return Access(copy_ if e.target is source else e.target, idx)
+        idx = [go(i) for i in e.indices]
+        hit = e.target is source and (only is None or _same_access(e, only))
+        return Access(copy_ if hit else e.target, idx)
     if isinstance(e, BinOp):
-        return BinOp(e.op, _redirect(e.a, source, copy_), _redirect(e.b, source, copy_))
+        return BinOp(e.op, go(e.a), go(e.b))
     if isinstance(e, UnOp):
-        return UnOp(e.op, _redirect(e.a, source, copy_))
+        return UnOp(e.op, go(e.a))
     if isinstance(e, Call):
-        return Call(e.func, [_redirect(a, source, copy_) for a in e.args])
+        return Call(e.func, [go(a) for a in e.args])
     if isinstance(e, Select):
-        return Select(*(_redirect(x, source, copy_) for x in (e.cond, e.a, e.b)))
+        return Select(*(go(x) for x in (e.cond, e.a, e.b)))
     if isinstance(e, Cast):
-        return Cast(e.to, _redirect(e.a, source, copy_))
+        return Cast(e.to, go(e.a))
     return e
 
 
-def _make_copy(stmt, source, loop, name):
+def _make_copy(stmt, source, loop, name, access=None):
     """The copy of ``cache_at``: a computation reading ``source`` over its
-    whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy."""
+    whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy
+    (``access``: only where it reads ``source`` as written there)."""
     f = stmt.function
     reads = [n.target for n in walk(stmt.value) if isinstance(n, Access)]
+    if access is not None and not any(isinstance(n, Access) and _same_access(n, access)
+                                      for n in walk(stmt.value)):
+        written = sorted({repr(n) for n in walk(stmt.value)
+                          if isinstance(n, Access) and n.target is source})
+        raise ValueError(f"{stmt.name}.cache_at({access!r}): {stmt.name} does not read "
+                         f"{access!r} (it reads {', '.join(written) or 'no element of it'}; "
+                         "write the access with the statement's own loops)")
     if not any(t is source for t in reads):
         names = sorted({t.name for t in reads})
         raise ValueError(f"{stmt.name}: cannot copy {source.name!r} for it at "
@@ -81,6 +98,6 @@ def _make_copy(stmt, source, loop, name):
     root = f._root.items
     root.remove(copy_)
     root.insert(root.index(_root_item(f, stmt)), copy_)
-    stmt.value = _redirect(stmt.value, source, copy_)
+    stmt.value = _redirect(stmt.value, source, copy_, access)
     copy_.compute_at(stmt, loop)
     return copy_

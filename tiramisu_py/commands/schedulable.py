@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 
 from ..base import provenance
+from ..lang.expr import Access
 from ..lang.program import Buffer, Computation, check_name
 from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, OMP_SCHEDULES, Command, _attaching_command, _check_unroll,
                              apply, loop_name, replay)
@@ -307,15 +308,22 @@ class Schedulable:
         """Array packing: a copy of the part of ``source`` (an input, a buffer
         or a computation) that one iteration of this statement's ``loop``
         reads, made just before it, inside that loop; this statement then reads
-        the copy.  Returns the copy (a computation): ``store_in`` it to choose
+        the copy.  ``source`` given as one of the statement's accesses
+        (``A[j, k]``, written with the statement's loops) copies only what the
+        reads written so touch, the others keep reading ``A`` (syrk's
+        ``A[i, k] * A[j, k]``: one operand packed).  Returns the copy (a computation): ``store_in`` it to choose
         its layout (e.g. a small contiguous tile buffer, reused per iteration).
         ``source`` must not be written inside the loop nest of this statement.
         Like ``cache_shared`` and ``cache_local``, atomic: refused, it leaves
         the Function unchanged; ``f.undo()`` removes the copy too
         (:mod:`tiramisu_py.commands.atomic`)."""
         f = self.function
+        access = None
+        if isinstance(source, Access):
+            access, source = source, source.target
         if not isinstance(source, (Buffer, Computation)):
-            raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation")
+            raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation, "
+                            "or one access of it (A[j, k])")
         if name is not None:
             check_name(name, f"{self.name}.cache_at({source.name}): name=: computation")
         name = name or f"{source.name}_cache"
@@ -324,7 +332,7 @@ class Schedulable:
             raise ValueError(f"{self.name}.cache_at({source.name}): {', '.join(writers)} writes "
                              f"{source.name!r} in the same loop nest, so a copy made before it "
                              "would be stale")
-        return _make_copy(self, source, loop, name)
+        return _make_copy(self, source, loop, name, access)
 
     @provenance.command
     @atomic
