@@ -375,6 +375,9 @@ def _clamped_loops(s, bound_inside, ranges=None, accumulating=False):
         accumulating = accumulating or bool(s.attrs.get("accumulate"))
     elif isinstance(s, ir.Let):
         bound_inside = bound_inside | {s.name}
+        if isinstance(s.value, ir.Const) and ir.is_int(s.value.dtype):
+            # an unrolled copy's iterator (``const int64_t iu = 3``)
+            ranges = {**ranges, s.name: (int(s.value.value),) * 2}
     for k in ir.stmt_children(s):
         out += _clamped_loops(k, bound_inside, ranges, accumulating)
     return out
@@ -401,7 +404,7 @@ def _tile_loop(s: ir.For, accumulating=False) -> bool:
 def _worst_case(conds, bound_inside, ranges):
     """``conds`` (``(e, e cmp C)``) with every name bound inside taken at its
     worst value over ``ranges`` (None when a name bound inside has no
-    constant range or ``e`` is not affine in it)."""
+    constant range or ``e`` does not move one way with it: :func:`_monotone`)."""
     out = []
     for o, cond in conds:
         inner = ir.free_vars(o) & bound_inside
@@ -410,19 +413,67 @@ def _worst_case(conds, bound_inside, ranges):
             continue
         if not inner <= set(ranges):
             return None
-        form = affine(o, lambda n: True)
-        if form is None:
-            return None
         e = o
         for v in inner:
-            coef = form[0].get(v, 0)
+            sign = _monotone(o, v)
+            if sign is None:
+                return None
             first, last = ranges[v]
             # ">= C" is hardest where e is smallest, "<= C" where it is largest
-            low = (cond.op == "ge") == (coef > 0)
+            low = (cond.op == "ge") == (sign > 0)
             e = _substitute(e, v, first if low else last)
-        e = _build(_affine(e), o.dtype)         # the constants folded
+        e = _folded(e)                          # the constants folded
         out.append((e, ir.Binary(cond.op, e, cond.b, "bool")))
     return out
+
+
+def _same_way(x, y):
+    """The direction of a sum of two terms moving in directions ``x`` and ``y``
+    (1 up, -1 down, 0 constant, None either)."""
+    if x is None or y is None:
+        return None
+    if not x or not y or x == y:
+        return x or y
+    return None
+
+
+def _monotone(e, var):
+    """How the integer expression ``e`` moves as ``var`` grows: 1 never down,
+    -1 never up, 0 not at all, None either way or unknown.  Sums, constant
+    multiples, floor divisions by a positive constant (``(6*ir + iu) / 8``
+    in a triangle's tile bound), ``min`` and ``max`` of monotone terms."""
+    if var not in ir.free_vars(e):
+        return 0
+    if isinstance(e, ir.Var):
+        return 1
+    if isinstance(e, ir.Cast) and ir.is_int(e.dtype) and ir.is_int(e.a.dtype):
+        return _monotone(e.a, var)
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        m = _monotone(e.a, var)
+        return None if m is None else -m
+    if isinstance(e, ir.Binary):
+        a, b = _monotone(e.a, var), _monotone(e.b, var)
+        if e.op in ("add", "min", "max"):
+            return _same_way(a, b)
+        if e.op == "sub":
+            return _same_way(a, None if b is None else -b)
+        if e.op == "mul" and isinstance(e.b, ir.Const) and a is not None:
+            return a * (int(e.b.value) > 0) - a * (int(e.b.value) < 0)
+        if e.op == "mul" and isinstance(e.a, ir.Const) and b is not None:
+            return b * (int(e.a.value) > 0) - b * (int(e.a.value) < 0)
+        if e.op in ("floordiv", "div") and ir.is_int(e.dtype) and isinstance(e.b, ir.Const) \
+                and int(e.b.value) > 0:         # rounded down or toward zero: both monotone
+            return a
+    return None
+
+
+def _folded(e):
+    """``e`` with each integer sum's constants folded, inside divisions too."""
+    e = ir.with_children(e, [_folded(k) for k in ir.expr_children(e)])
+    if (isinstance(e, ir.Binary) and e.op in ("add", "sub", "mul")
+            or isinstance(e, ir.Unary) and e.op == "neg") and e.dtype in _INT:
+        return _build(_affine(e), e.dtype)
+    return e
 
 
 def _substitute(e, var, value):

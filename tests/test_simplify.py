@@ -214,3 +214,40 @@ def test_peeled_stencils_stay_correct(backend, n):
     for width in (4, 8):
         got = _stencil(n, width).compile(target=backend)(a)
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def _lower_triangle_product(n, k):
+    """syrk's C[i][j] += A[i][k] A[j][k] over j <= i, in 6 x 16 register blocks
+    (i unrolled, j in vectors of 8), A[j][k] packed into a panel per column
+    block: the blocks' bounds are floor divisions by the lanes."""
+    import tiramisu_py as tp
+    f = tp.Function("tri", params={"N": n, "K": k})
+    i, kk = f.var("i", 0, "N"), f.var("k", 0, "K")
+    j = f.var("j", 0, i + 1)
+    A = f.input("A", ("N", "K"), tp.float32)
+    C = f.computation("C", [i, j], 0.0)
+    C[i, j].reduce("+", A[i, kk] * A[j, kk], loops=[i, j, kk])
+    u = C.update
+    u.split("i", 6, names=("ir", "iu")).split("j", 16, names=("jr", "jv"))
+    u.reorder("ir", "jr", "k", "iu", "jv")
+    u.unroll("iu", 6)
+    u.vectorize("jv", 8)
+    u.accumulate_locally("k", allow_reassociation=True)
+    return f
+
+
+def test_triangular_register_blocks_below_the_diagonal_get_constant_bounds():
+    src = _lower_triangle_product(50, 7).compile().source
+    # the block wholly below the diagonal: its two vectors and 8 lanes constant
+    assert "jv0 < 2; jv0++" in src and "jv1 < 8; jv1++" in src
+    # the test is taken at the block's worst row (iu = 0) and folded
+    assert "- 0" not in src
+
+
+@pytest.mark.parametrize("n", [1, 6, 17, 40])
+def test_triangular_register_blocks_stay_correct(backend, n):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, 5), dtype=np.float32)
+    out = _lower_triangle_product(n, 5).compile(target=backend)(a)
+    low = np.tril_indices(n)
+    np.testing.assert_allclose(out[low], (a @ a.T)[low], rtol=1e-5, atol=1e-5)
