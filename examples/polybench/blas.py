@@ -194,15 +194,20 @@ def _build_rank_update(name, s, two):
 
 
 def schedule_rank_update(f, s):
-    """PolyBench's i-k-j reads A[j][k] down a column; i-j-k makes every read
-    contiguous: each C[i][j] is a dot product over k, in SIMD lanes
-    (reassociated), the rows i in parallel, dealt one at a time round-robin
-    (a triangle: halves would give one thread 3/4 of it)."""
+    """All the scaling first, then the library's BLIS schedule of the
+    products over the lower triangle: ``A[j][k]`` (and ``B[j][k]``) read
+    along k and packed into panels, the other operand broadcast in place; the
+    register blocks wholly below the diagonal run with constant bounds, the
+    diagonal's in a generic copy.  The column panels are dealt to the threads
+    one at a time (a triangle: halves would give one thread 3/4 of it)."""
     scale, acc = stmt(f, "scale"), stmt(f, "scale_update")
+    acc.after(scale, None)
     scale.parallelize("i", schedule="static", chunk=1)
-    acc.interchange("k", "j")
-    acc.parallelize("i", schedule="static", chunk=1)
-    acc.vectorize("k", lanes(), allow_reassociation=True)
+    scale.vectorize("j", lanes())
+    i, k, j = acc.vars
+    packed = [f.buffers[n][j, k] for n in ("A", "B") if n in f.buffers]
+    blis_float64(acc, "i", "j", "k", (s["N"], s["N"], s["M"]), packed)
+    acc.parallelize("jc", schedule="static", chunk=1)
 
 
 def _rank_inputs(two):
@@ -238,22 +243,29 @@ def build_trmm(s):
     A = f.input("A", ("M", "M"), F64)
     B = f.buffer("B", ("M", "N"), F64, output=True)
     with f.nest(i, j):
-        f.computation("acc", [i, j, k], B[i, j] + A[k, i] * B[k, j]).store_in(B, [i, j])
-        f.computation("scale", [i, j], ALPHA * B[i, j]).store_in(B, [i, j])
+        # PolyBench's B[i][j] += A[k][i] * B[k][j] as a reduction: its start
+        # (B[i][j] itself), its update, and the scaling that reads its sum
+        acc = f.computation("acc", [i, j], B[i, j]).store_in(B, [i, j])
+        acc[i, j] += A[k, i] * B[k, j]
+        f.computation("scale", [i, j], ALPHA * acc[i, j]).store_in(B, [i, j])
     return f
 
 
 def schedule_trmm(f, s):
-    """Per row i, blocks of 64 columns of B in parallel (the columns are
-    independent), k outside the columns, which are in SIMD lanes (the
-    block's vectors unrolled)."""
-    acc, scale = stmt(f, "acc"), stmt(f, "scale")
-    each((acc, scale), "split", "j", 64)
-    acc.reorder("j0", "k", "j1")
-    scale.after(acc, "j0")
-    each((acc, scale), "parallelize", "j0")
-    each((acc, scale), "vectorize", "j1", lanes())
-    each((acc, scale), "unroll", "j10")          # the block's vectors
+    """The rows' sums accumulate in a temporary (``store_in``), so that B
+    keeps its input values until every row is summed: first the copy of B,
+    then the products as the library's BLIS schedule (B read in place, A's
+    column broadcast; the register blocks wholly below the diagonal with
+    constant bounds), then the scaled rows written back to B."""
+    init, acc, scale = stmt(f, "acc"), stmt(f, "acc_update"), stmt(f, "scale")
+    i, j = init.vars
+    init.store_in(f.buffer("B_sum", ("M", "N"), F64), [i, j])
+    blis_float64(acc, "i", "j", "k", (s["M"], s["N"], s["M"]))
+    acc.after(init, None)
+    scale.after(acc, None)
+    for st in (init, scale):
+        st.parallelize("i")
+        st.vectorize("j", lanes())
 
 
 def ref_trmm(a, s):
@@ -265,7 +277,6 @@ def ref_trmm(a, s):
 
 TRMM = Kernel("trmm", "blas", MN, build_trmm, schedule_trmm,
               lambda rng, s: {"A": _rand(rng, s["M"], s["M"]), "B": _rand(rng, s["M"], s["N"])},
-              ref_trmm, ("B",),
-              gaps="the column blocks are parallel inside i (one parallel region per row)")
+              ref_trmm, ("B",))
 
 KERNELS = (GEMM, GEMVER, GESUMMV, SYMM, SYR2K, SYRK, TRMM)

@@ -48,16 +48,20 @@ def lanes() -> int:
     return max(2, vector_bits() // 64)
 
 
-def blis_float64(update, i, j, k, extents):
+def blis_float64(update, i, j, k, extents, packed=None, **params):
     """The operator library's Goto/BLIS schedule (register block accumulated
     locally, tiles for the caches, a parallel block loop) on ``update``, a
-    float64 ``+=`` of ``a[i, k] * b[k, j]`` over ``extents`` = (i, j, k) sizes,
-    B read in place (the library's packed panel is float32 only).  The tile
-    sizes are the library's (:func:`schedules.blocks.blis.default_params`, made
-    for 4-byte elements) for 8-byte ones: half the lanes, half the caches."""
-    h = host()
-    h64 = dataclasses.replace(h, vector_bits=h.vector_bits // 2, l1d=h.l1d // 2, l2=h.l2 // 2)
-    blis(update, None, None, i, j, k, default_params(*extents, machine=h64))
+    float64 ``+=`` of ``a[i, k] * b[k, j]`` over ``extents`` = (i, j, k) sizes.
+    ``packed``: the reads of B to copy into panels (a list of accesses
+    ``B[k, j]``, or ``B[j, k]`` of a transposed operand), else B is read in
+    place.  The tile sizes are the library's
+    (:func:`schedules.blocks.blis.default_params`) for 8-byte elements;
+    ``params`` replace some."""
+    p = default_params(*extents, itemsize=8)
+    p = dataclasses.replace(p, **params)
+    # B[j, k] is read transposed, B[k, j] as it is
+    transposed = bool(packed) and repr(packed[0].indices[-1]) == k
+    blis(update, None, packed, i, j, k, p, depth=extents[2], b_transposed=transposed)
 
 
 @dataclass(frozen=True)

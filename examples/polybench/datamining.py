@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import F64, Kernel, lanes, stmt
+from examples.polybench.common import F64, Kernel, blis_float64, lanes, stmt
 
 EPS = 0.1
 SIZES = {"MINI": dict(M=28, N=32), "SMALL": dict(M=80, N=100),
@@ -23,8 +23,8 @@ def _gram(f, data, out, i, j, k, last, finish):
     """out[i][j] = sum_k data[k][i] data[k][j] over j >= i (or > i), finished
     by ``finish`` and mirrored; PolyBench's i, j, k order."""
     with f.nest(i, j):
-        f.computation("g0", [i, j], 0.0, dtype=F64).store_in(out, [i, j])
-        f.computation("g1", [i, j, k], out[i, j] + data[k, i] * data[k, j]).store_in(out, [i, j])
+        g = f.computation("g0", [i, j], 0.0, dtype=F64).store_in(out, [i, j])
+        g[i, j] += data[k, i] * data[k, j]                        # g0_update
         if finish is not None:
             f.computation("g2", [i, j], finish(out[i, j])).store_in(out, [i, j])
         f.computation("g3", [i, j], out[i, j]).store_in(out, [j, i])
@@ -41,19 +41,27 @@ def _schedule_columns(f, names):
         st.vectorize("j1", lanes())
 
 
-def _schedule_gram(f, finish):
-    """a-k-c (c contiguous) with the rows a in parallel, dealt one at a
-    time round-robin (a triangle: halves would give one thread 3/4 of it)."""
-    g0, g1, g3 = stmt(f, "g0"), stmt(f, "g1"), stmt(f, "g3")
-    g1.after(g0, "a")
-    g1.interchange("c", "k")
+def _schedule_gram(f, s, finish):
+    """Every statement of the Gram matrix one after the other over the whole
+    triangle: the zeros, the products as the library's BLIS schedule (data[k][c]
+    packed into panels, data[k][a] broadcast in place; the register blocks
+    wholly above the diagonal with constant bounds), the finish, the mirror.
+    The column panels are dealt to the threads one at a time (a triangle:
+    halves would give one thread 3/4 of it)."""
+    g0, g1, g3 = stmt(f, "g0"), stmt(f, "g0_update"), stmt(f, "g3")
     tail = [stmt(f, "g2")] if finish else []
-    (tail[0] if tail else g3).after(g1, "a")
-    if tail:
-        g3.after(tail[0], "c")
-    for st in (g0, g1, *tail, g3):
+    g1.after(g0, None)
+    a, c, k = g1.vars
+    blis_float64(g1, "a", "c", "k", (s["M"], s["M"], s["N"]), [f.buffers["data"][k, c]])
+    g1.parallelize("jc", schedule="static", chunk=1)
+    prev = g1
+    for st in (*tail, g3):
+        st.after(prev, None)
+        prev = st
+    for st in (g0, *tail, g3):
         st.parallelize("a", schedule="static", chunk=1)
-    g1.vectorize("c", lanes())
+    for st in (g0, *tail):
+        st.vectorize("c", lanes())
 
 
 # ---------------------------------------------------------------- covariance
@@ -80,7 +88,7 @@ def schedule_covariance(f, s):
     _schedule_columns(f, ["mean1"])
     stmt(f, "center").parallelize("i")
     stmt(f, "center").vectorize("jj", lanes())
-    _schedule_gram(f, True)
+    _schedule_gram(f, s, True)
 
 
 def ref_covariance(d, s):
@@ -137,7 +145,7 @@ def schedule_correlation(f, s):
     for name in ("center", "scale"):
         stmt(f, name).parallelize("i")
         stmt(f, name).vectorize("jj", lanes())
-    _schedule_gram(f, False)
+    _schedule_gram(f, s, False)
 
 
 def ref_correlation(d, s):

@@ -140,7 +140,8 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None,
          b_transposed=False):
     """Applies the Goto/BLIS schedule to ``update`` (a ``+=`` of ``a[.., i, k] *
     b[.., k, j]`` over loops ``outer..., i, j, k``): tiling, packing of ``b``
-    (and of ``a`` with ``p.pack_a``; inputs or computations) into contiguous
+    (and of ``a`` with ``p.pack_a``; inputs or computations, or one access
+    of one, ``A[j, k]``, where it is read twice; several: a list) into contiguous
     panels, register blocking, parallel ``ic`` or ``jc``.  ``depth``: the
     extent of ``k`` (the packed panel of ``b`` holds all of it).  ``b=None``:
     ``b`` is already stored as packed panels ``[j / NR][k][j % NR]`` and is
@@ -148,7 +149,6 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None,
     transpose is the operand), and its packing reads it so: the panels are
     the same, no transposed copy of ``b`` is made first.  Returns the packed
     copies (``None`` for one not made)."""
-    f = update.function
     update.split(i, p.mc, names=("ic", "i_")).split("i_", p.mr, names=("ir", "iu"))
     update.split(j, p.nc, names=("jc", "j_")).split("j_", p.nr, names=("jr", "jv"))
     update.split(k, p.kc, names=("kc", "kk"))
@@ -157,24 +157,9 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None,
 
     bp = None
     if b is not None:
-        # the K x NC panel of B, shared by the threads, one NR-wide row of a
-        # micro-panel per innermost loop (a contiguous vector copy)
-        bp = update.cache_at(b, "jc", name=f"{b.name}_packed")
-        kb, jb = bp.vars[-2], bp.vars[-1]
-        if b_transposed:
-            jb, kb = kb, jb
-        bp.store_in(f.buffer(f"{b.name}_panel", (-(-p.nc // p.nr), depth, p.nr), b.dtype),
-                    [(jb % p.nc) // p.nr, kb, jb % p.nr])
-        bp.split(jb, p.nr, names=(f"{jb.name}_r", f"{jb.name}_v"))
-        if b_transposed:
-            # a transpose: NR rows of B^T read along k (contiguous), written
-            # NR-wide into the panel (k outer of the vector: one row per kb)
-            bp.reorder(f"{jb.name}_r", kb, f"{jb.name}_v")
-            if p.parallel != "jc":
-                bp.parallelize(f"{jb.name}_r")
-        bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
-        if p.parallel != "jc" and not b_transposed:
-            bp.parallelize(kb)
+        packed = [_pack_b(update, x, p, depth, b_transposed)
+                  for x in (b if isinstance(b, (list, tuple)) else [b])]
+        bp = packed if isinstance(b, (list, tuple)) else packed[0]
     # A is the broadcast operand: read in place by default (its MR x KC
     # elements stay in L1 over the jr loop), or packed per (ic, kc)
     ap = None
@@ -187,6 +172,31 @@ def blis(update, a, b, i, j, k, p: GemmParams, outer=(), depth=None,
     update.accumulate_locally("kk", allow_reassociation=True)
     update.parallelize(p.parallel)
     return ap, bp
+
+
+def _pack_b(update, b, p, depth, b_transposed):
+    """The K x NC panel of ``b`` (a buffer, or one access of it), shared by
+    the threads, one NR-wide row of a micro-panel per innermost loop (a
+    contiguous vector copy)."""
+    f = update.function
+    src = getattr(b, "target", b)
+    bp = update.cache_at(b, "jc", name=f"{src.name}_packed")
+    kb, jb = bp.vars[-2], bp.vars[-1]
+    if b_transposed:
+        jb, kb = kb, jb
+    bp.store_in(f.buffer(f"{src.name}_panel", (-(-p.nc // p.nr), depth, p.nr), src.dtype),
+                [(jb % p.nc) // p.nr, kb, jb % p.nr])
+    bp.split(jb, p.nr, names=(f"{jb.name}_r", f"{jb.name}_v"))
+    if b_transposed:
+        # a transpose: NR rows of B^T read along k (contiguous), written
+        # NR-wide into the panel (k outer of the vector: one row per kb)
+        bp.reorder(f"{jb.name}_r", kb, f"{jb.name}_v")
+        if p.parallel != "jc":
+            bp.parallelize(f"{jb.name}_r")
+    bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
+    if p.parallel != "jc" and not b_transposed:
+        bp.parallelize(kb)
+    return bp
 
 
 def _pack_a(update, a, p):
