@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import (BLIS_GAP, F64, Kernel, blis_float64, each, lanes,
+from examples.polybench.common import (F64, Kernel, blis_float64, each, lanes,
                                        rows_of_8, stmt)
 
 ALPHA, BETA = 1.5, 1.2
@@ -46,7 +46,7 @@ GEMM = Kernel(
     lambda rng, s: {"A": _rand(rng, s["NI"], s["NK"]), "B": _rand(rng, s["NK"], s["NJ"]),
                     "C": _rand(rng, s["NI"], s["NJ"])},
     lambda a, s: {"C": BETA * a["C"] + ALPHA * a["A"] @ a["B"]},
-    ("C",), gaps=BLIS_GAP)
+    ("C",))
 
 
 # -------------------------------------------------------------------- gemver

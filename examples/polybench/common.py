@@ -31,12 +31,8 @@ import numpy as np
 import tiramisu_py as tp
 from codegen.target import vector_bits
 from schedules.blocks.blis import blis, default_params
-from schedules.host import host
 
 F64 = tp.float64
-BLIS_GAP = ("B is read in place (the library's packed panel is float32 only); where the "
-            "columns are not a multiple of the register block (PolyBench's sizes) the "
-            "full-tile test sits inside the kk loop, so the block is not accumulated locally")
 DATASETS = ("MINI", "SMALL", "MEDIUM", "LARGE")
 VARIANTS = ("plain", "hand", "auto")
 AUTO_MISSING = "auto_schedule not available"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import tiramisu_py as tp
-from examples.polybench.common import BLIS_GAP, F64, Kernel, blis_float64, lanes, rows_of_8, stmt
+from examples.polybench.common import F64, Kernel, blis_float64, lanes, rows_of_8, stmt
 
 ALPHA, BETA = 1.5, 1.2
 MN = {"MINI": dict(M=38, N=42), "SMALL": dict(M=116, N=124),
@@ -60,8 +60,7 @@ MM2 = Kernel(
     build_2mm, schedule_2mm,
     lambda rng, s: {"A": _rand(rng, s["NI"], s["NK"]), "B": _rand(rng, s["NK"], s["NJ"]),
                     "C": _rand(rng, s["NJ"], s["NL"]), "D": _rand(rng, s["NI"], s["NL"])},
-    lambda a, s: {"D": BETA * a["D"] + (ALPHA * a["A"] @ a["B"]) @ a["C"]}, ("D",),
-    gaps=BLIS_GAP)
+    lambda a, s: {"D": BETA * a["D"] + (ALPHA * a["A"] @ a["B"]) @ a["C"]}, ("D",))
 
 
 def build_3mm(s):
@@ -94,7 +93,7 @@ MM3 = Kernel(
     lambda rng, s: {"A": _rand(rng, s["NI"], s["NK"]), "B": _rand(rng, s["NK"], s["NJ"]),
                     "C": _rand(rng, s["NJ"], s["NM"]), "D": _rand(rng, s["NM"], s["NL"]),
                     "G": np.zeros((s["NI"], s["NL"]))},
-    lambda a, s: {"G": (a["A"] @ a["B"]) @ (a["C"] @ a["D"])}, ("G",), gaps=BLIS_GAP)
+    lambda a, s: {"G": (a["A"] @ a["B"]) @ (a["C"] @ a["D"])}, ("G",))
 
 
 # ---------------------------------------------------------------------- atax
