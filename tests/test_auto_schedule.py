@@ -233,17 +233,18 @@ def test_triangular_parallel_loop_deals_rows_round_robin(monkeypatch):
 
 def test_reduction_leaves_its_fused_nest_for_a_stride_one_inner_loop():
     """correlation's Gram matrix: the reduction over k sits inside its
-    initialisation's and mirror's (a, c) nest; the auto-scheduler distributes
-    it at a (the initialisation before, the mirror after) to make c, the
-    stride-1 loop, innermost and vectorised."""
+    initialisation's and mirror's (a, c) nest; the auto-scheduler gives it
+    a nest of its own (the initialisation before, the mirror after) and
+    makes c, the stride-1 loop, innermost and vectorised."""
     from examples.polybench import datamining
     f = datamining.build_correlation(datamining.SIZES["MINI"])
     steps = [str(s) for s in f.auto_schedule()]
-    for want in ("f.computations['g0'].update.after(f.computations['g0'], 'a')",
-                 "f.computations['g0'].update.reorder('k', 'c')",
-                 "f.computations['g3'].after(f.computations['g0'].update, 'a')"):
+    upd = "f.computations['g0'].update"
+    for want in (f"{upd}.after(f.computations['g0'], None)",
+                 f"f.computations['g3'].after({upd}, None)",
+                 f"{upd}.reorder('k1', 'c1')"):
         assert want in steps
-    assert any(s.startswith("f.computations['g0'].update.vectorize('c',") for s in steps)
+    assert any(s.startswith(f"{upd}.vectorize('c1',") for s in steps)
     rng = np.random.default_rng(4)
     data = rng.standard_normal((32, 28))
     out = f.compile()(data=data.copy())
@@ -344,3 +345,19 @@ def test_dot_product_rows_run_jammed():
     assert f"{upd}.split('i', 8)" in steps
     assert f"{upd}.reorder('j', 'i1')" in steps and f"{upd}.unroll('i1')" in steps
     assert f"{upd}.accumulate_locally('j')" in steps
+
+
+def test_reduction_between_its_start_and_finish_gets_a_nest_and_register_block():
+    """covariance's Gram matrix: the update (a, c, k) sits between its zeros
+    and its finish, fused in (a, c): it gets a nest of its own, the zeros
+    before it, the finish and the mirror after it (fused in a, c as they
+    were), and there the tiled register block over its triangle (c >= a):
+    the band is permutable by its own dependences, not by another nest's."""
+    steps = polybench_auto("covariance", "MEDIUM")
+    upd = "f.computations['g0'].update"
+    for want in (f"{upd}.after(f.computations['g0'], None)",
+                 f"f.computations['g2'].after({upd}, None)",
+                 "f.computations['g3'].after(f.computations['g2'], 'c')",
+                 f"{upd}.unroll('a11')", f"{upd}.accumulate_locally('k1')"):
+        assert want in steps
+    assert any(s.startswith(f"{upd}.tile('a', 'c', 'k',") for s in steps)

@@ -22,12 +22,23 @@ from ..lang.expr import Var, walk
 from .legality import carried_by, schedule_depth
 
 
-def deltas(model, deps, state):
+def deltas(model, deps, state, stmts=None):
     """The union of the dependence distance vectors under ``state`` (an
-    isl UnionSet over ``[d0, ..., dn]``, the 2d+1 schedule dims), or None."""
+    isl UnionSet over ``[d0, ..., dn]``, the 2d+1 schedule dims), or None;
+    ``stmts``: only the dependences between those statements (a group's
+    band is permutable or not by its own, not by another group's)."""
     sched = deps.schedule(state)
+    among = None
+    if stmts is not None:
+        for n in stmts:
+            dom = isl.UnionSet.from_set(model.domain(model.by_name[n]))
+            among = dom if among is None else among.union(dom)
     out = None
     for d in deps.relevant(state).values():
+        if among is not None:
+            d = d.intersect_domain(among).intersect_range(among)
+            if d.is_empty():
+                continue
         dl = d.apply_domain(sched).apply_range(sched).deltas()
         out = dl if out is None else out.union(dl)
     return out

@@ -8,10 +8,11 @@ The search (per top-level group of statements, in program order):
 1. **Fusion** where it pays: a single-statement nest too shallow to tile
    that shares an array with the previous one joins its outermost loop
    (``after``), e.g. the rows of a softmax.
-2. **Band**: a group whose last statement is deeper than the loops the
-   group shares (3 or more loops with reuse: a GEMM's update fused with its
-   initialisation in ``i``) first gives that statement a nest of its own
-   (``after(prev, None)``); then the loops all statements of the group share (same names, same
+2. **Band**: a group with a statement deeper than the loops the group
+   shares (3 or more loops with reuse: a GEMM's update fused with its
+   initialisation in ``i``; covariance's between its zeros and its finish)
+   first gives that statement a nest of its own (``after(prev, None)``),
+   the statements after it another; then the loops all statements of the group share (same names, same
    depths, at most 4, none from a loop with data-dependent bounds on), when
    the group reuses data across them (a 2-D read that leaves a band loop out)
    or its first loop carries a dependence (a time loop), are made permutable, if they are not, by the smallest
@@ -210,9 +211,10 @@ class AutoScheduler(PointLoops):
         return band
 
     def schedule_group(self, names):
-        if len(names) > 1 and self.distribute_last(names):
-            self.schedule_group(names[:-1])
-            self.schedule_group(names[-1:])
+        parts = self.distribute_deep(names) if len(names) > 1 else None
+        if parts:
+            for part in parts:
+                self.schedule_group(part)
             return
         band = self.common_band(names)
         st = self.state()
@@ -265,22 +267,38 @@ class AutoScheduler(PointLoops):
         for n in names:
             self.register_accumulate(n)
 
-    def distribute_last(self, names):
-        """When the group's last statement has a deeper tileable nest than the
+    def distribute_deep(self, names):
+        """When one statement of the group has a deeper tileable nest than the
         loops the group has in common (3 or more loops with reuse across
         them: PolyBench's gemm, ``C *= beta`` fused in ``i`` with ``C += A
-        B`` over ``i, k, j``; 2mm's products, initialised in ``i, j``), that
-        statement runs after the others in a nest of its own
-        (``after(prev, None)``), to be tiled there with its reduction loop.
-        True if kept."""
+        B`` over ``i, k, j``; 2mm's products, initialised in ``i, j``;
+        covariance's Gram update between its zeros and its finish), that
+        statement runs after the ones before it in a nest of its own
+        (``after(prev, None)``), to be tiled there with its reduction loop,
+        and the ones after it follow in a nest of theirs, fused as they were
+        at the group's shared loops.  Returns the parts (the statements
+        before, the deep one, the ones after; empty ones left out) if kept,
+        else None."""
         st = self.state()
-        last = names[-1]
-        loops = _names(st[last])
-        depth = min(4, len(loops), space.data_dependent_from(self.model, last))
-        if depth < 3 or len(self.common_band(names)) >= depth \
-                or not space.has_reuse(self.model, last, loops[:depth]):
-            return False
-        return self.attempt([self.step(last, "after", _StmtRef(self.f, names[-2]), None)])
+        band = self.common_band(names)
+        for k, deep in enumerate(names):
+            loops = _names(st[deep])
+            depth = min(4, len(loops), space.data_dependent_from(self.model, deep))
+            if depth < 3 or len(band) >= depth \
+                    or not space.has_reuse(self.model, deep, loops[:depth]):
+                continue
+            before, after = names[:k], names[k + 1:]
+            steps = [self.step(deep, "after", _StmtRef(self.f, before[-1]), None)] if before \
+                else []
+            if after:
+                steps.append(self.step(after[0], "after", _StmtRef(self.f, deep), None))
+                shared = band[-1] if band else None
+                steps += [self.step(n, "after", _StmtRef(self.f, p), shared)
+                          for p, n in zip(after, after[1:])]
+            if steps and self.attempt(steps):
+                return [part for part in (before, [deep], after) if part]
+            return None
+        return None
 
     def complete(self, names):
         """A group the user scheduled: only the missing tags."""
@@ -296,7 +314,7 @@ class AutoScheduler(PointLoops):
     def make_permutable(self, names, band):
         """Shifts and skews (kept) making ``band`` permutable; False if none
         of the small ones does."""
-        dl = lambda: space.deltas(self.model, self.deps, self.state())  # noqa: E731
+        dl = lambda: space.deltas(self.model, self.deps, self.state(), names)  # noqa: E731
         ok = lambda: all(space.permutable(self.model, self.state(), dl(), n, band)  # noqa: E731
                          for n in names[:1])
         if ok():
