@@ -361,3 +361,25 @@ def test_reduction_between_its_start_and_finish_gets_a_nest_and_register_block()
                  f"{upd}.unroll('a11')", f"{upd}.accumulate_locally('k1')"):
         assert want in steps
     assert any(s.startswith(f"{upd}.tile('a', 'c', 'k',") for s in steps)
+
+
+def test_operand_read_along_the_other_index_is_packed_for_the_register_block():
+    """syr2k: C[i][j] += A[j][k] B[i][k] + B[j][k] A[i][k] over j <= i reads
+    A[j][k] and B[j][k] strided along j, the register block's vector loop:
+    each is copied per column tile (cache_at of that access at j0) into a
+    [k][j] tile (store_in), and the block then runs on the copies; the
+    printed steps, replayed on a fresh Function, give the same code."""
+    import examples.polybench as pb
+    steps = polybench_auto("syr2k", "MEDIUM")
+    upd = "f.computations['scale'].update"
+    for buf in ("A", "B"):
+        assert f"{upd}.cache_at('{buf}[j, k]', 'j0', name='scale_update_{buf}_packed')" in steps
+        assert any(s.startswith(f"f.computations['scale_update_{buf}_packed'].store_in(")
+                   for s in steps)
+    assert f"{upd}.unroll('i11')" in steps and f"{upd}.accumulate_locally('k1')" in steps
+    k = pb.KERNELS["syr2k"]
+    f, g = (pb.function(k, "MEDIUM", "plain") for _ in range(2))
+    f.auto_schedule()
+    for s in steps:
+        exec(s, {"f": g})
+    assert f.compile().source == g.compile().source

@@ -641,3 +641,19 @@ def test_compute_at_with_storage_folded_to_the_window_is_legal():
     bx.compute_at(by, "y")
     a = RNG.random((11, 7))
     np.testing.assert_allclose(f.compile()(a), blur_ref(a), rtol=1e-12)
+
+
+def test_cache_at_takes_the_access_as_text():
+    f, A = _gram_lower()
+    U = f.computations["C"].update
+    U.split("j", 8, names=("j0", "j1"))
+    U.reorder("i", "j0", "k", "j1")
+    Ap = U.cache_at("A[j,k]", "j0", name="Ap")
+    Ap.store_in(f.buffer("Apanel", (8, "M"), tp.float64), [Ap.vars[0] % 8, Ap.vars[1]])
+    k = f.compile()
+    assert "A[i][k] * Apanel[" in k.source
+    a = RNG.random((23, 9))
+    low = np.tril_indices(23)
+    np.testing.assert_allclose(k(a)[low], (a @ a.T)[low], rtol=1e-12)
+    with pytest.raises(ValueError, match=r"does not read B\[j, k\].*reads A\[i, k\]"):
+        U.cache_at("B[j, k]", "j0")

@@ -95,6 +95,11 @@ def written_vars(model, stmt):
     return []
 
 
+def loop_names(e):
+    """The names of the loop variables in the index expression ``e``."""
+    return {n.name for n in walk(e) if isinstance(n, Var)}
+
+
 def strided_reads(model, stmt, var):
     """The arrays ``stmt`` reads with ``var`` in an index other than the
     last: along ``var`` those reads are strided (a vector loop over ``var``
@@ -103,10 +108,8 @@ def strided_reads(model, stmt, var):
     for a in model.by_name[stmt].accesses:
         if a.write or len(a.index) < 2:
             continue
-        for e in a.index[:-1]:
-            if any(isinstance(n, Var) and n.name == var for n in walk(e)):
-                out.append(a.buffer.name)
-                break
+        if any(var in loop_names(e) for e in a.index[:-1]):
+            out.append(a.buffer.name)
     return out
 
 

@@ -42,6 +42,18 @@ def _same_access(a, b) -> bool:
     return a.target is b.target and list(map(repr, a.indices)) == list(map(repr, b.indices))
 
 
+def _access_named(stmt, text):
+    """The read of ``stmt`` written ``text`` (``"A[j, k]"``, spaces free)."""
+    def plain(t):
+        return "".join(t.split())
+    reads = [n for n in walk(stmt.value) if isinstance(n, Access)]
+    for a in reads:
+        if plain(repr(a)) == plain(text):
+            return a
+    raise ValueError(f"{stmt.name}.cache_at({text!r}): {stmt.name} does not read {text} "
+                     f"(it reads {', '.join(sorted({repr(a) for a in reads})) or 'nothing'})")
+
+
 def _redirect(e, source, copy_, only=None):
     """``e`` with every read of ``source`` (``only``: every read written as
     that access) turned into a read of ``copy_``."""

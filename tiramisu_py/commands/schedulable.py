@@ -13,7 +13,7 @@ from ..lang.program import Buffer, Computation, check_name
 from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, OMP_SCHEDULES, Command, _attaching_command, _check_unroll,
                              apply, loop_name, replay)
 from .atomic import all_or_nothing_call, atomic
-from .copies import _make_copy, _writers_in_root_item
+from .copies import _access_named, _make_copy, _writers_in_root_item
 from .gpu_copies import cache_local, cache_shared
 from .state import extent_of, model_of, state_of
 
@@ -309,9 +309,10 @@ class Schedulable:
         or a computation) that one iteration of this statement's ``loop``
         reads, made just before it, inside that loop; this statement then reads
         the copy.  ``source`` given as one of the statement's accesses
-        (``A[j, k]``, written with the statement's loops) copies only what the
-        reads written so touch, the others keep reading ``A`` (syrk's
-        ``A[i, k] * A[j, k]``: one operand packed).  Returns the copy (a computation): ``store_in`` it to choose
+        (``A[j, k]``, written with the statement's loops, or as the string
+        ``"A[j, k]"``) copies only what the reads written so touch, the
+        others keep reading ``A`` (syrk's ``A[i, k] * A[j, k]``: one
+        operand packed).  Returns the copy (a computation): ``store_in`` it to choose
         its layout (e.g. a small contiguous tile buffer, reused per iteration).
         ``source`` must not be written inside the loop nest of this statement.
         Like ``cache_shared`` and ``cache_local``, atomic: refused, it leaves
@@ -319,6 +320,8 @@ class Schedulable:
         (:mod:`tiramisu_py.commands.atomic`)."""
         f = self.function
         access = None
+        if isinstance(source, str):
+            source = _access_named(self, source)
         if isinstance(source, Access):
             access, source = source, source.target
         if not isinstance(source, (Buffer, Computation)):

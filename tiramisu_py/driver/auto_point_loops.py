@@ -6,11 +6,15 @@ local accumulation of a reduction.  A mixin of
 ``state``, ``step``, ``lanes``, ``model``, ``deps``, ``opt``)."""
 from __future__ import annotations
 
+import islpy as isl
+
 from codegen import target as host
 
-from ..analysis import schedule_space as space
+from ..analysis import legality, schedule_space as space
+from ..base.errors import IllegalScheduleError
+from ..commands.atomic import _restore, _snapshot
 from ..commands.state import extent_of
-from .auto_steps import _names, _StmtRef
+from .auto_steps import _Code, _names, _StmtRef
 
 
 class PointLoops:
@@ -32,17 +36,71 @@ class PointLoops:
             return None
         index = space.written_vars(self.model, stmt)
         col = space.stride_one_var(self.model, stmt)
-        if len(index) < 2 or index[-1] != [col] or len(index[-2]) != 1 \
-                or space.strided_reads(self.model, stmt, col):
+        if len(index) < 2 or index[-1] != [col] or len(index[-2]) != 1:
             return None
         row = index[-2][0]
         red = [b for b in band if all(b not in vs for vs in index)]
         if row not in band or col not in band or row == col or not red:
             return None
+        pack = self.transposed_reads(stmt, col, red[-1])
+        if pack is None:
+            return None
         regs = host.vector_registers()
         nv = 4 if regs >= 32 else 2
         return {"row": row, "col": col, "red": red[-1], "nv": nv,
-                "mr": max(1, min(8, regs * 3 // 4 // nv))}
+                "mr": max(1, min(8, regs * 3 // 4 // nv)), "pack": pack}
+
+    def transposed_reads(self, stmt, col, red):
+        """The reads of ``stmt`` strided along ``col`` as text (``A[j, k]``),
+        each a 2-D input read ``[col, red]`` (syrk's ``A[j][k]``: packed per
+        tile into ``[red][col]`` by :meth:`pack_transposed`), ``[]`` for none;
+        None when another read is strided along ``col``."""
+        out = []
+        for a in self.model.by_name[stmt].accesses:
+            names = [repr(e) for e in a.index]
+            if a.write or not any(col in space.loop_names(e) for e in a.index[:-1]):
+                continue
+            if names != [col, red] or self.f.buffers.get(a.buffer.name) is None \
+                    or self.f.buffers[a.buffer.name].kind != "input":
+                return None
+            text = f"{a.buffer.name}[{', '.join(names)}]"
+            if text not in out:
+                out.append(text)
+        return out
+
+    def pack_transposed(self, stmt, block):
+        """Each read of ``block["pack"]`` (``A[j, k]``, strided along the
+        register block's columns) copied per column tile (``cache_at`` at the
+        tile loop) into a tile buffer ``[k % Tk][j % Tj]`` (``store_in``):
+        the block's vectors then load it contiguously.  The copy is a new
+        statement: the model is analysed again.  True if kept (the tile then
+        holds no other change)."""
+        sizes = self.tile_of.get(stmt)
+        if not sizes:
+            return False
+        col, red = block["col"], block["red"]
+        snap = _snapshot(self.f)
+        steps = []
+        try:
+            for text in block["pack"]:
+                buf = text.split("[")[0]
+                copy = f"{stmt}_{buf}_packed"
+                steps.append(self.step(stmt, "cache_at", text, col + "0", name=copy))
+                steps[-1].apply(self.f)
+                ref = f"f.computations[{copy!r}]"
+                tile = _Code(f"f.buffer({copy + '_tile'!r}, ({sizes[red]}, {sizes[col]}), "
+                             f"f.buffers[{buf!r}].dtype)")
+                at = _Code(f"[{ref}.vars[1] % {sizes[red]}, {ref}.vars[0] % {sizes[col]}]")
+                steps.append(self.step(copy, "store_in", tile, at))
+                steps[-1].apply(self.f)
+            model, deps, _ = legality.analyse(self.f)
+            legality.check(model, deps, self.f._commands)
+        except (IllegalScheduleError, ValueError, TypeError, KeyError, isl.Error):
+            _restore(snap)
+            return False
+        self.model, self.deps = model, deps
+        self.applied += steps
+        return True
 
     def register_block(self, stmt, block):
         """The point loops of a tiled :meth:`block_plan` statement as a
@@ -59,6 +117,8 @@ class PointLoops:
             ext = extent_of(self.f, stmt, loop)
             if ext is not None and ext < size:
                 return False
+        if block["pack"] and not self.pack_transposed(stmt, block):
+            return False
         return self.attempt([
             self.step(stmt, "split", c, width),            # c0, c1
             self.step(stmt, "split", c + "1", lanes),      # c10, c11

@@ -40,7 +40,9 @@ The search (per top-level group of statements, in program order):
    loop around it is unrolled when short; a lone GEMM-like reduction
    (``C[i][j] += A[i][k] * B[k][j]``) gets a register block instead
    (:meth:`AutoScheduler.register_block`: MR rows by NV vectors inside the
-   reduction's point loop, sized from the host's vector registers); a reduction
+   reduction's point loop, sized from the host's vector registers; an input
+   read along the other index, syrk's ``A[j][k]``, first copied per column
+   tile into a ``[k][j]`` tile: ``pack_transposed``); a reduction
    accumulates over its innermost loop that leaves the element fixed in a
    local tile copied in and out (``accumulate_locally`` without
    reassociation: bit for bit the program's order); the rows of a dot
@@ -105,6 +107,7 @@ class AutoScheduler(PointLoops):
         self.model, self.deps, _ = legality.analyse(f)
         self.applied = Applied()
         self.touched = {c.stmt for c in f._commands}
+        self.tile_of = {}               # statement -> {band loop: tile size}
 
     # ------------------------------------------------------------ primitives
     def out_of_time(self):
@@ -361,6 +364,7 @@ class AutoScheduler(PointLoops):
         if not self.make_permutable(names, band):
             return False
         sizes = self.tile_sizes(names[0], band, time_loop, block)
+        self.tile_of[names[0]] = dict(zip(band, sizes))
         if len(names) == 1:
             tile = [self.step(names[0], "tile", *band, *sizes)]
         else:

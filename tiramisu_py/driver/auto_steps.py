@@ -15,6 +15,17 @@ class _StmtRef:
         return self.text
 
 
+class _Code:
+    """An argument printed as Python over ``f`` and evaluated so when the
+    step is given (a buffer to declare, indices over a copy's loops)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
 def _names(st):
     """The loop names of a statement's schedule state, outermost first."""
     return [lp.name for lp in st.loops]
@@ -59,7 +70,9 @@ class Step:
         obj = f if self.stmt is None else _statement(f, self.stmt)
         args = [[_statement(f, r.name) for r in a] if isinstance(a, list)
                 and a and isinstance(a[0], _StmtRef) else
-                _statement(f, a.name) if isinstance(a, _StmtRef) else a for a in self.args]
+                _statement(f, a.name) if isinstance(a, _StmtRef) else
+                eval(a.text, {"f": f}) if isinstance(a, _Code) else a    # noqa: S307
+                for a in self.args]
         getattr(obj, self.verb)(*args, **self.kwargs)
 
 
