@@ -566,13 +566,14 @@ def _gram_lower(n=23, m=9):
     return f, A
 
 
-def test_cache_at_of_one_access_packs_that_operand_only():
+@pytest.mark.parametrize("as_text", [False, True])
+def test_cache_at_of_one_access_packs_that_operand_only(as_text):
     f, A = _gram_lower()
     U = f.computations["C"].update
     i, j, kk = U.vars
     U.split("j", 8, names=("j0", "j1"))
     U.reorder("i", "j0", "k", "j1")
-    Ap = U.cache_at(A[j, kk], "j0", name="Ap")
+    Ap = U.cache_at("A[j,k]" if as_text else A[j, kk], "j0", name="Ap")
     Ap.store_in(f.buffer("Apanel", (8, "M"), tp.float64), [Ap.vars[0] % 8, Ap.vars[1]])
     k = f.compile()
     # A[i][k] is still read in place, A[j][k] from the panel
@@ -581,7 +582,8 @@ def test_cache_at_of_one_access_packs_that_operand_only():
     low = np.tril_indices(23)
     np.testing.assert_allclose(k(a)[low], (a @ a.T)[low], rtol=1e-12)
     # the printed command names the access
-    assert any(c.call == 'U.cache_at(A[j, k], "j0", name="Ap")' for c in f._commands)
+    written = '"A[j,k]"' if as_text else "A[j, k]"
+    assert any(c.call == f'U.cache_at({written}, "j0", name="Ap")' for c in f._commands)
 
 
 def test_cache_at_of_an_access_the_statement_does_not_read_is_refused():
@@ -590,6 +592,8 @@ def test_cache_at_of_an_access_the_statement_does_not_read_is_refused():
     i, j, kk = U.vars
     with pytest.raises(ValueError, match=r"does not read A\[k, j\].*A\[i, k\], A\[j, k\]"):
         U.cache_at(A[kk, j], "i")
+    with pytest.raises(ValueError, match=r"does not read B\[j, k\].*reads A\[i, k\], A\[j, k\]"):
+        U.cache_at("B[j, k]", "i")
 
 
 def test_cache_at_refuses_a_source_written_in_the_nest():
@@ -641,19 +645,3 @@ def test_compute_at_with_storage_folded_to_the_window_is_legal():
     bx.compute_at(by, "y")
     a = RNG.random((11, 7))
     np.testing.assert_allclose(f.compile()(a), blur_ref(a), rtol=1e-12)
-
-
-def test_cache_at_takes_the_access_as_text():
-    f, A = _gram_lower()
-    U = f.computations["C"].update
-    U.split("j", 8, names=("j0", "j1"))
-    U.reorder("i", "j0", "k", "j1")
-    Ap = U.cache_at("A[j,k]", "j0", name="Ap")
-    Ap.store_in(f.buffer("Apanel", (8, "M"), tp.float64), [Ap.vars[0] % 8, Ap.vars[1]])
-    k = f.compile()
-    assert "A[i][k] * Apanel[" in k.source
-    a = RNG.random((23, 9))
-    low = np.tril_indices(23)
-    np.testing.assert_allclose(k(a)[low], (a @ a.T)[low], rtol=1e-12)
-    with pytest.raises(ValueError, match=r"does not read B\[j, k\].*reads A\[i, k\]"):
-        U.cache_at("B[j, k]", "j0")
