@@ -167,6 +167,10 @@ class PointLoops:
         if inner not in names or st.tags.get(inner):
             return
         fixed = space.has_data_dependent_loop(self.model, stmt)
+        if names[-1] != inner and space.strided_reads(self.model, stmt, var):
+            # innermost, the loop would read an operand down a column
+            # (cholesky's A[j][k] along j) and could not be vectorised
+            return
         if move and names[-1] != inner and not fixed:
             k = names.index(inner)
             rest = [n for n in names[k + 1:] if not st.tags.get(n)]

@@ -32,7 +32,8 @@ The search (per top-level group of statements, in program order):
    share only a loop carrying a dependence (fdtd-2d's time loop) each get
    their own outermost parallel loop inside it, after step 4.
 4. **Point loops**: the statement's stride-1 loop (its written element's
-   last index) is moved innermost (when a fused loop ordered them,
+   last index; none along which a read is strided: cholesky's ``A[j][k]``)
+   is moved innermost (when a fused loop ordered them,
    distributing the nest at the loop above: the statement ``after`` the
    group's previous one, its finishing statements after it) and vectorised with the host's lanes (not when a read is strided along
    it: the lanes would gather it, nor when the loop is fused with a
