@@ -130,25 +130,39 @@ def build_cholesky(s):
     kd = f.var("kd", 0, i)
     with f.nest(i):
         with f.nest(j):
-            f.computation("C1", [i, j, k], A[i, j] - A[i, k] * A[j, k]).store_in(A, [i, j])
-            f.computation("C2", [i, j], A[i, j] / A[j, j]).store_in(A, [i, j])
-        f.computation("C3", [i, kd], A[i, i] - A[i, kd] * A[i, kd]).store_in(A, [i, i])
-        f.computation("C4", [i], tp.sqrt(A[i, i])).store_in(A, [i, i])
+            # A[i][j] -= A[i][k] * A[j][k] as a reduction: its start, its
+            # update, and the division that reads its sum
+            a = f.computation("C0", [i, j], A[i, j]).store_in(A, [i, j])
+            a[i, j] -= A[i, k] * A[j, k]                                    # C0_update
+            f.computation("C2", [i, j], a[i, j] / A[j, j]).store_in(A, [i, j])
+        d = f.computation("C3", [i], A[i, i]).store_in(A, [i, i])
+        d[i] -= A[i, kd] * A[i, kd]                                         # C3_update
+        f.computation("C4", [i], tp.sqrt(d[i])).store_in(A, [i, i])
     return f
 
 
 def schedule_cholesky(f, s):
     """Column by column (j outside i): the diagonal element of column j
-    first (C3, C4 at i = j), then the elements below it, each a dot product of
-    two finished rows, in parallel.  k stays a chain of subtractions (a plain
-    statement, not reassociated: no vector)."""
-    C1, C2, C4 = stmt(f, "C1"), stmt(f, "C2"), stmt(f, "C4")
-    C1.interchange("i", "j")
-    C2.interchange("i", "j")
-    C1.after(C4, "i")
+    first (at i = j), then the elements below it in parallel, each a dot
+    product of two finished rows accumulated in a slot of its row's own
+    (``store_in``), apart from the A it reads, so a reduction: in SIMD lanes
+    (reassociated), four vectors of partial sums a step."""
+    C0, C1, C2, C4 = (stmt(f, n) for n in ("C0", "C0_update", "C2", "C4"))
+    C3, C3u = stmt(f, "C3"), stmt(f, "C3_update")
+    i, j = C0.vars
+    C0.store_in(f.buffer("row_sums", ("N",), F64), [i])
+    C3.store_in(f.buffer("diagonal", (1,), F64), [0])
+    for st in (C0, C1, C2):
+        st.interchange("i", "j")
+    C0.after(C4, "i")
+    C1.after(C0, "i")
     C2.after(C1, "i")
-    C1.parallelize("i")
-    C2.parallelize("i")
+    for st in (C0, C1, C2):
+        st.parallelize("i")
+    for dot, k in ((C1, "k"), (C3u, "kd")):
+        dot.split(k, 4 * lanes(), names=(k + "0", k + "v"))
+        dot.vectorize(k + "v", lanes(), allow_reassociation=True)
+        dot.unroll(k + "v0")
 
 
 def ref_cholesky(a, s):
