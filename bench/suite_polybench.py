@@ -3,7 +3,12 @@ each as (a) the plain algorithm, (b) its hand schedule, (c) the plain
 algorithm after ``f.auto_schedule()``.
 
     tiramisu-py bench polybench [--size MINI|SMALL|MEDIUM|LARGE] [--kernels gemm,lu,...]
-                                [--threads 2] [--repeats N] [--json PATH]
+                                [--beyond] [--threads 2] [--repeats N] [--json PATH]
+
+``--beyond``: instead, the six kernels outside PolyBench of
+:mod:`examples.beyond_polybench` (a contraction, a naive convolution, a
+9-point stencil with a time loop, a softmax, a batched matrix-vector
+product, a triangular product), which have no hand schedule: (a) and (c).
 
 All three are compiled by the default target (C at -O3 -march=native, as the
 library compiles) and run with 2 threads unless ``--threads`` says otherwise.
@@ -26,7 +31,7 @@ import numpy as np
 
 from bench import harness
 from bench.harness import Case
-from examples import polybench as pb
+from examples import beyond_polybench, polybench as pb
 
 DEFAULT_SIZE = "SMALL"
 # the NumPy references (some sequential Python loops: seidel-2d, nussinov) are
@@ -37,15 +42,21 @@ PLAIN, HAND, AUTO = "plain", "tiramisu_py[hand]", "tiramisu_py[auto]"
 VARIANT_OF = {PLAIN: "plain", HAND: "hand", AUTO: "auto"}
 
 
-def kernel_names(text: str | None) -> list[str]:
+def registry(beyond=False) -> dict:
+    """PolyBench's kernels, or (``beyond``) the six outside it."""
+    return beyond_polybench.KERNELS if beyond else pb.KERNELS
+
+
+def kernel_names(text: str | None, beyond=False) -> list[str]:
     """The kernels named in ``text`` (comma-separated; all when empty)."""
+    kernels = registry(beyond)
     if not text:
-        return list(pb.KERNELS)
+        return list(kernels)
     names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [n for n in names if n not in pb.KERNELS]
+    unknown = [n for n in names if n not in kernels]
     if unknown:
         raise ValueError(f"--kernels: unknown kernel {', '.join(unknown)}; "
-                         f"the kernels are {', '.join(pb.KERNELS)}")
+                         f"the kernels are {', '.join(kernels)}")
     return names
 
 
@@ -54,8 +65,8 @@ def auto_available() -> bool:
     return hasattr(k.build(pb.sizes(k, "MINI")), "auto_schedule")
 
 
-def cases(size=DEFAULT_SIZE, kernels=None, seed=0) -> list[Case]:
-    return [_case(pb.KERNELS[name], size, seed) for name in kernel_names(kernels)]
+def cases(size=DEFAULT_SIZE, kernels=None, seed=0, beyond=False) -> list[Case]:
+    return [_case(registry(beyond)[name], size, seed) for name in kernel_names(kernels, beyond)]
 
 
 def _case(kernel, size, seed):
@@ -85,7 +96,9 @@ def _case(kernel, size, seed):
         return call
 
     def setup():
-        impls = {PLAIN: impl("plain"), HAND: impl("hand")}
+        impls = {PLAIN: impl("plain")}
+        if kernel.schedule is not None:
+            impls[HAND] = impl("hand")
         if auto_available():
             impls[AUTO] = impl("auto")
         if size in REFERENCE_SIZES:
@@ -101,12 +114,13 @@ def _case(kernel, size, seed):
                 lambda out: pb.max_error(kernel.comparable(out, s), expected))
 
 
-def auto_seconds(names, size) -> dict:
+def auto_seconds(names, size, beyond=False) -> dict:
     """Seconds ``auto_schedule()`` takes per kernel (in this process: it is
     analysis, not timing-sensitive); empty without auto_schedule."""
     if not auto_available():
         return {}
-    return {n: pb.auto_schedule(pb.KERNELS[n].build(pb.sizes(pb.KERNELS[n], size)))[1]
+    kernels = registry(beyond)
+    return {n: pb.auto_schedule(kernels[n].build(pb.sizes(kernels[n], size)))[1]
             for n in names}
 
 
@@ -139,7 +153,8 @@ def format_speedups(report: dict, table: dict, auto_s: dict) -> str:
               for c in report["cases"]}
     lines = []
     for n, rows in table.items():
-        lines += [f"PolyBench {report['arguments']['size']}, {n} thread{'s' * (n != '1')}",
+        what = "Beyond PolyBench" if report["arguments"].get("beyond") else "PolyBench"
+        lines += [f"{what} {report['arguments']['size']}, {n} thread{'s' * (n != '1')}",
                   f"{'kernel':16} {'plain ms':>10} {'hand':>8} {'auto':>8} {'auto s':>7}"
                   f"  max err (plain, hand, auto)"]
         for name, r in rows.items():
@@ -168,17 +183,21 @@ def add_arguments(p):
                    help=f"polybench: PolyBench's dataset (default {DEFAULT_SIZE})")
     p.add_argument("--kernels", metavar="gemm,lu,...",
                    help="polybench: only these kernels (default: all 30)")
+    p.add_argument("--beyond", action="store_true",
+                   help="polybench: the six kernels outside PolyBench (examples/"
+                   "beyond_polybench.py: plain and auto_schedule, no hand schedule)")
 
 
 def main(args) -> dict:
-    names = kernel_names(args.kernels)
+    beyond = bool(getattr(args, "beyond", False))
+    names = kernel_names(args.kernels, beyond)
     size = args.size if args.size else DEFAULT_SIZE
     run = harness.run_args(args, threads=(2,))
     json_path = run.pop("json_path")
     run.pop("png_path")
-    auto_s = auto_seconds(names, size)
-    report = harness.run(cases, dict(size=size, kernels=",".join(names)), stdout=io.StringIO(),
-                         **run)
+    auto_s = auto_seconds(names, size, beyond)
+    report = harness.run(cases, dict(size=size, kernels=",".join(names), beyond=beyond),
+                         stdout=io.StringIO(), **run)
     table = speedups(report)
     print(harness.format_machine(report["machine"]))
     print(format_speedups(report, table, auto_s))

@@ -145,6 +145,28 @@ def test_bench_polybench_smoke(tmp_path, capsys):
         assert f"auto: skipped, {pb.AUTO_MISSING}" in out
 
 
+def test_bench_beyond_polybench_smoke(capsys):
+    """``--beyond``: the six kernels outside PolyBench, plain and auto (no
+    hand schedule: its column is empty), checked against NumPy at MINI."""
+    from bench import suite_polybench, suites
+    args = suites.parser("tiramisu-py bench").parse_args(
+        ["polybench", "--beyond", "--size", "MINI", "--kernels", "softmax,trmm",
+         "--repeats", "2"])
+    report = suites.main(args)
+    out = capsys.readouterr().out
+    assert "Beyond PolyBench MINI, 2 threads" in out
+    rows = report["speedups"]["2"]
+    assert list(rows) == ["softmax", "trmm"]
+    for name, r in rows.items():
+        assert r["plain_ms"] > 0 and r["auto"] > 0 and r["hand"] is None, name
+    for case in report["cases"]:
+        assert suite_polybench.HAND not in case["impls"]
+        for impl, per_n in case["impls"].items():
+            assert per_n["2"]["failure"] is None and per_n["2"]["error"] < 1e-9, impl
+    with pytest.raises(ValueError, match="has no hand schedule"):
+        pb.function(suite_polybench.registry(True)["conv"], "MINI", "hand")
+
+
 def test_speedup_table_from_a_report():
     from bench import suite_polybench as sp
     report = {"threads": [2], "arguments": {"size": "MINI"}, "cases": [

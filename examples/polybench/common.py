@@ -66,7 +66,7 @@ class Kernel:
     category: str
     sizes: dict                    # dataset -> {param: value}, PolyBench's values
     build: Callable                # (sizes) -> tp.Function: the plain algorithm (a)
-    schedule: Callable             # (f, sizes) -> None: the hand schedule (b)
+    schedule: Callable | None      # (f, sizes) -> None: the hand schedule (b); None: none
     inputs: Callable               # (rng, sizes) -> {array: ndarray}
     reference: Callable            # (arrays, sizes) -> {output: ndarray}
     outputs: tuple                 # names of the arrays the kernel writes
@@ -105,6 +105,8 @@ def function(kernel: Kernel, dataset: str, variant: str) -> tp.Function:
     s = sizes(kernel, dataset)
     f = kernel.build(s)
     if variant == "hand":
+        if kernel.schedule is None:
+            raise ValueError(f"{kernel.name} has no hand schedule")
         kernel.schedule(f, s)
     elif variant == "auto":
         auto_schedule(f)
