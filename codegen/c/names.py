@@ -53,7 +53,8 @@ _MACRO_LIKE = re.compile(r"\A(U?INT(8|16|32|64|PTR|MAX)?_(MAX|MIN|C)|SIZE_MAX|PT
 # identifiers the generated code spells itself, besides the user's names: a user
 # name among them is emitted renamed (see the module docstring)
 _OWN = (_C_KEYWORDS
-        | set("""asm typeof posix_memalign int16_t uint16_t uint32_t uint64_t ptrdiff_t
+        | set("""asm typeof posix_memalign madvise MADV_HUGEPAGE int16_t uint16_t uint32_t
+              uint64_t ptrdiff_t
               _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local
               omp_out omp_in omp_priv""".split()))
 
@@ -64,7 +65,7 @@ def _own_name(name: str) -> bool:
 
 # symbols the kernel's exported name must not take: functions the C and LLVM
 # kernels call, or that the process resolves by name
-_SYMBOLS = (_C_KEYWORDS | _C_LIBRARY | {"posix_memalign", "aligned_alloc", "memcpy"}) \
+_SYMBOLS = (_C_KEYWORDS | _C_LIBRARY | {"posix_memalign", "aligned_alloc", "memcpy", "madvise"}) \
     - {"errno", "assert", "NULL", "INFINITY", "NAN", "int8_t", "uint8_t", "int32_t", "int64_t",
        "intptr_t", "size_t", "bool", "true", "false"}
 

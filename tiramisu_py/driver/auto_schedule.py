@@ -229,7 +229,7 @@ class AutoScheduler(PointLoops):
         if len(band) >= 2:
             carried = not all(band[0] in space.parallel_loops(self.model, self.deps, st, n)
                               for n in names)
-            reuse = any(space.has_reuse(self.model, n, band) for n in names)
+            reuse = any(self.reuse_needs_tiles(n, band) for n in names)
             if carried and (self.fits_in_cache(lead, band[1:])
                             or (self.opt["tile"] is None
                                 and self.tile_sizes(lead, band, True)[1] < MIN_SPACE_TILE)):
@@ -289,7 +289,7 @@ class AutoScheduler(PointLoops):
             loops = _names(st[deep])
             depth = min(4, len(loops), space.data_dependent_from(self.model, deep))
             if depth < 3 or len(band) >= depth \
-                    or not space.has_reuse(self.model, deep, loops[:depth]):
+                    or not self.reuse_needs_tiles(deep, loops[:depth]):
                 continue
             before, after = names[:k], names[k + 1:]
             steps = [self.step(deep, "after", _StmtRef(self.f, before[-1]), None)] if before \
@@ -529,6 +529,24 @@ class AutoScheduler(PointLoops):
                 return None
             total *= e
         return total
+
+    def reuse_needs_tiles(self, stmt, loops):
+        """:func:`~tiramisu_py.analysis.schedule_space.has_reuse`, not counting
+        a read whose whole footprint (known sizes: the extents of the loops in
+        its index) fits in a quarter of the L2: its elements stay in cache
+        untiled (a batched matrix-vector product's x rows)."""
+        l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
+        st_loops = set(_names(self.state()[stmt]))
+        for a in self.model.by_name[stmt].accesses:
+            if a.write or len(a.index) < 2:
+                continue
+            used = set().union(*(space.loop_names(e) for e in a.index))
+            if all(lp in used for lp in loops):
+                continue
+            n = self.extents(stmt, sorted(used & st_loops))
+            if n is None or n * max(1, a.buffer.dtype.bits // 8) > l2 // 4:
+                return True
+        return False
 
     def fits_in_cache(self, stmt, loops):
         """Known sizes: the arrays over ``loops`` fit in half the L2."""
