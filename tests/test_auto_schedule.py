@@ -383,3 +383,21 @@ def test_operand_read_along_the_other_index_is_packed_for_the_register_block():
     for s in steps:
         exec(s, {"f": g})
     assert f.compile().source == g.compile().source
+
+
+def test_reuse_that_fits_in_cache_untiled_is_not_tiled():
+    """A batched matrix-vector product reuses x[b, j] across i; with its sizes
+    known and x (32 x 512 float64, 128 KB) within a quarter of the L2, that
+    reuse needs no tiles: the band stays whole (rows streamed), b parallel.
+    With a larger x (a quarter of the L2 exceeded) it is tiled."""
+    from examples.beyond_polybench import KERNELS
+    from codegen import target
+    k = KERNELS["batched_mv"]
+    l2 = target.cache_sizes().get((2, "Unified"), 1 << 20)
+    small = dict(NB=32, N=256, M=l2 // 4 // 8 // 32)
+    large = dict(NB=32, N=256, M=l2 // 8)
+    steps = [str(s) for s in k.build(small).auto_schedule()]
+    assert not any(".tile(" in s for s in steps), steps
+    assert "f.computations['y'].update.parallelize('b')" in steps
+    steps = [str(s) for s in k.build(large).auto_schedule()]
+    assert any(".tile(" in s for s in steps), steps
