@@ -15,7 +15,10 @@ until :data:`MIN_TIMED_S` of them, :data:`MAX_CALLS` at most) (after a
 short pause and untimed calls for :data:`WARM_S`: an idle virtual CPU runs slow
 for a few milliseconds), one implementation after the other:
 interleaving single calls let the thread pools of one library (OpenBLAS
-spinning after a call) slow down the next one.  Reported: median and minimum
+spinning after a call) slow down the next one.  A case whose implementations
+are all ours (``Case.interleave``: PolyBench's variants) is timed in rounds,
+one call of each per round, so that a slow spell of a shared host falls on
+all of them alike.  Reported: median and minimum
 seconds, GFLOP/s from the median,
 and the ratio of GFLOP/s to torch (eager) in the same run, or to numpy where a
 case has no torch implementation (> 1: faster).
@@ -53,6 +56,10 @@ class Case:
     flops: float
     setup: Callable[[], dict[str, Callable[[], Any]]]
     check: Callable[[Any], float] | None = None
+    # the implementations' timed calls in rounds, one call of each per round
+    # (all of them ours: no spinning thread pool of another library to slow
+    # the next one), so that a slow spell of a shared host hits them alike
+    interleave: bool = False
 
 
 # ----------------------------------------------------------------- machine info
@@ -175,18 +182,14 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
     # call: a thread pool that spins after a call (OpenBLAS) would otherwise
     # slow down whichever implementation runs next
     times = {name: [] for name in timed}
+    if case.interleave:
+        _timed_rounds(timed, times, repeats, progress, label)
+        timed = {}
     for i, (name, fn) in enumerate(timed.items(), 1):
         progress.show(f"{label}: timing {name} ({i}/{len(timed)}), {repeats} calls",
                       transient=i > 1)
         time.sleep(SETTLE_S)            # the previous library's threads go to sleep
-        # then calls for WARM_S at least: after the pause an idle (virtual) CPU
-        # runs slow for some milliseconds, which a short call's median would show
-        start = time.perf_counter()
-        while True:
-            _prepare(fn)
-            fn()
-            if time.perf_counter() - start >= WARM_S:
-                break
+        _warm(fn)
         # ``repeats`` calls at least, more for short ones (MIN_TIMED_S in all):
         # the median of 5 calls of a millisecond is at the mercy of one hiccup
         while len(times[name]) < repeats or \
@@ -198,6 +201,39 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
     for name, ts in times.items():
         results[name].update(median_s=statistics.median(ts), min_s=min(ts))
     return results
+
+
+def _warm(fn):
+    """Untimed calls for :data:`WARM_S` at least: after a pause an idle
+    (virtual) CPU runs slow for some milliseconds, which a short call's
+    median would show."""
+    start = time.perf_counter()
+    while True:
+        _prepare(fn)
+        fn()
+        if time.perf_counter() - start >= WARM_S:
+            break
+
+
+def _timed_rounds(timed, times, repeats, progress, label):
+    """The timed calls of :func:`measure` in rounds: after each
+    implementation's warm calls, one call of each per round, until each has
+    ``repeats`` calls and (:data:`MIN_TIMED_S` of them or :data:`MAX_CALLS`)."""
+    progress.show(f"{label}: timing {', '.join(timed)} in rounds, {repeats} calls")
+    time.sleep(SETTLE_S)
+    for fn in timed.values():
+        _warm(fn)
+
+    def more(name):
+        ts = times[name]
+        return len(ts) < repeats or (sum(ts) < MIN_TIMED_S and len(ts) < MAX_CALLS)
+    while any(more(name) for name in timed):
+        for name, fn in timed.items():
+            if more(name):
+                _prepare(fn)
+                t0 = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t0)
 
 
 def _prepare(fn):

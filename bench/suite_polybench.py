@@ -17,7 +17,8 @@ Printed per kernel: the median time of (a), the speedups of (b) and (c) over
 against the NumPy reference (MINI, SMALL) or against (a) (MEDIUM, LARGE,
 where some references are Python loops of hours); then the geometric means.
 Every call runs on fresh copies of the arrays the kernel updates in place
-(restored untimed before the call).  Where the language has no
+(restored untimed before the call); the variants' calls are timed in
+rounds, one of each per round (``Case.interleave``).  Where the language has no
 ``auto_schedule`` yet, (c) is left out with the reason.  PolyBench counts no
 FLOPs: the report's GFLOP/s fields are 0.
 """
@@ -111,7 +112,7 @@ def _case(kernel, size, seed):
         return impls
 
     return Case(f"{kernel.name} {size}", 0.0, setup,
-                lambda out: pb.max_error(kernel.comparable(out, s), expected))
+                lambda out: pb.max_error(kernel.comparable(out, s), expected), interleave=True)
 
 
 def auto_seconds(names, size, beyond=False) -> dict:

@@ -135,3 +135,30 @@ def test_short_calls_are_timed_more_often(monkeypatch):
     harness.measure(Case("calls", 1.0, setup), 3, 1, harness.Progress(1, 0, io.StringIO()))
     assert calls["short"] - 2 == harness.MAX_CALLS          # warm-up and one untimed call
     assert calls["long"] - 2 == 3
+
+
+def test_interleaved_case_times_one_call_of_each_per_round(monkeypatch):
+    """``Case.interleave``: after the warm calls, the timed calls alternate
+    between the implementations, one of each per round, each getting its
+    ``repeats`` (a long one no more)."""
+    import time as _time
+    monkeypatch.setattr(harness, "SETTLE_S", 0.0)
+    monkeypatch.setattr(harness, "WARM_S", 0.0)
+    monkeypatch.setattr(harness, "MIN_TIMED_S", 0.03)
+    order = []
+
+    def setup():
+        def a():
+            order.append("a")
+            _time.sleep(0.002)
+
+        def b():
+            order.append("b")
+            _time.sleep(0.02)
+        return {"a": a, "b": b}
+    res = harness.measure(Case("pair", 1.0, setup, interleave=True), 3, 1,
+                          harness.Progress(1, 0, io.StringIO()))
+    timed = order[4:]                          # the warm-up and one warm call of each
+    assert timed[:6] == ["a", "b"] * 3         # alternating while both need calls
+    assert timed.count("b") == 3 and timed.count("a") >= 3
+    assert all(r["median_s"] > 0 for r in res.values())

@@ -182,8 +182,8 @@ def spd(rng, s):
 
 CHOLESKY = Kernel("cholesky", "solvers", NSIZES, build_cholesky, schedule_cholesky, spd,
                   ref_cholesky, ("A",),
-                  gaps="one parallel region per column; the dot products are plain "
-                  "statements that read their own array (no reassociation: k not vectorised)")
+                  gaps="one parallel region per column (no blocked, right-looking order: "
+                  "each dot product streams two rows)")
 
 
 # ------------------------------------------------------------------ trisolv
@@ -225,8 +225,7 @@ TRISOLV = Kernel(
                     + s["N"] * np.eye(s["N"]), "b": rng.standard_normal(s["N"]),
                     "x": np.zeros(s["N"])},
     ref_trisolv, ("x",),
-    gaps=SEQ_GAP + "; a reduction into x[i] that also reads x[j] is not taken for a "
-    "reduction, so allow_reassociation cannot vectorise it")
+    gaps=SEQ_GAP)
 
 
 # ------------------------------------------------------------------- durbin
