@@ -127,17 +127,19 @@ def has_data_dependent_loop(model, stmt):
     return data_dependent_from(model, stmt) < len(model.by_name[stmt].vars)
 
 
-def has_reuse(model, stmt, loops):
-    """True when some read of a 2-D (or more) array by ``stmt`` leaves out
-    one of ``loops`` (its elements are used again across that loop: tiling
-    can keep them in cache; a vector's reuse fits in cache untiled)."""
+def reuse_reads(model, stmt, loops):
+    """The reads of a 2-D (or more) array by ``stmt`` that leave out one of
+    ``loops`` (their elements are used again across that loop: tiling can
+    keep them in cache; a vector's reuse fits in cache untiled), each with
+    the names of the loops in its index."""
+    out = []
     for a in model.by_name[stmt].accesses:
         if a.write or len(a.index) < 2:
             continue
-        used = {n.name for e in a.index for n in walk(e) if isinstance(n, Var)}
+        used = set().union(*(loop_names(e) for e in a.index))
         if any(lp not in used for lp in loops):
-            return True
-    return False
+            out.append((a, used))
+    return out
 
 
 def element_bytes(model, stmt):

@@ -51,7 +51,8 @@ def _access_named(stmt, text):
         if plain(repr(a)) == plain(text):
             return a
     raise ValueError(f"{stmt.name}.cache_at({text!r}): {stmt.name} does not read {text} "
-                     f"(it reads {', '.join(sorted({repr(a) for a in reads})) or 'nothing'})")
+                     f"(it reads {', '.join(sorted({repr(a) for a in reads})) or 'nothing'}; "
+                     "write the access with the statement's own loops)")
 
 
 def _redirect(e, source, copy_, only=None):
@@ -79,16 +80,10 @@ def _redirect(e, source, copy_, only=None):
 def _make_copy(stmt, source, loop, name, access=None):
     """The copy of ``cache_at``: a computation reading ``source`` over its
     whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy
-    (``access``: only where it reads ``source`` as written there)."""
+    (``access``: one of its reads, :func:`_access_named`; only where it reads
+    ``source`` as written there)."""
     f = stmt.function
     reads = [n.target for n in walk(stmt.value) if isinstance(n, Access)]
-    if access is not None and not any(isinstance(n, Access) and _same_access(n, access)
-                                      for n in walk(stmt.value)):
-        written = sorted({repr(n) for n in walk(stmt.value)
-                          if isinstance(n, Access) and n.target is source})
-        raise ValueError(f"{stmt.name}.cache_at({access!r}): {stmt.name} does not read "
-                         f"{access!r} (it reads {', '.join(written) or 'no element of it'}; "
-                         "write the access with the statement's own loops)")
     if not any(t is source for t in reads):
         names = sorted({t.name for t in reads})
         raise ValueError(f"{stmt.name}: cannot copy {source.name!r} for it at "

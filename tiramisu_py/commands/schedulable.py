@@ -320,10 +320,10 @@ class Schedulable:
         (:mod:`tiramisu_py.commands.atomic`)."""
         f = self.function
         access = None
-        if isinstance(source, str):
-            source = _access_named(self, source)
-        if isinstance(source, Access):
-            access, source = source, source.target
+        if isinstance(source, (str, Access)):
+            # the statement's own read written so (an Access compares by its text)
+            access = _access_named(self, source if isinstance(source, str) else repr(source))
+            source = access.target
         if not isinstance(source, (Buffer, Computation)):
             raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation, "
                             "or one access of it (A[j, k])")

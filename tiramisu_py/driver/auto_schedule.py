@@ -92,6 +92,11 @@ MIN_SPACE_TILE = 64                    # smaller space tiles: a time loop is not
 JAM_ROWS = 8                           # rows of a dot product unrolled inside its loop
 
 
+def _l2():
+    """The host's L2 size in bytes (1 MiB when it cannot be read)."""
+    return host.cache_sizes().get((2, "Unified"), 1 << 20)
+
+
 class AutoScheduler(PointLoops):
     """The search of the module's doc over one Function.  ``options``
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
@@ -379,7 +384,7 @@ class AutoScheduler(PointLoops):
     def tile_sizes(self, stmt, band, time_loop, block=None):
         e = space.element_bytes(self.model, stmt)
         arrays = space.arrays_touched(self.model, stmt)
-        l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
+        l2 = _l2()
         lanes = self.lanes(stmt)
         if self.opt["tile"] is not None:
             size = self.opt["tile"]
@@ -531,27 +536,22 @@ class AutoScheduler(PointLoops):
         return total
 
     def reuse_needs_tiles(self, stmt, loops):
-        """:func:`~tiramisu_py.analysis.schedule_space.has_reuse`, not counting
-        a read whose whole footprint (known sizes: the extents of the loops in
-        its index) fits in a quarter of the L2: its elements stay in cache
-        untiled (a batched matrix-vector product's x rows)."""
-        l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
+        """Whether a read reuses elements across ``loops``
+        (:func:`~tiramisu_py.analysis.schedule_space.reuse_reads`), not
+        counting one whose whole footprint (known sizes: the extents of the
+        loops in its index) fits in a quarter of the L2: its elements stay in
+        cache untiled (a batched matrix-vector product's x rows)."""
         st_loops = set(_names(self.state()[stmt]))
-        for a in self.model.by_name[stmt].accesses:
-            if a.write or len(a.index) < 2:
-                continue
-            used = set().union(*(space.loop_names(e) for e in a.index))
-            if all(lp in used for lp in loops):
-                continue
+        for a, used in space.reuse_reads(self.model, stmt, loops):
             n = self.extents(stmt, sorted(used & st_loops))
-            if n is None or n * max(1, a.buffer.dtype.bits // 8) > l2 // 4:
+            if n is None or n * max(1, a.buffer.dtype.bits // 8) > _l2() // 4:
                 return True
         return False
 
     def fits_in_cache(self, stmt, loops):
         """Known sizes: the arrays over ``loops`` fit in half the L2."""
         n = self.extents(stmt, loops)
-        l2 = host.cache_sizes().get((2, "Unified"), 1 << 20)
+        l2 = _l2()
         return n is not None and n * space.arrays_touched(self.model, stmt) \
             * space.element_bytes(self.model, stmt) <= l2 // 2
 
