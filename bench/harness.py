@@ -37,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from bench import peak
@@ -60,6 +60,9 @@ class Case:
     # (all of them ours: no spinning thread pool of another library to slow
     # the next one), so that a slow spell of a shared host hits them alike
     interleave: bool = False
+    # implementation -> the measured ceiling of its "peak" column (a key of
+    # peak.ceilings: "vnni_gops", "bf16_gflops"); the FMA peak where absent
+    ceiling: dict = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------- machine info
@@ -314,11 +317,13 @@ def run(suite: Callable[..., list[Case]], kwargs: dict | None = None, threads=(1
 
 def _merge(case, index, runs, ceilings=None):
     """One case's results over all thread counts, with GFLOP/s, ratios and
-    the fraction of the measured FMA peak of that thread count."""
+    the fraction of the measured ceiling of that thread count (the FMA peak,
+    or the one ``case.ceiling`` names for the implementation)."""
     impls = {}
     for n, results in runs.items():
-        peak_gflops = ((ceilings or {}).get(str(n)) or {}).get("fma_gflops")
+        measured = (ceilings or {}).get(str(n)) or {}
         for impl, r in results[index].items():
+            peak_gflops = measured.get(case.ceiling.get(impl, "fma_gflops"))
             r["gflops"] = case.flops / r["median_s"] / 1e9 if r["median_s"] else None
             r["of_peak"] = r["gflops"] / peak_gflops if r["gflops"] and peak_gflops else None
             impls.setdefault(impl, {})[str(n)] = r
@@ -374,7 +379,7 @@ def format_table(report: dict) -> str:
     lines += ["", f"ms: median of {report['repeats']} calls (more for short ones: "
               f"{MIN_TIMED_S} s of calls, {MAX_CALLS} at most) after a warm-up; "
               "GFLOP/s from the median; peak: GFLOP/s over the measured FMA peak of that "
-              "thread count;",
+              "thread count (int8 and bf16 products: over the vpdpbusd / vdpbf16ps peak);",
               f"{ratio}: GFLOP/s over {versus} in the same run (> 1: faster);",
               f"*: the fastest {TIRAMISU} variant of the case at that thread count;",
               "max err: largest abs error against the reference over all runs."]

@@ -9,6 +9,13 @@ threads as the row.
   targets (GCC vector extensions: the same source gives AVX-512, AVX2 or
   NEON code), enough chains to cover the FMA latency on every port (Zen 4:
   2 ports x 4 cycles; Intel: 2 x 4), 2 FLOPs per lane.
+* Dot-product peaks, where the compiler targets them (``-march=native`` on
+  a host with AVX-512 VNNI / BF16): the same chains of ``vpdpbusd`` (u8 x s8
+  quadruples into int32: 128 operations a 512-bit instruction, a
+  multiply-add counted as 2, as the int8 GEMM counts them) and of
+  ``vdpbf16ps`` (bf16 pairs into float32: 64 FLOPs an instruction); the
+  ceilings of the int8 and bf16 GEMM rows (``Case.ceiling``).  ``None``
+  where the host lacks the instruction.
 * Bandwidth: STREAM's triad ``a[i] = b[i] + s * c[i]`` over three arrays of
   ``BYTES`` each (far beyond the last-level cache), counting 3 accesses of
   4 bytes per element (no write-allocate credit), best of ``REPEATS``.
@@ -53,6 +60,44 @@ double fma_loop(int64_t iters, int threads, float seed) {
   return sink;
 }
 
+/* the dot-product instructions' chains, in assembly (GCC shuffles the
+   accumulators of the intrinsics between registers every step): 16
+   accumulators zmm0-15, the operands in zmm30/31; NaN where the target lacks
+   the instructions */
+#if defined(__x86_64__) && defined(__AVX512VNNI__) && defined(__AVX512BF16__)
+#define DOT16(op) \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm0\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm1\n\t" \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm2\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm3\n\t" \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm4\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm5\n\t" \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm6\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm7\n\t" \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm8\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm9\n\t" \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm10\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm11\n\t" \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm12\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm13\n\t" \
+  op " %%%%zmm30, %%%%zmm31, %%%%zmm14\n\t" op " %%%%zmm30, %%%%zmm31, %%%%zmm15\n\t"
+#define CLOBBERS "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+  "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm30", "xmm31"
+#define SETUP "vpxord %%%%zmm30, %%%%zmm30, %%%%zmm30\n\tvpternlogd $0xff, %%%%zmm31, %%%%zmm31, %%%%zmm31\n\t"
+#endif
+
+double dot_loop(int64_t iters, int threads, int bf16) {
+#if defined(__x86_64__) && defined(__AVX512VNNI__) && defined(__AVX512BF16__)
+  double sink = 0.0;
+  #pragma omp parallel num_threads(threads) reduction(+: sink)
+  {
+    int64_t n = iters;
+    if (bf16)
+      __asm__ volatile(SETUP "1:\n\t" DOT16("vdpbf16ps") "dec %%0\n\tjnz 1b" : "+r"(n) :: CLOBBERS);
+    else
+      __asm__ volatile(SETUP "1:\n\t" DOT16("vpdpbusd") "dec %%0\n\tjnz 1b" : "+r"(n) :: CLOBBERS);
+    sink += (double)n;
+  }
+  return sink;
+#else
+  (void)iters; (void)threads; (void)bf16;
+  return 0.0 / 0.0;
+#endif
+}
+
 void triad(float *restrict a, const float *restrict b, const float *restrict c,
            int64_t n, float s, int threads) {
   #pragma omp parallel for num_threads(threads) schedule(static)
@@ -79,6 +124,8 @@ def _library():
     lib = ctypes.CDLL(so_path)
     lib.fma_loop.restype = ctypes.c_double
     lib.fma_loop.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_float]
+    lib.dot_loop.restype = ctypes.c_double
+    lib.dot_loop.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int]
     lib.triad.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64, ctypes.c_float, ctypes.c_int]
     lib.fill.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int]
     return lib, lanes
@@ -96,6 +143,25 @@ def fma_gflops(threads: int) -> float:
         lib.fma_loop(iters * 8, threads, 1.0)
         best = min(best, time.perf_counter() - t0)
     return 2.0 * lanes * CHAINS * iters * 8 * threads / best / 1e9
+
+
+@functools.lru_cache(maxsize=None)
+def dot_gops(threads: int, kind: str) -> float | None:
+    """Measured throughput of the host's dot-product instruction, ``kind``
+    "vnni" (``vpdpbusd``, int8 GOPS) or "bf16" (``vdpbf16ps``, GFLOP/s);
+    None where the compiler's target lacks AVX-512 VNNI and BF16."""
+    lib, _ = _library()
+    iters = 1 << 16
+    bf16 = int(kind == "bf16")
+    if lib.dot_loop(iters, threads, bf16) != 0.0:            # NaN: not on this target
+        return None
+    best = float("inf")
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        lib.dot_loop(iters * 8, threads, bf16)
+        best = min(best, time.perf_counter() - t0)
+    per_instruction = 64 if bf16 else 128             # 512 bits: 16 lanes x 2 pairs / 4 quads
+    return per_instruction * CHAINS * iters * 8 * threads / best / 1e9
 
 
 @functools.lru_cache(maxsize=None)
@@ -118,13 +184,17 @@ def bandwidth_gbs(threads: int) -> float:
 
 
 def ceilings(threads) -> dict:
-    """``{n: {"fma_gflops": .., "bandwidth_gbs": ..}}`` for each thread count;
-    an entry is None where the C compiler could not build the probes."""
+    """``{n: {"fma_gflops": .., "bandwidth_gbs": .., "vnni_gops": ..,
+    "bf16_gflops": ..}}`` for each thread count (the last two None without
+    the instructions); an entry is None where the C compiler could not build
+    the probes."""
     out = {}
     for n in threads:
         try:
+            vnni, bf16 = dot_gops(n, "vnni"), dot_gops(n, "bf16")
             out[n] = {"fma_gflops": round(fma_gflops(n), 1),
-                      "bandwidth_gbs": round(bandwidth_gbs(n), 1)}
+                      "bandwidth_gbs": round(bandwidth_gbs(n), 1),
+                      "vnni_gops": vnni and round(vnni, 1), "bf16_gflops": bf16 and round(bf16, 1)}
         except (toolchain.CompileError, OSError) as exc:
             out[n] = {"fma_gflops": None, "bandwidth_gbs": None, "failure": str(exc)}
     return out
@@ -136,6 +206,9 @@ def format_ceilings(ceil: dict) -> str:
         if c.get("fma_gflops") is None:
             parts.append(f"{n} thread{'s' * (n != 1)}: not measured ({c.get('failure', '')[:60]})")
         else:
-            parts.append(f"{n} thread{'s' * (n != 1)}: FMA peak {c['fma_gflops']:.0f} GFLOP/s, "
+            dots = "".join(f", {name} {c[key]:.0f} {unit}" for key, name, unit in (
+                ("vnni_gops", "vpdpbusd", "GOPS"), ("bf16_gflops", "vdpbf16ps", "GFLOP/s"))
+                if c.get(key))
+            parts.append(f"{n} thread{'s' * (n != 1)}: FMA peak {c['fma_gflops']:.0f} GFLOP/s{dots}, "
                          f"triad {c['bandwidth_gbs']:.1f} GB/s")
     return "measured: " + "; ".join(parts)

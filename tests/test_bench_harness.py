@@ -162,3 +162,29 @@ def test_interleaved_case_times_one_call_of_each_per_round(monkeypatch):
     assert timed[:6] == ["a", "b"] * 3         # alternating while both need calls
     assert timed.count("b") == 3 and timed.count("a") >= 3
     assert all(r["median_s"] > 0 for r in res.values())
+
+
+def test_peak_column_uses_the_named_ceiling():
+    """An int8/bf16 product's "peak" is over the dot-product instruction's
+    measured peak (``Case.ceiling``), the other rows over the FMA peak."""
+    case = Case("gemm int8 8", 1e9, lambda: {}, ceiling={"ours": "vnni_gops"})
+    runs = {1: [{impl: {"median_s": 0.01, "min_s": 0.01, "error": None, "failure": None}
+                 for impl in ("ours", "other")}]}
+    ceilings = {"1": {"fma_gflops": 50.0, "vnni_gops": 200.0}}
+    impls = harness._merge(case, 0, runs, ceilings)["impls"]
+    assert impls["ours"]["1"]["of_peak"] == pytest.approx(100.0 / 200.0)
+    assert impls["other"]["1"]["of_peak"] == pytest.approx(100.0 / 50.0)
+    # a host without the instruction: no peak column rather than a wrong one
+    impls = harness._merge(case, 0, runs, {"1": {"fma_gflops": 50.0, "vnni_gops": None}})["impls"]
+    assert impls["ours"]["1"]["of_peak"] is None
+
+
+def test_dot_product_peaks_measured_where_the_host_has_them():
+    from bench import peak
+    from codegen import target
+    has = {"avx512_vnni", "avx512_bf16"} <= set(target.cpu_flags())
+    for kind in ("vnni", "bf16"):
+        got = peak.dot_gops(1, kind)
+        assert (got is not None and got > 0) if has else got is None
+    text = peak.format_ceilings(peak.ceilings((1,)))
+    assert ("vpdpbusd" in text and "vdpbf16ps" in text) == has
