@@ -10,8 +10,11 @@ import schedules
 from examples import rnn as ref
 from schedules.core import find
 from schedules.problems.rnn import RnnProblem
+from schedules.host import host
 from schedules.registry import SOLVERS
+from schedules.solvers import rnn_cpu
 from schedules.weights import rnn
+from schedules.weights.window import SLICE, WINDOW, windowed
 from tiramisu_py import tuning
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -75,6 +78,50 @@ def _csr(dense):
     rowptr, colidx, values = rnn._csr_arrays(dense)
     return types.SimpleNamespace(rowptr=rowptr, colidx=colidx, values=values, shape=dense.shape,
                                  nnz=len(values), density=len(values) / dense.size)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_sparse_windows(backend, cell):
+    """A hidden size of two 32-column windows: on AVX-512 hosts the
+    recurrent product reads its weights in windows (a permute of y's window
+    a slot, schedules.weights.window), elsewhere CSR; the same numbers."""
+    L, T, B, I, H = 2, 3, 2, 6, 64
+    x, weights, h0, c0 = _inputs(cell, L, T, B, I, H, density=0.2)
+    want = ref.reference(cell, x, weights, h0, c0)
+    _check(_call(cell, x, weights, h0, c0, sparse=True, target=backend), want)
+    blk = rnn.blocking(rnn.GATES[cell], B)
+    form = rnn_cpu.sparse_form(blk, H)
+    assert form == ("window" if host().lanes(4) == 16 and blk.hb % 16 == 0 else "csr")
+    if form == "window" and backend == "llvm":
+        kern = rnn_cpu._layer_kernel(cell, T, B, H, H, blk, form, backend)
+        assert "llvm.x86.avx512.vpermi2var.ps.512" in kern.source
+
+
+def test_windowed_layout():
+    """Every nonzero lands in its slice's window at one slot, the padding
+    is zero, and each window has as many slots as its fullest row."""
+    rng = np.random.default_rng(1)
+    rows, cols = 32, 70
+    dense = (rng.standard_normal((rows, cols)) * (rng.random((rows, cols)) < 0.25)).astype(
+        np.float32)
+    dense[5] = 0
+    rowptr, colidx, values = rnn._csr_arrays(dense)
+    wptr, wval, widx = windowed(rowptr, colidx, values, rows, cols)
+    nw = -(-cols // WINDOW)
+    assert wptr.shape == (rows // SLICE * nw + 1,) and wptr[0] == 0
+    back = np.zeros_like(dense)
+    for sl in range(rows // SLICE):
+        for w in range(nw):
+            lo, hi = wptr[sl * nw + w], wptr[sl * nw + w + 1]
+            part = dense[sl * SLICE:(sl + 1) * SLICE, w * WINDOW:(w + 1) * WINDOW]
+            assert hi - lo == (part != 0).sum(axis=1).max()
+            for slot in range(lo, hi):
+                for lane in range(SLICE):
+                    back[sl * SLICE + lane, w * WINDOW + widx[slot * SLICE + lane]] += \
+                        wval[slot * SLICE + lane]
+    np.testing.assert_array_equal(back, dense)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        windowed(rowptr[:8], colidx, values, 7, cols)
 
 
 def test_csr_arrays_round_trip():

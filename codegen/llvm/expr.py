@@ -20,6 +20,7 @@ from . import vecmath as llvm_vecmath
 from .half import f32_to_half, half_to_f32
 from .lower import (BITS, FCMP, INTRINSICS, LLT, MEMT, Arr, CannotWiden, Ctx, Func, Host,
                     Module, Val, common, kind, lit, may_trap, splat_lit, vt, zero)
+from .window import window_load
 
 
 class VecState:
@@ -637,6 +638,8 @@ class ExprLowering:
                      f"{self.masks[-1]}, {vty} poison)", "mld")
         elif self.contiguous(idx):
             x = f.op(f"load <{w} x {mt}>, ptr {self.addr(a, idx)}, align {al}", "vld")
+        elif (win := window_load(self, a, e.index, idx)) is not None:
+            x = win                                  # codegen.llvm.window
         elif self.gathered(a, idx):
             vty = f"<{w} x {mt}>"
             name = f"llvm.masked.gather.v{w}{_SUFFIX.get(mt, mt)}.v{w}p0"

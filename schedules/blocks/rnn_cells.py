@@ -28,6 +28,7 @@ from __future__ import annotations
 import tiramisu_py as tp
 
 from ..weights.rnn import GATES, Blocking, padded      # noqa: F401  (the weights' layout facts)
+from ..weights.window import SLICE, WINDOW
 
 
 # ---------------------------------------------------------------- cell math
@@ -70,15 +71,24 @@ def _block_gemv(update, blk: Blocking, b="b", k="k", g="g", j="j"):
 def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True,
                    wdtype="float32"):
     """One layer over all ``T`` steps, its input projection ``xp`` given
-    (hoisted: one GEMM over all steps).  Inputs ``xp, w (or rowptr, colidx,
-    values), bias, h0, c0 (LSTM)``; outputs ``y`` (and ``c``).  ``K`` is the
-    recurrent product's depth (H).  ``sparse``: ``w`` in CSR over the packed
-    rows ``(jb * G + g) * HB + j``.  ``wdtype``: the storage type of ``w``
-    ("float32", "bfloat16", "float16"; the products and sums in float32)."""
+    (hoisted: one GEMM over all steps).  Inputs ``xp, w (or the sparse
+    arrays), bias, h0, c0 (LSTM)``; outputs ``y`` (and ``c``).  ``K`` is the
+    recurrent product's depth (H).  ``sparse``: ``w`` over the packed rows
+    ``(jb * G + g) * HB + j``, "csr" (or True): ``rowptr, colidx, values``,
+    each row padded to groups of ``lanes`` nonzeros, a group a gather of
+    ``y``; "window": ``wptr, wval, widx`` (:mod:`schedules.weights.window`:
+    16 rows in the lanes, their nonzeros window by window of 32 columns,
+    each slot's 16 inputs one permute of the window's two vectors).
+    ``wdtype``: the storage type of ``w`` ("float32", "bfloat16",
+    "float16"; the products and sums in float32)."""
     G, hb = GATES[cell], blk.hb
     NB = padded(H, hb) // hb
     Hp = NB * hb
-    f = tp.Function(f"{cell}_layer{'_csr' if sparse else ''}",
+    form = ("window" if sparse == "window" else "csr") if sparse else None
+    if form == "window" and hb % SLICE:
+        raise ValueError(f"layer_function: the window form needs blocks of whole slices of "
+                         f"{SLICE} units, got HB={hb}")
+    f = tp.Function(f"{cell}_layer{'_' + form if form else ''}",
                     params={"T": T, "B": B, "NB": NB, "HB": hb, "K": K,
                             **({"NNZ": None} if sparse else {})})
     t, jb = f.var("t", 0, "T"), f.var("jb", 0, "NB")
@@ -100,7 +110,12 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True,
         c0 = f.input("c0", ("B", Hp), tp.float32)
         cb = f.buffer("c", ("B", Hp), tp.float32, output=True)
         f.computation("c_init", [b, n], c0[b, n]).store_in(cb, [b, n])
-    if sparse:
+    if sparse == "window":
+        nj, nw = hb // SLICE, -(-K // WINDOW)
+        wptr = f.input("wptr", (NB * G * nj * nw + 1,), tp.int32)
+        wval = f.input("wval", ("NNZ * 16",), tp.float32)
+        widx = f.input("widx", ("NNZ * 16",), tp.uint8)
+    elif sparse:
         rowptr = f.input("rowptr", (NB * G * hb + 1,), tp.int32)      # in groups
         colidx = f.input("colidx", ("NNZ",), tp.int32)
         values = f.input("values", ("NNZ",), tp.float32)
@@ -112,7 +127,18 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True,
         # (its n gate needs the recurrent part apart)
         init = bias[jb, g, j] + (xp_at(g) if cell == "lstm" else 0.0)
         z = f.computation("gates", [t, jb, b, g, j], init).store_in(zb, [jb, b, g, j])
-        if sparse:
+        if sparse == "window":
+            # a slice of 16 units of gate g in the lanes (jl), window by window
+            jv, jl = f.var("jv", 0, nj), f.var("jl", 0, SLICE)
+            w = f.var("w", 0, nw)
+            at = ((jb * G + g) * nj + jv) * nw + w
+            nz = f.var("nz", wptr[at], wptr[at + 1])
+            z[t, jb, b, g, jv * SLICE + jl].reduce(
+                "+", wval[nz * SLICE + jl] * y[t, b, w * WINDOW + widx[nz * SLICE + jl] % WINDOW],
+                loops=[t, jb, b, g, jv, w, nz, jl])
+            z.update.vectorize("jl", SLICE)
+            z.update.accumulate_locally("nz", allow_reassociation=True)
+        elif sparse:
             # rows padded to groups of ``lanes`` nonzeros (rowptr counts
             # groups): a group is one vector of products, its lanes summed
             # in a register tile over the row, reduced once

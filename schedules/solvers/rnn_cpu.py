@@ -52,7 +52,8 @@ from ..blocks.blis import kernel as gemm_kernel
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..host import host
-from ..weights.rnn import as_dtype, blocking, kernel_array
+from ..weights.rnn import as_dtype, blocking, kernel_array, padded
+from ..weights.window import SLICE, WINDOW
 
 SCHEDULES = ("layer", "wavefront")
 
@@ -106,27 +107,41 @@ def _projection_kernel(M, R, I, target):
     return kernel(("rnn_csr_projection", M, R, I), build, target)
 
 
+def sparse_form(blk, hidden):
+    """The recurrent product's sparse layout for ``hidden`` units blocked by
+    ``blk``: "window" (:mod:`schedules.weights.window`, a permute of the
+    input's window a slot) where the vectors hold 16 float32 lanes
+    (AVX-512), the blocks are whole slices of 16 units and the windows of
+    32 tile the padded hidden size (the compiler's range check of the
+    window's column bytes sees no window past the row), else "csr" (a
+    gather a group)."""
+    window = host().lanes(4) == SLICE and blk.hb % SLICE == 0 and \
+        padded(hidden, blk.hb) % WINDOW == 0
+    return "window" if window else "csr"
+
+
 def _run_layer(W, l, seq, h0, c0, blk, target):
     """One layer, layer-major: the hoisted projection, then the recurrence.
     Returns (y (T, B, Hp) view, c (B, Hp) or None)."""
     T, B, K = seq.shape
     H = W.hidden
-    if W.sparse:
-        p = W.packed("csr", B, blk)[l]
+    sparse = W.sparse and sparse_form(blk, W.hidden)
+    if sparse:
+        p = W.packed(sparse, B, blk)[l]
         rowptr, colidx, values = p["wi"]
         xp = _projection_kernel(T * B, len(rowptr) - 1, K, target)(
             x=np.ascontiguousarray(seq.reshape(T * B, K).T), rowptr=rowptr, colidx=colidx,
             values=values)
-        rowptr, colidx, values = p["wh"]
-        weights = dict(rowptr=rowptr, colidx=colidx, values=values)
+        names = ("wptr", "wval", "widx") if sparse == "window" else ("rowptr", "colidx", "values")
+        weights = dict(zip(names, p["wh"]))
     else:
         p = W.packed("layer", B, blk)[l]
         a, wiT = seq.reshape(T * B, K), p["wiT"]          # the library GEMM's kernel
         xp = gemm_kernel(T * B, wiT.shape[1], K, default_params(T * B, wiT.shape[1], K),
                          target)(np.ascontiguousarray(a), wiT)
         weights = dict(w=kernel_array(p["w"], W.wdtype))
-    kern = _layer_kernel(W.cell, T, B, H, H, blk, W.sparse, target, W.wdtype)
-    args = dict(xp=xp.reshape((-1, T, B) if W.sparse else (T, B, -1)), h0=h0, bias=p["bias"],
+    kern = _layer_kernel(W.cell, T, B, H, H, blk, sparse, target, W.wdtype)
+    args = dict(xp=xp.reshape((-1, T, B) if sparse else (T, B, -1)), h0=h0, bias=p["bias"],
                 **weights)
     if W.cell == "lstm":
         out = _host(kern(c0=c0, **args))
@@ -216,7 +231,8 @@ class _Cpu(Solver):
         blk = replace(blocking(cells.GATES[p.cell], p.B), hb=params["hb"], mb=params["mb"])
         wdtype = "float32" if p.sparse else p.dtype
         if self.name == "layer":
-            return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk, sparse=p.sparse,
+            return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk,
+                                        sparse=p.sparse and sparse_form(blk, p.hidden),
                                         wdtype=wdtype)
         return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk,
                                         params["chunk"], wdtype)

@@ -15,6 +15,7 @@ from ..core.arrays import dtype_name, is_torch
 from ..core.prepared import prepared
 from ..host import host
 from .csr import csr_to_dense
+from .window import windowed
 
 TENSORS = ("w_ih", "w_hh", "b_ih", "b_hh")
 GATES = {"lstm": 4, "gru": 3}
@@ -299,6 +300,17 @@ class RNNWeights:
         for l, (wih, whh, _, _) in enumerate(self.layers):
             out.append(dict(wi=self._csr_packed(wih, blk.hb),
                             wh=self._csr_packed(whh, blk.hb, group=blk.lanes),
+                            **self._biases(l, blk.hb)))
+        return out
+
+    def _pack_window(self, blk):
+        """As :meth:`_pack_csr`, with ``w_hh`` in windows
+        (:mod:`schedules.weights.window`: the product's AVX-512 layout)."""
+        out = []
+        for l, (wih, whh, _, _) in enumerate(self.layers):
+            rowptr, colidx, values = self._csr_packed(whh, blk.hb)
+            out.append(dict(wi=self._csr_packed(wih, blk.hb),
+                            wh=windowed(rowptr, colidx, values, len(rowptr) - 1, self.hidden),
                             **self._biases(l, blk.hb)))
         return out
 
