@@ -31,6 +31,13 @@ from ..weights.rnn import GATES, Blocking, padded      # noqa: F401  (the weight
 from ..weights.window import SLICE, WINDOW
 
 
+def projection_columns(m):
+    """The row length of the sparse layer's transposed input projection:
+    ``m`` (= T * B) padded to whole vectors of 16, so that its accumulation
+    (a tile of the row in registers per nonzero) has no scalar tail."""
+    return -(-m // SLICE) * SLICE
+
+
 # ---------------------------------------------------------------- cell math
 def _lstm_cell(f, z, c_in, t, b, j, n, c_buf, y_out):
     """c = f*c + i*g; h = o*tanh(c): statements ``cell`` and ``hidden``."""
@@ -94,12 +101,14 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True,
     t, jb = f.var("t", 0, "T"), f.var("jb", 0, "NB")
     b, g, j = f.var("b", 0, "B"), f.var("g", 0, G), f.var("j", 0, "HB")
     n = f.var("n", 0, Hp)
-    # the CSR projection is made transposed, [rows][T][B] (see rnn_csr.py)
-    xp = f.input("xp", (NB * G * hb, "T", "B") if sparse else ("T", "B", NB * G * hb), tp.float32)
+    # the CSR projection is made transposed, [rows][T * B] with its rows
+    # padded to whole vectors (schedules.solvers.rnn_cpu._projection_kernel)
+    xp = f.input("xp", (NB * G * hb, projection_columns(T * B)) if sparse
+                 else ("T", "B", NB * G * hb), tp.float32)
 
     def xp_at(gate):
         row = (jb * G + gate) * hb + j
-        return xp[row, t, b] if sparse else xp[t, b, row]
+        return xp[row, t * B + b] if sparse else xp[t, b, row]
 
     bias = f.input("bias", ("NB", G, "HB"), tp.float32)
     h0 = f.input("h0", ("B", Hp), tp.float32)

@@ -87,7 +87,10 @@ def _projection_kernel(M, R, I, target):
     """CSR input projection of all T * B rows at once (hoisted), transposed:
     ``xp[r, m] = sum_nz values[nz] * x[colidx[nz], m]`` over the packed rows
     ``r``; each nonzero scales a contiguous row of ``x`` (I x M), the row of
-    ``xp`` accumulates in a local tile."""
+    ``xp`` accumulates in a local tile.  ``M``: the rows padded to whole
+    vectors (:func:`schedules.blocks.rnn_cells.projection_columns`): a tail
+    of a few columns would accumulate through memory, a scalar chain per
+    nonzero (4 of 100 columns took 4/5 of the time)."""
     def build():
         f = tp.Function("rnn_csr_projection", params={"M": M, "R": R, "I": I, "NNZ": None})
         r, m = f.var("r", 0, "R"), f.var("m", 0, "M")
@@ -129,9 +132,10 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
     if sparse:
         p = W.packed(sparse, B, blk)[l]
         rowptr, colidx, values = p["wi"]
-        xp = _projection_kernel(T * B, len(rowptr) - 1, K, target)(
-            x=np.ascontiguousarray(seq.reshape(T * B, K).T), rowptr=rowptr, colidx=colidx,
-            values=values)
+        xt = np.zeros((K, cells.projection_columns(T * B)), np.float32)
+        xt[:, :T * B] = seq.reshape(T * B, K).T
+        xp = _projection_kernel(xt.shape[1], len(rowptr) - 1, K, target)(
+            x=xt, rowptr=rowptr, colidx=colidx, values=values)
         names = ("wptr", "wval", "widx") if sparse == "window" else ("rowptr", "colidx", "values")
         weights = dict(zip(names, p["wh"]))
     else:
@@ -141,7 +145,7 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
                          target)(np.ascontiguousarray(a), wiT)
         weights = dict(w=kernel_array(p["w"], W.wdtype))
     kern = _layer_kernel(W.cell, T, B, H, H, blk, sparse, target, W.wdtype)
-    args = dict(xp=xp.reshape((-1, T, B) if sparse else (T, B, -1)), h0=h0, bias=p["bias"],
+    args = dict(xp=xp if sparse else xp.reshape((T, B, -1)), h0=h0, bias=p["bias"],
                 **weights)
     if W.cell == "lstm":
         out = _host(kern(c0=c0, **args))
