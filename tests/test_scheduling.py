@@ -218,7 +218,9 @@ def test_illegal_after_names_everything():
 def test_lstm_wavefront_is_accepted_correct_and_parallel():
     f = lstm.wavefront(lstm.build())
     kernel = f.compile()
-    assert "#pragma omp parallel for\n    for (int64_t l = " in kernel.source
+    # the wavefront's time loop around its parallel loop over layers: one
+    # region (codegen.regions), l shared among the threads at every step
+    assert "#pragma omp for nowait\n        for (int64_t l = " in kernel.source
     args = lstm.random_inputs(3, 9, 2, 8, seed=3)
     np.testing.assert_allclose(lstm.run(kernel, *args), lstm.reference(*args),
                                rtol=1e-4, atol=2e-5)

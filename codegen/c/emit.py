@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, loops, pipeline, vecmath
+from .. import ir, loops, pipeline, regions, vecmath
 from ..ir import ELSIZE, INT_RANGE
 from .helpers import helper_source
 from .names import c_names, check_name, renamed
@@ -285,17 +285,21 @@ class CPrinter(WidenMixin, DotMixin):
         saved = (self.omp, self.in_parallel)
         self.omp, self.in_parallel = "parallel", True
         for s in loops:
-            check_name(s.var, "loop")
-            step = ir.check_loop(s, "C backend")
-            inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
-            self.out(ind + 1, "#pragma omp for" + omp_schedule_clause(s))
-            self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                              f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
-            self.loop_depth += 1
-            self.body(s.body, ind + 2)
-            self.loop_depth -= 1
-            self.out(ind + 1, "}")
+            self.worksharing_loop(s, ind + 1, "#pragma omp for")
         self.omp, self.in_parallel = saved
+        self.out(ind, "}")
+
+    def worksharing_loop(self, s: ir.For, ind: int, pragma: str) -> None:
+        """``s`` as an ``omp for`` (``pragma``) inside a parallel region."""
+        check_name(s.var, "loop")
+        step = ir.check_loop(s, "C backend")
+        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
+        self.out(ind, pragma + omp_schedule_clause(s))
+        self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
+                      f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        self.loop_depth += 1
+        self.body(s.body, ind + 1)
+        self.loop_depth -= 1
         self.out(ind, "}")
 
     def let_decl(self, s: ir.Let, ind: int) -> None:
@@ -336,9 +340,40 @@ class CPrinter(WidenMixin, DotMixin):
             self.body(s.else_, ind + 1)
             self.out(ind, "}")
 
+    def stepped_region(self, s: ir.For, loops: list, ind: int) -> None:
+        """The serial loop ``s`` around the plain parallel ``loops`` (its whole
+        body) as one ``#pragma omp parallel`` region (:mod:`codegen.regions`):
+        every thread runs ``s``, each inner loop an ``omp for nowait``
+        followed by the generated spin barrier."""
+        step = ir.check_loop(s, "C backend")
+        bar = f"tp_steps_{s.var}"
+        self.helper("tp_spin_barrier")
+        self.out(ind, f"/* loop {s.var} around parallel loop(s) "
+                      f"{', '.join(x.var for x in loops)}: one region, a barrier after each */")
+        self.out(ind, "{")
+        self.out(ind + 1, f"tp_barrier_t {bar} = {{0, 0}};")
+        self.out(ind + 1, "#pragma omp parallel")
+        self.out(ind + 1, "{")
+        saved = (self.omp, self.in_parallel)
+        self.omp, self.in_parallel = "parallel", True
+        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
+        self.out(ind + 2, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
+                          f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        self.loop_depth += 1
+        for x in loops:
+            self.worksharing_loop(x, ind + 3, "#pragma omp for nowait")
+            self.out(ind + 3, f"tp_spin_barrier(&{bar});")
+        self.loop_depth -= 1
+        self.out(ind + 2, "}")
+        self.omp, self.in_parallel = saved
+        self.out(ind + 1, "}")
+        self.out(ind, "}")
+
     def loop(self, s: ir.For, ind: int) -> None:
         check_name(s.var, "loop")
         step = ir.check_loop(s, "C backend")
+        if self.omp is None and not self.in_parallel and regions.stepped_loops(s):
+            return self.stepped_region(s, regions.stepped_loops(s), ind)
         if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
             return
         saved = (self.omp, self.in_parallel)

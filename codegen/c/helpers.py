@@ -6,6 +6,7 @@ allocator of temporaries."""
 from __future__ import annotations
 
 from .. import ir, vecmath
+from ..regions import SPIN_LIMIT
 from .syntax import CTYPES, SUFFIX
 from .dot import DOT_SOURCE
 from .vecmath import c_bits_helpers, c_helper
@@ -21,6 +22,8 @@ def helper_source(name: str) -> str:
         return vector_helper(name)
     if name == "tp_dot":
         return DOT_SOURCE
+    if name == "tp_spin_barrier":
+        return _BARRIER_SOURCE
     if name in _HALF_SOURCE:
         return _HALF_SOURCE[name]
     if name in ("tp_bits_f32", "tp_bits_f64"):
@@ -90,6 +93,29 @@ _ALLOC_SOURCE = ("static void *tp_alloc(const int64_t *dims, int rank, size_t el
                 "#endif\n"
                 "  if (zero) memset(p, 0, bytes);\n"
                 "  return p;\n}")
+
+
+# the stepped region's barrier (codegen.regions): the generation read, the
+# count incremented; the last to arrive resets the count and advances the
+# generation, the others poll it, pausing, then yielding the core
+_BARRIER_SOURCE = (
+    "int omp_get_num_threads(void);\n"
+    "int sched_yield(void);\n"
+    "typedef struct { int64_t count, gen; } tp_barrier_t;\n"
+    "static void tp_spin_barrier(tp_barrier_t *b) {\n"
+    "  int64_t team = omp_get_num_threads();\n"
+    "  int64_t gen = __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE);\n"
+    "  if (__atomic_fetch_add(&b->count, 1, __ATOMIC_ACQ_REL) == team - 1) {\n"
+    "    __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);\n"
+    "    __atomic_store_n(&b->gen, gen + 1, __ATOMIC_RELEASE);\n"
+    "    return;\n"
+    "  }\n"
+    "  for (int64_t n = 0; __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) == gen; n++) {\n"
+    f"    if (n >= {SPIN_LIMIT}) sched_yield();\n"
+    "#if defined(__x86_64__) || defined(__i386__)\n"
+    "    else __builtin_ia32_pause();\n"
+    "#endif\n"
+    "  }\n}")
 
 
 # 16-bit floats live as their bits in uint16_t.  bfloat16: round to nearest

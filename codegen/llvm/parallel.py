@@ -9,19 +9,19 @@ range function.  Adjacent parallel loops without a reduction share one region
 (:meth:`ParallelLowering.parallel_region`): one outlined function calls each
 loop's range function in turn with ``GOMP_barrier`` between them, as C's
 ``#pragma omp parallel`` + one ``omp for`` each -- one fork/join instead of one
-per statement."""
+per statement.  A serial loop whose body is only such loops (a time loop
+around its parallel sweep, :mod:`codegen.regions`) is one region too
+(:meth:`ParallelLowering.stepped_region`): every thread runs the serial loop,
+its block of each inner loop, and the generated spin barrier after each."""
 from __future__ import annotations
 
 from .. import ir
+from ..regions import SPIN_LIMIT, plain_parallel
 from .lower import LLT, Arr, Ctx, Func, Val, name_hint
 
+__all__ = ["ParallelLowering", "plain_parallel"]
 
-def plain_parallel(s) -> bool:
-    """A parallel loop without a reduction and with the default schedule (one
-    static block per thread): it can share a region."""
-    sched = isinstance(s, ir.For) and s.attrs.get("omp_schedule")
-    return (isinstance(s, ir.For) and s.kind == "parallel" and not s.attrs.get("reduction")
-            and not (sched and (sched[0] != "static" or sched[1])))
+_BARRIER = '@"tp.spin_barrier"'
 
 
 class ParallelLowering:
@@ -80,16 +80,132 @@ class ParallelLowering:
         f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
         saved = (self.f, self.ctx, self.env, self.arrays)
         try:
-            for s, step, rng in zip(loops, steps, rngs):
-                self.enclosing.append(s)
-                try:
-                    self._range_function(s, step, rng, caps, None)
-                finally:
-                    self.enclosing.pop()
-                self.f, self.ctx, self.env, self.arrays = saved
+            self._range_functions(loops, steps, rngs, caps, saved)
             self._region_function(outl, rngs, steps, sty, fields, caps)
         finally:
             self.f, self.ctx, self.env, self.arrays = saved
+
+    def _range_functions(self, loops, steps, rngs, caps, saved) -> None:
+        """One range function per loop, the lowering's state restored after each."""
+        for s, step, rng in zip(loops, steps, rngs):
+            self.enclosing.append(s)
+            try:
+                self._range_function(s, step, rng, caps, None)
+            finally:
+                self.enclosing.pop()
+            self.f, self.ctx, self.env, self.arrays = saved
+
+    def stepped_region(self, s: ir.For, loops: list) -> None:
+        """The serial loop ``s`` around the plain parallel ``loops`` (its
+        whole body) as one region (:mod:`codegen.regions`): the outlined
+        function runs ``s`` on every thread, each inner loop's static block
+        of the step (its bounds evaluated there: they may use ``s``'s
+        iterator) and a spin barrier after each."""
+        f, m = self.f, self.m
+        step = ir.check_loop(s, "LLVM backend")
+        steps = [ir.check_loop(x, "LLVM backend") for x in loops]
+        lo, hi = self.index(s.lo).t, self.index(s.hi).t
+        outl, rngs = self._outlined_names(len(loops))
+        caps = self._captures()
+        # the barrier's arrival count and generation, then the captures
+        fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status), ("i64", "0"), ("i64", "0")]
+        fields += [(c[2], c[3]) for c in caps]
+        f.emit(f"; loop {name_hint(s.var)} around parallel loop(s) "
+               f"{', '.join(name_hint(x.var) for x in loops)}: one region, a barrier after each")
+        go, done = f.label("steps"), f.label("endsteps")
+        f.cbr(f.op(f"icmp slt i64 {lo}, {hi}"), go, done)
+        f.start(go)
+        sty, buf = self._context(fields)
+        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
+        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
+        f.br(done)
+        f.start(done)
+        saved = (self.f, self.ctx, self.env, self.arrays)
+        inner_caps = caps + [("s", s.var, "i64", None, "int64")]
+        self.enclosing.append(s)
+        try:
+            self._range_functions(loops, steps, rngs, inner_caps, saved)
+            self._stepped_function(s, step, outl, loops, steps, rngs, sty, fields, caps)
+        finally:
+            self.enclosing.pop()
+            self.f, self.ctx, self.env, self.arrays = saved
+
+    def _stepped_function(self, s, step, outl, loops, steps, rngs, sty, fields, caps) -> None:
+        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
+        vals = self._load_fields(f, sty, fields)
+        lo, hi, status, captured = vals[0], vals[1], vals[2], vals[5:]
+        bar = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 3", "bar")
+        tid, nth = self._team(f)
+        self.ctx, self.env, self.arrays = Ctx(True, status), {}, {}
+        for (what, name, _, _, extra), v in zip(caps, captured):
+            if what == "s":
+                self.env[name] = Val(v, extra)
+            elif what == "p":
+                self.arrays[name] = Arr(v, extra.dtype, list(extra.strides), extra.writable)
+            else:
+                self.arrays[name].strides[extra] = v
+        self._spin_barrier()
+
+        def one_step(t):
+            self.env[s.var] = Val(t, "int64")
+            for x, xstep, rng in zip(loops, steps, rngs):
+                vs, ve = self._thread_block(f, self.index(x.lo).t, self.index(x.hi).t, xstep,
+                                            tid, nth, clamp=True)
+                args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, captured)]
+                args += [f"i64 {t}", f"ptr {status}"]
+                f.emit(f"call void {rng}({', '.join(args)})")
+                f.emit(f"call void {_BARRIER}(ptr {bar}, i64 {nth})")
+        self.counted_loop(s.var, lo, hi, step, one_step)
+        f.emit("ret void")
+        self.m.funcs.append(f.text())
+
+    def _spin_barrier(self) -> None:
+        """Defines the module's ``tp.spin_barrier(ptr count, i64 team)`` once
+        (:mod:`codegen.regions`): the generation is read, the count
+        incremented; the last thread to arrive resets the count and advances
+        the generation (release), the others poll it (acquire), with the
+        pause hint for :data:`SPIN_LIMIT` polls, then yielding the core."""
+        if getattr(self, "_barrier_defined", False):
+            return
+        self._barrier_defined = True
+        m = self.m
+        x86 = m.host.triple.startswith(("x86_64", "i386", "i686"))
+        if x86:
+            m.declare("llvm.x86.sse2.pause", "void", [])
+        m.declare("sched_yield", "i32", [])
+        hint = "  call void @llvm.x86.sse2.pause()\n" if x86 else ""
+        m.funcs.append(
+            f"define internal void {_BARRIER}(ptr %count, i64 %team) #0 {{\n"
+            "entry:\n"
+            "  %genp = getelementptr inbounds i64, ptr %count, i64 1\n"
+            "  %gen = load atomic i64, ptr %genp acquire, align 8\n"
+            "  %before = atomicrmw add ptr %count, i64 1 acq_rel, align 8\n"
+            "  %others = sub i64 %team, 1\n"
+            "  %last = icmp eq i64 %before, %others\n"
+            "  br i1 %last, label %release, label %poll\n"
+            "release:\n"
+            "  store atomic i64 0, ptr %count monotonic, align 8\n"
+            "  %next = add i64 %gen, 1\n"
+            "  store atomic i64 %next, ptr %genp release, align 8\n"
+            "  ret void\n"
+            "poll:\n"
+            "  %n = phi i64 [ 0, %entry ], [ %n1, %pause ], [ %n1, %yield ]\n"
+            "  %now = load atomic i64, ptr %genp acquire, align 8\n"
+            "  %same = icmp eq i64 %now, %gen\n"
+            "  br i1 %same, label %wait, label %done\n"
+            "wait:\n"
+            "  %n1 = add i64 %n, 1\n"
+            f"  %spin = icmp ult i64 %n, {SPIN_LIMIT}\n"
+            "  br i1 %spin, label %pause, label %yield\n"
+            "pause:\n"
+            f"{hint}"
+            "  br label %poll\n"
+            "yield:\n"
+            "  %y = call i32 @sched_yield()\n"
+            "  br label %poll\n"
+            "done:\n"
+            "  ret void\n"
+            "}")
 
     # ------------------------------------------------------------- the pieces
     def _outlined_names(self, loops: int):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from .. import ir, isplit, jam, loops, ordered, pipeline, regblock, simplify, vectorize
+from .. import ir, isplit, jam, loops, ordered, pipeline, regblock, regions, simplify, vectorize
 from ..ir import ELSIZE, expr_key
 from .expr import ExprLowering, VecState
 from .lower import (BITS, IDENT, LLT, MEMT, STACK_LIMIT, Arr, CannotWiden, Ctx, Func, Val, host,
@@ -221,6 +221,8 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
             return self.reduction_loop(s, step)          # codegen.llvm.reduce
         if s.kind == "parallel" and not self.ctx.parallel:
             return self.parallel_loop(s, step)
+        if not self.ctx.parallel and regions.stepped_loops(s):   # codegen.regions
+            return self.stepped_region(s, regions.stepped_loops(s))
         if s.kind == "vector" and s.attrs.get("dot"):
             return self.dot_loop(s)                      # codegen.llvm.dot
         if s.kind == "vector":
