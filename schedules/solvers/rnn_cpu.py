@@ -90,7 +90,8 @@ def _projection_kernel(M, R, I, target):
     ``xp`` accumulates in a local tile.  ``M``: the rows padded to whole
     vectors (:func:`schedules.blocks.rnn_cells.projection_columns`): a tail
     of a few columns would accumulate through memory, a scalar chain per
-    nonzero (4 of 100 columns took 4/5 of the time)."""
+    nonzero (4 of 100 columns took 4/5 of the time).  The rows in parallel,
+    the initial zeros and the sums alike."""
     def build():
         f = tp.Function("rnn_csr_projection", params={"M": M, "R": R, "I": I, "NNZ": None})
         r, m = f.var("r", 0, "R"), f.var("m", 0, "M")
@@ -106,6 +107,7 @@ def _projection_kernel(M, R, I, target):
         xp.update.vectorize("m", lanes)
         xp.update.accumulate_locally("nz", allow_reassociation=True)
         xp.parallelize("r")
+        xp.update.parallelize("r")          # its own nest: without this it ran on one core
         return f
     return kernel(("rnn_csr_projection", M, R, I), build, target)
 
