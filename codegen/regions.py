@@ -35,10 +35,18 @@ def plain_parallel(s) -> bool:
             and not (sched and (sched[0] != "static" or sched[1])))
 
 
+def _reads_memory(*exprs) -> bool:
+    return any(isinstance(n, ir.Load) for e in exprs for n in ir.walk_exprs(e))
+
+
 def stepped_loops(s) -> list | None:
     """The plain parallel loops that make up the whole body of the serial
-    loop ``s`` (a stepped region), or None."""
-    if not (isinstance(s, ir.For) and s.kind == "serial"):
+    loop ``s`` (a stepped region), or None.  No bound may read memory: the
+    loops' own stores could change it while another thread of the team
+    still reads it (each thread evaluates the bounds)."""
+    if not (isinstance(s, ir.For) and s.kind == "serial") or _reads_memory(s.lo, s.hi):
         return None
     body = s.body.stmts if isinstance(s.body, ir.Block) else [s.body]
-    return list(body) if body and all(plain_parallel(b) for b in body) else None
+    if not body or not all(plain_parallel(b) and not _reads_memory(b.lo, b.hi) for b in body):
+        return None
+    return list(body)

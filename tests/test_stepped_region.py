@@ -86,3 +86,26 @@ def test_team_sizes(backend, threads):
     done = subprocess.run([sys.executable, "-c", _CHILD.format(root=ROOT, target=backend)],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_bounds_that_read_memory_keep_a_region_per_step(backend):
+    """An inner bound read from an array (which the team's stores could
+    change while another thread still reads it) is not a stepped region."""
+    f = tp.Function("counts", params={"T": 4, "N": 16})
+    t = f.var("t", 0, "T")
+    cnt = f.input("cnt", ("T",), tp.int32)
+    i = f.var("i", 0, cnt[t])
+    A = f.buffer("A", ("N",), tp.float64, output=True)
+    with f.nest(t):
+        s = f.computation("s", [t, i], A[i] + 1.0).store_in(A, [i])
+    s.parallelize("i")
+    kern = f.compile(target=backend)
+    got = kern(cnt=np.array([3, 16, 0, 5], np.int32), A=np.zeros(16))
+    want = np.zeros(16)
+    for c in (3, 16, 0, 5):
+        want[:c] += 1
+    np.testing.assert_array_equal(got, want)
+    if backend == "llvm":
+        assert "tp.spin_barrier" not in emit_llvm(kern.lowered)
+    else:
+        assert "one region" not in kern.source
