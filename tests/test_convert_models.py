@@ -297,11 +297,12 @@ def test_small_batch_gemm_runs_one_pass_solvers():
     from schedules.registry import SOLVERS
     rng = np.random.default_rng(2)
     w = rng.standard_normal((37, 300), dtype=np.float32)
-    for n in (1, 3, 8, 9):
+    from schedules.solvers.gemm_rows import max_rows_t
+    for n in (1, 3, 8, 9, max_rows_t(), max_rows_t() + 1):
         a = rng.standard_normal((n, 300), dtype=np.float32)
         p, args = GemmProblem.from_call("gemm", a, w.T, None, None)
         chosen = find.find(p, SOLVERS["gemm"], args, call="gemm").name
-        assert p.trans_b and chosen == ("rows_t" if n <= 8 else "blis")
+        assert p.trans_b and chosen == ("rows_t" if n <= max_rows_t() else "blis")
         np.testing.assert_allclose(schedules.gemm(a, w.T), a @ w.T, rtol=1e-4, atol=1e-4)
     for n, expect in ((2, "rows"), (9, "blis")):     # b as stored: one pass in order, or BLIS
         a = rng.standard_normal((n, 300), dtype=np.float32)
@@ -329,3 +330,21 @@ def test_float64_gradcheck_of_converted_blocks(mode):
         ours(x).sum().backward()
         for p, q in zip(block.parameters(), ours.parameters()):
             torch.testing.assert_close(q.grad, p.grad, atol=1e-8, rtol=1e-7)
+
+
+def test_rows_t_in_chunks_of_k():
+    """A product whose rows of A do not fit half of L2 runs rows_t over K in
+    chunks (B's rows parallel in each): the same product."""
+    from schedules.solvers import gemm_rows
+    rng = np.random.default_rng(4)
+    n, m, k = 5, 19, 700
+    a = rng.standard_normal((n, k), dtype=np.float32)
+    b = rng.standard_normal((m, k), dtype=np.float32)
+    assert gemm_rows.chunk(n, k) == k                 # fits: one pass
+    kern = gemm_rows.function(n, m, k, lanes=16)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gemm_rows, "chunk", lambda n_, k_, lanes=None: 64)
+        chunked = gemm_rows.function(n, m, k, lanes=16)
+    assert "C_update.reorder(kc, j, k0, i, k1)" in chunked.schedule_commands()
+    for f in (kern, chunked):
+        np.testing.assert_allclose(f.compile()(A=a, B=b), a @ b.T, rtol=1e-4, atol=1e-4)

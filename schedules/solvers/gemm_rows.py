@@ -17,8 +17,9 @@ unrolled, the rows of B parallel.
 Numerics ``"rows_t"``: the lanes sum apart and are reduced at the end, which
 rounds differently from the BLIS blocks, so it is its own arithmetic; the
 registry lists it first and it applies by shape alone (``trans_b``, at most
-:data:`MAX_ROWS` rows, A in half of L2: :func:`fits`), so which of the two
-computes a product never depends on a timing.  ``rows`` adds the products
+:func:`max_rows_t` rows: :func:`fits`; K in chunks where A would not fit
+half of L2, by shape and host too), so which of the two computes a product
+never depends on a timing.  ``rows`` adds the products
 to each C element one by one in K's order (its own ``"rows"`` numerics,
 chosen by shape the same way).
 """
@@ -33,12 +34,32 @@ from ..host import host
 MAX_ROWS = 8
 
 
+def max_rows_t() -> int:
+    """The rows of A ``rows_t`` takes: one accumulator vector each, half of
+    the host's vector registers (16 with AVX-512's 32, 8 with AVX2's 16)."""
+    return max(MAX_ROWS, min(16, host().vector_registers // 2))
+
+
+def chunk(n, k, lanes=None) -> int:
+    """The K steps of ``rows_t`` a pass over B's rows covers: all of K when
+    the ``n`` rows of A fit half of L2, else the most (whole vectors) that
+    do, so that A is read from L2 for every row of B (a 16-row product with
+    K = 25088: A alone is 1.6 MB)."""
+    lanes = lanes or host().lanes(4)
+    room = host().l2 // 2 // (4 * max(1, n))
+    return k if room >= k else max(lanes, room // lanes * lanes)
+
+
 def fits(p) -> bool:
     """A GEMM (not empty, unbatched, with the host's tiles) of at most
     :data:`MAX_ROWS` rows of A (accumulators in registers), all of A in half
-    of L2 (it is read again for every row or block of B)."""
-    return (p.batch is None and p.params is None and 1 <= p.n <= MAX_ROWS
-            and min(p.m, p.k) >= 1 and p.n * p.k * 4 <= host().l2 // 2)
+    of L2 (it is read again for every row or block of B); with B transposed
+    (``rows_t``) up to :func:`max_rows_t` rows and any K (:func:`chunk`)."""
+    if not (p.batch is None and p.params is None and min(p.m, p.k) >= 1 and p.n >= 1):
+        return False
+    if p.trans_b:
+        return p.n <= max_rows_t()
+    return p.n <= MAX_ROWS and p.n * p.k * 4 <= host().l2 // 2
 
 
 def _product(name, n, m, k, b_transposed):
@@ -55,12 +76,21 @@ def _product(name, n, m, k, b_transposed):
 
 
 def function(n, m, k, lanes=None):
-    """``C = A @ B^T`` for ``A`` ``n x k`` and ``B`` stored ``m x k``."""
+    """``C = A @ B^T`` for ``A`` ``n x k`` and ``B`` stored ``m x k``; K in
+    chunks (:func:`chunk`) when A does not fit half of L2: the chunks one
+    after the other, B's rows parallel in each (one region:
+    :mod:`codegen.regions`), each row's sums added to C once a chunk."""
     lanes = lanes or host().lanes(4)
     f, C = _product("gemm_dot", n, m, k, True)
     u = C.update
-    u.split("k", lanes, names=("k0", "k1"))
-    u.reorder("j", "k0", "i", "k1")
+    kc = chunk(n, k, lanes)
+    if kc < k:
+        u.split("k", kc, names=("kc", "kr"))
+        u.split("kr", lanes, names=("k0", "k1"))
+        u.reorder("kc", "j", "k0", "i", "k1")
+    else:
+        u.split("k", lanes, names=("k0", "k1"))
+        u.reorder("j", "k0", "i", "k1")
     u.unroll("i", n)
     u.vectorize("k1", lanes)
     u.accumulate_locally("k0", allow_reassociation=True)
@@ -97,8 +127,10 @@ class _OnePass(Solver):
             return f"needs float32 (got {p.dtype})"
         if why is True and not (p.trans_b == self.transposed and fits(p)):
             layout = "transposed (weight.t())" if self.transposed else "as stored"
-            return (f"needs b {layout}, at most {MAX_ROWS} rows of a, a in half of L2, no "
-                    f"params (got trans_b={p.trans_b}, {p.n} x {p.k})")
+            rows = (f"at most {max_rows_t()} rows of a" if self.transposed
+                    else f"at most {MAX_ROWS} rows of a, a in half of L2")
+            return (f"needs b {layout}, {rows}, no params (got trans_b={p.trans_b}, "
+                    f"{p.n} x {p.k})")
         return why
 
     def build(self, p, params):
