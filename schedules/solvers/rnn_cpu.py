@@ -220,7 +220,10 @@ def _forward(W, x, h0, c0, schedule, target, train=None, values=None):
 
 class _Cpu(Solver):
     """A CPU solver of ``op`` ("lstm" or "gru"): :func:`_forward` with the
-    schedule ``name``; the results of the input's kind."""
+    schedule ``name``; the results of the input's kind.  Version 2: the
+    layer-major steps became one parallel region (codegen.regions) and the
+    sparse product windows, which changed which schedule is fastest."""
+    version = 2
 
     def __init__(self, op):
         self.op = op
