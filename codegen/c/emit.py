@@ -289,14 +289,18 @@ class CPrinter(WidenMixin, DotMixin):
         self.omp, self.in_parallel = saved
         self.out(ind, "}")
 
+    def for_header(self, s: ir.For, step: int) -> str:
+        """``for (int64_t v = lo; v < hi; v++) {`` of the loop ``s``."""
+        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
+        return (f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
+                f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+
     def worksharing_loop(self, s: ir.For, ind: int, pragma: str) -> None:
         """``s`` as an ``omp for`` (``pragma``) inside a parallel region."""
         check_name(s.var, "loop")
         step = ir.check_loop(s, "C backend")
-        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
         self.out(ind, pragma + omp_schedule_clause(s))
-        self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                      f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        self.out(ind, self.for_header(s, step))
         self.loop_depth += 1
         self.body(s.body, ind + 1)
         self.loop_depth -= 1
@@ -356,9 +360,7 @@ class CPrinter(WidenMixin, DotMixin):
         self.out(ind + 1, "{")
         saved = (self.omp, self.in_parallel)
         self.omp, self.in_parallel = "parallel", True
-        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
-        self.out(ind + 2, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                          f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        self.out(ind + 2, self.for_header(s, step))
         self.loop_depth += 1
         for x in loops:
             self.worksharing_loop(x, ind + 3, "#pragma omp for nowait")
@@ -372,8 +374,8 @@ class CPrinter(WidenMixin, DotMixin):
     def loop(self, s: ir.For, ind: int) -> None:
         check_name(s.var, "loop")
         step = ir.check_loop(s, "C backend")
-        if self.omp is None and not self.in_parallel and regions.stepped_loops(s):
-            return self.stepped_region(s, regions.stepped_loops(s), ind)
+        if self.omp is None and not self.in_parallel and (inner := regions.stepped_loops(s)):
+            return self.stepped_region(s, inner, ind)
         if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
             return
         saved = (self.omp, self.in_parallel)
@@ -404,9 +406,7 @@ class CPrinter(WidenMixin, DotMixin):
                 self.omp = "simd"
         elif s.kind == "unrolled":
             self.out(ind, f"#pragma GCC unroll {int(s.attrs.get('unroll', 8))}")
-        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
-        self.out(ind, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                      f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        self.out(ind, self.for_header(s, step))
         for line in aliases:          # views of the privatised reduction copies
             self.out(ind + 1, line)
         self.loop_depth += 1
@@ -465,15 +465,13 @@ class CPrinter(WidenMixin, DotMixin):
                for i in body.index for n in ir.walk_exprs(i)):
             return False
         step = int(s.step)
-        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
         dt = body.value.dtype
         target = self.access(body.array, body.index)
         acc = f"tp_acc_{s.var}"
         self.out(ind, "{")
         self.out(ind + 1, f"{CTYPES[dt]} {acc} = {target};")
         self.out(ind + 1, f"#pragma omp {pragma} reduction({_omp_op(body.value.op, dt, self)}: {acc})")
-        self.out(ind + 1, f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < "
-                          f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
+        self.out(ind + 1, self.for_header(s, step))
         update = ir.Binary(body.value.op, ir.Var(acc, dt), body.value.b, dt)
         saved = (self.omp, self.in_parallel)
         self.omp = "simd" if pragma == "simd" else "parallel"

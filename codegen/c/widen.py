@@ -269,8 +269,7 @@ class WidenMixin:
     def wloop(self, s: ir.For, ind: int) -> None:
         wd = self.wide
         step = int(s.step)
-        inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
-        head = (f"for (int64_t {s.var} = {self.expr(s.lo)}; {s.var} < {self.wrap(s.hi, 61)}; {inc}) {{")
+        head = self.for_header(s, step)
         accs = [(a, ix) for a, ix in wd.plan.promote.get(id(s), ())]
         if not accs:
             self.out(ind, head)

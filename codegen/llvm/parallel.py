@@ -136,14 +136,8 @@ class ParallelLowering:
         lo, hi, status, captured = vals[0], vals[1], vals[2], vals[5:]
         bar = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 3", "bar")
         tid, nth = self._team(f)
-        self.ctx, self.env, self.arrays = Ctx(True, status), {}, {}
-        for (what, name, _, _, extra), v in zip(caps, captured):
-            if what == "s":
-                self.env[name] = Val(v, extra)
-            elif what == "p":
-                self.arrays[name] = Arr(v, extra.dtype, list(extra.strides), extra.writable)
-            else:
-                self.arrays[name].strides[extra] = v
+        self.ctx = Ctx(True, status)
+        self.env, self.arrays = self._bound(caps, captured)
         self._spin_barrier()
 
         def one_step(t):
@@ -227,6 +221,20 @@ class ParallelLowering:
             caps += [("i", name, "i64", st, d) for d, st in enumerate(a.strides) if not isinstance(st, int)]
         return caps
 
+    @staticmethod
+    def _bound(caps, values):
+        """``(env, arrays)`` of the captures ``caps`` (:meth:`_captures`) under
+        the SSA names ``values`` in an outlined function."""
+        env, arrays = {}, {}
+        for (what, name, _, _, extra), v in zip(caps, values):
+            if what == "s":
+                env[name] = Val(v, extra)
+            elif what == "p":
+                arrays[name] = Arr(v, extra.dtype, list(extra.strides), extra.writable)
+            else:
+                arrays[name].strides[extra] = v
+        return env, arrays
+
     def _context(self, fields):
         """The context struct's type, and a stack copy of ``fields`` in it."""
         f = self.f
@@ -238,18 +246,10 @@ class ParallelLowering:
         return sty, buf
 
     def _range_function(self, s, step, rng, caps, red) -> None:
-        params, env, arrays = ["i64 %vs", "i64 %ve"], {}, {}
-        for j, (what, name, t, _, extra) in enumerate(caps):
-            p = f"%c{j}.{name_hint(name)}"
-            if what == "s":
-                params.append(f"{t} {p}")
-                env[name] = Val(p, extra)
-            elif what == "p":
-                params.append(f"ptr noalias {p}")
-                arrays[name] = Arr(p, extra.dtype, list(extra.strides), extra.writable)
-            else:
-                params.append(f"i64 {p}")
-                arrays[name].strides[extra] = p
+        names = [f"%c{j}.{name_hint(c[1])}" for j, c in enumerate(caps)]
+        params = ["i64 %vs", "i64 %ve"] + [
+            f"ptr noalias {p}" if c[0] == "p" else f"{c[2]} {p}" for c, p in zip(caps, names)]
+        env, arrays = self._bound(caps, names)
         params.append("ptr %status")
         rparams = [f"%r{j}" for j in range(len(red.range_types))] if red else []
         params += [f"{t} {p}" for t, p in zip(red.range_types, rparams)] if red else []

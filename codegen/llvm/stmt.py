@@ -221,8 +221,8 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
             return self.reduction_loop(s, step)          # codegen.llvm.reduce
         if s.kind == "parallel" and not self.ctx.parallel:
             return self.parallel_loop(s, step)
-        if not self.ctx.parallel and regions.stepped_loops(s):   # codegen.regions
-            return self.stepped_region(s, regions.stepped_loops(s))
+        if not self.ctx.parallel and (inner := regions.stepped_loops(s)):   # codegen.regions
+            return self.stepped_region(s, inner)
         if s.kind == "vector" and s.attrs.get("dot"):
             return self.dot_loop(s)                      # codegen.llvm.dot
         if s.kind == "vector":

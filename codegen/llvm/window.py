@@ -43,8 +43,9 @@ def _window_term(e) -> bool:
     """``d % c`` with a constant ``0 < c <= WINDOW`` (the index within the window)."""
     if isinstance(e, ir.Cast) and ir.is_int(e.dtype):
         e = e.a
-    return isinstance(e, ir.Binary) and ir.is_int(e.dtype) and (e.op == "floormod" or e.op == "mod" and e.a.dtype.startswith("uint")) \
-        and isinstance(e.b, ir.Const) and isinstance(e.b.value, int) \
+    in_range = isinstance(e, ir.Binary) and ir.is_int(e.dtype) and (
+        e.op == "floormod" or e.op == "mod" and e.a.dtype.startswith("uint"))
+    return in_range and isinstance(e.b, ir.Const) and isinstance(e.b.value, int) \
         and not isinstance(e.b.value, bool) and 0 < e.b.value <= WINDOW
 
 
@@ -77,15 +78,14 @@ def window_load(low, a, index, idx):
     extent = a.strides[-2]                    # the row's length (row-major strides)
     at = low.addr(a, list(idx[:-1]) + [base], False)
     # the window's lanes inside the row, as bits: [max(0, -x), min(32, extent - x))
-    x, lo, hi = base.t, "lo", "hi"
-    neg = f.op(f"sub i64 0, {x}")
-    lo = f.op(f"call i64 @llvm.smin.i64(i64 {f.op(f'call i64 @llvm.smax.i64(i64 {neg}, i64 0)')}, "
-              f"i64 {WINDOW})", "wlo")
-    room = f.op(f"sub i64 {extent}, {x}")
-    hi = f.op(f"call i64 @llvm.smin.i64(i64 {f.op(f'call i64 @llvm.smax.i64(i64 {room}, i64 0)')}, "
-              f"i64 {WINDOW})", "whi")
     m.declare("llvm.smin.i64", "i64", ["i64", "i64"])
     m.declare("llvm.smax.i64", "i64", ["i64", "i64"])
+
+    def clamped(v, name):                     # v clamped to [0, WINDOW]
+        v = f.op(f"call i64 @llvm.smax.i64(i64 {v}, i64 0)")
+        return f.op(f"call i64 @llvm.smin.i64(i64 {v}, i64 {WINDOW})", name)
+    lo = clamped(f.op(f"sub i64 0, {base.t}"), "wlo")
+    hi = clamped(f.op(f"sub i64 {extent}, {base.t}"), "whi")
     below = f.op(f"sub i64 {f.op(f'shl i64 1, {hi}')}, 1")
     under = f.op(f"sub i64 {f.op(f'shl i64 1, {lo}')}, 1")
     bits = f.op(f"and i64 {below}, {f.op(f'xor i64 {under}, -1')}", "wbits")

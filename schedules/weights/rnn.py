@@ -296,23 +296,21 @@ class RNNWeights:
                     bi=np.stack(bi), bh=np.stack(bh))
 
     def _pack_csr(self, blk):
-        out = []
-        for l, (wih, whh, _, _) in enumerate(self.layers):
-            out.append(dict(wi=self._csr_packed(wih, blk.hb),
-                            wh=self._csr_packed(whh, blk.hb, group=blk.lanes),
-                            **self._biases(l, blk.hb)))
-        return out
+        return self._pack_sparse(blk, lambda whh: self._csr_packed(whh, blk.hb, group=blk.lanes))
 
     def _pack_window(self, blk):
         """As :meth:`_pack_csr`, with ``w_hh`` in windows
         (:mod:`schedules.weights.window`: the product's AVX-512 layout)."""
-        out = []
-        for l, (wih, whh, _, _) in enumerate(self.layers):
+        def recurrent(whh):
             rowptr, colidx, values = self._csr_packed(whh, blk.hb)
-            out.append(dict(wi=self._csr_packed(wih, blk.hb),
-                            wh=windowed(rowptr, colidx, values, len(rowptr) - 1, self.hidden),
-                            **self._biases(l, blk.hb)))
-        return out
+            return windowed(rowptr, colidx, values, len(rowptr) - 1, self.hidden)
+        return self._pack_sparse(blk, recurrent)
+
+    def _pack_sparse(self, blk, recurrent):
+        """Per layer: ``w_ih`` in CSR over the packed rows, ``recurrent(w_hh)``
+        and the biases."""
+        return [dict(wi=self._csr_packed(wih, blk.hb), wh=recurrent(whh), **self._biases(l, blk.hb))
+                for l, (wih, whh, _, _) in enumerate(self.layers)]
 
     def _csr_packed(self, m, hb, group=1):
         """CSR with its rows in the packed order ``(jb * G + g) * HB + j``

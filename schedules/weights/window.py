@@ -52,11 +52,11 @@ def windowed(rowptr, colidx, values, rows: int, cols: int):
     wptr = np.zeros(nblocks + 1, np.int64)
     np.cumsum(slots, out=wptr[1:])
     total = int(wptr[-1])
+    if total >= 2 ** 31:
+        raise ValueError(f"windowed: {total} slots exceed int32 offsets")
     wval = np.zeros(total * SLICE, np.float32)
     widx = np.zeros(total * SLICE, np.uint8)
     at = (wptr[block[order]] + rank) * SLICE + lane[order]
     wval[at] = vals[order]
     widx[at] = (cols_of[order] % WINDOW).astype(np.uint8)
-    if total >= 2 ** 31:
-        raise ValueError(f"windowed: {total} slots exceed int32 offsets")
     return wptr.astype(np.int32), wval, widx
