@@ -92,6 +92,34 @@ def test_dot_gemm_kernel_with_and_without_the_instruction(backend, dtype, monkey
         close_to_fp32(y, a, b)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "llvm"])
+def test_dot_gemm_float32_io_rounds_a_and_keeps_the_sums(backend, monkeypatch):
+    """float32_io (a recurrent layer's input projection): float32 A rounded
+    to bfloat16 by the kernel (to nearest even: a tie and a NaN in A), the
+    float32 sums returned unrounded; with and without vdpbf16ps."""
+    a = RNG.standard_normal((7, 21)).astype(np.float32)
+    a[0, 0] = np.float32(1 + 2 ** -8)           # a tie: rounds to 1.0 (even)
+    a[0, 1] = np.float32(1 + 3 * 2 ** -8)       # a tie: rounds up to 1 + 2^-6
+    a[6, 20] = np.nan                           # row 6's sums NaN, the others not
+    b = torch.from_numpy(RNG.standard_normal((21, 35)).astype(np.float32)).bfloat16()
+    rounded = torch.from_numpy(a).bfloat16()
+    assert rounded[0, 0] == 1 and rounded[0, 1] == 1 + 2 ** -6
+    ref = (rounded.double() @ b.double()).numpy()
+    outs = [dot_gemm.function(7, 35, 21, "bfloat16", float32_io=True).compile(backend)(a, b)]
+    monkeypatch.setenv(target.ENV, "avx512_bf16=0")
+    plain = dot_gemm.function(7, 35, 21, "bfloat16", float32_io=True).compile(backend)
+    assert "dpbf16" not in plain.source
+    outs.append(plain(a, b))
+    for out in outs:
+        out = np.asarray(out)
+        assert out.dtype == np.float32 and out.shape == (7, 35)
+        assert np.isnan(out[6]).all() and not np.isnan(out[:6]).any()
+        # float32 sums of exact products: a few float32 roundings, not bf16's
+        np.testing.assert_allclose(out[:6], ref[:6], rtol=1e-5, atol=1e-5 * np.abs(ref[:6]).max())
+    with pytest.raises(ValueError, match="float32_io"):
+        dot_gemm.function(2, 2, 4, "int8", float32_io=True)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
 def test_dot_gemm_blocks_with_remainders(dtype):
     """Small tiles on odd sizes: several column panels, row blocks and

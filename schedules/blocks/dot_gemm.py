@@ -45,18 +45,30 @@ PAIR = {"bfloat16": 2, "float16": 2, "int8": 4}
 LANES = 16           # float32/int32 lanes of a 512-bit vector; the vector loop's width
 
 
-def function(n, m, k, dtype, batch=None, mr=None, nv=None, kc=None, mc=None, nc=None):
+def function(n, m, k, dtype, batch=None, mr=None, nv=None, kc=None, mc=None, nc=None,
+             float32_io=False):
     """The scheduled Function of ``(n x k) @ (k x m)`` in ``dtype``
     ("bfloat16", "float16" or "int8"; ``batch``: that many products); the
-    tile sizes default to :func:`tiles`."""
+    tile sizes default to :func:`tiles`.  ``float32_io`` (bfloat16 /
+    float16): A is float32, rounded to ``dtype`` (to nearest even) by the
+    kernel's first statement, and C is the float32 sums, not rounded (a
+    recurrent layer's input projection: :mod:`schedules.solvers.rnn_cpu`)."""
     pair = PAIR[dtype]
     t = getattr(tp, dtype)
+    if float32_io and dtype == "int8":
+        raise ValueError("function: float32_io is for bfloat16 and float16")
     f = tp.Function(f"gemm_{dtype}" if batch is None else f"batched_gemm_{dtype}",
                     params={"N": n, "M": m, "K": k, **({} if batch is None else {"NB": batch})})
     i, j, kk = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
     outer = [] if batch is None else [f.var("b", 0, "NB")]
     lead = () if batch is None else ("NB",)
-    a = f.input("A", (*lead, "N", "K"), t)
+    a = f.input("A", (*lead, "N", "K"), tp.float32 if float32_io else t)
+    if float32_io:
+        # A's rows rounded once (O(n k)), in parallel, k in vectors
+        rounded = f.computation("A_rounded", [*outer, i, kk], tp.cast(a[(*outer, i, kk)], t))
+        rounded.vectorize(kk, LANES)
+        rounded.parallelize("b" if batch is not None else "i")
+        a = rounded
     b = f.input("B", (*lead, "K", "M"), t)
     rows = "b" if batch is not None else "i"
     if dtype == "int8":
@@ -72,7 +84,8 @@ def function(n, m, k, dtype, batch=None, mr=None, nv=None, kc=None, mc=None, nc=
         acc = f.computation("acc", [*outer, i, j], 0, dtype=tp.float32)
         acc[(*outer, i, j)] += tp.cast(a[(*outer, i, kk)], tp.float32) * \
             tp.cast(b[(*outer, kk, j)], tp.float32)
-        c = f.computation("C", [*outer, i, j], acc[(*outer, i, j)], dtype=t)
+        c = f.computation("C", [*outer, i, j], acc[(*outer, i, j)],
+                          dtype=tp.float32 if float32_io else t)
         c.vectorize(j, LANES)          # the O(n^2) pass: rows in parallel, columns in vectors
         c.parallelize(rows)
         packed = b

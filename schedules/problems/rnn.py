@@ -25,7 +25,8 @@ class RnnProblem:
     ``target``; ``threads``: the OpenMP threads a CPU kernel will use (the
     wavefront's worth depends on it); ``dtype``: the weights' and input's
     ("float32", or "bfloat16" / "float16" on the CPU: the weights stored so,
-    float32 sums and states)."""
+    float32 sums and states; bfloat16's layer-major input projection takes
+    the layer's input rounded to bfloat16)."""
     op: str
     layers: int
     input_size: int

@@ -46,13 +46,14 @@ import numpy as np
 
 import tiramisu_py as tp
 
+from ..blocks import dot_gemm
 from ..blocks import rnn_cells as cells
 from ..blocks.blis import default_params
 from ..blocks.blis import kernel as gemm_kernel
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..host import host
-from ..weights.rnn import as_dtype, blocking, kernel_array, padded
+from ..weights.rnn import PAIRED, as_dtype, blocking, kernel_array, padded
 from ..weights.window import SLICE, WINDOW
 
 SCHEDULES = ("layer", "wavefront")
@@ -142,9 +143,17 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
         weights = dict(zip(names, p["wh"]))
     else:
         p = W.packed("layer", B, blk)[l]
-        a, wiT = seq.reshape(T * B, K), p["wiT"]          # the library GEMM's kernel
-        xp = gemm_kernel(T * B, wiT.shape[1], K, default_params(T * B, wiT.shape[1], K),
-                         target)(np.ascontiguousarray(a), wiT)
+        a, wiT = np.ascontiguousarray(seq.reshape(T * B, K)), p["wiT"]
+        if W.wdtype in PAIRED:
+            # the inputs rounded to the weights' type, a product of pairs
+            # (vdpbf16ps where the host has it), float32 sums
+            xp = _host(kernel(("rnn_projection", W.wdtype, T * B, wiT.shape[1], K),
+                              lambda: dot_gemm.function(T * B, wiT.shape[1], K, W.wdtype,
+                                                        float32_io=True),
+                              target)(a, kernel_array(wiT, W.wdtype)))
+        else:                                             # the library GEMM's kernel
+            xp = gemm_kernel(T * B, wiT.shape[1], K, default_params(T * B, wiT.shape[1], K),
+                             target)(a, wiT)
         weights = dict(w=kernel_array(p["w"], W.wdtype))
     kern = _layer_kernel(W.cell, T, B, H, H, blk, sparse, target, W.wdtype)
     args = dict(xp=xp if sparse else xp.reshape((T, B, -1)), h0=h0, bias=p["bias"],

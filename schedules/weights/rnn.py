@@ -73,6 +73,9 @@ def _check_csr(m, name):
 
 
 REDUCED = ("bfloat16", "float16")     # storage types of the weights (float32 sums)
+# the types whose input projection is a product of pairs (vdpbf16ps), its
+# inputs rounded to the type (schedules.solvers.rnn_cpu): kept so, not widened
+PAIRED = ("bfloat16",)
 
 
 def _numpy(x, name, dtypes=("float32",)):
@@ -280,8 +283,9 @@ class RNNWeights:
         out = []
         for l, (wih, whh, _, _) in enumerate(self.layers):
             wi = self._blocked(wih, blk.hb)                      # [NB, I, G, HB]
-            out.append(dict(wiT=to_float32(                         # the float32 GEMM's
-                wi.transpose(1, 0, 2, 3).reshape(wi.shape[1], -1), self.wdtype),   # [I, NB*G*HB]
+            wiT = np.ascontiguousarray(wi.transpose(1, 0, 2, 3).reshape(wi.shape[1], -1))
+            out.append(dict(                                        # [I, NB*G*HB]: the GEMM's
+                wiT=wiT if self.wdtype in PAIRED else to_float32(wiT, self.wdtype),
                 w=self._blocked(whh, blk.hb), **self._biases(l, blk.hb)))
         return out
 
