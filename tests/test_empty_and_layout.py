@@ -16,6 +16,7 @@ Inputs are random (``default_rng`` with fixed seeds); float32 tolerances
 ``rtol=atol=1e-4``."""
 import mmap
 import os
+import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
@@ -355,3 +356,26 @@ def test_read_only_numpy_view_of_a_torch_tensor_is_refused(matmul, tmp_path):
         matmul(rand(3, 4), rand(4, 5), C=view)
     with pytest.raises(ValueError, match="'C' is read-only"):
         matmul(torch.from_numpy(rand(3, 4)), torch.from_numpy(rand(4, 5)), C=t)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise(MADV_HUGEPAGE) is Linux's")
+def test_large_torch_outputs_are_advised_huge_pages():
+    """A kernel's torch output is allocated by torch and, from two whole
+    2 MiB pages on, advised for transparent huge pages before its first
+    touch (torch's allocator does not; NumPy does): the advice covers only
+    the whole pages inside the tensor, and nothing is advised for less."""
+    torch = pytest.importorskip("torch")
+    assert checks.advise_huge_pages(4096, 3 << 20) is False         # no two whole pages
+    big = np.empty(6 << 20, np.uint8)
+    assert checks.advise_huge_pages(big.ctypes.data, big.nbytes) is True
+    out = checks.torch_output((3, 1 << 20), torch.float32, zero=True)
+    assert out.dtype == torch.float32 and out.shape == (3, 1 << 20) and not out.any()
+    assert checks.torch_output((2, 5), torch.int32, zero=False).shape == (2, 5)
+    # through a kernel: a 16 MiB output of torch inputs is a fresh, right tensor
+    x = torch.arange(1 << 22, dtype=torch.float32)
+    f = tp.Function("twice", params={"N": 1 << 22})
+    i = f.var("i", 0, "N")
+    a = f.input("a", ("N",), tp.float32)
+    f.computation("y", [i], 2.0 * a[i]).vectorize("i", 16)
+    y = f.compile()(x)
+    assert isinstance(y, torch.Tensor) and torch.equal(y, 2 * x)

@@ -33,6 +33,7 @@ horizontal reductions, per-thread partials or private array copies).
 from __future__ import annotations
 
 import math
+import sys
 
 from .. import ir, isplit, jam, loops, ordered, pipeline, regblock, regions, simplify, vectorize
 from ..ir import ELSIZE, expr_key
@@ -44,6 +45,10 @@ from .parallel import ParallelLowering, plain_parallel
 from .promote import PromotionLowering
 from .reduce import ACC, ReductionLowering
 
+# large temporaries (see StmtLowering's allocation): 2 MiB aligned from 4 MiB
+# on and advised for transparent huge pages, on Linux (MADV_HUGEPAGE there)
+HUGE_PAGES = sys.platform.startswith("linux")
+HUGE_PAGE, HUGE_FROM, MADV_HUGEPAGE = 2 << 20, 4 << 20, 14
 _SCALAR_ATTR = {"bool": " zeroext", "int8": " signext", "uint8": " zeroext"}
 
 
@@ -513,14 +518,23 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
             n, ov = mul_checked(n, d)
             fail = f.op(f"or i1 {fail}, {ov}")
         n = f.op(f"select i1 {f.op(f'icmp eq i64 {n}, 0')}, i64 1, i64 {n}", "count")
-        # 64-byte aligned (a cache line, a full AVX-512 vector): aligned_alloc
-        # wants a size that is a multiple of the alignment
+        # 64-byte aligned (a cache line, a full AVX-512 vector); from 4 MiB on
+        # (as NumPy and the C backend do) 2 MiB aligned and advised for
+        # transparent huge pages (Linux): a large temporary, fresh from the
+        # system at every call, faults 2 MiB at a time, not 4 KiB.
+        # aligned_alloc wants a size that is a multiple of the alignment
         nbytes, ov = mul_checked(n, el)
         fail = f.op(f"or i1 {fail}, {ov}")
         fail = f.op(f"or i1 {fail}, {f.op(f'icmp ugt i64 {nbytes}, 4611686018427387904')}")
-        nbytes = f.op(f"and i64 {f.op(f'add i64 {nbytes}, 63')}, -64", "bytes")
+        huge = f.op(f"icmp uge i64 {nbytes}, {HUGE_FROM}", "huge") if HUGE_PAGES else None
+        align = f.op(f"select i1 {huge}, i64 {HUGE_PAGE}, i64 64", "align") if huge else "64"
+        if huge:
+            up = f.op(f"add i64 {nbytes}, {f.op(f'sub i64 {align}, 1')}")
+            nbytes = f.op(f"and i64 {up}, {f.op(f'sub i64 0, {align}')}", "bytes")
+        else:
+            nbytes = f.op(f"and i64 {f.op(f'add i64 {nbytes}, 63')}, -64", "bytes")
         m.declare("aligned_alloc", "noalias ptr", ["i64", "i64"])
-        call = f"call ptr @aligned_alloc(i64 64, i64 {nbytes})"
+        call = f"call ptr @aligned_alloc(i64 {align}, i64 {nbytes})"
         m.declare("free", "void", ["ptr"])
         go, bad, ok = f.label("alloc"), f.label("allocfail"), f.label("allocok")
         f.cbr(fail, bad, go)
@@ -538,6 +552,14 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
                 f.emit(f"call void @free(ptr {live})")
             f.emit("ret i32 1")
         f.start(ok)
+        if huge:
+            advise, done = f.label("advise"), f.label("advised")
+            f.cbr(huge, advise, done)
+            f.start(advise)
+            m.declare("madvise", "i32", ["ptr", "i64", "i32"])
+            f.emit(f"call i32 @madvise(ptr {p}, i64 {nbytes}, i32 {MADV_HUGEPAGE})")
+            f.br(done)
+            f.start(done)
         if s.zero_init:
             m.declare("llvm.memset.p0.i64", "void", ["ptr", "i8", "i64", "i1"])
             f.emit(f"call void @llvm.memset.p0.i64(ptr align 64 {p}, i8 0, i64 {nbytes}, i1 false)")

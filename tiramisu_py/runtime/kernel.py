@@ -19,7 +19,7 @@ import numpy as np
 from ..lang import affine
 from ..lang.affine import NonAffine
 from .device_arrays import refuse_lazy_view
-from .memory import check_monotone, memory_writable
+from .memory import check_monotone, memory_writable, torch_output
 from .shapes import eval_size, names_in, shape_text
 
 
@@ -265,7 +265,7 @@ class Kernel:
                 zero = b.name in self.zeroed_outputs
                 if use_torch:
                     import torch
-                    obj = (torch.zeros if zero else torch.empty)(shape, dtype=getattr(torch, b.dtype.name))
+                    obj = torch_output(shape, getattr(torch, b.dtype.name), zero)
                 else:
                     if b.dtype.np is None:
                         raise TypeError(f"{self.name}: output {b.name!r} is bfloat16, which NumPy "
