@@ -84,6 +84,9 @@ def _host(out):
     return out if isinstance(out, np.ndarray) else out.numpy()
 
 
+TILE = 8       # vectors of a row of the CSR projection kept in registers
+
+
 def _projection_kernel(M, R, I, target):
     """CSR input projection of all T * B rows at once (hoisted), transposed:
     ``xp[r, m] = sum_nz values[nz] * x[colidx[nz], m]`` over the packed rows
@@ -105,8 +108,17 @@ def _projection_kernel(M, R, I, target):
         xp[r, m].reduce("+", values[nz] * x[colidx[nz], m], loops=[r, nz, m])
         lanes = host().lanes(4)
         xp.vectorize("m", lanes)
-        xp.update.vectorize("m", lanes)
-        xp.update.accumulate_locally("nz", allow_reassociation=True)
+        # a tile of up to TILE vectors of the row in registers (unrolled)
+        # over the row's nonzeros; longer rows in chunks of it, outside nz
+        u = xp.update
+        u.split("m", lanes, names=("m0", "m1"))
+        vectors = M // lanes
+        tile = max(t for t in range(1, min(vectors, TILE) + 1) if vectors % t == 0)
+        u.split("m0", tile, names=("mc", "mu"))
+        u.reorder("r", "mc", "nz", "mu", "m1")
+        u.unroll("mu", tile)
+        u.vectorize("m1", lanes)
+        u.accumulate_locally("nz", allow_reassociation=True)
         xp.parallelize("r")
         xp.update.parallelize("r")          # its own nest: without this it ran on one core
         return f
