@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .core.prepared import prepared
+from .core.prepared import own, prepared
 
 ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6"}
 
@@ -91,8 +91,10 @@ def _made(arrays, eps):
     """The fold of the cache's read-only NumPy copies, as ordinary tensors
     (not inference tensors, whatever the mode of the call that made them)."""
     with torch.inference_mode(False):
-        return _Folded(_fold(*[None if a is None else torch.from_numpy(np.array(a))
-                               for a in arrays], eps))
+        folded = _Folded(_fold(*[None if a is None else torch.from_numpy(np.array(a))
+                                 for a in arrays], eps))
+    own(*folded)        # what the conv prepares from them: found by identity
+    return folded
 
 
 class _Folded(tuple):

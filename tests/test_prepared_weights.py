@@ -261,3 +261,80 @@ def test_from_dense_matches_nonzero(threshold):
     assert csr.rowptr.tolist() == [0] + np.cumsum(keep.sum(1)).tolist()
     assert csr.colidx.tolist() == cols.tolist()
     assert np.array_equal(csr.values, flat[rows, cols], equal_nan=True)
+
+
+# ------------------------------------------------------------------ dense conv weights
+def _conv_ref(x, w, b, pool=1, relu=False):
+    y = torch.nn.functional.conv2d(x, w, b, padding=1)
+    y = y.relu() if relu else y
+    return torch.nn.functional.max_pool2d(y, pool) if pool > 1 else y
+
+
+@pytest.mark.parametrize("op", ["conv2d", "conv_relu_maxpool"])
+def test_dense_conv_weight_packed_once_and_never_stale(op):
+    """spatial_pack and the fused block's direct solver take the NCHWc
+    packed weight made once per weight: an in-place change (through torch,
+    through ``.data``, through a NumPy view) is seen by the next call."""
+    x, w, b = torch.randn(2, 5, 6, 6), torch.randn(20, 5, 3, 3), torch.randn(20)
+    if op == "conv2d":
+        call = lambda: schedules.conv2d(x, w, b, padding=1, algo="spatial_pack")  # noqa: E731
+        ref = lambda: _conv_ref(x, w, b)                                          # noqa: E731
+    else:
+        call = lambda: schedules.conv_relu_maxpool(x, w, b, padding=1, pool=2,    # noqa: E731
+                                                   algo="direct")
+        ref = lambda: _conv_ref(x, w, b, pool=2, relu=True)                       # noqa: E731
+    y1, n1 = made("nchwc_weight", call)
+    y2, n2 = made("nchwc_weight", call)
+    assert (n1, n2) == (1, 0) and torch.equal(y1, y2)
+    torch.testing.assert_close(y1, ref(), rtol=1e-4, atol=1e-4)
+    for change in (lambda: w.mul_(0.5), lambda: w.data.add_(1.0),
+                   lambda: w.numpy().__setitem__((3, 2, 1, 1), 7.0)):
+        change()
+        y, n = made("nchwc_weight", call)
+        assert n == 1
+        torch.testing.assert_close(y, ref(), rtol=1e-4, atol=1e-4)
+
+
+def test_owned_sources_are_found_by_identity_and_never_reused_for_another():
+    """A value the cache made and registered (own) is found by identity: no
+    copy kept, no comparison; a new array owned at the same address later
+    is another source (its own entry), never the old one's."""
+    compared = []
+    real_same = P._same
+    try:
+        P._same = lambda v, c: compared.append(v.nbytes) or real_same(v, c)
+        for value in (1.0, 2.0, 3.0):
+            a = torch.full((64, 64), value)
+            P.own(a)
+            got, n = made("t_owned", lambda: P.prepared("t_owned", [a], lambda c: float(c[0][0, 0])))
+            again, m = made("t_owned", lambda: P.prepared("t_owned", [a], lambda c: -1.0))
+            assert (got, again, n, m) == (value, value, 1, 0)
+            a = None                # its address is free: the next one may get it
+        assert compared == []
+        b = torch.full((64, 64), 4.0)                  # not owned: compared with its copy
+        for _ in range(2):
+            P.prepared("t_owned", [b], lambda c: 0)
+        assert compared == [b.numel() * 4]
+    finally:
+        P._same = real_same
+
+
+def test_folded_batchnorm_conv_packs_each_fold_once_and_sees_changes():
+    """A converted Conv2d + BatchNorm2d + ReLU in eval mode: the fold is
+    compared with the module's tensors, the packed weight made from the
+    folded one (owned by the cache) is found by identity; a BatchNorm
+    statistic written through ``.data`` is seen, every time (the new folded
+    weight is a new source, even at the old one's address)."""
+    import schedules.nn
+    m = torch.nn.Sequential(torch.nn.Conv2d(4, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
+                            torch.nn.ReLU()).eval()
+    ours = schedules.nn.convert(__import__("copy").deepcopy(m)).eval()
+    x = torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        for step in range(4):
+            _, n = made("nchwc_weight", lambda: ours(x))
+            y, n2 = made("nchwc_weight", lambda: ours(x))
+            assert (n, n2) == (1, 0)
+            torch.testing.assert_close(y, m(x), rtol=1e-4, atol=1e-4)
+            for mod in (m, ours):
+                mod[1].running_mean.data.add_(0.25)

@@ -10,12 +10,19 @@ from ..host import host
 from ..problems.conv import ConvShape
 
 
-def conv_inputs(name, s: ConvShape, bias, dtype=tp.float32):
+def conv_inputs(name, s: ConvShape, bias, dtype=tp.float32, packed_vb=None):
     """``(f, data, weight, bias or None)``: a Function ``name`` with the
-    inputs of a convolution of shape ``s``, of ``dtype``."""
+    inputs of a convolution of shape ``s``, of ``dtype``.  ``packed_vb``:
+    the weight is given packed instead, ``w_packed[Co/VB][Ci][Kh][Kw][VB]``
+    (:func:`schedules.blocks.nchwc.pack_weight`, made once per weight by
+    the solver)."""
     f = tp.Function(name, params={})
     X = f.input("data", (s.n, s.ci, s.h, s.w), dtype)
-    Wt = f.input("weight", (s.co, s.ci // s.groups, s.kh, s.kw), dtype)
+    if packed_vb:
+        Wt = f.input("w_packed", (-(-s.co // packed_vb), s.ci // s.groups, s.kh, s.kw, packed_vb),
+                     dtype)
+    else:
+        Wt = f.input("weight", (s.co, s.ci // s.groups, s.kh, s.kw), dtype)
     B = f.input("bias", (s.co,), dtype) if bias else None
     return f, X, Wt, B
 

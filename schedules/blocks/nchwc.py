@@ -82,7 +82,9 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False, s
     stored in an image-sized buffer (one per thread when the image loop is
     parallel) instead of a full copy, for the caller to compute per image.
     ``source``, ``band``: as in :func:`packed_input` (a band is placed by
-    the caller too)."""
+    the caller too).  ``Wt``: the weight, or already packed (an input of
+    rank 5, ``w_packed`` of :func:`schedules.blocks.conv_common.conv_inputs`
+    with ``packed_vb=vb``: :func:`schedules.weights.conv.packed_weight`)."""
     if vb is None:
         vb = channel_block(s)
     cob = -(-s.co // vb)
@@ -90,11 +92,15 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False, s
     xpk, cb = packed_input(f, X, s, f.var("pn", 0, s.n), per_image, source, band)
     if not per_image and not band:
         xpk.parallelize("pn" if s.n >= host().cores else "icb")
-    # weights [Co/VB][Ci][Kh][Kw][VB]
-    wo_, wc, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
-                           (("wb", cob), ("wci", s.ci), ("wky", s.kh), ("wkx", s.kw), ("wv", vb)))
-    wpk = f.computation("w_packed", [wo_, wc, wy, wx, wv], Wt[wo_ * vb + wv, wc, wy, wx])
-    wpk.parallelize("wb" if cob >= 2 * host().cores else "wci")
+    # weights [Co/VB][Ci][Kh][Kw][VB]: given so, or packed here at every call
+    if len(Wt.shape) == 5:
+        wpk = Wt
+    else:
+        wo_, wc, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
+                               (("wb", cob), ("wci", s.ci), ("wky", s.kh), ("wkx", s.kw),
+                                ("wv", vb)))
+        wpk = f.computation("w_packed", [wo_, wc, wy, wx, wv], Wt[wo_ * vb + wv, wc, wy, wx])
+        wpk.parallelize("wb" if cob >= 2 * host().cores else "wci")
     # output [n][Co/VB][Ho][Wo][VB], XB columns x VB channels in registers
     n, ob = f.var("n", 0, s.n), f.var("ob", 0, cob)
     y, x, v = f.var("y", 0, s.ho), f.var("x", 0, s.wo), f.var("v", 0, vb)

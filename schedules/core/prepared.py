@@ -28,6 +28,15 @@ memory-bound (:data:`COMPARE_THREADS` threads read both), against packing
 them again on every call (the cost this cache removes).  Arrays on a GPU are not cached
 (prepared on every call).
 
+**The cache's own arrays.**  A prepared value that later calls pass back
+as a source (BatchNorm folded into a conv's weight, then packed for the
+conv's kernel: :mod:`schedules.fusion`) is registered by :func:`own`: no
+one else holds it, so while it is alive and unchanged in version the
+entries made from it are found by identity alone, with no copy kept and no
+comparison (the values it was made from are compared once, where it is
+made).  A registered array that dies frees its address for others: it is
+then an ordinary source again.
+
 **Memory.**  Least recently used entries are evicted while the entries hold
 more than ``LIMIT_BYTES`` (the copies plus the prepared forms as their
 ``nbytes`` reports them, a lazily packed form counted when it is made;
@@ -42,6 +51,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+import weakref
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
@@ -52,6 +62,8 @@ LIMIT_ENTRIES = 256
 PREPARATIONS: Counter = Counter()
 
 _entries: OrderedDict = OrderedDict()      # key -> (copies, value)
+_owned: dict = {}               # address, shape, strides, dtype -> (weakref, serial) of own()
+_serial = [0]
 _lock = threading.RLock()
 COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                              else (os.cpu_count() or 1)))
@@ -93,25 +105,55 @@ def prepared(kind, sources, make, extra=()):
     if any(v is False for v in views):
         PREPARATIONS[kind] += 1
         return make(list(sources))
-    key = (kind, extra, tuple(_identity(s, v) for s, v in zip(sources, views)))
+    # an owned source's serial number is part of its identity: another array
+    # owned later at the same address is another source
+    owned = [None if v is None else _owner(v) for v in views]
+    key = (kind, extra, tuple(_identity(s, v) + (o,) if o else _identity(s, v)
+                              for s, v, o in zip(sources, views, owned)))
     with _lock:
         entry = _entries.get(key)
         if entry is not None:
             copies, value = entry
-            if all(_same(v, c) for v, c in zip(views, copies)):
+            if all(o or _same(v, c) for v, c, o in zip(views, copies, owned)):
                 _entries.move_to_end(key)
                 return value
             del _entries[key]
     PREPARATIONS[kind] += 1
-    copies = [None if v is None else np.array(v, copy=True) for v in views]
+    # (an owned source is kept by its owner: the entry holds no copy of it)
+    copies = [None if v is None or o else np.array(v, copy=True) for v, o in zip(views, owned)]
     for c in copies:
         if c is not None:
             c.setflags(write=False)
-    value = make(copies)
+    value = make([v if o else c for v, c, o in zip(views, copies, owned)])
     with _lock:
         _entries[key] = (copies, value)
         _evict()
     return value
+
+
+def own(*arrays):
+    """Registers ``arrays`` (torch tensors or NumPy arrays of a prepared
+    value, held by no one but the cache's entry and its callers) as the
+    cache's own: sources found by identity alone (see the module's rule)."""
+    for a in arrays:
+        view = _host_view(a)
+        if view is None or view is False:
+            continue
+        k = _address(view)
+        _serial[0] += 1
+        ref = weakref.ref(a, lambda r, k=k: _owned.pop(k, None) if _owned.get(k, (None,))[0] is r
+                          else None)
+        _owned[k] = (ref, _serial[0])
+
+
+def _address(view):
+    return (view.__array_interface__["data"][0], view.shape, view.strides, view.dtype.str)
+
+
+def _owner(view):
+    """The serial number of the live owned array at ``view``'s address, or None."""
+    ref, serial = _owned.get(_address(view), (None, None))
+    return serial if ref is not None and ref() is not None else None
 
 
 def clear():

@@ -29,11 +29,12 @@ import tiramisu_py as tp
 
 from ..blocks.blis import blis, default_params
 from ..blocks.conv_common import by_group, conv_inputs, padded
-from ..blocks.nchwc import tiled_block
+from ..blocks.nchwc import channel_block, tiled_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..host import host
 from ..problems.conv import ConvShape
+from ..weights.conv import packed_weight
 
 
 # ------------------------------------------------------------------ direct
@@ -123,16 +124,21 @@ def im2col(s: ConvShape, bias=True):
 
 
 # ------------------------------------------------------------------ spatial pack
-def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=None):
+def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=None,
+                 packed=False):
     """NCHWc blocking (:mod:`schedules.blocks.nchwc`): ``vb`` output channels per
     register (a multiple of the SIMD lanes), ``xb`` output columns per
     register block, ``rows`` output rows per tile (computed blocked into an
     L2-sized buffer, then unpacked to NCHW), ``parallel``: the loop run in
     parallel, "n" (whole images per thread, each packing its own input) or
-    "c" (channels, inside each tile); defaults from the host."""
+    "c" (channels, inside each tile); defaults from the host.  ``packed``:
+    the kernel takes the weight packed (``w_packed``,
+    :func:`schedules.blocks.nchwc.pack_weight` with ``vb``) instead of
+    packing ``weight`` at every call."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")
-    f, X, Wt, B = conv_inputs("conv2d_spatial_pack", s, bias)
+    vb = vb or channel_block(s)
+    f, X, Wt, B = conv_inputs("conv2d_spatial_pack", s, bias, packed_vb=vb if packed else None)
     tiled_block(f, X, Wt, B, s, pool=1, relu=False, rows=rows, parallel=parallel, vb=vb, xb=xb)
     return f
 
@@ -154,6 +160,8 @@ class _Dense(Solver):
 
     def build(self, p, params):
         extra = {"dtype": p.dtype} if p.dtype != "float32" else {}
+        if self.name == "spatial_pack":
+            extra["packed"] = True
         return BUILDERS[self.name](p.shape, bias=p.bias, **params, **extra)
 
     def run(self, p, args, values=None):
@@ -168,6 +176,8 @@ class _Dense(Solver):
                    + ((p.dtype,) if p.dtype != "float32" else ()),
                    lambda: self.build(p, params), p.target)
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
+        if self.name == "spatial_pack":
+            return k(w_packed=packed_weight(args.w, params.get("vb") or channel_block(s)), **kw)
         if self.name == "im2col":       # the weight as the GEMM's Co x Ci*Kh*Kw matrix
             out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **kw)   # (-1 fails when Co = 0)
             return out.reshape(s.n, s.co, s.ho, s.wo)

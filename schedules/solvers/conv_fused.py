@@ -31,16 +31,17 @@ from __future__ import annotations
 
 from ..blocks import winograd
 from ..blocks.conv_common import by_group, conv_inputs
-from ..blocks.nchwc import tiled_block
+from ..blocks.nchwc import channel_block, tiled_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..problems.conv import ConvShape
+from ..weights.conv import packed_weight
 
 ALGOS = ("direct", "winograd")
 
 
 def function(s: ConvShape, pool=2, bias=True, rows=None, parallel=None, pack_per_image=None,
-             algo="direct", vb=None, tb=None, cc=None):
+             algo="direct", vb=None, tb=None, cc=None, packed=False):
     """The scheduled Function for ``maxpool(relu(conv(x) + bias), pool)``
     (non-overlapping ``pool x pool`` windows, floor mode).
 
@@ -48,7 +49,10 @@ def function(s: ConvShape, pool=2, bias=True, rows=None, parallel=None, pack_per
     "c"; ``pack_per_image``: pack the input per image instead of one
     full-size copy.  ``algo="winograd"``: ``vb`` output channels per SIMD
     block, ``tb`` tiles in registers, ``cc`` input channels per block (see
-    :func:`schedules.blocks.winograd.fused_block`).  Defaults come from the host."""
+    :func:`schedules.blocks.winograd.fused_block`).  Defaults come from the host.
+    ``packed`` (direct): the kernel takes the weight packed (``w_packed``,
+    :func:`schedules.blocks.nchwc.pack_weight` with the host's channel
+    block) instead of packing ``weight`` at every call."""
     if s.groups != 1:
         raise ValueError("conv_relu_maxpool: groups must be 1")
     if algo not in ALGOS:
@@ -58,7 +62,10 @@ def function(s: ConvShape, pool=2, bias=True, rows=None, parallel=None, pack_per
     other = [k for a, kw in own.items() if a != algo for k, v in kw.items() if v is not None]
     if other:
         raise ValueError(f"conv_relu_maxpool: {', '.join(other)} do not apply to algo {algo!r}")
-    f, X, Wt, B = conv_inputs("conv_relu_maxpool", s, bias)
+    if packed and algo != "direct":
+        raise ValueError("conv_relu_maxpool: packed applies to algo 'direct'")
+    f, X, Wt, B = conv_inputs("conv_relu_maxpool", s, bias,
+                              packed_vb=channel_block(s) if packed else None)
     if algo == "winograd":
         winograd.fused_block(f, X, Wt, B, s, pool, vb=vb, tb=tb, cc=cc)
     else:
@@ -73,7 +80,8 @@ class _Fused(Solver):
     weight = "dense"
 
     def build(self, p, params):
-        return function(p.shape, p.pool, bias=p.bias, algo=self.name, **params)
+        return function(p.shape, p.pool, bias=p.bias, algo=self.name, **params,
+                        packed=self.name == "direct")
 
     def run(self, p, args, values=None):
         return by_group(lambda q, a: self._run(q, a, values), p, args)
@@ -83,9 +91,11 @@ class _Fused(Solver):
         k = kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias)
                    + ((tuple(sorted(params.items())),) if params else ()),
                    lambda: self.build(p, params), p.target)
+        weight = ({"w_packed": packed_weight(args.w, channel_block(p.shape))}
+                  if self.name == "direct" else {"weight": args.w})
         if args.b is not None:
-            return k(data=args.x, weight=args.w, bias=args.b)
-        return k(data=args.x, weight=args.w)
+            return k(data=args.x, bias=args.b, **weight)
+        return k(data=args.x, **weight)
 
 
 class FusedDirect(_Fused):
