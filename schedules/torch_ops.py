@@ -35,11 +35,13 @@ Each op has a backward made of compiled kernels, themselves ops
 ``conv2d_grad_input``, ``conv2d_grad_weight``; ``conv_relu_maxpool_grad`` then the two conv
 ones; ``lstm``/``gru``: the forward recomputed keeping every layer's states, then
 backpropagation through time, :mod:`schedules.solvers.rnn_train`), float32 and float64.
-``conv2d_grad_input`` of a float32 stride-1 conv runs as the forward
-convolution of the output's gradient with the flipped, group-transposed
-weight (:func:`flipped_weight`), through the forward solvers and their find
-step, and ``conv2d_grad_weight`` of a float32 pointwise (1x1, stride 1, no
-padding, groups 1) conv as one GEMM per image (the input read transposed);
+``conv2d_grad_input`` of a float32 conv runs as the forward convolution of
+the output's gradient (spread out by the stride) with the flipped,
+group-transposed weight (:func:`schedules.solvers.conv_grad.grad_input`),
+through the forward solvers and their find step, and ``conv2d_grad_weight``
+of a float32 conv of one group as GEMMs per image (a pointwise conv's input
+read transposed, else its im2col: :func:`schedules.solvers.conv_grad.grad_weight`);
+the fused block's gradient recomputes the convolution by the forward solvers;
 other shapes and float64 run the plain kernels.  Every op returns
 fresh tensors (:func:`schedules.torch_glue.fresh_outputs`); ``gemm`` reads a transposed
 ``mat2`` (``weight.t()``) in place.
@@ -66,6 +68,7 @@ from .problems.conv import ConvProblem, ConvShape, padding_of, pair, same_extra
 from .problems.gemm import MatmulShapes
 from .registry import SOLVERS
 from .solvers import backward as BW
+from .solvers import conv_grad
 from .weights.csr import csr_weights
 
 _op, _dtype = glue.op, glue.float_dtype
@@ -301,23 +304,13 @@ def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
     g, weight = contiguous(g), contiguous(weight)
     s = _conv("conv2d_grad_input", input_size, weight.shape, stride,
               padding, dilation, groups)
-    if dt == "float32" and _square(s) and s.sh == 1 and s.ph <= s.dh * (s.kh - 1) \
-            and s.pw <= s.dw * (s.kw - 1) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
-        # stride 1: the gradient is the convolution of the output's gradient
-        # with the flipped, group-transposed weight, run by the forward solvers
-        return api.conv2d(g, flipped_weight(weight, groups), None, stride=1,
-                          padding=(s.dh * (s.kh - 1) - s.ph, s.dw * (s.kw - 1) - s.pw),
-                          dilation=s.dh, groups=groups)
+    if dt == "float32" and _square(s) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        # the convolution of the output's gradient (spread out by a stride)
+        # with the flipped, group-transposed weight, by the forward solvers
+        gx = conv_grad.grad_input(g, weight, s, api.conv2d)
+        if gx is not None:
+            return gx
     return _kernel(("grad_input", s, dt), lambda: BW.conv_grad_input(s, dt))(grad=g, weight=weight)
-
-
-def flipped_weight(weight, groups):
-    """The weight of the convolution that maps an output gradient to the
-    input gradient (stride 1): per group ``(Co/g, Ci/g)`` transposed to
-    ``(Ci/g, Co/g)``, each kernel rotated by 180 degrees; ``(Ci, Co/g, Kh, Kw)``."""
-    co, cig, kh, kw = weight.shape
-    w = weight.reshape(groups, co // groups, cig, kh, kw).transpose(1, 2)
-    return w.flip(-1, -2).reshape(groups * cig, co // groups, kh, kw).contiguous()
 
 
 def _grad_input_fake(g, weight, input_size, stride, padding, dilation, groups):
@@ -338,6 +331,9 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups):
             part = api.gemm(g[i].reshape(s.co, p), x[i].reshape(s.ci, p).t())
             gw = part if gw is None else gw.add_(part)
         return gw.reshape(weight_size), g.sum((0, 2, 3))
+    if dt == "float32" and s.groups == 1 and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        # the im2col of each chunk of images, one GEMM per image
+        return conv_grad.grad_weight(g, x, s, api.gemm)
     r = _kernel(("grad_weight", s, dt), lambda: BW.conv_grad_weight(s, dt))(data=x, grad=g)
     return r["grad_weight"], r["grad_bias"]
 
@@ -474,6 +470,12 @@ def _fused_grad(g, x, weight, bias, stride, padding, dilation, groups, pool):
     dt = _dtype("conv_relu_maxpool_grad", g, x, weight, bias)
     g, x, weight, bias = (contiguous(t) for t in (g, x, weight, bias))
     s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
+    if dt == "float32" and _square(s) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        # the convolution again by the forward solvers (the fused block's
+        # sums, in its order: the same maxima), then the windows' gradients
+        z = api.conv2d(x, weight, bias, s.sh, s.ph, s.dh, groups)
+        return _kernel(("fused_grad_mask", s, pool), lambda: conv_grad.pooled_grad(s, pool))(
+            conv=z, grad=g)
     return _kernel(("fused_grad", s, pool, dt), lambda: BW.fused_grad_pre(s, pool, dt))(
         data=x, weight=weight, bias=bias, grad=g)
 

@@ -267,7 +267,8 @@ def test_depthwise_solver_equals_direct_bit_for_bit(shape):
 # shared cache directory)
 @pytest.mark.parametrize("conf", [(2, 6, 8, 10, 3, 1, 1, 1, 2), (1, 16, 16, 10, 3, 1, 1, 1, 16),
                                   (2, 3, 5, 8, 5, 1, 2, 2, 1), (1, 3, 4, 6, 3, 1, 0, 1, 1),
-                                  (2, 4, 6, 11, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1)])
+                                  (2, 4, 6, 11, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1),
+                                  (2, 4, 6, 9, 1, 2, 0, 1, 1), (1, 2, 3, 5, 1, 1, 1, 1, 1)])
 def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     from schedules import torch_ops
     n, ci, co, h, k, stride, padding, dilation, groups = conf
@@ -286,9 +287,12 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     torch.nn.functional.conv2d(x2, w2, b2, stride, padding, dilation, groups).backward(gy)
     for ours, ref in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
         torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
-    # stride 1: through the forward solvers; a pointwise conv's grad weight: GEMMs
-    assert ("grad_input" in used) == (stride != 1)
-    assert ("grad_weight" in used) == (k != 1)
+    # the grad input through the forward solvers (strided: the gradient
+    # spread out first) unless its padding would be negative; the grad
+    # weight of one group: GEMMs (over the im2col for k > 1), the reference
+    # kernel for groups
+    assert ("grad_input" in used) == (padding > dilation * (k - 1))
+    assert ("grad_weight" in used) == (groups != 1)
 
 
 def test_small_batch_gemm_runs_one_pass_solvers():

@@ -1,0 +1,172 @@
+"""The float32 convolution gradients at speed (:mod:`schedules.torch_ops`'s
+backward; the float64 and odd cases run the reference kernels of
+:mod:`schedules.solvers.backward`):
+
+* the input's gradient is a convolution by the forward solvers
+  (:func:`grad_input`): of the output's gradient (with ``stride - 1`` zeros
+  inserted between its elements for a strided conv, and the rows and
+  columns the stride left out at the end) with the flipped,
+  group-transposed weight (:func:`flipped`, made once per weight);
+  a pointwise strided conv's is the pointwise conv of the gradient,
+  scattered to every ``stride``-th pixel;
+* the weights' gradient is one GEMM per chunk of images: ``cols @ grad^T``,
+  where ``cols (Ci*Kh*Kw x M)`` holds the receptive fields of the chunk's
+  ``M`` pixels (the im2col of the input, :func:`im2col`, a kernel of its
+  own: zero-padded, strided, dilated), the gradient read transposed in
+  place by the library's GEMM (:func:`schedules.gemm`); chunks whose
+  columns take at most :data:`COLS_BYTES`;
+* the fused block's gradient recomputes the convolution with the forward
+  solvers (``schedules.conv2d``: the same sums in the same order as the
+  fused block's own, so the same maxima) and sends the pooled gradient to
+  the first maximum of each window where the convolution is positive
+  (:func:`pooled_grad`).
+"""
+from __future__ import annotations
+
+import tiramisu_py as tp
+
+from ..core.kernels import kernel
+from ..core.prepared import own, prepared
+from ..host import host
+from ..problems.conv import ConvShape
+
+COLS_BYTES = 64 << 20          # the columns of one chunk of images at most
+
+
+def _vectorized(stmt, loop, extent):
+    """``loop`` in SIMD vectors (split by the lanes when longer)."""
+    lanes = host().lanes(4)
+    if extent >= 2 * lanes:
+        stmt.split(loop, lanes, names=(f"{loop}0", f"{loop}1"))
+        stmt.vectorize(f"{loop}1", lanes)
+    elif extent > 1:
+        stmt.vectorize(loop, extent)
+
+
+def im2col(s: ConvShape):
+    """``cols[(c * Kh + ky) * Kw + kx][n * P + y * Wo + x] = data[n, c, y *
+    sh + ky * dh - ph, x * sw + kx * dw - pw]`` (0 outside the input,
+    ``P = Ho * Wo``): the receptive fields of one group's images side by
+    side, float32; channels in parallel, columns in vectors."""
+    f = tp.Function("conv_im2col", params={})
+    X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
+    n, c = f.var("n", 0, s.n), f.var("c", 0, s.ci)
+    ky, kx = f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
+    iy, ix = y * s.sh + ky * s.dh - s.ph, x * s.sw + kx * s.dw - s.pw
+    inside = (iy >= 0) & (iy < s.h) & (ix >= 0) & (ix < s.w)
+    cols = f.computation("patch", [c, ky, kx, n, y, x], tp.select(inside, X[n, c, iy, ix], 0.0))
+    cols.store_in(f.buffer("cols", (s.ci * s.kh * s.kw, s.n * s.ho * s.wo), tp.float32,
+                           output=True),
+                  [(c * s.kh + ky) * s.kw + kx, (n * s.ho + y) * s.wo + x])
+    _vectorized(cols, "x", s.wo)
+    cols.parallelize("c")
+    return f
+
+
+def grad_weight(g, x, s: ConvShape, gemm):
+    """``(grad_weight, grad_bias)`` of a float32 convolution of one group
+    (torch tensors ``g`` N x Co x Ho x Wo and ``x``, contiguous) by
+    ``gemm(a, b)`` (the library's): per chunk of images, with ``M`` the
+    chunk's pixels and ``K = Ci * Kh * Kw``, ``cols (K x M) @ grad^T (M x
+    Co)`` where ``M >= K`` (the gradient read transposed in place: measured
+    1.5-3x faster than ``grad @ cols^T`` there), else ``grad @ cols^T`` with
+    the few columns transposed first."""
+    k, p = s.ci * s.kh * s.kw, s.ho * s.wo
+    chunk = max(1, min(s.n, COLS_BYTES // max(1, 4 * k * p)))
+    gw = None
+    for i in range(0, s.n, chunk):
+        m = min(chunk, s.n - i)
+        part = ConvShape(m, s.ci, s.h, s.w, s.co, s.kh, s.kw, s.stride, s.padding, s.dilation)
+        cols = kernel(("conv_im2col", part), lambda: im2col(part), None)(x[i:i + m])
+        # the chunk's gradient as Co x (images * P): its images side by side
+        gc = g[i:i + m].reshape(m, s.co, p)
+        gc = gc[0] if m == 1 else gc.transpose(0, 1).reshape(s.co, m * p)
+        if m * p >= k:      # many pixels: K x Co, the gradient read transposed
+            prod = gemm(cols, gc.t()).t()
+        else:               # few (a small image): Co x K from the columns transposed
+            prod = gemm(gc, cols.t().contiguous())
+        gw = prod.contiguous() if gw is None else gw.add_(prod)
+    return gw.reshape(s.co, s.ci, s.kh, s.kw), g.sum((0, 2, 3))
+
+
+def pooled_grad(s: ConvShape, pool):
+    """``grad_conv`` (N, Co, Ho, Wo) from the convolution ``conv`` (its
+    result, before ReLU) and the pooled output's ``grad``: the gradient of
+    each window goes to its first maximum (row-major, as torch's
+    max_pool2d scans) where the convolution is positive; 0 elsewhere
+    (rows and columns past the last whole window included)."""
+    f = tp.Function("conv_relu_maxpool_grad_mask", params={})
+    ph, pw = s.ho // pool, s.wo // pool
+    z = f.input("conv", (s.n, s.co, s.ho, s.wo), tp.float32)
+    G = f.input("grad", (s.n, s.co, ph, pw), tp.float32)
+    n, c = f.var("n", 0, s.n), f.var("c", 0, s.co)
+    py, px = f.var("py", 0, ph), f.var("px", 0, pw)
+    vals = [z[n, c, py * pool + dy, px * pool + dx] for dy in range(pool) for dx in range(pool)]
+    best = vals[0]
+    for v in vals[1:]:
+        best = tp.max(best, v)
+    m = f.computation("window_max", [n, c, py, px], best)
+    first = tp.cast(tp.int32, pool * pool)
+    for k in reversed(range(pool * pool)):
+        first = tp.select(vals[k] == m[n, c, py, px], tp.cast(tp.int32, k), first)
+    fi = f.computation("window_first", [n, c, py, px], first)
+    y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
+    gz = f.computation("grad_conv", [n, c, y, x], 0.0)
+    # the whole windows' rows and columns (the others keep 0)
+    y2, x2 = f.var("y2", 0, ph * pool), f.var("x2", 0, pw * pool)
+    pos = tp.cast(tp.int32, (y2 % pool) * pool + x2 % pool)
+    take = (z[n, c, y2, x2] > 0.0) & (fi[n, c, y2 // pool, x2 // pool] == pos)
+    gz[n, c, y2, x2] += tp.select(take, G[n, c, y2 // pool, x2 // pool], 0.0)
+    par = "n" if s.n >= 2 * host().cores else "c"
+    for stmt in (m, fi, gz, gz.update):
+        stmt.parallelize(par)
+    return f
+
+
+def flipped(weight, groups):
+    """The weight of the convolution that maps an output gradient to the
+    input gradient: per group ``(Co/g, Ci/g)`` transposed to ``(Ci/g,
+    Co/g)``, each kernel rotated by 180 degrees; ``(Ci, Co/g, Kh, Kw)``, a
+    torch tensor made once per value of ``weight`` (never stale) and owned
+    by the prepared-weights cache (the conv's packing of it is found by
+    identity)."""
+    import numpy as np
+    import torch
+
+    def make(arrays):
+        w = torch.from_numpy(np.array(arrays[0]))
+        co, cig, kh, kw = w.shape
+        w = w.reshape(groups, co // groups, cig, kh, kw).transpose(1, 2)
+        out = w.flip(-1, -2).reshape(groups * cig, co // groups, kh, kw).contiguous()
+        own(out)
+        return out
+    return prepared("flipped_weight", [weight], make, extra=(groups,))
+
+
+def grad_input(g, weight, s: ConvShape, conv2d):
+    """The input's gradient of a float32 convolution of shape ``s`` (square
+    stride, padding and dilation) from the output's gradient ``g`` (a
+    contiguous torch tensor) by ``conv2d`` (the library's), or None where
+    the transposed convolution would need a negative padding (``padding >
+    dilation * (kernel - 1)``)."""
+    st, d, k, p = s.sh, s.dh, s.kh, s.ph
+    q = (d * (s.kh - 1) - s.ph, d * (s.kw - 1) - s.pw)
+    if min(q) < 0:
+        return None
+    w = flipped(weight, s.groups)
+    if st == 1:
+        return conv2d(g, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
+    if (k, s.kw, p, s.pw) == (1, 1, 0, 0):
+        # pointwise: every stride-th pixel has its gradient, the others 0
+        out = g.new_zeros((s.n, s.ci, s.h, s.w))
+        out[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = conv2d(
+            g, w, None, stride=1, padding=0, dilation=1, groups=s.groups)
+        return out
+    # the gradient spread out by the stride, the rows and columns the stride
+    # did not reach at the end added as zeros: a stride-1 convolution then
+    rh = (s.h + 2 * s.ph - d * (s.kh - 1) - 1) % st
+    rw = (s.w + 2 * s.pw - d * (s.kw - 1) - 1) % st
+    spread = g.new_zeros((s.n, s.co, (s.ho - 1) * st + 1 + rh, (s.wo - 1) * st + 1 + rw))
+    spread[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = g
+    return conv2d(spread, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
