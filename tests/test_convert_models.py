@@ -268,7 +268,8 @@ def test_depthwise_solver_equals_direct_bit_for_bit(shape):
 @pytest.mark.parametrize("conf", [(2, 6, 8, 10, 3, 1, 1, 1, 2), (1, 16, 16, 10, 3, 1, 1, 1, 16),
                                   (2, 3, 5, 8, 5, 1, 2, 2, 1), (1, 3, 4, 6, 3, 1, 0, 1, 1),
                                   (2, 4, 6, 11, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1),
-                                  (2, 4, 6, 9, 1, 2, 0, 1, 1), (1, 2, 3, 5, 1, 1, 1, 1, 1)])
+                                  (2, 4, 6, 9, 1, 2, 0, 1, 1), (1, 2, 3, 5, 1, 1, 1, 1, 1),
+                                  (2, 5, 7, 6, 1, 1, 0, 1, 1)])
 def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     from schedules import torch_ops
     n, ci, co, h, k, stride, padding, dilation, groups = conf
