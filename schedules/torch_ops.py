@@ -41,7 +41,8 @@ group-transposed weight (:func:`schedules.solvers.conv_grad.grad_input`),
 through the forward solvers and their find step, and ``conv2d_grad_weight``
 of a float32 conv of one group as GEMMs (a pointwise conv of one or two
 images per image, its input read transposed; else one per chunk of images
-over their im2col: :func:`schedules.solvers.conv_grad.grad_weight`);
+over their im2col: :func:`schedules.solvers.conv_grad.grad_weight`), of a
+stride-1 depthwise conv by its own vectorised kernel;
 the fused block's gradient recomputes the convolution by the forward solvers;
 other shapes and float64 run the plain kernels.  Every op returns
 fresh tensors (:func:`schedules.torch_glue.fresh_outputs`); ``gemm`` reads a transposed
@@ -340,6 +341,12 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups):
         for i in range(s.n):
             part = api.gemm(g[i].reshape(s.co, p), x[i].reshape(s.ci, p).t())
             gw = part if gw is None else gw.add_(part)
+        return gw.reshape(weight_size), g.sum((0, 2, 3))
+    if dt == "float32" and s.groups == s.ci == s.co and s.sh == s.sw == 1 \
+            and min(s.n, s.ci, s.ho, s.wo) > 0:
+        # depthwise, stride 1: the taps' sums vectorised over the columns
+        gw = _kernel(("depthwise_grad_weight", s), lambda: conv_grad.depthwise_grad_weight(s))(
+            data=x, grad=g)
         return gw.reshape(weight_size), g.sum((0, 2, 3))
     if dt == "float32" and s.groups == 1 and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
         # the im2col of each chunk of images, one GEMM per chunk

@@ -269,7 +269,8 @@ def test_depthwise_solver_equals_direct_bit_for_bit(shape):
                                   (2, 3, 5, 8, 5, 1, 2, 2, 1), (1, 3, 4, 6, 3, 1, 0, 1, 1),
                                   (2, 4, 6, 11, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1),
                                   (2, 4, 6, 9, 1, 2, 0, 1, 1), (1, 2, 3, 5, 1, 1, 1, 1, 1),
-                                  (2, 5, 7, 6, 1, 1, 0, 1, 1)])
+                                  (2, 5, 7, 6, 1, 1, 0, 1, 1), (2, 24, 24, 20, 3, 1, 2, 2, 24),
+                                  (2, 6, 6, 9, 3, 2, 1, 1, 6)])
 def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     from schedules import torch_ops
     n, ci, co, h, k, stride, padding, dilation, groups = conf
@@ -293,7 +294,8 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     # weight of one group: GEMMs (over the im2col for k > 1), the reference
     # kernel for groups
     assert ("grad_input" in used) == (padding > dilation * (k - 1))
-    assert ("grad_weight" in used) == (groups != 1)
+    assert ("grad_weight" in used) == (groups != 1 and not (groups == ci == co and stride == 1))
+    assert ("depthwise_grad_weight" in used) == (groups == ci == co and stride == 1)
 
 
 def test_small_batch_gemm_runs_one_pass_solvers():

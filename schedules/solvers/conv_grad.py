@@ -202,3 +202,39 @@ def grad_input(g, weight, s: ConvShape, conv2d):
     spread = g.new_zeros((s.n, s.co, (s.ho - 1) * st + 1 + rh, (s.wo - 1) * st + 1 + rw))
     spread[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = g
     return conv2d(spread, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
+
+
+def depthwise_grad_weight(s: ConvShape):
+    """``grad_weight[c, ky, kx] = sum_{n, y, x} grad[n, c, y, x] * data[n,
+    c, y + ky * dh - ph, x + kx * dw - pw]`` of a stride-1 depthwise
+    convolution (``groups == Ci == Co``): channels in parallel, the columns
+    in vectors whose lanes are summed once per tap (their partial sums kept
+    in registers over the images and rows)."""
+    f = tp.Function("conv_depthwise_grad_weight", params={})
+    X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
+    G = f.input("grad", (s.n, s.co, s.ho, s.wo), tp.float32)
+    c, ky, kx = f.var("c", 0, s.co), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    n, y, x = f.var("n", 0, s.n), f.var("y", 0, s.ho), f.var("x", 0, s.wo)
+    pn, pc = f.var("pn", 0, s.n), f.var("pc", 0, s.ci)
+    py, px = f.var("py", 0, s.hp), f.var("px", 0, s.wp)
+    inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
+    xp = f.computation("x_padded", [pc, pn, py, px],
+                       tp.select(inside, X[pn, pc, py - s.ph, px - s.pw], 0.0))
+    # one channel's padded images at a time (each thread its own), not a
+    # full padded copy: fresh memory that size cost its page faults per call
+    xp.store_in(f.buffer("x_channel", (s.n, s.hp, s.wp), tp.float32), [pn, py, px])
+    dw = f.computation("grad_weight", [c, ky, kx], 0.0)
+    dw[c, ky, kx] += G[n, c, y, x] * xp[c, n, y + ky * s.dh, x + kx * s.dw]
+    lanes = host().lanes(4)
+    u = dw.update
+    if s.wo >= lanes:
+        u.split("x", lanes, names=("x0", "x1"))
+        u.vectorize("x1", lanes)
+        u.accumulate_locally("n", allow_reassociation=True)
+    elif s.wo > 1:                  # a short row: one partial vector
+        u.vectorize("x", s.wo)
+        u.accumulate_locally("n", allow_reassociation=True)
+    u.parallelize("c")
+    dw.parallelize("c")
+    xp.compute_at(u, "c")
+    return f
