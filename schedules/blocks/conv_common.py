@@ -1,6 +1,7 @@
 """Pieces several convolution solvers schedule with: the inputs every conv
-Function declares, the zero-padded input, and the run of a solver without a
-grouped schedule once per group (:func:`by_group`)."""
+Function declares, the zero-padded input, a loop in vectors, the pooling
+windows' first maxima, and the run of a solver without a grouped schedule
+once per group (:func:`by_group`)."""
 from __future__ import annotations
 
 import tiramisu_py as tp
@@ -14,7 +15,7 @@ def conv_inputs(name, s: ConvShape, bias, dtype=tp.float32, packed_vb=None):
     """``(f, data, weight, bias or None)``: a Function ``name`` with the
     inputs of a convolution of shape ``s``, of ``dtype``.  ``packed_vb``:
     the weight is given packed instead, ``w_packed[Co/VB][Ci][Kh][Kw][VB]``
-    (:func:`schedules.blocks.nchwc.pack_weight`, made once per weight by
+    (:func:`schedules.weights.conv.pack_weight`, made once per weight by
     the solver)."""
     f = tp.Function(name, params={})
     X = f.input("data", (s.n, s.ci, s.h, s.w), dtype)
@@ -39,6 +40,40 @@ def padded(f, X, s: ConvShape, name="xp"):
     xp = f.computation(name, [n, c, y, x], tp.select(inside, X[n, c, y - ph, x - pw], 0.0))
     xp.parallelize(c if s.n < 2 * host().cores else n)
     return xp
+
+
+def vector_loop(stmt, loop, extent, lanes):
+    """``loop`` (of ``extent`` iterations) of ``stmt`` in vectors of
+    ``lanes``: split by the lanes when at least two vectors long, else one
+    (partial) vector."""
+    if extent >= 2 * lanes:
+        stmt.split(loop, lanes, names=(f"{loop}0", f"{loop}1"))
+        stmt.vectorize(f"{loop}1", lanes)
+    elif extent > 1:
+        stmt.vectorize(loop, extent)
+
+
+def window_first(f, z, s: ConvShape, pool):
+    """``(m, first)``: per ``pool x pool`` window of ``z`` (N x Co x Ho x
+    Wo, floor mode) its maximum ``m`` and the position ``dy * pool + dx``
+    of the maximum's first occurrence, row-major as torch's max_pool2d
+    scans; images in parallel when there are two a core, else channels."""
+    n, c = f.var("wn", 0, s.n), f.var("wc", 0, s.co)
+    py, px = f.var("py", 0, s.ho // pool), f.var("px", 0, s.wo // pool)
+    vals = [(dy * pool + dx, z[n, c, py * pool + dy, px * pool + dx])
+            for dy in range(pool) for dx in range(pool)]
+    best = vals[0][1]
+    for _, v in vals[1:]:
+        best = tp.max(best, v)
+    m = f.computation("window_max", [n, c, py, px], best)
+    first = tp.cast(tp.int32, pool * pool)
+    for k, v in reversed(vals):
+        first = tp.select(v == m[n, c, py, px], tp.cast(tp.int32, k), first)
+    fi = f.computation("window_first", [n, c, py, px], first)
+    par = n if s.n >= 2 * host().cores else c
+    m.parallelize(par)
+    fi.parallelize(par)
+    return m, fi
 
 
 def by_group(run, p, args):

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import itertools
 import os
 import threading
 import weakref
@@ -63,7 +64,7 @@ PREPARATIONS: Counter = Counter()
 
 _entries: OrderedDict = OrderedDict()      # key -> (copies, value)
 _owned: dict = {}               # address, shape, strides, dtype -> (weakref, serial) of own()
-_serial = [0]
+_serials = itertools.count(1)
 _lock = threading.RLock()
 COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                              else (os.cpu_count() or 1)))
@@ -140,10 +141,9 @@ def own(*arrays):
         if view is None or view is False:
             continue
         k = _address(view)
-        _serial[0] += 1
         ref = weakref.ref(a, lambda r, k=k: _owned.pop(k, None) if _owned.get(k, (None,))[0] is r
                           else None)
-        _owned[k] = (ref, _serial[0])
+        _owned[k] = (ref, next(_serials))
 
 
 def _address(view):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
+from ..blocks.conv_common import vector_loop, window_first
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -34,16 +35,6 @@ def _dt(dtype):
 
 def _lanes(dtype):
     return host().lanes(4 if dtype == "float32" else 8)
-
-
-def _vectorize(stmt, loop, extent, dtype):
-    """Vectorise ``loop`` (split by the SIMD width when longer)."""
-    lanes = _lanes(dtype)
-    if extent >= 2 * lanes:
-        stmt.split(loop, lanes, names=(f"{loop}0", f"{loop}1"))
-        stmt.vectorize(f"{loop}1", lanes)
-    elif extent > 1:
-        stmt.vectorize(loop, extent)
 
 
 def _parallel(n):
@@ -62,7 +53,7 @@ def matmul(n, m, k, dtype="float64"):
     C = f.computation("C", [i, j], tp.cast(dt, 0.0))
     C[i, j] += A[i, kk] * B[kk, j]
     C.update.reorder("i", "k", "j")
-    _vectorize(C.update, "j", m, dtype)
+    vector_loop(C.update, "j", m, _lanes(dtype))
     C.update.parallelize("i")
     C.parallelize("i")
     return f
@@ -96,7 +87,7 @@ def _conv_into(f, name, X, Wt, B, s: ConvShape, dt, dtype):
     out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * sh + ky * dh, x * sw + kx * dw]
     u = out.update
     u.reorder(n.name, co.name, y.name, ci.name, ky.name, kx.name, x.name)
-    _vectorize(u, x.name, s.wo, dtype)
+    vector_loop(u, x.name, s.wo, _lanes(dtype))
     par = n.name if _parallel(s.n) else co.name
     u.parallelize(par)
     out.parallelize(par)
@@ -149,7 +140,7 @@ def conv_grad_input(s: ConvShape, dtype="float32"):
         Wt[chan, wci, s.kh - 1 - ky, s.kw - 1 - kx]
     u = dx.update
     u.reorder("n", "ci", "y", "co", "ky", "kx", "x")
-    _vectorize(u, "x", s.w, dtype)
+    vector_loop(u, "x", s.w, _lanes(dtype))
     par = "n" if _parallel(s.n) else "ci"
     u.parallelize(par)
     dx.parallelize(par)
@@ -182,27 +173,6 @@ def conv_grad_weight(s: ConvShape, dtype="float32"):
 
 
 # ------------------------------------------------------------------ fused block
-def _window_first(f, z, s: ConvShape, pool, dt):
-    """``m`` (the window maximum) and ``first`` (the window position
-    ``dy * pool + dx`` of its first occurrence, row-major as torch scans)."""
-    n, c = f.var("wn", 0, s.n), f.var("wc", 0, s.co)
-    py, px = f.var("py", 0, s.ho // pool), f.var("px", 0, s.wo // pool)
-    vals = [(dy * pool + dx, z[n, c, py * pool + dy, px * pool + dx])
-            for dy in range(pool) for dx in range(pool)]
-    best = vals[0][1]
-    for _, v in vals[1:]:
-        best = tp.max(best, v)
-    m = f.computation("window_max", [n, c, py, px], best)
-    first = tp.cast(tp.int32, pool * pool)
-    for k, v in reversed(vals):
-        first = tp.select(v == m[n, c, py, px], tp.cast(tp.int32, k), first)
-    fi = f.computation("window_first", [n, c, py, px], first)
-    par = n if _parallel(s.n) else c
-    m.parallelize(par)
-    fi.parallelize(par)
-    return m, fi
-
-
 def fused_forward(s: ConvShape, pool, dtype="float64"):
     """``max_pool2d(relu(conv2d(data, weight, bias)), pool)`` (floor mode),
     plain: the convolution, then the pooled maximum."""
@@ -237,7 +207,7 @@ def fused_grad_pre(s: ConvShape, pool, dtype="float32"):
     ph, pw = s.ho // pool, s.wo // pool
     G = f.input("grad", (s.n, s.co, ph, pw), dt)
     z = _conv_into(f, "conv", X, Wt, B, s, dt, dtype)
-    _, first = _window_first(f, z, s, pool, dt)
+    _, first = window_first(f, z, s, pool)
     n, c = f.var("n", 0, s.n), f.var("c", 0, s.co)
     y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
     gz = f.computation("grad_conv", [n, c, y, x], tp.cast(dt, 0.0))

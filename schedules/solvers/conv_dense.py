@@ -133,7 +133,7 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=
     parallel, "n" (whole images per thread, each packing its own input) or
     "c" (channels, inside each tile); defaults from the host.  ``packed``:
     the kernel takes the weight packed (``w_packed``,
-    :func:`schedules.blocks.nchwc.pack_weight` with ``vb``) instead of
+    :func:`schedules.weights.conv.pack_weight` with ``vb``) instead of
     packing ``weight`` at every call."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")

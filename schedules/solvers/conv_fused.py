@@ -51,7 +51,7 @@ def function(s: ConvShape, pool=2, bias=True, rows=None, parallel=None, pack_per
     block, ``tb`` tiles in registers, ``cc`` input channels per block (see
     :func:`schedules.blocks.winograd.fused_block`).  Defaults come from the host.
     ``packed`` (direct): the kernel takes the weight packed (``w_packed``,
-    :func:`schedules.blocks.nchwc.pack_weight` with the host's channel
+    :func:`schedules.weights.conv.pack_weight` with the host's channel
     block) instead of packing ``weight`` at every call."""
     if s.groups != 1:
         raise ValueError("conv_relu_maxpool: groups must be 1")

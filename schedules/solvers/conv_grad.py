@@ -28,6 +28,7 @@ import threading
 import tiramisu_py as tp
 from tiramisu_py.runtime.memory import torch_output
 
+from ..blocks.conv_common import vector_loop, window_first
 from ..core.kernels import kernel
 from ..core.prepared import own, prepared
 from ..host import host
@@ -36,16 +37,6 @@ from ..problems.conv import ConvShape
 COLS_BYTES = 64 << 20          # the columns of one chunk of images at most
 SHORT_K = 64                   # fewer fields than this: grad @ cols^T (27: 1.7x faster)
 _WORKSPACE = threading.local()  # per thread: the im2col buffer (see _columns)
-
-
-def _vectorized(stmt, loop, extent):
-    """``loop`` in SIMD vectors (split by the lanes when longer)."""
-    lanes = host().lanes(4)
-    if extent >= 2 * lanes:
-        stmt.split(loop, lanes, names=(f"{loop}0", f"{loop}1"))
-        stmt.vectorize(f"{loop}1", lanes)
-    elif extent > 1:
-        stmt.vectorize(loop, extent)
 
 
 def im2col(s: ConvShape):
@@ -64,7 +55,7 @@ def im2col(s: ConvShape):
     cols.store_in(f.buffer("cols", (s.ci * s.kh * s.kw, s.n * s.ho * s.wo), tp.float32,
                            output=True),
                   [(c * s.kh + ky) * s.kw + kx, (n * s.ho + y) * s.wo + x])
-    _vectorized(cols, "x", s.wo)
+    vector_loop(cols, "x", s.wo, host().lanes(4))
     cols.parallelize("c")
     return f
 
@@ -123,20 +114,12 @@ def pooled_grad(s: ConvShape, pool):
     ph, pw = s.ho // pool, s.wo // pool
     z = f.input("conv", (s.n, s.co, s.ho, s.wo), tp.float32)
     G = f.input("grad", (s.n, s.co, ph, pw), tp.float32)
+    _, fi = window_first(f, z, s, pool)          # (parallel already)
     n, c = f.var("n", 0, s.n), f.var("c", 0, s.co)
-    py, px = f.var("py", 0, ph), f.var("px", 0, pw)
-    vals = [z[n, c, py * pool + dy, px * pool + dx] for dy in range(pool) for dx in range(pool)]
-    best = vals[0]
-    for v in vals[1:]:
-        best = tp.max(best, v)
-    m = f.computation("window_max", [n, c, py, px], best)
-    first = tp.cast(tp.int32, pool * pool)
-    for k in reversed(range(pool * pool)):
-        first = tp.select(vals[k] == m[n, c, py, px], tp.cast(tp.int32, k), first)
-    fi = f.computation("window_first", [n, c, py, px], first)
+    py, px = f.var("gy", 0, ph), f.var("gx", 0, pw)
     y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
     out = f.buffer("grad_conv", (s.n, s.co, s.ho, s.wo), tp.float32, output=True)
-    stmts = [m, fi]
+    stmts = []
     if s.ho % pool or s.wo % pool:
         # rows or columns past the last whole window: all zeros first
         gz = f.computation("zeros", [n, c, y, x], 0.0).store_in(out, [n, c, y, x])
@@ -182,14 +165,14 @@ def grad_input(g, weight, s: ConvShape, conv2d):
     contiguous torch tensor) by ``conv2d`` (the library's), or None where
     the transposed convolution would need a negative padding (``padding >
     dilation * (kernel - 1)``)."""
-    st, d, k, p = s.sh, s.dh, s.kh, s.ph
+    st, d = s.sh, s.dh
     q = (d * (s.kh - 1) - s.ph, d * (s.kw - 1) - s.pw)
     if min(q) < 0:
         return None
     w = flipped(weight, s.groups)
     if st == 1:
         return conv2d(g, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
-    if (k, s.kw, p, s.pw) == (1, 1, 0, 0):
+    if (s.kh, s.kw, s.ph, s.pw) == (1, 1, 0, 0):
         # pointwise: every stride-th pixel has its gradient, the others 0
         out = g.new_zeros((s.n, s.ci, s.h, s.w))
         out[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = conv2d(
@@ -197,8 +180,8 @@ def grad_input(g, weight, s: ConvShape, conv2d):
         return out
     # the gradient spread out by the stride, the rows and columns the stride
     # did not reach at the end added as zeros: a stride-1 convolution then
-    rh = (s.h + 2 * s.ph - d * (s.kh - 1) - 1) % st
-    rw = (s.w + 2 * s.pw - d * (s.kw - 1) - 1) % st
+    rh = (s.h + s.ph - q[0] - 1) % st
+    rw = (s.w + s.pw - q[1] - 1) % st
     spread = g.new_zeros((s.n, s.co, (s.ho - 1) * st + 1 + rh, (s.wo - 1) * st + 1 + rw))
     spread[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = g
     return conv2d(spread, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
@@ -230,9 +213,9 @@ def depthwise_grad_weight(s: ConvShape):
     if s.wo >= lanes:
         u.split("x", lanes, names=("x0", "x1"))
         u.vectorize("x1", lanes)
-        u.accumulate_locally("n", allow_reassociation=True)
     elif s.wo > 1:                  # a short row: one partial vector
         u.vectorize("x", s.wo)
+    if s.wo > 1:
         u.accumulate_locally("n", allow_reassociation=True)
     u.parallelize("c")
     dw.parallelize("c")
