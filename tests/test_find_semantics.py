@@ -156,3 +156,27 @@ def _flat(result):
     if isinstance(result, (tuple, list)):
         return [r for item in result for r in _flat(item)]
     return [result]
+
+
+def test_auto_choice_is_remembered_until_this_process_changes_a_store(monkeypatch, tmp_path):
+    """A model's layers do not read the store on every call: "auto" is
+    remembered per solvers, problem and environment; a record this process
+    writes (here a forged one) is read again at once; another cache
+    directory is another store."""
+    x = RNG.standard_normal((1, 4, 7, 7), dtype=np.float32)
+    w = RNG.standard_normal((6, 4, 3, 3), dtype=np.float32)
+    p, args = ConvProblem.from_call("conv2d", x, w, None, 1, 1, 1, 1)
+    first = find.find(p, SOLVERS["conv2d"], args, call="conv2d").name
+    reads = []
+    monkeypatch.setattr(find, "load", lambda k: reads.append(k) or tuning.get(find.KIND, k))
+    for _ in range(3):
+        assert find.find(p, SOLVERS["conv2d"], args, call="conv2d").name == first
+    assert reads == []
+    other = next(s.name for s in find.candidates(p, SOLVERS["conv2d"]) if s.name != first)
+    k = find.key(p, find.candidates(p, SOLVERS["conv2d"]))
+    tuning.put(find.KIND, k, {"algo": other, "seconds": {other: 0.0}})
+    assert find.find(p, SOLVERS["conv2d"], args, call="conv2d").name == other
+    assert reads == [k]
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path / "elsewhere"))
+    find.find(p, SOLVERS["conv2d"], args, call="conv2d")
+    assert reads == [k, k]                    # the new directory's store was asked

@@ -129,6 +129,20 @@ class _FileLock:
 
 
 _ALL_STORES: "weakref.WeakSet[Store]" = weakref.WeakSet()
+_GENERATION = [0]                      # bumped by every change this process makes to a store
+
+
+def generation() -> int:
+    """A number that changes whenever this process writes, removes, repairs,
+    closes or moves to memory any store: a reader may keep what it read
+    while the number holds (the find step's per-process memo).  Writes by
+    other processes do not change it: records are measurements, and a
+    process keeps using what it read until it writes or closes."""
+    return _GENERATION[0]
+
+
+def _changed():
+    _GENERATION[0] += 1
 
 
 class Store:
@@ -182,6 +196,7 @@ class Store:
 
         def on_memory(mem):
             mem[(kind, key)] = (text, now, meta_text)
+        _changed()
         self._do(on_db, on_memory)
 
     def records(self, kind: str, valid=None) -> dict:
@@ -221,6 +236,7 @@ class Store:
         def on_memory(mem):
             for k in [k for k in mem if k[0] == kind and (key is None or k[1] == key)]:
                 del mem[k]
+        _changed()
         self._do(on_db, on_memory)
 
     def migrate_json(self, kind: str, filename: str, valid=None) -> int:
@@ -268,10 +284,12 @@ class Store:
             for kd, key, text, created, meta in rows:
                 mem.setdefault((kd, key), (text, created, meta))
             return len(rows)
+        _changed()
         return self._do(on_db, on_memory) or 0
 
     def close(self) -> None:
         """Closes the database connection (the next call opens it again)."""
+        _changed()
         with self._lock:
             self._release()
 
@@ -316,6 +334,7 @@ class Store:
             return on_memory(self._memory)
 
     def _to_memory(self, why):
+        _changed()
         self._release()
         self._memory = {}
         _warn_once((str(self.path), "memory"),
@@ -422,6 +441,7 @@ class Store:
         """Moves a damaged database aside and starts a fresh one, unless
         another thread or process has done so already (checked again under
         the file lock)."""
+        _changed()
         self._release()
         with _FileLock(self._lock_path()):
             try:
@@ -517,6 +537,7 @@ def close(directory=None) -> None:
     """Closes and forgets the stores (all, or that of ``directory``); the
     next call opens the file again.  For tests, and for a process that wants
     its file handles back."""
+    _changed()
     with _STORES_LOCK:
         stores = [_STORES.pop(k) for k in (list(_STORES) if directory is None else [str(directory)])
                   if k in _STORES]

@@ -16,6 +16,13 @@ from .solver import reasons
 KIND = "find"                                 # the one record kind
 RETIRED = ("conv_find", "rnn_find")           # the former kinds: removed, never read
 _retired: set = set()
+# (solvers, problem, environment) -> (store generation, solver) of "auto": the
+# choice found again without building its key or reading the store, while this
+# process has changed no store (tiramisu_py.tuning.generation)
+_MEMO: dict = {}
+MEMO_LIMIT = 4096               # bounded: problems differ by a CSR weight's density
+# what decides the cache directory and the host's pinned facts
+ENVIRONMENT = ("TIRAMISU_PY_CACHE", "XDG_CACHE_HOME", "HOME", "TIRAMISU_PY_HOST")
 
 
 def _valid(value):
@@ -109,21 +116,36 @@ def find(p, solvers, args, algo="auto", *, call, param="algo", repeats=3):
     fastest candidate (remembered, or timed now on ``args``; a record naming
     a solver that is not a candidate is ignored, timed again and replaced).
     Errors name the public ``call`` and list every solver with why it does
-    not apply."""
-    cands = [s for s in solvers if s.applicable(p) is True]
-    if algo != "auto":
-        names = list(dict.fromkeys(s.name for s in solvers))
-        if algo not in names:
-            raise ValueError(f"{call}: {param} must be 'auto' or one of {', '.join(names)}; got "
-                             f"{algo!r}")
-        chosen = next((s for s in cands if s.name == algo), None)
-        if chosen is None:
-            named = [s for s in solvers if s.name == algo]
-            mine = next((s for s in named if s.target == p.device), named[0])
-            raise ValueError(f"{call}: {param} {algo!r} {mine.applicable(p)} (the solvers of "
-                             f"{p.op}: {reasons(solvers, p)})")
+    not apply.  An "auto" choice is remembered for the process (the same
+    solvers, problem and environment) while it has changed no tuning store:
+    a model's every layer does not read the store again on every call."""
+    if algo == "auto":
+        memo = (tuple(solvers), p, tuple(os.environ.get(v) for v in ENVIRONMENT))
+        known = _MEMO.get(memo)
+        if known is not None and known[0] == tuning.generation():
+            return known[1]
+        chosen = _auto(p, solvers, args, call, repeats)
+        if len(_MEMO) >= MEMO_LIMIT:
+            _MEMO.clear()
+        _MEMO[memo] = (tuning.generation(), chosen)
         return chosen
-    if not cands:
+    cands = [s for s in solvers if s.applicable(p) is True]
+    names = list(dict.fromkeys(s.name for s in solvers))
+    if algo not in names:
+        raise ValueError(f"{call}: {param} must be 'auto' or one of {', '.join(names)}; got "
+                         f"{algo!r}")
+    chosen = next((s for s in cands if s.name == algo), None)
+    if chosen is None:
+        named = [s for s in solvers if s.name == algo]
+        mine = next((s for s in named if s.target == p.device), named[0])
+        raise ValueError(f"{call}: {param} {algo!r} {mine.applicable(p)} (the solvers of "
+                         f"{p.op}: {reasons(solvers, p)})")
+    return chosen
+
+
+def _auto(p, solvers, args, call, repeats):
+    """The "auto" choice of :func:`find` (not remembered here)."""
+    if not any(s.applicable(p) is True for s in solvers):
         raise ValueError(f"{call}: no solver applies (the solvers of {p.op}: "
                          f"{reasons(solvers, p)})")
     cands = candidates(p, solvers)
