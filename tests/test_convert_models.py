@@ -270,14 +270,18 @@ def test_depthwise_solver_equals_direct_bit_for_bit(shape):
                                   (2, 4, 6, 11, 3, 2, 1, 1, 1), (3, 8, 12, 5, 1, 1, 0, 1, 1),
                                   (2, 4, 6, 9, 1, 2, 0, 1, 1), (1, 2, 3, 5, 1, 1, 1, 1, 1),
                                   (2, 5, 7, 6, 1, 1, 0, 1, 1), (2, 24, 24, 20, 3, 1, 2, 2, 24),
-                                  (2, 6, 6, 9, 3, 2, 1, 1, 6)])
+                                  (2, 6, 6, 9, 3, 2, 1, 1, 6), (2, 4, 6, 12, 5, 2, 2, 1, 2),
+                                  (1, 3, 4, 10, 3, 3, 1, 1, 1), (2, 4, 6, 11, 3, 2, 2, 2, 1)])
 def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     from schedules import torch_ops
+    from schedules.solvers import conv_grad
     n, ci, co, h, k, stride, padding, dilation, groups = conf
-    real = torch_ops._kernel
+    real, real_phases = torch_ops._kernel, conv_grad._phases
     used = []
     monkeypatch.setattr(torch_ops, "_kernel",
                         lambda key, build: used.append(key[0]) or real(key, build))
+    monkeypatch.setattr(conv_grad, "_phases",
+                        lambda *a: used.append("phases") or real_phases(*a))
     g = torch.Generator().manual_seed(1)
     x = torch.randn(n, ci, h, h, generator=g, requires_grad=True)
     w = torch.randn(co, ci // groups, k, k, generator=g, requires_grad=True)
@@ -296,6 +300,9 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     assert ("grad_input" in used) == (padding > dilation * (k - 1))
     assert ("grad_weight" in used) == (groups != 1 and not (groups == ci == co and stride == 1))
     assert ("depthwise_grad_weight" in used) == (groups == ci == co and stride == 1)
+    # a strided, undilated conv: one convolution per phase of the input's pixels
+    assert ("phases" in used) == (stride > 1 and dilation == 1 and k > 1
+                                  and padding <= dilation * (k - 1))
 
 
 def test_small_batch_gemm_runs_one_pass_solvers():

@@ -68,7 +68,7 @@ _serials = itertools.count(1)
 _lock = threading.RLock()
 COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                              else (os.cpu_count() or 1)))
-SPLIT_BYTES = 4 << 20           # comparisons of more bytes than this are split over the threads
+SPLIT_BYTES = 16 << 20          # comparisons of more bytes than this are split over the threads (below it one thread reads as fast)
 _pool = None
 
 

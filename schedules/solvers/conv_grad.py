@@ -2,19 +2,20 @@
 backward; the float64 and odd cases run the reference kernels of
 :mod:`schedules.solvers.backward`):
 
-* the input's gradient is a convolution by the forward solvers
-  (:func:`grad_input`): of the output's gradient (with ``stride - 1`` zeros
-  inserted between its elements for a strided conv, and the rows and
-  columns the stride left out at the end) with the flipped,
-  group-transposed weight (:func:`flipped`, made once per weight);
-  a pointwise strided conv's is the pointwise conv of the gradient,
-  scattered to every ``stride``-th pixel;
-* the weights' gradient is one GEMM per chunk of images: ``cols @ grad^T``,
-  where ``cols (Ci*Kh*Kw x M)`` holds the receptive fields of the chunk's
-  ``M`` pixels (the im2col of the input, :func:`im2col`, a kernel of its
-  own: zero-padded, strided, dilated), the gradient read transposed in
-  place by the library's GEMM (:func:`schedules.gemm`); chunks whose
-  columns take at most :data:`COLS_BYTES`;
+* the input's gradient is convolutions by the forward solvers
+  (:func:`grad_input`) of the output's gradient with the flipped,
+  group-transposed weight (:func:`flipped`, made once per weight): one for
+  stride 1; for a strided, undilated conv one per phase of the input's
+  pixels with that phase's taps only (:func:`phase_weights`, the exact
+  multiply-adds); a pointwise strided conv's is the pointwise conv of the
+  gradient, scattered to every ``stride``-th pixel; a strided dilated
+  conv's convolves the gradient spread out by the stride;
+* the weights' gradient is one GEMM per chunk of images of the columns and
+  the gradient (:func:`grad_weight`: which operand is read how), where
+  ``cols (Ci*Kh*Kw x M)`` holds the receptive fields of the chunk's ``M``
+  pixels (the im2col of the input, :func:`im2col`, a kernel of its own:
+  zero-padded, strided, dilated); chunks whose columns take at most
+  :data:`COLS_BYTES`;
 * the fused block's gradient recomputes the convolution with the forward
   solvers (``schedules.conv2d``: the same sums in the same order as the
   fused block's own, so the same maxima) and sends the pooled gradient to
@@ -35,7 +36,7 @@ from ..host import host
 from ..problems.conv import ConvShape
 
 COLS_BYTES = 64 << 20          # the columns of one chunk of images at most
-SHORT_K = 64                   # fewer fields than this: grad @ cols^T (27: 1.7x faster)
+SHORT_K = 64                   # fewer fields than this: cols @ the gradient pixel-major (27: 2x faster)
 _WORKSPACE = threading.local()  # per thread: the im2col buffer (see _columns)
 
 
@@ -78,28 +79,35 @@ def grad_weight(g, x, s: ConvShape, gemm):
     """``(grad_weight, grad_bias)`` of a float32 convolution of one group
     (torch tensors ``g`` N x Co x Ho x Wo and ``x``, contiguous) by
     ``gemm(a, b)`` (the library's): per chunk of images, with ``M`` the
-    chunk's pixels and ``K = Ci * Kh * Kw``, ``cols (K x M) @ grad^T (M x
+    chunk's pixels and ``K = Ci * Kh * Kw``: ``cols (K x M) @ grad^T (M x
     Co)`` where ``M >= K >= SHORT_K`` (the gradient read transposed in
-    place: measured 1.5-3x faster than ``grad @ cols^T`` there), else
-    ``grad @ cols^T``, the columns read transposed where K is short, else
-    transposed first."""
+    place), ``grad (Co x M) @ cols^T`` where ``M < K`` (the columns read
+    transposed in place), and where ``K < SHORT_K`` ``cols @`` the gradient
+    copied pixel-major (``M x Co``, read as stored: 2x faster than either
+    for an RGB stem).  Measured at batch 2 and 16 on ResNet / MobileNet
+    shapes; transposing the columns first never won."""
     k, p = s.ci * s.kh * s.kw, s.ho * s.wo
     chunk = max(1, min(s.n, COLS_BYTES // max(1, 4 * k * p)))
     gw = None
+    rows = k < SHORT_K
+    # a short K (an RGB stem): the gradient pixel-major (N x Ho x Wo x Co,
+    # one copy), each chunk's (images * P) x Co rows contiguous, B as stored
+    g_rows = g.permute(0, 2, 3, 1).contiguous().view(s.n * p, s.co) if rows else None
     for i in range(0, s.n, chunk):
         m = min(chunk, s.n - i)
         part = ConvShape(m, s.ci, s.h, s.w, s.co, s.kh, s.kw, s.stride, s.padding, s.dilation)
         cols = kernel(("conv_im2col", part), lambda: im2col(part), None)(
             data=x[i:i + m], cols=_columns(k, m * p))
-        # the chunk's gradient as Co x (images * P): its images side by side
-        gc = g[i:i + m].reshape(m, s.co, p)
-        gc = gc[0] if m == 1 else gc.transpose(0, 1).reshape(s.co, m * p)
-        if m * p >= k >= SHORT_K:   # many pixels: K x Co, the gradient read transposed
-            prod = gemm(cols, gc.t()).t()
-        elif k < SHORT_K:           # a few input channels (an RGB stem): Co x K
-            prod = gemm(gc, cols.t())
-        else:                       # few pixels (a small image): the columns transposed
-            prod = gemm(gc, cols.t().contiguous())
+        if rows:                    # K x Co: cols @ the gradient's rows
+            prod = gemm(cols, g_rows[i * p:(i + m) * p]).t()
+        else:
+            # the chunk's gradient as Co x (images * P): its images side by side
+            gc = g[i:i + m].reshape(m, s.co, p)
+            gc = gc[0] if m == 1 else gc.transpose(0, 1).reshape(s.co, m * p)
+            if m * p >= k:          # many pixels: K x Co, the gradient read transposed
+                prod = gemm(cols, gc.t()).t()
+            else:                   # few pixels: Co x K, the columns read transposed
+                prod = gemm(gc, cols.t())
         gw = prod.contiguous() if gw is None else gw.add_(prod)
     return gw.reshape(s.co, s.ci, s.kh, s.kw), g.sum((0, 2, 3))
 
@@ -178,6 +186,8 @@ def grad_input(g, weight, s: ConvShape, conv2d):
         out[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = conv2d(
             g, w, None, stride=1, padding=0, dilation=1, groups=s.groups)
         return out
+    if d == 1 and s.dw == 1 and s.sw == st:
+        return _phases(g, weight, s, conv2d)
     # the gradient spread out by the stride, the rows and columns the stride
     # did not reach at the end added as zeros: a stride-1 convolution then
     rh = (s.h + s.ph - q[0] - 1) % st
@@ -185,6 +195,77 @@ def grad_input(g, weight, s: ConvShape, conv2d):
     spread = g.new_zeros((s.n, s.co, (s.ho - 1) * st + 1 + rh, (s.wo - 1) * st + 1 + rw))
     spread[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = g
     return conv2d(spread, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
+
+
+def phase_weights(weight, groups, stride):
+    """The sub-kernels of a stride-``stride`` convolution's input gradient,
+    one per phase ``(rh, rw)`` (row-major): ``weight[:, :, rh::stride,
+    rw::stride]`` rotated by 180 degrees and group-transposed as in
+    :func:`flipped` (``None`` for a phase no tap reaches), made once per
+    value of ``weight`` and owned by the prepared-weights cache."""
+    import numpy as np
+    import torch
+
+    def make(arrays):
+        w = torch.from_numpy(np.array(arrays[0]))
+        co, cig, kh, kw = w.shape
+        out = []
+        for rh in range(stride):
+            for rw in range(stride):
+                sub = w[:, :, rh::stride, rw::stride]
+                if sub.numel() == 0:
+                    out.append(None)
+                    continue
+                th, tw = sub.shape[2:]
+                sub = sub.reshape(groups, co // groups, cig, th, tw).transpose(1, 2)
+                sub = sub.flip(-1, -2).reshape(groups * cig, co // groups, th, tw).contiguous()
+                own(sub)
+                out.append(sub)
+        return _Phases(out)
+    return prepared("phase_weights", [weight], make, extra=(groups, stride))
+
+
+class _Phases(list):
+    """The phase sub-kernels, sized for the prepared-weights cache."""
+    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in self
+                                       if t is not None))
+
+
+def _phases(g, weight, s: ConvShape, conv2d):
+    """The input gradient of a strided, undilated convolution as ``stride**2``
+    stride-1 convolutions of ``g``, one per phase ``(rh, rw)`` of the input's
+    pixels (those ``i`` with ``(i + padding) % stride == r``), each with the
+    taps ``r, r + stride, ...`` only: the exact multiply-adds, where the
+    gradient spread out by the stride multiplies zeros ``stride**2 - 1``
+    times in ``stride**2``.  Input pixel ``i = j * stride + r - padding``
+    of a phase is its convolution's output ``j`` (padding ``taps - 1``:
+    every ``j`` a tap reaches); pixels no tap reaches are 0."""
+    st = s.sh
+    subs = phase_weights(weight, s.groups, st)
+    parts, short = [], False
+    for idx, sub in enumerate(subs):
+        rh, rw = divmod(idx, st)
+        part = []
+        for r, pad, size, out, taps in ((rh, s.ph, s.h, s.ho, None if sub is None else
+                                         sub.shape[2]),
+                                        (rw, s.pw, s.w, s.wo, None if sub is None else
+                                         sub.shape[3])):
+            first = (r - pad) % st                   # the phase's first input pixel
+            count = max(0, -(-(size - first) // st))
+            j0 = (first + pad - r) // st             # its output index
+            reach = 0 if taps is None else out + taps - 1
+            part.append((first, count, j0, max(0, min(count, reach - j0))))
+        short |= any(c != have for _, c, _, have in part)
+        parts.append(part)
+    gx = (g.new_zeros if short else g.new_empty)((s.n, s.ci, s.h, s.w))
+    for sub, ((fh, _, jh, nh), (fw, _, jw, nw)) in zip(subs, parts):
+        if sub is None or nh == 0 or nw == 0:
+            continue
+        y = conv2d(g, sub, None, stride=1, padding=(sub.shape[2] - 1, sub.shape[3] - 1),
+                   dilation=1, groups=s.groups)
+        gx[:, :, fh:fh + (nh - 1) * st + 1:st, fw:fw + (nw - 1) * st + 1:st] = \
+            y[:, :, jh:jh + nh, jw:jw + nw]
+    return gx
 
 
 def depthwise_grad_weight(s: ConvShape):
