@@ -302,10 +302,12 @@ def _conv2d_backward(ctx, g):
         if ctx.needs_input_grad[0]:
             gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-            gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf)
+            gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf,
+                                        bias=ctx.has_bias and ctx.needs_input_grad[2])
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
-    return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
+    gb = gb if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return ((gx, gw, gb) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
 def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
@@ -326,7 +328,13 @@ def _grad_input_fake(g, weight, input_size, stride, padding, dilation, groups):
     return g.new_empty(input_size)
 
 
-def _grad_weight(g, x, weight_size, stride, padding, dilation, groups):
+def _bias_grad(g, bias):
+    """The bias gradient (the output gradient's sum per channel), or an empty
+    tensor when ``bias`` is false (a conv without one: not computed)."""
+    return g.sum((0, 2, 3)) if bias else g.new_empty((0,))
+
+
+def _grad_weight(g, x, weight_size, stride, padding, dilation, groups, *, bias=True):
     dt = _dtype("conv2d_grad_weight", g, x)
     g, x = contiguous(g), contiguous(x)
     s = _conv("conv2d_grad_weight", x.shape, weight_size, stride, padding,
@@ -341,22 +349,21 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups):
         for i in range(s.n):
             part = api.gemm(g[i].reshape(s.co, p), x[i].reshape(s.ci, p).t())
             gw = part if gw is None else gw.add_(part)
-        return gw.reshape(weight_size), g.sum((0, 2, 3))
-    if dt == "float32" and s.groups == s.ci == s.co and s.sh == s.sw == 1 \
-            and min(s.n, s.ci, s.ho, s.wo) > 0:
-        # depthwise, stride 1: the taps' sums vectorised over the columns
+        return gw.reshape(weight_size), _bias_grad(g, bias)
+    if dt == "float32" and s.groups == s.ci == s.co and min(s.n, s.ci, s.ho, s.wo) > 0:
+        # depthwise: the taps' sums vectorised over the columns
         gw = _kernel(("depthwise_grad_weight", s), lambda: conv_grad.depthwise_grad_weight(s))(
             data=x, grad=g)
-        return gw.reshape(weight_size), g.sum((0, 2, 3))
+        return gw.reshape(weight_size), _bias_grad(g, bias)
     if dt == "float32" and s.groups == 1 and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
         # the im2col of each chunk of images, one GEMM per chunk
-        return conv_grad.grad_weight(g, x, s, api.gemm)
+        return conv_grad.grad_weight(g, x, s, api.gemm), _bias_grad(g, bias)
     r = _kernel(("grad_weight", s, dt), lambda: BW.conv_grad_weight(s, dt))(data=x, grad=g)
-    return r["grad_weight"], r["grad_bias"]
+    return r["grad_weight"], r["grad_bias"] if bias else g.new_empty((0,))
 
 
-def _grad_weight_fake(g, x, weight_size, stride, padding, dilation, groups):
-    return g.new_empty(weight_size), g.new_empty((weight_size[0],))
+def _grad_weight_fake(g, x, weight_size, stride, padding, dilation, groups, *, bias=True):
+    return g.new_empty(weight_size), g.new_empty((weight_size[0] if bias else 0,))
 
 
 def _grad_setup(ctx, inputs, output):
@@ -371,8 +378,8 @@ def _grad_input_backward(ctx, u):
     g, weight = ctx.saved_tensors
     conf = ctx.conf
     dg = conv2d(u, weight, None, *conf) if ctx.needs_input_grad[0] else None
-    dw = (conv2d_grad_weight(g, u, list(weight.shape), *conf)[0] if ctx.needs_input_grad[1]
-          else None)
+    dw = (conv2d_grad_weight(g, u, list(weight.shape), *conf, bias=False)[0]
+          if ctx.needs_input_grad[1] else None)
     return dg, dw, None, None, None, None, None
 
 
@@ -382,6 +389,8 @@ def _grad_weight_backward(ctx, uw, ub):
     g, x = ctx.saved_tensors
     conf = ctx.conf
     co = g.shape[1]
+    if ub is not None and ub.numel() != co:     # (bias=False: its empty gradient)
+        ub = None
     if uw is None:
         uw = g.new_zeros((co, x.shape[1] // conf[3]) + tuple(ctx.kernel_size))
     dg = conv2d(x, uw, ub, *conf) if ctx.needs_input_grad[0] else None
@@ -403,8 +412,8 @@ conv2d_grad_input = _op("conv2d_grad_input",
                         f"(Tensor grad, Tensor weight, SymInt[4] input_size, {_CONF}) -> Tensor",
                         _grad_input, _grad_input_fake, _grad_input_backward, _grad_setup)
 conv2d_grad_weight = _op("conv2d_grad_weight",
-                         f"(Tensor grad, Tensor input, SymInt[4] weight_size, {_CONF}) "
-                         "-> (Tensor, Tensor)",
+                         f"(Tensor grad, Tensor input, SymInt[4] weight_size, {_CONF}, *, "
+                         "bool bias=True) -> (Tensor, Tensor)",
                          _grad_weight, _grad_weight_fake, _grad_weight_backward,
                          _grad_weight_setup)
 
@@ -477,10 +486,12 @@ def _fused_backward(ctx, g):
               if ctx.needs_input_grad[0] else None)
         gw = gb = None
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-            gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf)
+            gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf,
+                                        bias=ctx.has_bias and ctx.needs_input_grad[2])
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
-    return ((gx, gw, gb if ctx.has_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
+    gb = gb if ctx.has_bias and ctx.needs_input_grad[2] else None
+    return ((gx, gw, gb) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
 def _fused_grad(g, x, weight, bias, stride, padding, dilation, groups, pool):
@@ -580,12 +591,13 @@ def _sparse_backward(ctx, g):
             dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
             gx = conv2d_grad_input(g, dense, list(x.shape), *ctx.conf)
         if ctx.needs_input_grad[3] or (ctx.has_bias and ctx.needs_input_grad[5]):
-            gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf)
+            gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf,
+                                        bias=ctx.has_bias and ctx.needs_input_grad[5])
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, ctx.weight_size, run)
     gv = None if gw is None else gw.reshape(-1)[flat]
-    return (gx, None, None, gv, None, gb if ctx.has_bias else None, None, None, None,
-            None)[:ctx.n_inputs]
+    gb = gb if ctx.has_bias and ctx.needs_input_grad[5] else None
+    return (gx, None, None, gv, None, gb, None, None, None, None)[:ctx.n_inputs]
 
 
 _SPARSE = ("(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "

@@ -295,11 +295,11 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
         torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
     # the grad input through the forward solvers (strided: the gradient
     # spread out first) unless its padding would be negative; the grad
-    # weight of one group: GEMMs (over the im2col for k > 1), the reference
-    # kernel for groups
+    # weight of one group: GEMMs (over the im2col for k > 1), a depthwise
+    # conv's its own kernel (any stride), the reference kernel for other groups
     assert ("grad_input" in used) == (padding > dilation * (k - 1))
-    assert ("grad_weight" in used) == (groups != 1 and not (groups == ci == co and stride == 1))
-    assert ("depthwise_grad_weight" in used) == (groups == ci == co and stride == 1)
+    assert ("grad_weight" in used) == (groups != 1 and not groups == ci == co)
+    assert ("depthwise_grad_weight" in used) == (groups == ci == co)
     # a strided, undilated conv: one convolution per phase of the input's pixels
     assert ("phases" in used) == (stride > 1 and dilation == 1 and k > 1
                                   and padding <= dilation * (k - 1))

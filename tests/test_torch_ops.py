@@ -175,6 +175,13 @@ def test_library_opcheck(ops):
     g, x, w, bias = torch.randn(2, 3, 5, 5, dtype=torch.float64), x.detach(), w.detach(), bias.detach()
     _opcheck(ops.conv2d_grad_input.default, (g, w, [2, 2, 5, 5], [1, 1], [1, 1], [1, 1], 1))
     _opcheck(ops.conv2d_grad_weight.default, (g, x, [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1))
+    _opcheck(ops.conv2d_grad_weight.default, (g, x, [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+             {"bias": False})
+    # bias=False (a conv without one): the same weights' gradient, the sum not made
+    with_bias = ops.conv2d_grad_weight(g, x, [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1)
+    without = ops.conv2d_grad_weight(g, x, [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1, bias=False)
+    assert torch.equal(with_bias[0], without[0]) and without[1].shape == (0,)
+    torch.testing.assert_close(with_bias[1], g.sum((0, 2, 3)))
     gp = torch.randn(2, 3, 2, 2, dtype=torch.float64)
     _opcheck(ops.conv_relu_maxpool_grad.default,
              (gp, x, w, bias, [1, 1], [1, 1], [1, 1], 1, 2))

@@ -69,6 +69,22 @@ class ConvShape:
     @classmethod
     def make(cls, x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1, op="conv2d",
              names=("input", "weight"), extra=False):
+        """:meth:`_make`, remembered for plain ints (every call of a model's
+        layer parses the same arguments; a refusal is raised again each time)."""
+        key = _plain((tuple(x_shape), tuple(w_shape), stride, padding, dilation, groups, op,
+                      names, extra))
+        if key is None:
+            return cls._make(x_shape, w_shape, stride, padding, dilation, groups, op, names,
+                             extra)
+        s = _SHAPES.get(key)
+        if s is None:
+            s = cls._make(x_shape, w_shape, stride, padding, dilation, groups, op, names, extra)
+            _remember(_SHAPES, key, s)
+        return s
+
+    @classmethod
+    def _make(cls, x_shape, w_shape, stride=1, padding=0, dilation=1, groups=1, op="conv2d",
+              names=("input", "weight"), extra=False):
         """The shape of ``op``'s call on an input of shape ``x_shape`` (NCHW)
         and a weight of shape ``w_shape`` (OIHW), checked: ValueError starting
         with ``op`` and naming the argument (``names``: what the op calls its
@@ -118,6 +134,34 @@ class ConvShape:
 
 def _is_int(v):
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+_SHAPES: dict = {}              # ConvShape.make's arguments -> shape
+_METAS: dict = {}               # ConvProblem.from_meta's arguments -> shape
+MEMO_LIMIT = 4096
+
+
+def _plain(args):
+    """``args`` as a key when every leaf is a plain int (not a bool, a NumPy
+    integer or a torch SymInt), str or bool flag of the call, lists as
+    tuples; else None (not remembered)."""
+    out = []
+    for a in args:
+        if isinstance(a, (tuple, list)):
+            if not all(type(v) is int for v in a) and not all(type(v) is str for v in a):
+                return None
+            out.append(("t",) + tuple(a))
+        elif type(a) in (int, str, bool) or a is None:
+            out.append((type(a).__name__, a))
+        else:
+            return None
+    return tuple(out)
+
+
+def _remember(memo, key, value):
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
 
 
 def pair(v, name, least, op="conv2d"):
@@ -371,6 +415,17 @@ class ConvProblem:
         non-negative); ``check(condition, message)`` (``torch._check``:
         RuntimeError) refuses what does not fit, naming the argument
         (default: ValueError)."""
+        key = _plain((op, tuple(xshape), tuple(wshape), stride, padding, dilation, groups))
+        known = None if key is None else _METAS.get(key)
+        if known is not None:
+            return known
+        s = cls._from_meta(op, xshape, wshape, stride, padding, dilation, groups, check)
+        if key is not None:
+            _remember(_METAS, key, s)
+        return s
+
+    @classmethod
+    def _from_meta(cls, op, xshape, wshape, stride, padding, dilation, groups, check=None):
         check = check or _check
         xshape, wshape = tuple(xshape), tuple(wshape)
         check(len(xshape) in (3, 4), lambda: f"tiramisu::{op}: input must be 3-D (C, H, W, "

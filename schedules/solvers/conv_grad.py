@@ -76,7 +76,7 @@ def _columns(k, m):
 
 
 def grad_weight(g, x, s: ConvShape, gemm):
-    """``(grad_weight, grad_bias)`` of a float32 convolution of one group
+    """The weights' gradient of a float32 convolution of one group
     (torch tensors ``g`` N x Co x Ho x Wo and ``x``, contiguous) by
     ``gemm(a, b)`` (the library's): per chunk of images, with ``M`` the
     chunk's pixels and ``K = Ci * Kh * Kw``: ``cols (K x M) @ grad^T (M x
@@ -109,7 +109,7 @@ def grad_weight(g, x, s: ConvShape, gemm):
             else:                   # few pixels: Co x K, the columns read transposed
                 prod = gemm(gc, cols.t())
         gw = prod.contiguous() if gw is None else gw.add_(prod)
-    return gw.reshape(s.co, s.ci, s.kh, s.kw), g.sum((0, 2, 3))
+    return gw.reshape(s.co, s.ci, s.kh, s.kw)
 
 
 def pooled_grad(s: ConvShape, pool):
@@ -270,10 +270,11 @@ def _phases(g, weight, s: ConvShape, conv2d):
 
 def depthwise_grad_weight(s: ConvShape):
     """``grad_weight[c, ky, kx] = sum_{n, y, x} grad[n, c, y, x] * data[n,
-    c, y + ky * dh - ph, x + kx * dw - pw]`` of a stride-1 depthwise
+    c, y * sh + ky * dh - ph, x * sw + kx * dw - pw]`` of a depthwise
     convolution (``groups == Ci == Co``): channels in parallel, the columns
     in vectors whose lanes are summed once per tap (their partial sums kept
-    in registers over the images and rows)."""
+    in registers over the images and rows; a strided conv reads the input's
+    columns strided)."""
     f = tp.Function("conv_depthwise_grad_weight", params={})
     X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
     G = f.input("grad", (s.n, s.co, s.ho, s.wo), tp.float32)
@@ -288,7 +289,7 @@ def depthwise_grad_weight(s: ConvShape):
     # full padded copy: fresh memory that size cost its page faults per call
     xp.store_in(f.buffer("x_channel", (s.n, s.hp, s.wp), tp.float32), [pn, py, px])
     dw = f.computation("grad_weight", [c, ky, kx], 0.0)
-    dw[c, ky, kx] += G[n, c, y, x] * xp[c, n, y + ky * s.dh, x + kx * s.dw]
+    dw[c, ky, kx] += G[n, c, y, x] * xp[c, n, y * s.sh + ky * s.dh, x * s.sw + kx * s.dw]
     lanes = host().lanes(4)
     u = dw.update
     if s.wo >= lanes:
