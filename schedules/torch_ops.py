@@ -300,9 +300,9 @@ def _conv2d_backward(ctx, g):
     def run(g, x):
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            gx = conv2d_grad_input(g, weight, list(x.shape), *ctx.conf)
+            gx = _grad_input_now(g, weight, list(x.shape), *ctx.conf)
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-            gw, gb = conv2d_grad_weight(g, x, list(weight.shape), *ctx.conf,
+            gw, gb = _grad_weight_now(g, x, list(weight.shape), *ctx.conf,
                                         bias=ctx.has_bias and ctx.needs_input_grad[2])
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
@@ -398,7 +398,7 @@ def _grad_weight_backward(ctx, uw, ub):
     return dg, dx, None, None, None, None, None
 
 
-def _grad_weight_setup(ctx, inputs, output):
+def _grad_weight_setup(ctx, inputs, output, keyword_only_inputs=None):
     _grad_setup(ctx, inputs, output)
     ctx.kernel_size = list(inputs[2])[2:]
 
@@ -416,6 +416,9 @@ conv2d_grad_weight = _op("conv2d_grad_weight",
                          "bool bias=True) -> (Tensor, Tensor)",
                          _grad_weight, _grad_weight_fake, _grad_weight_backward,
                          _grad_weight_setup)
+# what the backward functions call: the implementations directly when nothing records
+_grad_input_now = glue.eager(conv2d_grad_input, _grad_input)
+_grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
 
 
 # ------------------------------------------------------------------ fused block
@@ -481,12 +484,12 @@ def _fused_backward(ctx, g):
     x, weight, bias = ctx.saved_tensors
 
     def run(g, x):
-        gz = conv_relu_maxpool_grad(g, x, weight, bias, *ctx.conf, ctx.pool)
-        gx = (conv2d_grad_input(gz, weight, list(x.shape), *ctx.conf)
+        gz = _fused_grad_now(g, x, weight, bias, *ctx.conf, ctx.pool)
+        gx = (_grad_input_now(gz, weight, list(x.shape), *ctx.conf)
               if ctx.needs_input_grad[0] else None)
         gw = gb = None
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
-            gw, gb = conv2d_grad_weight(gz, x, list(weight.shape), *ctx.conf,
+            gw, gb = _grad_weight_now(gz, x, list(weight.shape), *ctx.conf,
                                         bias=ctx.has_bias and ctx.needs_input_grad[2])
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
@@ -528,6 +531,7 @@ conv_relu_maxpool_grad = _op(
     "conv_relu_maxpool_grad",
     f"(Tensor grad, Tensor input, Tensor weight, Tensor bias, {_CONF}, int pool) -> Tensor",
     _fused_grad, _fused_grad_fake, _fused_grad_backward, lambda ctx, inputs, output: None)
+_fused_grad_now = glue.eager(conv_relu_maxpool_grad, _fused_grad)
 
 # ------------------------------------------------------------------ sparse conv
 def _sparse_conv2d(x, rowptr, colidx, values, weight_size, bias=None, stride=(1, 1),
@@ -589,9 +593,9 @@ def _sparse_backward(ctx, g):
         if ctx.needs_input_grad[0]:
             n = ctx.weight_size[0] * ctx.weight_size[1] * ctx.weight_size[2] * ctx.weight_size[3]
             dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
-            gx = conv2d_grad_input(g, dense, list(x.shape), *ctx.conf)
+            gx = _grad_input_now(g, dense, list(x.shape), *ctx.conf)
         if ctx.needs_input_grad[3] or (ctx.has_bias and ctx.needs_input_grad[5]):
-            gw, gb = conv2d_grad_weight(g, x, ctx.weight_size, *ctx.conf,
+            gw, gb = _grad_weight_now(g, x, ctx.weight_size, *ctx.conf,
                                         bias=ctx.has_bias and ctx.needs_input_grad[5])
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, ctx.weight_size, run)

@@ -321,3 +321,38 @@ def test_recurrent_ops_and_modules(kind):
             got, want = ours(*args), mod(*args)
             torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
+
+
+def test_backward_calls_the_grad_ops_directly_unless_something_records(ops):
+    """A plain backward runs the gradient ops' implementations directly (no
+    dispatch); under a dispatch mode (a tracer) and with ``create_graph``
+    they go through the ops, with the same gradients."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(2, 3, 7, 7, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    grads = []
+    for mode in (None, Seen()):
+        y = ops.conv2d(x, w, None, [2, 2], [1, 1], [1, 1], 1)
+        if mode is None:
+            grads.append(torch.autograd.grad(y.square().sum(), (x, w)))
+        else:
+            with mode:
+                grads.append(torch.autograd.grad(y.square().sum(), (x, w)))
+            assert any("conv2d_grad_input" in o for o in mode.ops)
+            assert any("conv2d_grad_weight" in o for o in mode.ops)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    y = ops.conv2d(x, w, None, [2, 2], [1, 1], [1, 1], 1)
+    gx, = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+    assert gx.grad_fn is not None                  # recorded: a double backward exists
+    torch.testing.assert_close(gx.detach(), grads[0][0])
