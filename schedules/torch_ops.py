@@ -296,18 +296,18 @@ def _conv2d_setup(ctx, inputs, keyword_only_inputs, output):
 
 def _conv2d_backward(ctx, g):
     x, weight = ctx.saved_tensors
+    want_bias = ctx.has_bias and ctx.needs_input_grad[2]
 
     def run(g, x):
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             gx = _grad_input_now(g, weight, list(x.shape), *ctx.conf)
-        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+        if ctx.needs_input_grad[1] or want_bias:
             gw, gb = _grad_weight_now(g, x, list(weight.shape), *ctx.conf,
-                                        bias=ctx.has_bias and ctx.needs_input_grad[2])
+                                        bias=want_bias)
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
-    gb = gb if ctx.has_bias and ctx.needs_input_grad[2] else None
-    return ((gx, gw, gb) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
+    return ((gx, gw, gb if want_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
 def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
@@ -482,19 +482,19 @@ def _fused_setup(ctx, inputs, keyword_only_inputs, output):
 
 def _fused_backward(ctx, g):
     x, weight, bias = ctx.saved_tensors
+    want_bias = ctx.has_bias and ctx.needs_input_grad[2]
 
     def run(g, x):
         gz = _fused_grad_now(g, x, weight, bias, *ctx.conf, ctx.pool)
         gx = (_grad_input_now(gz, weight, list(x.shape), *ctx.conf)
               if ctx.needs_input_grad[0] else None)
         gw = gb = None
-        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+        if ctx.needs_input_grad[1] or want_bias:
             gw, gb = _grad_weight_now(gz, x, list(weight.shape), *ctx.conf,
-                                        bias=ctx.has_bias and ctx.needs_input_grad[2])
+                                        bias=want_bias)
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, weight.shape, run)
-    gb = gb if ctx.has_bias and ctx.needs_input_grad[2] else None
-    return ((gx, gw, gb) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
+    return ((gx, gw, gb if want_bias else None) + (None,) * ctx.n_inputs)[:ctx.n_inputs]
 
 
 def _fused_grad(g, x, weight, bias, stride, padding, dilation, groups, pool):
@@ -587,6 +587,7 @@ def _sparse_backward(ctx, g):
     sparsity pattern is fixed, as in pruned training)."""
     x, rowptr, colidx, values = ctx.saved_tensors
     flat = _sparse_flat(rowptr, colidx, ctx.weight_size)
+    want_bias = ctx.has_bias and ctx.needs_input_grad[5]
 
     def run(g, x):
         gx = gw = gb = None
@@ -594,14 +595,14 @@ def _sparse_backward(ctx, g):
             n = ctx.weight_size[0] * ctx.weight_size[1] * ctx.weight_size[2] * ctx.weight_size[3]
             dense = values.new_zeros(n).index_add(0, flat, values).reshape(ctx.weight_size)
             gx = _grad_input_now(g, dense, list(x.shape), *ctx.conf)
-        if ctx.needs_input_grad[3] or (ctx.has_bias and ctx.needs_input_grad[5]):
+        if ctx.needs_input_grad[3] or want_bias:
             gw, gb = _grad_weight_now(g, x, ctx.weight_size, *ctx.conf,
-                                        bias=ctx.has_bias and ctx.needs_input_grad[5])
+                                        bias=want_bias)
         return gx, gw, gb
     gx, gw, gb = _grads(ctx, g, x, ctx.weight_size, run)
     gv = None if gw is None else gw.reshape(-1)[flat]
-    gb = gb if ctx.has_bias and ctx.needs_input_grad[5] else None
-    return (gx, None, None, gv, None, gb, None, None, None, None)[:ctx.n_inputs]
+    return (gx, None, None, gv, None, gb if want_bias else None, None, None, None,
+            None)[:ctx.n_inputs]
 
 
 _SPARSE = ("(Tensor input, Tensor rowptr, Tensor colidx, Tensor values, SymInt[4] weight_size, "

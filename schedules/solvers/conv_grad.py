@@ -36,7 +36,7 @@ from ..host import host
 from ..problems.conv import ConvShape
 
 COLS_BYTES = 64 << 20          # the columns of one chunk of images at most
-SHORT_K = 64                   # fewer fields than this: cols @ the gradient pixel-major (27: 2x faster)
+SHORT_K = 64                   # fewer fields: cols @ the gradient pixel-major (27: 2x faster)
 _WORKSPACE = threading.local()  # per thread: the im2col buffer (see _columns)
 
 
@@ -147,23 +147,27 @@ def pooled_grad(s: ConvShape, pool):
     return f
 
 
+def _transposed_flip(w, groups):
+    """The torch tensor ``w`` ``(Co, Ci/g, Kh, Kw)`` per group transposed to
+    ``(Ci/g, Co/g)``, each kernel rotated by 180 degrees: ``(Ci, Co/g, Kh,
+    Kw)``, contiguous and owned by the prepared-weights cache (the conv's
+    packing of it is found by identity)."""
+    co, cig, kh, kw = w.shape
+    w = w.reshape(groups, co // groups, cig, kh, kw).transpose(1, 2)
+    out = w.flip(-1, -2).reshape(groups * cig, co // groups, kh, kw).contiguous()
+    own(out)
+    return out
+
+
 def flipped(weight, groups):
     """The weight of the convolution that maps an output gradient to the
-    input gradient: per group ``(Co/g, Ci/g)`` transposed to ``(Ci/g,
-    Co/g)``, each kernel rotated by 180 degrees; ``(Ci, Co/g, Kh, Kw)``, a
-    torch tensor made once per value of ``weight`` (never stale) and owned
-    by the prepared-weights cache (the conv's packing of it is found by
-    identity)."""
+    input gradient (:func:`_transposed_flip`), a torch tensor made once per
+    value of ``weight`` (never stale)."""
     import numpy as np
     import torch
 
     def make(arrays):
-        w = torch.from_numpy(np.array(arrays[0]))
-        co, cig, kh, kw = w.shape
-        w = w.reshape(groups, co // groups, cig, kh, kw).transpose(1, 2)
-        out = w.flip(-1, -2).reshape(groups * cig, co // groups, kh, kw).contiguous()
-        own(out)
-        return out
+        return _transposed_flip(torch.from_numpy(np.array(arrays[0])), groups)
     return prepared("flipped_weight", [weight], make, extra=(groups,))
 
 
@@ -208,20 +212,8 @@ def phase_weights(weight, groups, stride):
 
     def make(arrays):
         w = torch.from_numpy(np.array(arrays[0]))
-        co, cig, kh, kw = w.shape
-        out = []
-        for rh in range(stride):
-            for rw in range(stride):
-                sub = w[:, :, rh::stride, rw::stride]
-                if sub.numel() == 0:
-                    out.append(None)
-                    continue
-                th, tw = sub.shape[2:]
-                sub = sub.reshape(groups, co // groups, cig, th, tw).transpose(1, 2)
-                sub = sub.flip(-1, -2).reshape(groups * cig, co // groups, th, tw).contiguous()
-                own(sub)
-                out.append(sub)
-        return _Phases(out)
+        subs = (w[:, :, rh::stride, rw::stride] for rh in range(stride) for rw in range(stride))
+        return _Phases(_transposed_flip(sub, groups) if sub.numel() else None for sub in subs)
     return prepared("phase_weights", [weight], make, extra=(groups, stride))
 
 
@@ -242,21 +234,21 @@ def _phases(g, weight, s: ConvShape, conv2d):
     every ``j`` a tap reaches); pixels no tap reaches are 0."""
     st = s.sh
     subs = phase_weights(weight, s.groups, st)
-    parts, short = [], False
+
+    def axis(r, pad, size, out, taps):
+        """(first input pixel of the phase, its pixels, the output index of
+        the first, how many of them a tap reaches) along one axis."""
+        first = (r - pad) % st
+        count = max(0, -(-(size - first) // st))
+        j0 = (first + pad - r) // st
+        return first, count, j0, max(0, min(count, out + taps - 1 - j0)) if taps else 0
+
+    parts = []
     for idx, sub in enumerate(subs):
         rh, rw = divmod(idx, st)
-        part = []
-        for r, pad, size, out, taps in ((rh, s.ph, s.h, s.ho, None if sub is None else
-                                         sub.shape[2]),
-                                        (rw, s.pw, s.w, s.wo, None if sub is None else
-                                         sub.shape[3])):
-            first = (r - pad) % st                   # the phase's first input pixel
-            count = max(0, -(-(size - first) // st))
-            j0 = (first + pad - r) // st             # its output index
-            reach = 0 if taps is None else out + taps - 1
-            part.append((first, count, j0, max(0, min(count, reach - j0))))
-        short |= any(c != have for _, c, _, have in part)
-        parts.append(part)
+        th, tw = (0, 0) if sub is None else sub.shape[2:]
+        parts.append((axis(rh, s.ph, s.h, s.ho, th), axis(rw, s.pw, s.w, s.wo, tw)))
+    short = any(count != have for part in parts for _, count, _, have in part)
     gx = (g.new_zeros if short else g.new_empty)((s.n, s.ci, s.h, s.w))
     for sub, ((fh, _, jh, nh), (fw, _, jw, nw)) in zip(subs, parts):
         if sub is None or nh == 0 or nw == 0:
