@@ -373,3 +373,16 @@ def test_garbage_legacy_json_is_ignored(cache):
         warnings.simplefilter("always")
         assert choose(conv_key(91, 0)) in CANDIDATES
     assert not store_warnings(caught)
+
+
+def test_a_key_that_is_not_a_str_is_refused_and_the_store_stays_usable(cache):
+    tuning.put("t_keys", "k", 1)
+    for call in (lambda: tuning.get("t_keys", {"k": 1}), lambda: tuning.forget("t_keys", {"k": 1}),
+                 lambda: tuning.put("t_keys", {"k": 1}, 2)):
+        with pytest.raises(TypeError, match="key must be str"):
+            call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # (a binding error would read as a broken store)
+        assert tuning.get("t_keys", "k") == 1
+        tuning.forget("t_keys", "k")
+        assert tuning.get("t_keys", "k") is None

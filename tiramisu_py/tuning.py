@@ -145,6 +145,14 @@ def _changed():
     _GENERATION[0] += 1
 
 
+def _check_names(kind, key):
+    """A record's kind and key are str (anything else would reach the
+    database as a binding error, which reads as a broken store)."""
+    if not isinstance(kind, str) or not isinstance(key, str):
+        raise TypeError(f"tuning: kind and key must be str, got {type(kind).__name__}, "
+                        f"{type(key).__name__}")
+
+
 class Store:
     """The records of one database file, or of this process only
     (``directory=None``).  Thread-safe; every method is a no-raise call
@@ -170,6 +178,8 @@ class Store:
     def get(self, kind: str, key: str, valid=None, default=None):
         """The recorded value of (kind, key), or ``default`` when there is
         none or it is damaged (not JSON, or ``valid(value)`` is false)."""
+        _check_names(kind, key)
+
         def on_db(conn):
             row = conn.execute("SELECT value FROM records WHERE kind = ? AND key = ?",
                                (kind, key)).fetchone()
@@ -183,9 +193,7 @@ class Store:
     def put(self, kind: str, key: str, value, meta=None) -> None:
         """Records ``value`` (JSON-serialisable) for (kind, key), replacing
         any earlier record; ``meta``: a JSON object kept beside it."""
-        if not isinstance(kind, str) or not isinstance(key, str):
-            raise TypeError(f"tuning: kind and key must be str, got {type(kind).__name__}, "
-                            f"{type(key).__name__}")
+        _check_names(kind, key)
         text = json.dumps(value, sort_keys=True, allow_nan=False)
         meta_text = json.dumps(dict(meta or {}), sort_keys=True)
         now = time.time()
@@ -227,6 +235,8 @@ class Store:
 
     def forget(self, kind: str, key=None) -> None:
         """Removes the record (kind, key), or every record of ``kind``."""
+        _check_names(kind, "" if key is None else key)
+
         def on_db(conn):
             if key is None:
                 conn.execute("DELETE FROM records WHERE kind = ?", (kind,))
