@@ -37,12 +37,17 @@ def _conv(op, p, args, algo, call):
     torch's empty result for a degenerate problem (no kernel run), without
     the batch axis for an unbatched input."""
     solver = find(p, SOLVERS[op], args, algo, call=call)
-    return args.result(args.zeros(p) if p.degenerate else solver.run(p, args))
+    if p.degenerate:
+        return args.result(args.zeros(p))
+    out = solver.run(p, args)
+    if p.activation not in solver.activations:
+        A.activate(out, p.activation)
+    return args.result(out)
 
 
 # ------------------------------------------------------------------ convolutions
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, algo="auto",
-           target=None):
+           target=None, activation=None):
     """2-D convolution with ``torch.nn.functional.conv2d``'s signature,
     defaults and results: NCHW, or unbatched CHW, float32 (NumPy arrays or
     CPU torch tensors; the result has the same kind); ``stride``,
@@ -58,9 +63,11 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     weight, see there).  ``target="cuda"``, or torch CUDA tensors with no
     target: the CUDA solvers (:mod:`schedules.solvers.conv_cuda`; a sparse
     weight: :mod:`schedules.solvers.conv_sparse_cuda`; per group), the
-    result on the input's device."""
+    result on the input's device.  ``activation``: "relu" or "relu6" applied
+    to the result (in the kernel's epilogue where the solver has one, on the
+    host), or None."""
     p, args = ConvProblem.from_call("conv2d", input, weight, bias, stride, padding, dilation,
-                                    groups, algo=algo, target=target)
+                                    groups, algo=algo, target=target, activation=activation)
     return _conv("conv2d", p, args, algo, "conv2d")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-import schedules.torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
+import schedules.torch_ops as T  # (registers torch.ops.tiramisu)
 from schedules import api
 from schedules.solvers import rnn_train
 from schedules.api import FUSED_ALGOS
@@ -41,7 +41,7 @@ class Linear(nn.Linear):
 
     def forward(self, input):
         lead = input.shape[:-1]
-        y = ops.gemm(input.reshape(-1, self.in_features), self.weight.t())
+        y = T.gemm_now(input.reshape(-1, self.in_features), self.weight.t())
         if self.bias is not None:      # (under autocast the product is bfloat16: so the bias)
             y = y + (self.bias if self.bias.dtype == y.dtype else self.bias.to(y.dtype))
         return y.reshape(*lead, self.out_features)
@@ -84,27 +84,26 @@ class Conv2d(nn.Conv2d):
             unbatched = x.dim() == 3
             y = self._fused(x.unsqueeze(0) if unbatched else x, group, padding)
             return y.squeeze(0) if unbatched else y
-        return ops.conv2d(x, self.weight, self.bias, list(self.stride), padding,
-                          list(self.dilation), self.groups, algo=self.algo)
+        return T.conv2d_now(x, self.weight, self.bias, list(self.stride), padding,
+                            list(self.dilation), self.groups, algo=self.algo)
 
     def _fused(self, x, group, pad):
         """The chain's conv with its BatchNorm folded into the weight and bias
         and its activation as the epilogue: ReLU inside the kernel (the
-        fused block with ``pool=1``) where that takes the conv, else (and
-        under autocast, where conv2d runs in the autocast dtype) applied in
-        place to the conv's fresh output."""
+        fused block with ``pool=1``) where that takes the conv, else in the
+        conv kernel's epilogue where the op's implementation runs directly
+        and its solver has one (:func:`schedules.torch_ops.conv2d_then`),
+        else (and under autocast, where conv2d runs in the autocast dtype)
+        applied in place to the conv's fresh output."""
         weight, bias = group.folded(self.weight, self.bias)
         in_kernel = (group.activation == "relu" and self.algo == "auto" and self.groups == 1
                      and tuple(self.stride) == (1, 1) and tuple(self.dilation) == (1, 1)
                      and weight.dtype == torch.float32
                      and not torch.is_autocast_enabled("cpu"))  # (conv2d: in the autocast dtype)
         if in_kernel:
-            return ops.conv_relu_maxpool(x, weight, bias, [1, 1], pad, [1, 1], 1, pool=1)
-        y = ops.conv2d(x, weight, bias, list(self.stride), pad, list(self.dilation),
-                       self.groups, algo=self.algo)
-        if group.activation == "relu":
-            return y.clamp_(min=0)
-        return y.clamp_(0, 6) if group.activation == "relu6" else y
+            return T.conv_relu_maxpool_now(x, weight, bias, [1, 1], pad, [1, 1], 1, pool=1)
+        return T.conv2d_then(group.activation, x, weight, bias, list(self.stride), pad,
+                             list(self.dilation), self.groups, self.algo)
 
     @classmethod
     def from_torch(cls, module: nn.Conv2d, algo="auto"):
@@ -156,9 +155,9 @@ class ConvReLUMaxPool2d(nn.Module):
 
     def forward(self, input):
         x, padding = _padded(self, input)
-        return ops.conv_relu_maxpool(x, self.weight, self.bias, list(self.stride), padding,
-                                     list(self.dilation), self.groups, pool=self.pool,
-                                     algo=self.algo)
+        return T.conv_relu_maxpool_now(x, self.weight, self.bias, list(self.stride), padding,
+                                       list(self.dilation), self.groups, pool=self.pool,
+                                       algo=self.algo)
 
     @classmethod
     def from_torch(cls, module, pool=None, algo="auto"):

@@ -32,27 +32,46 @@ def op(name, schema, impl, fake, backward=None, setup_context=None):
 
 
 def eager(op, impl):
-    """``op`` for a backward to call: its implementation run directly (with
-    :func:`fresh_outputs`, as the op runs it) where the op's dispatch could
-    add nothing -- no gradient recorded (a backward without
-    ``create_graph``), nothing compiling or tracing (no dispatch or function
-    mode, plain CPU float32/float64 tensors), autocast off -- else the op:
-    two dispatches fewer per conv in a training step."""
+    """``op`` for a module's forward or a backward to call: its
+    implementation run directly (with :func:`fresh_outputs`, as the op runs
+    it) where the op's dispatch could add nothing -- no gradient recorded
+    (grad mode off, or no argument requiring one), nothing compiling or
+    tracing (no dispatch or function mode, no ``torch.jit`` trace, no
+    ``torch.func`` transform, plain CPU float32/float64 tensors), autocast off -- else the op: two dispatches
+    fewer per conv in an inference forward or a training step."""
     def call(*args, **kwargs):
-        if _direct(args):
+        if direct(args):
             return fresh_outputs(impl(*args, **kwargs), args)
         return op(*args, **kwargs)
     call.__name__, call.__doc__ = getattr(impl, "__name__", "op"), impl.__doc__
     return call
 
 
-def _direct(args):
-    if torch.is_grad_enabled() or torch.compiler.is_compiling() \
+def overloads(ints, string):
+    """The implementation of a conv op's two overloads, as aten's ``conv2d``
+    and ``conv2d.padding``: ``ints`` for a padding of ints, ``string`` for
+    "valid" / "same" (the fifth argument)."""
+    def impl(input, weight, bias=None, stride=(1, 1), padding=(0, 0), *rest, **kwargs):
+        chosen = string if isinstance(padding, str) else ints
+        return chosen(input, weight, bias, stride, padding, *rest, **kwargs)
+    impl.__name__, impl.__doc__ = ints.__name__, ints.__doc__
+    return impl
+
+
+def direct(args):
+    """Whether an op's implementation may run directly on ``args`` (see
+    :func:`eager`): its dispatch would record, trace or convert nothing."""
+    if not args or type(args[0]) is not torch.Tensor or torch.compiler.is_compiling() \
             or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() \
-            or torch.is_autocast_enabled("cpu"):
+            or torch.is_autocast_enabled("cpu") or torch._C._get_tracing_state() \
+            or torch._C._are_functorch_transforms_active():
         return False
-    return all(type(t) is torch.Tensor and t.device.type == "cpu" and t.dtype in FLOATS
-               for t in _tensors(args))
+    grad = torch.is_grad_enabled()
+    return all(type(t) in _PLAIN and t.is_cpu and t.dtype in FLOATS
+               and not (grad and t.requires_grad) for t in _tensors(args))
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)     # (a Parameter overrides no torch function)
 
 
 def _tensors(args):

@@ -65,6 +65,7 @@ from tiramisu_py.runtime.torch_bridge import contiguous
 from . import api
 from . import torch_glue as glue
 from .torch_rnn_ops import gru, gru_backward, lstm, lstm_backward
+from .core import arrays as A
 from .core.kernels import kernel
 from .problems.conv import ConvProblem, ConvShape, padding_of, pair, same_extra
 from .problems.gemm import MatmulShapes
@@ -138,6 +139,7 @@ def _gemm_backward(ctx, g):
 
 gemm = _op("gemm", "(Tensor self, Tensor mat2) -> Tensor", _gemm, _gemm_fake, _gemm_backward,
            _gemm_setup)
+gemm_now = glue.eager(gemm, _gemm)
 
 
 # ------------------------------------------------------------------ matmul
@@ -234,7 +236,10 @@ def _grads(ctx, g, x, weight_shape, run):
 
 
 def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
-            *, algo="auto"):
+            *, algo="auto", activation=None):
+    """The op's implementation; ``activation`` ("relu" / "relu6", not in the
+    op's schema: :func:`conv2d_then` passes it when it calls this directly)
+    applied to the result, in the kernel where the solver can."""
     dt = _dtype("conv2d", input, weight, bias, reduced=True)
     _algo("conv2d", algo)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
@@ -242,15 +247,18 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
     if s.ci == 0 or s.n == 0:                     # aten's empty result
         return x.new_zeros(_out(x, s))
     if x.dim() == 3:
-        return _conv2d(x[None], weight, bias, stride, padding, dilation, groups, algo=algo)[0]
+        return _conv2d(x[None], weight, bias, stride, padding, dilation, groups, algo=algo,
+                       activation=activation)[0]
     if dt in ("bfloat16", "float16") and not _square(s):    # float32 sums, rounded once
         up = [None if t is None else t.float() for t in (x, weight, bias)]
-        return _conv2d(*up, stride, padding, dilation, groups, algo=algo).to(x.dtype)
+        out = _conv2d(*up, stride, padding, dilation, groups, algo=algo).to(x.dtype)
+        return A.activate(out, activation)
     if dt != "float64" and _square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
-                          dilation=s.dh, groups=groups, algo=algo)
+                          dilation=s.dh, groups=groups, algo=algo, activation=activation)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
-    return k(data=x, weight=weight, **({"bias": bias} if bias is not None else {}))
+    return A.activate(k(data=x, weight=weight, **({"bias": bias} if bias is not None else {})),
+                      activation)
 
 
 def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
@@ -416,7 +424,21 @@ conv2d_grad_weight = _op("conv2d_grad_weight",
                          "bool bias=True) -> (Tensor, Tensor)",
                          _grad_weight, _grad_weight_fake, _grad_weight_backward,
                          _grad_weight_setup)
-# what the backward functions call: the implementations directly when nothing records
+# what the modules' forwards and the backward functions call: the implementations
+# directly when nothing records (torch_glue.eager), else the ops
+conv2d_now = glue.eager(conv2d, glue.overloads(_conv2d, _conv2d_str))
+
+
+def conv2d_then(activation, input, weight, bias, stride, padding, dilation, groups, algo):
+    """``activation`` ("relu", "relu6" or None) of ``conv2d_now``'s result:
+    in the conv kernel's epilogue where the implementation runs directly
+    (:func:`schedules.torch_glue.eager`'s conditions) and can, else in place
+    on the op's fresh result (the same values: max/min are exact)."""
+    args = (input, weight, bias, stride, padding, dilation, groups)
+    if glue.direct(args) and not isinstance(padding, str):
+        return glue.fresh_outputs(_conv2d(*args, algo=algo, activation=activation), args)
+    y = conv2d(*args, algo=algo)
+    return y.clamp_(0, 6 if activation == "relu6" else None) if activation else y
 _grad_input_now = glue.eager(conv2d_grad_input, _grad_input)
 _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
 
@@ -521,6 +543,7 @@ conv_relu_maxpool = _op("conv_relu_maxpool", f"({_CONV_INT}, {_FUSED_KW}) -> Ten
                         _fused, _fused_fake, _fused_backward, _fused_setup)
 _op("conv_relu_maxpool.padding", f"({_CONV_STR}, {_FUSED_KW}) -> Tensor",
     _fused_str, _fused_str_fake, _fused_backward, _fused_setup)
+conv_relu_maxpool_now = glue.eager(conv_relu_maxpool, glue.overloads(_fused, _fused_str))
 def _fused_grad_backward(ctx, *_):
     raise NotImplementedError("tiramisu::conv_relu_maxpool has no double backward (a gradient "
                               "of its gradient): use conv2d, relu and max_pool2d apart for "

@@ -327,21 +327,12 @@ def test_backward_calls_the_grad_ops_directly_unless_something_records(ops):
     """A plain backward runs the gradient ops' implementations directly (no
     dispatch); under a dispatch mode (a tracer) and with ``create_graph``
     they go through the ops, with the same gradients."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
+    from torch_helpers import dispatch_recorder
 
     x = torch.randn(2, 3, 7, 7, requires_grad=True)
     w = torch.randn(4, 3, 3, 3, requires_grad=True)
     grads = []
-    for mode in (None, Seen()):
+    for mode in (None, dispatch_recorder()):
         y = ops.conv2d(x, w, None, [2, 2], [1, 1], [1, 1], 1)
         if mode is None:
             grads.append(torch.autograd.grad(y.square().sum(), (x, w)))

@@ -28,6 +28,16 @@ def conv_inputs(name, s: ConvShape, bias, dtype=tp.float32, packed_vb=None):
     return f, X, Wt, B
 
 
+def epilogue(value, activation):
+    """``value`` (an expression of the convolution's result) with
+    ``activation`` ("relu", "relu6" or None) applied: NaN-propagating
+    ``max`` / ``min``, as torch's ``relu`` / ``relu6`` keep a NaN."""
+    if activation is None:
+        return value
+    value = tp.max(value, 0.0)
+    return tp.min(value, 6.0) if activation == "relu6" else value
+
+
 def padded(f, X, s: ConvShape, name="xp"):
     """The zero-padded input (a computation), or ``X`` itself without padding."""
     ph, pw = s.ph, s.pw

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import tiramisu_py as tp
 
 from ..host import host
+from .conv_common import epilogue
 
 if TYPE_CHECKING:
     from ..problems.conv import ConvShape
@@ -127,10 +128,11 @@ def rows_per_tile(s: ConvShape, pool: int) -> int:
 
 
 def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parallel=None,
-                vb=None, xb=None, pack_per_image=None, source=None):
+                vb=None, xb=None, pack_per_image=None, source=None, activation=None):
     """``out[n, c, py, px]`` (NCHW) = max over the ``pool x pool`` window
     (non-overlapping, floor mode; ``pool=1``: the convolution itself) of the
-    NCHWc convolution, with ReLU if ``relu``; the convolution is computed per
+    NCHWc convolution, with ReLU if ``relu`` (``activation``: "relu" or
+    "relu6" the same way, :func:`~schedules.blocks.conv_common.epilogue`); the convolution is computed per
     tile of ``rows`` output rows.  ``parallel``: "n" (whole images per
     thread; default with at least two images per core) or "c" (channels inside
     each tile).  ``pack_per_image``: pack the input per image (default: when
@@ -160,7 +162,7 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
         for dx in range(pool):
             v = outc[n, c // vb, py * pool + dy, px * pool + dx, c % vb]
             best = v if best is None else tp.max(best, v)
-    out = f.computation("out", [n, c, py, px], tp.max(best, 0.0) if relu else best)
+    out = f.computation("out", [n, c, py, px], epilogue(best, "relu" if relu else activation))
     out.split("py", rows, names=("py0", "py1"))
     out.reorder("pn_", "py0", "c", "py1", "px")
     # with >= 2 images per core each thread runs whole images: one parallel

@@ -75,6 +75,18 @@ def typed_array(x, name, ndim, dtypes):
     return x if x.flags.c_contiguous else x.copy(order="C")     # (a 0-d array stays 0-d)
 
 
+def activate(out, activation):
+    """``out`` (NumPy or torch) with ``activation`` ("relu": max(x, 0),
+    "relu6": min(max(x, 0), 6), NaN kept as torch keeps it; None: nothing)
+    applied in place; returns ``out``."""
+    if activation is None:
+        return out
+    high = 6.0 if activation == "relu6" else None
+    if is_torch(out):
+        return out.clamp_(0.0, high)
+    return np.clip(out, 0.0, high, out=out) if high is not None else np.maximum(out, 0.0, out=out)
+
+
 def broadcast(x, shape):
     """``x`` (NumPy or torch) broadcast to ``shape`` (NumPy's and torch's
     rule), C-contiguous: copied where it stretches, ``x`` itself where its

@@ -104,30 +104,28 @@ def prepared(kind, sources, make, extra=()):
     arguments the value depends on (hashable).  Sources that cannot be cached
     (a GPU tensor, an object that is not an array) are passed as they are
     and the value is made on every call."""
-    views = [_host_view(s) for s in sources]
-    if any(v is False for v in views):
+    probes = [_probe(s) for s in sources]
+    if any(p is False for p in probes):
         PREPARATIONS[kind] += 1
         return make(list(sources))
     # an owned source's serial number is part of its identity: another array
     # owned later at the same address is another source
-    owned = [None if v is None else _owner(v) for v in views]
-    key = (kind, extra, tuple(_identity(s, v) + (o,) if o else _identity(s, v)
-                              for s, v, o in zip(sources, views, owned)))
+    owned = [None if p is None else _owner(p) for p in probes]
+    key = (kind, extra, tuple(None if p is None else p.ident + (o,) if o else p.ident
+                              for p, o in zip(probes, owned)))
     with _lock:
         entry = _entries.get(key)
         if entry is not None:
             copies, value = entry
-            if all(o or _same(v, c) for v, c, o in zip(views, copies, owned)):
+            if all(o or _same(p, c) for p, c, o in zip(probes, copies, owned)):
                 _entries.move_to_end(key)
                 return value
             del _entries[key]
     PREPARATIONS[kind] += 1
+    views = [None if p is None else p.view() for p in probes]
     # (an owned source is kept by its owner: the entry holds no copy of it)
-    copies = [None if v is None or o else np.array(v, copy=True) for v, o in zip(views, owned)]
-    for c in copies:
-        if c is not None:
-            c.setflags(write=False)
-    value = make([v if o else c for v, c, o in zip(views, copies, owned)])
+    copies = [None if v is None or o else _Copy(v) for v, o in zip(views, owned)]
+    value = make([v if o or v is None else c.array for v, c, o in zip(views, copies, owned)])
     with _lock:
         _entries[key] = (copies, value)
         _evict()
@@ -139,22 +137,18 @@ def own(*arrays):
     value, held by no one but the cache's entry and its callers) as the
     cache's own: sources found by identity alone (see the module's rule)."""
     for a in arrays:
-        view = _host_view(a)
-        if view is None or view is False:
+        probe = _probe(a)
+        if probe is None or probe is False:
             continue
-        k = _address(view)
+        k = probe.place
         ref = weakref.ref(a, lambda r, k=k: _owned.pop(k, None) if _owned.get(k, (None,))[0] is r
                           else None)
         _owned[k] = (ref, next(_serials))
 
 
-def _address(view):
-    return (view.__array_interface__["data"][0], view.shape, view.strides, view.dtype.str)
-
-
-def _owner(view):
-    """The serial number of the live owned array at ``view``'s address, or None."""
-    ref, serial = _owned.get(_address(view), (None, None))
+def _owner(probe):
+    """The serial number of the live owned array at ``probe``'s place, or None."""
+    ref, serial = _owned.get(probe.place, (None, None))
     return serial if ref is not None and ref() is not None else None
 
 
@@ -172,7 +166,7 @@ def cached_bytes() -> int:
 
 def _entry_bytes(entry):
     copies, value = entry
-    return sum(c.nbytes for c in copies if c is not None) + int(getattr(value, "nbytes", 0))
+    return sum(c.array.nbytes for c in copies if c is not None) + int(getattr(value, "nbytes", 0))
 
 
 def _evict():
@@ -186,42 +180,86 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
-def _host_view(s):
-    """A NumPy view of ``s`` (None for None; False: not cacheable)."""
+class _Probe:
+    """What a lookup reads of one source: ``place`` (data address, shape,
+    byte strides, dtype: the key of :func:`own`), ``ident`` (``place`` and,
+    for a torch tensor, its device and ``_version``), whether it is
+    C-contiguous, its bytes, and :meth:`view`, the NumPy view of it (made
+    only on a miss: a hit reads the memory at ``address`` directly)."""
+    __slots__ = ("source", "place", "ident", "address", "nbytes", "contiguous", "_view")
+
+    def view(self):
+        if self._view is None:
+            self._view = _host_view(self.source)
+        return self._view
+
+
+def _probe(s):
+    """The :class:`_Probe` of ``s`` (None for None; False: not cacheable)."""
     if s is None:
         return None
+    p = _Probe()
+    p.source = p._view = None
+    if isinstance(s, np.ndarray):
+        address = s.__array_interface__["data"][0]
+        p.place = p.ident = (address, s.shape, s.strides, s.dtype.str)
+        p.address, p.nbytes, p.contiguous, p._view = address, s.nbytes, s.flags.c_contiguous, s
+        return p
+    if not _is_torch(s) or getattr(s, "layout", None) is None or str(s.layout) != "torch.strided" \
+            or s.device.type != "cpu":
+        return False
+    if s.is_conj() or s.is_neg() or s.dtype.is_complex:   # (what it shows: from a resolved copy)
+        view = _host_view(s)
+        if view is False:
+            return False
+        p.place = p.ident = (view.__array_interface__["data"][0], view.shape, view.strides,
+                             view.dtype.str)
+        p.address, p.nbytes, p.contiguous, p._view = p.place[0], view.nbytes, \
+            view.flags.c_contiguous, view
+        return p
+    size = s.element_size()
+    address = s.data_ptr()
+    p.place = (address, tuple(s.shape), tuple(st * size for st in s.stride()), str(s.dtype))
+    p.ident = p.place + (s._version,)
+    p.source, p.address, p.nbytes, p.contiguous = s, address, s.numel() * size, s.is_contiguous()
+    return p
+
+
+def _host_view(s):
+    """A NumPy view of the torch tensor or NumPy array ``s`` (False: none)."""
     if isinstance(s, np.ndarray):
         return s
-    if _is_torch(s) and getattr(s, "layout", None) is not None and str(s.layout) == "torch.strided" \
-            and s.device.type == "cpu":
-        try:
-            s = s.detach().resolve_conj().resolve_neg()
-            if str(s.dtype) == "torch.bfloat16":        # (NumPy has none: its bits)
-                import torch
-                s = s.view(torch.int16)
-            return s.numpy()
-        except (TypeError, RuntimeError):
-            return False
-    return False
-
-
-def _identity(s, view):
-    if view is None:
-        return None
-    ident = (view.__array_interface__["data"][0], view.shape, view.strides, view.dtype.str)
-    if _is_torch(s):
-        ident += (str(s.device), s._version, str(s.dtype))
-    return ident
-
-
-def _same(view, copy):
-    """Bitwise equality of an array and the copy kept of it."""
-    if view is None or copy is None:
-        return view is None and copy is None
-    if view.shape != copy.shape or view.dtype != copy.dtype:
+    try:
+        s = s.detach().resolve_conj().resolve_neg()
+        if str(s.dtype) == "torch.bfloat16":        # (NumPy has none: its bits)
+            import torch
+            s = s.view(torch.int16)
+        return s.numpy()
+    except (TypeError, RuntimeError):
         return False
-    if _MEMCMP is not None and view.flags.c_contiguous and copy.flags.c_contiguous:
-        return _equal_bytes(view.ctypes.data, copy.ctypes.data, view.nbytes)
+
+
+class _Copy:
+    """The read-only copy an entry keeps of a source, and its address."""
+    __slots__ = ("array", "address")
+
+    def __init__(self, view):
+        self.array = np.array(view, copy=True)
+        self.array.setflags(write=False)
+        self.address = self.array.__array_interface__["data"][0]
+
+
+def _same(probe, copy):
+    """Bitwise equality of a source and the copy kept of it."""
+    if probe is None or copy is None:
+        return probe is None and copy is None
+    if probe.nbytes != copy.array.nbytes:
+        return False
+    if _MEMCMP is not None and probe.contiguous:
+        return _equal_bytes(probe.address, copy.address, probe.nbytes)
+    view, copy = probe.view(), copy.array
+    if view is False or view.shape != copy.shape or view.dtype != copy.dtype:
+        return False
     size = view.dtype.itemsize
     if view.dtype.kind in "fciub" and size in (1, 2, 4, 8):
         bits = np.dtype(f"u{size}")

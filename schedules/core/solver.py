@@ -34,6 +34,8 @@ class Solver:
     version = 1
     numerics = "ordered"
     weight = None       # the weight kind it takes ("dense", "csr"); None: any
+    activations = ()    # the activations its kernels apply in their epilogue (the others:
+    #                     applied after the run, schedules.core.arrays.activate)
 
     def applicable(self, p):
         """True, or the reason (a phrase after the solver's name, such as

@@ -6,6 +6,8 @@ of symbolic (torch fake) arguments.
 """
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -14,6 +16,7 @@ from ..core import arrays as A
 from ..core.kernels import target_of, use_cuda
 from ..weights.csr import as_csr, is_sparse
 
+ACTIVATIONS = (None, "relu", "relu6")   # a conv2d's epilogues (ConvProblem.activation)
 SPARSE_MAX_DENSITY = 0.7         # the last density bucket of a CSR weight's find key
 DENSITY_BUCKETS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, SPARSE_MAX_DENSITY)
 
@@ -138,6 +141,7 @@ def _is_int(v):
 
 _SHAPES: dict = {}              # ConvShape.make's arguments -> shape
 _METAS: dict = {}               # ConvProblem.from_meta's arguments -> shape
+_CALLS: dict = {}               # from_call's checked arrays and arguments -> (problem, ...)
 MEMO_LIMIT = 4096
 
 
@@ -156,6 +160,32 @@ def _plain(args):
         else:
             return None
     return tuple(out)
+
+
+def _call_key(op, input, weight, bias, settings):
+    """The key of :data:`_CALLS` for a call whose arrays are all C-contiguous
+    NumPy arrays of native byte order or all contiguous, strided CPU torch
+    tensors (exactly those types, dense weight) and whose other arguments
+    are plain (:func:`_plain`): the op, the arrays' kinds, shapes and dtypes,
+    the arguments and $TIRAMISU_PY_TARGET (no target given: the env's);
+    else None (the call is parsed)."""
+    plain = _plain(settings)
+    if plain is None or settings[4] == "sparse":
+        return None
+    kind = type(input)
+    if kind is np.ndarray:
+        if not all(type(a) is np.ndarray and a.flags.c_contiguous and a.dtype.isnative
+                   for a in (input, weight, bias) if a is not None):
+            return None
+    elif kind.__module__ == "torch" and kind.__name__ == "Tensor":
+        strided = sys.modules["torch"].strided
+        if not all(type(a) is kind and a.is_cpu and a.layout is strided and a.is_contiguous()
+                   for a in (input, weight, bias) if a is not None):
+            return None
+    else:
+        return None
+    return (op, kind, plain, os.environ.get("TIRAMISU_PY_TARGET"),
+            *((None, None) if a is None else (a.shape, a.dtype) for a in (input, weight, bias)))
 
 
 def _remember(memo, key, value):
@@ -270,7 +300,11 @@ class ConvProblem:
     ``density`` (the fraction of nonzeros of a CSR weight, else None).  A
     dense weight is never run sparse by "auto", nor a sparse one dense: the
     sparse solvers skip structural zeros (``0 * inf`` never computed), so
-    the two forms differ on inf/NaN inputs (:func:`schedules.core.find.candidates`)."""
+    the two forms differ on inf/NaN inputs (:func:`schedules.core.find.candidates`).
+    ``activation`` (conv2d only): "relu" or "relu6" applied to the result, in
+    the kernel's epilogue where the solver has one (``Solver.activations``),
+    else in place after it (:func:`schedules.core.arrays.activate`); None:
+    the convolution itself."""
     op: str
     shape: ConvShape
     bias: bool
@@ -280,6 +314,7 @@ class ConvProblem:
     density: float | None = None
     pool: int = 1
     dtype: str = "float32"   # conv2d on the CPU also "bfloat16", "float16" (float32 sums)
+    activation: str | None = None   # conv2d: "relu" / "relu6" applied to the result, or None
 
     VERSION = 2              # the key's layout: bump when a field changes meaning (2: dtype)
 
@@ -310,19 +345,21 @@ class ConvProblem:
     def key(self) -> dict:
         """The find record's key (without the host, which the find step
         adds): every field by name, so that a new field is a new key and not
-        an orphaned record."""
+        an orphaned record (``activation`` only when there is one: the
+        records of plain convolutions keep their keys)."""
         s = self.shape
         return {"op": self.op, "version": self.VERSION,
                 "shape": {f.name: getattr(s, f.name) for f in fields(s)},
                 "bias": self.bias, "target": self.target, "device": self.device,
                 "weight": self.weight,
-                "density<=": self.density_bucket, "pool": self.pool, "dtype": self.dtype}
+                "density<=": self.density_bucket, "pool": self.pool, "dtype": self.dtype,
+                **({"activation": self.activation} if self.activation else {})}
 
     # ------------------------------------------------------------ parsing
     @classmethod
     def from_call(cls, op, input, weight, bias, stride, padding, dilation, groups, *,
                   algo="auto", target=None, pool=1, name=None, names=("input", "weight"),
-                  gpu=True, size=None):
+                  gpu=True, size=None, activation=None):
         """``(problem, args)`` of a call of ``op`` with torch's arguments,
         checked: ValueError/TypeError starting with ``name`` (the public
         call's name, default ``op``) and naming the argument (``names``:
@@ -333,8 +370,21 @@ class ConvProblem:
         ``gpu=False``: an operator without a GPU solver takes host arrays
         only); ``weight`` dense, or sparse (:class:`schedules.CSRWeights`,
         torch sparse-CSR, scipy CSR).  ``size``: the (height, width) the input
-        is resized to before the convolution (the resize block's problem)."""
+        is resized to before the convolution (the resize block's problem).
+        ``activation``: see the class (conv2d on the host)."""
         name = name or op
+        key = _call_key(op, input, weight, bias, (stride, padding, dilation, groups, algo, target,
+                                                  pool, name, names, gpu, size, activation))
+        known = _CALLS.get(key) if key is not None else None
+        if known is not None:               # checked before: the same problem of other values
+            p, unbatched, (eh, ew) = known
+            x = input[None] if unbatched else input
+            return p, ConvArgs(A.pad_end(x, eh, ew) if eh or ew else x, weight, bias, None, None,
+                               unbatched)
+        if activation not in ACTIVATIONS or (activation and op != "conv2d"):
+            raise ValueError(f"{name}: activation must be one of "
+                             f"{', '.join(map(repr, ACTIVATIONS))}, got {activation!r}"
+                             if op == "conv2d" else f"{name}: takes no activation")
         sparse = is_sparse(weight)
         # (a torch sparse tensor raises on the device probe: the input decides)
         _check_sparse_weight(weight, sparse, names[1])
@@ -368,7 +418,7 @@ class ConvProblem:
         if csr is not None and len(csr.shape) != 4:
             raise ValueError(f"{name}: {wn} must be a 4-D (Cout, Cin/groups, KH, KW) weight, "
                              f"got shape {csr.shape}")
-        kshape = (w if csr is None else csr).shape
+        kshape, extra = (w if csr is None else csr).shape, (0, 0)
         s = ConvShape.make(_resized(x.shape, size), kshape, stride, padding, dilation, groups,
                            name, names=names, extra=True)
         if (s.h, s.w) != _resized(x.shape, size)[2:]:   # torch's uneven "same": zeros below, right
@@ -376,7 +426,8 @@ class ConvProblem:
                 raise ValueError(f"{name}: padding='same' needs uneven padding here (the "
                                  "resized image padded more below and right); pass the padding "
                                  "as ints")
-            x = A.pad_end(x, s.h - x.shape[2], s.w - x.shape[3])
+            extra = (s.h - x.shape[2], s.w - x.shape[3])
+            x = A.pad_end(x, *extra)
         args = ConvArgs(x, w, b, csr, dev, unbatched)
         if args.b is not None and args.b.shape[0] != s.co:
             raise ValueError(f"{name}: bias has {args.b.shape[0]} values for {s.co} output channels")
@@ -392,7 +443,9 @@ class ConvProblem:
         # the form the solvers read: structural zeros absent ("csr") or not
         p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu",
                 "csr" if as_csr_form else "dense", density, pool,
-                "float32" if cuda else A.dtype_name(args.x))
+                "float32" if cuda else A.dtype_name(args.x), activation)
+        if key is not None and not cuda and csr is None:
+            _remember(_CALLS, key, (p, unbatched, extra))
         return p, args
 
     def per_group(self):
@@ -403,7 +456,7 @@ class ConvProblem:
         one = ConvShape(s.n, s.ci // g, s.h, s.w, s.co // g, s.kh, s.kw, s.stride, s.padding,
                         s.dilation, 1)
         return ConvProblem(self.op, one, self.bias, self.target, self.device, self.weight,
-                           self.density, self.pool, self.dtype)
+                           self.density, self.pool, self.dtype, self.activation)
 
     @classmethod
     def from_meta(cls, op, xshape, wshape, stride, padding, dilation, groups, check=None):

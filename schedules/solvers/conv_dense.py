@@ -125,7 +125,7 @@ def im2col(s: ConvShape, bias=True):
 
 # ------------------------------------------------------------------ spatial pack
 def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=None,
-                 packed=False):
+                 packed=False, activation=None):
     """NCHWc blocking (:mod:`schedules.blocks.nchwc`): ``vb`` output channels per
     register (a multiple of the SIMD lanes), ``xb`` output columns per
     register block, ``rows`` output rows per tile (computed blocked into an
@@ -134,12 +134,14 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=
     "c" (channels, inside each tile); defaults from the host.  ``packed``:
     the kernel takes the weight packed (``w_packed``,
     :func:`schedules.weights.conv.pack_weight` with ``vb``) instead of
-    packing ``weight`` at every call."""
+    packing ``weight`` at every call.  ``activation``: "relu" / "relu6"
+    applied as each tile is unpacked (:func:`~schedules.blocks.conv_common.epilogue`)."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")
     vb = vb or channel_block(s)
     f, X, Wt, B = conv_inputs("conv2d_spatial_pack", s, bias, packed_vb=vb if packed else None)
-    tiled_block(f, X, Wt, B, s, pool=1, relu=False, rows=rows, parallel=parallel, vb=vb, xb=xb)
+    tiled_block(f, X, Wt, B, s, pool=1, rows=rows, parallel=parallel, vb=vb, xb=xb,
+                activation=activation)
     return f
 
 
@@ -162,6 +164,8 @@ class _Dense(Solver):
         extra = {"dtype": p.dtype} if p.dtype != "float32" else {}
         if self.name == "spatial_pack":
             extra["packed"] = True
+            if p.activation:
+                extra["activation"] = p.activation
         return BUILDERS[self.name](p.shape, bias=p.bias, **params, **extra)
 
     def run(self, p, args, values=None):
@@ -173,7 +177,8 @@ class _Dense(Solver):
         s = p.shape
         params = self.tuned(p, values)
         k = kernel(("conv2d", self.name, s, p.bias) + _chosen(params)
-                   + ((p.dtype,) if p.dtype != "float32" else ()),
+                   + ((p.dtype,) if p.dtype != "float32" else ())
+                   + ((p.activation,) if p.activation in self.activations else ()),
                    lambda: self.build(p, params), p.target)
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
         if self.name == "spatial_pack":
@@ -210,8 +215,10 @@ class Im2col(_Dense):
 class SpatialPack(_Dense):
     """With ``groups > 1`` it runs one kernel per group (:func:`by_group`),
     not checked bit for bit against direct's grouped loop nest (a one-channel
-    group can round apart), so "auto" offers it for ``groups=1`` only."""
+    group can round apart), so "auto" offers it for ``groups=1`` only.  Its
+    kernels apply a ReLU / ReLU6 as they unpack each tile."""
     name = "spatial_pack"
+    activations = ("relu", "relu6")
 
     def numerics_for(self, p):
         return self.numerics if p.shape.groups == 1 else "per_group"

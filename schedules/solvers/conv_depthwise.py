@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import conv_inputs
+from ..blocks.conv_common import conv_inputs, epilogue
 from ..blocks.nchwc import register_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
@@ -35,9 +35,11 @@ def channel_lanes(c: int) -> int | None:
     return next((v for v in (lanes, lanes // 2) if v >= 8 and c % v == 0), None)
 
 
-def function(s: ConvShape, bias=True, vb=None, xb=None):
+def function(s: ConvShape, bias=True, vb=None, xb=None, activation=None):
     """The scheduled depthwise convolution of shape ``s`` (``vb`` channels
-    per vector, ``xb`` columns per register block; defaults from the host)."""
+    per vector, ``xb`` columns per register block; defaults from the host),
+    ``activation`` ("relu" / "relu6", or None) applied as the blocked tile
+    is written back (:func:`~schedules.blocks.conv_common.epilogue`)."""
     if not (s.groups == s.ci == s.co and s.groups > 1):
         raise ValueError(f"depthwise: needs groups == in channels == out channels > 1 (got "
                          f"groups={s.groups}, {s.ci} -> {s.co} channels)")
@@ -69,7 +71,8 @@ def function(s: ConvShape, bias=True, vb=None, xb=None):
                              B[bb * vb + bv] if B is not None else 0.0)
         outc[bn, bb, by, bx, bv] += wpk[bb, ky, kx, bv] * xpk[bn, bb, by * s.sh + ky * s.dh,
                                                               bx * s.sw + kx * s.dw, bv]
-    out = f.computation("out_nchw", [n, c0, c1, y, x], outc[n, c0, y, x, c1])
+    out = f.computation("out_nchw", [n, c0, c1, y, x],
+                        epilogue(outc[n, c0, y, x, c1], activation))
     out.store_in(f.buffer("out", (s.n, s.co, s.ho, s.wo), tp.float32, output=True),
                  [n, c0 * vb + c1, y, x])
     # the register block: XB columns x one vector of channels, taps innermost-but-two
@@ -100,6 +103,7 @@ class Depthwise(Solver):
     op = "conv2d"
     name = "depthwise"
     weight = "dense"
+    activations = ("relu", "relu6")
 
     def applicable(self, p):
         why = super().applicable(p)
@@ -117,9 +121,10 @@ class Depthwise(Solver):
         return {"vb": [v for v in (lanes, lanes // 2) if v >= 8 and p.shape.co % v == 0]}
 
     def build(self, p, params):
-        return function(p.shape, bias=p.bias, **params)
+        return function(p.shape, bias=p.bias, activation=p.activation, **params)
 
     def run(self, p, args):
-        k = kernel(("conv2d", self.name, p.shape, p.bias), lambda: self.build(p, {}), p.target)
+        k = kernel(("conv2d", self.name, p.shape, p.bias)
+                   + ((p.activation,) if p.activation else ()), lambda: self.build(p, {}), p.target)
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
         return k(weight=args.w, **kw)

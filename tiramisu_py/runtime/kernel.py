@@ -123,6 +123,7 @@ class Kernel:
                                if getattr(c, "_auto_buffer", False) and c.buffer in self.outputs}
         self._shape_cache = {}
         self._torch_ops = {}        # in-place outputs -> torch_ops.KernelOp
+        self._plans = {}            # checked signature -> _Plan (see _signature)
 
     @property
     def source(self) -> str:
@@ -165,6 +166,11 @@ class Kernel:
         if torch is not None and _through_op(torch, args, kwargs):
             from . import torch_bridge      # torch is loaded already
             return torch_bridge.call(self, args, kwargs)
+        signature = _signature(self, args, kwargs, torch)
+        if signature is not None:
+            plan = self._plans.get(signature[0])
+            if plan is not None:
+                return plan.run(self, signature[1])
         if len(args) > len(self.inputs):
             raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
                             f"({', '.join(b.name for b in self.inputs)}), got {len(args)}")
@@ -278,6 +284,10 @@ class Kernel:
         status = self._compiled.call(scalars, addresses)
         if status != 0:
             raise MemoryError(f"{self.name}: could not allocate the kernel's temporaries")
+        if signature is not None and not misaligned:
+            if len(self._plans) >= 64:
+                self._plans.clear()
+            self._plans[signature[0]] = _Plan(self, scalars, values, use_torch)
         if len(results) == 1:
             return next(iter(results.values()))
         return results
@@ -358,6 +368,72 @@ class Kernel:
                 if a.address < o.address + o.nbytes and o.address < a.address + a.nbytes:
                     raise ValueError(f"output argument {o.name!r} overlaps argument {a.name!r} "
                                      "in memory; pass separate arrays")
+
+
+class _Plan:
+    """What a checked call proved for its inputs' signature (names, kinds,
+    shapes, dtypes; :func:`_signature`): the params, and the outputs to
+    allocate.  A later call of the same signature runs with these, its
+    per-array checks (contiguity, alignment, device) made by
+    :func:`_signature` itself."""
+    __slots__ = ("scalars", "outputs", "use_torch", "single")
+
+    def __init__(self, kernel, scalars, values, use_torch):
+        self.scalars, self.use_torch = list(scalars), use_torch
+        self.outputs = [(b.name, kernel._extents(b, values), b.dtype, b.name in kernel.zeroed_outputs)
+                        for b in kernel.outputs]
+        self.single = len(self.outputs) == 1
+
+    def run(self, kernel, addresses):
+        results = {}
+        for name, shape, dtype, zero in self.outputs:
+            if self.use_torch:
+                import torch
+                obj = torch_output(shape, getattr(torch, dtype.name), zero)
+                addresses[name] = obj.data_ptr()
+            else:
+                obj = (np.zeros if zero else np.empty)(shape, dtype=dtype.np)
+                addresses[name] = obj.__array_interface__["data"][0]
+            results[name] = obj
+        status = kernel._compiled.call(self.scalars, [addresses[b.name] for b in kernel.inputs]
+                                       + [addresses[b.name] for b in kernel.outputs])
+        if status != 0:
+            raise MemoryError(f"{kernel.name}: could not allocate the kernel's temporaries")
+        return next(iter(results.values())) if self.single else results
+
+
+def _signature(kernel, args, kwargs, torch):
+    """``(key, addresses)`` of a call passing only inputs, each a C-contiguous,
+    aligned NumPy array of native byte order or CPU torch tensor (not a lazy
+    view), to a kernel whose checks read no array's values: ``key`` the
+    names, kinds, shapes and dtypes (what a :class:`_Plan` is valid for),
+    ``addresses`` name -> data address.  None for any other call (it takes
+    the checked path)."""
+    if len(args) > len(kernel.inputs) or kernel.checker.value_arrays or kernel.checker.csr_pairs:
+        return None
+    tensor = torch.Tensor if torch is not None else None
+    key, addresses = [], {}
+    for name, a in (*zip((b.name for b in kernel.inputs), args), *kwargs.items()):
+        kind = type(a)
+        if kind is np.ndarray:
+            if not (a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative):
+                return None
+            address = a.__array_interface__["data"][0]
+        elif kind is tensor:
+            if not a.is_cpu or a.is_neg() or a.is_conj() or not a.is_contiguous():
+                return None
+            address = a.data_ptr()
+            if address % a.element_size():
+                return None
+        else:
+            return None
+        if name in addresses:
+            return None
+        key.append((name, kind, a.shape, a.dtype))
+        addresses[name] = address
+    if len(addresses) != len(kernel.inputs) or any(b.name not in addresses for b in kernel.inputs):
+        return None
+    return tuple(key), addresses
 
 
 def _through_op(torch, args, kwargs):

@@ -1,0 +1,159 @@
+"""Repeated calls of one signature: a kernel's remembered checks (plans), the
+conv parse remembered per call, the activation in a conv kernel's epilogue,
+and a converted module's forward calling the op's implementation directly.
+Each gives the checked path's results and refuses what it refuses."""
+import copy
+
+import numpy as np
+import pytest
+
+import tiramisu_py as tp
+from schedules import api
+from schedules.core import arrays as A
+from schedules.problems import conv as conv_problem
+
+
+def _scale():
+    f = tp.Function("scale_rows", params=["N", "M"])
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    X, s = f.input("X", ("N", "M"), tp.float32), f.input("s", ("N",), tp.float32)
+    f.computation("Y", [i, j], X[i, j] * s[i])
+    return f.compile()
+
+
+# ------------------------------------------------------------ kernel plans
+def test_a_kernel_remembers_a_signature_and_still_checks_every_array():
+    k = _scale()
+    rng = np.random.default_rng(0)
+    x, s = rng.standard_normal((3, 5), dtype=np.float32), rng.standard_normal(3, dtype=np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(k(x, s), x * s[:, None])
+    assert len(k._plans) == 1                        # one signature, remembered once
+    x2 = rng.standard_normal((4, 6), dtype=np.float32)
+    np.testing.assert_array_equal(k(X=x2, s=np.ones(4, np.float32)), x2)   # another signature
+    with pytest.raises(ValueError, match="'s' has shape"):         # params from X: s must be 3
+        k(x, np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        k(np.asfortranarray(x), s)
+    with pytest.raises(TypeError, match="dtype float64"):
+        k(x.astype(np.float64), s)
+    raw = np.zeros(x.nbytes + 1, np.uint8)[1:].view(np.float32).reshape(3, 5)   # misaligned
+    raw[...] = x
+    np.testing.assert_array_equal(k(raw, s), x * s[:, None])      # read from an aligned copy
+    out = np.empty((3, 5), np.float32)
+    k(x, s, Y=out)                                   # an output given: the checked path
+    np.testing.assert_array_equal(out, x * s[:, None])
+    with pytest.raises(ValueError, match="overlaps"):
+        k(x, s, Y=x)
+
+
+def test_a_kernel_plan_on_torch_tensors():
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    k = _scale()
+    x, s = torch.randn(3, 5), torch.randn(3)
+    for _ in range(2):
+        y = k(x, s)
+        assert isinstance(y, torch.Tensor)
+        torch.testing.assert_close(y, x * s[:, None], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        k(x.t().contiguous().t(), s)
+    with pytest.raises(ValueError, match="lazy negated"):
+        k(x, torch.randn(3, dtype=torch.complex64).conj().imag)
+
+
+# ------------------------------------------------------------ parse memo
+@pytest.mark.filterwarnings("ignore:Using padding='same'")     # (torch's, about its own copy)
+def test_a_conv_call_is_parsed_once_per_signature_and_refusals_repeat():
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    F = torch.nn.functional
+    conv_problem._CALLS.clear()
+    x, w, b = torch.randn(2, 3, 8, 7), torch.randn(4, 3, 2, 2), torch.randn(4)
+    for _ in range(2):                               # an odd "same": zeros below and right
+        torch.testing.assert_close(api.conv2d(x, w, b, padding="same"),
+                                   F.conv2d(x, w, b, padding="same"))
+        torch.testing.assert_close(api.conv2d(x[0], w, b, 1, 1),       # unbatched
+                                   F.conv2d(x[0], w, b, 1, 1))
+    assert len(conv_problem._CALLS) == 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match="stride"):
+            api.conv2d(x, w, b, stride=[True, 1])
+        with pytest.raises(ValueError, match="groups"):
+            api.conv2d(x, w, b, groups=2)
+    xn, wn = x.numpy(), w.numpy()
+    for _ in range(2):                               # NumPy: its own entry, a NumPy result
+        y = api.conv2d(xn, wn, None, 1, 1)
+        assert isinstance(y, np.ndarray)
+        np.testing.assert_allclose(y, F.conv2d(x, w, None, 1, 1).numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="NumPy arrays or all torch"):
+        api.conv2d(xn, w, None, 1, 1)
+
+
+# ------------------------------------------------------------ epilogue activations
+@pytest.mark.parametrize("algo", ["depthwise", "direct", "spatial_pack"])
+@pytest.mark.parametrize("activation", ["relu", "relu6"])
+def test_conv2d_activation_in_the_epilogue_or_after_is_torchs(monkeypatch, algo, activation):
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    F = torch.nn.functional
+    c = 16
+    groups = c if algo == "depthwise" else 1
+    x = torch.randn(2, c, 9, 9) * 4
+    x[0, 0, 0, 0] = float("nan")
+    w, b = torch.randn(c, c // groups, 3, 3), torch.randn(c)
+    applied_after = []
+    real = A.activate
+    monkeypatch.setattr(A, "activate", lambda out, a: applied_after.append(a) or real(out, a))
+    y = api.conv2d(x, w, b, 1, 1, 1, groups, algo=algo, activation=activation)
+    ref = F.conv2d(x, w, b, 1, 1, 1, groups)
+    ref = F.relu6(ref) if activation == "relu6" else F.relu(ref)
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=2e-4, equal_nan=True)
+    assert torch.isnan(y).any()                      # a NaN stays NaN, as torch's
+    in_kernel = algo in ("depthwise", "spatial_pack")
+    assert applied_after == ([] if in_kernel else [activation])
+    yn = api.conv2d(x.numpy(), w.numpy(), b.numpy(), 1, 1, 1, groups, algo=algo,
+                    activation=activation)
+    np.testing.assert_allclose(yn, ref.numpy(), rtol=1e-5, atol=2e-4, equal_nan=True)
+
+
+def test_conv2d_refuses_an_unknown_activation():
+    x, w = np.ones((1, 2, 4, 4), np.float32), np.ones((2, 2, 1, 1), np.float32)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        api.conv2d(x, w, activation="gelu")
+    with pytest.raises(ValueError, match="activation must be one of"):
+        api.conv2d(x, w, activation=1)
+
+
+# ------------------------------------------------------------ module forwards
+def test_converted_forward_runs_directly_unless_something_records():
+    """Under no_grad a converted chain's forward runs the implementation (no
+    op called); under a dispatch mode, and when the input requires a
+    gradient, it runs the op: the same values and torch's gradients."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    from torch_helpers import dispatch_recorder
+
+    import schedules.nn
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.BatchNorm2d(16),
+                          nn.ReLU6(), nn.Conv2d(16, 8, 1), nn.ReLU()).eval()
+    for p in model[1].parameters():
+        nn.init.uniform_(p, 0.5, 1.5)
+    ours = schedules.nn.convert(copy.deepcopy(model))
+    x = torch.randn(2, 16, 7, 7) * 4
+    with torch.no_grad():
+        ref = model(x)
+        with torch.profiler.profile() as prof:      # (records op calls, dispatches nothing)
+            y = ours(x)
+        assert not [e.name for e in prof.events() if e.name.startswith("tiramisu::")]
+        with dispatch_recorder() as mode:
+            y_op = ours(x)
+    assert any("tiramisu.conv2d" in o for o in mode.ops)
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y_op, y, rtol=0, atol=0)
+    xr = x.clone().requires_grad_()
+    out = ours(xr)
+    assert out.grad_fn is not None                   # recorded through the ops
+    out.square().sum().backward()
+    xt = x.clone().requires_grad_()
+    model(xt).square().sum().backward()
+    torch.testing.assert_close(xr.grad, xt.grad, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,18 @@
+"""Helpers of the torch tests (torch imported when called: it is optional)."""
+
+
+def dispatch_recorder():
+    """A ``TorchDispatchMode`` that records the name of every op dispatched
+    under it (``.ops``) and runs it: a tracer's view of a call."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    return Seen()
