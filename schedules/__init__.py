@@ -33,7 +33,7 @@ this host once and records them; every later call on this host uses them.
 """
 from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
                   conv_relu_maxpool, gemm, gemm_int8, gru, gru_function, lstm, lstm_function, matmul,
-                  resize_conv_relu_maxpool, sparse_conv2d, sparse_conv2d_function,
+                  max_pool2d, resize_conv_relu_maxpool, sparse_conv2d, sparse_conv2d_function,
                   sparse_conv_relu_maxpool, fold_batchnorm, vgg_block, resnet_block)
 from .blocks.blis import GemmParams
 from .blocks.blis import default_params as gemm_params
@@ -55,4 +55,4 @@ __all__ = ["gemm", "batched_gemm", "gemm_int8", "gemm_function", "gemm_params", 
            "sparse_conv_relu_maxpool", "lstm", "gru", "lstm_function", "gru_function", "RNNWeights",
            "RNN_SCHEDULES", "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function",
            "prune_magnitude", "fold_batchnorm", "vgg_block", "resnet_block", "matmul",
-           "tune_library"]
+           "max_pool2d", "tune_library"]

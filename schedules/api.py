@@ -10,10 +10,13 @@ import numpy as np
 
 from .blocks import rnn_cells as cells
 from .blocks.blis import GemmParams
+from .blocks.pool import max_pool2d_function
 from .core import arrays as A
 from .core.find import find
+from .core.kernels import kernel
 from .problems.conv import ConvProblem, ConvShape, conv_shape
 from .problems.gemm import GemmProblem, MatmulShapes
+from .problems.pool import max_pool_problem
 from .problems.resize_conv import ResizeConvProblem
 from .problems.rnn import RnnProblem, RnnStack
 from .registry import SOLVERS
@@ -95,6 +98,21 @@ def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
                                     dilation, groups, algo=algo, target=target, pool=pool,
                                     gpu=False)
     return _conv("conv_relu_maxpool", p, args, algo, "conv_relu_maxpool")
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    """``torch.nn.functional.max_pool2d`` (without ``return_indices``): its
+    signature, defaults, checks and results (NaN propagated, padding read as
+    -inf), NCHW or unbatched CHW float32 (NumPy arrays or CPU torch
+    tensors; the result has the same kind), by :mod:`schedules.blocks.pool`
+    (one kernel per plane shape, any number of planes)."""
+    x, s, unbatched = max_pool_problem(input, kernel_size, stride, padding, dilation, ceil_mode)
+    n, c = x.shape[0], x.shape[1]
+    if n == 0:
+        return A.zeros(x, (0, c, s.ho, s.wo), None)
+    k = kernel(("max_pool2d", s), lambda: max_pool2d_function(s), None)
+    out = k(data=x.reshape(n * c, s.h, s.w)).reshape(n, c, s.ho, s.wo)
+    return out[0] if unbatched else out
 
 
 def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, target=None):

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import schedules.torch_ops as T  # (registers torch.ops.tiramisu)
+from schedules import torch_glue as glue
 from schedules import api
 from schedules.solvers import rnn_train
 from schedules.api import FUSED_ALGOS
@@ -414,16 +415,41 @@ def _pool_of(mp: nn.MaxPool2d):
     return k
 
 
+class MaxPool2d(nn.MaxPool2d):
+    """``nn.MaxPool2d`` as :func:`schedules.max_pool2d` where the forward
+    records nothing (:func:`schedules.torch_glue.direct`: an inference
+    forward) on float32 input without ``return_indices``; else torch's
+    (a training forward keeps torch's indices for its backward)."""
+
+    def forward(self, input):
+        if not self.return_indices and input.dtype == torch.float32 and glue.direct((input,)):
+            return glue.fresh_outputs(api.max_pool2d(input, self.kernel_size, self.stride,
+                                                     self.padding, self.dilation, self.ceil_mode),
+                                      (input,))
+        return super().forward(input)
+
+    @classmethod
+    def from_torch(cls, module: nn.MaxPool2d):
+        if not isinstance(module, nn.MaxPool2d):
+            raise TypeError(f"MaxPool2d.from_torch: expected an nn.MaxPool2d, got "
+                            f"{type(module).__name__}")
+        new = cls(module.kernel_size, module.stride, module.padding, module.dilation,
+                  module.return_indices, module.ceil_mode)
+        return new.train(module.training)
+
+
 # torch module types convert replaces, and how: ``{type: (module, algo) -> our module}``
 CONVERTERS = {nn.Linear: lambda m, algo: Linear.from_torch(m),
               nn.Conv2d: lambda m, algo: Conv2d.from_torch(m, algo=algo),
               nn.LSTM: lambda m, algo: LSTM.from_torch(m),
-              nn.GRU: lambda m, algo: GRU.from_torch(m)}
+              nn.GRU: lambda m, algo: GRU.from_torch(m),
+              nn.MaxPool2d: lambda m, algo: MaxPool2d.from_torch(m)}
 
 
 def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None):
-    """Replaces, in place, every ``nn.Linear``, ``nn.Conv2d``, ``nn.LSTM`` and
-    ``nn.GRU`` of ``model`` by this module's (:data:`CONVERTERS`), and with
+    """Replaces, in place, every ``nn.Linear``, ``nn.Conv2d``, ``nn.LSTM``,
+    ``nn.GRU`` and ``nn.MaxPool2d`` of ``model`` by this module's
+    (:data:`CONVERTERS`), and with
     ``fuse``:
 
     * each ``Conv2d, ReLU, MaxPool2d`` run of an ``nn.Sequential`` that the

@@ -17,7 +17,7 @@ SCHEDULES = ["gemm", "batched_gemm", "gemm_int8", "gemm_function", "gemm_params"
              "sparse_conv2d", "sparse_conv2d_function", "sparse_conv_relu_maxpool", "lstm", "gru",
              "lstm_function", "gru_function", "RNNWeights", "RNN_SCHEDULES",
              "resize_conv_relu_maxpool", "resize_conv_relu_maxpool_function", "prune_magnitude",
-             "fold_batchnorm", "vgg_block", "resnet_block", "matmul", "tune_library"]
+             "fold_batchnorm", "vgg_block", "resnet_block", "matmul", "max_pool2d", "tune_library"]
 
 # tiramisu_py.mpi (distributed execution; imports without mpi4py)
 MPI = ["COMM_WORLD", "MPIUnavailable", "abort_on_error", "block_owner", "block_range",
