@@ -100,19 +100,29 @@ def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
     return _conv("conv_relu_maxpool", p, args, algo, "conv_relu_maxpool")
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    """``torch.nn.functional.max_pool2d`` (without ``return_indices``): its
-    signature, defaults, checks and results (NaN propagated, padding read as
-    -inf), NCHW or unbatched CHW float32 (NumPy arrays or CPU torch
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """``torch.nn.functional.max_pool2d``: its signature, defaults, checks
+    and results (NaN propagated, padding read as -inf; ``return_indices``:
+    also the int64 position in its plane of each maximum, the tap torch's
+    scan picks), NCHW or unbatched CHW float32 (NumPy arrays or CPU torch
     tensors; the result has the same kind), by :mod:`schedules.blocks.pool`
     (one kernel per plane shape, any number of planes)."""
     x, s, unbatched = max_pool_problem(input, kernel_size, stride, padding, dilation, ceil_mode)
+    if not isinstance(return_indices, bool):
+        raise TypeError(f"max_pool2d: return_indices must be a bool, got {return_indices!r}")
     n, c = x.shape[0], x.shape[1]
     if n == 0:
-        return A.zeros(x, (0, c, s.ho, s.wo), None)
-    k = kernel(("max_pool2d", s), lambda: max_pool2d_function(s), None)
-    out = k(data=x.reshape(n * c, s.h, s.w)).reshape(n, c, s.ho, s.wo)
-    return out[0] if unbatched else out
+        out = A.zeros(x, (0, c, s.ho, s.wo), None)
+        return (out, A.zeros(x, (0, c, s.ho, s.wo), None, dtype="int64")) if return_indices \
+            else out
+    k = kernel(("max_pool2d", s, return_indices),
+               lambda: max_pool2d_function(s, indices=return_indices), None)
+    made = k(data=x.reshape(n * c, s.h, s.w))
+    shaped = [made[name].reshape(n, c, s.ho, s.wo) for name in ("out", "indices")] \
+        if return_indices else [made.reshape(n, c, s.ho, s.wo)]
+    shaped = [t[0] if unbatched else t for t in shaped]
+    return tuple(shaped) if return_indices else shaped[0]
 
 
 def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, target=None):

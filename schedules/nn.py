@@ -416,17 +416,22 @@ def _pool_of(mp: nn.MaxPool2d):
 
 
 class MaxPool2d(nn.MaxPool2d):
-    """``nn.MaxPool2d`` as :func:`schedules.max_pool2d` where the forward
-    records nothing (:func:`schedules.torch_glue.direct`: an inference
-    forward) on float32 input without ``return_indices``; else torch's
-    (a training forward keeps torch's indices for its backward)."""
+    """``nn.MaxPool2d`` as :func:`schedules.max_pool2d` on float32 input in
+    eager mode (:func:`schedules.torch_glue.plain_eager`); where a gradient
+    is recorded, with the maxima's indices, and aten's
+    ``max_pool2d_with_indices_backward`` as the backward (the indices are
+    torch's, so the gradient is too).  Compiling, tracing, under autocast
+    or on other dtypes: torch's forward."""
 
     def forward(self, input):
-        if not self.return_indices and input.dtype == torch.float32 and glue.direct((input,)):
-            return glue.fresh_outputs(api.max_pool2d(input, self.kernel_size, self.stride,
-                                                     self.padding, self.dilation, self.ceil_mode),
+        if input.dtype != torch.float32 or not glue.plain_eager((input,)):
+            return super().forward(input)
+        conf = (self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        if glue.direct((input,)):
+            return glue.fresh_outputs(api.max_pool2d(input, *conf, self.return_indices),
                                       (input,))
-        return super().forward(input)
+        out, indices = _MaxPool2dFunction.apply(input, conf)
+        return (out, indices) if self.return_indices else out
 
     @classmethod
     def from_torch(cls, module: nn.MaxPool2d):
@@ -436,6 +441,28 @@ class MaxPool2d(nn.MaxPool2d):
         new = cls(module.kernel_size, module.stride, module.padding, module.dilation,
                   module.return_indices, module.ceil_mode)
         return new.train(module.training)
+
+
+class _MaxPool2dFunction(torch.autograd.Function):
+    """Our max pooling with its indices forward, aten's backward from them."""
+
+    @staticmethod
+    def forward(ctx, input, conf):
+        out, indices = glue.fresh_outputs(api.max_pool2d(input.detach(), *conf,
+                                                         return_indices=True), (input,))
+        ctx.save_for_backward(input, indices)
+        ctx.conf = conf
+        ctx.mark_non_differentiable(indices)
+        return out, indices
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        input, indices = ctx.saved_tensors
+        kernel_size, stride, padding, dilation, ceil_mode = ctx.conf
+        pairs = [list(v) if isinstance(v, (tuple, list)) else [v] for v in
+                 (kernel_size, [] if stride is None else stride, padding, dilation)]
+        return torch.ops.aten.max_pool2d_with_indices_backward(
+            grad, input, *pairs, ceil_mode, indices), None
 
 
 # torch module types convert replaces, and how: ``{type: (module, algo) -> our module}``

@@ -61,14 +61,21 @@ def overloads(ints, string):
 def direct(args):
     """Whether an op's implementation may run directly on ``args`` (see
     :func:`eager`): its dispatch would record, trace or convert nothing."""
+    grad = torch.is_grad_enabled()
+    return plain_eager(args) and not any(grad and t.requires_grad for t in _tensors(args))
+
+
+def plain_eager(args):
+    """Whether ``args`` are plain CPU float tensors (Parameters included) of
+    an eager call: nothing compiling or tracing (no dispatch or function
+    mode, no ``torch.jit`` trace, no ``torch.func`` transform), autocast
+    off.  Gradients may be recorded (an ``autograd.Function`` records them)."""
     if not args or type(args[0]) is not torch.Tensor or torch.compiler.is_compiling() \
             or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() \
             or torch.is_autocast_enabled("cpu") or torch._C._get_tracing_state() \
             or torch._C._are_functorch_transforms_active():
         return False
-    grad = torch.is_grad_enabled()
-    return all(type(t) in _PLAIN and t.is_cpu and t.dtype in FLOATS
-               and not (grad and t.requires_grad) for t in _tensors(args))
+    return all(type(t) in _PLAIN and t.is_cpu and t.dtype in FLOATS for t in _tensors(args))
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)     # (a Parameter overrides no torch function)

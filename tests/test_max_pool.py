@@ -24,10 +24,14 @@ def test_max_pool2d_is_torchs(hw, k, s, p, d, ceil):
     x = torch.randn(2, 3, *hw)
     x[0, 0, 1, 1] = float("nan")
     x[1, 2, 0, :] = float("-inf")
-    ref = F.max_pool2d(x, k, s, p, d, ceil)
+    x[1, 1] = 1.0                                    # ties: torch's index is the first
+    ref, ref_i = F.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
     y = schedules.max_pool2d(x, k, s, p, d, ceil)
     assert y.shape == ref.shape
     torch.testing.assert_close(y, ref, rtol=0, atol=0, equal_nan=True)
+    y2, y_i = schedules.max_pool2d(x, k, s, p, d, ceil, return_indices=True)
+    assert y_i.dtype == torch.int64 and torch.equal(y_i, ref_i)
+    torch.testing.assert_close(y2, ref, rtol=0, atol=0, equal_nan=True)
     yn = schedules.max_pool2d(x.numpy(), k, s, p, d, ceil)
     assert isinstance(yn, np.ndarray)
     np.testing.assert_array_equal(yn, ref.numpy())
@@ -52,9 +56,13 @@ def test_max_pool2d_refuses_what_torch_refuses():
             schedules.max_pool2d(bad, 2)
     with pytest.raises(TypeError, match="ceil_mode"):
         schedules.max_pool2d(x, 2, ceil_mode="yes")
+    with pytest.raises(TypeError, match="return_indices"):
+        schedules.max_pool2d(x, 2, return_indices=1)
     with pytest.raises(TypeError, match="float32"):
         schedules.max_pool2d(x.double(), 2)
     assert schedules.max_pool2d(torch.randn(0, 2, 6, 6), 2).shape == (0, 2, 3, 3)
+    out, idx = schedules.max_pool2d(np.zeros((0, 2, 6, 6), np.float32), 2, return_indices=True)
+    assert out.shape == idx.shape == (0, 2, 3, 3) and idx.dtype == np.int64
 
 
 def _net():
@@ -62,24 +70,34 @@ def _net():
                          nn.MaxPool2d(3, 2, 1), nn.Conv2d(8, 4, 1), nn.MaxPool2d(2, ceil_mode=True))
 
 
-def test_converted_max_pool_is_ours_for_inference_and_torchs_for_training():
+def test_converted_max_pool_runs_ours_with_torchs_gradients(monkeypatch):
     torch.manual_seed(0)
     model = _net()
     ours = schedules.nn.convert(copy.deepcopy(model))
     assert [r for r in ours.tiramisu_report.converted if r[1] == "MaxPool2d"]
     assert isinstance(ours[3], schedules.nn.MaxPool2d)
+    calls = []
+    real = schedules.api.max_pool2d
+    monkeypatch.setattr(schedules.api, "max_pool2d", lambda *a, **k: calls.append(1) or real(*a, **k))
     x = torch.randn(2, 3, 15, 13)
     model.eval(), ours.eval()
     with torch.no_grad():
         torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2
     model.train(), ours.train()
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     model(xa).square().sum().backward()
-    ours(xb).square().sum().backward()
+    ours(xb).square().sum().backward()               # ours with indices, aten's backward
+    assert len(calls) == 4
     torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-4)
-    with_indices = schedules.nn.MaxPool2d.from_torch(nn.MaxPool2d(2, return_indices=True))
-    out, idx = with_indices(x)
-    torch.testing.assert_close(idx, F.max_pool2d(x, 2, return_indices=True)[1])
+    ties = torch.ones(1, 2, 6, 6, requires_grad=True)           # every window tied
+    pool = schedules.nn.MaxPool2d.from_torch(nn.MaxPool2d(3, 2, 1, return_indices=True))
+    out, idx = pool(ties)
+    out.sum().backward()
+    ref = ties.detach().clone().requires_grad_()
+    ref_out, ref_idx = F.max_pool2d(ref, 3, 2, 1, return_indices=True)
+    ref_out.sum().backward()
+    assert torch.equal(idx, ref_idx) and torch.equal(ties.grad, ref.grad)
 
 
 @pytest.mark.parametrize("n", [0, 1, 3])

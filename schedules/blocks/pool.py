@@ -16,22 +16,31 @@ from ..host import host
 from ..problems.pool import PoolShape
 
 
-def max_pool2d_function(s: PoolShape):
+def max_pool2d_function(s: PoolShape, indices=False):
     """``out[p, y, x]`` = max over the window's taps of the -inf padded
-    ``data[p]`` (``P`` planes: the kernel's param)."""
-    f = tp.Function("max_pool2d", params=["P"])
+    ``data[p]`` (``P`` planes: the kernel's param); with ``indices`` also
+    ``indices[p, y, x]``, the flat position in the plane (``row * w + col``)
+    of the tap torch's max_pool2d picks: the first maximum in row-major
+    order, or, for a NaN maximum, the last NaN (its scan replaces the
+    maximum on ``v > max`` or ``v != v``); computed in the same plane
+    iteration from the maximum, two chains of selects over the taps."""
+    f = tp.Function("max_pool2d_indices" if indices else "max_pool2d", params=["P"])
     X = f.input("data", ("P", s.h, s.w), tp.float32)
     q, iy, ix = f.var("q", 0, "P"), f.var("iy", 0, s.hp), f.var("ix", 0, s.wp)
     inside = (iy >= s.ph) & (iy < s.h + s.ph) & (ix >= s.pw) & (ix < s.w + s.pw)
     plane = f.computation("plane", [q, iy, ix],
                           tp.select(inside, X[q, iy - s.ph, ix - s.pw], float("-inf")))
     p, y, x = f.var("p", 0, "P"), f.var("y", 0, s.ho), f.var("x", 0, s.wo)
-    best = None
+    taps = []                       # (value, row, column in the input) in scan order
     for ky in range(s.kh):
         for kx in range(s.kw):
-            v = plane[p, y * s.sh + ky * s.dh, x * s.sw + kx * s.dw]
-            best = v if best is None else tp.max(best, v)
-    out = f.computation("out", [p, y, x], best)
+            row, col = y * s.sh + ky * s.dh, x * s.sw + kx * s.dw
+            taps.append((plane[p, row, col], row - s.ph, col - s.pw))
+    best = taps[0][0]
+    for v, _, _ in taps[1:]:
+        best = tp.max(best, v)
+    out = f.computation("pooled", [p, y, x], best)
+    out.store_in(f.buffer("out", ("P", s.ho, s.wo), tp.float32, output=True), [p, y, x])
     plane.store_in(f.buffer("plane_padded", (s.hp, s.wp), tp.float32), [iy, ix])
     plane.compute_at(out, "p")
     lanes = host().lanes(4)
@@ -40,4 +49,21 @@ def max_pool2d_function(s: PoolShape):
             stmt.split(loop, lanes, names=(f"{loop}0", f"{loop}1"))
             stmt.vectorize(f"{loop}1", lanes)
     out.parallelize("p")
+    if indices:
+        # (the taps read from the input, the padding as a value that never
+        # matches: the plane's buffer is the next plane's once out is done)
+        m = out[p, y, x]
+        first, last_nan = tp.cast(0, tp.int64), tp.cast(0, tp.int64)
+        for _, row, col in reversed(taps):      # the first tap equal to the maximum
+            valid = (row >= 0) & (row < s.h) & (col >= 0) & (col < s.w)
+            v = tp.select(valid, X[p, row, col], float("nan"))
+            first = tp.select(v == m, tp.cast(row * s.w + col, tp.int64), first)
+        for _, row, col in taps:                # the last NaN
+            valid = (row >= 0) & (row < s.h) & (col >= 0) & (col < s.w)
+            v = tp.select(valid, X[p, row, col], 0.0)
+            last_nan = tp.select(v != v, tp.cast(row * s.w + col, tp.int64), last_nan)
+        where = f.computation("argmax", [p, y, x], tp.select(m != m, last_nan, first),
+                              dtype=tp.int64)
+        where.store_in(f.buffer("indices", ("P", s.ho, s.wo), tp.int64, output=True), [p, y, x])
+        where.after(out, "p")
     return f

@@ -157,18 +157,18 @@ def float32_on(x, name, ndim, device):
     return x.contiguous()
 
 
-def zeros(like, shape, bias=None):
-    """float32 zeros of ``shape`` in ``like``'s framework and on its device;
-    with ``bias`` (a convolution with an empty sum) the bias broadcast over
-    the channels (axis 1)."""
+def zeros(like, shape, bias=None, dtype="float32"):
+    """Zeros of ``shape`` and ``dtype`` (a name) in ``like``'s framework and
+    on its device; with ``bias`` (a convolution with an empty sum) the bias
+    broadcast over the channels (axis 1)."""
     if is_torch(like):
         import torch
-        out = torch.zeros(shape, dtype=torch.float32, device=like.device)
+        out = torch.zeros(shape, dtype=getattr(torch, dtype), device=like.device)
         return out + bias.reshape(1, -1, 1, 1) if bias is not None and shape[1] else out
     if not isinstance(like, np.ndarray):
         raise TypeError("an empty result of device arrays other than torch tensors has no "
                         "output to allocate; pass torch CUDA tensors")
-    out = np.zeros(shape, np.float32)
+    out = np.zeros(shape, dtype)
     if bias is not None and shape[1]:
         out += np.asarray(bias).reshape(1, -1, 1, 1)
     return out
