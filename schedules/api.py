@@ -291,6 +291,20 @@ def gru(x, weights, h0=None, *, bidirectional=False, sparse=False, schedule="aut
     return y, hn
 
 
+def rnn_states_solver(cell, x, weights, h0, c0, target=None, schedule="auto"):
+    """``solve(train)`` for :mod:`schedules.solvers.rnn_train`: the library's
+    float32 forward solvers on this call's (batched, dense) arguments,
+    returning ``(y, h_n, c_n)`` and keeping each layer's ``(input, h
+    states)`` in ``train["states"]`` (with ``train["masks"]``, the dropout
+    between the layers, the layers run one by one)."""
+    def solve(train):
+        p, args = RnnProblem.from_call(cell, x, weights, h0, c0, False, target)
+        # dropout goes between the layers: layer-major (the backward follows schedule)
+        forward = "layer" if train["masks"] else schedule
+        return _solve(cell, p, args + (train,), forward, cell, "schedule", repeats=2)
+    return solve
+
+
 def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, masks,
          bidirectional=False):
     """One LSTM/GRU call: a bidirectional or projected stack composed of
@@ -323,13 +337,8 @@ def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, 
     if trainable and (grad or p_drop or masks or rnn_train.is_float64(x)):
         if p_drop and len(weights) > 1:
             masks = rnn_train.dropout_masks(x, len(weights), weights, p_drop)
-        solve = None
-        if not rnn_train.is_float64(x):      # float32: the library's forward solvers
-            def solve(train):
-                p, args = RnnProblem.from_call(cell, x, weights, h0, c0, False, target)
-                # dropout goes between the layers: layer-major (the backward follows schedule)
-                forward = "layer" if train["masks"] else schedule
-                return _solve(cell, p, args + (train,), forward, cell, "schedule", repeats=2)
+        solve = None if rnn_train.is_float64(x) else \
+            rnn_states_solver(cell, x, weights, h0, c0, target, schedule)
         y, hn, cn = rnn_train.run(cell, x, weights, h0, c0, masks, target, schedule, solve)
     else:
         if p_drop or masks:

@@ -105,10 +105,12 @@ def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
     unbatched = x.dim() == 2            # (T, I): batch 1 in the middle, as the forward
     batch = (lambda t: None if t is None else _detached(t).unsqueeze(-2)) if unbatched else \
         (lambda t: None if t is None else _detached(t))       # noqa: E731
+    bx, blayers, bh0, bc0 = batch(x), [[_detached(w) for w in layer] for layer in layers], \
+        batch(h0), batch(c0)
     dx, dW, dh0, dc0 = rnn_train.gradients(
-        op, batch(x), [[_detached(w) for w in layer] for layer in layers], batch(h0), batch(c0),
-        *(batch(g) for g in (dy, dhn, dcn)),
-        [batch(m) for m in dropout_masks] if dropout_masks else None)
+        op, bx, blayers, bh0, bc0, *(batch(g) for g in (dy, dhn, dcn)),
+        [batch(m) for m in dropout_masks] if dropout_masks else None,
+        solve=api.rnn_states_solver(op, bx, blayers, bh0, bc0))
     per = len(layers[0])
     dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
     out = [torch.from_numpy(a) if a is not None else None for a in (dx, dh0, dc0)]

@@ -4,6 +4,8 @@ backends, float32 gradients equal to torch.nn.LSTM/GRU's, dropout between
 layers drawn as torch draws it, unbatched input, conv2d's double backward,
 ``schedules.nn.convert`` of recurrent modules, and a converted seq2seq model
 that trains as torch's does."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -270,3 +272,22 @@ def test_numpy_input_with_weights_that_require_grad_keeps_the_graph():
     assert isinstance(y, torch.Tensor) and y.requires_grad
     with pytest.raises(RuntimeError, match="has no backward kernel yet"):
         y.sum().backward()
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_op_backward_recomputes_a_float32_forward_with_the_library_solvers(monkeypatch, cell):
+    """The backward op's recomputed forward is the library's (the plain
+    training forward nest never runs for float32): the gradients stay torch's."""
+    def refuse(*a, **k):
+        raise AssertionError("the plain training forward ran")
+    monkeypatch.setattr(rnn_train, "_forward_kernel", refuse)
+    torch.manual_seed(3)
+    mod = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(6, 5, num_layers=2)
+    ours = tnn.convert(torch.nn.Sequential(copy.deepcopy(mod)))[0]
+    x = torch.randn(4, 3, 6)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    mod(xa)[0].square().sum().backward()
+    ours(xb)[0].square().sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    for p, q in zip(ours.parameters(), mod.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)

@@ -285,14 +285,20 @@ def _zeros_or(g, shape, dtype):
 
 
 def gradients(cell, x, weights, h0, c0, dy, dhn, dcn, masks=None, target=None,
-              schedule="layer"):
-    """The gradients of the stack's inputs (NumPy), recomputing the forward:
-    ``(dx, dW, dh0, dc0)`` as :func:`backward`; ``dy``/``dhn``/``dcn`` may be
-    None (zero)."""
+              schedule="layer", solve=None):
+    """The gradients of the stack's inputs (NumPy), recomputing the forward
+    (``solve``: the library's, as :func:`run` takes it; else the plain
+    kernels of :func:`forward`): ``(dx, dW, dh0, dc0)`` as :func:`backward`;
+    ``dy``/``dhn``/``dcn`` may be None (zero)."""
     layers, xa, h0a, c0a = check(cell, x, weights, h0, c0)
     schedule = check_schedule(schedule, layers)
     m = None if not masks else [_array(k, "dropout mask", str(xa.dtype)) for k in masks]
-    y, hn, _, saved = forward(cell, layers, xa, h0a, c0a, m, target)
+    if solve is None or is_float64(xa):
+        y, hn, _, saved = forward(cell, layers, xa, h0a, c0a, m, target)
+    else:
+        train = {"masks": m}
+        y, hn = (_array(a, "result") for a in solve(train)[:2])
+        saved = train["states"]
     dt = str(xa.dtype)
     return backward(cell, layers, saved, c0a, _zeros_or(dy, y.shape, dt),
                     _zeros_or(dhn, hn.shape, dt), _zeros_or(dcn, hn.shape, dt), m, target,
