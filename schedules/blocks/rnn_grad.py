@@ -16,14 +16,18 @@ recurrence of the gradients (``dH[s]``: the gradient reaching h at step
 ``T - 1 - s`` from later steps, ``dC[s]`` the cell state's), writes the
 gates' gradients ``dzx`` / ``dzh`` of every step, and the products that do
 not recur (the input's gradient, the weights', the biases') follow as GEMMs
-and reductions over all steps.  Plain schedules (the outer loop parallel,
-as :mod:`schedules.solvers.backward`): reference kernels that make float64
-and gradcheck possible, not tuned ones.
+and reductions over all steps.  Schedules: the outer loop parallel; the
+products whose innermost loop is an output's column (the h gradient through
+``w_hh``, the input's, the weights') run that column in vectors, each sum
+in its order (bit for bit the plain nest's); float32 pre-activations sum
+their dot products in vectors (reassociated: float32 rounding, not the
+plain order), float64 ones in order (gradcheck).
 """
 from __future__ import annotations
 
 import tiramisu_py as tp
 
+from ..host import host
 from ..weights.rnn import GATES
 
 
@@ -42,7 +46,20 @@ def _projection(f, name, src, w, bias, T, B, G, H, K, dt, L=None):
     outer = (lv[0] if L else t).name
     z.parallelize(outer)
     z.update.parallelize(outer)
+    if dt == tp.float32:        # a dot product of two contiguous rows, in vectors
+        lanes = host().lanes(4)
+        if K >= 2 * lanes:
+            z.update.allow_reassociation()
+            _vector(z.update, f"{name}_k", K, lanes)
     return z
+
+
+def _vector(stmt, loop, extent, lanes):
+    """``loop`` (innermost, no reduction along it) of ``stmt`` in vectors of
+    ``lanes`` where it is at least two vectors long."""
+    if extent >= 2 * lanes:
+        stmt.split(loop, lanes, names=(f"{loop}_v0", f"{loop}_v1"))
+        stmt.vectorize(f"{loop}_v1", lanes)
 
 
 def _sig(v):
@@ -121,6 +138,7 @@ def wavefront_backward(cell, L, T, B, H, dtype="float64"):
 def _backward(cell, T, B, K, H, dtype, L=None):
     G, dt = GATES[cell], _dt(dtype)
     lstm, stack = cell == "lstm", L is not None
+    lanes = host().lanes(4 if dtype == "float32" else 8)
     f = tp.Function(f"{cell}_{'wavefront' if stack else 'layer'}_backward_{dtype}", params={})
     pre = (L,) if stack else ()
     x, h = f.input("x", (*pre, T, B, K), dt), f.input("h", (*pre, T + 1, B, H), dt)
@@ -229,6 +247,10 @@ def _backward(cell, T, B, K, H, dtype, L=None):
                 u.interchange("m", "s")
         stmts[0].parallelize("m")
     else:
+        # each h gradient's sum over the gates in the same order, the columns k
+        # innermost: w_hh's rows read contiguously, k in vectors
+        dprev.update.reorder("s", "b", "gr", "jr", "k")
+        _vector(dprev.update, "k", H, lanes)
         dprev.update.parallelize("b")
     # the products that do not recur: over all steps at once
     ol = (f.var("ol", 0, L),) if stack else ()
@@ -237,6 +259,8 @@ def _backward(cell, T, B, K, H, dtype, L=None):
     if not stack:
         dx = f.computation("dx_c", [t, b, kx], tp.cast(dt, 0.0)).store_in(out["dx"], [t, b, kx])
         dx[t, b, kx] += dzx[t, b, g, jj] * w_ih[g * H + jj, kx]
+        dx.update.reorder("t", "bb", "g", "jj", "kx")       # (each sum's order kept)
+        _vector(dx.update, "kx", K, lanes)
         dx.parallelize("t")
         dx.update.parallelize("t")
     for name, src, kv, dz in (("dw_ih", x, kx, dzx), ("dw_hh", h, kh, dzh)):
@@ -244,6 +268,7 @@ def _backward(cell, T, B, K, H, dtype, L=None):
                            ).store_in(out[name], [*ol, g, jj, kv])
         dw[(*ol, g, jj, kv)] += dz[(*ol, t, b, g, jj)] * src[(*ol, t, b, kv)]
         dw.update.reorder(*[v.name for v in ol], "g", "jj", "t", "bb", kv.name)
+        _vector(dw.update, kv.name, K if kv is kx else H, lanes)
         outer = ol[0].name if stack else "g"
         dw.parallelize(outer)
         dw.update.parallelize(outer)
