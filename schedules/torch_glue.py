@@ -31,17 +31,22 @@ def op(name, schema, impl, fake, backward=None, setup_context=None):
                   autocast="reduced" if name in REDUCED_OPS else "float32")
 
 
-def eager(op, impl):
+def eager(op, impl, recorded=None):
     """``op`` for a module's forward or a backward to call: its
     implementation run directly (with :func:`fresh_outputs`, as the op runs
     it) where the op's dispatch could add nothing -- no gradient recorded
     (grad mode off, or no argument requiring one), nothing compiling or
     tracing (no dispatch or function mode, no ``torch.jit`` trace, no
     ``torch.func`` transform, plain CPU float32/float64 tensors), autocast off -- else the op: two dispatches
-    fewer per conv in an inference forward or a training step."""
+    fewer per conv in an inference forward or a training step.  ``recorded``:
+    what runs where a gradient is recorded in an otherwise plain eager call
+    (:func:`plain_eager`; an ``autograd.Function`` with the op's backward,
+    None: the op)."""
     def call(*args, **kwargs):
         if direct(args):
             return fresh_outputs(impl(*args, **kwargs), args)
+        if recorded is not None and plain_eager(args):
+            return recorded(*args, **kwargs)
         return op(*args, **kwargs)
     call.__name__, call.__doc__ = getattr(impl, "__name__", "op"), impl.__doc__
     return call

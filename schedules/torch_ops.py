@@ -426,7 +426,32 @@ conv2d_grad_weight = _op("conv2d_grad_weight",
                          _grad_weight_setup)
 # what the modules' forwards and the backward functions call: the implementations
 # directly when nothing records (torch_glue.eager), else the ops
-conv2d_now = glue.eager(conv2d, glue.overloads(_conv2d, _conv2d_str))
+class _Conv2dRecorded(torch.autograd.Function):
+    """``tiramisu::conv2d`` (int padding) where autograd records it in plain
+    eager code: the implementation forward, the op's own setup and backward
+    (:func:`_conv2d_setup`, :func:`_conv2d_backward`), without the op's
+    dispatch and schema handling; compiling or tracing takes the op."""
+
+    @staticmethod
+    def forward(ctx, input, weight, bias, stride, padding, dilation, groups, algo):
+        inputs = (input, weight, bias, stride, padding, dilation, groups)
+        _conv2d_setup(ctx, inputs, {"algo": algo}, None)
+        ctx.n_inputs = 8                                  # (algo gets no gradient)
+        return glue.fresh_outputs(_conv2d(*inputs, algo=algo), inputs)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _conv2d_backward(ctx, g)
+
+
+def _conv2d_recorded(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                     groups=1, *, algo="auto"):
+    if isinstance(padding, str):
+        return conv2d(input, weight, bias, stride, padding, dilation, groups, algo=algo)
+    return _Conv2dRecorded.apply(input, weight, bias, stride, padding, dilation, groups, algo)
+
+
+conv2d_now = glue.eager(conv2d, glue.overloads(_conv2d, _conv2d_str), _conv2d_recorded)
 
 
 def conv2d_then(activation, input, weight, bias, stride, padding, dilation, groups, algo):

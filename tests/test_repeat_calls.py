@@ -157,3 +157,29 @@ def test_converted_forward_runs_directly_unless_something_records():
     xt = x.clone().requires_grad_()
     model(xt).square().sum().backward()
     torch.testing.assert_close(xr.grad, xt.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_recorded_eager_forward_skips_the_ops_dispatch_with_the_ops_gradients():
+    """Training a converted conv in plain eager code runs no tiramisu op (an
+    autograd.Function with the op's backward); the gradients are torch's,
+    and a double backward still exists."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import schedules.nn
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8),
+                          nn.ReLU6(), nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False))
+    ours = schedules.nn.convert(copy.deepcopy(model)).train()
+    x = torch.randn(2, 3, 11, 12)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    model(xa).square().sum().backward()
+    with torch.profiler.profile() as prof:
+        ours(xb).square().sum().backward()
+    assert not [e.name for e in prof.events() if e.name.startswith("tiramisu::")]
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    for p, q in zip(ours.parameters(), model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    conv = schedules.nn.Conv2d.from_torch(nn.Conv2d(3, 2, 3, stride=2, padding=1).double())
+    xd = torch.randn(1, 3, 6, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(conv, (xd,))
