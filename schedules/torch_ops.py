@@ -458,12 +458,11 @@ def conv2d_then(activation, input, weight, bias, stride, padding, dilation, grou
     """``activation`` ("relu", "relu6" or None) of ``conv2d_now``'s result:
     in the conv kernel's epilogue where the implementation runs directly
     (:func:`schedules.torch_glue.eager`'s conditions) and can, else in place
-    on the op's fresh result (the same values: max/min are exact)."""
+    on ``conv2d_now``'s fresh result (the same values: max/min are exact)."""
     args = (input, weight, bias, stride, padding, dilation, groups)
     if glue.direct(args) and not isinstance(padding, str):
         return glue.fresh_outputs(_conv2d(*args, algo=algo, activation=activation), args)
-    y = conv2d(*args, algo=algo)
-    return y.clamp_(0, 6 if activation == "relu6" else None) if activation else y
+    return A.activate(conv2d_now(*args, algo=algo), activation)
 _grad_input_now = glue.eager(conv2d_grad_input, _grad_input)
 _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
 

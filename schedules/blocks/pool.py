@@ -53,15 +53,14 @@ def max_pool2d_function(s: PoolShape, indices=False):
         # (the taps read from the input, the padding as a value that never
         # matches: the plane's buffer is the next plane's once out is done)
         m = out[p, y, x]
+        inputs = [((row >= 0) & (row < s.h) & (col >= 0) & (col < s.w), X[p, row, col],
+                   tp.cast(row * s.w + col, tp.int64)) for _, row, col in taps]
         first, last_nan = tp.cast(0, tp.int64), tp.cast(0, tp.int64)
-        for _, row, col in reversed(taps):      # the first tap equal to the maximum
-            valid = (row >= 0) & (row < s.h) & (col >= 0) & (col < s.w)
-            v = tp.select(valid, X[p, row, col], float("nan"))
-            first = tp.select(v == m, tp.cast(row * s.w + col, tp.int64), first)
-        for _, row, col in taps:                # the last NaN
-            valid = (row >= 0) & (row < s.h) & (col >= 0) & (col < s.w)
-            v = tp.select(valid, X[p, row, col], 0.0)
-            last_nan = tp.select(v != v, tp.cast(row * s.w + col, tp.int64), last_nan)
+        for valid, v, at in reversed(inputs):   # the first tap equal to the maximum
+            first = tp.select(tp.select(valid, v, float("nan")) == m, at, first)
+        for valid, v, at in inputs:             # the last NaN
+            v = tp.select(valid, v, 0.0)
+            last_nan = tp.select(v != v, at, last_nan)
         where = f.computation("argmax", [p, y, x], tp.select(m != m, last_nan, first),
                               dtype=tp.int64)
         where.store_in(f.buffer("indices", ("P", s.ho, s.wo), tp.int64, output=True), [p, y, x])

@@ -10,8 +10,8 @@ cache's own read-only copies of them, so a prepared form (and whatever it
 derives later, lazily) never reads the caller's memory.
 
 **The rule (never stale).**  An entry is found by the arrays' identity: per
-array the data address, shape, strides and dtype, and for a torch tensor its
-device and ``_version`` (bumped by every in-place op on the tensor, a view
+array the data address, shape, strides and dtype, and for a torch tensor (on
+the CPU: the only device cached) its ``_version`` (bumped by every in-place op on the tensor, a view
 or a ``detach()`` of it: a changed version is a miss at once).  An entry
 found is used only if every array still holds, **bit for bit, the values it
 held when the entry was made**: the entry keeps a copy of them and compares
@@ -183,7 +183,7 @@ def _is_torch(x):
 class _Probe:
     """What a lookup reads of one source: ``place`` (data address, shape,
     byte strides, dtype: the key of :func:`own`), ``ident`` (``place`` and,
-    for a torch tensor, its device and ``_version``), whether it is
+    for a CPU torch tensor, its ``_version``), whether it is
     C-contiguous, its bytes, and :meth:`view`, the NumPy view of it (made
     only on a miss: a hit reads the memory at ``address`` directly)."""
     __slots__ = ("source", "place", "ident", "address", "nbytes", "contiguous", "_view")
@@ -198,30 +198,31 @@ def _probe(s):
     """The :class:`_Probe` of ``s`` (None for None; False: not cacheable)."""
     if s is None:
         return None
-    p = _Probe()
-    p.source = p._view = None
     if isinstance(s, np.ndarray):
-        address = s.__array_interface__["data"][0]
-        p.place = p.ident = (address, s.shape, s.strides, s.dtype.str)
-        p.address, p.nbytes, p.contiguous, p._view = address, s.nbytes, s.flags.c_contiguous, s
-        return p
+        return _view_probe(s)
     if not _is_torch(s) or getattr(s, "layout", None) is None or str(s.layout) != "torch.strided" \
             or s.device.type != "cpu":
         return False
     if s.is_conj() or s.is_neg() or s.dtype.is_complex:   # (what it shows: from a resolved copy)
         view = _host_view(s)
-        if view is False:
-            return False
-        p.place = p.ident = (view.__array_interface__["data"][0], view.shape, view.strides,
-                             view.dtype.str)
-        p.address, p.nbytes, p.contiguous, p._view = p.place[0], view.nbytes, \
-            view.flags.c_contiguous, view
-        return p
+        return False if view is False else _view_probe(view)
+    p = _Probe()
+    p._view = None
     size = s.element_size()
     address = s.data_ptr()
     p.place = (address, tuple(s.shape), tuple(st * size for st in s.stride()), str(s.dtype))
     p.ident = p.place + (s._version,)
     p.source, p.address, p.nbytes, p.contiguous = s, address, s.numel() * size, s.is_contiguous()
+    return p
+
+
+def _view_probe(view):
+    """The :class:`_Probe` of a NumPy array (its own view)."""
+    p = _Probe()
+    address = view.__array_interface__["data"][0]
+    p.place = p.ident = (address, view.shape, view.strides, view.dtype.str)
+    p.source = p._view = view
+    p.address, p.nbytes, p.contiguous = address, view.nbytes, view.flags.c_contiguous
     return p
 
 

@@ -267,23 +267,11 @@ class Kernel:
         results = {}
         for b in self.outputs:
             if b.name not in arrs:
-                shape = self._extents(b, values)
-                zero = b.name in self.zeroed_outputs
-                if use_torch:
-                    import torch
-                    obj = torch_output(shape, getattr(torch, b.dtype.name), zero)
-                else:
-                    if b.dtype.np is None:
-                        raise TypeError(f"{self.name}: output {b.name!r} is bfloat16, which NumPy "
-                                        "lacks: pass torch tensors (or install ml_dtypes)")
-                    obj = (np.zeros if zero else np.empty)(shape, dtype=b.dtype.np)
+                obj = self._new_output(b, self._extents(b, values), use_torch)
                 arrs[b.name] = _Arg(b.name, obj)
             results[b.name] = arrs[b.name].obj
         scalars = [values[p] for p in self.params]
-        addresses = [arrs[b.name].address for b in buffers]
-        status = self._compiled.call(scalars, addresses)
-        if status != 0:
-            raise MemoryError(f"{self.name}: could not allocate the kernel's temporaries")
+        self._run_native(scalars, [arrs[b.name].address for b in buffers])
         if signature is not None and not misaligned:
             if len(self._plans) >= 64:
                 self._plans.clear()
@@ -299,13 +287,30 @@ class Kernel:
         checks: for a caller that proved them for these values (the
         distributed runtime checks all the steps of a call at once with
         ``kernel.checker``, then runs the steps through here)."""
-        scalars = [int(values[p]) for p in self.params]
-        addresses = [arrays[b.name].__array_interface__["data"][0]
-                     for b in self.inputs + self.outputs]
+        self._run_native([int(values[p]) for p in self.params],
+                         [arrays[b.name].__array_interface__["data"][0]
+                          for b in self.inputs + self.outputs])
+
+    # -------------------------------------------------------------- helpers
+    def _run_native(self, scalars, addresses):
+        """The native call on the params ``scalars`` and the buffers'
+        ``addresses`` (inputs, then outputs, in declaration order)."""
         if self._compiled.call(scalars, addresses) != 0:
             raise MemoryError(f"{self.name}: could not allocate the kernel's temporaries")
 
-    # -------------------------------------------------------------- helpers
+    def _new_output(self, b, shape, use_torch):
+        """A fresh array for output ``b`` of ``shape``: a torch tensor with
+        ``use_torch``, else a NumPy array; zero-filled where the kernel may
+        read it before writing it (``zeroed_outputs``)."""
+        zero = b.name in self.zeroed_outputs
+        if use_torch:
+            import torch
+            return torch_output(shape, getattr(torch, b.dtype.name), zero)
+        if b.dtype.np is None:
+            raise TypeError(f"{self.name}: output {b.name!r} is bfloat16, which NumPy "
+                            "lacks: pass torch tensors (or install ml_dtypes)")
+        return (np.zeros if zero else np.empty)(shape, dtype=b.dtype.np)
+
     def _shape(self, b, values):
         try:
             key = (b.name, tuple(sorted(values.items())))
@@ -376,30 +381,20 @@ class _Plan:
     allocate.  A later call of the same signature runs with these, its
     per-array checks (contiguity, alignment, device) made by
     :func:`_signature` itself."""
-    __slots__ = ("scalars", "outputs", "use_torch", "single")
+    __slots__ = ("scalars", "shapes", "use_torch")
 
     def __init__(self, kernel, scalars, values, use_torch):
         self.scalars, self.use_torch = list(scalars), use_torch
-        self.outputs = [(b.name, kernel._extents(b, values), b.dtype, b.name in kernel.zeroed_outputs)
-                        for b in kernel.outputs]
-        self.single = len(self.outputs) == 1
+        self.shapes = [kernel._extents(b, values) for b in kernel.outputs]
 
     def run(self, kernel, addresses):
         results = {}
-        for name, shape, dtype, zero in self.outputs:
-            if self.use_torch:
-                import torch
-                obj = torch_output(shape, getattr(torch, dtype.name), zero)
-                addresses[name] = obj.data_ptr()
-            else:
-                obj = (np.zeros if zero else np.empty)(shape, dtype=dtype.np)
-                addresses[name] = obj.__array_interface__["data"][0]
-            results[name] = obj
-        status = kernel._compiled.call(self.scalars, [addresses[b.name] for b in kernel.inputs]
-                                       + [addresses[b.name] for b in kernel.outputs])
-        if status != 0:
-            raise MemoryError(f"{kernel.name}: could not allocate the kernel's temporaries")
-        return next(iter(results.values())) if self.single else results
+        for b, shape in zip(kernel.outputs, self.shapes):
+            obj = results[b.name] = kernel._new_output(b, shape, self.use_torch)
+            addresses[b.name] = obj.data_ptr() if self.use_torch \
+                else obj.__array_interface__["data"][0]
+        kernel._run_native(self.scalars, [addresses[b.name] for b in kernel.inputs + kernel.outputs])
+        return next(iter(results.values())) if len(results) == 1 else results
 
 
 def _signature(kernel, args, kwargs, torch):
