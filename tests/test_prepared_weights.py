@@ -44,6 +44,34 @@ def test_same_values_hit_changed_values_miss():
     assert n3 == 1 and v3 == np.float32(a.sum())
 
 
+def test_a_lookups_bytes_are_compared_in_runs_over_threads(monkeypatch):
+    """Above SPLIT_BYTES a lookup's sources are compared in runs of equal
+    bytes, one per thread, cut across the sources: a change in any byte
+    of any source (a run's first, its last, one that straddles two runs)
+    is still a miss; a strided source is compared apart."""
+    monkeypatch.setattr(P, "SPLIT_BYTES", 64)
+    monkeypatch.setattr(P, "COMPARE_THREADS", 3)
+    arrays = [RNG.standard_normal(n).astype(np.float32) for n in (37, 100, 5, 64)]
+    strided = RNG.standard_normal((8, 6)).astype(np.float32)[:, ::2]
+    sources = arrays + [strided]
+
+    def call():
+        return P.prepared("t_runs", sources, lambda c: sum(float(a.sum()) for a in c))
+    assert made("t_runs", call)[1] == 1 and made("t_runs", call)[1] == 0
+    total = sum(a.size for a in arrays)
+    for flat in (0, 36, 37, 69, 70, 136, 141, total - 1):
+        for a in arrays:
+            if flat < a.size:
+                break
+            flat -= a.size
+        a[flat] += 1.0
+        value, n = made("t_runs", call)
+        assert n == 1 and value == pytest.approx(sum(float(b.sum()) for b in sources))
+        assert made("t_runs", call)[1] == 0
+    strided[3, 1] = -7.0
+    assert made("t_runs", call)[1] == 1
+
+
 def test_make_gets_read_only_copies():
     a = np.arange(4, dtype=np.float32)
     got = P.prepared("t_copy", [a], lambda c: c)
@@ -300,9 +328,9 @@ def test_owned_sources_are_found_by_identity_and_never_reused_for_another():
     copy kept, no comparison; a new array owned at the same address later
     is another source (its own entry), never the old one's."""
     compared = []
-    real_same = P._same
+    real_same = P._all_same
     try:
-        P._same = lambda v, c: compared.append(v.nbytes) or real_same(v, c)
+        P._all_same = lambda pairs: compared.extend(p.nbytes for p, _ in pairs) or real_same(pairs)
         for value in (1.0, 2.0, 3.0):
             a = torch.full((64, 64), value)
             P.own(a)
@@ -316,7 +344,7 @@ def test_owned_sources_are_found_by_identity_and_never_reused_for_another():
             P.prepared("t_owned", [b], lambda c: 0)
         assert compared == [b.numel() * 4]
     finally:
-        P._same = real_same
+        P._all_same = real_same
 
 
 def test_folded_batchnorm_conv_packs_each_fold_once_and_sees_changes():

@@ -53,7 +53,7 @@ from ..blocks.blis import kernel as gemm_kernel
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..host import host
-from ..weights.rnn import PAIRED, as_dtype, blocking, kernel_array, padded
+from ..weights.rnn import PAIRED, PROJECTION_TILE, as_dtype, blocking, kernel_array, padded
 from ..weights.window import SLICE, WINDOW
 
 SCHEDULES = ("layer", "wavefront")
@@ -84,45 +84,52 @@ def _host(out):
     return out if isinstance(out, np.ndarray) else out.numpy()
 
 
-TILE = 8       # vectors of a row of the CSR projection kept in registers
+ROWS = 256     # rows of the CSR projection per parallel chunk (its sums stay in L2)
 
 
-def _projection_kernel(M, R, I, target):
+def _projection_kernel(M, R, I, NKB, target):
     """CSR input projection of all T * B rows at once (hoisted), transposed:
     ``xp[r, m] = sum_nz values[nz] * x[colidx[nz], m]`` over the packed rows
-    ``r``; each nonzero scales a contiguous row of ``x`` (I x M), the row of
-    ``xp`` accumulates in a local tile.  ``M``: the rows padded to whole
-    vectors (:func:`schedules.blocks.rnn_cells.projection_columns`): a tail
-    of a few columns would accumulate through memory, a scalar chain per
-    nonzero (4 of 100 columns took 4/5 of the time).  The rows in parallel,
-    the initial zeros and the sums alike."""
+    ``r``, the nonzeros in ``NKB`` blocks of columns
+    (:func:`schedules.weights.rnn.column_blocked`): each nonzero scales a
+    contiguous row of ``x`` (I x M) into a tile of up to
+    :data:`~schedules.weights.rnn.PROJECTION_TILE` vectors of the row of
+    ``xp`` kept in registers over the nonzeros of one block, added to ``xp``
+    once per block.  Loops: chunks of :data:`ROWS` rows in parallel, the
+    tile's columns, the column blocks, the chunk's rows, the nonzeros: one
+    block's rows of ``x`` (a tile wide) are read from L1 by all the chunk's
+    rows (read at random from L2, one nonzero at a time, the kernel ran at a
+    fifth of the FMA peak).  ``M``: the rows padded to whole vectors
+    (:func:`schedules.blocks.rnn_cells.projection_columns`): a tail of a few
+    columns would accumulate through memory, a scalar chain per nonzero."""
     def build():
-        f = tp.Function("rnn_csr_projection", params={"M": M, "R": R, "I": I, "NNZ": None})
-        r, m = f.var("r", 0, "R"), f.var("m", 0, "M")
+        f = tp.Function("rnn_csr_projection",
+                        params={"M": M, "R": R, "I": I, "NKB": NKB, "NNZ": None})
+        r, m, kb = f.var("r", 0, "R"), f.var("m", 0, "M"), f.var("kb", 0, "NKB")
         x = f.input("x", ("I", "M"), tp.float32)
-        rowptr = f.input("rowptr", ("R + 1",), tp.int32)
+        rowptr = f.input("rowptr", ("NKB * R + 1",), tp.int32)
         colidx = f.input("colidx", ("NNZ",), tp.int32)
         values = f.input("values", ("NNZ",), tp.float32)
-        nz = f.var("nz", rowptr[r], rowptr[r + 1])
+        nz = f.var("nz", rowptr[kb * R + r], rowptr[kb * R + r + 1])
         xp = f.computation("xp", [r, m], 0.0, dtype=tp.float32)
-        xp[r, m].reduce("+", values[nz] * x[colidx[nz], m], loops=[r, nz, m])
+        xp[r, m].reduce("+", values[nz] * x[colidx[nz], m], loops=[r, kb, nz, m])
         lanes = host().lanes(4)
         xp.vectorize("m", lanes)
-        # a tile of up to TILE vectors of the row in registers (unrolled)
-        # over the row's nonzeros; longer rows in chunks of it, outside nz
+        xp.parallelize("r")
         u = xp.update
-        u.split("m", lanes, names=("m0", "m1"))
         vectors = M // lanes
-        tile = max(t for t in range(1, min(vectors, TILE) + 1) if vectors % t == 0)
+        tile = max(t for t in range(1, min(vectors, PROJECTION_TILE) + 1) if vectors % t == 0)
+        rows = max(d for d in range(1, min(R, ROWS) + 1) if R % d == 0)
+        u.split("r", rows, names=("r0", "r1"))
+        u.split("m", lanes, names=("m0", "m1"))
         u.split("m0", tile, names=("mc", "mu"))
-        u.reorder("r", "mc", "nz", "mu", "m1")
+        u.reorder("r0", "mc", "kb", "r1", "nz", "mu", "m1")
         u.unroll("mu", tile)
         u.vectorize("m1", lanes)
         u.accumulate_locally("nz", allow_reassociation=True)
-        xp.parallelize("r")
-        xp.update.parallelize("r")          # its own nest: without this it ran on one core
+        u.parallelize("r0")                 # its own nest: without this it ran on one core
         return f
-    return kernel(("rnn_csr_projection", M, R, I), build, target)
+    return kernel(("rnn_csr_projection", M, R, I, NKB), build, target)
 
 
 def sparse_form(blk, hidden):
@@ -149,7 +156,8 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
         rowptr, colidx, values = p["wi"]
         xt = np.zeros((K, cells.projection_columns(T * B)), np.float32)
         xt[:, :T * B] = seq.reshape(T * B, K).T
-        xp = _projection_kernel(xt.shape[1], len(rowptr) - 1, K, target)(
+        R = cells.padded(H, blk.hb) * W.gates
+        xp = _projection_kernel(xt.shape[1], R, K, (len(rowptr) - 1) // R, target)(
             x=xt, rowptr=rowptr, colidx=colidx, values=values)
         names = ("wptr", "wval", "widx") if sparse == "window" else ("rowptr", "colidx", "values")
         weights = dict(zip(names, p["wh"]))
