@@ -291,3 +291,25 @@ def test_op_backward_recomputes_a_float32_forward_with_the_library_solvers(monke
     torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
     for p, q in zip(ours.parameters(), mod.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cell,B,H", [("lstm", 16, 64), ("gru", 9, 40), ("lstm", 2, 20)])
+def test_float32_layer_backward_is_library_gemms_and_a_recurrence(monkeypatch, cell, B, H):
+    """Float32 layer-major: the products without recurrence are library
+    GEMMs and only the recurrence is a nest (the one-kernel nest never
+    runs); the h gradient's register block over batch rows and columns (a
+    column tail where H is not whole vectors), the vectorised gate math and
+    bias sums give torch's gradients."""
+    def refuse(*a, **k):
+        raise AssertionError("the one-kernel float32 backward ran")
+    monkeypatch.setattr(rnn_train, "_backward_kernel", refuse)
+    torch.manual_seed(4)
+    mod = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(24, H, num_layers=2)
+    ours = tnn.convert(torch.nn.Sequential(copy.deepcopy(mod)))[0]
+    x = torch.randn(5, B, 24)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    mod(xa)[0].square().sum().backward()
+    ours(xb)[0].square().sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
+    for p, q in zip(ours.parameters(), mod.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)

@@ -116,6 +116,17 @@ def layer_backward(cell, T, B, K, H, dtype="float64"):
     return _backward(cell, T, B, K, H, dtype)
 
 
+def layer_recurrence(cell, T, B, H, dtype="float32"):
+    """The recurrent part of :func:`layer_backward`, for a caller that runs the
+    products without recurrence as library GEMMs (:mod:`schedules.solvers.rnn_train`):
+    inputs ``zx``, ``zh`` (T, B, G, H: ``x @ w_ih^T`` and ``h[:T] @ w_hh^T``,
+    without the biases), ``h``, ``w_hh``, ``b_ih``, ``b_hh``, ``c0`` (LSTM),
+    ``dy``, ``dh_n`` (and ``dc_n``); outputs the gates' gradients ``dzx``
+    (and the GRU's ``dzh``) (T, B, G, H), ``db_ih``, ``db_hh``, ``dH`` and
+    ``dC`` as :func:`layer_backward`'s."""
+    return _backward(cell, T, B, H, H, dtype, products=False)
+
+
 def wavefront_backward(cell, L, T, B, H, dtype="float64"):
     """Backpropagation through time of ``L`` stacked layers of input size H
     as a wavefront: the reverse step ``s`` of layer ``l`` needs the step
@@ -135,20 +146,25 @@ def wavefront_backward(cell, L, T, B, H, dtype="float64"):
     return _backward(cell, T, B, H, H, dtype, L)
 
 
-def _backward(cell, T, B, K, H, dtype, L=None):
+def _backward(cell, T, B, K, H, dtype, L=None, products=True):
     G, dt = GATES[cell], _dt(dtype)
     lstm, stack = cell == "lstm", L is not None
     lanes = host().lanes(4 if dtype == "float32" else 8)
-    f = tp.Function(f"{cell}_{'wavefront' if stack else 'layer'}_backward_{dtype}", params={})
+    kind = "wavefront" if stack else "layer" if products else "recurrence"
+    f = tp.Function(f"{cell}_{kind}_backward_{dtype}", params={})
     pre = (L,) if stack else ()
-    x, h = f.input("x", (*pre, T, B, K), dt), f.input("h", (*pre, T + 1, B, H), dt)
-    w_ih, w_hh = f.input("w_ih", (*pre, G * H, K), dt), f.input("w_hh", (*pre, G * H, H), dt)
+    x = f.input("x", (*pre, T, B, K), dt) if products else None
+    h = f.input("h", (*pre, T + 1, B, H), dt)
+    w_ih = f.input("w_ih", (*pre, G * H, K), dt) if products else None
+    w_hh = f.input("w_hh", (*pre, G * H, H), dt)
     b_ih, b_hh = f.input("b_ih", (*pre, G * H), dt), f.input("b_hh", (*pre, G * H), dt)
     dy, dhn = f.input("dy", (T, B, H), dt), f.input("dh_n", (*pre, B, H), dt)
-    out = {n: f.buffer(n, shape, dt, output=True) for n, shape in (
-        ("dys" if stack else "dx", (L + 1, T, B, H) if stack else (T, B, K)),
-        ("dw_ih", (*pre, G, H, K)), ("dw_hh", (*pre, G, H, H)), ("db_ih", (*pre, G, H)),
-        ("db_hh", (*pre, G, H)), ("dH", (*pre, T + 1, B, H)), ("dC", (*pre, T + 1, B, H)))}
+    shapes = (("dys" if stack else "dx", (L + 1, T, B, H) if stack else (T, B, K)),
+              ("dw_ih", (*pre, G, H, K)), ("dw_hh", (*pre, G, H, H))) if products else (
+              ("dzx", (T, B, G, H)),) + ((("dzh", (T, B, G, H)),) if not lstm else ())
+    out = {n: f.buffer(n, shape, dt, output=True) for n, shape in shapes + (
+        ("db_ih", (*pre, G, H)), ("db_hh", (*pre, G, H)), ("dH", (*pre, T + 1, B, H)),
+        ("dC", (*pre, T + 1, B, H)))}
     dH, dC = out["dH"], out["dC"]
     il = (f.var("il", 0, L),) if stack else ()
     b0, j0 = f.var("ib", 0, B), f.var("ij", 0, H)
@@ -165,8 +181,12 @@ def _backward(cell, T, B, K, H, dtype, L=None):
         it = f.var("it", 0, T)
         f.computation("dy_top", [it, b0, j0], dy[it, b0, j0]).store_in(dys, [L, it, b0, j0])
     # the pre-activations of all steps (h is known: no recurrence)
-    zx = _projection(f, "zx", x, w_ih, b_ih, T, B, G, H, K, dt, L)
-    zh = _projection(f, "zh", h, w_hh, b_hh, T, B, G, H, H, dt, L)
+    if products:
+        zx = _projection(f, "zx", x, w_ih, b_ih, T, B, G, H, K, dt, L)
+        zh = _projection(f, "zh", h, w_hh, b_hh, T, B, G, H, H, dt, L)
+    else:           # the caller's products, and the biases added as they are read
+        zx = _Biased(f.input("zx", (T, B, G, H), dt), b_ih, H)
+        zh = _Biased(f.input("zh", (T, B, G, H), dt), b_hh, H)
     if lstm:        # the cell states, an elementwise scan
         cb = f.buffer("c", (*pre, T + 1, B, H), dt)
         f.computation("c_init", [*il, b0, j0], c0[(*il, b0, j0)]).store_in(cb, [*il, 0, b0, j0])
@@ -185,8 +205,8 @@ def _backward(cell, T, B, K, H, dtype, L=None):
     m = f.var("m", 0, L) if stack else None
     lv = ((L - 1) - m,) if stack else ()
     loops = [m, s] if stack else [s]
-    dzx = f.buffer("dzx", (*pre, T, B, G, H), dt)
-    dzh = dzx if lstm else f.buffer("dzh", (*pre, T, B, G, H), dt)
+    dzx = out["dzx"] if not products else f.buffer("dzx", (*pre, T, B, G, H), dt)
+    dzh = dzx if lstm else out["dzh"] if not products else f.buffer("dzh", (*pre, T, B, G, H), dt)
     with f.nest(*loops):
         if stack:
             dh = dys[(L - m, t, b, j)] + dH[(*lv, s, b, j)]
@@ -247,15 +267,17 @@ def _backward(cell, T, B, K, H, dtype, L=None):
                 u.interchange("m", "s")
         stmts[0].parallelize("m")
     else:
-        # each h gradient's sum over the gates in the same order, the columns k
-        # innermost: w_hh's rows read contiguously, k in vectors
-        dprev.update.reorder("s", "b", "gr", "jr", "k")
-        _vector(dprev.update, "k", H, lanes)
-        dprev.update.parallelize("b")
+        _step_product(dprev.update, B, H, lanes)
+    if not products:        # float32: the gates' math in vectors of j (and the cell scan's)
+        for st in [cs] + stmts[:-1] if lstm else stmts[:-1]:
+            _vector(st, st.vars[-1].name, H, lanes)
     # the products that do not recur: over all steps at once
     ol = (f.var("ol", 0, L),) if stack else ()
     t, b = f.var("t", 0, T), f.var("bb", 0, B)
     g, jj, kx, kh = f.var("g", 0, G), f.var("jj", 0, H), f.var("kx", 0, K), f.var("kh", 0, H)
+    if not products:
+        _bias_gradients(f, out, ol, t, b, g, jj, dzx, dzh, dt, H, lanes)
+        return f
     if not stack:
         dx = f.computation("dx_c", [t, b, kx], tp.cast(dt, 0.0)).store_in(out["dx"], [t, b, kx])
         dx[t, b, kx] += dzx[t, b, g, jj] * w_ih[g * H + jj, kx]
@@ -272,8 +294,53 @@ def _backward(cell, T, B, K, H, dtype, L=None):
         outer = ol[0].name if stack else "g"
         dw.parallelize(outer)
         dw.update.parallelize(outer)
+    _bias_gradients(f, out, ol, t, b, g, jj, dzx, dzh, dt)
+    return f
+
+
+def _step_product(u, B, H, lanes):
+    """The h gradient through ``w_hh`` at one step, ``dH[b, k] += dz[b, gr,
+    jr] * w_hh[gr * H + jr, k]``, as a register block: ``mb`` batch rows x
+    two vectors of columns ``k`` kept in registers over the whole sum (each
+    in the same order as the plain nest: the same bits), so each row of
+    ``w_hh`` read serves ``mb`` rows of the batch (one row at a time read
+    all of ``w_hh`` B times a step).  Blocks of rows in parallel, else of
+    columns."""
+    mb = max(d for d in range(1, min(B, 8) + 1) if B % d == 0)
+    if H < lanes:
+        u.reorder("s", "b", "gr", "jr", "k")
+        u.parallelize("b")
+        return
+    kv = 2 * lanes if H % (2 * lanes) == 0 else lanes
+    u.split("b", mb, names=("b0", "b1"))
+    u.split("k", kv, names=("k0", "k1"))
+    u.split("k1", lanes, names=("kv", "kl"))
+    u.reorder("s", "b0", "k0", "gr", "jr", "b1", "kv", "kl")
+    u.unroll("b1", mb)
+    u.unroll("kv")
+    u.vectorize("kl", lanes)
+    u.accumulate_locally("jr")
+    u.parallelize("b0" if B // mb >= 2 else "k0")
+
+
+def _bias_gradients(f, out, ol, t, b, g, jj, dzx, dzh, dt, H=None, lanes=None):
+    """``db_ih`` and ``db_hh``: the gates' gradients summed over all steps
+    (``lanes``: the units ``jj`` innermost, in vectors, each sum in its order)."""
     for name, dz in (("db_ih", dzx), ("db_hh", dzh)):
         db = f.computation(f"{name}_c", [*ol, g, jj], tp.cast(dt, 0.0)
                            ).store_in(out[name], [*ol, g, jj])
         db[(*ol, g, jj)] += dz[(*ol, t, b, g, jj)]
-    return f
+        if lanes:
+            db.update.reorder("g", "t", "bb", "jj")
+            _vector(db.update, "jj", H, lanes)
+
+
+class _Biased:
+    """``zx[t, b, g, j] + bias[g * H + j]`` where ``zx[...]`` is read: a
+    product given without its bias (:func:`layer_recurrence`)."""
+    def __init__(self, z, bias, H):
+        self.z, self.bias, self.H = z, bias, H
+
+    def __getitem__(self, index):
+        *_, g, j = index
+        return self.z[index] + self.bias[g * self.H + j]

@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..blocks import rnn_grad
+from ..blocks.blis import default_params
+from ..blocks.blis import kernel as gemm_kernel
 from ..core.arrays import dtype_name, is_torch
 from ..core.kernels import kernel
 from ..weights.rnn import GATES, REDUCED, TENSORS
@@ -35,6 +37,41 @@ def _forward_kernel(cell, T, B, K, H, dtype, target):
 def _backward_kernel(cell, T, B, K, H, dtype, target):
     return kernel(("rnn_train_backward", cell, T, B, K, H, dtype),
                   lambda: rnn_grad.layer_backward(cell, T, B, K, H, dtype), target)
+
+
+def _recurrence_kernel(cell, T, B, H, dtype, target):
+    return kernel(("rnn_train_recurrence", cell, T, B, H, dtype),
+                  lambda: rnn_grad.layer_recurrence(cell, T, B, H, dtype), target)
+
+
+def _gemm(a, b, target, transposed=False):
+    """``a @ b`` (``transposed``: ``a @ b.T``) of float32 matrices by the
+    library's GEMM (:mod:`schedules.blocks.blis`)."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    n, k = a.shape
+    m = b.shape[0] if transposed else b.shape[1]
+    return gemm_kernel(n, m, k, default_params(n, m, k), target, b_transposed=transposed)(a, b)
+
+
+def _layer_backward_float32(cell, T, B, K, H, args, target):
+    """One float32 layer's backward (the outputs of :func:`_backward_kernel`):
+    the products without recurrence as library GEMMs over all steps (the
+    pre-activations ``x @ w_ih^T`` and ``h @ w_hh^T``, then the input's and
+    the weights' gradients from the gates' ones), the reverse-time
+    recurrence in :func:`rnn_grad.layer_recurrence`'s kernel."""
+    G = GATES[cell]
+    x2 = args["x"].reshape(T * B, K)
+    h2 = args["h"][:T].reshape(T * B, H)
+    zx = _gemm(x2, args["w_ih"], target, transposed=True).reshape(T, B, G, H)
+    zh = _gemm(h2, args["w_hh"], target, transposed=True).reshape(T, B, G, H)
+    rest = {k: v for k, v in args.items() if k not in ("x", "w_ih")}
+    out = _recurrence_kernel(cell, T, B, H, "float32", target)(zx=zx, zh=zh, **rest)
+    dzx = out["dzx"].reshape(T * B, G * H)
+    dzh = dzx if cell == "lstm" else out["dzh"].reshape(T * B, G * H)
+    out["dx"] = _gemm(dzx, args["w_ih"], target).reshape(T, B, K)
+    out["dw_ih"] = _gemm(dzx.T, x2, target)
+    out["dw_hh"] = _gemm(dzh.T, h2, target)
+    return out
 
 
 # ------------------------------------------------------------------ arguments
@@ -263,12 +300,14 @@ def backward(cell, layers, saved, c0, dy, dhn, dcn, masks=None, target=None, sch
     for l in reversed(range(low)):
         (w_ih, w_hh, b_ih, b_hh), (inp, h) = layers[l], saved[l]
         K = inp.shape[2]
-        kern = _backward_kernel(cell, T, B, K, H, dtype, target)
         args = dict(x=inp, h=h, w_ih=w_ih, w_hh=w_hh, b_ih=b_ih, b_hh=b_hh,
                     dy=np.ascontiguousarray(dy), dh_n=dhn[l])
         if cell == "lstm":
             args.update(c0=c0[l], dc_n=dcn[l])
-        out = kern(**args)
+        if dtype == "float32" and min(T, B, K, H) > 0:
+            out = _layer_backward_float32(cell, T, B, K, H, args, target)
+        else:
+            out = _backward_kernel(cell, T, B, K, H, dtype, target)(**args)
         dW[l] = [out["dw_ih"].reshape(G * H, K), out["dw_hh"].reshape(G * H, H),
                  out["db_ih"].reshape(G * H), out["db_hh"].reshape(G * H)]
         dh0[l] = out["dH"][T]
