@@ -365,7 +365,7 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups, *, bias=T
         return gw.reshape(weight_size), _bias_grad(g, bias)
     if dt == "float32" and s.groups == 1 and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
         # the im2col of each chunk of images, one GEMM per chunk
-        return conv_grad.grad_weight(g, x, s, api.gemm), _bias_grad(g, bias)
+        return conv_grad.grad_weight(g, x, s, api.gemm, api.batched_gemm), _bias_grad(g, bias)
     r = _kernel(("grad_weight", s, dt), lambda: BW.conv_grad_weight(s, dt))(data=x, grad=g)
     return r["grad_weight"], r["grad_bias"] if bias else g.new_empty((0,))
 

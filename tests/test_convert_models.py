@@ -362,3 +362,28 @@ def test_rows_t_in_chunks_of_k():
     assert "C_update.reorder(kc, j, k0, i, k1)" in chunked.schedule_commands()
     for f in (kern, chunked):
         np.testing.assert_allclose(f.compile()(A=a, B=b), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,ci,h,k,stride,per_image", [(2, 3, 32, 7, 2, True), (5, 4, 12, 3, 1, True),
+                                                       (3, 16, 5, 3, 1, False)])
+def test_grad_weight_per_image_products(n, ci, h, k, stride, per_image, monkeypatch):
+    """Two images or more whose pixels are at least the fields (ci*k*k) take
+    one batched product per image (summed, chunks of images when their
+    columns exceed the workspace: COLS_BYTES made small); the others the
+    products over a chunk's columns; both equal torch's weight gradient."""
+    from schedules.solvers import conv_grad
+    real = conv_grad._per_image
+    used = []
+    monkeypatch.setattr(conv_grad, "_per_image", lambda *a: used.append(a[-1]) or real(*a))
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(n, ci, h, h, generator=g)
+    w = torch.randn(6, ci, k, k, generator=g)
+    y = torch.nn.functional.conv2d(x, w, None, stride, k // 2)
+    image_cols = 4 * ci * k * k * y.shape[2] * y.shape[3]
+    monkeypatch.setattr(conv_grad, "COLS_BYTES", image_cols * max(1, n // 2))
+    gy = torch.randn(y.shape, generator=g)
+    ours = torch.ops.tiramisu.conv2d_grad_weight(gy, x, list(w.shape), [stride, stride],
+                                                 [k // 2, k // 2], [1, 1], 1, bias=False)[0]
+    want = torch.nn.grad.conv2d_weight(x, w.shape, gy, stride=stride, padding=k // 2)
+    torch.testing.assert_close(ours, want, atol=1e-4, rtol=1e-4)
+    assert bool(used) == per_image and all(c < n for c in used)
