@@ -3,6 +3,7 @@ rounding, training mode untouched), ReLU/ReLU6 epilogues, the report, outputs
 that in-place ops may modify under autograd, ``Linear`` reading its weight
 where torch stores it, and the ``models`` bench suite's smoke run."""
 import copy
+import types
 
 import numpy as np
 import pytest
@@ -362,6 +363,41 @@ def test_rows_t_in_chunks_of_k():
     assert "C_update.reorder(kc, j, k0, i, k1)" in chunked.schedule_commands()
     for f in (kern, chunked):
         np.testing.assert_allclose(f.compile()(A=a, B=b), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,m", [(8, 12), (16, 20), (6, 6), (5, 8), (3, 7)])
+def test_rows_t_register_block(n, m, monkeypatch):
+    """rows_t's register block: all rows of A when they fit beside the rows
+    of B, else 4 (a divisor of n); 4, 2 or 1 rows of B; in chunks of K too;
+    the LLVM backend widens the tile's lanes; the same product."""
+    from schedules.solvers import gemm_rows
+    monkeypatch.setattr(gemm_rows, "host", lambda: types.SimpleNamespace(
+        vector_registers=32, l2=1 << 20, lanes=lambda size: 16))
+    ib, jb = gemm_rows.block(n, m)
+    assert jb == next(d for d in (4, 2, 1) if m % d == 0)
+    assert ib == (n if n * jb <= 16 else max(d for d in (1, 2, 3, 4) if n % d == 0))
+    rng = np.random.default_rng(6)
+    cols = "j0" if jb > 1 else "j"
+    order = [cols] + (["i0"] if ib < n else []) + ["k0", "i1" if ib < n else "i"] + \
+        (["j1"] if jb > 1 else []) + ["k1"]
+    for k in (704, 700):                # whole vectors (the tile widened), and a tail
+        a = rng.standard_normal((n, k), dtype=np.float32)
+        b = rng.standard_normal((m, k), dtype=np.float32)
+        plain = gemm_rows.function(n, m, k)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gemm_rows, "chunk", lambda n_, k_, lanes=None: 64)
+            chunked = gemm_rows.function(n, m, k)
+        assert f"C_update.reorder({', '.join(['kc'] + order)})" in chunked.schedule_commands()
+        for f in (plain, chunked):
+            kern = f.compile(target="llvm")
+            if k == 704 and lanes_of_this_host() == 16:
+                assert "vector loop k1: 16 lanes" in kern.source
+            np.testing.assert_allclose(kern(A=a, B=b), a @ b.T, rtol=1e-4, atol=1e-4)
+
+
+def lanes_of_this_host():
+    from schedules.host import host
+    return host().lanes(4)
 
 
 @pytest.mark.parametrize("n,ci,h,k,stride,per_image", [(2, 3, 32, 7, 2, True), (5, 4, 12, 3, 1, True),

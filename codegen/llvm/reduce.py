@@ -27,8 +27,12 @@ those arrays (see :class:`codegen.ir.For`).  As in the C backend:
    chunk with the array's loads and stores redirected to the copy; after the
    join the caller folds the copies into the array in thread order and frees
    them.  A failed allocation returns 1.
-3. A ``vector`` loop otherwise (or a bool reduction, or a nested parallel loop
-   otherwise) runs in order.
+3. A ``vector`` loop otherwise is lowered as any vector loop
+   (:mod:`codegen.llvm.stmt`) unless it reads through an index array:
+   widened where its lanes are distinct (a local tile's lanes,
+   :mod:`codegen.accumulate`), else left to LLVM's vectorizer, which keeps a
+   float sum's order.  Otherwise (an indirect read, a bool reduction, a nested
+   parallel loop) it runs in order (LLVM may vectorize it: its gathers).
 
 The results depend on the thread count (and the vector width), never on timing.
 """
@@ -44,6 +48,21 @@ from .lower import LLT, MEMT, Arr, CannotWiden, Val, lit, mangle, name_hint, vt
 
 ACC = "%acc"            # the accumulator in synthesised IR (not an identifier: cannot clash)
 UNROLL = 4              # independent vector accumulators in the main widened loop
+
+
+def _indirect(body) -> bool:
+    """Whether ``body`` reads an array at an index that reads an array."""
+    return any(isinstance(x, ir.Load) and any(isinstance(y, ir.Load) for i in x.index
+                                               for y in ir.walk_exprs(i))
+               for st in ir.walk_stmts(body) for e in _stmt_exprs(st) for x in ir.walk_exprs(e))
+
+
+def _stmt_exprs(st):
+    if isinstance(st, ir.Store):
+        return [st.value, *st.index]
+    if isinstance(st, ir.Let):
+        return [st.value]
+    return []
 
 
 def _mentions(exprs, name: str) -> bool:
@@ -74,6 +93,15 @@ class ReductionLowering:
             specs = self.section_specs(s)
             if specs:
                 return self.parallel_sections(s, step, specs)
+        if s.kind == "vector" and not _indirect(s.body):
+            # no accumulator of its own: a local tile's lanes (accumulate_locally
+            # gave each lane its slot), which the vector loop widens when its
+            # lanes are distinct (else it is left to LLVM, which keeps a float
+            # sum's order); kept serial, LLVM vectorised a tile of one row but
+            # not of 4 x 4 (4-wide partial vectors: 16 x 4096 @ 4096^2 104 ms
+            # against 9.5).  Indirect reads stay LLVM's (its gathers: a CSR
+            # row's groups 48 ms, widened lane by lane 71)
+            return self.vector_loop(s, step)
         why = ("bool array" if not self.ctx.parallel else "inside a parallel region") \
             if s.kind == "parallel" else "not one loop-invariant accumulator update"
         self.f.emit(f"; {s.kind} reduction loop {name_hint(s.var)}: runs in order ({why})")

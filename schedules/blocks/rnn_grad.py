@@ -301,11 +301,11 @@ def _backward(cell, T, B, K, H, dtype, L=None, products=True):
 def _step_product(u, B, H, lanes):
     """The h gradient through ``w_hh`` at one step, ``dH[b, k] += dz[b, gr,
     jr] * w_hh[gr * H + jr, k]``, as a register block: ``mb`` batch rows x
-    two vectors of columns ``k`` kept in registers over the whole sum (each
-    in the same order as the plain nest: the same bits), so each row of
-    ``w_hh`` read serves ``mb`` rows of the batch (one row at a time read
-    all of ``w_hh`` B times a step).  Blocks of rows in parallel, else of
-    columns."""
+    two vectors of columns ``k`` kept in registers over each gate's units
+    (copied in and out once a gate: every sum in the plain nest's order, the
+    same bits), so each row of ``w_hh`` read serves ``mb`` rows of the batch
+    (one row at a time read all of ``w_hh`` B times a step).  Blocks of rows
+    in parallel, else of columns."""
     mb = max(d for d in range(1, min(B, 8) + 1) if B % d == 0)
     if H < lanes:
         u.reorder("s", "b", "gr", "jr", "k")
