@@ -148,16 +148,49 @@ def test_vector_reduction_step_fallbacks_and_in_order():
     X = rng.integers(-99, 99, 40).astype(np.int64)
     _, (_, _, O) = parity(fn, [40], [X, X, np.array([5, 2, 7], np.int64)])
     assert O[1] == 2 - 1 + X[1:].sum()
-    # the accumulator element varies with k: runs in order
+    # the accumulator element varies with k, its lanes collide: a vector loop
+    # not widened, left to LLVM (which must keep the order of each element's sum)
     n = Var("n")
     body = Store("O", (b("mod", k, c(3)),), b("add", Load("O", (b("mod", k, c(3)),), "int64"),
                                              Load("X", (k,), "int64")))
     fn = LoweredFunction("red_varying", [ScalarArg("n")],
                          [ArrayArg("X", "int64", (n,), False), ArrayArg("O", "int64", (c(3),), True)],
                          For("k", c(0), n, body, kind="vector", attrs={"reduction": [("O", "add")]}))
-    assert "vector reduction loop k: runs in order" in emit_llvm(fn)
+    src = emit_llvm(fn)
+    assert "vector loop k: not widened (O is read and written where lanes may collide)" in src
     _, (_, O) = parity(fn, [40], [X, np.zeros(3, np.int64)])
     np.testing.assert_array_equal(O, [X[0::3].sum(), X[1::3].sum(), X[2::3].sum()])
+
+
+def test_vector_loop_of_a_local_tile_is_widened_unless_it_reads_through_an_index():
+    """A vector loop tagged as a reduction whose body has no accumulator of
+    its own (each lane its slot of a local tile, as accumulate_locally makes
+    it) is widened; one that reads through an index array runs in order
+    (LLVM may vectorize it with its gathers)."""
+    n, k = Var("n"), Var("k")
+    tile = Store("T", (k,), b("add", Load("T", (k,), "float32"),
+                               b("mul", Load("X", (k,), "float32"), Load("Y", (k,), "float32"))))
+    arrays = [ArrayArg("X", "float32", (n,), False), ArrayArg("Y", "float32", (n,), False),
+              ArrayArg("T", "float32", (n,), True)]
+    fn = LoweredFunction("tile_lanes", [ScalarArg("n")], arrays,
+                         For("k", c(0), n, tile, kind="vector",
+                             attrs={"reduction": [("O", "add")], "vector_width": 16}))
+    src = emit_llvm(fn)
+    assert "vector loop k: 16 lanes" in src and "runs in order" not in src
+    rng = np.random.default_rng(24)
+    X, Y = (rng.standard_normal(37).astype(np.float32) for _ in range(2))
+    _, (_, _, T) = parity(fn, [37], [X, Y, np.ones(37, np.float32)])
+    np.testing.assert_allclose(T, 1 + X * Y, rtol=1e-6, atol=1e-6)        # (a fused multiply-add)
+    idx = ArrayArg("I", "int64", (n,), False)
+    gathered = Store("T", (k,), b("add", Load("T", (k,), "float32"),
+                                  Load("X", (Load("I", (k,), "int64"),), "float32")))
+    fn = LoweredFunction("tile_gather", [ScalarArg("n")], [arrays[0], idx, arrays[2]],
+                         For("k", c(0), n, gathered, kind="vector",
+                             attrs={"reduction": [("O", "add")], "vector_width": 16}))
+    assert "vector reduction loop k: runs in order" in emit_llvm(fn)
+    I = rng.integers(0, 37, 37).astype(np.int64)
+    _, (_, _, T) = parity(fn, [37], [X, I, np.ones(37, np.float32)])
+    np.testing.assert_allclose(T, 1 + X[I], rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype,op", [("float64", "add"), ("float32", "max"), ("int32", "add"),
