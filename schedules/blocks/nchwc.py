@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import tiramisu_py as tp
 
+from ..core.sizes import largest_divisor
 from ..host import host
 from .conv_common import epilogue
 
@@ -42,7 +43,7 @@ def register_block(vb: int, extent: int) -> int:
     if one fits.  (Half: a larger block measured slower, 28 accumulators ran
     at 0.5-0.65x of 16 on an AVX-512 Xeon, through spills and reloads.)"""
     room = max(1, host().vector_registers // 2 // -(-vb // host().lanes(4)))
-    xb = max((d for d in range(1, min(room, extent) + 1) if extent % d == 0), default=1)
+    xb = largest_divisor(extent, room)
     return min(room, extent) if xb < room // 2 else xb
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
+from ..core.sizes import largest_divisor
 from ..weights.rnn import GATES, Blocking, padded      # noqa: F401  (the weights' layout facts)
 from ..weights.window import SLICE, WINDOW
 
@@ -183,7 +184,7 @@ def layer_function(cell, T, B, H, K, blk: Blocking, sparse=False, parallel=True,
 # ---------------------------------------------------------------- wavefront
 def chunk_of(T, limit=16):
     """The wavefront's chunk of steps: the largest divisor of T <= limit."""
-    return max(c for c in range(1, min(T, limit) + 1) if T % c == 0)
+    return largest_divisor(T, limit)
 
 
 def wavefront_function(cell, L, T, B, H, blk: Blocking, chunk=None, wdtype="float32"):

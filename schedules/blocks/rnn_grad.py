@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
+from ..core.sizes import largest_divisor
 from ..host import host
 from ..weights.rnn import GATES
 
@@ -306,7 +307,7 @@ def _step_product(u, B, H, lanes):
     same bits), so each row of ``w_hh`` read serves ``mb`` rows of the batch
     (one row at a time read all of ``w_hh`` B times a step).  Blocks of rows
     in parallel, else of columns."""
-    mb = max(d for d in range(1, min(B, 8) + 1) if B % d == 0)
+    mb = largest_divisor(B, 8)
     if H < lanes:
         u.reorder("s", "b", "gr", "jr", "k")
         u.parallelize("b")

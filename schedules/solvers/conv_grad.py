@@ -102,12 +102,8 @@ def grad_weight(g, x, s: ConvShape, gemm, batched_gemm=None):
     rows = k < SHORT_K
     # a short K (an RGB stem): the gradient pixel-major (N x Ho x Wo x Co,
     # one copy), each chunk's (images * P) x Co rows contiguous, B as stored
-    g_rows = g.permute(0, 2, 3, 1).contiguous().view(s.n * p, s.co) if rows else None
-    for i in range(0, s.n, chunk):
-        m = min(chunk, s.n - i)
-        part = ConvShape(m, s.ci, s.h, s.w, s.co, s.kh, s.kw, s.stride, s.padding, s.dilation)
-        cols = kernel(("conv_im2col", part), lambda: im2col(part), None)(
-            data=x[i:i + m], cols=_columns(k, m * p))
+    g_rows = _pixel_major(g).view(s.n * p, s.co) if rows else None
+    for i, m, cols in _chunk_columns(x, s, chunk):
         if rows:                    # K x Co: cols @ the gradient's rows
             prod = gemm(cols, g_rows[i * p:(i + m) * p]).t()
         else:
@@ -133,17 +129,31 @@ def _per_image(g, x, s: ConvShape, batched_gemm, chunk):
     75 -> 48 at batch 16; MobileNet's 3x3 stem 1.7 -> 1.5; 64@56 3x3 3.9 ->
     3.6, 30 -> 26 at batch 16; where an image has fewer pixels than ``K``
     (128@28, 512@7 3x3) 10-50% slower, so those keep the others."""
-    k, p = s.ci * s.kh * s.kw, s.ho * s.wo
-    g_rows = g.permute(0, 2, 3, 1).contiguous().view(s.n, p, s.co)
+    g_rows = _pixel_major(g).view(s.n, s.ho * s.wo, s.co)
     gw = None
-    for i in range(0, s.n, chunk):
-        m = min(chunk, s.n - i)
-        part = ConvShape(m, s.ci, s.h, s.w, s.co, s.kh, s.kw, s.stride, s.padding, s.dilation)
-        cols = kernel(("conv_im2col", part, "per_image"), lambda: im2col(part, per_image=True),
-                      None)(data=x[i:i + m], cols=_columns(k, m * p).view(m, k, p))
+    for i, m, cols in _chunk_columns(x, s, chunk, per_image=True):
         prod = batched_gemm(cols, g_rows[i:i + m]).sum(0)           # K x Co
         gw = prod if gw is None else gw.add_(prod)
     return gw.t().contiguous().reshape(s.co, s.ci, s.kh, s.kw)
+
+
+def _pixel_major(g):
+    """The gradient ``g`` (N x Co x Ho x Wo) copied pixel-major: N x Ho x Wo x Co."""
+    return g.permute(0, 2, 3, 1).contiguous()
+
+
+def _chunk_columns(x, s: ConvShape, chunk, per_image=False):
+    """``(i, m, cols)`` per chunk of at most ``chunk`` images: the im2col of
+    images ``i .. i + m`` (:func:`im2col`; ``per_image``: m x K x P) in the
+    calling thread's buffer (:func:`_columns`), reused by the next chunk."""
+    k, p = s.ci * s.kh * s.kw, s.ho * s.wo
+    for i in range(0, s.n, chunk):
+        m = min(chunk, s.n - i)
+        part = ConvShape(m, s.ci, s.h, s.w, s.co, s.kh, s.kw, s.stride, s.padding, s.dilation)
+        key = ("conv_im2col", part) + (("per_image",) if per_image else ())
+        cols = _columns(k, m * p)
+        yield i, m, kernel(key, lambda: im2col(part, per_image=per_image), None)(
+            data=x[i:i + m], cols=cols.view(m, k, p) if per_image else cols)
 
 
 def pooled_grad(s: ConvShape, pool):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import tiramisu_py as tp
 
 from ..core.kernels import kernel as _kernel
+from ..core.sizes import largest_divisor
 from ..core.solver import Solver
 from ..host import host
 
@@ -118,7 +119,7 @@ def block(n, m):
     jb = next(d for d in (4, 2, 1) if m % d == 0 and d <= room)
     if n * jb <= room:
         return n, jb
-    return max(d for d in range(1, min(n, 4, room // jb) + 1) if n % d == 0), jb
+    return largest_divisor(n, min(4, room // jb)), jb
 
 
 def rows_function(n, m, k, lanes=None):

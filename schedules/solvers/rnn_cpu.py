@@ -51,6 +51,7 @@ from ..blocks import rnn_cells as cells
 from ..blocks.blis import default_params
 from ..blocks.blis import kernel as gemm_kernel
 from ..core.kernels import kernel
+from ..core.sizes import largest_divisor
 from ..core.solver import Solver
 from ..host import host
 from ..weights.rnn import PAIRED, PROJECTION_TILE, as_dtype, blocking, kernel_array, padded
@@ -118,8 +119,8 @@ def _projection_kernel(M, R, I, NKB, target):
         xp.parallelize("r")
         u = xp.update
         vectors = M // lanes
-        tile = max(t for t in range(1, min(vectors, PROJECTION_TILE) + 1) if vectors % t == 0)
-        rows = max(d for d in range(1, min(R, ROWS) + 1) if R % d == 0)
+        tile = largest_divisor(vectors, PROJECTION_TILE)
+        rows = largest_divisor(R, ROWS)
         u.split("r", rows, names=("r0", "r1"))
         u.split("m", lanes, names=("m0", "m1"))
         u.split("m0", tile, names=("mc", "mu"))

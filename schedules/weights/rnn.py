@@ -368,13 +368,12 @@ def column_blocked(rowptr, colidx, values, cols, width):
     ``[kb * width, (kb + 1) * width)`` at ``ptr[kb * R + r] : ptr[kb * R
     + r + 1]`` (R rows; within a block in the row's order)."""
     R = len(rowptr) - 1
-    counts = np.diff(rowptr.astype(np.int64))
-    row = np.repeat(np.arange(R, dtype=np.int64), counts)
-    block = colidx.astype(np.int64) // width
+    row = np.repeat(np.arange(R, dtype=np.int64), np.diff(rowptr.astype(np.int64)))
+    slot = colidx.astype(np.int64) // width * R + row           # kb * R + r
     nkb = max(1, -(-cols // width))
-    order = np.lexsort((np.arange(len(row)), row, block))     # block, row, position
+    order = np.argsort(slot, kind="stable")                    # each row's order kept
     ptr = np.zeros(nkb * R + 1, np.int64)
-    np.cumsum(np.bincount(block * R + row, minlength=nkb * R), out=ptr[1:])
+    np.cumsum(np.bincount(slot, minlength=nkb * R), out=ptr[1:])
     return (ptr.astype(np.int32), np.ascontiguousarray(colidx[order]),
             np.ascontiguousarray(values[order]))
 
