@@ -487,6 +487,29 @@ def test_bound_depending_on_a_non_outer_loop():
         f.var("m", 0, c[i])
 
 
+def test_bounds_may_be_a_max_below_and_a_min_above():
+    """A lower bound ``max(a, b)`` is ``a <= v`` and ``b <= v``, an upper
+    ``min(a, b)`` is ``v < a`` and ``v < b``: a 3-tap window clipped to the
+    array (the taps on the outside skipped, not read), any other nesting of
+    them refused by name."""
+    f = tp.Function("clip", params=["N"])
+    i = f.var("i", 0, "N")
+    k = f.var("k", tp.max(0, 1 - i), tp.min(3, f.param("N") + 1 - i))
+    A = f.input("A", ("N",))
+    s = f.computation("s", [i], 0.0)
+    s[i] += A[i + k - 1] * (k + 1)
+    a = rng(3).standard_normal(9).astype(np.float32)
+    want = [sum(a[x + t - 1] * (t + 1) for t in range(3) if 0 <= x + t - 1 < 9) for x in range(9)]
+    np.testing.assert_allclose(f.compile()(a, N=9), want, rtol=1e-6)
+    g = tp.Function("bad_bounds", params=["N"])
+    gi = g.var("i", 0, "N")
+    gk = g.var("k", tp.min(0, 1 - gi), 3)              # a min below: not a set of constraints
+    c = g.computation("c", [gi], 0.0)
+    c[gi] += gk * 1.0
+    with pytest.raises(ValueError, match="lo bound of loop 'k'.*nor a max of affine terms"):
+        g.compile()
+
+
 def test_update_before_expression():
     f = tp.Function("upd", params=["N", "M"])
     i, j = f.var("i", 0, "N"), f.var("j", 0, "M")

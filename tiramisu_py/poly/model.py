@@ -60,6 +60,15 @@ class AccessInfo:
     implicit: bool = False    # an update's read of its own accumulator (old value)
 
 
+def bound_terms(b, op) -> list:
+    """The affine terms of a loop bound: a lower bound ``max(a, b, ..)`` is
+    ``a`` and ``b`` and .. (each a constraint ``a <= v``), an upper bound
+    ``min(a, b, ..)`` likewise (``v < a``); any other bound is one term."""
+    if isinstance(b, BinOp) and b.op == op:
+        return bound_terms(b.a, op) + bound_terms(b.b, op)
+    return [b]
+
+
 @dataclass
 class StmtModel:
     stmt: object
@@ -89,16 +98,21 @@ class PolyModel:
 
     def domain_constraints(self, m: StmtModel, values=None) -> list:
         values = dict(self.f.fixed, **(values or {}))
-        out = []
-        for v in m.vars:
-            lo, hi, subst = m.bounds[v.name]
-            lo, hi = (affine.text(b, subst=subst, values=values) for b in (lo, hi))
-            out.append(f"{lo} <= {v.name} < {hi}")
+        out = [c for v in m.vars for c in self.loop_constraints(m, v.name, values)]
         # a rank's part of a distributed Function (driver.distributed): the
         # phase, block and step its kernel runs, constraints over dist_ params
         for c in getattr(self.f, "_restrict", {}).get(m.name, ()):
             out.append(_PARAM_NAME.sub(lambda t: str(values.get(t.group(0), t.group(0))), c))
         return out
+
+    def loop_constraints(self, m: StmtModel, name, values) -> list:
+        """The constraints of loop ``name``'s bounds: one per term of a
+        ``max`` below and of a ``min`` above (:func:`bound_terms`)."""
+        lo, hi, subst = m.bounds[name]
+        return ([f"{affine.text(b, subst=subst, values=values)} <= {name}"
+                 for b in bound_terms(lo, "max")]
+                + [f"{name} < {affine.text(b, subst=subst, values=values)}"
+                   for b in bound_terms(hi, "min")])
 
     def domain_text(self, m: StmtModel) -> str:
         cons = " and ".join(self.domain_constraints(m)) or "true"
@@ -206,10 +220,13 @@ class PolyModel:
                     m.accesses.append(AccessInfo(ld.target, list(ld.indices), False,
                                                  f"{ld!r} (bound of {v.name})"))
                 try:
-                    affine.linear(b, subst=subst, values=s.function.fixed)
+                    for term in bound_terms(b, "max" if side == "lo" else "min"):
+                        affine.linear(term, subst=subst, values=s.function.fixed)
                 except NonAffine as exc:
                     raise ValueError(f"{s.name}: the {side} bound of loop {v.name!r} ({b!r}) "
-                                     f"is not affine in params and outer loops ({exc})") from None
+                                     f"is not affine in params and outer loops, nor a "
+                                     f"{'max' if side == 'lo' else 'min'} of affine terms "
+                                     f"({exc})") from None
             m.bounds[v.name] = (v.lo, v.hi, subst)
         return m
 
@@ -328,7 +345,7 @@ class PolyModel:
         they are params and constants; empty when they involve other loops
         (an empty domain gives such a loop no extent)."""
         names = [v.name for v in m.vars]
-        cons = self.domain_constraints(m)[k]
+        cons = " and ".join(self.loop_constraints(m, names[k], self.f.fixed))
         dom = isl.Set(f"{self.prefix()}{{ {m.name}[{', '.join(names)}] : {cons} }}",
                       context=self.ctx)
         others = [i for i in range(len(names)) if i != k]
