@@ -308,6 +308,9 @@ def const_eval(e, consts: dict):
         return int(e.value)
     if isinstance(e, Var):
         return consts.get(e.name)
+    if isinstance(e, Unary) and e.op == "neg":
+        a = const_eval(e.a, consts)
+        return None if a is None else -a
     if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "floordiv", "min", "max"):
         a, b = const_eval(e.a, consts), const_eval(e.b, consts)
         if a is None or b is None or (e.op == "floordiv" and b == 0):

@@ -345,7 +345,7 @@ def _clamps(loop):
     return conds, bounds[0], bounds[1]
 
 
-def _clamped_loops(s, bound_inside, ranges=None, accumulating=False):
+def _clamped_loops(s, bound_inside, ranges=None, accumulating=False, over_serial=False):
     """Tile loops under ``s`` (unrolled and vector loops, and, inside a loop
     marked ``accumulate``, serial loops directly around a vector loop: the
     vector count of ``vectorize(j, 32)`` with 8 lanes) whose extent is clamped by a ``min`` (upper bound) or
@@ -371,6 +371,9 @@ def _clamped_loops(s, bound_inside, ranges=None, accumulating=False):
                     and isinstance(full_hi, ir.Const) and s.step == 1 \
                     and int(full_hi.value) > int(full_lo.value):
                 ranges = {**ranges, s.var: (int(full_lo.value), int(full_hi.value) - 1)}
+        elif over_serial and s.kind == "serial" and s.step == 1 and isinstance(s.lo, ir.Const) \
+                and isinstance(s.hi, ir.Const) and int(s.hi.value) > int(s.lo.value):
+            ranges = {**ranges, s.var: (int(s.lo.value), int(s.hi.value) - 1)}
         bound_inside = bound_inside | {s.var}
         accumulating = accumulating or bool(s.attrs.get("accumulate"))
     elif isinstance(s, ir.Let):
@@ -379,7 +382,7 @@ def _clamped_loops(s, bound_inside, ranges=None, accumulating=False):
             # an unrolled copy's iterator (``const int64_t iu = 3``)
             ranges = {**ranges, s.name: (int(s.value.value),) * 2}
     for k in ir.stmt_children(s):
-        out += _clamped_loops(k, bound_inside, ranges, accumulating)
+        out += _clamped_loops(k, bound_inside, ranges, accumulating, over_serial)
     return out
 
 
@@ -508,7 +511,11 @@ def _version(s, seen):
     again)."""
     if isinstance(s, ir.For) and s.kind in ("serial", "parallel"):
         clamped = [c for c in _clamped_loops(s.body, set()) if id(c[0]) not in seen]
-        if any(s.var in ir.free_vars(o) for c in clamped for o, _ in c[1]):
+        if not any(s.var in ir.free_vars(o) for c in clamped for o, _ in c[1]):
+            peeled = _peel_over_serial(s, seen)
+            if peeled is not None:
+                return peeled
+        else:
             conds, fixed = [], {}
             for loop, checks, lo, hi in clamped:
                 conds += [cond for _, cond in checks]
@@ -523,6 +530,30 @@ def _version(s, seen):
                 cond = ir.Binary("and", cond, x, "bool")
             s = ir.rebuild(s, lambda body: ir.If(cond, _with_bounds(body, fixed), body))
     return ir.rebuild(s, lambda x: _version(x, seen))
+
+
+def _peel_over_serial(s, seen):
+    """``s`` peeled (:func:`_peel`) where tiles clamped from below depend on
+    it through a serial loop of constant range inside it, taken at its worst
+    value: the columns of a convolution's register block, ``x1`` from
+    ``max(0, 1 - kx - 7 * x0)``, the taps ``kx < 3`` between (the padding's
+    taps are skipped).  The border tiles of ``x0``, one iteration each, are
+    pinned (:func:`_pinned`) and versioned again inside, at ``kx``; the
+    others are full.  None where no such tile depends on ``s`` or the peel
+    does not apply (upper clamps alone keep the versioning at the innermost
+    loop, as before: a worst case over a serial loop would make fewer
+    tiles full)."""
+    clamped = [c for c in _clamped_loops(s.body, set(), over_serial=True)
+               if id(c[0]) not in seen and c[2] is not None]
+    if not any(s.var in ir.free_vars(o) for c in clamped for o, _ in c[1]):
+        return None
+    conds = [cond for c in clamped for _, cond in c[1]]
+    fixed = {id(loop): (lo, hi) for loop, _, lo, hi in clamped}
+    marked = {id(loop) for loop, *_ in clamped}
+    peeled = _peel(s, conds, fixed, seen | marked)
+    if peeled is not None:
+        seen |= marked
+    return peeled
 
 
 def _full_range(var, conds):
@@ -584,10 +615,37 @@ def _peel(s, conds, fixed, seen):
         pieces = [(s.lo, ir.Const(a, dt), s.body, lo is not None and lo == a),
                   (ir.Const(a, dt), ir.Const(b, dt), full, a == b),
                   (ir.Const(b, dt), s.hi, s.body, hi is not None and hi == b)]
-        loops = [ir.For(s.var, x, y, _version(body, seen), kind=s.kind, step=1, attrs=s.attrs)
+        loops = [ir.For(s.var, x, y, _version(_pinned(body, s.var, x, y), seen), kind=s.kind,
+                        step=1, attrs=s.attrs)
                  for x, y, body, empty in pieces if not empty]
         return ir.Block(loops)
     return None
+
+
+def _pinned(body, var, lo, hi):
+    """``body`` of a loop over ``[lo, hi)``: when that is one constant
+    iteration, the bounds of the loops inside that fold to constants once
+    ``var`` is that value are those constants (a border tile of a stencil's
+    taps, ``x1 < min(13, 14 - kx) + 1`` at ``kx = 2``: a tile of 13
+    iterations, unrolled without a test); else ``body``."""
+    if not (isinstance(lo, ir.Const) and isinstance(hi, ir.Const)
+            and int(hi.value) == int(lo.value) + 1):
+        return body
+    value = int(lo.value)
+
+    def fold(e):
+        if var not in ir.free_vars(e):
+            return e
+        e = _folded(_substitute(e, var, value))
+        v = ir.const_eval(e, {})
+        return e if v is None else ir.Const(v, e.dtype)
+
+    def pin(x):
+        if isinstance(x, ir.For):
+            return ir.For(x.var, fold(x.lo), fold(x.hi), pin(x.body), kind=x.kind, step=x.step,
+                          attrs=x.attrs)
+        return ir.rebuild(x, pin)
+    return pin(body)
 
 
 def version_full_tiles(fn: ir.LoweredFunction) -> ir.LoweredFunction:

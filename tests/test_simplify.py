@@ -184,14 +184,17 @@ def _stencil(n, width):
 
 
 def test_boundary_tiles_are_peeled_off_the_full_ones():
-    # j = 8 * j0 + j1 over 1 .. 254: j0 = 0 starts inside its tile (a run-time
-    # max), j0 = 31 ends inside; the 30 tiles between run 0 .. 8 with no test
+    # j = 8 * j0 + j1 over 1 .. 254: j0 = 0 starts inside its tile, j0 = 31
+    # ends inside; the 30 tiles between run 0 .. 8 with no test, and the two
+    # boundary tiles, one iteration each, are pinned: constant bounds too
     src = _stencil(256, 8).compile().source
     assert "for (int64_t j0 = 0; j0 < 1; j0++)" in src
     assert "for (int64_t j0 = 1; j0 < 31; j0++)" in src
     assert "for (int64_t j0 = 31; j0 < 32; j0++)" in src
     assert "for (int64_t j1 = 0; j1 < 8; j1++)" in src
-    assert src.count("tp_max_i64(0, -8 * j0 + 1)") == 2     # the two boundary loops only
+    assert "for (int64_t j1 = 1; j1 < 8; j1++)" in src
+    assert "for (int64_t j1 = 0; j1 < 7; j1++)" in src
+    assert "tp_max_i64" not in src
 
 
 def test_lower_clamps_are_versioned_inside_parallel_loops():
@@ -251,3 +254,47 @@ def test_triangular_register_blocks_stay_correct(backend, n):
     out = _lower_triangle_product(n, 5).compile(target=backend)(a)
     low = np.tril_indices(n)
     np.testing.assert_allclose(out[low], (a @ a.T)[low], rtol=1e-5, atol=1e-5)
+
+
+def _clipped_taps(n, xb):
+    """A 3-tap window over x in register tiles of ``xb`` (x1 unrolled) with
+    the taps outside the array skipped (``k`` from ``max(0, 1 - x)``): the
+    serial tap loop lies between the tiles (x0) and the tile's columns (x1),
+    as in the NCHWc convolution's block."""
+    import tiramisu_py as tp
+    f = tp.Function("taps", params={"N": n})
+    x = f.var("x", 0, "N")
+    k = f.var("k", tp.max(0, 1 - x), tp.min(3, f.param("N") + 1 - x))
+    A = f.input("A", ("N",), tp.float32)
+    W = f.input("W", (3,), tp.float32)
+    out = f.computation("out", [x], 0.0)
+    out[x] += W[k] * A[x + k - 1]
+    u = out.update
+    u.split("x", xb, names=("x0", "x1"))
+    u.reorder("x0", "k", "x1")
+    u.unroll("x1", xb)
+    return f
+
+
+def test_border_tiles_of_clipped_taps_are_peeled_and_pinned():
+    # x0 = 0 and x0 = 3 are the border tiles (taken over the taps' worst
+    # value), one iteration each, so their taps are peeled again with the
+    # tile's columns constant: x1 from 1 at k = 0, below 7 at k = 2
+    src = _clipped_taps(32, 8).compile(target="c").source
+    assert "for (int64_t x0 = 0; x0 < 1; x0++)" in src
+    assert "for (int64_t x0 = 1; x0 < 3; x0++)" in src
+    assert "for (int64_t x0 = 3; x0 < 4; x0++)" in src
+    assert "for (int64_t x1 = 1; x1 < 8; x1++)" in src
+    assert "for (int64_t x1 = 0; x1 < 7; x1++)" in src
+    assert "x1 = tp_max_i64" not in src and "if (" not in src.split("x0 = 0;")[1]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 13, 32, 35])
+def test_clipped_taps_stay_correct(backend, n):
+    rng = np.random.default_rng(n)
+    a, w = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(3, dtype=np.float32)
+    want = [sum(float(w[t]) * float(a[x + t - 1]) for t in range(3) if 0 <= x + t - 1 < n)
+            for x in range(n)]
+    for xb in (4, 8):
+        got = _clipped_taps(n, xb).compile(target=backend)(a, w)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
