@@ -5,6 +5,8 @@ never run by the sparse solver (which skips zeros, so ``0 * inf`` would
 never give torch's NaN), nor by im2col or Winograd (which round apart);
 a forged tuning record naming any of them is ignored and timed again.
 Both CPU backends."""
+import importlib
+import itertools
 import json
 import os
 
@@ -120,6 +122,54 @@ def test_the_candidates_agree_bit_for_bit(target):
         d = schedules.conv2d(x, w, b, stride, 1, dil, algo="direct", target=target)
         sp = schedules.conv2d(x, w, b, stride, 1, dil, algo="spatial_pack", target=target)
         np.testing.assert_array_equal(d.view(np.int32), sp.view(np.int32))
+
+
+def _inside_taps_reference(x, w, groups=1):
+    """conv2d, padding 1, summed over the taps that read the input only."""
+    n, ci, h, wd = x.shape
+    co, cig = w.shape[0], w.shape[1]
+    out = np.zeros((n, co, h, wd), np.float64)
+    for c in range(co):
+        g = c // (co // groups)
+        for y, xx, ky, kx in itertools.product(range(h), range(wd), range(3), range(3)):
+            iy, ix = y + ky - 1, xx + kx - 1
+            if 0 <= iy < h and 0 <= ix < wd:
+                out[:, c, y, xx] += (w[c, :, ky, kx].astype(np.float64)
+                                     * x[:, g * cig:(g + 1) * cig, iy, ix]).sum(axis=1)
+    return out.astype(np.float32)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_taps_on_the_padding_are_skipped_in_every_dense_solver(target):
+    """A weight of -inf on the corner tap: the first row and column of the
+    output read that tap on the zero padding, which is skipped (as torch's
+    oneDNN convolution does), so they stay finite instead of 0 * -inf =
+    NaN -- in direct, spatial_pack, depthwise, the fused block and the
+    float64 kernel of the torch op alike."""
+    x = np.ones((2, 16, 6, 6), np.float32)
+    w = np.ones((16, 16, 3, 3), np.float32)
+    w[:, :, 0, 0] = -np.inf
+    want = _inside_taps_reference(x, w)
+    assert np.isfinite(want[:, :, 0, :]).all() and np.isneginf(want[:, :, 1:, 1:]).all()
+    for algo in ("auto", "direct", "spatial_pack"):
+        np.testing.assert_array_equal(schedules.conv2d(x, w, padding=1, algo=algo,
+                                                       target=target), want)
+    np.testing.assert_array_equal(
+        schedules.conv2d(x, w, padding=1, target=target).view(np.int32),
+        F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=1).numpy().view(np.int32))
+    wd = np.ones((16, 1, 3, 3), np.float32)
+    wd[:, :, 0, 0] = -np.inf
+    for algo in ("depthwise", "direct"):
+        np.testing.assert_array_equal(schedules.conv2d(x, wd, padding=1, groups=16, algo=algo,
+                                                       target=target),
+                                      _inside_taps_reference(x, wd, groups=16))
+    pooled = F.max_pool2d(torch.relu(torch.from_numpy(want)), 2).numpy()
+    np.testing.assert_array_equal(schedules.conv_relu_maxpool(x, w, padding=1, pool=2,
+                                                              target=target), pooled)
+    importlib.import_module("schedules.torch_ops")         # registers torch.ops.tiramisu
+    wide = torch.ops.tiramisu.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                                     None, [1, 1], [1, 1], [1, 1], 1)
+    np.testing.assert_array_equal(wide.numpy(), want.astype(np.float64))
 
 
 def test_winograd_is_not_ieee_equal_so_it_is_forced_only():

@@ -52,6 +52,30 @@ def padded(f, X, s: ConvShape, name="xp"):
     return xp
 
 
+def taps(f, s: ConvShape, y, x, names=("ky", "kx")):
+    """The loops ``(ky, kx)`` over the kernel taps of output ``(y, x)`` that
+    read the input, not its padding: ``0 <= y * sh + ky * dh - ph < h``
+    (and so for ``kx``).  A tap on the padding is skipped, not multiplied by
+    zero, as oneDNN's convolution does: a zero-padded border neither costs
+    a product (9% of a 3x3 convolution's at 14x14) nor turns ``0 * inf``
+    into a NaN.  Every "ordered" CPU solver of conv2d sums over these taps
+    (the same products in the same order, so the same bits)."""
+    return (_tap_loop(f, names[0], y, s.sh, s.dh, s.ph, s.h, s.kh),
+            _tap_loop(f, names[1], x, s.sw, s.dw, s.pw, s.w, s.kw))
+
+
+def _tap_loop(f, name, o, stride, dilation, pad, size, k):
+    """``k`` taps of output ``o`` reading ``o * stride + tap * dilation - pad``:
+    those with ``0 <= that < size``."""
+    if pad == 0:            # (no output reads outside the input)
+        return f.var(name, 0, k)
+    first, last = pad - o * stride, size - 1 + pad - o * stride    # tap * dilation in [first, last]
+    if dilation == 1:
+        return f.var(name, tp.max(0, first), tp.min(k, last + 1))
+    return f.var(name, tp.max(0, (first + dilation - 1) // dilation),
+                 tp.min(k, last // dilation + 1))
+
+
 def vector_loop(stmt, loop, extent, lanes):
     """``loop`` (of ``extent`` iterations) of ``stmt`` in vectors of
     ``lanes``: split by the lanes when at least two vectors long, else one

@@ -24,7 +24,7 @@ import tiramisu_py as tp
 
 from ..core.sizes import largest_divisor
 from ..host import host
-from .conv_common import epilogue
+from .conv_common import epilogue, taps
 
 if TYPE_CHECKING:
     from ..problems.conv import ConvShape
@@ -37,14 +37,34 @@ def channel_block(s: ConvShape) -> int:
     return next((v for v in (2 * lanes, lanes) if s.co % v == 0), s.co)
 
 
-def register_block(vb: int, extent: int) -> int:
+def register_block(vb: int, extent: int, spare: int = 0) -> int:
     """Columns (or tiles) unrolled next to ``vb`` channels: xb x (vb / lanes)
-    accumulators in half of the vector registers, a divisor of ``extent``
-    if one fits.  (Half: a larger block measured slower, 28 accumulators ran
-    at 0.5-0.65x of 16 on an AVX-512 Xeon, through spills and reloads.)"""
-    room = max(1, host().vector_registers // 2 // -(-vb // host().lanes(4)))
+    accumulators in half of the vector registers less ``spare``, a divisor
+    of ``extent`` if one fits.  (Half: a larger block measured slower, 28
+    accumulators ran at 0.5-0.65x of 16 on an AVX-512 Xeon, through spills
+    and reloads.)"""
+    room = max(1, (host().vector_registers // 2 - spare) // -(-vb // host().lanes(4)))
     xb = largest_divisor(extent, room)
     return min(room, extent) if xb < room // 2 else xb
+
+
+# registers the NCHWc block leaves to its broadcasts: the kx taps of a row
+# share theirs (xb + kw - 1 inputs live at once), and 16 accumulators of 2
+# vectors x 8 columns spilled (1.1x slower than 2 x 7 at 56x56, Zen 4)
+TAP_BROADCASTS = 2
+
+
+def register_tile(s: ConvShape) -> tuple:
+    """``(vb, xb)``, the default register block of :func:`blocked_conv`:
+    of one or two vectors of output channels (those dividing Co), the one
+    whose column block (:func:`register_block`) needs the fewest passes over
+    a row, each of which streams all the weights from L2 (512 -> 512 at 14
+    columns: one vector x 14 columns, one pass, not two vectors x 7, two
+    passes); two vectors on a tie (half the broadcasts per product)."""
+    lanes = host().lanes(4)
+    options = [v for v in (2 * lanes, lanes) if s.co % v == 0] or [s.co]
+    tiles = [(v, register_block(v, s.wo, TAP_BROADCASTS)) for v in options]
+    return min(tiles, key=lambda t: (-(-s.wo // t[1]), -t[0]))
 
 
 def packed_input(f, X, s: ConvShape, n, per_image: bool, source=None, band=None):
@@ -88,7 +108,7 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False, s
     rank 5, ``w_packed`` of :func:`schedules.blocks.conv_common.conv_inputs`
     with ``packed_vb=vb``: :func:`schedules.weights.conv.packed_weight`)."""
     if vb is None:
-        vb = channel_block(s)
+        vb = register_tile(s)[0]
     cob = -(-s.co // vb)
     # input [n][Ci/CB][Hp][Wp][CB]
     xpk, cb = packed_input(f, X, s, f.var("pn", 0, s.n), per_image, source, band)
@@ -106,13 +126,14 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False, s
     # output [n][Co/VB][Ho][Wo][VB], XB columns x VB channels in registers
     n, ob = f.var("n", 0, s.n), f.var("ob", 0, cob)
     y, x, v = f.var("y", 0, s.ho), f.var("x", 0, s.wo), f.var("v", 0, vb)
-    ci, ky, kx = f.var("ci", 0, s.ci), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    ci = f.var("ci", 0, s.ci)
+    ky, kx = taps(f, s, y, x)
     with f.nest(n, ob, y):      # each output row is initialised, then accumulated
         outc = f.computation("out_blocked", [n, ob, y, x, v], B[ob * vb + v] if B is not None else 0.0)
         outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, ci // cb, y * s.sh + ky * s.dh,
                                                               x * s.sw + kx * s.dw, ci % cb]
     if xb is None:
-        xb = register_block(vb, s.wo)
+        xb = register_block(vb, s.wo, TAP_BROADCASTS)
     u = outc.update
     u.split("x", xb, names=("x0", "x1"))
     u.reorder("n", "ob", "y", "x0", "ci", "ky", "kx", "x1", "v")

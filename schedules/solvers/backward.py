@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import vector_loop, window_first
+from ..blocks.conv_common import taps, vector_loop, window_first
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -75,13 +75,15 @@ def _padded(f, X, s: ConvShape, dt, name="xp"):
 
 
 def _conv_into(f, name, X, Wt, B, s: ConvShape, dt, dtype):
-    """``name[n, co, y, x] = bias[co] + sum W * padded X`` (a computation)."""
+    """``name[n, co, y, x] = bias[co] + sum W * X`` over the taps inside the
+    input (:func:`~schedules.blocks.conv_common.taps`; a computation)."""
     xp = _padded(f, X, s, dt)
     cig, cog = s.ci // s.groups, s.co // s.groups
     sh, sw, dh, dw = s.sh, s.sw, s.dh, s.dw
     n, co = f.var(f"{name}_n", 0, s.n), f.var(f"{name}_co", 0, s.co)
     y, x = f.var(f"{name}_y", 0, s.ho), f.var(f"{name}_x", 0, s.wo)
-    ci, ky, kx = f.var(f"{name}_ci", 0, cig), f.var(f"{name}_ky", 0, s.kh), f.var(f"{name}_kx", 0, s.kw)
+    ci = f.var(f"{name}_ci", 0, cig)
+    ky, kx = taps(f, s, y, x, names=(f"{name}_ky", f"{name}_kx"))     # the padding's skipped
     out = f.computation(name, [n, co, y, x], B[co] if B is not None else tp.cast(dt, 0.0))
     chan = ci if s.groups == 1 else (co // cog) * cig + ci
     out[n, co, y, x] += Wt[co, ci, ky, kx] * xp[n, chan, y * sh + ky * dh, x * sw + kx * dw]

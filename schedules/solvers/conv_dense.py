@@ -28,8 +28,8 @@ from __future__ import annotations
 import tiramisu_py as tp
 
 from ..blocks.blis import blis, default_params
-from ..blocks.conv_common import by_group, conv_inputs, padded
-from ..blocks.nchwc import channel_block, tiled_block
+from ..blocks.conv_common import by_group, conv_inputs, padded, taps
+from ..blocks.nchwc import register_tile, tiled_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..host import host
@@ -69,7 +69,8 @@ def direct(s: ConvShape, bias=True, xb=None, cob=None, parallel=None, dtype="flo
     cig, cog = s.ci // s.groups, s.co // s.groups
     n, co = f.var("n", 0, s.n), f.var("co", 0, s.co)
     y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
-    ci, ky, kx = f.var("ci", 0, cig), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    ci = f.var("ci", 0, cig)
+    ky, kx = taps(f, s, y, x)
     out = f.computation("out", [n, co, y, x], B[co] if bias else 0.0,
                         dtype=tp.float32 if low else None)
     chan = ci if s.groups == 1 else (co // cog) * cig + ci
@@ -138,7 +139,7 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=
     applied as each tile is unpacked (:func:`~schedules.blocks.conv_common.epilogue`)."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")
-    vb = vb or channel_block(s)
+    vb = vb or register_tile(s)[0]
     f, X, Wt, B = conv_inputs("conv2d_spatial_pack", s, bias, packed_vb=vb if packed else None)
     tiled_block(f, X, Wt, B, s, pool=1, rows=rows, parallel=parallel, vb=vb, xb=xb,
                 activation=activation)
@@ -182,7 +183,7 @@ class _Dense(Solver):
                    lambda: self.build(p, params), p.target)
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
         if self.name == "spatial_pack":
-            return k(w_packed=packed_weight(args.w, params.get("vb") or channel_block(s)), **kw)
+            return k(w_packed=packed_weight(args.w, params.get("vb") or register_tile(s)[0]), **kw)
         if self.name == "im2col":       # the weight as the GEMM's Co x Ci*Kh*Kw matrix
             out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **kw)   # (-1 fails when Co = 0)
             return out.reshape(s.n, s.co, s.ho, s.wo)

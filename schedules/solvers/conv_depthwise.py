@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import conv_inputs, epilogue
+from ..blocks.conv_common import conv_inputs, epilogue, taps
 from ..blocks.nchwc import register_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
@@ -65,7 +65,7 @@ def function(s: ConvShape, bias=True, vb=None, xb=None, activation=None):
     # the blocked output [n][C/VB][Ho][Wo][VB]
     bn, bb, by, bx, bv = (f.var(nm, 0, e) for nm, e in
                           (("bn", s.n), ("bb", nb), ("by", s.ho), ("bx", s.wo), ("bv", vb)))
-    ky, kx = f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
+    ky, kx = taps(f, s, by, bx)
     with f.nest(bn, bb, by):
         outc = f.computation("out_blocked", [bn, bb, by, bx, bv],
                              B[bb * vb + bv] if B is not None else 0.0)

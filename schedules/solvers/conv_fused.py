@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from ..blocks import winograd
 from ..blocks.conv_common import by_group, conv_inputs
-from ..blocks.nchwc import channel_block, tiled_block
+from ..blocks.nchwc import register_tile, tiled_block
 from ..core.kernels import kernel
 from ..core.solver import Solver
 from ..problems.conv import ConvShape
@@ -65,7 +65,7 @@ def function(s: ConvShape, pool=2, bias=True, rows=None, parallel=None, pack_per
     if packed and algo != "direct":
         raise ValueError("conv_relu_maxpool: packed applies to algo 'direct'")
     f, X, Wt, B = conv_inputs("conv_relu_maxpool", s, bias,
-                              packed_vb=channel_block(s) if packed else None)
+                              packed_vb=register_tile(s)[0] if packed else None)
     if algo == "winograd":
         winograd.fused_block(f, X, Wt, B, s, pool, vb=vb, tb=tb, cc=cc)
     else:
@@ -91,7 +91,7 @@ class _Fused(Solver):
         k = kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias)
                    + ((tuple(sorted(params.items())),) if params else ()),
                    lambda: self.build(p, params), p.target)
-        weight = ({"w_packed": packed_weight(args.w, channel_block(p.shape))}
+        weight = ({"w_packed": packed_weight(args.w, register_tile(p.shape)[0])}
                   if self.name == "direct" else {"weight": args.w})
         if args.b is not None:
             return k(data=args.x, bias=args.b, **weight)
