@@ -261,6 +261,8 @@ def _child(job):
     for case in _load_suite(job["suite"], job["kwargs"]):
         results.append(measure(case, job["repeats"], job["threads"], progress, job["only"]))
         progress.done += 1
+    peak.measure_again()             # and once more after the cases: the higher of the two
+    ceiling = peak.best_of(ceiling, peak.ceilings((job["threads"],))[job["threads"]])
     progress.close()
     with open(job["out"], "w") as f:
         json.dump({"results": results, "ceiling": ceiling}, f)
