@@ -193,7 +193,7 @@ def test_fused_block_keeps_only_a_tile_of_the_conv():
     allocs = [line for line in kern.source.splitlines() if "tp_alloc((" in line]
     tile = [line for line in allocs if "conv_tile" in line]
     from schedules.blocks.nchwc import register_tile
-    vb = register_tile(s)[0]                    # 16 with AVX-512 (10 columns in one block)
+    vb = register_tile(s)[0]                    # 32 with AVX-512, 16 with AVX2
     # 2 pooled rows = 4 conv rows (all channel blocks), not the whole image
     assert tile and f"{{{32 // vb}, 4, 10, {vb}}}" in tile[0], allocs
     assert not any("out_blocked" in line for line in allocs)
@@ -202,17 +202,19 @@ def test_fused_block_keeps_only_a_tile_of_the_conv():
                                rtol=1e-4, atol=1e-4)
 
 
-def test_the_default_register_tile_makes_the_fewest_passes_over_a_row(monkeypatch):
-    """Each column block of a row streams all the weights: the default tile
-    takes the vector count whose column block covers the row in the fewest
-    blocks, two vectors on a tie (AVX-512: 14 accumulators, the taps'
-    broadcasts in the other registers)."""
+def test_the_default_register_tile_streams_big_weights_in_fewer_passes(monkeypatch):
+    """Two vectors of channels by default; one where the two vectors'
+    weights overflow half of L2 and one vector covers a row in fewer column
+    blocks (each block streams those weights again)."""
     from schedules.blocks.nchwc import register_tile
-    monkeypatch.setenv("TIRAMISU_PY_HOST", "vector_bits=512,vector_registers=32")
+    monkeypatch.setenv("TIRAMISU_PY_HOST", "vector_bits=512,vector_registers=32,l2=1048576")
     assert register_tile(ConvShape(32, 512, 14, 14, 512, 3, 3, 1, 1)) == (16, 14)
-    assert register_tile(ConvShape(32, 512, 7, 7, 512, 3, 3, 1, 1)) == (32, 7)
-    assert register_tile(ConvShape(32, 64, 56, 56, 64, 3, 3, 1, 1)) == (16, 14)
+    assert register_tile(ConvShape(32, 256, 14, 14, 256, 3, 3, 1, 1)) == (32, 7)   # 295 KB
+    assert register_tile(ConvShape(32, 512, 7, 7, 512, 3, 3, 1, 1)) == (32, 7)     # one pass each
+    assert register_tile(ConvShape(32, 64, 56, 56, 64, 3, 3, 1, 1)) == (32, 7)
     assert register_tile(ConvShape(2, 8, 9, 9, 24, 3, 3, 1, 1)) == (24, 3)   # no vector divides Co
+    monkeypatch.setenv("TIRAMISU_PY_HOST", "vector_bits=512,vector_registers=32,l2=2097152")
+    assert register_tile(ConvShape(32, 512, 14, 14, 512, 3, 3, 1, 1)) == (32, 7)   # fits: 2 MB L2
 
 
 @pytest.mark.parametrize("per_image", [True, False])
