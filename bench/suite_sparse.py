@@ -9,6 +9,10 @@ Densities (percent of nonzero weights, unstructured, uniform at random):
 1, 2, 5, 10, 20, 30, 40, 50, 70, 100.  Columns per (shape, density):
 
   tiramisu_py[sparse]  schedules.sparse_conv2d on CSRWeights made once
+  tiramisu_py[sparse, dense w]  (at 1% and 10%) schedules.sparse_conv2d on the
+                       pruned dense weight as torch gives it: its CSR form is
+                       made on the first call and found again in the
+                       prepared-weights cache (its bytes compared) each call
   tiramisu_py[dense]   schedules.conv2d with the dense algorithm the find
                        step picks for the shape (dense algorithms do the same
                        work at every density)
@@ -94,6 +98,9 @@ def _case(op, shape, density):
         impls = {}
         if op == "conv":
             impls["tiramisu_py[sparse]"] = lambda: schedules.sparse_conv2d(x, csr, b, stride=1, padding=1)
+            if density in FUSED_DENSITIES:      # the pruned weight as torch gives it
+                impls["tiramisu_py[sparse, dense w]"] = lambda: schedules.sparse_conv2d(
+                    x, wt, b, stride=1, padding=1)
             algo = functools.cache(lambda: _best_dense(x, wt, b))      # found in the warm-up
             impls["tiramisu_py[dense]"] = lambda: schedules.conv2d(x, wt, b, stride=1, padding=1,
                                                                    algo=algo())
