@@ -217,6 +217,23 @@ def test_the_default_register_tile_streams_big_weights_in_fewer_passes(monkeypat
     assert register_tile(ConvShape(32, 512, 14, 14, 512, 3, 3, 1, 1)) == (32, 7)   # fits: 2 MB L2
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_clipped_taps_keep_every_column_block_in_registers(stride):
+    """The taps on the padding are skipped (rows always, columns at stride
+    1): each border block of columns is peeled with constant bounds, never
+    a run-time start inside the register block (which would take its
+    accumulators out of registers)."""
+    s = ConvShape.make((2, 16, 20, 20), (32, 16, 3, 3), stride, 1, 1, 1)
+    src = schedules.conv2d_function(2, 16, 20, 20, 32, stride=stride, padding=1,
+                                    algo="spatial_pack").compile(target="c").source
+    assert "x1 = tp_max" not in src and "x1 < tp_min" not in src
+    x, w = rand(2, 16, 20, 20), rand(32, 16, 3, 3)
+    np.testing.assert_allclose(schedules.conv2d(x, w, stride=stride, padding=1,
+                                                algo="spatial_pack"),
+                               ref_conv(x, w, None, stride, 1, 1, 1), rtol=1e-4, atol=1e-4)
+    assert s.wo == (20 if stride == 1 else 10)
+
+
 @pytest.mark.parametrize("per_image", [True, False])
 def test_fused_block_runs_whole_images_per_thread_when_there_are_enough(per_image):
     from codegen import ir
