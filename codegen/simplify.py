@@ -543,6 +543,8 @@ def _peel_over_serial(s, seen):
     does not apply (upper clamps alone keep the versioning at the innermost
     loop, as before: a worst case over a serial loop would make fewer
     tiles full)."""
+    if s.kind != "serial" or s.step != 1:        # (what _peel takes: no walk for the others)
+        return None
     clamped = [c for c in _clamped_loops(s.body, set(), over_serial=True)
                if id(c[0]) not in seen and c[2] is not None]
     if not any(s.var in ir.free_vars(o) for c in clamped for o, _ in c[1]):
