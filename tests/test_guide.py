@@ -15,6 +15,8 @@ cache (conftest.py).
 import importlib.util
 import os
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,11 @@ class _Page:
 
     def __init__(self, page):
         self.page, self.blocks = page, blocks(page)
-        self.namespace = {"__name__": f"guide_{page.stem.replace('-', '_')}"}
+        # a real module in sys.modules, as a reader's script would be: torch.compile
+        # (dynamo, torch 2.11) imports a function's module by name to read its globals
+        name = f"guide_{page.stem.replace('-', '_')}"
+        module = sys.modules[name] = types.ModuleType(name)
+        self.namespace = module.__dict__
         self.done = 0               # blocks run (or skipped) so far
         self.failed = None          # the first block that failed
 
