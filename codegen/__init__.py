@@ -19,10 +19,10 @@ with llvmlite and returns an object with the same interface; no C compiler neede
 from __future__ import annotations
 
 from . import cache, ir, toolchain
-from .c import CompiledFunction, cffi_declaration, compile_c, emit_c
+from .c import CompiledFunction, cffi_declaration, compile_c, compile_c_source, emit_c
 from .toolchain import CompileError
 
-__all__ = ["ir", "emit_c", "compile_c", "CompileError", "CompiledFunction",
+__all__ = ["ir", "emit_c", "compile_c", "compile_c_source", "CompileError", "CompiledFunction",
            "emit_llvm", "compile_llvm", "LLVMCompileError"]
 
 _LLVM_EXPORTS = ("emit_llvm", "compile_llvm", "LLVMCompileError", "LLVMCompiledFunction")

@@ -16,6 +16,7 @@ import pytest
 
 import schedules
 from schedules.core import prepared as P
+from schedules.core import sparse_copy as SC
 from schedules.weights.csr import CSRWeights
 
 RNG = np.random.default_rng(30)
@@ -70,6 +71,80 @@ def test_a_lookups_bytes_are_compared_in_runs_over_threads(monkeypatch):
         assert made("t_runs", call)[1] == 0
     strided[3, 1] = -7.0
     assert made("t_runs", call)[1] == 1
+
+
+def _mostly_zero(n, density=0.15, seed=3):
+    """float32 with ``density`` nonzeros, pruned as ``w * mask`` (so about half
+    of the zeros are -0.0) and a NaN."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal(n).astype(np.float32) * (rng.random(n) < density)
+    w[7] = np.nan
+    return w
+
+
+@pytest.mark.parametrize("n", [16 * 40 + 5, 16 * 64])
+def test_sparse_copy_compares_every_bit_in_both_loops(monkeypatch, n):
+    """The sparse copy (two bits a word + the nonzero words) differs from a
+    source exactly where the bits differ: a nonzero changed, a zero made
+    nonzero, 0.0 <-> -0.0, a value made zero; in any chunk range, by the
+    host's vector loop and by the portable loop."""
+    monkeypatch.setattr(SC, "MIN_BYTES", 0)
+    monkeypatch.setattr(SC, "CHUNK_BLOCKS", 4)
+    if SC.helper() is None:
+        pytest.skip("no C compiler builds the sparse copy's helper")
+    w = _mostly_zero(n)
+    copy = SC.SparseCopy(w.view(np.uint32).copy())
+    assert copy.nbytes < w.nbytes / 2
+    address = w.ctypes.data
+    ranges = [(c, c + 1) for c in range(copy.chunks)] + [(0, copy.chunks)]
+    for vector in (True, False):
+        assert not any(copy.differs(address, c0, c1, vector) for c0, c1 in ranges)
+    nonzero = int(np.flatnonzero(w.view(np.uint32) & 0x7FFFFFFF)[3])
+    zero = int(np.flatnonzero(w == 0)[5])
+    for at in sorted({0, 15, 16, zero, nonzero, n // 2, n - 1}):
+        old = w[at].copy()
+        for new in (1.5, 0.0, -0.0, np.nan, -3.0):
+            w[at] = new
+            changed = w[at].view(np.uint32) != old.view(np.uint32)
+            for vector in (True, False):
+                assert copy.differs(address, 0, copy.chunks, vector) == changed, (at, new, vector)
+                hit = [c0 for c0, c1 in ranges[:-1] if copy.differs(address, c0, c1, vector)]
+                assert hit == ([at // (16 * SC.CHUNK_BLOCKS)] if changed else [])
+        w[at] = old
+
+
+def test_mostly_zero_sources_keep_a_sparse_copy_and_stay_exact(monkeypatch):
+    """A large pruned source is compared against a sparse copy (a fraction of
+    its bytes kept), split over threads between chunks; any changed bit of
+    it, or of a dense source beside it, is a miss."""
+    if SC.helper() is None:
+        pytest.skip("no C compiler builds the sparse copy's helper")
+    monkeypatch.setattr(SC, "MIN_BYTES", 1024)
+    monkeypatch.setattr(SC, "CHUNK_BLOCKS", 2)
+    monkeypatch.setattr(SC, "vector", lambda: True)    # (the portable loop where no AVX-512)
+    monkeypatch.setattr(P, "SPLIT_BYTES", 64)
+    monkeypatch.setattr(P, "COMPARE_THREADS", 3)
+    sparse = [_mostly_zero(16 * 37 + 3, seed=s) for s in range(2)]
+    dense = RNG.standard_normal(300).astype(np.float32)
+    sources = [sparse[0], dense, sparse[1]]
+
+    def call():
+        return P.prepared("t_sparse", sources, lambda c: [a.copy() for a in c])
+    made_once = made("t_sparse", call)
+    assert made_once[1] == 1 and made("t_sparse", call)[1] == 0
+    assert all(np.array_equal(a.view(np.uint32), b.view(np.uint32))
+               for a, b in zip(made_once[0], sources))
+    copies = P._entries[next(k for k in P._entries if k[0] == "t_sparse")][0]
+    assert [c.sparse is not None for c in copies] == [True, False, True]
+    assert copies[0].nbytes < sparse[0].nbytes / 2 and copies[0].array is None
+    for i, at in ((0, 0), (0, 300), (1, 299), (2, 16 * 37 + 2)):
+        a = sources[i]
+        old = a[at].copy()
+        a[at] = -0.0 if old.view(np.uint32) == 0 else 0.0
+        value, n = made("t_sparse", call)
+        assert n == 1 and np.array_equal(value[i].view(np.uint32), a.view(np.uint32))
+        a[at] = old
+        assert made("t_sparse", call)[1] == 1 and made("t_sparse", call)[1] == 0
 
 
 def test_make_gets_read_only_copies():

@@ -5,6 +5,7 @@ with cffi in ABI mode.  Array arguments are passed as raw integer addresses."""
 from __future__ import annotations
 
 import threading
+import types
 
 import cffi
 
@@ -12,7 +13,7 @@ from .. import cache, ir, toolchain
 from ..toolchain import CompileError
 from .emit import cffi_declaration, emit_c
 
-__all__ = ["compile_c", "CompiledFunction"]
+__all__ = ["compile_c", "compile_c_source", "CompiledFunction"]
 
 
 class CompiledFunction:
@@ -93,6 +94,15 @@ def compile_c(fn: ir.LoweredFunction, source=None, declaration=None) -> Compiled
         if not toolchain.reprobe(cc):
             raise
     return _compile_c(fn, source, cc, declaration)
+
+
+def compile_c_source(name: str, source: str, declaration: str) -> CompiledFunction:
+    """Builds (or takes from the on-disk cache) and loads hand-written C
+    ``source`` that defines the function ``name``, declared to cffi by
+    ``declaration``: a runtime helper of the library, not a kernel of loop IR.
+    The same compiler, flags (``-march=native`` where accepted: a helper may
+    test ``__AVX512F__``), cache and errors as :func:`compile_c`."""
+    return compile_c(types.SimpleNamespace(name=name), source, declaration)
 
 
 def _compile_c(fn: ir.LoweredFunction, source: str, cc, declaration=None) -> CompiledFunction:

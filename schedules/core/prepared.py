@@ -40,7 +40,9 @@ then an ordinary source again.
 **Memory.**  Least recently used entries are evicted while the entries hold
 more than ``LIMIT_BYTES`` (the copies plus the prepared forms as their
 ``nbytes`` reports them, a lazily packed form counted when it is made;
-``$TIRAMISU_PY_PREPARED_MB``, default 1024 MiB) or more than
+``$TIRAMISU_PY_PREPARED_MB``, default 1024 MiB; a sparse copy counts its own
+bytes: the full copy it was made from is dropped once the value is made,
+unless the value holds it) or more than
 ``LIMIT_ENTRIES`` (256) entries.  One entry larger than the limit is made,
 used and not kept.  :func:`clear` empties the cache; ``PREPARATIONS`` counts
 the values made per ``kind`` (the tests count with it).
@@ -57,6 +59,8 @@ from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from . import sparse_copy
 
 LIMIT_BYTES = int(float(os.environ.get("TIRAMISU_PY_PREPARED_MB", "1024")) * 2 ** 20)
 LIMIT_ENTRIES = 256
@@ -126,6 +130,9 @@ def prepared(kind, sources, make, extra=()):
     # (an owned source is kept by its owner: the entry holds no copy of it)
     copies = [None if v is None or o else _Copy(v) for v, o in zip(views, owned)]
     value = make([v if o or v is None else c.array for v, c, o in zip(views, copies, owned)])
+    for c in copies:
+        if c is not None:
+            c.made()
     with _lock:
         _entries[key] = (copies, value)
         _evict()
@@ -166,7 +173,7 @@ def cached_bytes() -> int:
 
 def _entry_bytes(entry):
     copies, value = entry
-    return sum(c.array.nbytes for c in copies if c is not None) + int(getattr(value, "nbytes", 0))
+    return sum(c.nbytes for c in copies if c is not None) + int(getattr(value, "nbytes", 0))
 
 
 def _evict():
@@ -241,13 +248,25 @@ def _host_view(s):
 
 
 class _Copy:
-    """The read-only copy an entry keeps of a source, and its address."""
-    __slots__ = ("array", "address")
+    """The read-only copy an entry keeps of a source: ``array`` and its
+    ``address``, or for a large mostly-zero source a
+    :class:`~schedules.core.sparse_copy.SparseCopy` (``sparse``; ``array``
+    only until the value is made: :meth:`made`)."""
+    __slots__ = ("array", "address", "sparse", "nbytes")
 
     def __init__(self, view):
         self.array = np.array(view, copy=True)
         self.array.setflags(write=False)
         self.address = self.array.__array_interface__["data"][0]
+        self.sparse = sparse_copy.of(self.array)
+        self.nbytes = self.array.nbytes
+
+    def made(self):
+        """The value is made: a sparse copy lets its full array go (the value
+        may still hold it: it is then the value's)."""
+        if self.sparse is not None:
+            self.array = self.address = None
+            self.nbytes = self.sparse.nbytes
 
 
 def _all_same(pairs):
@@ -257,18 +276,22 @@ def _all_same(pairs):
     :data:`COMPARE_THREADS` threads above :data:`SPLIT_BYTES` (so a stack of
     weights of 16 MB each is read by every core, not one tensor per call on
     one), the others by :func:`_same_values`."""
-    spans = []
+    spans, sparse = [], []
     for probe, copy in pairs:
         if probe is None or copy is None:
             if probe is not copy:
                 return False
+        elif copy.sparse is not None:
+            if not probe.contiguous or probe.nbytes != copy.sparse.src_nbytes:
+                return False
+            sparse.append((probe.address, copy.sparse))
         elif probe.nbytes != copy.array.nbytes:
             return False
         elif _MEMCMP is not None and probe.contiguous:
             spans.append((probe.address, copy.address, probe.nbytes))
         elif not _same_values(probe, copy):
             return False
-    return _equal_spans(spans)
+    return _equal_spans(spans, sparse)
 
 
 def _same_values(probe, copy):
@@ -283,14 +306,19 @@ def _same_values(probe, copy):
     return bool(np.array_equal(view, copy))
 
 
-def _equal_spans(spans):
-    """``memcmp(a, b, n) == 0`` for every ``(a, b, n)`` of ``spans``; above
-    :data:`SPLIT_BYTES` in all, in :data:`COMPARE_THREADS` runs of equal
-    bytes (ctypes releases the GIL during each call)."""
+def _equal_spans(spans, sparse=()):
+    """``memcmp(a, b, n) == 0`` for every ``(a, b, n)`` of ``spans``, and no
+    difference between the source at ``address`` and the sparse copy of
+    every ``(address, copy)`` of ``sparse``; above :data:`SPLIT_BYTES` read
+    in all, in :data:`COMPARE_THREADS` runs of about equal bytes (spans cut
+    anywhere, sparse copies between chunks; ctypes and cffi release the GIL
+    during each call)."""
     global _pool
-    total = sum(n for _, _, n in spans)
+    parts = [(s, 0, s.chunks, s.chunk_bytes(0, s.chunks), a) for a, s in sparse]
+    total = sum(n for _, _, n in spans) + sum(p[3] for p in parts)
     if total <= SPLIT_BYTES or COMPARE_THREADS == 1:
-        return all(n == 0 or _MEMCMP(a, b, n) == 0 for a, b, n in spans)
+        return all(n == 0 or _MEMCMP(a, b, n) == 0 for a, b, n in spans) and \
+            not any(s.differs(a, c0, c1) for s, c0, c1, _, a in parts)
     share = -(-total // COMPARE_THREADS)
     share = -(-share // 64) * 64
     runs, run, room = [], [], share
@@ -303,9 +331,33 @@ def _equal_spans(spans):
             if room == 0:
                 runs.append(run)
                 run, room = [], share
+    for s, c, end, _, a in parts:
+        while c < end:              # whole chunks up to the run's share (one at least)
+            c1 = c + 1
+            while c1 < end and s.chunk_bytes(c, c1 + 1) <= room:
+                c1 += 1
+            run.append((s, c, c1, a))
+            room -= s.chunk_bytes(c, c1)
+            c = c1
+            if room <= 0:
+                runs.append(run)
+                run, room = [], share
     if run:
         runs.append(run)
     with _lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(COMPARE_THREADS, thread_name_prefix="tp-prepared")
-    return all(_pool.map(lambda run: all(_MEMCMP(a, b, n) == 0 for a, b, n in run), runs))
+    return all(_pool.map(_run_equal, runs))
+
+
+def _run_equal(run):
+    """One thread's part of :func:`_equal_spans`: memcmp spans ``(a, b, n)``
+    and sparse ranges ``(copy, c0, c1, address)``."""
+    for item in run:
+        if len(item) == 3:
+            a, b, n = item
+            if _MEMCMP(a, b, n) != 0:
+                return False
+        elif item[0].differs(item[3], item[1], item[2]):
+            return False
+    return True
