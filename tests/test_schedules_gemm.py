@@ -67,7 +67,7 @@ def test_params_follow_the_host():
     assert (q.nr, q.vector, q.mr) == (16, 8, 6)         # 12 of 16 (BLIS's 6 x 16)
     for x, h in ((p, avx512), (q, avx2)):
         assert (x.micro, x.pack_a) == ("ir", False)
-        assert x.mr * x.kc * 4 <= h.l1d // 4 + x.mr * 8 * 4      # MR rows of A in L1
+        assert x.mr * x.kc * 4 <= h.l1d * 3 // 8 + x.mr * 8 * 4  # MR rows of A in L1
         assert x.kc * x.nc * 4 <= h.l2 // 4 + x.kc * x.nr * 4    # B's KC x NC panel in L2
         assert x.mc * x.nc * 4 <= h.l2 // 4 + x.mc * x.nr * 4    # a thread's C block in L2
         if x.parallel == "ic":
