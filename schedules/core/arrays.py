@@ -22,9 +22,16 @@ def is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+_DTYPE_NAMES: dict = {}          # dtype object -> its name (str() of a NumPy dtype is slow)
+
+
 def dtype_name(x) -> str:
     """NumPy's or torch's name of an array's dtype ("float32", "bfloat16")."""
-    return str(x.dtype).split(".")[-1]
+    dtype = x.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).split(".")[-1]
+    return name
 
 
 def refuse_foreign(x, name):
