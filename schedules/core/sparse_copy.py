@@ -129,18 +129,20 @@ class SparseCopy:
     ``values``, in order, padded by 16 zeros) and ``signs`` (the top bit: a
     zero's sign, so -0.0 of a pruned weight, ``w * mask``, stays apart from
     0.0); ``starts[c]``: the index in ``values`` of chunk ``c``'s first word."""
-    __slots__ = ("n", "bitmap", "signs", "values", "starts", "blocks", "nbytes", "src_nbytes")
+    __slots__ = ("n", "bitmap", "signs", "values", "starts", "blocks", "chunk", "nbytes",
+                 "src_nbytes")
 
     def __init__(self, words):
         self.n = n = words.size
         nonzero = (words & np.uint32(0x7FFFFFFF)) != 0
         self.blocks = -(-n // 16)
+        self.chunk = chunk = CHUNK_BLOCKS
         self.bitmap = _bits(nonzero, self.blocks)
         self.signs = _bits(words >= np.uint32(0x80000000), self.blocks)
         self.values = np.concatenate([words[nonzero], np.zeros(16, np.uint32)])
         per_block = np.bitwise_count(self.bitmap).astype(np.int64)
         ends = np.cumsum(per_block)
-        self.starts = np.concatenate([[0], ends[CHUNK_BLOCKS - 1::CHUNK_BLOCKS]]).astype(np.int64)
+        self.starts = np.concatenate([[0], ends[chunk - 1::chunk]]).astype(np.int64)
         for a in (self.bitmap, self.signs, self.values, self.starts):
             a.setflags(write=False)
         self.nbytes = sum(a.nbytes for a in (self.bitmap, self.signs, self.values, self.starts))
@@ -148,11 +150,11 @@ class SparseCopy:
 
     @property
     def chunks(self) -> int:
-        return -(-self.blocks // CHUNK_BLOCKS)
+        return -(-self.blocks // self.chunk)
 
     def chunk_bytes(self, c0, c1) -> int:
         """The bytes a comparison of chunks ``c0 .. c1`` reads (source and copy)."""
-        b0, b1 = c0 * CHUNK_BLOCKS, min(c1 * CHUNK_BLOCKS, self.blocks)
+        b0, b1 = c0 * self.chunk, min(c1 * self.chunk, self.blocks)
         v0 = self.starts[c0]
         v1 = self.starts[c1] if c1 < len(self.starts) else self.values.size - 16
         return 68 * (b1 - b0) + 4 * int(v1 - v0)
@@ -162,7 +164,7 @@ class SparseCopy:
         ``c0 .. c1`` (whole source: ``0 .. chunks``)."""
         f = helper()
         values = self.values.ctypes.data + 4 * int(self.starts[c0])
-        return bool(f(address, self.n, c0 * CHUNK_BLOCKS, min(c1 * CHUNK_BLOCKS, self.blocks),
+        return bool(f(address, self.n, c0 * self.chunk, min(c1 * self.chunk, self.blocks),
                       self.bitmap.ctypes.data, self.signs.ctypes.data, values,
                       1 if vector else 0))
 
