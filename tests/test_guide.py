@@ -79,9 +79,8 @@ class _Page:
         self.page, self.blocks = page, blocks(page)
         # a real module in sys.modules, as a reader's script would be: torch.compile
         # (dynamo, torch 2.11) imports a function's module by name to read its globals
-        name = f"guide_{page.stem.replace('-', '_')}"
-        module = sys.modules[name] = types.ModuleType(name)
-        self.namespace = module.__dict__
+        self.module = types.ModuleType(f"guide_{page.stem.replace('-', '_')}")
+        self.namespace = self.module.__dict__
         self.done = 0               # blocks run (or skipped) so far
         self.failed = None          # the first block that failed
 
@@ -95,6 +94,7 @@ class _Page:
             reasons = [r for r in map(missing, needs) if r]
             reason = reasons[0] if reasons else None
             if reason is None:
+                sys.modules[self.module.__name__] = self.module
                 env = dict(os.environ)
                 cwd = os.getcwd()
                 try:
@@ -116,8 +116,8 @@ _STATE: dict = {}
 
 @pytest.mark.parametrize("page,k", CASES, ids=[f"{p.name}:{k + 1}" for p, k in CASES])
 def test_guide_block(page, k):
-    state = _STATE.setdefault(page, _Page(page))
-    if k < state.done:              # already run for a later block (e.g. under -k)
+    state = _STATE.get(page)
+    if state is None or k < state.done:     # (or already run for a later block, e.g. under -k)
         state = _STATE[page] = _Page(page)
     reason = state.run(k)
     if reason:
