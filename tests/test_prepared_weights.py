@@ -274,6 +274,34 @@ def test_sparse_conv2d_torch_weight_mul_zero_seen():
     assert (n1, n2, n3) == (1, 0, 1) and y1.abs().sum() > 0 and not y3.any()
 
 
+def test_sparse_conv2d_pruned_weight_kept_as_a_sparse_copy_sees_data_writes(monkeypatch):
+    """A pruned weight large enough for a sparse copy (the threshold lowered
+    here), changed through ``.data`` (which torch's version does not see): a
+    pruned zero made nonzero, and a 0.0 made -0.0, are each a new CSR; the
+    results equal an uncached conversion's."""
+    if SC.helper() is None:
+        pytest.skip("no C compiler builds the sparse copy's helper")
+    monkeypatch.setattr(SC, "MIN_BYTES", 0)
+    monkeypatch.setattr(SC, "vector", lambda: True)    # (the portable loop where no AVX-512)
+    x = torch.randn(1, 4, 6, 6)
+    w = torch.from_numpy(_pruned(co=8, ci=4, density=0.2))
+    schedules.sparse_conv2d(x, w)
+    entry = next(e for k, e in reversed(P._entries.items()) if k[0] == "csr_from_dense")
+    assert entry[0][0].sparse is not None             # compared against a sparse copy
+    _, n = made("csr_from_dense", lambda: schedules.sparse_conv2d(x, w))
+    assert n == 0
+    zero = tuple(int(i) for i in np.argwhere(w.numpy() == 0)[0])
+    w.data[zero] = 2.5                                # a pruned tap brought back
+    y, n = made("csr_from_dense", lambda: schedules.sparse_conv2d(x, w))
+    want = schedules.sparse_conv2d(x, CSRWeights.from_dense(w.numpy().copy()))
+    assert n == 1 and torch.equal(y, want)
+    w.data[zero] = 0.0
+    schedules.sparse_conv2d(x, w)
+    w.data[zero] = -0.0                               # the same values but one bit
+    _, n = made("csr_from_dense", lambda: schedules.sparse_conv2d(x, w))
+    assert n == 1
+
+
 def test_torch_and_scipy_sparse_weights_converted_once():
     x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
     w = _pruned()
