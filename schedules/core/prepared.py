@@ -333,9 +333,7 @@ def _equal_spans(spans, sparse=()):
                 run, room = [], share
     for s, c, end, _, a in parts:
         while c < end:              # whole chunks up to the run's share (one at least)
-            c1 = c + 1
-            while c1 < end and s.chunk_bytes(c, c1 + 1) <= room:
-                c1 += 1
+            c1 = s.chunks_within(c, end, room)
             run.append((s, c, c1, a))
             room -= s.chunk_bytes(c, c1)
             c = c1

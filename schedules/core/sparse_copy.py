@@ -128,9 +128,11 @@ class SparseCopy:
     words: ``bitmap`` (a bit below the top one is set: the word is kept in
     ``values``, in order, padded by 16 zeros) and ``signs`` (the top bit: a
     zero's sign, so -0.0 of a pruned weight, ``w * mask``, stays apart from
-    0.0); ``starts[c]``: the index in ``values`` of chunk ``c``'s first word."""
-    __slots__ = ("n", "bitmap", "signs", "values", "starts", "blocks", "chunk", "nbytes",
-                 "src_nbytes")
+    0.0); ``starts[c]``: the index in ``values`` of chunk ``c``'s first word;
+    ``read[c]``: the bytes a comparison of chunks ``0 .. c`` reads (source
+    and copy)."""
+    __slots__ = ("n", "bitmap", "signs", "values", "starts", "read", "blocks", "chunk",
+                 "nbytes", "src_nbytes")
 
     def __init__(self, words):
         self.n = n = words.size
@@ -140,10 +142,13 @@ class SparseCopy:
         self.bitmap = _bits(nonzero, self.blocks)
         self.signs = _bits(words >= np.uint32(0x80000000), self.blocks)
         self.values = np.concatenate([words[nonzero], np.zeros(16, np.uint32)])
-        per_block = np.bitwise_count(self.bitmap).astype(np.int64)
-        ends = np.cumsum(per_block)
-        self.starts = np.concatenate([[0], ends[chunk - 1::chunk]]).astype(np.int64)
-        for a in (self.bitmap, self.signs, self.values, self.starts):
+        # at each chunk boundary: the words kept before it, and the bytes read up to it
+        # (64 of source and 4 of bits a block, 4 a kept word)
+        kept = np.concatenate([[0], np.cumsum(np.bitwise_count(self.bitmap), dtype=np.int64)])
+        bounds = np.minimum(np.arange(self.chunks + 1) * chunk, self.blocks)
+        self.starts = kept[bounds[:-1]]
+        self.read = 68 * bounds + 4 * kept[bounds]
+        for a in (self.bitmap, self.signs, self.values, self.starts, self.read):
             a.setflags(write=False)
         self.nbytes = sum(a.nbytes for a in (self.bitmap, self.signs, self.values, self.starts))
         self.src_nbytes = 4 * n
@@ -154,10 +159,13 @@ class SparseCopy:
 
     def chunk_bytes(self, c0, c1) -> int:
         """The bytes a comparison of chunks ``c0 .. c1`` reads (source and copy)."""
-        b0, b1 = c0 * self.chunk, min(c1 * self.chunk, self.blocks)
-        v0 = self.starts[c0]
-        v1 = self.starts[c1] if c1 < len(self.starts) else self.values.size - 16
-        return 68 * (b1 - b0) + 4 * int(v1 - v0)
+        return int(self.read[c1] - self.read[c0])
+
+    def chunks_within(self, c0, end, budget) -> int:
+        """The last chunk ``c1`` (``c0 < c1 <= end``) such that chunks
+        ``c0 .. c1`` read at most ``budget`` bytes (one chunk at least)."""
+        c1 = int(np.searchsorted(self.read, self.read[c0] + budget, side="right")) - 1
+        return min(end, max(c0 + 1, c1))
 
     def differs(self, address, c0, c1, vector=True) -> bool:
         """Whether the source at ``address`` differs from this copy in chunks
