@@ -272,7 +272,8 @@ class _Copy:
 def _all_same(pairs):
     """Bitwise equality of each source and the copy kept of it, for the
     (probe, copy) ``pairs`` of one lookup: contiguous buffers by libc's
-    ``memcmp``, all of a lookup's bytes split evenly over
+    ``memcmp`` (or against a sparse copy by its helper; a source no longer
+    contiguous misses), all of a lookup's bytes split evenly over
     :data:`COMPARE_THREADS` threads above :data:`SPLIT_BYTES` (so a stack of
     weights of 16 MB each is read by every core, not one tensor per call on
     one), the others by :func:`_same_values`."""
