@@ -82,6 +82,14 @@ class Solver:
         """``values``, else the values recorded for ``p`` on this host ({}: none)."""
         return _tuned.recorded(self, p) if values is None else values
 
+    def runner(self, p):
+        """A callable ``args -> result`` that computes ``p`` as :meth:`run`
+        does, with the params :meth:`tuned` gives now: what the call memo
+        (:mod:`schedules.core.call_memo`) keeps.  The default calls
+        :meth:`run`; a solver whose ``run`` only calls one kernel returns
+        that kernel's call."""
+        return lambda args: self.run(p, args)
+
     def build(self, p, params):
         """The scheduled ``tiramisu_py.Function`` of ``p``."""
         raise NotImplementedError

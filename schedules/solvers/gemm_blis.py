@@ -55,8 +55,15 @@ class Blis(Solver):
 
     def run(self, p, args, values=None):
         """``args``: ``(a, b)``, ``b`` as ``m x k`` when ``p.trans_b``."""
+        return self._kernel(p, values)(*args)
+
+    def runner(self, p):
+        k = self._kernel(p)
+        return lambda args: k(*args)
+
+    def _kernel(self, p, values=None):
         return kernel(p.n, p.m, p.k, self.tuned(p, values)["params"], p.target, batch=p.batch,
-                      dtype=DTYPES[p.dtype], b_transposed=p.trans_b)(*args)
+                      dtype=DTYPES[p.dtype], b_transposed=p.trans_b)
 
 
 def _sizes(default, extent, multiple):

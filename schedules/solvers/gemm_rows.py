@@ -162,8 +162,14 @@ class _OnePass(Solver):
 
     def run(self, p, args, values=None):
         """``args``: ``(a, b)``, ``b`` as ``m x k`` when ``p.trans_b``."""
-        return _kernel((f"gemm_{self.name}", p.n, p.m, p.k), lambda: self.build(p, {}),
-                       p.target)(*args)
+        return self._kernel(p)(*args)
+
+    def runner(self, p):
+        k = self._kernel(p)
+        return lambda args: k(*args)
+
+    def _kernel(self, p):
+        return _kernel((f"gemm_{self.name}", p.n, p.m, p.k), lambda: self.build(p, {}), p.target)
 
 
 class RowsT(_OnePass):
