@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from tiramisu_py.runtime.memory import seal
+
 from ..core.arrays import dtype_name, is_torch
 from ..core.prepared import prepared
 from ..host import host
@@ -315,8 +317,11 @@ class RNNWeights:
         blocks of :func:`projection_block` (:func:`column_blocked`),
         ``recurrent(w_hh)`` and the biases."""
         width = projection_block(blk.lanes)
-        return [dict(wi=column_blocked(*self._csr_packed(wih, blk.hb), int(wih.shape[1]), width),
-                     wh=recurrent(whh), **self._biases(l, blk.hb))
+        # sealed (read-only, their index checks remembered): the kernels
+        # read these index arrays on every call, their values never change
+        return [dict(wi=tuple(map(seal, column_blocked(*self._csr_packed(wih, blk.hb),
+                                                       int(wih.shape[1]), width))),
+                     wh=tuple(map(seal, recurrent(whh))), **self._biases(l, blk.hb))
                 for l, (wih, whh, _, _) in enumerate(self.layers)]
 
     def _csr_packed(self, m, hb, group=1):

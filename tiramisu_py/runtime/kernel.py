@@ -19,7 +19,7 @@ import numpy as np
 from ..lang import affine
 from ..lang.affine import NonAffine
 from .device_arrays import refuse_lazy_view
-from .memory import check_monotone, memory_writable, torch_output
+from .memory import check_monotone, memory_writable, torch_output, value_range
 from .shapes import eval_size, names_in, shape_text
 
 
@@ -257,7 +257,7 @@ class Kernel:
         ranges, held = {}, {}
         for name in self.checker.value_arrays:
             vals = held[name] = arrs[name].numpy()
-            ranges[name] = None if vals.size == 0 else (int(vals.min()), int(vals.max()))
+            ranges[name] = value_range(vals)
         for name, _ in self.checker.csr_pairs:
             check_monotone(name, arrs[name].numpy())
         self.checker.check(values, ranges, held)

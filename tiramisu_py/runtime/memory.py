@@ -1,19 +1,66 @@
-"""Call-time checks of the memory a kernel is given: row pointers that must
-not decrease (:func:`check_monotone`), and whether an output's pages may be
-written (:func:`memory_writable`, for memory neither NumPy nor torch
-allocated)."""
+"""Call-time checks of the memory a kernel is given: the range of an index
+array (:func:`value_range`), row pointers that must not decrease
+(:func:`check_monotone`), and whether an output's pages may be written
+(:func:`memory_writable`, for memory neither NumPy nor torch allocated).
+
+Sealed arrays (:func:`seal`): a library that makes index arrays once and
+passes them to kernels on every call (the sparse RNN weights' packed CSR)
+seals them: their values are copied once into an immutable ``bytes`` object
+and viewed from it (NumPy refuses to make such a view writable again), and
+the facts the checks establish of their values are remembered with them, so
+a later call reads no index array again.  The facts leave with the array."""
 from __future__ import annotations
+
+import weakref
+
+# id(array) -> (weak reference, {fact: value}); an entry leaves with its array
+_SEALED: dict = {}
+
+
+def seal(array):
+    """A read-only copy of ``array`` (a NumPy array) over an immutable
+    ``bytes`` object, whose checked facts are remembered from now on."""
+    import numpy as np
+    array = np.asarray(array)
+    sealed = np.frombuffer(array.tobytes(), dtype=array.dtype).reshape(array.shape)
+    key = id(sealed)
+    _SEALED[key] = (weakref.ref(sealed, lambda _, key=key: _SEALED.pop(key, None)), {})
+    return sealed
+
+
+def _facts(array):
+    """The remembered facts of a sealed ``array`` (None for any other)."""
+    entry = _SEALED.get(id(array))
+    if entry is None or entry[0]() is not array or array.flags.writeable:
+        return None
+    return entry[1]
+
+
+def value_range(values):
+    """``(min, max)`` of an index array (None when empty)."""
+    facts = _facts(values)
+    if facts is not None and "range" in facts:
+        return facts["range"]
+    found = None if values.size == 0 else (int(values.min()), int(values.max()))
+    if facts is not None:
+        facts["range"] = found
+    return found
 
 
 def check_monotone(name, values):
     """Row pointers (a NumPy array) must be non-decreasing."""
     import numpy as np
+    facts = _facts(values)
+    if facts is not None and facts.get("monotone"):
+        return
     if values.size > 1:
         d = np.diff(values.astype(np.int64))
         if (d < 0).any():
             k = int(np.argmax(d < 0))
             raise ValueError(f"argument {name!r} must be non-decreasing (row pointers): "
                              f"{name}[{k}]={int(values[k])} > {name}[{k + 1}]={int(values[k + 1])}")
+    if facts is not None:
+        facts["monotone"] = True
 
 
 # ------------------------------------------------------------ writable memory
