@@ -153,6 +153,8 @@ class Progress:
 
 
 SETTLE_S = 0.3       # OpenBLAS threads spin ~0.1 s after a call
+QUIET_S = 10.0       # then up to this long for the other processes to go idle
+QUIET_CORES = 0.1    # idle: the others use less than this many cores (over 0.1 s)
 WARM_S = 0.2         # untimed calls before the timed ones (one at least)
 MIN_TIMED_S = 0.5    # timed calls past ``repeats`` until they add up to this...
 MAX_CALLS = 1000     # ...or this many
@@ -191,7 +193,7 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
     for i, (name, fn) in enumerate(timed.items(), 1):
         progress.show(f"{label}: timing {name} ({i}/{len(timed)}), {repeats} calls",
                       transient=i > 1)
-        time.sleep(SETTLE_S)            # the previous library's threads go to sleep
+        _settle()                       # the previous library's threads go to sleep
         _warm(fn)
         # ``repeats`` calls at least, more for short ones (MIN_TIMED_S in all):
         # the median of 5 calls of a millisecond is at the mercy of one hiccup
@@ -204,6 +206,42 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
     for name, ts in times.items():
         results[name].update(median_s=statistics.median(ts), min_s=min(ts))
     return results
+
+
+def _settle():
+    """A pause of :data:`SETTLE_S`, then one until the host's other work is
+    idle (:func:`_busy_cores` under :data:`QUIET_CORES`), :data:`QUIET_S`
+    at most: a warm-up can leave work behind it (torch.compile's pool of
+    compile workers starts in the background and imports torch, seconds of
+    CPU: the implementation timed next ran 10% slower on 2 cores)."""
+    time.sleep(SETTLE_S)
+    end = time.perf_counter() + QUIET_S
+    while time.perf_counter() < end:
+        busy = _busy_cores(0.1)
+        if busy is None or busy < QUIET_CORES:
+            return
+
+
+def _busy_cores(seconds):
+    """Cores the host kept busy over ``seconds`` (this process sleeps
+    meanwhile; time stolen by a hypervisor not counted), from /proc/stat;
+    None where there is none."""
+    def sample():
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        steal = v[7] if len(v) > 7 else 0
+        return sum(v[:8]) - steal, idle
+    first = sample()
+    time.sleep(seconds)
+    second = sample()
+    if first is None or second is None or second[0] <= first[0]:
+        return None
+    total, idle = second[0] - first[0], second[1] - first[1]
+    return (total - idle) / total * (os.cpu_count() or 1)
 
 
 def _warm(fn):
@@ -223,7 +261,7 @@ def _timed_rounds(timed, times, repeats, progress, label):
     implementation's warm calls, one call of each per round, until each has
     ``repeats`` calls and (:data:`MIN_TIMED_S` of them or :data:`MAX_CALLS`)."""
     progress.show(f"{label}: timing {', '.join(timed)} in rounds, {repeats} calls")
-    time.sleep(SETTLE_S)
+    _settle()
     for fn in timed.values():
         _warm(fn)
 
