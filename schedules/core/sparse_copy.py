@@ -23,9 +23,10 @@ cache keeps full copies, as before."""
 from __future__ import annotations
 
 import sys
-import threading
 
 import numpy as np
+
+from .c_helper import CHelper
 
 # a source is kept sparse from this many bytes on (below, one memcmp of a few
 # pages costs less than the packbits of making the copy), and when at most this
@@ -93,27 +94,19 @@ DECLARATION = ("int tp_sparse_differs(uintptr_t src, int64_t n, int64_t lo, int6
                "uintptr_t bitmap, uintptr_t signs, uintptr_t values, int vector);\n"
                "int tp_sparse_vector(void);")
 
-_helper = None                  # the loaded library, False: none can be built here
-_lock = threading.Lock()
+_HELPER = CHelper("tp_sparse_differs", SOURCE, DECLARATION)
 
 
 def helper():
     """The compiled ``tp_sparse_differs`` (cffi, releases the GIL), or None
     where no C compiler builds it."""
-    global _helper
-    with _lock:
-        if _helper is None:
-            try:
-                from codegen import CompileError, compile_c_source
-                _helper = compile_c_source("tp_sparse_differs", SOURCE, DECLARATION).lib
-            except (CompileError, OSError, ImportError):
-                _helper = False
-    return _helper.tp_sparse_differs if _helper else None
+    lib = _HELPER.lib()
+    return lib.tp_sparse_differs if lib else None
 
 
 def vector() -> bool:
     """Whether this host's build of the helper has its vector loop (AVX-512)."""
-    return helper() is not None and bool(_helper.tp_sparse_vector())
+    return helper() is not None and bool(_HELPER.lib().tp_sparse_vector())
 
 
 def _bits(flags, blocks):

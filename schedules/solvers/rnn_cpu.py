@@ -53,6 +53,7 @@ from ..blocks.blis import kernel as gemm_kernel
 from ..core.kernels import kernel
 from ..core.sizes import largest_divisor
 from ..core.solver import Solver
+from ..core.transpose import transposed_into
 from ..host import host
 from ..weights.rnn import PAIRED, PROJECTION_TILE, as_dtype, blocking, kernel_array, padded
 from ..weights.window import SLICE, WINDOW
@@ -155,8 +156,8 @@ def _run_layer(W, l, seq, h0, c0, blk, target):
     if sparse:
         p = W.packed(sparse, B, blk)[l]
         rowptr, colidx, values = p["wi"]
-        xt = np.zeros((K, cells.projection_columns(T * B)), np.float32)
-        xt[:, :T * B] = seq.reshape(T * B, K).T
+        xt = transposed_into(np.ascontiguousarray(seq.reshape(T * B, K)),
+                             np.zeros((K, cells.projection_columns(T * B)), np.float32))
         R = cells.padded(H, blk.hb) * W.gates
         xp = _projection_kernel(xt.shape[1], R, K, (len(rowptr) - 1) // R, target)(
             x=xt, rowptr=rowptr, colidx=colidx, values=values)

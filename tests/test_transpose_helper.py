@@ -1,0 +1,32 @@
+"""``schedules.core.transpose.transposed_into``: the C helper's tiles of
+16 x 16 give NumPy's transpose exactly, at every shape (edges of partial
+tiles, one row, empty), into a wider matrix whose other columns it leaves
+alone; what the helper does not take (other dtypes, strided arrays) is
+NumPy's copy; a matrix too small for the transpose is refused."""
+import numpy as np
+import pytest
+
+from schedules.core import transpose
+
+
+@pytest.mark.parametrize("rows,cols,width", [(100, 1024, 112), (1, 5, 3), (17, 33, 20),
+                                             (16, 16, 16), (0, 8, 4), (5, 0, 7)])
+def test_transposed_into_is_numpys_transpose(rows, cols, width):
+    rng = np.random.default_rng(rows * 1000 + cols)
+    src = rng.standard_normal((rows, cols), dtype=np.float32)
+    out = np.full((cols, width), 7.0, np.float32)
+    assert transpose.transposed_into(src, out) is out
+    np.testing.assert_array_equal(out[:, :rows], src.T)
+    assert (out[:, rows:] == 7.0).all()
+
+
+def test_the_helper_is_built_here_and_other_layouts_fall_back():
+    assert transpose._transpose() is not None          # gcc is present on CI and here
+    src = np.arange(24, dtype=np.float64).reshape(4, 6)
+    out = np.zeros((6, 4))
+    np.testing.assert_array_equal(transpose.transposed_into(src, out), src.T)
+    strided = np.arange(48, dtype=np.float32).reshape(4, 12)[:, ::2]
+    out = np.zeros((6, 5), np.float32)
+    np.testing.assert_array_equal(transpose.transposed_into(strided, out)[:, :4], strided.T)
+    with pytest.raises(ValueError, match="cannot hold"):
+        transpose.transposed_into(np.zeros((4, 6), np.float32), np.zeros((6, 3), np.float32))
