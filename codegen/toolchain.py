@@ -41,16 +41,27 @@ OPTIONAL_FLAGS = ("-march=native", "-fopenmp", "-mprefer-vector-width=512",
                   "-Werror=implicit-function-declaration")
 # flags added only where a probe shows the compiler miscompiles without them:
 # gcc 12.2 at -O3 with AVX2/AVX-512 vectorises a guarded copy (a padded
-# input's ``cond ? data[iy - 1][ix] : 0``) wrongly after if-conversion, so
-# 30 of 54 values came out 0 (spatial_pack's packed input; LLVM and -O2 right)
-WORKAROUND_FLAGS = ("-fno-tree-loop-if-convert",)
+# input's ``cond ? data[iy - 1][ix] : 0``) wrongly after if-conversion (a
+# masked load of a group of accesses, gcc PR 114375), so 30 of 54 values came
+# out 0 (spatial_pack's packed input; LLVM and -O2 right).  The flag does not
+# turn if-conversion off everywhere (every loop with a select, the vector math
+# helpers' clamps included, then stays scalar): it defines IFCVT_MACRO, and a
+# source with a guarded access (:data:`IFCVT_GUARD`, which the C printer puts
+# in a kernel that has one) turns if-conversion off for itself only
+IFCVT_MACRO = "TP_GCC_IFCVT_BUG"
+WORKAROUND_FLAGS = (f"-D{IFCVT_MACRO}",)
+IFCVT_GUARD = (f"#ifdef {IFCVT_MACRO}  /* codegen.toolchain: this compiler miscompiles an if-converted "
+               "guarded load */\n"
+               '#pragma GCC optimize("no-tree-loop-if-convert")\n'
+               "#endif")
 LIBS = ("-lm",)
 BUILD_TIMEOUT_S = 600
 
 _PROBE_SRC = "int tp_probe(int n) { int s = 0; for (int i = 0; i < n; i++) s += i; return s; }\n"
 # the guarded copy gcc 12.2 -O3 -mavx2 miscompiles: tp_probe returns the
 # number of wrong values (0 with a sound compiler)
-_PROBE_MISCOMPILE_SRC = """#include <stdint.h>
+_PROBE_MISCOMPILE_SRC = IFCVT_GUARD + """
+#include <stdint.h>
 static void tp_fill(const float *restrict data_, float *restrict out_) {
   const float (*restrict data)[1][7][6] = (const float (*)[1][7][6])data_;
   float (*restrict out)[9][6] = (float (*)[9][6])out_;
