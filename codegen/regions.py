@@ -9,22 +9,28 @@ plain parallel loops -- the time loop of a recurrence or of a stencil
 around its parallel sweep -- runs as one region: every thread runs the serial
 loop and its static block of each inner loop, and a barrier after each inner
 loop keeps the steps in order.  One fork/join per call instead of one per
-step, and the barrier is the generated code's own (``tp_spin_barrier``):
-the team's threads arrive on a shared counter and wait on a generation
-number, spinning (with the CPU's pause hint) for up to :data:`SPIN_LIMIT`
-polls, then yielding the core at each poll.  OpenMP's own barrier, under
+step, and the barrier is the generated code's own (``tp_barrier``): the
+team's threads arrive on a shared counter and wait on a generation number,
+polling it (with the CPU's pause hint) for the module's spin budget, then
+sleeping on it (a futex on Linux; the last to arrive wakes the sleepers).
+The budget adapts as an adaptive mutex's: it halves when a spin ends in a
+sleep and doubles when the generation moves in time, between
+:data:`SPIN_MIN` and :data:`SPIN_MAX` polls.  OpenMP's own barrier, under
 ``OMP_WAIT_POLICY=passive``, puts a waiting thread to sleep at once, and
 waking it cost about 60 us a step on a 2-core VM (an LSTM layer of 100 steps,
-each 40 us of work, ran 2.6x slower); the bounded spin waits about as
-long as GOMP's default policy does before it gives the core away, and a
-region's threads leave it (and sleep, as the policy says) when the loop ends.
+each 40 us of work, ran 2.6x slower): on a quiet machine the spin covers a
+step's imbalance.  On a busy one a partner thread is often descheduled for a
+scheduler slice (~3 ms): a pure spin (as this barrier was) then holds the
+core the partner waits for, every step; the budget falls to its floor and
+the waiting thread gives its core away at once.
 
 This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
 from . import ir
 
-SPIN_LIMIT = 1 << 16      # polls with a pause hint before each poll also yields the core
+SPIN_MAX = 1 << 12        # polls with a pause hint before a waiting thread sleeps (~20-100 us)
+SPIN_MIN = 1 << 6         # the floor the budget falls to on a busy machine (~1-5 us)
 
 
 def plain_parallel(s) -> bool:

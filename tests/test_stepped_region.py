@@ -1,8 +1,9 @@
 """A serial loop around parallel loops (a time loop around its parallel
-sweeps) runs as one parallel region with the generated spin barrier after
-each inner loop (codegen.regions), on both CPU backends: the same results as
-NumPy, inner bounds that move with the step, an empty time loop, and more
-threads than cores (the barrier yields the core after its spin)."""
+sweeps) runs as one parallel region with the generated barrier after each
+inner loop (codegen.regions), on both CPU backends: the same results as
+NumPy, inner bounds that move with the step, an empty time loop, more
+threads than cores, and two threads on one core (a waiting thread sleeps
+after a short spin instead of holding the core its partner needs)."""
 import os
 import subprocess
 import sys
@@ -53,11 +54,11 @@ def test_stepped_region_matches_numpy(backend, shrink):
     if backend == "llvm":
         src = emit_llvm(kern.lowered)
         assert src.count("call void @GOMP_parallel") == 1          # one fork/join a call
-        assert src.count('call void @"tp.spin_barrier"') == 2       # after each sweep
+        assert src.count('call void @"tp.barrier"') == 2       # after each sweep
     else:
         assert "one region, a barrier after each" in kern.source
         assert kern.source.count("#pragma omp parallel\n") == 1
-        assert kern.source.count("tp_spin_barrier(&tp_steps_t);") == 2
+        assert kern.source.count("tp_barrier(&tp_steps_t);") == 2
 
 
 def test_empty_time_loop(backend):
@@ -81,7 +82,7 @@ print("ok")
 @pytest.mark.parametrize("threads", ["1", "5"])
 def test_team_sizes(backend, threads):
     """One thread (the barrier returns at once) and more threads than this
-    host's cores (waiting threads spin, then yield)."""
+    host's cores (waiting threads spin briefly, then sleep)."""
     env = dict(os.environ, OMP_NUM_THREADS=threads, OMP_WAIT_POLICY="passive")
     done = subprocess.run([sys.executable, "-c", _CHILD.format(root=ROOT, target=backend)],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -106,6 +107,38 @@ def test_bounds_that_read_memory_keep_a_region_per_step(backend):
         want[:c] += 1
     np.testing.assert_array_equal(got, want)
     if backend == "llvm":
-        assert "tp.spin_barrier" not in emit_llvm(kern.lowered)
+        assert "tp.barrier" not in emit_llvm(kern.lowered)
     else:
         assert "one region" not in kern.source
+
+
+_ONE_CORE = """
+import os, resource, sys
+import numpy as np
+os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})    # before OpenMP starts its threads
+sys.path.insert(0, {root!r})
+from tests.test_stepped_region import _jacobi, _reference
+a = np.linspace(0, 1, 64); b = np.zeros(64)
+kern = _jacobi(500, 64).compile(target={target!r})
+kern(A=a.copy(), B=b.copy())                                  # the team exists
+before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+got = kern(A=a.copy(), B=b.copy())
+slept = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
+assert np.allclose(got["A"], _reference(a, b, 500)[0], rtol=1e-13), "wrong"
+print(slept)
+"""
+
+
+def test_a_descheduled_partner_is_waited_for_asleep(backend):
+    """Two threads on one core: at each of the 1,000 barriers the first to
+    arrive cannot see its partner arrive while it holds the core.  A pure
+    spin (this barrier before) held it for a whole spin budget or a
+    scheduler slice per barrier; now the waiting thread sleeps on a futex
+    after a short spin -- a voluntary context switch, counted by the kernel
+    (getrusage), where a spin or a yield is an involuntary one."""
+    env = dict(os.environ, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="passive")
+    done = subprocess.run([sys.executable, "-c", _ONE_CORE.format(root=ROOT, target=backend)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if sys.platform.startswith("linux"):
+        assert int(done.stdout) >= 500, done.stdout     # about one sleep per barrier

@@ -28,7 +28,7 @@ import math
 
 from .. import ir, loops, pipeline, regions, toolchain, vecmath
 from ..ir import ELSIZE, INT_RANGE
-from .helpers import helper_source
+from .helpers import BARRIER_INCLUDES, helper_source
 from .names import c_names, check_name, renamed
 from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, P_REL, P_UNARY,
                      SUFFIX, const_literal, int_literal)
@@ -348,14 +348,14 @@ class CPrinter(WidenMixin, DotMixin):
         """The serial loop ``s`` around the plain parallel ``loops`` (its whole
         body) as one ``#pragma omp parallel`` region (:mod:`codegen.regions`):
         every thread runs ``s``, each inner loop an ``omp for nowait``
-        followed by the generated spin barrier."""
+        followed by the generated barrier (``tp_barrier``)."""
         step = ir.check_loop(s, "C backend")
         bar = f"tp_steps_{s.var}"
-        self.helper("tp_spin_barrier")
+        self.helper("tp_barrier")
         self.out(ind, f"/* loop {s.var} around parallel loop(s) "
                       f"{', '.join(x.var for x in loops)}: one region, a barrier after each */")
         self.out(ind, "{")
-        self.out(ind + 1, f"tp_barrier_t {bar} = {{0, 0}};")
+        self.out(ind + 1, f"tp_barrier_t {bar} = {{0, 0, 0}};")
         self.out(ind + 1, "#pragma omp parallel")
         self.out(ind + 1, "{")
         saved = (self.omp, self.in_parallel)
@@ -364,7 +364,7 @@ class CPrinter(WidenMixin, DotMixin):
         self.loop_depth += 1
         for x in loops:
             self.worksharing_loop(x, ind + 3, "#pragma omp for nowait")
-            self.out(ind + 3, f"tp_spin_barrier(&{bar});")
+            self.out(ind + 3, f"tp_barrier(&{bar});")
         self.loop_depth -= 1
         self.out(ind + 2, "}")
         self.omp, self.in_parallel = saved
@@ -614,6 +614,7 @@ def emit_c(fn: ir.LoweredFunction) -> str:
             f"#undef {fn.name}", f"#define {fn.name} tp_hidden_{fn.name}",
             *(f"#include <{h}>" for h in ("stdint.h", "stdbool.h", "stdlib.h", "string.h", "math.h",
                                                 "sys/mman.h")),
+            *(BARRIER_INCLUDES if "tp_barrier" in em.helpers else ()),
             *(f"#undef {n}" for n in ids), ""]
     order = ["tp_alloc"] + sorted(h for h in em.helpers if h != "tp_alloc")
     for h in order:

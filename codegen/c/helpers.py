@@ -6,7 +6,7 @@ allocator of temporaries."""
 from __future__ import annotations
 
 from .. import ir, vecmath
-from ..regions import SPIN_LIMIT
+from ..regions import SPIN_MAX, SPIN_MIN
 from .syntax import CTYPES, SUFFIX
 from .dot import DOT_SOURCE
 from .vecmath import c_bits_helpers, c_helper
@@ -22,7 +22,7 @@ def helper_source(name: str) -> str:
         return vector_helper(name)
     if name == "tp_dot":
         return DOT_SOURCE
-    if name == "tp_spin_barrier":
+    if name == "tp_barrier":
         return _BARRIER_SOURCE
     if name in _HALF_SOURCE:
         return _HALF_SOURCE[name]
@@ -95,27 +95,55 @@ _ALLOC_SOURCE = ("static void *tp_alloc(const int64_t *dims, int rank, size_t el
                 "  return p;\n}")
 
 
+# the headers the barrier needs (with the kernel's includes, before its names are #undef-ed)
+BARRIER_INCLUDES = ("#ifdef __linux__", "#include <linux/futex.h>", "#include <sys/syscall.h>",
+                    "#include <unistd.h>", "#endif")
+
 # the stepped region's barrier (codegen.regions): the generation read, the
-# count incremented; the last to arrive resets the count and advances the
-# generation, the others poll it, pausing, then yielding the core
+# count incremented; the last to arrive resets the count, advances the
+# generation and wakes the sleepers; the others poll the generation (pausing)
+# for the module's spin budget, then sleep on it (a futex on Linux, yielding
+# elsewhere).  The budget halves when a spin ends in a sleep and doubles when
+# it ends in time, between SPIN_MIN and SPIN_MAX polls.
 _BARRIER_SOURCE = (
     "int omp_get_num_threads(void);\n"
     "int sched_yield(void);\n"
-    "typedef struct { int64_t count, gen; } tp_barrier_t;\n"
-    "static void tp_spin_barrier(tp_barrier_t *b) {\n"
+    "typedef struct { int64_t count; int32_t gen, sleepers; } tp_barrier_t;\n"
+    f"static int64_t tp_spin_polls = {SPIN_MAX};\n"
+    "static void tp_barrier(tp_barrier_t *b) {\n"
     "  int64_t team = omp_get_num_threads();\n"
-    "  int64_t gen = __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE);\n"
+    "  if (team == 1) return;\n"
+    "  int32_t gen = __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE);\n"
     "  if (__atomic_fetch_add(&b->count, 1, __ATOMIC_ACQ_REL) == team - 1) {\n"
     "    __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);\n"
-    "    __atomic_store_n(&b->gen, gen + 1, __ATOMIC_RELEASE);\n"
+    "    __atomic_store_n(&b->gen, gen + 1, __ATOMIC_SEQ_CST);\n"
+    "#ifdef __linux__\n"
+    "    if (__atomic_load_n(&b->sleepers, __ATOMIC_SEQ_CST) != 0)\n"
+    "      syscall(SYS_futex, &b->gen, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);\n"
+    "#endif\n"
     "    return;\n"
     "  }\n"
-    "  for (int64_t n = 0; __atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) == gen; n++) {\n"
-    f"    if (n >= {SPIN_LIMIT}) sched_yield();\n"
+    "  int64_t budget = __atomic_load_n(&tp_spin_polls, __ATOMIC_RELAXED);\n"
+    "  for (int64_t n = 0; n < budget; n++) {\n"
+    "    if (__atomic_load_n(&b->gen, __ATOMIC_ACQUIRE) != gen) {\n"
+    f"      if (budget < {SPIN_MAX}) __atomic_store_n(&tp_spin_polls, 2 * budget, __ATOMIC_RELAXED);\n"
+    "      return;\n"
+    "    }\n"
     "#if defined(__x86_64__) || defined(__i386__)\n"
-    "    else __builtin_ia32_pause();\n"
+    "    __builtin_ia32_pause();\n"
     "#endif\n"
-    "  }\n}")
+    "  }\n"
+    f"  if (budget > {SPIN_MIN}) __atomic_store_n(&tp_spin_polls, budget / 2, __ATOMIC_RELAXED);\n"
+    "  __atomic_fetch_add(&b->sleepers, 1, __ATOMIC_SEQ_CST);\n"
+    "  while (__atomic_load_n(&b->gen, __ATOMIC_SEQ_CST) == gen) {\n"
+    "#ifdef __linux__\n"
+    "    syscall(SYS_futex, &b->gen, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);\n"
+    "#else\n"
+    "    sched_yield();\n"
+    "#endif\n"
+    "  }\n"
+    "  __atomic_fetch_sub(&b->sleepers, 1, __ATOMIC_RELAXED);\n"
+    "}")
 
 
 # 16-bit floats live as their bits in uint16_t.  bfloat16: round to nearest

@@ -56,7 +56,8 @@ _OWN = (_C_KEYWORDS
         | set("""asm typeof posix_memalign madvise MADV_HUGEPAGE int16_t uint16_t uint32_t
               uint64_t ptrdiff_t
               _Alignas _Alignof _Atomic _Generic _Noreturn _Static_assert _Thread_local
-              omp_out omp_in omp_priv omp_get_num_threads sched_yield""".split()))
+              omp_out omp_in omp_priv omp_get_num_threads sched_yield syscall SYS_futex
+              FUTEX_WAIT_PRIVATE FUTEX_WAKE_PRIVATE""".split()))
 
 
 def _own_name(name: str) -> bool:
@@ -66,7 +67,7 @@ def _own_name(name: str) -> bool:
 # symbols the kernel's exported name must not take: functions the C and LLVM
 # kernels call, or that the process resolves by name
 _SYMBOLS = (_C_KEYWORDS | _C_LIBRARY | {"posix_memalign", "aligned_alloc", "memcpy", "madvise",
-                                             "sched_yield"}) \
+                                             "sched_yield", "syscall"}) \
     - {"errno", "assert", "NULL", "INFINITY", "NAN", "int8_t", "uint8_t", "int32_t", "int64_t",
        "intptr_t", "size_t", "bool", "true", "false"}
 

@@ -12,16 +12,20 @@ loop's range function in turn with ``GOMP_barrier`` between them, as C's
 per statement.  A serial loop whose body is only such loops (a time loop
 around its parallel sweep, :mod:`codegen.regions`) is one region too
 (:meth:`ParallelLowering.stepped_region`): every thread runs the serial loop,
-its block of each inner loop, and the generated spin barrier after each."""
+its block of each inner loop, and the generated barrier after each."""
 from __future__ import annotations
 
 from .. import ir
-from ..regions import SPIN_LIMIT, plain_parallel
+from ..regions import SPIN_MAX, SPIN_MIN, plain_parallel
 from .lower import LLT, Arr, Ctx, Func, Val, name_hint
 
 __all__ = ["ParallelLowering", "plain_parallel"]
 
-_BARRIER = '@"tp.spin_barrier"'
+_BARRIER = '@"tp.barrier"'
+_BUDGET = '@"tp.spin_polls"'
+# the futex system call's number on Linux, by architecture (others yield the core)
+_FUTEX = {"x86_64": 202, "i386": 240, "i686": 240, "aarch64": 98, "riscv64": 98, "powerpc64le": 221,
+          "s390x": 238}
 
 
 class ParallelLowering:
@@ -100,15 +104,16 @@ class ParallelLowering:
         whole body) as one region (:mod:`codegen.regions`): the outlined
         function runs ``s`` on every thread, each inner loop's static block
         of the step (its bounds evaluated there: they may use ``s``'s
-        iterator) and a spin barrier after each."""
+        iterator) and a barrier after each."""
         f, m = self.f, self.m
         step = ir.check_loop(s, "LLVM backend")
         steps = [ir.check_loop(x, "LLVM backend") for x in loops]
         lo, hi = self.index(s.lo).t, self.index(s.hi).t
         outl, rngs = self._outlined_names(len(loops))
         caps = self._captures()
-        # the barrier's arrival count and generation, then the captures
-        fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status), ("i64", "0"), ("i64", "0")]
+        # the barrier's arrival count, generation and sleepers, then the captures
+        fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status), ("i64", "0"), ("i32", "0"),
+                  ("i32", "0")]
         fields += [(c[2], c[3]) for c in caps]
         f.emit(f"; loop {name_hint(s.var)} around parallel loop(s) "
                f"{', '.join(name_hint(x.var) for x in loops)}: one region, a barrier after each")
@@ -133,12 +138,12 @@ class ParallelLowering:
     def _stepped_function(self, s, step, outl, loops, steps, rngs, sty, fields, caps) -> None:
         f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
         vals = self._load_fields(f, sty, fields)
-        lo, hi, status, captured = vals[0], vals[1], vals[2], vals[5:]
+        lo, hi, status, captured = vals[0], vals[1], vals[2], vals[6:]
         bar = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 3", "bar")
         tid, nth = self._team(f)
         self.ctx = Ctx(True, status)
         self.env, self.arrays = self._bound(caps, captured)
-        self._spin_barrier()
+        self._barrier()
 
         def one_step(t):
             self.env[s.var] = Val(t, "int64")
@@ -153,50 +158,100 @@ class ParallelLowering:
         f.emit("ret void")
         self.m.funcs.append(f.text())
 
-    def _spin_barrier(self) -> None:
-        """Defines the module's ``tp.spin_barrier(ptr count, i64 team)`` once
-        (:mod:`codegen.regions`): the generation is read, the count
-        incremented; the last thread to arrive resets the count and advances
-        the generation (release), the others poll it (acquire), with the
-        pause hint for :data:`SPIN_LIMIT` polls, then yielding the core."""
+    def _barrier(self) -> None:
+        """Defines the module's ``tp.barrier(ptr bar, i64 team)`` once
+        (:mod:`codegen.regions`; ``bar``: ``{ i64 count, i32 gen, i32
+        sleepers }``): the generation read, the count incremented; the last
+        thread to arrive resets the count, advances the generation and wakes
+        the sleepers; the others poll the generation (with the pause hint) for
+        the module's spin budget ``tp.spin_polls``, then sleep on it (a futex
+        on Linux, yielding the core elsewhere).  The budget halves when a spin
+        ends in a sleep and doubles when it ends in time."""
         if getattr(self, "_barrier_defined", False):
             return
         self._barrier_defined = True
         m = self.m
-        x86 = m.host.triple.startswith(("x86_64", "i386", "i686"))
+        triple = m.host.triple
+        x86 = triple.startswith(("x86_64", "i386", "i686"))
         if x86:
             m.declare("llvm.x86.sse2.pause", "void", [])
-        m.declare("sched_yield", "i32", [])
+        futex = _FUTEX.get(triple.split("-")[0]) if "linux" in triple else None
+        if futex:
+            m.declare("syscall", "i64", ["i64", "..."])
+            sys = f"call i64 (i64, ...) @syscall(i64 {futex}, ptr %genp, i64"
+            wake = f"  %r = {sys} 129, i64 2147483647, ptr null, ptr null, i64 0)\n"   # FUTEX_WAKE_PRIVATE
+            wait = (f"  %gz = zext i32 %gen to i64\n"                                   # FUTEX_WAIT_PRIVATE
+                    f"  %w = {sys} 128, i64 %gz, ptr null, ptr null, i64 0)\n")
+        else:
+            m.declare("sched_yield", "i32", [])
+            wake, wait = "", "  %y = call i32 @sched_yield()\n"
+        m.decls[_BUDGET] = f"{_BUDGET} = internal global i64 {SPIN_MAX}, align 8"
         hint = "  call void @llvm.x86.sse2.pause()\n" if x86 else ""
         m.funcs.append(
             f"define internal void {_BARRIER}(ptr %count, i64 %team) #0 {{\n"
             "entry:\n"
-            "  %genp = getelementptr inbounds i64, ptr %count, i64 1\n"
-            "  %gen = load atomic i64, ptr %genp acquire, align 8\n"
+            "  %alone = icmp eq i64 %team, 1\n"
+            "  br i1 %alone, label %done, label %arrive\n"
+            "arrive:\n"
+            "  %genp = getelementptr inbounds i8, ptr %count, i64 8\n"
+            "  %sleepp = getelementptr inbounds i8, ptr %count, i64 12\n"
+            "  %gen = load atomic i32, ptr %genp acquire, align 4\n"
             "  %before = atomicrmw add ptr %count, i64 1 acq_rel, align 8\n"
             "  %others = sub i64 %team, 1\n"
             "  %last = icmp eq i64 %before, %others\n"
-            "  br i1 %last, label %release, label %poll\n"
+            "  br i1 %last, label %release, label %spin\n"
             "release:\n"
             "  store atomic i64 0, ptr %count monotonic, align 8\n"
-            "  %next = add i64 %gen, 1\n"
-            "  store atomic i64 %next, ptr %genp release, align 8\n"
-            "  ret void\n"
+            "  %next = add i32 %gen, 1\n"
+            "  store atomic i32 %next, ptr %genp seq_cst, align 4\n"
+            "  %sl = load atomic i32, ptr %sleepp seq_cst, align 4\n"
+            "  %any = icmp ne i32 %sl, 0\n"
+            "  br i1 %any, label %wake, label %done\n"
+            "wake:\n"
+            f"{wake}"
+            "  br label %done\n"
+            "spin:\n"
+            f"  %budget = load atomic i64, ptr {_BUDGET} monotonic, align 8\n"
+            "  br label %poll\n"
             "poll:\n"
-            "  %n = phi i64 [ 0, %entry ], [ %n1, %pause ], [ %n1, %yield ]\n"
-            "  %now = load atomic i64, ptr %genp acquire, align 8\n"
-            "  %same = icmp eq i64 %now, %gen\n"
-            "  br i1 %same, label %wait, label %done\n"
-            "wait:\n"
+            "  %n = phi i64 [ 0, %spin ], [ %n1, %pause ]\n"
+            "  %now = load atomic i32, ptr %genp acquire, align 4\n"
+            "  %moved = icmp ne i32 %now, %gen\n"
+            "  br i1 %moved, label %intime, label %more\n"
+            "more:\n"
             "  %n1 = add i64 %n, 1\n"
-            f"  %spin = icmp ult i64 %n, {SPIN_LIMIT}\n"
-            "  br i1 %spin, label %pause, label %yield\n"
+            "  %left = icmp slt i64 %n1, %budget\n"
+            "  br i1 %left, label %pause, label %sleep\n"
             "pause:\n"
             f"{hint}"
             "  br label %poll\n"
-            "yield:\n"
-            "  %y = call i32 @sched_yield()\n"
-            "  br label %poll\n"
+            "intime:\n"
+            f"  %small = icmp slt i64 %budget, {SPIN_MAX}\n"
+            "  br i1 %small, label %grow, label %done\n"
+            "grow:\n"
+            "  %doubled = shl i64 %budget, 1\n"
+            f"  store atomic i64 %doubled, ptr {_BUDGET} monotonic, align 8\n"
+            "  br label %done\n"
+            "sleep:\n"
+            f"  %big = icmp sgt i64 %budget, {SPIN_MIN}\n"
+            "  br i1 %big, label %shrink, label %block\n"
+            "shrink:\n"
+            "  %halved = lshr i64 %budget, 1\n"
+            f"  store atomic i64 %halved, ptr {_BUDGET} monotonic, align 8\n"
+            "  br label %block\n"
+            "block:\n"
+            "  %s0 = atomicrmw add ptr %sleepp, i32 1 seq_cst, align 4\n"
+            "  br label %check\n"
+            "check:\n"
+            "  %g2 = load atomic i32, ptr %genp seq_cst, align 4\n"
+            "  %same = icmp eq i32 %g2, %gen\n"
+            "  br i1 %same, label %wait, label %woke\n"
+            "wait:\n"
+            f"{wait}"
+            "  br label %check\n"
+            "woke:\n"
+            "  %s1 = atomicrmw sub ptr %sleepp, i32 1 monotonic, align 4\n"
+            "  br label %done\n"
             "done:\n"
             "  ret void\n"
             "}")
