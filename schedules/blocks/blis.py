@@ -43,7 +43,8 @@ class GemmParams:
     mc: int          # rows of a packed block of A
     nc: int          # columns of a packed panel of B
     vector: int      # SIMD lanes
-    parallel: str = "ic"   # the parallel loop: "ic" (threads share B's panel) or "jc"
+    parallel: str = "ic"   # the parallel loop: "ic" (threads share B's panel), "jc", or
+                           # "b" (a batch's products: each thread packs its own panels)
     micro: str = "ir"      # the outer micro loop: "ir" (A's MR rows stay in L1, B's
                            # micro-panels stream) or "jr" (B's micro-panel stays in L1)
     pack_a: bool = False   # copy MC x KC blocks of A into MR x KC slivers first
@@ -61,7 +62,7 @@ def _balanced(extent, limit, multiple):
     return min(limit, _round_up(-(-extent // tiles), multiple))
 
 
-def default_params(n, m, k, machine=None, itemsize=4) -> GemmParams:
+def default_params(n, m, k, machine=None, itemsize=4, batch=None) -> GemmParams:
     """Tile sizes for an ``n x k`` by ``k x m`` product on this machine.
 
     The register block's MR x NR accumulators take about 3/4 of the SIMD
@@ -76,8 +77,13 @@ def default_params(n, m, k, machine=None, itemsize=4) -> GemmParams:
     The parallel loop is ``jc`` (each thread packs and streams its own panels
     of B, one parallel region) when there are enough columns for a whole
     number of panels per core, else ``ic`` (threads share the panel of B) with
-    at least two blocks of rows per core.  ``itemsize``: bytes of an element
-    (4: float32, 8: float64; the lanes and the cache budgets follow it)."""
+    at least two blocks of rows per core.  A ``batch`` of products with as
+    many products per core (a whole number, or at least four) runs them in
+    parallel instead ("b"): each thread packs its own panels, one parallel
+    loop and no barrier a call (a barrier a product, 512 for 256 small ones,
+    made a busy machine's descheduled thread cost each of them a scheduler
+    slice).  ``itemsize``: bytes of an element (4: float32, 8: float64; the
+    lanes and the cache budgets follow it)."""
     h = machine or host()
     # an empty product (a zero extent) is tiled as a 1 x 1 x 1 one: its loops
     # run no iteration, the tiles only need to be valid
@@ -92,7 +98,12 @@ def default_params(n, m, k, machine=None, itemsize=4) -> GemmParams:
     nr = min(nr, _round_up(m, lanes))
     kc = _balanced(k, max(64, h.l1d * 3 // 8 // (itemsize * mr)), 8) if k > 64 else k
     nc_limit = max(nr, h.l2 // 4 // (itemsize * kc))
-    if m >= h.cores * 4 * nr:
+    if batch and h.cores > 1 and batch >= h.cores and (batch % h.cores == 0
+                                                       or batch >= 4 * h.cores):
+        nc = _balanced(m, nc_limit, nr)
+        mc = _balanced(n, max(mr, h.l2 // 4 // (itemsize * nc)), mr)
+        parallel = "b"
+    elif m >= h.cores * 4 * nr:
         # a multiple of ``cores`` panels, each at most nc_limit wide
         rounds = -(-m // (h.cores * nc_limit))
         nc = _round_up(-(-m // (h.cores * rounds)), nr)
@@ -202,17 +213,17 @@ def _pack_b(update, b, p, depth, b_transposed):
         bp.reorder(f"{jb.name}_r", f"{jb.name}_v", kb)
         bp.split(kb, p.vector, names=(f"{kb.name}_0", f"{kb.name}_1"))
         bp.vectorize(f"{kb.name}_1", p.vector)
-        if p.parallel != "jc":
+        if p.parallel == "ic":
             bp.parallelize(f"{jb.name}_r")
         return bp
     if b_transposed:
         # a transpose: NR rows of B^T read along k (contiguous), written
         # NR-wide into the panel (k outer of the vector: one row per kb)
         bp.reorder(f"{jb.name}_r", kb, f"{jb.name}_v")
-        if p.parallel != "jc":
+        if p.parallel == "ic":
             bp.parallelize(f"{jb.name}_r")
     bp.vectorize(f"{jb.name}_v", p.vector if p.nr % p.vector == 0 else p.nr)
-    if p.parallel != "jc" and not b_transposed:
+    if p.parallel == "ic" and not b_transposed:
         bp.parallelize(kb)
     return bp
 
@@ -236,10 +247,15 @@ def function(n, m, k, batch=None, params: GemmParams | None = None, dtype=tp.flo
     """``C = A @ B`` (``batch``: batched; ``dtype``: float32 or float64;
     ``b_transposed``: B passed as its ``M x K`` transpose) with the BLIS
     schedule; change it or compile it (``.compile(target="llvm")``)."""
-    p = params or default_params(n, m, k, itemsize=dtype.bits // 8)
+    p = params or default_params(n, m, k, itemsize=dtype.bits // 8, batch=batch)
+    if p.parallel == "b" and batch is None:
+        raise ValueError("gemm: parallel='b' runs a batch's products in parallel; this GEMM "
+                         "has no batch")
     f = algorithm(n, m, k, batch, dtype, b_transposed)
     C = f.computations["C"]
     C.parallelize("b" if batch is not None else "i")
+    if p.parallel == "b":
+        C.update.after(C, "b")          # each product zeroes its C, then accumulates it
     outer = ("b",) if batch is not None else ()
     blis(C.update, f.buffers["A"], f.buffers["B"], "i", "j", "k", p, outer, depth=k,
          b_transposed=b_transposed)

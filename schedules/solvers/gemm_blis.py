@@ -28,7 +28,7 @@ class Blis(Solver):
         return why
 
     def params(self, p):
-        return {"params": p.params or default_params(p.n, p.m, p.k,
+        return {"params": p.params or default_params(p.n, p.m, p.k, batch=p.batch,
                                                      itemsize=DTYPES[p.dtype].bits // 8)}
 
     def space(self, p):
@@ -43,7 +43,8 @@ class Blis(Solver):
         return {"mr": sorted(set(mrs) | {d.mr}), "nr": sorted(set(nrs) | {d.nr}),
                 "kc": _sizes(d.kc, max(1, p.k), 8), "mc": _sizes(d.mc, max(1, p.n), d.mr),
                 "nc": _sizes(d.nc, max(1, p.m), d.nr),
-                "parallel": ["ic", "jc"] if h.cores > 1 else ["ic"],
+                "parallel": (["ic", "jc"] if h.cores > 1 else ["ic"])
+                + (["b"] if p.batch and h.cores > 1 else []),
                 "micro": ["ir", "jr"], "pack_a": [False, True]}
 
     def with_values(self, p, values):
