@@ -5,7 +5,9 @@ first to last:
 
 * :data:`LOOP_PASSES`, run once by the compiler on the function it lowered for
   a CPU target (:func:`optimize_loops`; these passes rewrite ``fn`` in place
-  and return it, so the kernel keeps the optimised loop IR): index
+  and return it, so the kernel keeps the optimised loop IR): parallel loops
+  with too little work made serial (:func:`codegen.regions.run_small_serially`,
+  given the host's parallel grain), index
   simplification from the loop ranges, full-tile versioning, accumulators of
   ``accumulate_locally`` in local temporaries;
 * :data:`PRINT_PASSES`, run by each CPU backend (:func:`codegen.c.emit.emit_c`,
@@ -27,6 +29,7 @@ from . import ir
 from .accumulate import accumulate_locally
 from .dotprod import mark_dot_products
 from .regblock import register_block
+from .regions import run_small_serially
 from .simplify import simplify_indices, version_full_tiles
 from .vreduce import hoist_vector_reductions
 
@@ -41,9 +44,11 @@ def run_passes(passes, fn: ir.LoweredFunction) -> ir.LoweredFunction:
     return fn
 
 
-def optimize_loops(fn: ir.LoweredFunction) -> ir.LoweredFunction:
-    """:data:`LOOP_PASSES` on ``fn`` (in place; ``fn`` returned)."""
-    return run_passes(LOOP_PASSES, fn)
+def optimize_loops(fn: ir.LoweredFunction, parallel_grain: int = 0) -> ir.LoweredFunction:
+    """:data:`LOOP_PASSES` on ``fn`` (in place; ``fn`` returned), after
+    :func:`codegen.regions.run_small_serially` with ``parallel_grain`` (0:
+    every parallel loop stays parallel)."""
+    return run_passes(LOOP_PASSES, run_small_serially(fn, parallel_grain))
 
 
 def prepare_for_printing(fn: ir.LoweredFunction) -> ir.LoweredFunction:

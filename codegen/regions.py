@@ -24,10 +24,23 @@ scheduler slice (~3 ms): a pure spin (as this barrier was) then holds the
 core the partner waits for, every step; the budget falls to its floor and
 the waiting thread gives its core away at once.
 
+*Small parallel loops run on one thread* (:func:`run_small_serially`, a
+loop pass): a parallel loop, a region of adjacent ones or a stepped region
+whose work between two synchronisations -- an upper bound on the statement
+instances it runs, from its bounds' intervals over the kernel's fixed
+parameters -- is below the host's *parallel grain* becomes serial (as
+torch's ``at::parallel_for`` runs a range below its grain size inline).
+Its fork, join and barriers would cost more than the work: a few
+microseconds each on a quiet machine, a scheduler slice (~3 ms) each when a
+busy machine has descheduled a thread of the team.  A loop with a bound
+that has no finite interval (a parameter given at call time, a bound read
+from memory) stays parallel.
+
 This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
 from . import ir
+from .simplify import interval
 
 SPIN_MAX = 1 << 12        # polls with a pause hint before a waiting thread sleeps (~20-100 us)
 SPIN_MIN = 1 << 6         # the floor the budget falls to on a busy machine (~1-5 us)
@@ -56,3 +69,79 @@ def stepped_loops(s) -> list | None:
     if not body or not all(plain_parallel(b) and not _reads_memory(b.lo, b.hi) for b in body):
         return None
     return list(body)
+
+
+def work(s, ranges) -> int | None:
+    """An upper bound on the statement instances (stores) ``s`` runs, its
+    loops' iterators and the names in ``ranges`` (name -> inclusive (lo,
+    hi)) within their intervals; None when a loop's trip count has no bound."""
+    if isinstance(s, ir.Store):
+        return 1
+    if isinstance(s, ir.For):
+        lo, hi = interval(s.lo, ranges)[0], interval(s.hi, ranges)[1]
+        if lo is None or hi is None:
+            return None
+        trip = max(0, -(-(hi - lo) // max(1, int(s.step))))
+        if trip == 0:
+            return 0
+        w = work(s.body, {**ranges, s.var: (lo, hi - 1)})
+        return None if w is None else trip * w
+    parts = [work(c, ranges) for c in ir.stmt_children(s)]
+    if None in parts:
+        return None
+    return max(parts, default=0) if isinstance(s, ir.If) else sum(parts)
+
+
+def run_small_serially(fn: ir.LoweredFunction, grain: int) -> ir.LoweredFunction:
+    """Makes serial every parallel loop whose region's work between two
+    synchronisations is below ``grain`` statement instances (the module
+    docstring); a region's loops (adjacent plain parallel loops, or the
+    parallel loops of a stepped region, per step) turn serial together or
+    not at all, so no region splits into more forks.  ``grain`` 0: nothing
+    changes.  In place; ``fn`` returned."""
+    if grain > 0:
+        fn.body = _serialise(fn.body, {n: (int(v), int(v)) for n, v in fn.constants.items()},
+                             grain)
+    return fn
+
+
+def _serialise(s, ranges, grain):
+    if isinstance(s, ir.Block):
+        out, k = [], 0
+        while k < len(s.stmts):
+            run = []
+            while k + len(run) < len(s.stmts) and plain_parallel(s.stmts[k + len(run)]):
+                run.append(s.stmts[k + len(run)])
+            if run:
+                out += _small(run, ranges, grain) or run
+                k += len(run)
+            else:
+                out.append(_serialise(s.stmts[k], ranges, grain))
+                k += 1
+        return ir.Block(out)
+    if isinstance(s, ir.For):
+        lo, hi = interval(s.lo, ranges)[0], interval(s.hi, ranges)[1]
+        inner = {**ranges, s.var: (lo, None if hi is None else hi - 1)}
+        steps = stepped_loops(s)
+        if steps:
+            small = _small(steps, inner, grain)
+            if small:
+                body = ir.Block(small) if isinstance(s.body, ir.Block) else small[0]
+                return ir.For(s.var, s.lo, s.hi, body, kind=s.kind, step=s.step, attrs=s.attrs)
+            return s
+        if s.kind == "parallel":
+            return (_small([s], ranges, grain) or [s])[0]
+        return ir.rebuild(s, lambda c: _serialise(c, inner, grain))
+    return ir.rebuild(s, lambda c: _serialise(c, ranges, grain))
+
+
+def _small(loops, ranges, grain):
+    """``loops`` made serial when each one's work is below ``grain``, else None."""
+    ws = [work(x, ranges) for x in loops]
+    if None in ws or max(ws) >= grain:
+        return None
+    drop = ("reduction", "omp_schedule", "private")
+    return [ir.For(x.var, x.lo, x.hi, x.body, kind="serial", step=x.step,
+                   attrs={**{k: v for k, v in x.attrs.items() if k not in drop},
+                          "small": (w, grain)})
+            for x, w in zip(loops, ws)]

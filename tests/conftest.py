@@ -1,11 +1,16 @@
-"""Test set-up: passive OpenMP waiting, the repo root importable (examples),
-and a fresh compile cache per test session."""
+"""Test set-up: passive OpenMP waiting, parallel loops kept parallel however
+small, the repo root importable (examples), and a fresh compile cache per test
+session."""
 import os
 import sys
 
 import pytest
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+# the tests' kernels are small: without this their parallel loops would run on
+# one thread (below the parallel grain) and the parallel code would go
+# untested; tests/test_parallel_grain.py tests the grain itself
+os.environ.setdefault("TIRAMISU_PY_PARALLEL_GRAIN", "0")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)

@@ -378,6 +378,10 @@ class CPrinter(WidenMixin, DotMixin):
             return self.stepped_region(s, inner, ind)
         if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
             return
+        if s.attrs.get("small"):
+            w, grain = s.attrs["small"]
+            self.out(ind, f"/* parallel loop {s.var} runs on one thread: at most {w} statement "
+                          f"instances between synchronisations, below the parallel grain {grain} */")
         saved = (self.omp, self.in_parallel)
         aliases = []
         if s.kind == "parallel" and self.omp == "simd":

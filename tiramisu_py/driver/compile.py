@@ -19,7 +19,7 @@ from ..lower.expr import ExprLowering
 from ..poly.dataflow import needs_zero
 from ..poly.model import build_model
 from ..runtime.kernel import Kernel
-from . import warm
+from . import grain, warm
 from .cuda import compile_cuda
 
 # A compile slower than this (seconds) is reported, one line per phase boundary
@@ -116,7 +116,7 @@ def _compile_host(f, lowered, plan, inputs, outputs, temps, checker, zeroed, mod
     t2 = t0 + times[0] + times[1]
     if plan is not None:
         lowered.body = ir.for_cpu(lowered.body)   # blocks and threads as serial loops
-    optimize_loops(lowered)
+    optimize_loops(lowered, parallel_grain=grain.parallel_grain())
     compiled = backend(lowered)
     t3 = time.perf_counter()
     kernel = Kernel(f, compiled, inputs, outputs, temps, checker, lowered,

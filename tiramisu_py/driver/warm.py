@@ -45,6 +45,7 @@ from ..lang.expr import Expr, Var
 from ..lang.program import Buffer
 from ..poly.model import build_model
 from ..runtime.kernel import Kernel
+from . import grain
 
 FORMAT = 2                  # 2: entries name their key (a moved entry is a miss)
 ENABLED = os.environ.get("TIRAMISU_PY_WARM_START", "1") != "0"
@@ -143,7 +144,8 @@ def key(f, target) -> str:
     h = hashlib.sha256()
     # the pinned host facts change the generated code (vector width, dot-product instructions)
     host = os.environ.get(codegen.target.ENV, "")
-    for line in [f"target {target}", f"host {host}", _code_version(("tiramisu_py", "codegen"))] \
+    for line in [f"target {target}", f"host {host}", f"grain {grain.parallel_grain()}",
+                 _code_version(("tiramisu_py", "codegen"))] \
             + algorithm_lines(f) \
             + [f"cmd {c.stmt} {c.op} {c.args!r} {sorted(c.kwargs.items())!r}" for c in f._commands]:
         h.update(line.encode())
