@@ -1,6 +1,8 @@
 """The ``tiramisu-py`` command with the operator library: ``tiramisu_py.cli``'s
-commands, and ``tiramisu-py tune [gemm|conv|sparse|rnn|all] [--budget SECONDS]``
-(:func:`schedules.tune_library`) beside its ``tiramisu-py tune FILE:FUNC``.
+commands, and ``tiramisu-py tune [gemm|conv|sparse|rnn|all] [--budget SECONDS]
+[--dry-run]`` (:func:`schedules.tune_library`) beside its ``tiramisu-py tune
+FILE:FUNC``; ``tiramisu-py tune --list`` lists both tuners' records,
+``--forget [WHAT]`` removes them (all, or an op's, a solver's, a Function's).
 
 One ``tune`` subcommand: an argument containing ":" is FILE:FUNC (the
 language's tuner, :func:`tiramisu_py.tune`), op names (or none: all) tune
@@ -15,6 +17,7 @@ import sys
 
 from tiramisu_py import cli as language_cli
 
+from .core import tuned
 from .tuner import OPS, summary, tune_library
 
 
@@ -32,17 +35,43 @@ def _library_tune(argv):
     p.add_argument("--repeats", type=int, default=3, help="timed calls per candidate (best of)")
     p.add_argument("--retune", action="store_true", help="time again what is recorded")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true",
+                   help="measure and say what would be kept; record nothing")
+    p.add_argument("--list", action="store_true",
+                   help="list the tuning records (the library's and tiramisu_py.tune's)")
+    p.add_argument("--forget", nargs="?", const=True, default=None, metavar="WHAT",
+                   help="remove tuning records: those of an op, a solver or a Function "
+                        "named WHAT; all without one")
     args = p.parse_args(argv)
+    if args.list or args.forget is not None:
+        return _records(args.list, args.forget)
     bad = [o for o in args.ops if o not in OPS + ("all",)]
     if bad:
         p.error(f"unknown op {bad[0]!r}: choose from {', '.join(OPS)}, all, or give FILE:FUNC")
     try:
         report = tune_library(args.ops or ("all",), budget=args.budget,
                               progress=not args.quiet, sizes=args.sizes, repeats=args.repeats,
-                              retune=args.retune)
+                              retune=args.retune, dry_run=args.dry_run)
     except ValueError as e:
         raise SystemExit(f"tiramisu-py tune: {e}") from None
     print(summary(report))
+    if args.dry_run:
+        print("(dry run: nothing recorded)")
+    return 0
+
+
+def _records(show, what):
+    """``--list``: both tuners' records; ``--forget [WHAT]``: removes them."""
+    if what is not None:
+        n = tuned.forget(None if what is True else what)
+        print(f"forgot {n} library parameter record(s)")
+        language_cli.forget_tuned(what)
+    if show:
+        found = tuned.records()
+        print(f"library parameter records ({len(found)}):")
+        for key in sorted(found):
+            print("  " + tuned.describe(key, found[key]))
+        language_cli.list_tuned()
     return 0
 
 

@@ -16,11 +16,17 @@ from the host defaults: each parameter of the space in turn, each of its
 values timed with the best values found so far for the others (compile,
 one warm-up call, the best of ``repeats`` calls), the best kept.  A
 candidate that fails to build, or whose result differs from the defaults'
-beyond rounding, is skipped with a note.  No candidate starts once
-``budget`` seconds have passed (a search once started times the defaults; a
+beyond rounding, is skipped with a note.  The search's winner, if it beat
+the defaults, is timed again against them interleaved
+(:func:`tiramisu_py.confirm.confirm`, the rule both tuners share: paired A/B
+rounds, kept only if the upper quartile of the ratios is below 1 - margin);
+an unconfirmed winner is not recorded: the record keeps the defaults (``{}``)
+and the verdict.  No candidate starts once ``budget`` seconds have passed
+(a search once started times the defaults, and its winner is confirmed; a
 search the budget cut is recorded as it stands, marked incomplete, and the
 next run times it again); a problem whose search is recorded complete on
-this host is not timed again unless ``retune``.  :data:`RUNS` counts the candidates timed in this process.
+this host is not timed again unless ``retune``; ``dry_run`` records nothing.
+:data:`RUNS` counts the candidates timed in this process.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import sys
 import time
 
 import numpy as np
+from tiramisu_py.confirm import confirm, no_win
 
 from .core import tuned
 from .core.find import candidates
@@ -127,25 +134,26 @@ class _Bar:
             self.file.flush()
 
 
-def _timer(solver, p, args, repeats):
+def _timer(solver, p, args, repeats, clock):
     def run(values):
         out = solver.run(p, args, values)          # compile + warm up
         best = float("inf")
         for _ in range(repeats):
-            t0 = time.perf_counter()
+            t0 = clock()
             solver.run(p, args, values)
-            best = min(best, time.perf_counter() - t0)   # noise only slows a run down
+            best = min(best, clock() - t0)       # noise only slows a run down
         return best, _result(out)
     return run
 
 
-def _tune_one(solver, p, args, label, deadline, repeats, bar):
+def _tune_one(solver, p, args, label, deadline, repeats, bar, clock, dry_run):
+    """Coordinate descent over ``solver.space(p)`` from the defaults, the
+    winner confirmed against them; returns the report entry (and records
+    the result unless ``dry_run``)."""
     bar_label = f"{label} {solver.name}"
-    """Coordinate descent over ``solver.space(p)`` from the defaults;
-    returns the report entry (and records the winner)."""
     space = solver.space(p)
     total = 1 + sum(len(v) for v in space.values())
-    run, notes, timed, done = _timer(solver, p, args, repeats), [], 0, 1
+    run, notes, timed, done = _timer(solver, p, args, repeats, clock), [], 0, 1
     bar.show(bar_label, 0, total, None, "defaults")
     default_t, reference = run({})
     best_t, best = default_t, {}
@@ -179,25 +187,48 @@ def _tune_one(solver, p, args, label, deadline, repeats, bar):
                 best_t, best = t, cand
         if notes and notes[-1] == "budget spent":
             break
-    bar.show(bar_label, total, total, best_t, "")
+    if best:
+        bar.show(bar_label, total, total, best_t, "A/B against the defaults")
+        verdict = confirm(lambda: solver.run(p, args, {}), lambda: solver.run(p, args, best),
+                          clock=clock)
+    else:
+        verdict = no_win(default_t)
+    bar.show(bar_label, total, total, best_t, verdict.why)
     cut = "budget spent" in notes
-    tuned.save(solver, p, best, best_t, default_t, timed, complete=not cut)
-    return {"problem": label, "op": p.op, "solver": solver.name, "values": best,
-            "seconds": best_t, "default_seconds": default_t, "timed": timed, "notes": notes,
+    values = best if verdict.kept else {}
+    if not dry_run:
+        tuned.save(solver, p, values, verdict, timed, complete=not cut, candidate=best)
+    return {"problem": label, "op": p.op, "solver": solver.name, "values": values,
+            "candidate": best, "verdict": verdict,
+            "seconds": verdict.best_s if verdict.kept else verdict.default_s,
+            "default_seconds": verdict.default_s, "timed": timed, "notes": notes,
             "cached": False}
 
 
+def _untimed(label, op, solver, values, notes, cached):
+    """The report entry of a (problem, solver) not timed: recorded before
+    (``cached``) or left out by the budget."""
+    return {"problem": label, "op": op, "solver": solver, "values": values, "candidate": {},
+            "verdict": None, "seconds": None, "default_seconds": None, "timed": 0,
+            "notes": notes, "cached": cached}
+
+
 def tune_library(ops=OPS, budget=None, progress=True, *, sizes="bench", repeats=3,
-                 retune=False, target=None):
+                 retune=False, target=None, dry_run=False, clock=None):
     """Tunes the library's solvers on this host for the problems of ``ops``
-    (names of :data:`OPS`, or "all") and records the winners; returns one
-    report entry per (problem, solver): ``{"problem", "op", "solver",
-    "values" (the recorded parameters; {}: the defaults won), "seconds",
+    (names of :data:`OPS`, or "all") and records the confirmed winners;
+    returns one report entry per (problem, solver): ``{"problem", "op",
+    "solver", "values" (the recorded parameters; {}: the defaults, the
+    search's winner unconfirmed or none), "candidate" (the search's
+    winner), "verdict" (:class:`tiramisu_py.confirm.Verdict`: default and
+    best time, the A/B ratio and its quartiles, kept or why not), "seconds",
     "default_seconds", "timed" (candidates timed), "notes" (skipped
     candidates and why), "cached" (recorded before: nothing timed)}``.
     ``budget``: seconds (None: no limit) after which no candidate starts;
     ``progress``: a bar on stderr; ``sizes``: "bench" or "small";
-    ``retune``: time again what is recorded."""
+    ``retune``: time again what is recorded; ``dry_run``: measure and
+    decide, record nothing; ``clock``: the timer (default
+    :func:`time.perf_counter`; tests give a fake one)."""
     if isinstance(ops, str):
         ops = (ops,)
     ops = list(dict.fromkeys(o for op in ops for o in (OPS if op == "all" else (op,))))
@@ -207,47 +238,47 @@ def tune_library(ops=OPS, budget=None, progress=True, *, sizes="bench", repeats=
                          f"not {budget!r}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"tune_library: repeats must be a positive int, not {repeats!r}")
+    if clock is not None and not callable(clock):
+        raise ValueError(f"tune_library: clock must be a callable giving seconds, not {clock!r}")
+    clock = clock or time.perf_counter
     cases = [c for op in ops for c in problems(op, sizes, target)]
     deadline = time.perf_counter() + (float("inf") if budget is None else budget)
     bar, report = _Bar(sys.stderr if progress else None), []
     for label, op, make in cases:
         if time.perf_counter() > deadline:          # not even made: its arrays cost time too
-            report.append({"problem": label, "op": op, "solver": "-", "values": {},
-                           "seconds": None, "default_seconds": None, "timed": 0,
-                           "notes": ["budget spent: not tuned"], "cached": False})
+            report.append(_untimed(label, op, "-", {}, ["budget spent: not tuned"], False))
             continue
         p, args = make()
         for solver in candidates(p, SOLVERS[op]):
             if not solver.space(p):
                 continue
             if not retune and tuned.has_record(solver, p):
-                report.append({"problem": label, "op": p.op, "solver": solver.name,
-                               "values": tuned.recorded(solver, p), "seconds": None,
-                               "default_seconds": None, "timed": 0, "notes": [],
-                               "cached": True})
-                continue
-            if time.perf_counter() > deadline:
-                report.append({"problem": label, "op": p.op, "solver": solver.name,
-                               "values": {}, "seconds": None, "default_seconds": None,
-                               "timed": 0, "notes": ["budget spent: not tuned"],
-                               "cached": False})
-                continue
-            report.append(_tune_one(solver, p, args, label, deadline, repeats, bar))
-            bar.end()
+                report.append(_untimed(label, p.op, solver.name, tuned.recorded(solver, p), [],
+                                       True))
+            elif time.perf_counter() > deadline:
+                report.append(_untimed(label, p.op, solver.name, {},
+                                       ["budget spent: not tuned"], False))
+            else:
+                report.append(_tune_one(solver, p, args, label, deadline, repeats, bar, clock,
+                                        dry_run))
+                bar.end()
     return report
 
 
 def summary(report) -> str:
-    """The report as lines: problem, solver, values, speedup over the defaults."""
+    """The report as lines, one per problem and solver: what was measured
+    (default and best ms, the A/B ratio with its quartiles) and what was
+    kept."""
     lines = []
     for r in report:
         if r["cached"]:
-            how = "recorded before"
-        elif r["seconds"] is None:
+            how = f"recorded before: {r['values'] or 'defaults'}"
+        elif r.get("verdict") is None:
             how = "; ".join(r["notes"])
         else:
-            how = (f"{r['timed']} timed, {r['seconds'] * 1e3:.3f} ms "
-                   f"({r['default_seconds'] / r['seconds']:.2f}x the defaults)")
-        lines.append(f"{r['problem']} [{r['solver']}]: {r['values'] or 'defaults'}; {how}")
-        lines += [f"    skipped {n}" for n in r["notes"] if r["seconds"] is not None]
+            v = r["verdict"]
+            tried = f" ({r['candidate']})" if r["candidate"] and not v.kept else ""
+            how = f"{r['timed']} timed; {v.line()}{tried}; {r['values'] or 'defaults'}"
+        lines.append(f"{r['problem']} [{r['solver']}]: {how}")
+        lines += [f"    skipped {n}" for n in r["notes"] if r.get("verdict") is not None]
     return "\n".join(lines)

@@ -1,8 +1,11 @@
 """The library's tuned parameters (issue 27 item 2): schedules.tune_library
-records winners per host and shape class; a second process reuses them
-without timing anything; other hosts' records, damaged and foreign ones
-are ignored; tuned parameters give the defaults' results; the CLI's
-op-name form.  No timing is asserted."""
+records winners per host and shape class, only once an interleaved A/B
+against the defaults confirms them (issue 51: decided on a fake clock); a
+second process reuses them without timing anything; other hosts' records,
+damaged, foreign and unconfirmed ones are ignored; tuned parameters give
+the defaults' results; the CLI's op-name form, ``--dry-run``, ``--list``,
+``--forget``.  No timing is asserted."""
+import collections
 import json
 import os
 import subprocess
@@ -20,6 +23,8 @@ from schedules.problems.conv import ConvProblem
 from schedules.problems.gemm import GemmProblem
 from schedules.registry import SOLVERS
 from tiramisu_py import tuning
+from tiramisu_py.confirm import Verdict
+from tuning_fakes import FakeClock, fast_once, steady
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +47,9 @@ def _child(code, **env):
     return r.stdout
 
 
+KEPT = Verdict(2.0, 1.0, 0.5, 0.5, 0.5, 12, True, "kept")
+
+
 def _gemm(n=48):
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
@@ -61,7 +69,7 @@ def test_tuner_records_and_a_second_process_reuses_the_records(cache):
     blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
     p, args, a, b = _gemm()
     chosen = {"mr": 4, "pack_a": True, "micro": "jr"}
-    tuned.save(blis, p, chosen, 1.0, 2.0, 3)
+    tuned.save(blis, p, chosen, KEPT, 3)
     out = _child(
         "import numpy as np, schedules\n"
         "from schedules import tuner\n"
@@ -80,7 +88,7 @@ def test_tuner_records_and_a_second_process_reuses_the_records(cache):
 def test_records_of_another_host_are_not_used(cache, monkeypatch):
     blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
     p, args, a, b = _gemm()
-    tuned.save(blis, p, {"mr": 4}, 1.0, 2.0, 1)
+    tuned.save(blis, p, {"mr": 4}, KEPT, 1)
     assert tuned.recorded(blis, p) == {"mr": 4}
     for pin in ("cores=7", "vector_registers=16,vector_bits=256"):
         monkeypatch.setenv("TIRAMISU_PY_HOST", pin)
@@ -100,7 +108,8 @@ def test_damaged_and_foreign_records_are_ignored(cache):
     key = tuned.record_key(blis, p)
     default = blis.tuned(p)
     for bad in ("not a record", {"values": {"mr": 999}}, {"values": {"no_such": 1}},
-                {"values": [1, 2]}, {"seconds": 1}):
+                {"values": [1, 2]}, {"seconds": 1},
+                {"values": {"mr": 4}, "seconds": 1.0, "default_seconds": 2.0}):  # unconfirmed
         tuned.forget()
         tuning.store().put(tuned.KIND, key, bad)
         with warnings.catch_warnings():
@@ -109,10 +118,10 @@ def test_damaged_and_foreign_records_are_ignored(cache):
             assert blis.tuned(p) == default
             assert np.allclose(blis.run(p, args), a @ b, rtol=1e-4, atol=1e-4)
     # a search the budget cut is used, but the next tuning run times it again
-    tuned.save(blis, p, {"mr": 4}, 1.0, 2.0, 1, complete=False)
+    tuned.save(blis, p, {"mr": 4}, KEPT, 1, complete=False)
     assert tuned.recorded(blis, p) == {"mr": 4} and not tuned.has_record(blis, p)
     # a caller's own tiles win over any record
-    tuned.save(blis, p, {"mr": 4}, 1.0, 2.0, 1)
+    tuned.save(blis, p, {"mr": 4}, KEPT, 1)
     assert tuned.has_record(blis, p)
     mine = schedules.gemm_params(48, 48, 48)
     q = GemmProblem.from_call("gemm", a, b, mine, None)[0]
@@ -162,7 +171,7 @@ def test_a_find_choice_made_before_tuning_is_made_again(cache):
     cp, _ = ConvProblem.from_call("conv2d", x, w, None, 1, 1, 1, 1, algo="auto", target=None)
     cands = find.candidates(cp, SOLVERS["conv2d"])
     before = find.key(cp, cands)
-    tuned.save(cands[0], cp, {"parallel": "n"}, 1.0, 2.0, 1)
+    tuned.save(cands[0], cp, {"parallel": "n"}, KEPT, 1)
     after = json.loads(find.key(cp, cands))
     assert after["tuned"] == {cands[0].name: {"parallel": "n"}}
     tuned.forget()
@@ -207,3 +216,87 @@ def test_the_cli_op_name_form(cache):
         cli.main(["tune", "no_such_file.py:build"])
     assert target_of(None) in json.loads(next(iter(tuned.records())))["host"]["backend"]
     assert tuner.OPS == ("gemm", "conv", "sparse", "rnn")
+
+
+def _fake_blis(monkeypatch, cost):
+    """The small GEMM problem's blis solver, whose ``run`` costs
+    ``cost(values, n)`` on a fake clock (``n``: the call with these values,
+    from 0) and gives the defaults' result."""
+    clock = FakeClock()
+    blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
+    (_, _, make), = tuner.problems("gemm", "small")
+    p, args = make()
+    ref, counts = blis.run(p, args, {}), collections.Counter()
+
+    def run(p, args, values=None):
+        key = repr(sorted((values or {}).items()))
+        clock.now += cost(values or {}, counts[key])
+        counts[key] += 1
+        return ref
+    monkeypatch.setattr(blis, "run", run)
+    return clock, blis, p
+
+
+def _tune(clock, **kw):
+    (entry,) = schedules.tune_library("gemm", progress=False, sizes="small", repeats=1,
+                                      clock=clock, **kw)
+    return entry
+
+
+def test_a_candidate_fast_once_in_the_search_is_not_recorded(cache, monkeypatch):
+    """mr=2 looks fast on its one timed call of the search (call 1: after
+    the warm-up), and ties with the defaults under the A/B: the record
+    keeps the defaults; a slower one is never kept."""
+    once, tie = fast_once(1e-3, 1, 0.5e-3, 0.03, seed=1), steady(1e-3, 0.03, seed=2)
+    clock, blis, p = _fake_blis(monkeypatch, lambda v, n: once(n) if v == {"mr": 2} else tie(n))
+    entry = _tune(clock)
+    assert entry["candidate"] == {"mr": 2} and entry["values"] == {}
+    assert entry["verdict"].why == "not kept: within noise"
+    rec = next(iter(tuned.records().values()))
+    assert rec["values"] == {} and rec["candidate"] == {"mr": 2}
+    assert rec["verdict"]["why"] == "not kept: within noise"
+    assert tuned.recorded(blis, p) == {} and tuned.has_record(blis, p)   # not timed again
+    line = tuner.summary([entry])
+    assert line.startswith("gemm 48 [blis]: ") and "over 12 A/B rounds: not kept: within " \
+        "noise ({'mr': 2}); defaults" in line
+    slow = fast_once(1.3e-3, 1, 0.5e-3)
+    clock, blis, p = _fake_blis(monkeypatch, lambda v, n: slow(n) if v == {"mr": 2} else 1e-3)
+    entry = _tune(clock, retune=True)
+    assert entry["values"] == {} and entry["verdict"].why == "not kept: slower"
+    assert tuned.recorded(blis, p) == {}
+
+
+def test_a_confirmed_win_is_recorded_and_a_dry_run_records_nothing(cache, monkeypatch):
+    clock, blis, p = _fake_blis(monkeypatch,
+                                lambda v, n: 0.6e-3 if v.get("micro") == "jr" else 1e-3)
+    entry = _tune(clock, dry_run=True)
+    assert entry["values"] == {"micro": "jr"} and entry["verdict"].kept
+    assert tuned.records() == {} and tuned.recorded(blis, p) == {}
+    entry = _tune(clock)
+    assert entry["values"] == {"micro": "jr"} and entry["verdict"].why == "kept"
+    assert entry["seconds"] == pytest.approx(0.6e-3) and entry["default_seconds"] == \
+        pytest.approx(1e-3)
+    assert tuned.recorded(blis, p) == {"micro": "jr"}
+
+
+def test_cli_lists_and_forgets_records(cache, capsys):
+    blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")
+    p = _gemm()[0]
+    tuned.save(blis, p, {"mr": 4}, KEPT, 3)
+    x, w = np.ones((1, 4, 9, 9), np.float32), np.ones((8, 4, 3, 3), np.float32)
+    cp, _ = ConvProblem.from_call("conv2d", x, w, None, 1, 1, 1, 1, algo="auto", target=None)
+    direct = next(s for s in SOLVERS["conv2d"] if s.name == "direct")
+    tuned.save(direct, cp, {}, KEPT, 1)
+    assert cli.main(["tune", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "library parameter records (2):" in out and "tiramisu_py.tune records (0):" in out
+    assert "gemm [blis] " in out and ": {'mr': 4}; default 2000.000 ms" in out
+    assert "conv2d [direct]" in out and ": defaults; " in out
+    cli.main(["tune", "--forget", "gemm"])
+    assert "forgot 1 library parameter record(s)" in capsys.readouterr().out
+    assert tuned.recorded(blis, p) == {} and len(tuned.records()) == 1
+    cli.main(["tune", "--forget", "direct"])                   # by solver name
+    assert tuned.records() == {}
+    tuned.save(blis, p, {"mr": 4}, KEPT, 3)
+    cli.main(["tune", "--forget"])
+    assert "forgot 1 library" in capsys.readouterr().out and tuned.records() == {}

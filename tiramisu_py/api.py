@@ -96,16 +96,23 @@ class Function(program.Function):
         :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
         "cpu".  A Function without commands whose algorithm
         :func:`tiramisu_py.tune` recorded for this target and host is compiled
-        with the recorded schedule (on a copy; :mod:`tiramisu_py.driver.tune`);
-        ``tuned=False`` compiles it as written."""
+        with the recorded schedule (on a copy; :mod:`tiramisu_py.driver.tune`):
+        ``kernel.tuned`` then describes the record (which Function, sizes,
+        the A/B verdict, the commands; None when no record was used) and a
+        comment atop ``kernel.source`` says it.  ``tuned=False`` compiles it
+        as written (a baseline to compare a tuned kernel with)."""
         target = target or default_target()
         try:
             if any(c.op == "distribute" for c in self._commands):
                 if options:
                     raise TypeError(f"compile: unexpected option(s) {', '.join(options)}")
                 return compile_distributed(self, target)
-            g = tuned_function(self, target) if tuned and target != "cuda" else None
-            return compile_function(g or self, target, **options)
+            found = tuned_function(self, target) if tuned and target != "cuda" else None
+            if found is None:
+                return compile_function(self, target, **options)
+            kernel = compile_function(found[0], target, **options)
+            kernel.mark_tuned(found[1], "; " if target == "llvm" else "// ")
+            return kernel
         except IllegalScheduleError as e:
             raise IllegalScheduleError(str(e) + self._recovery(str(e)), e.violation) from None
 

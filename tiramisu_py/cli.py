@@ -1,5 +1,6 @@
 """Command line: ``tiramisu-py demo``, ``tiramisu-py bench``, ``tiramisu-py draw FILE:CALLABLE``,
-``tiramisu-py tune FILE:FUNC``
+``tiramisu-py tune FILE:FUNC [--dry-run]``, ``tiramisu-py tune --list``,
+``tiramisu-py tune --forget [NAME]``
 (or ``python -m tiramisu_py ...``)."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import runpy
 import sys
 
 from .api import Function
+from .driver import tune as tune_records
 from .driver.tune import tune as run_tune
 
 
@@ -92,19 +94,51 @@ def draw(target, params, out, loops=None, compare=False):
     return out
 
 
+def list_tuned():
+    """Prints the records of :func:`tiramisu_py.tune` in the tuning store, one a line."""
+    found = tune_records.records()
+    print(f"tiramisu_py.tune records ({len(found)}):")
+    for _, value in found:
+        print("  " + tune_records.describe(value))
+
+
+def forget_tuned(what):
+    """Removes the records of :func:`tiramisu_py.tune` (``what``: a
+    Function's name; True: all); prints and returns how many."""
+    n = tune_records.forget(None if what is True else what)
+    print(f"forgot {n} tiramisu_py.tune record(s)")
+    return n
+
+
 def tune(args):
-    """Tunes FILE:FUNC for the sizes given (``-p N=512``) and prints the schedule found."""
+    """Tunes FILE:FUNC for the sizes given (``-p N=512``) and prints what
+    was measured, what was kept and its schedule; or lists (``--list``) or
+    removes (``--forget [NAME]``) the records."""
+    if args.list:
+        return list_tuned()
+    if args.forget is not None:
+        return forget_tuned(args.forget)
+    if args.function is None:
+        raise SystemExit("tiramisu-py tune: give FILE:FUNC (or --list, --forget [NAME])")
     params = parse_params(args.param, "tune", "-p")
     f = load_function(args.function, "tune")
     try:
         r = run_tune(f, budget=args.budget, params=params, target=args.target,
-                     retune=args.retune)
+                     retune=args.retune, dry_run=args.dry_run)
     except ValueError as e:
         raise SystemExit(f"tiramisu-py tune: {e}")
     how = "recorded before" if r["cached"] else f"{r['timed']} candidates timed"
-    t = "" if r["time"] is None else f", {r['time'] * 1e3:.3f} ms"
-    print(f"# {f.name}: {how}{t}; compile() of this algorithm on this host uses it")
-    print("\n".join(map(str, r["steps"])))
+    said = "" if r["verdict"] is None else "; " + r["verdict"].line()
+    use = ("compile() of this algorithm on this host uses it" if r["kept"] else
+           "compile() compiles it as written")
+    if not r["cached"] and not r["recorded"]:
+        use = "dry run: nothing recorded"
+    print(f"# {f.name}: {how}{said}; {use}")
+    if r["kept"]:
+        print("\n".join(map(str, r["steps"])))
+    elif r["candidate"]:
+        print("# the search's fastest, not kept:")
+        print("\n".join(f"# {s}" for s in r["candidate"]))
 
 
 def main(argv=None):
@@ -131,13 +165,18 @@ def main(argv=None):
                                     "record the fastest (compile() then uses it); with the "
                                     "operator library, `tune [gemm|conv|sparse|rnn|all]` tunes "
                                     "its parameters (`tiramisu-py tune --help`)")
-    t.add_argument("function", metavar="FILE:FUNC",
+    t.add_argument("function", metavar="FILE:FUNC", nargs="?",
                    help="a Python file and a Function (or a function returning one) in it")
     t.add_argument("-p", "--param", action="append", default=[], metavar="NAME=INT",
                    help="a size to time with (one per free param)")
     t.add_argument("--budget", type=float, default=60.0, help="seconds (default 60)")
     t.add_argument("--target", choices=("cpu", "llvm"), default=None)
     t.add_argument("--retune", action="store_true", help="time again even if recorded")
+    t.add_argument("--dry-run", action="store_true",
+                   help="measure and say what would be kept; record nothing")
+    t.add_argument("--list", action="store_true", help="list the tuning records")
+    t.add_argument("--forget", nargs="?", const=True, default=None, metavar="NAME",
+                   help="remove the records (of the Function NAME; all without one)")
     args, rest = p.parse_known_args(argv)
     if args.cmd == "bench":
         bench(rest)

@@ -12,12 +12,16 @@ is keyed by JSON text of::
               "l1d": ..., "l2": ..., "l3": ..., "backend": "llvm", "library": "0.1.0"}}
 
 and holds ``{"values": {name: value}, "seconds": best, "default_seconds":
-the defaults' time, "complete": false when the budget cut the search}``.  ``values`` are names of the solver's
-:meth:`~schedules.core.solver.Solver.space`; a solver's ``run`` builds
-with its host defaults (``params(p)``) updated by them.  A record whose
-value is damaged, or names a parameter or a value that the solver's space
-for the problem does not hold (a foreign record: another solver version's,
-another shape's), is ignored: the defaults run.  Records of another host
+the defaults' time, "verdict": the A/B against the defaults
+(:meth:`tiramisu_py.confirm.Verdict.as_dict`), "candidate": the search's
+winner, "complete": false when the budget cut the search}``.  ``values``
+are names of the solver's :meth:`~schedules.core.solver.Solver.space` (``{}``
+when the winner was not confirmed); a solver's ``run`` builds with its host
+defaults (``params(p)``) updated by them.  A record whose value is damaged,
+has no verdict (made before wins were confirmed), or names a parameter or a
+value that the solver's space for the problem does not hold (a foreign
+record: another solver version's, another shape's), is ignored: the
+defaults run.  Records of another host
 (another CPU model, ISA, core count, pinned facts with ``TIRAMISU_PY_HOST``,
 backend or library version) are under other keys and are never read.
 """
@@ -31,6 +35,7 @@ import os
 import tiramisu_py as tp
 from codegen import target as machine
 from tiramisu_py import tuning
+from tiramisu_py.confirm import Verdict
 
 from ..host import host
 
@@ -114,7 +119,7 @@ def recorded(solver, p) -> dict:
         if k not in _CACHE:
             LOOKUPS["store"] += 1
             value = tuning.store().get(KIND, k[1], valid=_valid)
-            values = value["values"] if value is not None else {}
+            values = value["values"] if _confirmed(value) else {}
             _CACHE[k] = values if fits(solver, p, values) else {}
         if len(_FAST) > 4096:         # bounded: problems differ by a CSR weight's density
             _FAST.clear()
@@ -126,30 +131,74 @@ def _where(key):
     return (str(tuning.store().directory), key)
 
 
-def save(solver, p, values, seconds, default_seconds, timed, complete=True) -> None:
-    """Records the winner ``values`` for ``solver`` on ``p`` (and uses it
-    from now on in this process too); ``complete``: False when the budget
+def _confirmed(value):
+    return value is not None and Verdict.from_dict(value.get("verdict") or {}) is not None
+
+
+def save(solver, p, values, verdict, timed, complete=True, candidate=None) -> None:
+    """Records ``values`` for ``solver`` on ``p`` (``{}``: the defaults)
+    with the ``verdict`` (:class:`tiramisu_py.confirm.Verdict`) of the A/B
+    that decided it, and uses them from now on in this process too;
+    ``candidate``: the search's winner; ``complete``: False when the budget
     ended the search (a later tuning run continues it)."""
     k = record_key(solver, p)
-    tuning.store().put(KIND, k, {"values": values, "seconds": seconds,
-                                 "default_seconds": default_seconds, "complete": complete},
+    tuning.store().put(KIND, k, {"values": values,
+                                 "seconds": verdict.best_s if values else verdict.default_s,
+                                 "default_seconds": verdict.default_s,
+                                 "verdict": verdict.as_dict(),
+                                 "candidate": dict(candidate or values), "complete": complete},
                        meta={"timed": timed})
     _CACHE[_where(k)] = dict(values) if fits(solver, p, values) else {}
     _FAST.clear()
 
 
 def has_record(solver, p) -> bool:
-    """Whether a complete search for ``solver`` on ``p`` is recorded on this host."""
+    """Whether a complete, confirmed search for ``solver`` on ``p`` is
+    recorded on this host."""
     value = tuning.store().get(KIND, record_key(solver, p), valid=_valid)
-    return value is not None and value.get("complete", True) is not False
+    return _confirmed(value) and value.get("complete", True) is not False
 
 
-def forget() -> None:
-    """Removes every tuned-parameters record (and this process's copies):
-    the host defaults run again."""
-    tuning.store().forget(KIND)
+def describe(key, value) -> str:
+    """A record in words: op, solver, shape class, the values kept and the
+    A/B verdict (or why it is not used)."""
+    try:
+        k = json.loads(key)
+        what = f"{k['op']} [{k['solver']}] {json.dumps(k['class'], sort_keys=True)}"
+        if k.get("host") != host_key(k["host"].get("backend")):
+            what += " (another host)"
+    except (ValueError, TypeError, KeyError, AttributeError):
+        what = key[:80]
+    verdict = Verdict.from_dict(value.get("verdict") or {}) if _valid(value) else None
+    if verdict is None:
+        return f"{what}: unconfirmed (made before A/B) or damaged, not used"
+    return f"{what}: {value['values'] or 'defaults'}; {verdict.line()}"
+
+
+def _matches(key, what):
+    try:
+        k = json.loads(key)
+        return what in (k.get("op"), k.get("solver"))
+    except (ValueError, AttributeError):
+        return False
+
+
+def forget(what=None) -> int:
+    """Removes the tuned-parameters records (all, or those whose op or
+    solver is named ``what``) and this process's copies: the host defaults
+    run again.  Returns how many were removed."""
+    found = tuning.store().records(KIND)
+    if what is None:
+        tuning.store().forget(KIND)               # damaged records too
+        gone = len(found)
+    else:
+        keys = [k for k in found if _matches(k, what)]
+        for k in keys:
+            tuning.store().forget(KIND, k)
+        gone = len(keys)
     _CACHE.clear()
     _FAST.clear()
+    return gone
 
 
 def records() -> dict:

@@ -1,29 +1,40 @@
 """``tiramisu_py.tune(f, space=None, budget=60, params=None)``: times legal
-schedules of ``f`` on this host and records the fastest in the tuning store;
-``compile()`` of the same algorithm on the same host then uses it.
+schedules of ``f`` on this host and records the fastest in the tuning store,
+if it confirmably beats ``f`` as written; ``compile()`` of the same
+algorithm on the same host then uses it.
 
 Candidates (``space``): each is a dict of auto-scheduler options
 (:class:`tiramisu_py.driver.auto_schedule.AutoScheduler`: tile sizes, time
 tile, vectorise or not, unroll or not, fuse or not, the parallel loops'
 OpenMP schedule), or a callable ``fn(g)`` that gives commands to a copy
 ``g`` of ``f`` (any schedule a user wants timed).  :data:`DEFAULT_SPACE` is
-used without one.  Each candidate is scheduled on a copy, compiled (the
-legality check: an illegal one is rejected, counted, never timed), called
-once to warm up and timed (median of ``repeats`` calls) on random inputs
-shaped by ``params`` (or on ``inputs``).  A progress bar goes to stderr; no
-candidate starts once ``budget`` seconds have passed (the first always runs).
+used without one.  The defaults are ``f`` as written (what ``compile()``
+runs without a record), timed first.  Each candidate is scheduled on a
+copy, compiled (the legality check: an illegal one is rejected, counted,
+never timed), called once to warm up and timed (median of ``repeats``
+calls) on random inputs shaped by ``params`` (or on ``inputs``).  A
+progress bar goes to stderr; no candidate starts once ``budget`` seconds
+have passed (the first always runs).  The fastest, if faster than the
+defaults, is then timed against them interleaved
+(:func:`tiramisu_py.confirm.confirm`: paired A/B rounds) and kept only if it
+beats them beyond the noise; otherwise the record says "as written".
 
 The record (kind :data:`KIND` in :mod:`tiramisu_py.tuning`) is keyed by the
 algorithm (every declaration, no schedule), the size class of ``params``
 (each param's power of two, rounded), the target and the host (CPU model,
 SIMD width, caches, cores); a second record under the key without the size
-class names the last size class tuned.  Its value is the winner's commands
-as data (statement, verb, arguments; only the scheduling verbs are ever
-replayed, never code).  ``tune`` of an algorithm already recorded for that
-key returns the record without timing anything.  ``compile()`` of a Function
-with no command uses the record of its fixed params' size class, else the
-last one tuned (``$TIRAMISU_PY_USE_TUNED=0`` turns that off): it compiles a
-scheduled copy, the user's Function stays as written."""
+class names the last size class tuned.  Its value is the Function's name,
+the kept commands as data (statement, verb, arguments; only the scheduling
+verbs are ever replayed, never code; none when nothing was kept) and the
+A/B verdict.  ``tune`` of an algorithm already recorded for that key
+returns the record without timing anything; ``dry_run=True`` records
+nothing.  ``compile()`` of a Function with no command uses the record of its
+fixed params' size class, else the last one tuned (``compile(tuned=False)``
+or ``$TIRAMISU_PY_USE_TUNED=0`` turns that off): it compiles a scheduled
+copy, the user's Function stays as written, and the kernel says so
+(``kernel.tuned``, a comment atop ``kernel.source``).  :func:`records` and
+:func:`forget` list and remove the records (``tiramisu-py tune --list``,
+``--forget [NAME]``)."""
 from __future__ import annotations
 
 import functools
@@ -40,6 +51,7 @@ import numpy as np
 from codegen import target as host
 
 from .. import tuning
+from ..confirm import Verdict, confirm, no_win
 from ..base.errors import IllegalScheduleError
 from ..runtime.shapes import eval_size
 from .auto_schedule import AutoScheduler
@@ -48,7 +60,7 @@ from .compile import compile_function, default_target
 from .warm import algorithm_lines
 
 KIND = "auto_tune"
-FORMAT = 1
+FORMAT = 2                  # 2: records hold only confirmed wins (1: unconfirmed, unused)
 USE_TUNED = os.environ.get("TIRAMISU_PY_USE_TUNED", "1") != "0"
 DEFAULT_SPACE = (
     {}, {"tile": 32}, {"tile": 64}, {"tile": 128}, {"tile": 256}, {"time_tile": 8},
@@ -149,16 +161,21 @@ def _arguments(f, params, inputs, seed=0):
     return out
 
 
-def _time(kernel, args, params, repeats):
+def _caller(kernel, args, params):
+    """One call of ``kernel`` on fresh copies of ``args`` (outputs are updated in place)."""
     def call():
         kernel(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()},
                **params)
+    return call
+
+
+def _time(call, repeats, clock):
     call()
     times = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = clock()
         call()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return statistics.median(times)
 
 
@@ -184,10 +201,13 @@ class _Bar:
 
 # --------------------------------------------------------------------- tune
 def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repeats=3,
-         progress=True, retune=False):
+         progress=True, retune=False, dry_run=False, clock=None):
     """Times legal schedules of the unscheduled Function ``f`` on this host
-    and records the fastest in the tuning store; a later ``compile()`` of the
-    same algorithm (unscheduled) on this host uses it, in any process.
+    and records the fastest in the tuning store if it confirmably beats
+    ``f`` as written; a later ``compile()`` of the same algorithm
+    (unscheduled) on this host uses it, in any process
+    (``compile(tuned=False)`` does not; ``kernel.tuned`` says which record
+    a kernel was compiled with).
 
     ``params``: the sizes to time with (every free param); ``inputs``: arrays
     by name (default: random, shaped by ``params``); ``space``: candidates,
@@ -195,10 +215,18 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     ``vectorize``, ``unroll``, ``fuse``, ``schedule``) or a callable that
     schedules a copy (default :data:`DEFAULT_SPACE`); illegal candidates are
     rejected by the legality check.  ``budget``: seconds, after which no
-    candidate starts.  ``progress``: a bar on stderr.  ``retune``: time again
-    even if recorded.  Returns ``{"steps": [Step, ...], "time": seconds,
-    "key": key, "timed": n, "rejected": [why, ...], "cached": bool}``
-    (:mod:`tiramisu_py.driver.tune`)."""
+    candidate starts.  The search's fastest is timed again against ``f`` as
+    written, interleaved, and kept only if it wins beyond the noise
+    (:func:`tiramisu_py.confirm.confirm`); a record that keeps nothing
+    compiles ``f`` as written (and is not timed again unless ``retune``).
+    ``progress``: a bar on stderr.  ``retune``: time again even if
+    recorded.  ``dry_run``: measure and decide, record nothing.  ``clock``:
+    the timer (default :func:`time.perf_counter`; tests give a fake one).
+    Returns ``{"steps": [Step, ...] (kept; [] when none), "candidate": the
+    search's fastest, "kept": bool, "verdict": Verdict (default and best
+    ms, the A/B ratio and its quartiles, "kept" or why not; ``.line()``
+    says it), "time": seconds, "key": key, "timed": n, "rejected": [why,
+    ...], "cached": bool, "recorded": bool}`` (:mod:`tiramisu_py.driver.tune`)."""
     target = target or default_target()
     if target not in ("cpu", "c", "llvm"):
         raise ValueError(f"tune: target must be 'cpu', 'c' or 'llvm', not {target!r}")
@@ -206,6 +234,8 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         raise ValueError(f"tune: budget must be a positive number of seconds, not {budget!r}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"tune: repeats must be a positive int, not {repeats!r}")
+    if clock is not None and not callable(clock):
+        raise ValueError(f"tune: clock must be a callable giving seconds, not {clock!r}")
     params = dict(params or {})
     missing = [p for p in f.params if p not in f.fixed and p not in params]
     if missing:
@@ -223,17 +253,21 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     store = tuning.store()
     old = None if retune else store.get(KIND, key, valid=_valid)
     if old is not None:
-        g = f.copy()
-        return {"steps": apply_record(g, old), "time": old.get("time"), "key": key,
-                "timed": 0, "rejected": [], "cached": True}
+        steps = apply_record(f.copy(), old)
+        return {"steps": steps, "candidate": steps, "kept": bool(steps),
+                "verdict": Verdict.from_dict(old.get("verdict")), "time": old.get("time"),
+                "key": key, "timed": 0, "rejected": [], "cached": True, "recorded": False}
     space = list(DEFAULT_SPACE if space is None else space)
     if not space:
         raise ValueError("tune: space is empty")
     if target == "llvm":
         space = [c for c in space if not (isinstance(c, dict) and c.get("schedule"))]
+    clock = clock or time.perf_counter
     args = _arguments(f, params, inputs)
     bar = _Bar(f.name, len(space), sys.stderr if progress else None)
     start = time.perf_counter()
+    as_written = _caller(compile_function(f, target), args, params)
+    default_t = _time(as_written, repeats, clock)          # the defaults: f as written
     best, rejected, timed, seen = None, [], 0, set()
     for k, cand in enumerate(space):
         if k and time.perf_counter() - start > budget:
@@ -261,22 +295,35 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
             bar.done += 1
             bar.show(best and best[0], "(rejected)")
             continue
-        t = _time(kernel, args, params, repeats)
+        call = _caller(kernel, args, params)
+        t = _time(call, repeats, clock)
         RUNS["timed"] += 1
         timed += 1
         if best is None or t < best[0]:
-            best = (t, steps)
+            best = (t, steps, call)
         bar.done += 1
         bar.show(best[0])
-    bar.end()
     if best is None:
+        bar.end()
         raise ValueError(f"tune: no legal candidate for {f.name!r}: " + "; ".join(rejected))
-    value = {"steps": [_encode(s) for s in best[1]], "time": best[0],
-             "sizes": params}
-    store.put(KIND, key, value)
-    store.put(KIND, record_key(f, target), value)
-    return {"steps": best[1], "time": best[0], "key": key, "timed": timed,
-            "rejected": rejected, "cached": False}
+    if best[0] < default_t:
+        bar.show(best[0], "(A/B against the defaults)")
+        verdict = confirm(as_written, best[2], clock=clock)
+    else:
+        verdict = no_win(default_t, best[0])
+    bar.show(best[0], verdict.why)
+    bar.end()
+    kept = best[1] if verdict.kept else []
+    value = {"name": f.name, "steps": [_encode(s) for s in kept],
+             "time": verdict.best_s if verdict.kept else verdict.default_s,
+             "sizes": params, "target": target, "verdict": verdict.as_dict(),
+             "candidate": [str(s) for s in best[1]]}
+    if not dry_run:
+        store.put(KIND, key, value)
+        store.put(KIND, record_key(f, target), value)
+    return {"steps": kept, "candidate": best[1], "kept": verdict.kept, "verdict": verdict,
+            "time": value["time"], "key": key, "timed": timed, "rejected": rejected,
+            "cached": False, "recorded": not dry_run}
 
 
 def _user_steps(g, commands):
@@ -327,22 +374,72 @@ def _command_args(g, c):
     return c.args
 
 
+def describe(value) -> str:
+    """A record in words: which Function, the sizes, the A/B verdict and
+    the commands kept."""
+    if not _valid(value):
+        return f"tiramisu_py.tune record, damaged: {str(value)[:60]}"
+    name = value.get("name", "?")
+    sizes = size_class(value.get("sizes") or {}) or "fixed sizes"
+    verdict = Verdict.from_dict(value.get("verdict") or {})
+    if verdict is None:
+        return f"tiramisu_py.tune record of {name!r}: unconfirmed (made before A/B), not used"
+    steps = "; ".join(str(_decode_text(item)) for item in value["steps"]) or "as written"
+    return (f"tiramisu_py.tune record of {name!r} ({value.get('target', '?')}, {sizes}; "
+            f"{verdict.line()}): {steps}")
+
+
+def _decode_text(item):
+    """A recorded command as text (no Function needed)."""
+    if not isinstance(item, dict):
+        return repr(item)
+    args = [a["stmts"] if isinstance(a, dict) and "stmts" in a else
+            a["stmt"] if isinstance(a, dict) and "stmt" in a else a
+            for a in item.get("args", [])]
+    kw = [f"{k}={v!r}" for k, v in (item.get("kwargs") or {}).items()]
+    return f"{item.get('stmt') or 'f'}.{item.get('verb')}({', '.join([*map(repr, args), *kw])})"
+
+
+def records():
+    """``[(key, value)]`` of this store's records of kind :data:`KIND`, one
+    per size class tuned (any host, any format: an unconfirmed record of an
+    earlier version is listed, and never used)."""
+    return sorted(((k, v) for k, v in tuning.store().records(KIND).items() if "|" in k),
+                  key=lambda kv: (str(kv[1].get("name") if isinstance(kv[1], dict) else ""),
+                                  kv[0]))
+
+
+def forget(name=None) -> int:
+    """Removes the records of the Function named ``name`` (every record of
+    :data:`KIND` when None); returns how many size classes were removed."""
+    found = tuning.store().records(KIND)
+    if name is None:
+        tuning.store().forget(KIND)             # damaged records too
+        return sum("|" in k for k in found)
+    gone = [k for k, v in found.items() if isinstance(v, dict) and v.get("name") == name]
+    for k in gone:
+        tuning.store().forget(KIND, k)
+    return sum("|" in k for k in gone)
+
+
 def tuned_function(f, target):
-    """A copy of ``f`` scheduled by its tuning record (see the module's doc),
-    or None."""
+    """``(g, description)``: a copy ``g`` of ``f`` scheduled by its tuning
+    record (see the module's doc) and the record in words
+    (:func:`describe`), or None (no record, one that keeps nothing, or one
+    that no longer applies)."""
     if not USE_TUNED or f._commands:
         return None
     free = [p for p in f.params if p not in f.fixed]
     key = record_key(f, target, {}) if not free else record_key(f, target)
     value = tuning.store().get(KIND, key, valid=_valid)
-    if value is None:
+    if value is None or not value["steps"]:
         return None
     g = f.copy()
     try:
         apply_record(g, value)
     except (ValueError, TypeError, KeyError, IllegalScheduleError):
         return None                     # a record that no longer applies: compiled as written
-    return g
+    return g, describe(value)
 
 
-__all__ = ["tune", "tuned_function", "record_key", "KIND"]
+__all__ = ["tune", "tuned_function", "record_key", "records", "forget", "describe", "KIND"]

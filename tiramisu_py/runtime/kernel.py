@@ -100,7 +100,11 @@ class Kernel:
     """Call with the inputs (positionally in declaration order, or by name),
     optionally outputs by name (updated in place) and params by name (others
     are inferred from shapes).  Returns the output array, or a dict of them by
-    name when there are several.  ``source`` is the generated code."""
+    name when there are several.  ``source`` is the generated code.
+    ``tuned``: None, or the tuning record ``compile()`` used, in words
+    (:func:`tiramisu_py.tune`; then the source's first line says it too)."""
+    tuned = None
+    _note = ""
 
     def __init__(self, f, compiled, inputs, outputs, temps, checker, lowered,
                  zeroed_outputs=None):
@@ -127,7 +131,14 @@ class Kernel:
 
     @property
     def source(self) -> str:
-        return self._compiled.source
+        return self._note + self._compiled.source
+
+    def mark_tuned(self, description, comment="// "):
+        """Records that this kernel was compiled with a tuning record:
+        ``tuned`` = ``description``, and a ``comment`` line (the language's
+        comment mark) atop :attr:`source`."""
+        self.tuned = description
+        self._note = comment + " ".join(str(description).split()) + "\n"
 
     @property
     def library_path(self) -> str:
