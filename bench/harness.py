@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from bench import peak
-from codegen.target import cache_sizes, cpu_flags
+from codegen.target import cache_sizes, cpu_flags, cpu_model
 
 TIRAMISU = "tiramisu_py"          # impl names starting with this are our variants
 BASELINES = ("torch", "numpy")    # ratio to the first of these a case has
@@ -69,7 +69,7 @@ class Case:
 
 def machine_info() -> dict:
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "logical_cores": os.cpu_count(),
         "caches": _caches(),
         "simd": [f for f in ("avx512f", "avx2", "avx512_bf16", "avx512_vnni") if f in cpu_flags()],
@@ -78,18 +78,6 @@ def machine_info() -> dict:
         "versions": {pkg: _version(pkg) for pkg in ("numpy", "torch", "islpy", "llvmlite")},
         "gcc": _gcc_version(),
     }
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _caches():

@@ -37,11 +37,9 @@ copy, the user's Function stays as written, and the kernel says so
 ``--forget [NAME]``)."""
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -76,21 +74,8 @@ RUNS = {"timed": 0}               # candidates timed in this process (tests coun
 def host_text() -> str:
     """What the record's host part is made of."""
     caches = sorted(f"L{lv}{k[0]}={v}" for (lv, k), v in host.cache_sizes().items())
-    return f"{_cpu_model()}|{host.vector_bits()}|{','.join(caches)}|{host.cores()}"
+    return f"{host.cpu_model()}|{host.vector_bits()}|{','.join(caches)}|{host.cores()}"
 
-
-@functools.lru_cache(maxsize=None)
-def _cpu_model() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return model
 
 
 def size_class(params: dict) -> str:
