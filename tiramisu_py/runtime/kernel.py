@@ -100,7 +100,11 @@ class Kernel:
     """Call with the inputs (positionally in declaration order, or by name),
     optionally outputs by name (updated in place) and params by name (others
     are inferred from shapes).  Returns the output array, or a dict of them by
-    name when there are several.  ``source`` is the generated code."""
+    name when there are several.  ``source`` is the generated code.  Parallel
+    loops run on OpenMP's threads; in a forked child (``os.fork``, a 'fork'
+    multiprocessing worker, a DataLoader worker) the thread that forked runs
+    them on itself alone, since fork() does not copy the parent's OpenMP
+    threads (:mod:`codegen.after_fork`)."""
 
     def __init__(self, f, compiled, inputs, outputs, temps, checker, lowered,
                  zeroed_outputs=None):
