@@ -253,3 +253,24 @@ def test_proof_cases_equal_one_process(ranks):
 def test_a_failing_rank_fails_the_run_without_hanging():
     rc, out = _mpiexec(2, "fail")
     assert rc != 0 and "a failing rank" in out
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_an_argument_error_on_one_rank_raises_on_every_rank(ranks):
+    """scatter's root with a 0-d array, None or a bad axis; gather with one
+    rank's block of other columns (2 MB: its send waits for a receive), a 0-d
+    block, another axis: every rank raises the same error naming the
+    argument (none waits forever), and the next scatter/gather works."""
+    rc, out = _mpiexec(ranks, "bad")
+    assert rc == 0, out[-3000:]
+    res = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:])
+    assert res["after"]
+    names = {"scatter_0d": "'global_or_none' is a 0-d array", "scatter_none": "'global_or_none'",
+             "scatter_axis": "axis 2 is out of range", "gather_columns": "'local' on rank",
+             "gather_0d": "'local' is a 0-d array", "gather_axis": "'axis' is 1 on rank"}
+    for case, words in names.items():
+        seen = [per_rank[case] for per_rank in res["raised"]]
+        assert seen[0] != "returned" and seen[0][0] == "ValueError", (case, seen)
+        assert words in seen[0][1], (case, seen[0])
+        assert all(x == seen[0] for x in seen), (case, seen)
