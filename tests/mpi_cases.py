@@ -1,5 +1,5 @@
 """The distributed proof cases, run by tests/test_mpi.py under
-``mpiexec -n P python3 tests/mpi_cases.py [fail]``: every rank runs them all;
+``mpiexec -n P python3 tests/mpi_cases.py [fail|bad]``: every rank runs them all;
 rank 0 prints one line ``RESULT <json>`` with, per case, whether the result
 equals the single-process one and every rank's message and byte counts.
 An exception on any rank aborts the whole run (``MPI_Abort``)."""
@@ -47,6 +47,24 @@ def jacobi_tiled(comm):
         jacobi2d.build().compile()(A=A, B=B, T=JACOBI_T)
         res["equal"] = bool(np.array_equal(A_all, A))
     return res
+
+
+def jacobi_empty(comm):
+    """No step, then fewer interior rows than ranks (some blocks empty):
+    the arrays come back as one process leaves them."""
+    kernel, equal, stats = mpi_jacobi2d.build_distributed().compile(), True, []
+    for n, steps in ((JACOBI_N, 0), (2, JACOBI_T), (3, JACOBI_T)):
+        A, B = jacobi2d.random_inputs(n, seed=8) if comm.Get_rank() == 0 else (None, None)
+        out = kernel(A=mpi.scatter(A, comm=comm), B=mpi.scatter(B, comm=comm), T=steps, comm=comm)
+        A_all, B_all = mpi.gather(out["A"], comm=comm), mpi.gather(out["B"], comm=comm)
+        stats.append(kernel.comm_stats)
+        if comm.Get_rank() == 0:
+            jacobi2d.build().compile()(A=A, B=B, T=steps)
+            equal = equal and bool(np.array_equal(A_all, A) and np.array_equal(B_all, B))
+    out = {"stats": comm.gather(stats)}
+    if comm.Get_rank() == 0:
+        out["equal"] = equal
+    return out
 
 
 def gemm_rows(comm):
@@ -143,14 +161,47 @@ def conv_batch(comm):
     return out
 
 
+def bad_arguments(comm):
+    """Calls that one rank's argument makes wrong, each on every rank: per
+    call, what each rank raised (type and message), or "returned"."""
+    rank, last = comm.Get_rank(), comm.Get_size() - 1
+    big = np.zeros((64, 4096))                             # 2 MB: a rendezvous send
+    calls = {
+        "scatter_0d": lambda: mpi.scatter(np.float64(3.0) if rank == 0 else None, comm=comm),
+        "scatter_none": lambda: mpi.scatter(None, comm=comm),
+        "scatter_axis": lambda: mpi.scatter(big if rank == 0 else None, axis=2, comm=comm),
+        "gather_columns": lambda: mpi.gather(big[:, :4095] if rank == last else big, comm=comm),
+        "gather_0d": lambda: mpi.gather(np.float64(1.0) if rank == last else big, comm=comm),
+        "gather_axis": lambda: mpi.gather(big, axis=1 if rank == last else 0, comm=comm),
+    }
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            out[name] = "returned"
+        except (TypeError, ValueError) as e:
+            out[name] = [type(e).__name__, str(e)]
+    # the communicator still works: no message of a refused call is left over
+    whole = mpi.gather(mpi.scatter(big if rank == 0 else None, comm=comm), comm=comm)
+    res = {"raised": comm.gather(out)}
+    if rank == 0:
+        res["after"] = bool(np.array_equal(whole, big))
+    return res
+
+
 def main():
     comm = mpi.COMM_WORLD
+    if sys.argv[1:] == ["bad"]:
+        results = bad_arguments(comm)
+        if comm.Get_rank() == 0:
+            print("RESULT " + json.dumps(results), flush=True)
+        return
     if sys.argv[1:] == ["fail"]:
         if comm.Get_rank() == comm.Get_size() - 1:
             raise RuntimeError("a failing rank")
         comm.Barrier()                      # the others wait: the abort must end them
     results = {}
-    for case in (jacobi, jacobi_tiled, gemm_rows, lstm_pipeline, conv_batch):
+    for case in (jacobi, jacobi_tiled, jacobi_empty, gemm_rows, lstm_pipeline, conv_batch):
         results[case.__name__] = case(comm)
     if comm.Get_rank() == 0:
         print("RESULT " + json.dumps(results), flush=True)

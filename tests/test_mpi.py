@@ -108,6 +108,18 @@ def test_one_rank_equals_the_plain_kernel_bitwise():
     assert out["A"] is A and np.array_equal(A, A0) and np.array_equal(B, B0)
 
 
+@pytest.mark.parametrize("n,steps", [(9, 0), (2, 3), (1, 3)])
+def test_an_empty_domain_returns_the_arrays_unchanged_like_the_plain_kernel(n, steps):
+    """No step (T = 0) or no interior row (N <= 2): nothing runs, as without
+    ``distribute`` (it raised min()'s 'empty sequence' on every rank)."""
+    A, B = jacobi2d.random_inputs(n, seed=2)
+    A0, B0 = A.copy(), B.copy()
+    out = mpi_jacobi2d.build_distributed().compile()(A=A, B=B, T=steps, comm=_OneRank())
+    jacobi2d.build().compile()(A=A0, B=B0, T=steps)
+    assert out["A"] is A and out["B"] is B
+    assert np.array_equal(A, A0) and np.array_equal(B, B0)
+
+
 def test_a_block_of_the_wrong_size_or_an_unknown_argument_is_refused_by_name():
     kernel = mpi_jacobi2d.build_distributed().compile()
     A, B = jacobi2d.random_inputs(9, seed=2)
@@ -205,7 +217,8 @@ def test_proof_cases_equal_one_process(ranks):
     rc, out = _mpiexec(ranks)
     assert rc == 0, out[-3000:]
     res = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:])
-    for case in ("jacobi", "jacobi_tiled", "gemm_rows", "lstm_pipeline", "conv_batch"):
+    for case in ("jacobi", "jacobi_tiled", "jacobi_empty", "gemm_rows", "lstm_pipeline",
+                 "conv_batch"):
         assert res[case]["equal"], (case, res[case])
         assert len(res[case]["stats"]) == ranks
     # jacobi: per neighbour, the initial halo row of A, then one row of B and
@@ -240,3 +253,24 @@ def test_proof_cases_equal_one_process(ranks):
 def test_a_failing_rank_fails_the_run_without_hanging():
     rc, out = _mpiexec(2, "fail")
     assert rc != 0 and "a failing rank" in out
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_an_argument_error_on_one_rank_raises_on_every_rank(ranks):
+    """scatter's root with a 0-d array, None or a bad axis; gather with one
+    rank's block of other columns (2 MB: its send waits for a receive), a 0-d
+    block, another axis: every rank raises the same error naming the
+    argument (none waits forever), and the next scatter/gather works."""
+    rc, out = _mpiexec(ranks, "bad")
+    assert rc == 0, out[-3000:]
+    res = json.loads(next(x for x in out.splitlines() if x.startswith("RESULT "))[7:])
+    assert res["after"]
+    names = {"scatter_0d": "'global_or_none' is a 0-d array", "scatter_none": "'global_or_none'",
+             "scatter_axis": "axis 2 is out of range", "gather_columns": "'local' on rank",
+             "gather_0d": "'local' is a 0-d array", "gather_axis": "'axis' is 1 on rank"}
+    for case, words in names.items():
+        seen = [per_rank[case] for per_rank in res["raised"]]
+        assert seen[0] != "returned" and seen[0][0] == "ValueError", (case, seen)
+        assert words in seen[0][1], (case, seen[0])
+        assert all(x == seen[0] for x in seen), (case, seen)

@@ -9,7 +9,7 @@ import types
 
 import cffi
 
-from .. import cache, ir, toolchain
+from .. import after_fork, cache, ir, toolchain
 from ..toolchain import CompileError
 from .emit import cffi_declaration, emit_c
 
@@ -18,8 +18,10 @@ __all__ = ["compile_c", "compile_c_source", "CompiledFunction"]
 
 class CompiledFunction:
     """A loaded kernel.  ``call(scalars, addresses)`` runs it and returns its
-    status (0 success, 1 a temporary could not be allocated).  ``func`` is the
-    raw cffi function, ``func(*scalars, *addresses)``, for the lowest overhead."""
+    status (0 success, 1 a temporary could not be allocated); in a forked child
+    its parallel loops may run on one thread (:mod:`codegen.after_fork`).
+    ``func`` is the raw cffi function, ``func(*scalars, *addresses)``, without
+    that rule: it may hang in a forked child."""
 
     def __init__(self, name, source, path, c_path, key, ffi, lib):
         self.name = name
@@ -32,6 +34,7 @@ class CompiledFunction:
         self.func = getattr(lib, name)
 
     def call(self, scalars, addresses) -> int:
+        after_fork.before_call()
         return self.func(*scalars, *addresses)
 
     def __repr__(self):

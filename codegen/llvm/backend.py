@@ -39,7 +39,7 @@ import cffi
 import llvmlite
 import llvmlite.binding as llvm
 
-from .. import budget, cache, ir
+from .. import after_fork, budget, cache, ir
 from .lower import host, host_target_machine, target_machine
 from .stmt import emit_llvm
 
@@ -66,8 +66,9 @@ class LLVMCompileError(RuntimeError):
 
 class LLVMCompiledFunction:
     """A loaded kernel with the interface of the C backend's CompiledFunction:
-    ``call(scalars, addresses)`` returns the status; ``func(*scalars, *addresses)``
-    is the raw cffi function pointer.  Keeps its engine (and target machine) alive."""
+    ``call(scalars, addresses)`` returns the status (in a forked child, see
+    :mod:`codegen.after_fork`); ``func(*scalars, *addresses)`` is the raw cffi
+    function pointer.  Keeps its engine (and target machine) alive."""
 
     def __init__(self, name, source, path, ll_path, key, engine, tm, address, ctype):
         self.name = name
@@ -81,6 +82,7 @@ class LLVMCompiledFunction:
         self.func = _ffi.cast(ctype, address)
 
     def call(self, scalars, addresses) -> int:
+        after_fork.before_call()
         return self.func(*scalars, *addresses)
 
     def __repr__(self):

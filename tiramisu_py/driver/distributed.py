@@ -109,7 +109,8 @@ class DistributedKernel:
     the rank's blocks of the distributed arrays (as :func:`tiramisu_py.mpi.scatter`
     gives them), the replicated arrays whole and the global params; it
     returns the rank's blocks of the outputs (a dict when several) and
-    updates the blocks passed as outputs in place.  ``comm_stats``: the
+    updates the blocks passed as outputs in place (an empty domain, e.g. no
+    outer iteration: unchanged, as without ``distribute``).  ``comm_stats``: the
     last call's messages and bytes on this rank (``initial_*``: the first
     halo exchange; ``steps``: the outer iterations run)."""
 
@@ -237,7 +238,7 @@ class _Runner:
     def __init__(self, kernel, local, points, outer):
         self.kernel, self.local, self.checked = kernel, local, set()
         self.box = {}
-        for k, n in enumerate(outer):
+        for k, n in enumerate(outer if points else ()):    # none: an empty domain, no call
             self.box[f"dist_from_{n}"] = min(p[k] for p in points)
             self.box[f"dist_to_{n}"] = max(p[k] for p in points) + 1
         self.always = bool(kernel.checker.value_arrays)

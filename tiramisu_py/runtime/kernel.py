@@ -102,7 +102,11 @@ class Kernel:
     are inferred from shapes).  Returns the output array, or a dict of them by
     name when there are several.  ``source`` is the generated code.
     ``tuned``: None, or the tuning record ``compile()`` used, in words
-    (:func:`tiramisu_py.tune`; then the source's first line says it too)."""
+    (:func:`tiramisu_py.tune`; then the source's first line says it too).
+    Parallel loops run on OpenMP's threads; in a forked child (``os.fork``, a
+    'fork' multiprocessing worker, a DataLoader worker) the thread that forked
+    runs them on itself alone, since fork() does not copy the parent's OpenMP
+    threads (:mod:`codegen.after_fork`)."""
     tuned = None
     _note = ""
 

@@ -139,22 +139,54 @@ def _check_root(comm, root, what):
     return int(root)
 
 
+def _block(a, name, axis, what):
+    """``(array, axis)``: the argument ``name`` as a C-contiguous array that
+    MPI can send, split or joined along ``axis`` (checked)."""
+    ndim = np.ndim(a)
+    if ndim == 0:
+        raise ValueError(f"{what}: argument {name!r} is a 0-d array (a scalar); its blocks "
+                         "are taken along an axis: pass an array of at least one dimension")
+    a = np.ascontiguousarray(a)
+    if a.dtype.hasobject:
+        raise TypeError(f"{what}: argument {name!r} has dtype object, which MPI cannot send; "
+                        "pass an array of numbers")
+    return a, _check_axis(axis, ndim, what)
+
+
+class _Refusal:
+    """An argument error one rank found, sent to the others so that every
+    rank raises it (none waits for a message that never comes)."""
+
+    def __init__(self, exc, rank=None):
+        self.kind = TypeError if isinstance(exc, TypeError) else ValueError
+        self.message = str(exc) if rank is None else f"{exc} (on rank {rank})"
+
+    def raise_(self):
+        raise self.kind(self.message)
+
+
 def scatter(global_or_none, axis=0, root=0, comm=None):
     """Every rank gets its block (:func:`block_range`) along ``axis`` of the
     array that rank ``root`` holds (the other ranks pass None); the result
-    is a new C-contiguous array."""
+    is a new C-contiguous array.  A bad argument on the root (None, a 0-d
+    array, a bad ``axis``) raises on every rank, naming it."""
     comm = comm if comm is not None else comm_world()
     root = _check_root(comm, root, "scatter")
     rank, size = comm.Get_rank(), comm.Get_size()
+    meta = None
     if rank == root:
-        if global_or_none is None:
-            raise ValueError(f"scatter: the root rank {root} must pass the global array, not None")
-        a = np.asarray(global_or_none)
-        axis = _check_axis(axis, a.ndim, "scatter")
-        meta = (a.shape, a.dtype.str, axis)
-    else:
-        meta = None
-    shape, dtype, axis = comm.bcast(meta, root=root)
+        try:
+            if global_or_none is None:
+                raise ValueError(f"scatter: the root rank {root} must pass the global array "
+                                 "(argument 'global_or_none'), not None")
+            a, axis = _block(global_or_none, "global_or_none", axis, f"scatter (root rank {root})")
+            meta = (a.shape, a.dtype.str, axis)
+        except (TypeError, ValueError) as exc:
+            meta = _Refusal(exc)
+    meta = comm.bcast(meta, root=root)
+    if isinstance(meta, _Refusal):
+        meta.raise_()
+    shape, dtype, axis = meta
     lo, hi = block_range(shape[axis], size, rank)
     local = np.empty(shape[:axis] + (hi - lo,) + shape[axis + 1:], dtype=np.dtype(dtype))
     if rank == root:
@@ -174,22 +206,38 @@ def scatter(global_or_none, axis=0, root=0, comm=None):
 
 def gather(local, axis=0, root=0, comm=None):
     """The global array on rank ``root`` (the ranks' blocks concatenated
-    along ``axis`` in rank order; None on the other ranks)."""
+    along ``axis`` in rank order; None on the other ranks).  Every rank
+    checks every rank's block (shape, dtype and ``axis`` exchanged first):
+    a bad ``local`` or ``axis`` on any rank, or blocks that do not fit
+    together, raise on every rank, naming the argument and the rank."""
     comm = comm if comm is not None else comm_world()
     root = _check_root(comm, root, "gather")
-    local = np.ascontiguousarray(local)
-    axis = _check_axis(axis, local.ndim, "gather")
-    metas = comm.gather((local.shape, local.dtype.str), root=root)
-    if comm.Get_rank() != root:
+    rank = comm.Get_rank()
+    try:
+        if local is None:
+            raise ValueError("gather: argument 'local' is None: every rank passes its block")
+        local, axis = _block(local, "local", axis, "gather")
+        mine = (local.shape, local.dtype.str, axis)
+    except (TypeError, ValueError) as exc:
+        mine = _Refusal(exc, rank)
+    metas = comm.allgather(mine)
+    for m in metas:
+        if isinstance(m, _Refusal):
+            m.raise_()
+    shape0, dtype0, axis0 = metas[root]
+    for r, (shape, dtype, ax) in enumerate(metas):
+        if ax != axis0:
+            raise ValueError(f"gather: argument 'axis' is {ax} on rank {r} but {axis0} on the "
+                             f"root rank {root}: every rank passes the same axis")
+        if shape[:ax] + shape[ax + 1:] != shape0[:ax] + shape0[ax + 1:] or dtype != dtype0:
+            raise ValueError(f"gather: argument 'local' on rank {r}, a block {shape} {dtype}, "
+                             f"does not fit rank {root}'s {shape0} {dtype0} along axis {ax}")
+    if rank != root:
         comm.Send(local, dest=root, tag=7002)
         _count("sent", local.nbytes)
         return None
     parts = []
-    for r, (shape, dtype) in enumerate(metas):
-        others = shape[:axis] + shape[axis + 1:]
-        if others != local.shape[:axis] + local.shape[axis + 1:] or dtype != local.dtype.str:
-            raise ValueError(f"gather: rank {r}'s block {shape} {dtype} does not fit rank "
-                             f"{root}'s {local.shape} {local.dtype.str} along axis {axis}")
+    for r, (shape, dtype, _) in enumerate(metas):
         if r == root:
             parts.append(local)
         else:
