@@ -19,6 +19,27 @@ def build():
     return f
 
 
+def time_tiled(f, tt=2, ts=4):
+    """What ``f.auto_schedule()`` does (at tiles of the host's cache sizes):
+    sA shifted by one in i and j, both statements skewed by 2t in i and j so
+    that every dependence points forward, the (t, i, j) band tiled tt x ts x
+    ts, the tiles skewed into a wavefront (j0 + t0 + i0), its tiles of one
+    wavefront in parallel (the picture of docs/guide/pictures.md)."""
+    sB, sA = f.statements
+    sA.shift("i", 1)
+    sA.shift("j", 1)
+    for s in (sB, sA):
+        s.skew("t", "i", 2)
+        s.skew("t", "j", 2)
+    f.tile_band([sB, sA], ["t", "i", "j"], [tt, ts, ts])
+    for s in (sB, sA):
+        s.skew("t0", "j0", 1)
+        s.skew("i0", "j0", 1)
+        s.reorder("j0", "t0", "i0")
+        s.parallelize("t0")
+    return f
+
+
 def reference(A, B, T):
     A, B = A.copy(), B.copy()
     for _ in range(T):

@@ -78,11 +78,12 @@ class Function(program.Function):
     def draw(self, statement=None, loops=None, params=None, path=None, compare=False):
         """A :class:`~tiramisu_py.Picture` of the iteration space under the
         current schedule, at the concrete ``params`` (a dict, e.g. ``{"N": 8}``):
-        each statement's instances as points on two of its loops (``loops``:
-        (outer, inner) names; by default its two outermost; the loops a tile
-        made of one loop count as that loop), coloured by parallel step,
-        labelled by execution order, tiles outlined, dependences as arrows by
-        kind.  ``statement``: a name (or a list) to draw only those;
+        a point per instance of each statement, on two of its loops
+        (``loops``: (outer, inner) names; by default its two innermost; the
+        loops a tile made of one loop count as that loop), one block per
+        value of its other loops, coloured by parallel step, labelled by
+        execution order, tiles outlined, dependences as arrows by kind.
+        ``statement``: a name (or a list) to draw only those;
         ``compare``: the program order beside it; ``path``: also saved there.
         The data drawn is ``picture.data``; rendering needs matplotlib
         (``pip install tiramisu_py[draw]``).  Rules: docs/internals/draw.md."""

@@ -156,7 +156,8 @@ def main(argv=None):
     dr.add_argument("--params", default="", help="parameter values, e.g. T=6,N=10")
     dr.add_argument("--out", default=None, help="the picture's path (.png, .svg, .pdf); "
                                                 "default CALLABLE.png")
-    dr.add_argument("--loops", default=None, help="the two loops drawn, outer first: t,i")
+    dr.add_argument("--loops", default=None, help="the two loops drawn, outer first: t,i (the "
+                                                "others: one block per value)")
     dr.add_argument("--compare", action="store_true", help="the program order beside it")
     sub.add_parser("bench", add_help=False,     # its options are parsed by bench()
                    help="benchmark the operator library against NumPy and PyTorch "

@@ -53,8 +53,8 @@ def draw_violation(error, path=None, statement=None, loops=None, params=None):
               locate=[v.source, v.sink])
     kind = ERROR_KINDS.get(v.kind, v.kind)
     what = "in different iterations of " + repr(v.loop) if v.concurrent else "in the wrong order"
-    p.highlight = {"source": p.located[v.source], "sink": p.located[v.sink], "kind": kind,
-                   "buffer": v.buffer, "source_instance": v.source, "sink_instance": v.sink,
+    source, sink = (v.source[0], tuple(v.source[1])), (v.sink[0], tuple(v.sink[1]))
+    p.highlight = {"source": source, "sink": sink, "kind": kind, "buffer": v.buffer,
                    "text": f"refused: {_instance(v.function, v.source)} -> "
                            f"{_instance(v.function, v.sink)}\n({kind} on {v.buffer!r}) {what}"}
     return _picture(f"{v.function.name}{_params_text(params)}", params, [p], path)

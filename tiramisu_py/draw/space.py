@@ -3,37 +3,37 @@ is not imported): every instance of the drawn statements at concrete, small
 parameter values, computed exactly with isl from the model, its dependences
 and a schedule (a command log replayed).  The rules (docs/internals/draw.md):
 
-* **Axes**: the statement's loops in the schedule, outer first, except that
-  the two loops a ``split``/``tile`` made of one loop are one axis again, the
-  loop before the split (its expression then: a skewed loop stays skewed).
-  A point's coordinates are the values of the two chosen axes' expressions,
-  so a skew shows as a slanted space; ``loops=(outer, inner)`` puts the outer
-  axis on y and the inner on x.  Other loops are projected away: a point
-  stands for every instance with its two coordinates.
-* **Time**: the rank of the point's first instance in the schedule's order
-  (0 runs first), over all drawn points.
+* **Points**: one per instance.  Its coordinates are the values of the
+  statement's axes (:mod:`.axes`: a tiled loop is one axis, its tile loops
+  give the instance's tile), so a skew shows as a slanted space.  The two
+  innermost axes of the statement with the most axes (or ``loops=(outer,
+  inner)``) are y and x; each value of the other axes is a **block** of its
+  own (small multiples, outer first; a statement without one of them has
+  None there).  Statements without the two drawn axes are not drawn: they
+  are listed in ``Panel.omitted``.
+* **Time**: the rank of the instance in the schedule's order (0 runs
+  first), over all drawn instances.
 * **Step** (the wavefront): instances that differ only in the loops from the
   outermost parallel loop inward run in one step.  That loop is the
   outermost one tagged parallel, vector or GPU; when no drawn statement has
   such a tag, the outermost loop that carries no dependence (one that could
   be parallel).  Step = the rank of the schedule's prefix before that loop.
-* **Tile**: the values of the outer loops of the splits of the two axes.
+* **Tile**: the values of the statement's tile loops; ``Panel.tiles`` has
+  the box around each tile's instances in each block.
 * **Arrows**: the memory dependences of the program order between drawn
   instances, by kind: flow (a write, then a read of the element), anti (a
   read, then a write), output (two writes).  Of each pair of accesses, only
-  the latest source of each sink is kept (the others follow by transitivity),
-  and an arrow that projects onto one point of one statement is dropped (it
-  is carried by a loop not shown).
+  the latest source of each sink is kept (the others follow by transitivity).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import islpy as isl
 
 from ..analysis import legality
 from ..lang.schedule import initial_state, replay
+from .axes import geometry, label, pretty
 
 MAX_INSTANCES = 20000          # per statement: pictures are of small spaces
 KINDS = {(True, False): "flow", (False, True): "anti", (True, True): "output"}
@@ -42,20 +42,31 @@ PARALLEL_TAGS = ("parallel", "vector", "gpu_block", "gpu_thread")
 
 @dataclass(frozen=True)
 class Point:
+    """One instance of a drawn statement."""
     stmt: str
-    xy: tuple                  # (x, y): the inner and the outer axis' values
-    time: int                  # rank of its first instance in the schedule's order
+    instance: tuple            # its iteration vector (the statement's own variables)
+    xy: tuple                  # (x, y): the inner and the outer drawn axis' values
+    block: tuple               # the other axes' values, outer first (None: not its loop)
+    time: int                  # its rank in the schedule's order (0 runs first)
     step: int                  # rank of its parallel step (wavefront)
-    tile: tuple | None         # the tile loops' values, None when not tiled
-    instances: int = 1         # how many instances project onto it
+    tile: tuple | None         # the values of its tile loops, None when not tiled
 
 
 @dataclass(frozen=True)
 class Arrow:
     kind: str                  # "flow" | "anti" | "output"
     buffer: str
-    src: tuple                 # (statement, (x, y))
+    src: tuple                 # (statement, instance)
     dst: tuple
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A tile's box in one block: the least box around its instances' (x, y)."""
+    tile: tuple                # the tile loops' values
+    block: tuple
+    box: tuple                 # (x0, y0, x1, y1), ends included
+    instances: int             # how many drawn instances it holds
 
 
 @dataclass
@@ -71,39 +82,18 @@ class SpaceData:
 class Panel:
     """One iteration-space picture: what ``Picture.data.panels[k]`` holds."""
     title: str
-    axes: tuple                # (x name, y name)
-    points: list
+    axes: tuple                # (x label, y label): the inner and the outer drawn axis
+    points: list               # one per instance, in the schedule's order
     arrows: list
     marks: dict                # statement -> {loop: "parallel" | "vector 8" | ...}
     step_loops: dict           # statement -> (loop the steps are taken before, tagged?)
     highlight: dict | None = None
     statements: list = field(default_factory=list)
-    located: dict = field(default_factory=dict)   # (stmt, instance) asked for -> (stmt, xy)
-
-
-def _axes(model, commands, state, stmt):
-    """[(axis name, isl expression)] of ``stmt`` in ``state`` and
-    {tile loop name: axis name} (see the module's rules)."""
-    origin = {}
-    for k, c in enumerate(commands):
-        if c.stmt != stmt or c.op not in ("split", "tile"):
-            continue
-        before = replay(model, commands, k)[stmt]
-        loops = [c.args[0]] if c.op == "split" else list(c.args[0])
-        names = [c.args[2]] if c.op == "split" else list(c.args[2])
-        for loop, (outer, inner) in zip(loops, names):
-            root = origin.get(loop)
-            if root is None:
-                root = (loop, before.loops[before.find(loop, c.text, stmt)].expr)
-            origin[outer], origin[inner] = root + ("outer",), root + ("inner",)
-    axes, tiles = [], {}
-    for lp in state[stmt].loops:
-        name, expr, role = origin.get(lp.name, (lp.name, lp.expr, None))
-        if name not in [a for a, _ in axes]:
-            axes.append((name, expr))
-        if role == "outer":
-            tiles[lp.name] = name
-    return axes, tiles
+    blocks: tuple = ()         # labels of the other axes (one block per value), outer first
+    block_axes: tuple = ()     # their names
+    tiles: list = field(default_factory=list)     # Tile boxes
+    exprs: dict = field(default_factory=dict)     # axis name -> {statement: its expression}
+    omitted: dict = field(default_factory=dict)   # statement not drawn -> why
 
 
 def _params_set(model, params):
@@ -147,52 +137,68 @@ def _stmt_map(model, m, outputs, pset):
 
 def panel(f, commands, statement=None, loops=None, params=None, title="", locate=()):
     """The :class:`Panel` of ``f`` under the schedule of ``commands``;
-    ``locate``: (statement, instance) pairs whose drawn point it records."""
+    ``locate``: (statement, instance) pairs that must be drawn."""
     model, deps, _ = legality.analyse(f)
     state = replay(model, commands)
     pset = _params_set(model, dict(params or {}))
     stmts = _statements(model, state, statement)
-    geo = {s: _axes(model, commands, state, s) for s in stmts}
-    names = _axis_names(geo, stmts, loops)
-    stmts = [s for s in stmts if names[0] in dict(geo[s][0])
-             and (len(names) < 2 or names[1] in dict(geo[s][0]))]
+    geo = {s: geometry(model, commands, state, s) for s in stmts}
+    drawn, blocks = _axis_names(geo, stmts, loops, [s for s, _ in locate])
+    omitted = {s: f"has no loop {', '.join(a for a in drawn if a not in _names(geo[s]))} "
+                  f"(the loops drawn: {', '.join(drawn)})"
+               for s in stmts if not set(drawn) <= _names(geo[s])}
+    if statement is not None and omitted:
+        s = next(iter(omitted))
+        raise ValueError(f"draw: statement {s} {omitted[s]}; draw it on its own "
+                         f"(statement={s!r}) or on loops= it has")
+    stmts = [s for s in stmts if s not in omitted]
     cut = _step_cuts(model, deps, state, stmts)
-    inst = {}                                  # (stmt, instance) -> (sched, xy, tile)
+    inst = {}                      # (stmt, instance) -> (sched, xy, block, tile)
     for s in stmts:
-        inst.update(_instances(model, state, s, geo[s], names, pset, params))
+        inst.update(_instances(model, state, s, geo[s], drawn, blocks, pset, params))
     points = _points(inst, cut)
     arrows = _arrows(model, deps, stmts, pset, inst)
     marks = {s: {lp: _mark(t) for lp, t in state[s].tags.items()} for s in stmts}
-    shown = {n: _readable(e) for s in stmts for n, e in geo[s][0] if n in names}
-    axes = tuple(n if shown[n] == n else f"{n} = {shown[n]}" for n in reversed(names))
-    axes = axes if len(names) == 2 else (axes[0], "")
-    located = {}
+    exprs = {a: {s: pretty(model, model.by_name[s], a, dict(geo[s].axes)[a]) for s in stmts
+                 if a in _names(geo[s])} for a in blocks + drawn}
+    labels = {a: label(a, exprs[a]) for a in exprs}
+    axes = (labels[drawn[-1]], labels[drawn[0]] if len(drawn) == 2 else "")
     for s, x in locate:
         if (s, tuple(x)) not in inst:
             raise ValueError(f"draw: the instance {s}{list(x)} is not drawn (not an instance at "
                              f"params {params}, or its statement is not shown)")
-        located[(s, tuple(x))] = (s, inst[(s, tuple(x))][1])
     return Panel(title, axes, points, arrows, marks,
-                 {s: (cut[s][1], cut[s][2]) for s in stmts}, None, stmts, located)
+                 {s: (cut[s][1], cut[s][2]) for s in stmts}, None, stmts,
+                 tuple(labels[a] for a in blocks), tuple(blocks), _tiles(points), exprs, omitted)
 
 
-def _instances(model, state, s, geo, names, pset, params):
-    """{(s, instance): (schedule vector, (x, y), tile or None)} at ``pset``."""
+def _names(geo):
+    return {a for a, _ in geo.axes}
+
+
+def _instances(model, state, s, geo, drawn, blocks, pset, params):
+    """{(s, instance): (schedule vector, (x, y), block, tile or None)}; a
+    block axis the statement lacks has the value None."""
     m = model.by_name[s]
-    axes, tiles = geo
-    expr = dict(axes)
+    expr = dict(geo.axes)
     depth = legality.schedule_depth(model, state)
     dims = state[s].dims() + ["0"] * (depth - len(state[s].dims()))
-    coords = [expr[names[-1]], expr[names[0]]] if len(names) == 2 else [expr[names[0]], "0"]
-    tile_loops = [lp for lp in state[s].loops if tiles.get(lp.name) in names]
-    mp = _stmt_map(model, m, dims + coords + [lp.expr for lp in tile_loops], pset)
+    own = [a for a in blocks if a in expr]
+    tile_exprs = [lp.expr for lp in state[s].loops if lp.name in geo.tile_loops]
+    mp = _stmt_map(model, m, dims + [expr[a] for a in drawn + own] + tile_exprs, pset)
     if not mp.domain().is_bounded():
         raise ValueError(f"draw: {s} has unbounded instances at params {params}")
     if mp.domain().count_val().to_python() > MAX_INSTANCES:
         raise ValueError(f"draw: {s} has more than {MAX_INSTANCES} instances at params "
                          f"{params}; draw it at smaller values")
-    return {(s, x): (out[:depth], out[depth:depth + 2], out[depth + 2:] if tile_loops else None)
-            for x, out in _points_of(mp)}
+    out = {}
+    n, k = depth + len(drawn), depth + len(drawn) + len(own)
+    for x, v in _points_of(mp):
+        xy = (v[n - 1], v[depth]) if len(drawn) == 2 else (v[depth], 0)
+        value = dict(zip(own, v[n:k]))
+        out[(s, x)] = (v[:depth], xy, tuple(value.get(a) for a in blocks),
+                       v[k:] if tile_exprs else None)
+    return out
 
 
 def _statements(model, state, statement):
@@ -217,25 +223,48 @@ def _statements(model, state, statement):
     return drawable
 
 
-def _axis_names(geo, stmts, loops):
-    """The one or two axis names drawn (outer first)."""
+def _axis_names(geo, stmts, loops, located=()):
+    """The drawn axes (outer first: y then x, or x alone) and the block axes
+    (outer first); ``located``: statements that must be drawn (the axes
+    drawn by default are then two they share)."""
     if loops is None:
-        best = max(stmts, key=lambda s: len(geo[s][0])) if stmts else None
-        if best is None or not geo[best][0]:
+        best = max(stmts, key=lambda s: len(geo[s].axes)) if stmts else None
+        if best is None or not geo[best].axes:
             raise ValueError("draw: nothing to draw (no statement with a loop)")
-        return [a for a, _ in geo[best][0][:2]]
+        if located:
+            first = list(dict.fromkeys(located))
+            shared = [a for a, _ in geo[first[0]].axes
+                      if all(a in _names(geo[s]) for s in first)]
+            if not shared:
+                raise ValueError(f"draw: {' and '.join(first)} share no loop; draw them "
+                                 "one by one (statement=...)")
+            drawn = shared[-2:]
+        else:
+            drawn = [a for a, _ in geo[best].axes][-2:]
+    else:
+        drawn = _named_axes(geo, stmts, loops)
+    have = sorted([s for s in stmts if set(drawn) <= _names(geo[s])],
+                  key=lambda s: -len(geo[s].axes))
+    blocks = list(dict.fromkeys(a for s in have for a, _ in geo[s].axes if a not in drawn))
+    return drawn, blocks
+
+
+def _named_axes(geo, stmts, loops):
     loops = [loops] if isinstance(loops, str) else [getattr(x, "name", x) for x in loops]
     if len(loops) not in (1, 2):
         raise ValueError(f"draw: loops= must name one or two loops (outer, inner), not {loops!r}")
-    out = []
+    names = []
     for name in loops:
-        owner = [s for s in stmts if name in dict(geo[s][0]) or name in geo[s][1]]
+        owner = [s for s in stmts if name in geo[s].loop_axis or name in _names(geo[s])]
         if not owner:
-            known = sorted({a for s in stmts for a, _ in geo[s][0]})
+            known = sorted({a for s in stmts for a, _ in geo[s].axes})
             raise ValueError(f"draw: loops= names {name!r}, not a loop of the drawn statements "
                              f"(their loops: {', '.join(known)})")
-        out.append(geo[owner[0]][1].get(name, name))
-    return out
+        names.append(geo[owner[0]].loop_axis.get(name, name))
+    if len(set(names)) != len(names):
+        raise ValueError(f"draw: loops= names one axis twice ({loops!r}: the loops a split or "
+                         "tile made of one loop are one axis)")
+    return names
 
 
 def _step_cuts(model, deps, state, stmts):
@@ -261,18 +290,25 @@ def _rank(values):
 
 
 def _points(inst, cut):
-    first = {}
-    count = {}
-    for (s, _x), (sched, xy, tile) in inst.items():
-        key = (s, xy)
-        count[key] = count.get(key, 0) + 1
-        if key not in first or sched < first[key][0]:
-            first[key] = (sched, tile)
-    keys = sorted(first, key=lambda k: first[k][0])
-    times = _rank([first[k][0] for k in keys])
-    steps = _rank([first[k][0][:cut[k[0]][0]] for k in keys])
-    return [Point(k[0], k[1], t, st, first[k][1], count[k])
+    keys = sorted(inst, key=lambda k: inst[k][0])
+    times = _rank([inst[k][0] for k in keys])
+    steps = _rank([inst[k][0][:cut[k[0]][0]] for k in keys])
+    return [Point(k[0], k[1], inst[k][1], inst[k][2], t, st, inst[k][3])
             for k, t, st in zip(keys, times, steps)]
+
+
+def _tiles(points):
+    """A :class:`Tile` per tile and block, around its points."""
+    cells = {}
+    for pt in points:
+        if pt.tile is not None:
+            cells.setdefault((pt.tile, pt.block), []).append(pt.xy)
+    out = []
+    order = lambda kv: (kv[0][0], tuple((v is not None, v or 0) for v in kv[0][1]))  # noqa
+    for (tile, block), xys in sorted(cells.items(), key=order):
+        xs, ys = [x for x, _ in xys], [y for _, y in xys]
+        out.append(Tile(tile, block, (min(xs), min(ys), max(xs), max(ys)), len(xys)))
+    return out
 
 
 def _arrows(model, deps, stmts, pset, inst):
@@ -296,17 +332,9 @@ def _arrows(model, deps, stmts, pset, inst):
                 continue
             latest = rel.reverse().apply_range(sched[s]).lexmax().apply_range(sched[s].reverse())
             for dst, src in _points_of(latest):
-                p, q = inst.get((s, src)), inst.get((t, dst))
-                if p is None or q is None or (s == t and p[1] == q[1]):
-                    continue
-                out.add(Arrow(KINDS[(a.write, b.write)], a.buffer.name, (s, p[1]), (t, q[1])))
+                if (s, src) in inst and (t, dst) in inst:
+                    out.add(Arrow(KINDS[(a.write, b.write)], a.buffer.name, (s, src), (t, dst)))
     return sorted(out, key=lambda r: (r.kind, r.src, r.dst, r.buffer))
-
-
-def _readable(expr):
-    """An axis' isl expression as people write it: ``(i) + 1*(t)`` -> ``i + t``."""
-    expr = re.sub(r"\((\w+)\)", r"\1", expr)
-    return re.sub(r"(?<![\w)])1\*", "", expr)
 
 
 def _mark(tag):
