@@ -181,7 +181,7 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
     for i, (name, fn) in enumerate(timed.items(), 1):
         progress.show(f"{label}: timing {name} ({i}/{len(timed)}), {repeats} calls",
                       transient=i > 1)
-        _settle()                       # the previous library's threads go to sleep
+        settle()                       # the previous library's threads go to sleep
         _warm(fn)
         # ``repeats`` calls at least, more for short ones (MIN_TIMED_S in all):
         # the median of 5 calls of a millisecond is at the mercy of one hiccup
@@ -196,7 +196,7 @@ def measure(case: Case, repeats: int, threads: int, progress: Progress,
     return results
 
 
-def _settle():
+def settle():
     """A pause of :data:`SETTLE_S`, then one until the host's other work is
     idle (:func:`_busy_cores` under :data:`QUIET_CORES`), :data:`QUIET_S`
     at most: a warm-up can leave work behind it (torch.compile's pool of
@@ -249,7 +249,7 @@ def _timed_rounds(timed, times, repeats, progress, label):
     implementation's warm calls, one call of each per round, until each has
     ``repeats`` calls and (:data:`MIN_TIMED_S` of them or :data:`MAX_CALLS`)."""
     progress.show(f"{label}: timing {', '.join(timed)} in rounds, {repeats} calls")
-    _settle()
+    settle()
     for fn in timed.values():
         _warm(fn)
 

@@ -31,6 +31,8 @@ paper  the TIRAMISU paper's table: Conv, Conv-ReLU-MaxPool, Resize-Conv-ReLU-Max
        the VGG and ResNet blocks, the seq-to-seq LSTM, dense and sparse, against torch
        and torch.compile, with the paper's figures and the break-even density
        (bench/suite_paper.py; not part of "all").
+contention  the library's calls quiet and beside 1 and 4 busy processes, against torch in
+       the same conditions (bench/suite_contention.py; not part of "all").
 models whole models converted by schedules.nn.convert (VGG-11, ResNet-18, MobileNetV2,
        an Embedding-LSTM-Linear seq2seq) against torch eager and torch.compile, inference
        and forward + backward, batch 2 and 16 (bench/suite_models.py; not part of "all").
@@ -48,7 +50,8 @@ import json
 
 import numpy as np
 
-from bench import harness, suite_models, suite_paper, suite_polybench, suite_rnn, suite_sparse
+from bench import (harness, suite_contention, suite_models, suite_paper, suite_polybench,
+                   suite_rnn, suite_sparse)
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused", "rnn")
@@ -238,7 +241,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("suite", nargs="*", default=["all"],
-                   choices=(*SUITES, "sparse", "polybench", "paper", "models", "all"),
+                   choices=(*SUITES, "sparse", "polybench", "paper", "models", "contention",
+                            "all"),
                    help="which suites, run one after the other in this process's order "
                         "(default: all)")
     p.add_argument("--quick", action="store_true",
@@ -254,6 +258,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
     harness.add_arguments(p)
     suite_sparse.add_arguments(p)
     suite_polybench.add_arguments(p)
+    suite_contention.add_arguments(p)
     return p
 
 
@@ -285,6 +290,8 @@ def _main_one(args: argparse.Namespace) -> dict:
         print(QUICK_NOTE, flush=True)
     if args.suite == "sparse":
         return suite_sparse.main(args)
+    if args.suite == "contention":
+        return suite_contention.main(args)
     if args.dtype != "fp32" and (args.suite not in ("gemm", "conv", "rnn")
                                  or args.dtype == "int8" and args.suite != "gemm"):
         raise SystemExit(f"--dtype {args.dtype}: the gemm suite has bf16, fp16 and int8, the "

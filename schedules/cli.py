@@ -1,5 +1,5 @@
 """The ``tiramisu-py`` command with the operator library: ``tiramisu_py.cli``'s
-commands, and ``tiramisu-py tune [gemm|conv|sparse|rnn|all] [--budget SECONDS]
+commands, and ``tiramisu-py tune [gemm|conv|sparse|rnn|grain|all] [--budget SECONDS]
 [--dry-run]`` (:func:`schedules.tune_library`) beside its ``tiramisu-py tune
 FILE:FUNC``; ``tiramisu-py tune --list`` lists both tuners' records,
 ``--forget [WHAT]`` removes them (all, or an op's, a solver's, a Function's).
@@ -27,7 +27,9 @@ def _library_tune(argv):
         description="Time the operator library's tunable parameters on this host and record "
                     "the fastest (every later process on this host uses them). "
                     "`tiramisu-py tune FILE:FUNC` tunes a Function instead.")
-    p.add_argument("ops", nargs="*", metavar="OP", help=f"{', '.join(OPS)} or all (default all)")
+    p.add_argument("ops", nargs="*", metavar="OP",
+                   help=f"{', '.join(OPS)}, grain (the parallel grain: below it a parallel loop "
+                        "runs on one thread) or all (default all)")
     p.add_argument("--budget", type=float, default=None,
                    help="seconds after which no candidate starts (default: no limit)")
     p.add_argument("--sizes", choices=("bench", "small"), default="bench",
@@ -45,11 +47,18 @@ def _library_tune(argv):
     args = p.parse_args(argv)
     if args.list or args.forget is not None:
         return _records(args.list, args.forget)
-    bad = [o for o in args.ops if o not in OPS + ("all",)]
+    bad = [o for o in args.ops if o not in OPS + ("grain", "all")]
     if bad:
-        p.error(f"unknown op {bad[0]!r}: choose from {', '.join(OPS)}, all, or give FILE:FUNC")
+        p.error(f"unknown op {bad[0]!r}: choose from {', '.join(OPS)}, grain, all, or give "
+                "FILE:FUNC")
+    ops = args.ops or ["all"]
+    if "grain" in ops or "all" in ops:
+        language_cli.tune_grain(args.dry_run)
+        ops = [o for o in ops if o != "grain"]
+        if not ops:
+            return 0
     try:
-        report = tune_library(args.ops or ("all",), budget=args.budget,
+        report = tune_library(ops, budget=args.budget,
                               progress=not args.quiet, sizes=args.sizes, repeats=args.repeats,
                               retune=args.retune, dry_run=args.dry_run)
     except ValueError as e:

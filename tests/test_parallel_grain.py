@@ -92,3 +92,77 @@ def test_the_grain_comes_from_the_environment_then_the_store(grain_env, monkeypa
     grain_env("many")
     with pytest.raises(ValueError, match="TIRAMISU_PY_PARALLEL_GRAIN"):
         grain.parallel_grain()
+
+
+class _Host:
+    """A fake host: ``make(n, grain)`` gives a probe whose call advances the
+    fake clock by a modelled time: one thread ``n`` ns a step, the team half
+    that plus a barrier's ``sync`` s a step (``sync_ab`` for the probes made
+    after the sweep: the A/B)."""
+
+    def __init__(self, sync, sync_ab=None):
+        self.now, self.made, self.sync, self.sync_ab = 0.0, 0, sync, sync if sync_ab is None else sync_ab
+
+    def clock(self):
+        return self.now
+
+    def make(self, n, value):
+        self.made += 1
+        sweep = self.made <= 2 * len(grain.SIZES)
+        sync = self.sync if sweep else self.sync_ab
+        step = n * 1e-9 if value > n else n * 0.5e-9 + sync
+
+        def call():
+            self.now += grain.STEPS * step
+        return call
+
+
+def _tune(host, **kw):
+    return grain.tune(host.make, clock=host.clock, **kw)
+
+
+@pytest.fixture
+def no_grain_record(monkeypatch):
+    monkeypatch.delenv(grain.ENV, raising=False)
+    tp.tuning.forget(grain.KIND)
+    yield
+    tp.tuning.forget(grain.KIND)
+
+
+def test_a_measured_grain_is_recorded_when_the_ab_confirms_it(no_grain_record):
+    host = _Host(sync=5e-6)          # the team wins from 12,500 instances a step on
+    r = _tune(host)
+    assert r["measured"] == 16384 and r["grain"] == grain.DEFAULT
+    assert r["verdict"].kept and r["recorded"]
+    assert grain.parallel_grain() == 16384 and "measured" in grain.describe()
+
+
+def test_a_team_fast_only_in_the_sweep_is_not_recorded(no_grain_record):
+    """The sweep saw the team win at every size (another process paused
+    that moment); timed again beside one thread it ties or loses: nothing is
+    recorded, and the grain in use stays the default."""
+    host = _Host(sync=0.0, sync_ab=1e-3)
+    r = _tune(host)
+    assert r["measured"] == 1024
+    assert not r["verdict"].kept and not r["recorded"]
+    assert grain.parallel_grain() == grain.DEFAULT
+
+
+def test_a_dry_run_records_nothing(no_grain_record):
+    r = _tune(_Host(sync=5e-6), dry_run=True)
+    assert r["verdict"].kept and not r["recorded"]
+    assert grain.parallel_grain() == grain.DEFAULT
+
+
+def test_the_probe_runs_and_the_cli_says_what_it_kept(no_grain_record, capsys, monkeypatch):
+    from tiramisu_py import cli
+    for value in (0, 1 << 30):                        # the team, one thread: the same result
+        call = cli.grain_probe(4096, value)
+        np.testing.assert_allclose(call(), np.full(4096, 2.0, np.float32), rtol=1e-6)
+    host = _Host(sync=5e-6)
+    monkeypatch.setattr(cli, "grain_probe", host.make)
+    real = grain.tune
+    monkeypatch.setattr(grain, "tune", lambda make, **kw: real(make, clock=host.clock, **kw))
+    cli.tune_grain(dry_run=True)
+    out = capsys.readouterr().out
+    assert "grain: measured 16384, in use 32768" in out and "not recorded (dry run)" in out

@@ -10,7 +10,11 @@ import os
 import runpy
 import sys
 
+import numpy as np
+
 from .api import Function
+from .base.types import float32
+from .driver import grain
 from .driver import tune as tune_records
 from .driver.tune import tune as run_tune
 
@@ -108,6 +112,42 @@ def forget_tuned(what):
     n = tune_records.forget(None if what is True else what)
     print(f"forgot {n} tiramisu_py.tune record(s)")
     return n
+
+
+def grain_probe(n: int, value: int):
+    """The parallel grain's probe (:func:`tiramisu_py.driver.grain.tune`):
+    ``grain.STEPS`` steps of a parallel, vectorised update of ``n`` floats
+    (``y = 0.5 * y + x``), one barrier a step, compiled with the grain
+    ``value`` (0: on the team; above ``n``: on one thread).  A zero-argument
+    call."""
+    f = Function("grain_probe", params={"T": grain.STEPS, "N": n})
+    t, i = f.var("t", 0, "T"), f.var("i", 0, "N")
+    x = f.input("x", ("N",), float32)
+    y = f.buffer("y", ("N",), float32, output=True)
+    with f.nest(t):
+        s = f.computation("s", [t, i], y[i] * 0.5 + x[i]).store_in(y, [i])
+    s.vectorize("i", 16)
+    s.parallelize("i0")
+    with grain.forced(value):
+        k = f.compile()
+    xs, ys = np.ones(n, np.float32), np.zeros(n, np.float32)
+    return lambda: k(x=xs, y=ys)
+
+
+def tune_grain(dry_run=False):
+    """``tiramisu-py tune grain``: measures this host's parallel grain
+    (:mod:`tiramisu_py.driver.grain`) and records it when confirmed."""
+    print("the parallel grain: the probe on one thread and on the team")
+    r = grain.tune(grain_probe, dry_run=dry_run, log=print)
+    v = r["verdict"]
+    if v is None:
+        print(f"grain: measured {r['measured']}, in use {r['grain']}: they agree on every "
+              "size measured; nothing to record")
+        return r
+    what = "recorded" if r["recorded"] else "not recorded (dry run)" if dry_run and v.kept \
+        else "not recorded"
+    print(f"grain: measured {r['measured']}, in use {r['grain']}: {v.line()}; {what}")
+    return r
 
 
 def tune(args):

@@ -18,11 +18,16 @@ work and the grain), and :func:`describe` says which grain a compile uses
 and why."""
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import statistics
+import time
 
 from codegen import target
 
 from .. import tuning
+from ..confirm import confirm
 
 ENV = "TIRAMISU_PY_PARALLEL_GRAIN"
 KIND = "parallel_grain"
@@ -30,7 +35,10 @@ KIND = "parallel_grain"
 # to one: ~2^15 vector-lane stores (a few microseconds of work) cost less than
 # a fork/join or a barrier on a quiet machine (see docs/performance.md)
 DEFAULT = 1 << 15
+SIZES = tuple(1 << k for k in range(10, 21))    # the probe's statement instances a step
+STEPS = 32                                       # the probe's steps (barriers) a call
 _cache: dict = {}
+_forced: list = []
 
 
 def host_key() -> str:
@@ -53,7 +61,19 @@ def describe() -> str:
     return f"parallel grain {value} statement instances ({where})"
 
 
+@contextlib.contextmanager
+def forced(value: int):
+    """Compiles inside the block use the grain ``value`` (the probe's kernels)."""
+    _forced.append(value)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
 def _source() -> tuple:
+    if _forced:
+        return _forced[-1], "forced"
     text = os.environ.get(ENV)
     if text is not None and text.strip():
         try:
@@ -73,3 +93,58 @@ def _source() -> tuple:
         _cache.clear()
         _cache[gen] = hit
     return hit
+
+
+# ------------------------------------------------------------------ measuring
+def tune(make, dry_run=False, clock=None, log=None) -> dict:
+    """Measures this host's grain and records it when an interleaved A/B
+    confirms it: the probe (``make(n, grain)``: a zero-argument call of
+    :data:`STEPS` steps of ``n`` statement instances each, one barrier a
+    step, compiled with ``grain``: 0 on the team, above ``n`` on one thread;
+    ``tiramisu_py.cli.grain_probe``) at each of :data:`SIZES`, one thread against the
+    team (alternating calls, medians); the measured grain is the smallest
+    size from which the team is 10% faster at every larger size.  Where it
+    and the grain in use disagree (sizes between them), the probe at their
+    geometric mean runs both ways under :func:`tiramisu_py.confirm.confirm`
+    (the default: what the grain in use does there); the measured grain is
+    recorded (``dry_run``: never) only if kept.  Returns ``{"grain" (in use
+    before), "measured", "table" ({size: (one thread s, team s)}), "verdict",
+    "recorded"}``.  ``log``: a function of one line (progress); tests give
+    a fake ``make`` and ``clock``."""
+    log = log or (lambda line: None)
+    clock = clock or time.perf_counter
+    before = parallel_grain()
+    table = {}
+    for n in SIZES:
+        serial, team = make(n, n + 1), make(n, 0)
+        ts, tt = [], []
+        for fn in (serial, team):
+            fn()
+        for r in range(7):
+            for fn, out in ((serial, ts), (team, tt)) if r % 2 == 0 else ((team, tt), (serial, ts)):
+                t0 = clock()
+                fn()
+                out.append(clock() - t0)
+        table[n] = (statistics.median(ts), statistics.median(tt))
+        log(f"  {n:>8} instances a step: one thread {table[n][0] * 1e3:.3f} ms, "
+            f"the team {table[n][1] * 1e3:.3f} ms")
+    wins = [n for n in SIZES if table[n][1] < 0.9 * table[n][0]]
+    measured = next((n for n in SIZES if all(m in wins for m in SIZES if m >= n)), SIZES[-1] * 2)
+    out = {"grain": before, "measured": measured, "table": table, "verdict": None,
+           "recorded": False}
+    if measured == before:
+        return out
+    # a size where the two grains disagree: the grain in use runs it one
+    # way (the default of the A/B), the measured one the other
+    mid = 1 << round((math.log2(measured) + math.log2(max(1, before))) / 2)
+    mid = max(mid, min(measured, before))
+    if (mid >= measured) == (mid >= before):
+        return out
+    parallel_fn, serial_fn = make(mid, 0), make(mid, mid + 1)
+    default, candidate = (parallel_fn, serial_fn) if mid >= before else (serial_fn, parallel_fn)
+    v = out["verdict"] = confirm(default, candidate, clock=clock)
+    log(f"  A/B at {mid} instances a step (grain {before} vs {measured}): {v.line()}")
+    if v.kept and not dry_run:
+        tuning.put(KIND, host_key(), measured, meta=v.as_dict())
+        out["recorded"] = True
+    return out
