@@ -166,3 +166,13 @@ def test_the_probe_runs_and_the_cli_says_what_it_kept(no_grain_record, capsys, m
     cli.tune_grain(dry_run=True)
     out = capsys.readouterr().out
     assert "grain: measured 16384, in use 32768" in out and "not recorded (dry run)" in out
+
+
+def test_the_grain_record_is_listed_and_forgotten(no_grain_record, capsys):
+    from tiramisu_py import cli
+    tp.tuning.put(grain.KIND, grain.host_key(), 8192)
+    cli.list_tuned()
+    assert "parallel grain: 8192 statement instances (measured on this host)" in \
+        capsys.readouterr().out
+    assert cli.forget_tuned("grain") == 1
+    assert grain.record() is None and grain.parallel_grain() == grain.DEFAULT

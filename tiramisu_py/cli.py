@@ -104,6 +104,9 @@ def list_tuned():
     print(f"tiramisu_py.tune records ({len(found)}):")
     for _, value in found:
         print("  " + tune_records.describe(value))
+    value = grain.record()
+    print(f"parallel grain: {value} statement instances (measured on this host)" if value is not None
+          else f"parallel grain: no record ({grain.describe()})")
 
 
 def forget_tuned(what):
@@ -111,6 +114,11 @@ def forget_tuned(what):
     Function's name; True: all); prints and returns how many."""
     n = tune_records.forget(None if what is True else what)
     print(f"forgot {n} tiramisu_py.tune record(s)")
+    if what is True or what == "grain":
+        had = grain.record() is not None
+        grain.forget()
+        print(f"forgot {int(had)} parallel grain record(s)")
+        n += had
     return n
 
 

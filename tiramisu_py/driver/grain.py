@@ -61,6 +61,16 @@ def describe() -> str:
     return f"parallel grain {value} statement instances ({where})"
 
 
+def record():
+    """This host's recorded grain, or None."""
+    return tuning.get(KIND, host_key(), valid=_valid)
+
+
+def forget() -> None:
+    """Removes this host's recorded grain (the default applies again)."""
+    tuning.forget(KIND, host_key())
+
+
 @contextlib.contextmanager
 def forced(value: int):
     """Compiles inside the block use the grain ``value`` (the probe's kernels)."""
@@ -87,7 +97,7 @@ def _source() -> tuple:
     gen = tuning.generation()
     hit = _cache.get(gen)
     if hit is None:
-        rec = tuning.get(KIND, host_key(), valid=_valid)
+        rec = record()
         hit = (rec, "measured on this host, tuning store") if rec is not None \
             else (DEFAULT, "the default; `tiramisu-py tune grain` measures this host's")
         _cache.clear()
