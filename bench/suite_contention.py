@@ -12,9 +12,10 @@ same work:
   gemm 256, gemm 1024     schedules.gemm(a, b)            torch.mm
   batched_gemm 256x64^3   schedules.batched_gemm(a, b)    torch.bmm
   conv 64@56 b1           schedules.conv2d(x, w, b, padding=1)  F.conv2d
-  lstm small              schedules.nn.convert(nn.LSTM(64, 64, 2)) on (12, 4, 64)
-                          (a tagger's recurrence)          the nn.LSTM
-  lstm large              the same, nn.LSTM(512, 512, 2) on (50, 16, 512)
+  lstm tagger small       schedules.nn.convert of a tagger (Embedding(1000, 64) ->
+                          LSTM(64, 64, 2 layers) -> Linear(64, 17)) on (12, 4) tokens
+                                                           the tagger
+  lstm tagger large       the same at 512 units on (50, 16) tokens
   resnet18 b2             schedules.nn.convert(ResNet-18) inference (bench/suite_models)
                                                            the model in eval mode
 
@@ -79,10 +80,11 @@ def _cases(quick):
     for tag, (h, t, bsz) in (("small", (16 if quick else 64, 12, 4)),
                              ("large", (32 if quick else 512, 8 if quick else 50, 16))):
         torch.manual_seed(1)
-        m = torch.nn.LSTM(h, h, 2).eval()
+        m = _tagger(h).eval()
         ours = schedules.nn.convert(copy.deepcopy(m))
-        seq = rand(t, bsz, h)
-        out[f"lstm {tag} {h}x2 T={t} B={bsz}"] = (_no_grad(ours, seq), _no_grad(m, seq))
+        tokens = torch.randint(0, 1000, (t, bsz), generator=g)
+        out[f"lstm tagger {tag} {h}x2 T={t} B={bsz}"] = (_no_grad(ours, tokens),
+                                                         _no_grad(m, tokens))
     if not quick:
         model, make_input = suite_models.model("resnet18", False)
         model.eval()
@@ -91,6 +93,22 @@ def _cases(quick):
         img = make_input(2)
         out["resnet18 b2 inference"] = (_no_grad(ours, img), _no_grad(model, img))
     return out
+
+
+def _tagger(h):
+    """A sequence tagger: Embedding(1000, h) -> LSTM(h, h, 2 layers) ->
+    Linear(h, 17) over (T, B) tokens (``convert`` replaces the LSTM and the
+    Linear)."""
+    from torch import nn
+
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.lstm, self.out = nn.Embedding(1000, h), nn.LSTM(h, h, 2), nn.Linear(h, 17)
+
+        def forward(self, tokens):
+            return self.out(self.lstm(self.emb(tokens))[0])
+    return Tagger()
 
 
 def _no_grad(module, x):
