@@ -116,11 +116,14 @@ class Kernel:
         # outputs the kernel may read before writing, or may leave partly
         # unwritten: allocated zero-filled; the others uninitialised
         self.zeroed_outputs = {b.name for b in outputs} if zeroed_outputs is None else set(zeroed_outputs)
-        # outputs shaped by the compiler like their computation's domain: an
-        # extent below 0 there with no negative param (``N - 1`` at N = 0, the
-        # box of an empty triangle) is an empty domain, i.e. 0
+        # outputs and temporaries shaped by the compiler like their
+        # computation's domain: an extent below 0 there with no negative param
+        # (``N - 1`` at N = 0, the box of an empty triangle) is an empty
+        # domain, i.e. 0 (the generated code allocates such a temporary with
+        # its extent clamped at 0: driver.compile)
         self._domain_shaped = {c.buffer.name for c in f.computations.values()
-                               if getattr(c, "_auto_buffer", False) and c.buffer in self.outputs}
+                               if getattr(c, "_auto_buffer", False)
+                               and (c.buffer in self.outputs or c.buffer in self.temps)}
         self._shape_cache = {}
         self._torch_ops = {}        # in-place outputs -> torch_ops.KernelOp
         self._plans = {}            # checked signature -> _Plan (see _signature)
