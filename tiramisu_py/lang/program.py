@@ -451,10 +451,10 @@ class Function:
         (``cache_at``, ``cache_shared``, ``cache_local``) also removes the
         copy it declared (computation, loops, buffer) and gives the consumer
         back its reads of the source (:mod:`tiramisu_py.commands.atomic`)."""
-        if not self._commands:
+        gone = self._last_call()
+        if not gone:
             return None
-        last = max(c.call_id for c in self._commands)
-        gone = [c for c in self._commands if c.call_id == last]
+        last = gone[0].call_id
         copy_call = self.__dict__.setdefault("_copy_calls", {}).get(last)
         if copy_call is not None:
             copy_call.undo(self, gone[0].call or gone[0].text)
@@ -463,6 +463,15 @@ class Function:
             self._commands[:] = [c for c in self._commands if c.call_id != last]
         self._state_cache = None
         return gone[0].call or gone[0].text
+
+    def _last_call(self) -> list:
+        """The commands of the last user call (what :meth:`undo` removes):
+        the latest call id, not the end of the log (a producer's loop
+        command given after its compute_at is recorded before it)."""
+        if not self._commands:
+            return []
+        last = max(c.call_id for c in self._commands)
+        return [c for c in self._commands if c.call_id == last]
 
     def copy(self, name=None):
         """An independent copy (algorithm and schedule so far), e.g. to try
