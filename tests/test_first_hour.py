@@ -170,6 +170,47 @@ def test_index_check_names_the_element_the_array_holds():
                                [3, 3, 2])
 
 
+# ------------------------------------------------------------------ issue 52, item 12
+def test_numpy_functions_strings_and_unknown_names_say_what_to_write():
+    f = tp.Function("msgs", params=["N"])
+    i = f.var("i", 0, "N")
+    x = f.input("x", ("N",), tp.float32)
+    # a NumPy function of an expression was NumPy's "loop of ufunc does not support
+    # argument 0 of type Access which has no callable exp method"
+    with pytest.raises(TypeError, match=r"np\.exp cannot take a tiramisu_py expression "
+                                        r"\(x\[i\]\): use tp\.exp\(x\[i\]\)$"):
+        np.exp(x[i])
+    with pytest.raises(TypeError, match=r"use tp\.max\(x\[i\], 0\.0\)"):
+        np.maximum(x[i], 0.0)
+    with pytest.raises(TypeError, match=r"np\.sin .*tiramisu_py has no sin; its functions are "
+                                        r"tp\.exp, tp\.log"):
+        np.sin(x[i])
+    # NumPy scalars in arithmetic stay Python numbers (weak literals), as before
+    assert repr(np.float32(2) * x[i]) == "(2.0 * x[i])"
+    assert (np.float64(2) * x[i]).dtype == tp.float32
+    assert repr(np.float64(2) < x[i]) == "(x[i] > 2.0)"
+    # a param written as a string: f.param, which is documented
+    with pytest.raises(TypeError, match=r"cannot use str 'N' in a tiramisu_py expression: "
+                                        r'write f\.param\("N"\)'):
+        x[i] / "N"
+    with pytest.raises(TypeError, match=r"'N - 1'.*f\.param\(\.\.\.\) \(f\.param\(\"N\"\)\)"):
+        x[i] * "N - 1"
+    assert "x[i] / f.param(\"N\")" in tp.Function.param.__doc__
+    assert repr(x[i] / f.param("N")) == "(x[i] / N)"
+    # an unknown name: a KeyError naming the known ones (it was a bare KeyError: 'Z')
+    f.computation("y", [i], x[i] * 2.0)
+    with pytest.raises(KeyError, match=r"'Z' is not a computation of 'msgs'; its computations: y"):
+        f.computations["Z"]
+    with pytest.raises(KeyError, match=r"'Q' is not a param of 'msgs'; its params: N"):
+        f.param("Q")
+    with pytest.raises(KeyError, match=r"'w' is not a buffer of 'msgs'; its buffers: x"):
+        f.buffers["w"]
+    g = f.copy("msgs2")                     # a copy under another name (it was refused)
+    assert g.name == "msgs2" and list(g.computations) == ["y"]
+    with pytest.raises(KeyError, match=r"'Z' is not a computation of 'msgs2'"):
+        g.computations["Z"]
+
+
 # ------------------------------------------------------------------ 9
 @pytest.mark.parametrize("target", ["c", "llvm"])
 def test_scalar_computations(target):

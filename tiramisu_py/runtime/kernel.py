@@ -175,8 +175,7 @@ class Kernel:
             if plan is not None:
                 return plan.run(self, signature[1])
         if len(args) > len(self.inputs):
-            raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
-                            f"({', '.join(b.name for b in self.inputs)}), got {len(args)}")
+            self._too_many_positional(args)
         given = {}
         for b, a in zip(self.inputs, args):
             given[b.name] = a
@@ -295,6 +294,19 @@ class Kernel:
                           for b in self.inputs + self.outputs])
 
     # -------------------------------------------------------------- helpers
+    def _too_many_positional(self, args):
+        """The TypeError of a call with more positional arguments than
+        inputs: the outputs and params are passed by name."""
+        ins = ", ".join(b.name for b in self.inputs) or "none"
+        by_name = [f"{b.name}=..." for b in self.outputs] + [f"{p}=..." for p in self.params]
+        kinds = [f"{what} ({', '.join(names)})" for what, names in
+                 (("the outputs", [b.name for b in self.outputs]), ("the params", self.params))
+                 if names]
+        raise TypeError(
+            f"{self.name}() takes {len(self.inputs)} positional arrays (the inputs: {ins}), "
+            f"got {len(args)}; {' and '.join(kinds)} are passed by name: "
+            f"{self.name}({', '.join([b.name for b in self.inputs] + by_name)})")
+
     def _run_native(self, scalars, addresses):
         """The native call on the params ``scalars`` and the buffers'
         ``addresses`` (inputs, then outputs, in declaration order)."""
