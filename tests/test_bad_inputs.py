@@ -126,9 +126,11 @@ BAD_CALLS = [
     ("unexpected-temp-name", "lstm", lambda k, d: k(*d["lstm"], gates=np.zeros((2, 2, 16), np.float32)),
      TypeError, r"'gates'"),
     ("too-many-positional", "gemm", lambda k, d: k(d["a"], d["b"], d["a"]), TypeError,
-     r"2 positional.*A, B.*got 3"),
+     r"2 positional arrays \(the inputs: A, B\), got 3; the outputs \(C\) and the params "
+     r"\(N, M, K\) are passed by name: gemm\(A, B, C=\.\.\., N=\.\.\., M=\.\.\., K=\.\.\.\)"),
     ("positional-to-no-inputs", "jacobi", lambda k, d: k(d["A"].copy(), d["B"].copy(), T=1),
-     TypeError, r"positional"),
+     TypeError, r"0 positional arrays \(the inputs: none\), got 2; the outputs \(A, B\) and "
+                r"the params \(.*\) are passed by name: jacobi2d\(A=\.\.\., B=\.\.\., "),
     ("twice", "gemm", lambda k, d: k(d["a"], d["b"], A=d["a"]), TypeError, r"'A'.*twice"),
     # --- dtypes
     ("float64-for-float32", "gemm", lambda k, d: k(d["a"].astype(np.float64), d["b"]),

@@ -95,6 +95,37 @@ def test_domain_shaped_output_is_empty_not_negative():
     assert k(np.zeros(0, np.float32)).shape == (0, 0)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_domain_shaped_temporary_of_an_empty_domain_is_empty_not_negative(target):
+    """S0 over 1 <= i < N - 1 is a temporary of N - 2 elements; at N = 1 its
+    domain is empty: the call goes on (it was refused: "param(s) N=1 make
+    buffer 'S0' have a negative extent") and leaves the output as the
+    program does.  An output the caller sees, or a temporary the user
+    shaped, with a negative extent stays refused."""
+    def build(out_shape, temp=None):
+        f = tp.Function("inner", params=["N"])
+        i = f.var("i", 1, "N - 1")
+        A = f.input("A", ("N",), tp.float32)
+        B = f.buffer("B", (out_shape,), tp.float32, output=True)
+        S0 = f.computation("S0", [i], A[i] * 2.0)
+        if temp is not None:
+            S0.store_in(f.buffer("T", (temp,), tp.float32), [i - 1])
+        f.computation("C", [i], S0[i] + 1.0).store_in(B, [i])
+        return f.compile(target=target)
+
+    k = build("N")
+    for n in (1, 2, 5):
+        a, b = rand(n), np.full(n, 7.0, np.float32)
+        want = b.copy()
+        want[1:n - 1] = a[1:n - 1] * 2 + 1
+        np.testing.assert_array_equal(k(a, B=b), want)
+    with pytest.raises(ValueError, match=r"param\(s\) N=1 make buffer 'B' have a negative "
+                                         r"extent \(\(N - 2\) = -1\)"):
+        build("N - 2")(rand(1))
+    with pytest.raises(ValueError, match="make buffer 'T' have a negative extent"):
+        build("N", temp="N - 2")(rand(1))
+
+
 def _matmul_function(params):
     f = tp.Function("mm_empty", params=params)
     i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")

@@ -3,6 +3,7 @@ instead of isl's, undo, pasteable hints, the user's file:line in errors,
 index checks naming the real element, 0-d computations, ``**``, cast order."""
 import inspect
 import os
+import re
 
 import numpy as np
 import pytest
@@ -16,9 +17,14 @@ def _gemm():
     return f, f.computations["C"]
 
 
-def _line_of(text):
-    src, start = inspect.getsourcelines(inspect.currentframe().f_back)
+def _line_of_in(code, text):
+    """The line of the first line of ``code`` (a function or a frame) holding ``text``."""
+    src, start = inspect.getsourcelines(code)
     return start + next(n for n, line in enumerate(src) if text in line)
+
+
+def _line_of(text):
+    return _line_of_in(inspect.currentframe().f_back, text)
 
 
 AB = (np.arange(12, dtype=np.float32).reshape(3, 4), np.ones((4, 5), np.float32))
@@ -69,6 +75,54 @@ def test_a_refused_command_can_be_undone_and_its_hint_pasted():
     np.testing.assert_allclose(f.compile()(*AB), AB[0] @ AB[1])
 
 
+def _two_stage():
+    f = tp.Function("two", params=["T", "N"])
+    t, i = f.var("t", 0, "T"), f.var("i", 0, "N")
+    X = f.input("X", ("T", "N"), tp.float64)
+    f.computation("sA", [t, i], X[t, i] * 0.5)
+    sB = f.computation("sB", [t, i], None)
+    sB[t, i] = f.computations["sA"][t, i] + sB[t - 1, i]      # carried by t
+    return f
+
+
+@pytest.mark.parametrize("order", [("sA", "sB"), ("sB", "sA")])
+def test_a_command_given_in_a_loop_names_its_own_statement(order):
+    # one line gives the command to both statements, through one variable:
+    # the refusal (sB's) named the declaration of the statement given last,
+    # and the undo hint did not say which statement its command was on
+    f = _two_stage()
+    for s in [f.computations[n] for n in order]:
+        s.parallelize("t")
+    line = _line_of('s.parallelize("t")')
+    with pytest.raises(tp.IllegalScheduleError) as e:
+        f.compile()
+    msg = str(e.value)
+    here = os.path.basename(__file__)
+    assert msg.startswith("sB.parallelize(t) is illegal")
+    declared = _line_of_in(_two_stage, 'f.computation("sB"')
+    assert re.search(rf"\n  sB is declared at \S*{here}:{declared}\n", msg)
+    last = order[-1]
+    assert re.search(rf"f\.undo\(\) removes the last one \({last}\.parallelize\(t\), given as "
+                     rf"s\.parallelize\(\"t\"\) at \S*{here}:{line}\)", msg)
+    f.undo()
+    assert f.schedule_commands() == [f"{order[0]}.parallelize(t)"]
+
+
+def test_the_undo_hint_names_what_undo_removes():
+    # a producer's loop command given after its compute_at is recorded before
+    # it: the hint named the compute_at, the end of the log, not what undo removes
+    f = _two_stage()
+    sa, sb = f.computations["sA"], f.computations["sB"]
+    sb.parallelize("t")                                      # refused at compile
+    sa.compute_at(sb, "i")
+    sa.split("i", 2)
+    assert f.schedule_commands()[-2:] == ["sA.split(i, 2)", "sA.compute_at(sB, i)"]
+    with pytest.raises(tp.IllegalScheduleError) as e:
+        f.compile()
+    assert 'f.undo() removes the last one (sa.split("i", 2)), ' in str(e.value)
+    assert f.undo() == 'sa.split("i", 2)'
+
+
 def test_reset_schedule_and_copy():
     f, C = _gemm()
     C.update.parallelize("k")
@@ -114,6 +168,47 @@ def test_index_check_names_the_element_the_array_holds():
     cols[7] = 5
     np.testing.assert_allclose(k(ptr, cols, np.ones(8, np.float32), np.ones(6, np.float32)),
                                [3, 3, 2])
+
+
+# ------------------------------------------------------------------ issue 52, item 12
+def test_numpy_functions_strings_and_unknown_names_say_what_to_write():
+    f = tp.Function("msgs", params=["N"])
+    i = f.var("i", 0, "N")
+    x = f.input("x", ("N",), tp.float32)
+    # a NumPy function of an expression was NumPy's "loop of ufunc does not support
+    # argument 0 of type Access which has no callable exp method"
+    with pytest.raises(TypeError, match=r"np\.exp cannot take a tiramisu_py expression "
+                                        r"\(x\[i\]\): use tp\.exp\(x\[i\]\)$"):
+        np.exp(x[i])
+    with pytest.raises(TypeError, match=r"use tp\.max\(x\[i\], 0\.0\)"):
+        np.maximum(x[i], 0.0)
+    with pytest.raises(TypeError, match=r"np\.sin .*tiramisu_py has no sin; its functions are "
+                                        r"tp\.exp, tp\.log"):
+        np.sin(x[i])
+    # NumPy scalars in arithmetic stay Python numbers (weak literals), as before
+    assert repr(np.float32(2) * x[i]) == "(2.0 * x[i])"
+    assert (np.float64(2) * x[i]).dtype == tp.float32
+    assert repr(np.float64(2) < x[i]) == "(x[i] > 2.0)"
+    # a param written as a string: f.param, which is documented
+    with pytest.raises(TypeError, match=r"cannot use str 'N' in a tiramisu_py expression: "
+                                        r'write f\.param\("N"\)'):
+        x[i] / "N"
+    with pytest.raises(TypeError, match=r"'N - 1'.*f\.param\(\.\.\.\) \(f\.param\(\"N\"\)\)"):
+        x[i] * "N - 1"
+    assert "x[i] / f.param(\"N\")" in tp.Function.param.__doc__
+    assert repr(x[i] / f.param("N")) == "(x[i] / N)"
+    # an unknown name: a KeyError naming the known ones (it was a bare KeyError: 'Z')
+    f.computation("y", [i], x[i] * 2.0)
+    with pytest.raises(KeyError, match=r"'Z' is not a computation of 'msgs'; its computations: y"):
+        f.computations["Z"]
+    with pytest.raises(KeyError, match=r"'Q' is not a param of 'msgs'; its params: N"):
+        f.param("Q")
+    with pytest.raises(KeyError, match=r"'w' is not a buffer of 'msgs'; its buffers: x"):
+        f.buffers["w"]
+    g = f.copy("msgs2")                     # a copy under another name (it was refused)
+    assert g.name == "msgs2" and list(g.computations) == ["y"]
+    with pytest.raises(KeyError, match=r"'Z' is not a computation of 'msgs2'"):
+        g.computations["Z"]
 
 
 # ------------------------------------------------------------------ 9

@@ -335,13 +335,16 @@ def test_parallel_reduction_errors_and_allocation_failure():
     np.testing.assert_array_equal(out, 0)
     assert f.call([3, 2], [addr(x), addr(out)]) == 0
     np.testing.assert_array_equal(out, [3, 3, 0, 0])
-    # a reduction into a temporary (not an argument array), and an op with no reduction
+    # a reduction into a temporary: private copies of it as of an argument
+    # (tests/test_scheduling.py runs them); into an array nowhere in scope: refused
+    loop = For("k", c(0), n, For("i", c(0), c(2), upd("T")), kind="parallel",
+               attrs={"reduction": [("T", "add")]})
     tmp = LoweredFunction("sec_tmp", [ScalarArg("n")], [ArrayArg("x", "float64", (n,), False)],
-                          Allocate("T", "float64", (c(1), c(2)), For(
-                              "k", c(0), n, For("i", c(0), c(2), upd("T")), kind="parallel",
-                              attrs={"reduction": [("T", "add")]})))
-    with pytest.raises(NotImplementedError, match="'T', which is not an argument array"):
-        emit_llvm(tmp)
+                          Allocate("T", "float64", (c(1), c(2)), loop))
+    assert "private copies of T" in emit_llvm(tmp)
+    with pytest.raises(ValueError, match="'T', which is neither an argument array nor a "
+                                         "temporary in scope"):
+        emit_llvm(LoweredFunction("sec_none", tmp.scalars, tmp.arrays, loop))
     bad = LoweredFunction("sec_div", fn.scalars, fn.arrays, For(
         "k", c(0), n, For("i", c(0), c(2), upd("out")), kind="parallel",
         attrs={"reduction": [("out", "div")]}))

@@ -1,6 +1,7 @@
 """Scheduling commands: each one transforms the schedule, keeps results, and
 shows up in the generated code; illegal uses are refused with a teaching
 error.  Required cases: LSTM wavefront, CSR sparse conv."""
+
 import numpy as np
 import pytest
 
@@ -191,6 +192,29 @@ def test_max_reduction_parallel():
     r.update.parallelize("j", allow_reassociation=True)
     a = RNG.standard_normal((9, 301), dtype=np.float32)
     np.testing.assert_array_equal(f.compile()(a), a.max(axis=1))
+
+
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_parallel_reduction_into_a_temporary(backend, rank):
+    # a sum into a temporary read by a later statement, the summed loop
+    # outermost and parallel: each thread reduces into its own copy of the
+    # temporary (it was NotImplementedError "... not an argument array")
+    f = tp.Function("tsum", params=["N", "R", "Q"])
+    i, r, q = f.var("i", 0, "N"), f.var("r", 0, "R"), f.var("q", 0, "Q")
+    A = f.input("A", ("N", "R", "Q"), tp.float64)
+    loops = [[], [r], [r, q]][rank]
+    S = f.computation("S1", loops, 0.0)
+    S[tuple(loops)] += A[i, r, q]
+    f.computation("out", [r, q], S[tuple(loops)] * 2.0)
+    S.update.reorder("i", "r", "q")
+    S.update.parallelize("i", allow_reassociation=True)
+    a = RNG.random((23, 5, 3))
+    want = [np.full((5, 3), a.sum()), np.repeat(a.sum(axis=(0, 2))[:, None], 3, 1), a.sum(axis=0)][rank]
+    k = f.compile()
+    np.testing.assert_allclose(k(a), 2 * want, rtol=1e-12)
+    if backend == "c":
+        assert ("reduction(+: tp_red_S1[0:(R) * (Q)])" if rank == 2 else "reduction(+: S1[0:") \
+            in k.source
 
 
 # ------------------------------------------------------------ ordering

@@ -122,14 +122,22 @@ class Function(program.Function):
         declared, and how to go on (the refused command stays recorded)."""
         me = provenance.ref(self, provenance.user_frame())
         me = me if me.isidentifier() else "f"
-        cmd = next((c for c in reversed(self._commands)
-                    if (c.call or c.where) and f"given: {c.given()}" in msg), None)
+        # the refused command: the message names it (its canonical text
+        # first, then where it was given); one call written once for several
+        # statements (a loop over them) is told apart by the first
+        given = [c for c in self._commands if (c.call or c.where) and f"given: {c.given()}" in msg]
+        cmd = ([c for c in given if msg.startswith(c.text)] or given or [None])[-1]
         out = ""
         if cmd is not None:
             st = next((s for s in self.statements if s.name == cmd.stmt), None)
             if st is not None and st.where:
                 out += f"\n  {cmd.stmt} is declared at {st.where}"
-        last = self._commands[-1].call if self._commands else None
+        gone = self._last_call()
+        last = gone[0].call if gone else None
+        if last and any(c.given() == gone[0].given() and c.stmt != gone[0].stmt
+                        for c in self._commands):
+            # the same words at the same line for another statement: say which
+            last = f"{'; '.join(c.text for c in gone)}, given as {gone[0].given()}"
         out += (f"\n  The schedule keeps every command given: {me}.undo() removes the last one"
                 + (f" ({last})" if last else "") + f", {me}.reset_schedule() all of them.")
         return out

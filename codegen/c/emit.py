@@ -90,6 +90,7 @@ class CPrinter(WidenMixin, DotMixin):
         self.in_parallel = False
         self.loop_depth = 0
         self.uses_status = False
+        self.temps: dict = {}            # name -> ir.Allocate of the temporaries in scope
 
     def helper(self, name: str) -> str:
         self.helpers.setdefault(name, None)
@@ -383,7 +384,7 @@ class CPrinter(WidenMixin, DotMixin):
             self.out(ind, f"/* parallel loop {s.var} runs on one thread: at most {w} statement "
                           f"instances between synchronisations, below the parallel grain {grain} */")
         saved = (self.omp, self.in_parallel)
-        aliases = []
+        aliases, views = [], []
         if s.kind == "parallel" and self.omp == "simd":
             # OpenMP forbids a parallel region inside simd: run this loop serially
             self.out(ind, "/* parallel loop inside a simd loop: runs serially */")
@@ -392,7 +393,12 @@ class CPrinter(WidenMixin, DotMixin):
             sched = omp_schedule_clause(s)
             if s.attrs.get("reduction") and self.vector_reduction(s, ind, "parallel for" + sched):
                 return
-            clause, aliases = self.reduction_clause(s)
+            clause, aliases, views = self.reduction_clause(s)
+            if views:       # flat views of reduced temporaries, in a scope of their own
+                self.out(ind, "{")
+                for line in views:
+                    self.out(ind + 1, line)
+                ind += 1
             self.out(ind, "#pragma omp parallel for" + sched + clause)
             self.omp, self.in_parallel = "parallel", True
         elif s.kind == "vector" and s.attrs.get("dot"):
@@ -418,6 +424,8 @@ class CPrinter(WidenMixin, DotMixin):
         self.loop_depth -= 1
         self.omp, self.in_parallel = saved
         self.out(ind, "}")
+        if views:
+            self.out(ind - 1, "}")
 
     def unrolled(self, s: ir.For, ind: int) -> bool:
         """Unrolls in the source: one scoped copy of the body per iteration.
@@ -492,31 +500,46 @@ class CPrinter(WidenMixin, DotMixin):
     def reduction_clause(self, s: ir.For) -> tuple:
         """OpenMP array-section reductions for ``attrs['reduction']`` =
         [(array, op)]: every thread accumulates into a private copy of the
-        whole array, combined at the end.  Returns (clause, alias lines)."""
+        whole array (an argument or a temporary in scope), combined at the
+        end.  An array of two or more dimensions is reduced through a flat
+        pointer (an argument's own, ``name_``; for a temporary a view
+        ``tp_red_name`` declared before the loop) and seen as ``name``
+        again inside it.  Returns (clause, alias lines, view lines)."""
         items = s.attrs.get("reduction") or []
         if not items:
-            return "", []
+            return "", [], []
         ops = {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}
         arrays = {a.name: a for a in self.fn.arrays}
-        parts, aliases = [], []
+        parts, aliases, views = [], [], []
         for name, op in items:
             if op not in ops:
                 raise ValueError(f"C backend: no OpenMP reduction for {op!r}")
-            if name not in arrays:
-                raise NotImplementedError(f"C backend: parallel reduction into {name!r}, "
-                                          "which is not an argument array")
-            a = arrays[name]
+            a = arrays.get(name) or self.temps.get(name)
+            if a is None:
+                raise ValueError(f"C backend: parallel reduction into {name!r}, which is "
+                                 "neither an argument array nor a temporary in scope")
+            dtype = a.dtype
             size = " * ".join(f"({self.expr(d)})" for d in a.shape) or "1"
-            raw = name + "_" if len(a.shape) > 1 else name
-            parts.append(f"reduction({_omp_op(op, a.dtype, self)}: {raw}[0:{size}])")
+            t = CTYPES[dtype]
+            raw = name
             if len(a.shape) > 1:
-                t = CTYPES[a.dtype]
+                raw = name + "_" if name in arrays else "tp_red_" + name
+                if name not in arrays:
+                    views.append(f"{t} *restrict {raw} = ({t} *){name};")
                 ext = "".join(f"[{self.expr(d)}]" for d in a.shape[1:])
                 aliases.append(f"{t} (*restrict {name}){ext} = ({t} (*){ext}){raw};")
-        return " " + " ".join(parts), aliases
+            parts.append(f"reduction({_omp_op(op, dtype, self)}: {raw}[0:{size}])")
+        return " " + " ".join(parts), aliases, views
 
     def allocate(self, s: ir.Allocate, ind: int) -> None:
         """Emits the temporary, then its body, into the current scope."""
+        self.temps[s.array] = s
+        try:
+            self._allocate(s, ind)
+        finally:
+            del self.temps[s.array]
+
+    def _allocate(self, s: ir.Allocate, ind: int) -> None:
         name, t, rank = s.array, CTYPES[s.dtype], len(s.shape)
         check_name(name, "Allocate")
         dims = [ir.const_eval(d, self.fn.constants) for d in s.shape]

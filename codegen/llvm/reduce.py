@@ -22,8 +22,8 @@ those arrays (see :class:`codegen.ir.For`).  As in the C backend:
    threads; the team size is written back); the caller folds the partials into
    ``A[idx]`` in thread order after the join.
 2. *Array sections* (a top-level ``parallel`` loop otherwise): the caller
-   mallocs ``max_threads`` private copies of each reduced array (which must be
-   an argument array); each thread fills its copy with the identity and runs its
+   mallocs ``max_threads`` private copies of each reduced array (an argument
+   array or a temporary); each thread fills its copy with the identity and runs its
    chunk with the array's loads and stores redirected to the copy; after the
    join the caller folds the copies into the array in thread order and frees
    them.  A failed allocation returns 1.
@@ -282,14 +282,16 @@ class ReductionLowering:
         self.parallel_loop(s, step, ParallelHooks(setup, ["ptr"], range_body, thread_args, finish))
 
     def section_specs(self, s: ir.For) -> list:
-        """[(name, op, ArrayArg)] of the arrays reduced by ``s``; [] if one is bool."""
+        """[(name, op, ArrayArg)] of the arrays reduced by ``s`` (arguments,
+        or temporaries in scope seen as one); [] if one is bool."""
         args, specs = {a.name: a for a in self.fn.arrays}, {}
+        args.update((n, ir.ArrayArg(n, t.dtype, t.shape, True)) for n, t in self.temps.items())
         for name, op in s.attrs.get("reduction") or ():
             if op not in COMBINE:
                 raise ValueError(f"LLVM backend: no parallel reduction for {op!r}")
             if name not in args:
-                raise NotImplementedError(f"LLVM backend: parallel reduction into {name!r}, "
-                                          "which is not an argument array")
+                raise ValueError(f"LLVM backend: parallel reduction into {name!r}, which is "
+                                 "neither an argument array nor a temporary in scope")
             if not args[name].writable:
                 raise ValueError(f"LLVM backend: parallel reduction into read-only array {name!r}")
             specs.setdefault(name, (name, op, args[name]))

@@ -56,6 +56,7 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
     def __init__(self, fn: ir.LoweredFunction, h):
         super().__init__(fn, h)
         self.npar = 0
+        self.temps: dict = {}        # name -> ir.Allocate of the temporaries in scope
 
     # -------------------------------------------------------------- function
     def run(self) -> str:
@@ -489,6 +490,13 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
 
     # -------------------------------------------------------------- temporaries
     def allocate(self, s: ir.Allocate) -> None:
+        self.temps[s.array] = s
+        try:
+            self._allocate(s)
+        finally:
+            del self.temps[s.array]
+
+    def _allocate(self, s: ir.Allocate) -> None:
         if self.vec is not None:
             raise CannotWiden("an Allocate in the body")
         if s.dtype not in LLT:

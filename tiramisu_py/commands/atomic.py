@@ -42,7 +42,7 @@ def _snapshot(f):
     Function, its statements, buffers and nests."""
     out = []
     for o in [f, *f.statements, *f.buffers.values(), *_nests(f)]:
-        out.append((o, {k: (v, v.copy() if type(v) in (list, dict, set) else None)
+        out.append((o, {k: (v, v.copy() if isinstance(v, (list, dict, set)) else None)
                         for k, v in vars(o).items()}))
     return out
 
@@ -52,7 +52,7 @@ def _restore(snap):
         d = vars(o)
         d.clear()
         for k, (v, items) in fields.items():
-            if type(v) is list:
+            if isinstance(v, list):
                 v[:] = items
             elif items is not None:
                 v.clear()

@@ -157,7 +157,7 @@ class Schedulable:
             self.allow_reassociation()
         if not isinstance(width, int) or width < 1:
             raise ValueError(f"{self.name}.vectorize({n}, {width}): width must be a positive int")
-        ext = extent_of(self.function, self.name, n)
+        ext = self._own_extent(n, f"{self.name}.vectorize({n}, {width})", "vectorize")
         return self._tag_strip_mined(n, ext, width, "vector", "vectorize")
 
     @provenance.command
@@ -172,7 +172,8 @@ class Schedulable:
                                    or factor < 1):
             raise ValueError(f"{self.name}.unroll({n}, {factor!r}): the factor must be a "
                              "positive int")
-        ext = extent_of(self.function, self.name, n)
+        ext = self._own_extent(n, f"{self.name}.unroll({n}" + (f", {factor})" if factor else ")"),
+                               "unroll")
         if factor is None:
             if ext is None:
                 raise ValueError(f"{self.name}.unroll({n}): the loop's extent is not a "
@@ -186,6 +187,28 @@ class Schedulable:
         _check_unroll(state_of(self.function)[self.name], n, factor,
                       f"{self.name}.unroll({n}, {factor})")
         return self._tag_strip_mined(n, ext, factor, "unrolled", "unroll")
+
+    def _own_extent(self, n, text, verb):
+        """The extent of loop ``n`` for ``vectorize``/``unroll`` (None: split
+        first).  A statement computed at another (``compute_at``) runs inside
+        that consumer's loops: those are the consumer's to tag, and they have
+        no extent of the statement's own, so they are refused here.  Its own
+        loop of the same name as one of them is meant: it is split first (a
+        transformation of its own loop, recorded before the compute_at), so
+        that the tag lands on a loop of its own."""
+        st = state_of(self.function)[self.name]
+        if st.at is not None:
+            depth, consumer = st.at[2], st.at[1]
+            names = [lp.name for lp in st.loops]
+            if n in names[:depth]:
+                if n in names[depth:]:
+                    return None
+                raise ValueError(
+                    f"{text}: loop {n!r} is {consumer}'s loop, which {self.name} runs in since "
+                    f"{st.at[0]}.compute_at({consumer}, {names[depth - 1]}); {self.name}'s own "
+                    f"loops are {', '.join(names[depth:]) or 'none'}: {verb} one of those, or "
+                    f"{consumer}'s loop {n!r} on {consumer}")
+        return extent_of(self.function, self.name, n)
 
     def _tag_strip_mined(self, n, ext, size, kind, verb):
         """Tags loop ``n`` (extent ``ext``) ``kind`` with ``size``, after
@@ -294,7 +317,10 @@ class Schedulable:
         region one iteration of those loops reads (overlaps are recomputed).
         The producer's own loop transformations may come before or after this
         command: given after, they are recorded before it (they act on the
-        producer's own loops, inside the consumer's)."""
+        producer's own loops, inside the consumer's).  The consumer's loops
+        it runs in are the consumer's to vectorize or unroll; ``vectorize``
+        and ``unroll`` of a producer's own loop named like one of them split
+        it first, so that the tag names one loop."""
         if self.is_update:
             raise ValueError(f"{self.name}.compute_at: apply it to the computation, not an update")
         n = loop_name(loop)

@@ -19,6 +19,7 @@ from ..lower.expr import ExprLowering
 from ..poly.dataflow import needs_zero
 from ..poly.model import build_model
 from ..runtime.kernel import Kernel
+from ..runtime.shapes import may_be_negative
 from . import grain, warm
 from .cuda import compile_cuda
 
@@ -94,7 +95,9 @@ def _compile(f, target):
     t2 = time.perf_counter()
     _progress(f, t0, {"analysis": t1 - t0, "ast": t2 - t1}, "backend")
     ex = ExprLowering(f.fixed)
-    allocs = {b.name: (b.dtype.name, tuple(ex.index(s, {}) for s in b.shape)) for b in temps}
+    shaped = {c.buffer.name for c in f.computations.values() if getattr(c, "_auto_buffer", False)}
+    allocs = {b.name: (b.dtype.name, tuple(_temp_extent(ex, s, b.name in shaped, f.fixed)
+                                           for s in b.shape)) for b in temps}
     body, private = _privatise(body, allocs, zeroed)
     for b in reversed(temps):
         if b.name not in private:
@@ -138,6 +141,18 @@ def _llvm(*args):
 # the targets: name -> what turns the lowered function into a Kernel ("cpu" is
 # the C backend)
 TARGETS = {"cpu": _c, "c": _c, "llvm": _llvm, "cuda": compile_cuda}
+
+
+def _temp_extent(ex, size, domain_shaped, fixed):
+    """One extent of a temporary as loop IR.  A temporary shaped like its
+    computation's domain (its default buffer) has an extent below 0 where
+    that domain is empty (``N - 2`` for ``1 <= i < N - 1`` at N = 1): it is
+    clamped at 0 when it can be negative for non-negative params, so that
+    the call goes on (the kernel lets it through: ``Kernel._domain_shaped``)."""
+    e = ex.index(size, {})
+    if domain_shaped and may_be_negative(size, fixed):
+        e = ir.binary("max", ir.const(0), e)
+    return e
 
 
 def _privatise(s, allocs, zeroed):

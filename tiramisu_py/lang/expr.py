@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 import builtins
 import math
+import operator
+import re
 from typing import Iterable
 
 from ..base import provenance
@@ -69,6 +71,27 @@ class Expr:
         raise TypeError("a tiramisu_py expression has no truth value; "
                         "use tp.select(cond, a, b) or & / | to combine conditions")
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy meets an expression: ``np.float32(2) * x[i]`` is the
+        expression ``2.0 * x[i]`` (a NumPy scalar counts as a Python
+        number), as before NumPy asked the expression; a NumPy function
+        (``np.exp(x[i])``) is a TypeError naming the tp function to use."""
+        name = ufunc.__name__
+        op = _UFUNC_OPERATORS.get(name)
+        if op is not None and method == "__call__" and not kwargs:
+            return op(*(x.item() if _is_numpy_scalar(x) else x if isinstance(x, Expr) else wrap(x)
+                        for x in inputs))
+        what = f"np.{name}" + ("" if method == "__call__" else f".{method}")
+        tp_name = _UFUNC_TP.get(name)
+        if method != "__call__":
+            use = (f"{method} is NumPy's over arrays; write the loop as a computation "
+                   "(a reduction as an update, C[i] += e)")
+        elif tp_name:
+            use = f"use tp.{tp_name}({', '.join(map(repr, inputs))})"
+        else:
+            use = f"tiramisu_py has no {name}; its functions are {_TP_FUNCTIONS}"
+        raise TypeError(f"{what} cannot take a tiramisu_py expression ({self!r}): {use}")
+
     # typing -------------------------------------------------------------
     @property
     def dtype(self) -> T.DType:
@@ -86,9 +109,39 @@ def wrap(x) -> Expr:
         return Const(x, T.bool_)
     if isinstance(x, (int, float)):
         return Const(x, None)
-    if hasattr(x, "dtype") and getattr(x, "shape", None) == ():   # numpy scalar
+    if _is_numpy_scalar(x):
         return Const(x.item(), T.from_any(x.dtype))
+    if isinstance(x, str):
+        names = [n for n in _IDENTIFIER.findall(x) if n not in ("and", "or", "not")]
+        params = ", ".join(f'f.param("{n}")' for n in names)
+        say = f'f.param("{x}")' if x.isidentifier() else \
+            f"the params as f.param(...) ({params})" if names else "a number, not a string"
+        raise TypeError(f"cannot use str {x!r} in a tiramisu_py expression: write {say} "
+                        "(a string is read as a size only as a shape or a loop bound)")
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tiramisu_py expression")
+
+
+def _is_numpy_scalar(x) -> bool:
+    return hasattr(x, "dtype") and getattr(x, "shape", None) == () and hasattr(x, "item")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# NumPy ufuncs that are a Python operator on an expression, and those that
+# are a tp function (the TypeError names it)
+_UFUNC_OPERATORS = {
+    "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+    "divide": operator.truediv, "true_divide": operator.truediv,
+    "floor_divide": operator.floordiv, "remainder": operator.mod, "power": operator.pow,
+    "less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
+    "greater_equal": operator.ge, "equal": operator.eq, "not_equal": operator.ne,
+    "bitwise_and": operator.and_, "bitwise_or": operator.or_, "logical_and": operator.and_,
+    "logical_or": operator.or_, "negative": operator.neg, "positive": operator.pos,
+    "invert": operator.invert, "logical_not": operator.invert}
+_UFUNC_TP = {"exp": "exp", "log": "log", "tanh": "tanh", "sqrt": "sqrt", "floor": "floor",
+             "ceil": "ceil", "absolute": "abs", "fabs": "abs", "maximum": "max", "fmax": "max",
+             "minimum": "min", "fmin": "min"}
+_TP_FUNCTIONS = ", ".join(f"tp.{n}" for n in ("exp", "log", "tanh", "sigmoid", "sqrt", "abs",
+                                                "floor", "ceil", "min", "max", "select", "cast"))
 
 
 class Const(Expr):

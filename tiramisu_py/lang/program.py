@@ -270,6 +270,21 @@ class Nest:
         self.items = []
 
 
+class Table(dict):
+    """A Function's declarations of one kind by name (``f.computations``,
+    ``f.buffers``, ``f.params``): a missing name is a KeyError naming the
+    ones there are."""
+
+    def __init__(self, what, function):
+        super().__init__()
+        self.what, self.function = what, function
+
+    def __missing__(self, key):
+        have = ", ".join(map(str, self)) or "none"
+        raise KeyError(f"{key!r} is not a {self.what} of {self.function.name!r}; its "
+                       f"{self.what}s: {have}")
+
+
 class Function:
     """A program: ``Function(name, params=["N", "M"])`` or with fixed sizes
     ``params={"N": 64}`` (constants, folded into the generated code)."""
@@ -278,7 +293,7 @@ class Function:
 
     def __init__(self, name, params=()):
         self.name = check_name(name, "function")
-        self.params = {}            # name -> ParamRef
+        self.params = Table("param", self)            # name -> ParamRef
         self.fixed = {}             # name -> int
         if isinstance(params, dict):
             items = list(params.items())
@@ -294,9 +309,9 @@ class Function:
                 self.fixed[p] = val
             self.params[p] = ParamRef(p)
         self.vars = []
-        self.buffers = {}
+        self.buffers = Table("buffer", self)
         self.statements = []
-        self.computations = {}
+        self.computations = Table("computation", self)
         self._root = Nest([])
         self._nest_stack = []
         self._names = set(self.params) | {name}
@@ -307,8 +322,11 @@ class Function:
 
     # declarations -----------------------------------------------------------
     def param(self, name) -> ParamRef:
-        if name not in self.params:
-            raise KeyError(f"{name!r} is not a param of {self.name!r}")
+        """The param ``name`` as an expression (an int64 known at call time),
+        to use it in computations, conditions and bounds:
+        ``x[i] / f.param("N")``, ``tp.select(i < f.param("N") - 1, ...)``
+        (``f.params[name]`` is the same object).  A KeyError names the
+        params when ``name`` is not one."""
         return self.params[name]
 
     def var(self, name, lo, hi) -> Var:
@@ -451,10 +469,10 @@ class Function:
         (``cache_at``, ``cache_shared``, ``cache_local``) also removes the
         copy it declared (computation, loops, buffer) and gives the consumer
         back its reads of the source (:mod:`tiramisu_py.commands.atomic`)."""
-        if not self._commands:
+        gone = self._last_call()
+        if not gone:
             return None
-        last = max(c.call_id for c in self._commands)
-        gone = [c for c in self._commands if c.call_id == last]
+        last = gone[0].call_id
         copy_call = self.__dict__.setdefault("_copy_calls", {}).get(last)
         if copy_call is not None:
             copy_call.undo(self, gone[0].call or gone[0].text)
@@ -463,6 +481,15 @@ class Function:
             self._commands[:] = [c for c in self._commands if c.call_id != last]
         self._state_cache = None
         return gone[0].call or gone[0].text
+
+    def _last_call(self) -> list:
+        """The commands of the last user call (what :meth:`undo` removes):
+        the latest call id, not the end of the log (a producer's loop
+        command given after its compute_at is recorded before it)."""
+        if not self._commands:
+            return []
+        last = max(c.call_id for c in self._commands)
+        return [c for c in self._commands if c.call_id == last]
 
     def copy(self, name=None):
         """An independent copy (algorithm and schedule so far), e.g. to try
@@ -477,9 +504,12 @@ class Function:
         finally:
             self._state_cache, self._model_cache = saved
         if name is not None:
+            check_name(name, "function")
             g._names.discard(g.name)
-            g.name = check_name(name, "function")
-            g._check_free(name, "function")
+            if name in g._names:
+                raise ValueError(f"{self.name}.copy: name {name!r} is already used in "
+                                 f"{self.name!r}; choose another")
+            g.name = name
             g._names.add(name)
         return g
 

@@ -206,6 +206,10 @@ def _reverse(state, s, c, index, loop):
 
 def _tag(state, s, c, index, loop, kind, arg):
     s.find(loop, c.text, c.stmt)
+    if s.at is not None and [lp.name for lp in s.loops].count(loop) > 1:
+        raise ValueError(f"{c.text}: {c.stmt} has two loops named {loop!r} since "
+                         f"{s.at[0]}.compute_at({s.at[1]}, ...): {s.at[1]}'s, which it runs in, "
+                         f"and its own; {_ONE_NAME}")
     check_tag(s, loop, kind, arg, c.text)
     if kind == "unrolled":
         _check_unroll(s, loop, arg, c.text)
@@ -298,6 +302,15 @@ def _compute_at(state, s, c, index, consumer, loop, group):
             continue
         if r.consts[depth] >= pos:
             r.consts[depth] += len(firsts)
+    shared = [lp.name for lp in cs.loops[:depth]]
+    for g in group:
+        x = state[g]
+        own = {lp.name for lp in x.loops}
+        marked = [n for n in (*x.tags, *x.accumulate) if n in shared and n in own]
+        if marked:
+            raise ValueError(f"{c.text}: {g}'s loop {marked[0]!r} is tagged and {consumer}'s "
+                             f"loop {marked[0]!r}, which {g} would run in, has the same name; "
+                             f"{_ONE_NAME}")
     for g in group:
         x = state[g]
         x.consts = list(prefix) + [pos + firsts.index(x.consts[0])] + x.consts[1:]
@@ -313,6 +326,8 @@ _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile
 
 
 _TAG_OPS = ("tag", "allow_reassociation", "accumulate")
+_ONE_NAME = ("a tag names one loop: split the statement's own loop first (its parts get "
+             "names of their own) or declare it under another name")
 
 
 

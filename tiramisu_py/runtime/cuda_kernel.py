@@ -47,8 +47,7 @@ class CudaKernel(Kernel):
         from codegen.cuda.runtime import driver
         driver()                                  # NoCudaDriverError first
         if len(args) > len(self.inputs):
-            raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays, got "
-                            f"{len(args)}")
+            self._too_many_positional(args)
         given = {b.name: a for b, a in zip(self.inputs, args)}
         values = {}
         names = {b.name for b in self.inputs + self.outputs}

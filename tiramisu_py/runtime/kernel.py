@@ -124,11 +124,14 @@ class Kernel:
         # outputs the kernel may read before writing, or may leave partly
         # unwritten: allocated zero-filled; the others uninitialised
         self.zeroed_outputs = {b.name for b in outputs} if zeroed_outputs is None else set(zeroed_outputs)
-        # outputs shaped by the compiler like their computation's domain: an
-        # extent below 0 there with no negative param (``N - 1`` at N = 0, the
-        # box of an empty triangle) is an empty domain, i.e. 0
+        # outputs and temporaries shaped by the compiler like their
+        # computation's domain: an extent below 0 there with no negative param
+        # (``N - 1`` at N = 0, the box of an empty triangle) is an empty
+        # domain, i.e. 0 (the generated code allocates such a temporary with
+        # its extent clamped at 0: driver.compile)
         self._domain_shaped = {c.buffer.name for c in f.computations.values()
-                               if getattr(c, "_auto_buffer", False) and c.buffer in self.outputs}
+                               if getattr(c, "_auto_buffer", False)
+                               and (c.buffer in self.outputs or c.buffer in self.temps)}
         self._shape_cache = {}
         self._torch_ops = {}        # in-place outputs -> torch_ops.KernelOp
         self._plans = {}            # checked signature -> _Plan (see _signature)
@@ -187,8 +190,7 @@ class Kernel:
             if plan is not None:
                 return plan.run(self, signature[1])
         if len(args) > len(self.inputs):
-            raise TypeError(f"{self.name}() takes {len(self.inputs)} positional arrays "
-                            f"({', '.join(b.name for b in self.inputs)}), got {len(args)}")
+            self._too_many_positional(args)
         given = {}
         for b, a in zip(self.inputs, args):
             given[b.name] = a
@@ -307,6 +309,19 @@ class Kernel:
                           for b in self.inputs + self.outputs])
 
     # -------------------------------------------------------------- helpers
+    def _too_many_positional(self, args):
+        """The TypeError of a call with more positional arguments than
+        inputs: the outputs and params are passed by name."""
+        ins = ", ".join(b.name for b in self.inputs) or "none"
+        by_name = [f"{b.name}=..." for b in self.outputs] + [f"{p}=..." for p in self.params]
+        kinds = [f"{what} ({', '.join(names)})" for what, names in
+                 (("the outputs", [b.name for b in self.outputs]), ("the params", self.params))
+                 if names]
+        raise TypeError(
+            f"{self.name}() takes {len(self.inputs)} positional arrays (the inputs: {ins}), "
+            f"got {len(args)}; {' and '.join(kinds)} are passed by name: "
+            f"{self.name}({', '.join([b.name for b in self.inputs] + by_name)})")
+
     def _run_native(self, scalars, addresses):
         """The native call on the params ``scalars`` and the buffers'
         ``addresses`` (inputs, then outputs, in declaration order)."""

@@ -28,3 +28,15 @@ def eval_size(e, values, name) -> int:
 def shape_text(shape) -> str:
     """A shape as Python writes a tuple: ``(N,)``, ``(N, M)``."""
     return "(" + ", ".join(repr(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def may_be_negative(e, fixed) -> bool:
+    """Whether the shape expression ``e`` may be below 0 for some
+    non-negative values of the params not in ``fixed`` (name -> int):
+    unless it is a sum of such params with non-negative coefficients and a
+    non-negative constant, it is taken to (``N - 2``, ``N // 2``: yes)."""
+    try:
+        form = affine.linear(e, values=fixed)
+    except NonAffine:
+        return True
+    return any(c < 0 or not (a == 1 or str(a).isidentifier()) for a, c in form.items())
