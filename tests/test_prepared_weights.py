@@ -180,6 +180,29 @@ def test_lru_evicts_by_entries_and_bytes(monkeypatch):
     P.clear()
 
 
+def test_the_memory_bound_variable_is_read_at_a_lookup_and_named(monkeypatch):
+    """Issue 52: ``TIRAMISU_PY_PREPARED_MB=abc`` (or nan, inf) broke ``import
+    schedules`` with float()'s message; now the import works and a lookup
+    raises a ValueError naming the variable and what it takes."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", "import schedules"], capture_output=True, text=True,
+                       timeout=120, cwd=root, env=dict(os.environ, TIRAMISU_PY_PREPARED_MB="abc"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    a = np.ones(4, np.float32)
+    for bad in ("abc", "nan", "inf", "-1"):
+        monkeypatch.setenv("TIRAMISU_PY_PREPARED_MB", bad)
+        with pytest.raises(ValueError, match=rf"^\$TIRAMISU_PY_PREPARED_MB='{bad}': expected .* "
+                                             r"in MiB, a finite number >= 0 \(default 1024"):
+            P.prepared("t_env", [a], lambda c: 0)
+    for text, limit in (("0.5", 1 << 19), (" ", 1 << 30)):
+        monkeypatch.setenv("TIRAMISU_PY_PREPARED_MB", text)
+        assert P.prepared("t_env", [a], lambda c: 1) == 1 and P.limit_bytes() == limit
+    monkeypatch.delenv("TIRAMISU_PY_PREPARED_MB")
+    assert P.limit_bytes() == 1 << 30
+
+
 def test_gpu_or_odd_sources_are_made_every_call():
     _, n = made("t_odd", lambda: [P.prepared("t_odd", [[1.0, 2.0]], lambda c: 0)
                                   for _ in range(2)])

@@ -46,7 +46,9 @@ always compared.
 **Memory.**  Least recently used entries are evicted while the entries hold
 more than ``LIMIT_BYTES`` (the copies plus the prepared forms as their
 ``nbytes`` reports them, a lazily packed form counted when it is made;
-``$TIRAMISU_PY_PREPARED_MB``, default 1024 MiB; a sparse copy counts its own
+``$TIRAMISU_PY_PREPARED_MB``, default 1024 MiB, read at the first lookup,
+not at import: a value that is not a finite number >= 0 is a ValueError
+naming the variable there; a sparse copy counts its own
 bytes: the full copy it was made from is dropped once the value is made,
 unless the value holds it) or more than
 ``LIMIT_ENTRIES`` (256) entries.  One entry larger than the limit is made,
@@ -68,7 +70,9 @@ import numpy as np
 
 from . import sparse_copy
 
-LIMIT_BYTES = int(float(os.environ.get("TIRAMISU_PY_PREPARED_MB", "1024")) * 2 ** 20)
+ENV = "TIRAMISU_PY_PREPARED_MB"
+DEFAULT_MB = 1024
+LIMIT_BYTES = None              # None: $TIRAMISU_PY_PREPARED_MB, read at a lookup (limit_bytes)
 LIMIT_ENTRIES = 256
 PREPARATIONS: Counter = Counter()
 
@@ -114,6 +118,7 @@ def prepared(kind, sources, make, extra=()):
     arguments the value depends on (hashable).  Sources that cannot be cached
     (a GPU tensor, an object that is not an array) are passed as they are
     and the value is made on every call."""
+    limit = limit_bytes()
     probes = [_probe(s) for s in sources]
     if any(p is False for p in probes):
         PREPARATIONS[kind] += 1
@@ -141,7 +146,7 @@ def prepared(kind, sources, make, extra=()):
             c.made()
     with _lock:
         _entries[key] = (copies, value)
-        _evict()
+        _evict(limit)
     return value
 
 
@@ -182,9 +187,33 @@ def _entry_bytes(entry):
     return sum(c.nbytes for c in copies if c is not None) + int(getattr(value, "nbytes", 0))
 
 
-def _evict():
+_env_limit = (None, DEFAULT_MB << 20)      # ($TIRAMISU_PY_PREPARED_MB's text, its bytes)
+
+
+def limit_bytes() -> int:
+    """The entries' bound in bytes: ``LIMIT_BYTES`` where set, else
+    ``$TIRAMISU_PY_PREPARED_MB`` MiB (default 1024), or a ValueError naming
+    the variable where it is not a finite number >= 0."""
+    global _env_limit
+    if LIMIT_BYTES is not None:
+        return LIMIT_BYTES
+    text = os.environ.get(ENV)
+    if text != _env_limit[0]:
+        try:
+            mb = DEFAULT_MB if text is None or not text.strip() else float(text)
+        except ValueError:
+            mb = None
+        if mb is None or not 0 <= mb < float("inf"):
+            raise ValueError(f"${ENV}={text!r}: expected the prepared-weights cache's bound in "
+                             f"MiB, a finite number >= 0 (default {DEFAULT_MB}; 0 keeps "
+                             "nothing); set it so or unset it")
+        _env_limit = (text, int(mb * 2 ** 20))
+    return _env_limit[1]
+
+
+def _evict(limit):
     total = sum(_entry_bytes(e) for e in _entries.values())
-    while _entries and (total > LIMIT_BYTES or len(_entries) > LIMIT_ENTRIES):
+    while _entries and (total > limit or len(_entries) > LIMIT_ENTRIES):
         _, entry = _entries.popitem(last=False)
         total -= _entry_bytes(entry)
 
