@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 from bench import peak
 from codegen.target import cache_sizes, cpu_flags, cpu_model
+from tiramisu_py.cli import writable_path
 
 TIRAMISU = "tiramisu_py"          # impl names starting with this are our variants
 BASELINES = ("torch", "numpy")    # ratio to the first of these a case has
@@ -468,8 +469,11 @@ def add_arguments(p: argparse.ArgumentParser):
     p.add_argument("--impls", metavar="NAME,...", type=lambda s: s.split(","),
                    help="only these implementations (e.g. tiramisu_py,numpy,torch; "
                         "tiramisu_py also selects tiramisu_py[direct] etc.)")
-    p.add_argument("--json", metavar="PATH", help="write all results and machine info as JSON")
-    p.add_argument("--png", metavar="PATH", help="write a GFLOP/s bar chart (needs matplotlib)")
+    # (the output paths are checked before the run: a run of minutes must not end unwritten)
+    p.add_argument("--json", metavar="PATH", type=writable_path,
+                   help="write all results and machine info as JSON")
+    p.add_argument("--png", metavar="PATH", type=writable_path,
+                   help="write a GFLOP/s bar chart (needs matplotlib)")
 
 
 def run_args(args: argparse.Namespace, threads=(1, 2)) -> dict:

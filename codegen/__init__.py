@@ -19,10 +19,11 @@ with llvmlite and returns an object with the same interface; no C compiler neede
 from __future__ import annotations
 
 from . import cache, ir, toolchain
-from .c import CompiledFunction, cffi_declaration, compile_c, compile_c_source, emit_c
+from .c import CHelper, CompiledFunction, cffi_declaration, compile_c, compile_c_source, emit_c
 from .toolchain import CompileError
 
-__all__ = ["ir", "emit_c", "compile_c", "compile_c_source", "CompileError", "CompiledFunction",
+__all__ = ["ir", "emit_c", "compile_c", "compile_c_source", "CHelper", "CompileError",
+           "CompiledFunction",
            "emit_llvm", "compile_llvm", "LLVMCompileError"]
 
 _LLVM_EXPORTS = ("emit_llvm", "compile_llvm", "LLVMCompileError", "LLVMCompiledFunction")

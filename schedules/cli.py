@@ -23,14 +23,16 @@ from .tuner import OPS, summary, tune_library
 
 def _library_tune(argv):
     p = argparse.ArgumentParser(
-        prog="tiramisu-py tune",
-        description="Time the operator library's tunable parameters on this host and record "
-                    "the fastest (every later process on this host uses them). "
-                    "`tiramisu-py tune FILE:FUNC` tunes a Function instead.")
+        prog="tiramisu-py tune", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Time the operator library's tunable parameters on this host and record\n"
+                    "the fastest (every later process on this host uses them).\n"
+                    "`tiramisu-py tune FILE:FUNC` tunes a Function instead (below).",
+        epilog="The FILE:FUNC form (tunes a Function; its options):\n\n"
+               + language_cli.parser().commands["tune"].format_help())
     p.add_argument("ops", nargs="*", metavar="OP",
                    help=f"{', '.join(OPS)}, grain (the parallel grain: below it a parallel loop "
                         "runs on one thread) or all (default all)")
-    p.add_argument("--budget", type=float, default=None,
+    p.add_argument("--budget", type=language_cli.positive_seconds, default=None,
                    help="seconds after which no candidate starts (default: no limit)")
     p.add_argument("--sizes", choices=("bench", "small"), default="bench",
                    help="the bench suites' shapes (default) or small ones (a smoke run)")

@@ -507,12 +507,14 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None
     for g in live:
         g.conv.__dict__["_fusion"] = g
         report.fused.append((g.names(names), _chain_text(g)))
+    # (MaxPool2d subclasses torch's: each module is listed once, by its name)
     ours = tuple(STAND_INS.values()) + (Linear, Conv2d, ConvReLUMaxPool2d, SparseConv2d,
-                                        _Recurrent, nn.Identity)
+                                        MaxPool2d, _Recurrent, nn.Identity)
+    listed = {r[0] for r in report.left_to_torch + report.converted}
     report.left_to_torch += [(n, type(m).__name__, LEFT.get(type(m), "no schedules.nn module"))
                              for n, m in model.named_modules()
                              if n and not m._modules and not isinstance(m, ours)
-                             and n not in {r[0] for r in report.left_to_torch}]
+                             and n not in listed]
     model.tiramisu_report = report
     if verbose:
         print(report)

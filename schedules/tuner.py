@@ -233,9 +233,9 @@ def tune_library(ops=OPS, budget=None, progress=True, *, sizes="bench", repeats=
         ops = (ops,)
     ops = list(dict.fromkeys(o for op in ops for o in (OPS if op == "all" else (op,))))
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
-                               or budget <= 0):
-        raise ValueError(f"tune_library: budget must be a positive number of seconds or None, "
-                         f"not {budget!r}")
+                               or not 0 < budget < float("inf")):
+        raise ValueError(f"tune_library: budget must be a finite positive number of seconds or "
+                         f"None, not {budget!r}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"tune_library: repeats must be a positive int, not {repeats!r}")
     if clock is not None and not callable(clock):

@@ -128,6 +128,21 @@ def test_batched_gemm_says_which_size_differs():
         schedules.batched_gemm(f32(2, 3, 4), f32(2, 5, 6))
 
 
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_non_native_byte_order_says_so_and_how_to_convert(which):
+    """Issue 52: gemm on a big-endian array said "expected >f4, got >f4"."""
+    args = {"a": f32(3, 4), "b": f32(4, 5)}
+    args[which] = args[which].astype(">f4")
+    for call in (schedules.gemm, schedules.matmul):
+        with pytest.raises(TypeError, match=rf"^{which}: non-native byte order \(>f4\); convert "
+                                            rf"it with {which}\.astype\(np\.float32\) \(or "
+                                            rf"{which}\.byteswap\(\)\.view\({which}\.dtype"
+                                            r"\.newbyteorder\(\)\)\)$"):
+            call(args["a"], args["b"])
+    with pytest.raises(TypeError, match=r"^weight: non-native byte order"):
+        schedules.conv2d(f32(1, 2, 5, 5), f32(3, 2, 3, 3).astype(">f4"))
+
+
 def test_winograd_names_the_stride_and_dilation():
     x, w = f32(1, 2, 8, 8), f32(2, 2, 3, 3)
     for kw, got in (({"stride": 2}, "stride=2"), ({"dilation": 2}, "dilation=2")):

@@ -127,6 +127,19 @@ def test_report_names_what_was_converted_fused_and_left(capsys):
     assert not plain.fused and "1" in {n for n, _, _ in plain.left_to_torch}
 
 
+def test_report_lists_each_module_once(capsys):
+    """Issue 52: a converted MaxPool2d (ours subclasses torch's) was listed
+    both as converted and as left to torch."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.MaxPool2d(2), nn.Flatten(), nn.ReLU(),
+                          nn.Sequential(nn.MaxPool2d(3, stride=1)))
+    r = snn.convert(model, verbose=True).tiramisu_report
+    assert [n for n, _, _ in r.converted] == ["0", "1", "4.0"]
+    assert [n for n, _, _ in r.left_to_torch] == ["2", "3"]
+    printed = capsys.readouterr().out
+    assert "3 converted, 0 fused, 2 left to torch" in printed
+    assert printed.count(" 1: MaxPool2d") == 1 and printed.count(" 4.0: MaxPool2d") == 1
+
+
 def test_untraceable_model_fuses_its_sequentials():
     class Branchy(nn.Module):
         def __init__(self):

@@ -180,6 +180,29 @@ def test_lru_evicts_by_entries_and_bytes(monkeypatch):
     P.clear()
 
 
+def test_the_memory_bound_variable_is_read_at_a_lookup_and_named(monkeypatch):
+    """Issue 52: ``TIRAMISU_PY_PREPARED_MB=abc`` (or nan, inf) broke ``import
+    schedules`` with float()'s message; now the import works and a lookup
+    raises a ValueError naming the variable and what it takes."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", "import schedules"], capture_output=True, text=True,
+                       timeout=120, cwd=root, env=dict(os.environ, TIRAMISU_PY_PREPARED_MB="abc"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    a = np.ones(4, np.float32)
+    for bad in ("abc", "nan", "inf", "-1"):
+        monkeypatch.setenv("TIRAMISU_PY_PREPARED_MB", bad)
+        with pytest.raises(ValueError, match=rf"^\$TIRAMISU_PY_PREPARED_MB='{bad}': expected .* "
+                                             r"in MiB, a finite number >= 0 \(default 1024"):
+            P.prepared("t_env", [a], lambda c: 0)
+    for text, limit in (("0.5", 1 << 19), (" ", 1 << 30)):
+        monkeypatch.setenv("TIRAMISU_PY_PREPARED_MB", text)
+        assert P.prepared("t_env", [a], lambda c: 1) == 1 and P.limit_bytes() == limit
+    monkeypatch.delenv("TIRAMISU_PY_PREPARED_MB")
+    assert P.limit_bytes() == 1 << 30
+
+
 def test_gpu_or_odd_sources_are_made_every_call():
     _, n = made("t_odd", lambda: [P.prepared("t_odd", [[1.0, 2.0]], lambda c: 0)
                                   for _ in range(2)])
@@ -469,3 +492,66 @@ def test_folded_batchnorm_conv_packs_each_fold_once_and_sees_changes():
             torch.testing.assert_close(y, m(x), rtol=1e-4, atol=1e-4)
             for mod in (m, ours):
                 mod[1].running_mean.data.add_(0.25)
+
+
+# ------------------------------------------------------------------ inference tensors
+def _inference_cases():
+    """(name, prepared kind, call(), torch's result(), an in-place change of
+    a weight), all weights made under ``torch.inference_mode()``."""
+    torch.manual_seed(5)
+    with torch.inference_mode():
+        lstm, gru = torch.nn.LSTM(5, 6, num_layers=2), torch.nn.GRU(5, 6)
+        x = torch.randn(3, 2, 5)
+        w = torch.randn(8, 4, 3, 3)
+        w = w * (torch.rand_like(w) < 0.3)
+        xc = torch.randn(2, 4, 6, 6)
+    ours = schedules.nn.LSTM.from_torch(lstm)
+    conv = lambda: torch.nn.functional.conv2d(xc, w, padding=1)  # noqa: E731
+    cases = []
+    for sparse in (False, True):
+        cases += [
+            (f"lstm sparse={sparse}", "rnn",
+             lambda s=sparse: schedules.lstm(x, lstm.all_weights, sparse=s, schedule="layer")[0],
+             lambda: lstm(x)[0], lambda: lstm.weight_hh_l1.mul_(0.5)),
+            (f"gru sparse={sparse}", "rnn",
+             lambda s=sparse: schedules.gru(x, gru.all_weights, sparse=s, schedule="layer")[0],
+             lambda: gru(x)[0], lambda: gru.weight_ih_l0[2].zero_())]
+    return cases + [
+        ("nn.LSTM", "rnn", lambda: ours(x)[0], lambda: lstm(x)[0],
+         lambda: lstm.bias_ih_l0.add_(0.25)),
+        ("sparse_conv2d", "csr_from_dense", lambda: schedules.sparse_conv2d(xc, w, padding=1),
+         conv, lambda: w[1, 2].fill_(0.75)),
+        ("conv2d spatial_pack", "nchwc_weight",
+         lambda: schedules.conv2d(xc, w, padding=1, algo="spatial_pack"), conv,
+         lambda: w.mul_(-2.0))]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_inference_mode_weights_are_cached_and_never_stale(case):
+    """Weights made under ``torch.inference_mode()`` have no version counter
+    (reading it raises): every operator that prepares a weight takes them,
+    inside and outside inference mode, prepares once, and follows a write
+    made in place inside inference mode (the comparison sees it)."""
+    name, kind, call, ref, change = _inference_cases()[case]
+    with torch.inference_mode():
+        y, n = made(kind, call)
+        assert n == 1, name
+        torch.testing.assert_close(y, ref(), rtol=1e-4, atol=1e-4)
+        change()
+        y, n = made(kind, call)
+        assert n == 1, name
+        torch.testing.assert_close(y, ref(), rtol=1e-4, atol=1e-4)
+    again, n = made(kind, call)                       # outside inference mode too
+    assert n == 0 and torch.equal(again, y), name
+
+
+def test_inference_tensors_are_never_owned():
+    """``own`` of an inference tensor registers nothing: it is compared on
+    every lookup, so a write inside inference mode is seen."""
+    with torch.inference_mode():
+        a = torch.full((8, 8), 1.0)
+    P.own(a)
+    assert P.prepared("t_inf", [a], lambda c: float(c[0].sum())) == 64.0
+    with torch.inference_mode():
+        a.add_(1.0)
+    assert P.prepared("t_inf", [a], lambda c: float(c[0].sum())) == 128.0

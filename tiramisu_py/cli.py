@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import runpy
 import sys
@@ -17,6 +18,7 @@ from .base.types import float32
 from .driver import grain
 from .driver import tune as tune_records
 from .driver.tune import tune as run_tune
+from .runtime.shapes import eval_size, shape_text
 
 
 def _checkout_module(name, command):
@@ -51,14 +53,70 @@ def bench(argv):
 
 
 def parse_params(items, command, option):
-    """``["T=6", "N=10"]`` -> ``{"T": 6, "N": 10}`` (SystemExit naming a bad item)."""
+    """``["T=6", "N=10"]`` -> ``{"T": 6, "N": 10}`` (SystemExit naming a bad
+    item, or a name given twice)."""
     out = {}
     for item in filter(None, (x.strip() for x in items)):
         name, eq, value = item.partition("=")
         if not eq or not name.strip() or not value.strip().lstrip("-").isdigit():
             raise SystemExit(f"tiramisu-py {command}: {option} item {item!r} is not NAME=INT")
-        out[name.strip()] = int(value)
+        name = name.strip()
+        if name in out:
+            raise SystemExit(f"tiramisu-py {command}: {option} gives {name} twice "
+                             f"({name}={out[name]} and {item}); give each param once")
+        out[name] = int(value)
     return out
+
+
+def positive_seconds(text):
+    """argparse's type of a time budget: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    return value
+
+
+def writable_path(text):
+    """argparse's type of an output file, checked before any work: a file
+    can be written there (its folder exists and lets us; a file made by the
+    check is removed again)."""
+    existed = os.path.lexists(text)
+    try:
+        with open(text, "a"):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {e.strerror}") from None
+    if not existed:
+        os.remove(text)
+    return text
+
+
+def check_sizes(f, params, command, option):
+    """Refuses (SystemExit naming the params) sizes at which the Function
+    ``f``'s input and output arrays alone would not fit in this host's memory."""
+    pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else -1
+    if pages <= 0:
+        return
+    memory = pages * os.sysconf("SC_PAGE_SIZE")
+    values, total, largest = dict(f.fixed, **params), 0, (0, "")
+    for b in f.buffers.values():
+        if b.kind in ("input", "output"):
+            try:
+                shape = tuple(max(0, eval_size(s, values, b.name)) for s in b.shape)
+            except ValueError:
+                return                  # (tune names what is missing)
+            nbytes = math.prod(shape) * (b.dtype.np.itemsize if b.dtype.np is not None else 2)
+            total += nbytes
+            largest = max(largest, (nbytes, f"{b.name}{shape_text(b.shape)} = {shape}"))
+    if total > memory:
+        given = " ".join(f"{option} {k}={v}" for k, v in params.items())
+        raise SystemExit(f"tiramisu-py {command}: {given}: the arrays of {f.name!r} would take "
+                         f"{total / 2 ** 30:,.1f} GiB ({largest[1]}: "
+                         f"{largest[0] / 2 ** 30:,.1f} GiB), more than this host's "
+                         f"{memory / 2 ** 30:,.1f} GiB of memory; give smaller sizes")
 
 
 def load_function(spec, command, form="FILE:FUNC"):
@@ -170,11 +228,16 @@ def tune(args):
         raise SystemExit("tiramisu-py tune: give FILE:FUNC (or --list, --forget [NAME])")
     params = parse_params(args.param, "tune", "-p")
     f = load_function(args.function, "tune")
+    check_sizes(f, params, "tune", "-p")
     try:
         r = run_tune(f, budget=args.budget, params=params, target=args.target,
                      retune=args.retune, dry_run=args.dry_run)
     except ValueError as e:
         raise SystemExit(f"tiramisu-py tune: {e}")
+    except MemoryError as e:
+        given = " ".join(f"-p {k}={v}" for k, v in params.items())
+        raise SystemExit(f"tiramisu-py tune: {given}: out of memory ({e}); give smaller "
+                         "sizes") from None
     how = "recorded before" if r["cached"] else f"{r['timed']} candidates timed"
     said = "" if r["verdict"] is None else "; " + r["verdict"].line()
     use = ("compile() of this algorithm on this host uses it" if r["kept"] else
@@ -189,7 +252,9 @@ def tune(args):
         print("\n".join(f"# {s}" for s in r["candidate"]))
 
 
-def main(argv=None):
+def parser():
+    """The command line's parser; ``parser().commands``: its subcommands'
+    parsers by name."""
     p = argparse.ArgumentParser(prog="tiramisu-py", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="an algorithm, its schedules and the legality check; the "
@@ -218,7 +283,7 @@ def main(argv=None):
                    help="a Python file and a Function (or a function returning one) in it")
     t.add_argument("-p", "--param", action="append", default=[], metavar="NAME=INT",
                    help="a size to time with (one per free param)")
-    t.add_argument("--budget", type=float, default=60.0, help="seconds (default 60)")
+    t.add_argument("--budget", type=positive_seconds, default=60.0, help="seconds (default 60)")
     t.add_argument("--target", choices=("cpu", "llvm"), default=None)
     t.add_argument("--retune", action="store_true", help="time again even if recorded")
     t.add_argument("--dry-run", action="store_true",
@@ -226,6 +291,12 @@ def main(argv=None):
     t.add_argument("--list", action="store_true", help="list the tuning records")
     t.add_argument("--forget", nargs="?", const=True, default=None, metavar="NAME",
                    help="remove the records (of the Function NAME; all without one)")
+    p.commands = sub.choices
+    return p
+
+
+def main(argv=None):
+    p = parser()
     args, rest = p.parse_known_args(argv)
     if args.cmd == "bench":
         bench(rest)
@@ -233,6 +304,10 @@ def main(argv=None):
         p.error(f"unrecognized arguments: {' '.join(rest)}")
     elif args.cmd == "draw":
         out = args.out or args.target.rpartition(":")[2] + ".png"
+        try:
+            writable_path(out)
+        except argparse.ArgumentTypeError as e:
+            p.commands["draw"].error(f"argument --out: {e}")
         loops = args.loops.split(",") if args.loops else None
         print(draw(args.target, parse_params(args.params.split(","), "draw", "--params"), out, loops,
                    args.compare))

@@ -77,9 +77,19 @@ def typed_array(x, name, ndim, dtypes):
         raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(x).__name__}")
     if x.dtype.name not in dtypes:
         raise TypeError(f"{name}: expected {what}, got {x.dtype}")
+    refuse_byte_order(x, name)
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {x.shape}")
     return x if x.flags.c_contiguous else x.copy(order="C")     # (a 0-d array stays 0-d)
+
+
+def refuse_byte_order(x, name):
+    """Refuses a NumPy array ``x`` of non-native byte order (``">f4"`` on
+    a little-endian host), naming ``name`` and the two conversions."""
+    if not x.dtype.isnative:
+        raise TypeError(f"{name}: non-native byte order ({x.dtype.str}); convert it with "
+                        f"{name}.astype(np.{x.dtype.name}) (or "
+                        f"{name}.byteswap().view({name}.dtype.newbyteorder()))")
 
 
 def activate(out, activation):

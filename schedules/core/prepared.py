@@ -12,7 +12,11 @@ derives later, lazily) never reads the caller's memory.
 **The rule (never stale).**  An entry is found by the arrays' identity: per
 array the data address, shape, strides and dtype, and for a torch tensor (on
 the CPU: the only device cached) its ``_version`` (bumped by every in-place op on the tensor, a view
-or a ``detach()`` of it: a changed version is a miss at once).  An entry
+or a ``detach()`` of it: a changed version is a miss at once).  An inference
+tensor (made under ``torch.inference_mode()``, as weights loaded for
+deployment often are) has no version counter: its identity is the rest, and
+the comparison below alone keeps its entries exact (an in-place write
+inside ``inference_mode`` is seen by it as any other write).  An entry
 found is used only if every array still holds, **bit for bit, the values it
 held when the entry was made**: the entry keeps a copy of them and compares
 (the bytes: libc's ``memcmp`` over contiguous buffers, split over the
@@ -35,12 +39,16 @@ one else holds it, so while it is alive and unchanged in version the
 entries made from it are found by identity alone, with no copy kept and no
 comparison (the values it was made from are compared once, where it is
 made).  A registered array that dies frees its address for others: it is
-then an ordinary source again.
+then an ordinary source again.  An inference tensor is never registered nor
+found by identity alone (no version would see its in-place writes): it is
+always compared.
 
 **Memory.**  Least recently used entries are evicted while the entries hold
 more than ``LIMIT_BYTES`` (the copies plus the prepared forms as their
 ``nbytes`` reports them, a lazily packed form counted when it is made;
-``$TIRAMISU_PY_PREPARED_MB``, default 1024 MiB; a sparse copy counts its own
+``$TIRAMISU_PY_PREPARED_MB``, default 1024 MiB, read at the first lookup,
+not at import: a value that is not a finite number >= 0 is a ValueError
+naming the variable there; a sparse copy counts its own
 bytes: the full copy it was made from is dropped once the value is made,
 unless the value holds it) or more than
 ``LIMIT_ENTRIES`` (256) entries.  One entry larger than the limit is made,
@@ -62,7 +70,9 @@ import numpy as np
 
 from . import sparse_copy
 
-LIMIT_BYTES = int(float(os.environ.get("TIRAMISU_PY_PREPARED_MB", "1024")) * 2 ** 20)
+ENV = "TIRAMISU_PY_PREPARED_MB"
+DEFAULT_MB = 1024
+LIMIT_BYTES = None              # None: $TIRAMISU_PY_PREPARED_MB, read at a lookup (limit_bytes)
 LIMIT_ENTRIES = 256
 PREPARATIONS: Counter = Counter()
 
@@ -108,13 +118,14 @@ def prepared(kind, sources, make, extra=()):
     arguments the value depends on (hashable).  Sources that cannot be cached
     (a GPU tensor, an object that is not an array) are passed as they are
     and the value is made on every call."""
+    limit = limit_bytes()
     probes = [_probe(s) for s in sources]
     if any(p is False for p in probes):
         PREPARATIONS[kind] += 1
         return make(list(sources))
     # an owned source's serial number is part of its identity: another array
     # owned later at the same address is another source
-    owned = [None if p is None else _owner(p) for p in probes]
+    owned = [None if p is None or p.unversioned else _owner(p) for p in probes]
     key = (kind, extra, tuple(None if p is None else p.ident + (o,) if o else p.ident
                               for p, o in zip(probes, owned)))
     with _lock:
@@ -135,7 +146,7 @@ def prepared(kind, sources, make, extra=()):
             c.made()
     with _lock:
         _entries[key] = (copies, value)
-        _evict()
+        _evict(limit)
     return value
 
 
@@ -145,7 +156,7 @@ def own(*arrays):
     cache's own: sources found by identity alone (see the module's rule)."""
     for a in arrays:
         probe = _probe(a)
-        if probe is None or probe is False:
+        if probe is None or probe is False or probe.unversioned:
             continue
         k = probe.place
         ref = weakref.ref(a, lambda r, k=k: _owned.pop(k, None) if _owned.get(k, (None,))[0] is r
@@ -176,9 +187,33 @@ def _entry_bytes(entry):
     return sum(c.nbytes for c in copies if c is not None) + int(getattr(value, "nbytes", 0))
 
 
-def _evict():
+_env_limit = (None, DEFAULT_MB << 20)      # ($TIRAMISU_PY_PREPARED_MB's text, its bytes)
+
+
+def limit_bytes() -> int:
+    """The entries' bound in bytes: ``LIMIT_BYTES`` where set, else
+    ``$TIRAMISU_PY_PREPARED_MB`` MiB (default 1024), or a ValueError naming
+    the variable where it is not a finite number >= 0."""
+    global _env_limit
+    if LIMIT_BYTES is not None:
+        return LIMIT_BYTES
+    text = os.environ.get(ENV)
+    if text != _env_limit[0]:
+        try:
+            mb = DEFAULT_MB if text is None or not text.strip() else float(text)
+        except ValueError:
+            mb = None
+        if mb is None or not 0 <= mb < float("inf"):
+            raise ValueError(f"${ENV}={text!r}: expected the prepared-weights cache's bound in "
+                             f"MiB, a finite number >= 0 (default {DEFAULT_MB}; 0 keeps "
+                             "nothing); set it so or unset it")
+        _env_limit = (text, int(mb * 2 ** 20))
+    return _env_limit[1]
+
+
+def _evict(limit):
     total = sum(_entry_bytes(e) for e in _entries.values())
-    while _entries and (total > LIMIT_BYTES or len(_entries) > LIMIT_ENTRIES):
+    while _entries and (total > limit or len(_entries) > LIMIT_ENTRIES):
         _, entry = _entries.popitem(last=False)
         total -= _entry_bytes(entry)
 
@@ -190,10 +225,12 @@ def _is_torch(x):
 class _Probe:
     """What a lookup reads of one source: ``place`` (data address, shape,
     byte strides, dtype: the key of :func:`own`), ``ident`` (``place`` and,
-    for a CPU torch tensor, its ``_version``), whether it is
+    for a CPU torch tensor, its ``_version``; None for an inference tensor,
+    ``unversioned``), whether it is
     C-contiguous, its bytes, and :meth:`view`, the NumPy view of it (made
     only on a miss: a hit reads the memory at ``address`` directly)."""
-    __slots__ = ("source", "place", "ident", "address", "nbytes", "contiguous", "_view")
+    __slots__ = ("source", "place", "ident", "address", "nbytes", "contiguous", "unversioned",
+                 "_view")
 
     def view(self):
         if self._view is None:
@@ -218,7 +255,8 @@ def _probe(s):
     size = s.element_size()
     address = s.data_ptr()
     p.place = (address, tuple(s.shape), tuple(st * size for st in s.stride()), str(s.dtype))
-    p.ident = p.place + (s._version,)
+    p.unversioned = s.is_inference()        # (reading its _version raises)
+    p.ident = p.place + (None if p.unversioned else s._version,)
     p.source, p.address, p.nbytes, p.contiguous = s, address, s.numel() * size, s.is_contiguous()
     return p
 
@@ -228,6 +266,7 @@ def _view_probe(view):
     p = _Probe()
     address = view.__array_interface__["data"][0]
     p.place = p.ident = (address, view.shape, view.strides, view.dtype.str)
+    p.unversioned = False
     p.source = p._view = view
     p.address, p.nbytes, p.contiguous = address, view.nbytes, view.flags.c_contiguous
     return p

@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from .c_helper import CHelper
+from codegen import CHelper
 
 # a source is kept sparse from this many bytes on (below, one memcmp of a few
 # pages costs less than the packbits of making the copy), and when at most this

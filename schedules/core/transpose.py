@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .c_helper import CHelper
+from codegen import CHelper
 
 SOURCE = r"""
 #include <stdint.h>

@@ -317,7 +317,7 @@ class RNNWeights:
         blocks of :func:`projection_block` (:func:`column_blocked`),
         ``recurrent(w_hh)`` and the biases."""
         width = projection_block(blk.lanes)
-        # sealed (read-only, their index checks remembered): the kernels
+        # sealed (read-only to NumPy; checked in full by every call): the kernels
         # read these index arrays on every call, their values never change
         return [dict(wi=tuple(map(seal, column_blocked(*self._csr_packed(wih, blk.hb),
                                                        int(wih.shape[1]), width))),

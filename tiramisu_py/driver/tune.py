@@ -215,8 +215,10 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     target = target or default_target()
     if target not in ("cpu", "c", "llvm"):
         raise ValueError(f"tune: target must be 'cpu', 'c' or 'llvm', not {target!r}")
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
-        raise ValueError(f"tune: budget must be a positive number of seconds, not {budget!r}")
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) \
+            or not 0 < budget < math.inf:
+        raise ValueError(f"tune: budget must be a finite positive number of seconds, not "
+                         f"{budget!r}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
         raise ValueError(f"tune: repeats must be a positive int, not {repeats!r}")
     if clock is not None and not callable(clock):
