@@ -73,16 +73,11 @@ def _library_tune(argv):
 
 def _records(show, what):
     """``--list``: both tuners' records; ``--forget [WHAT]``: removes them."""
+    record_kinds = (tuned.RECORDS,) + language_cli.RECORD_KINDS
     if what is not None:
-        n = tuned.forget(None if what is True else what)
-        print(f"forgot {n} library parameter record(s)")
-        language_cli.forget_tuned(what)
+        language_cli.forget_tuned(what, record_kinds)
     if show:
-        found = tuned.records()
-        print(f"library parameter records ({len(found)}):")
-        for key in sorted(found):
-            print("  " + tuned.describe(key, found[key]))
-        language_cli.list_tuned()
+        language_cli.list_tuned(record_kinds)
     return 0
 
 

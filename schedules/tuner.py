@@ -18,7 +18,7 @@ one warm-up call, the best of ``repeats`` calls), the best kept.  A
 candidate that fails to build, or whose result differs from the defaults'
 beyond rounding, is skipped with a note.  The search's winner, if it beat
 the defaults, is timed again against them interleaved
-(:func:`tiramisu_py.confirm.confirm`, the rule both tuners share: paired A/B
+(:func:`tiramisu_py.tuning.confirm.confirm`, the rule both tuners share: paired A/B
 rounds, kept only if the upper quartile of the ratios is below 1 - margin);
 an unconfirmed winner is not recorded: the record keeps the defaults (``{}``)
 and the verdict.  No candidate starts once ``budget`` seconds have passed
@@ -35,7 +35,8 @@ import sys
 import time
 
 import numpy as np
-from tiramisu_py.confirm import confirm, no_win
+from tiramisu_py.tuning.confirm import decide
+from tiramisu_py.tuning.search import Bar, check_budget, check_clock, check_repeats
 
 from .core import tuned
 from .core.find import candidates
@@ -113,27 +114,6 @@ def _result(out):
     return np.asarray(first.numpy() if hasattr(first, "numpy") else first)
 
 
-class _Bar:
-    """One line on stderr: the problem, the candidates done, the best time."""
-
-    def __init__(self, file):
-        self.file = file
-
-    def show(self, label, done, total, best, note=""):
-        if self.file is None:
-            return
-        fill = int(24 * done / max(1, total))
-        b = "-" if best is None else f"{best * 1e3:.3f} ms"
-        self.file.write(f"\rtune {label} [{'#' * fill}{'.' * (24 - fill)}] {done}/{total} "
-                        f"best {b} {note}"[:100].ljust(100))
-        self.file.flush()
-
-    def end(self):
-        if self.file is not None:
-            self.file.write("\n")
-            self.file.flush()
-
-
 def _timer(solver, p, args, repeats, clock):
     def run(values):
         out = solver.run(p, args, values)          # compile + warm up
@@ -189,10 +169,8 @@ def _tune_one(solver, p, args, label, deadline, repeats, bar, clock, dry_run):
             break
     if best:
         bar.show(bar_label, total, total, best_t, "A/B against the defaults")
-        verdict = confirm(lambda: solver.run(p, args, {}), lambda: solver.run(p, args, best),
-                          clock=clock)
-    else:
-        verdict = no_win(default_t)
+    verdict = decide(lambda: solver.run(p, args, {}), lambda: solver.run(p, args, best),
+                     default_t, best_t, clock)
     bar.show(bar_label, total, total, best_t, verdict.why)
     cut = "budget spent" in notes
     values = best if verdict.kept else {}
@@ -220,7 +198,7 @@ def tune_library(ops=OPS, budget=None, progress=True, *, sizes="bench", repeats=
     returns one report entry per (problem, solver): ``{"problem", "op",
     "solver", "values" (the recorded parameters; {}: the defaults, the
     search's winner unconfirmed or none), "candidate" (the search's
-    winner), "verdict" (:class:`tiramisu_py.confirm.Verdict`: default and
+    winner), "verdict" (:class:`tiramisu_py.tuning.confirm.Verdict`: default and
     best time, the A/B ratio and its quartiles, kept or why not), "seconds",
     "default_seconds", "timed" (candidates timed), "notes" (skipped
     candidates and why), "cached" (recorded before: nothing timed)}``.
@@ -232,18 +210,13 @@ def tune_library(ops=OPS, budget=None, progress=True, *, sizes="bench", repeats=
     if isinstance(ops, str):
         ops = (ops,)
     ops = list(dict.fromkeys(o for op in ops for o in (OPS if op == "all" else (op,))))
-    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
-                               or not 0 < budget < float("inf")):
-        raise ValueError(f"tune_library: budget must be a finite positive number of seconds or "
-                         f"None, not {budget!r}")
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise ValueError(f"tune_library: repeats must be a positive int, not {repeats!r}")
-    if clock is not None and not callable(clock):
-        raise ValueError(f"tune_library: clock must be a callable giving seconds, not {clock!r}")
+    check_budget("tune_library", budget, optional=True)
+    check_repeats("tune_library", repeats)
+    check_clock("tune_library", clock)
     clock = clock or time.perf_counter
     cases = [c for op in ops for c in problems(op, sizes, target)]
     deadline = time.perf_counter() + (float("inf") if budget is None else budget)
-    bar, report = _Bar(sys.stderr if progress else None), []
+    bar, report = Bar(sys.stderr if progress else None), []
     for label, op, make in cases:
         if time.perf_counter() > deadline:          # not even made: its arrays cost time too
             report.append(_untimed(label, op, "-", {}, ["budget spent: not tuned"], False))

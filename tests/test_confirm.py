@@ -1,10 +1,10 @@
-"""tiramisu_py.confirm: the A/B both tuners confirm a win with before
+"""tiramisu_py.tuning.confirm: the A/B both tuners confirm a win with before
 recording it (interleaved paired rounds, kept only if the upper quartile of
 the ratios candidate/defaults is below 1 - margin).  Timed with a fake
 clock: deterministic, nothing about the host is asserted."""
 import pytest
 
-from tiramisu_py.confirm import MARGIN, ROUNDS, Verdict, confirm, no_win
+from tiramisu_py.tuning.confirm import MARGIN, ROUNDS, Verdict, confirm, no_win
 from tuning_fakes import FakeClock, fast_once, steady
 
 

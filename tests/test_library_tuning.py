@@ -23,7 +23,8 @@ from schedules.problems.conv import ConvProblem
 from schedules.problems.gemm import GemmProblem
 from schedules.registry import SOLVERS
 from tiramisu_py import tuning
-from tiramisu_py.confirm import Verdict
+from tiramisu_py.tuning import keys
+from tiramisu_py.tuning.confirm import Verdict
 from tuning_fakes import FakeClock, fast_once, steady
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,7 +64,7 @@ def test_tuner_records_and_a_second_process_reuses_the_records(cache):
     recs = tuned.records()
     assert len(recs) == 1
     key, rec = next(iter(recs.items()))
-    assert json.loads(key)["host"]["cpu"] == tuned.cpu_model()
+    assert json.loads(key)["host"]["cpu"] == keys.cpu_model()
     assert rec["values"] == entry["values"]
     # a known, non-default winner, so that the child's kernel shows which params it ran
     blis = next(s for s in SOLVERS["gemm"] if s.name == "blis")

@@ -1,5 +1,5 @@
 """The parallel grain (codegen.regions.run_small_serially,
-tiramisu_py.driver.grain): a parallel loop, a region of adjacent ones or a
+tiramisu_py.tuning.grain): a parallel loop, a region of adjacent ones or a
 stepped region whose work between two synchronisations is below the grain
 runs on one thread; its result is the same."""
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 import tiramisu_py as tp
 from codegen import ir
 from codegen.regions import run_small_serially, work
-from tiramisu_py.driver import grain
+from tiramisu_py.tuning import grain, keys
 
 from tests.test_stepped_region import _jacobi, _reference
 
@@ -84,7 +84,7 @@ def test_the_grain_comes_from_the_environment_then_the_store(grain_env, monkeypa
     assert grain.parallel_grain() == 123 and "$TIRAMISU_PY_PARALLEL_GRAIN" in grain.describe()
     monkeypatch.delenv(grain.ENV)
     assert grain.parallel_grain() == grain.DEFAULT
-    tp.tuning.put(grain.KIND, grain.host_key(), 4096)
+    tp.tuning.put(grain.KIND, keys.grain_host(), 4096)
     try:
         assert grain.parallel_grain() == 4096 and "measured" in grain.describe()
     finally:
@@ -170,9 +170,10 @@ def test_the_probe_runs_and_the_cli_says_what_it_kept(no_grain_record, capsys, m
 
 def test_the_grain_record_is_listed_and_forgotten(no_grain_record, capsys):
     from tiramisu_py import cli
-    tp.tuning.put(grain.KIND, grain.host_key(), 8192)
+    tp.tuning.put(grain.KIND, keys.grain_host(), 8192)
     cli.list_tuned()
     assert "parallel grain: 8192 statement instances (measured on this host)" in \
         capsys.readouterr().out
-    assert cli.forget_tuned("grain") == 1
+    cli.forget_tuned("grain")
+    assert "forgot 1 parallel grain record(s)" in capsys.readouterr().out
     assert grain.record() is None and grain.parallel_grain() == grain.DEFAULT

@@ -142,19 +142,19 @@ def test_records_are_listed_and_forgotten(store_dir, fake, capsys):
     tp.tune(mm(), space=[par_i], params=SIZES, repeats=1, progress=False, clock=fake)
     tp.tune(mm(), space=[par_i], params={**SIZES, "N": 256}, repeats=1, progress=False,
             clock=fake)
-    assert len(tune_mod.records()) == 2
+    assert len(tune_mod.RECORDS.records()) == 2
     cli.main(["tune", "--list"])
     out = capsys.readouterr().out
     assert out.startswith("tiramisu_py.tune records (2):")
     assert out.count("tiramisu_py.tune record of 'mm_tuned'") == 2 and "N~2^8" in out
     cli.main(["tune", "--forget", "other"])
-    assert "forgot 0 " in capsys.readouterr().out and len(tune_mod.records()) == 2
+    assert "forgot 0 " in capsys.readouterr().out and len(tune_mod.RECORDS.records()) == 2
     cli.main(["tune", "--forget", "mm_tuned"])
     assert "forgot 2 " in capsys.readouterr().out
-    assert tune_mod.records() == [] and mm().compile().tuned is None
+    assert tune_mod.RECORDS.records() == [] and mm().compile().tuned is None
     tp.tune(mm(), space=[par_i], params=SIZES, repeats=1, progress=False, clock=fake)
     cli.main(["tune", "--forget"])                                # all
-    assert "forgot 1 " in capsys.readouterr().out and tune_mod.records() == []
+    assert "forgot 1 " in capsys.readouterr().out and tune_mod.RECORDS.records() == []
 
 
 def test_tune_arguments(store_dir):

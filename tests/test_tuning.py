@@ -317,7 +317,7 @@ def test_unopenable_database_and_no_cache_directory_work_in_memory(tmp_path, mon
     def no_dir():
         raise OSError("no cache here")
     monkeypatch.setattr(codegen.cache, "cache_dir", no_dir)
-    monkeypatch.setattr(tuning, "_WARNED", set())
+    monkeypatch.setattr(tuning.database, "_WARNED", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         calls = []

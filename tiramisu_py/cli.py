@@ -15,10 +15,13 @@ import numpy as np
 
 from .api import Function
 from .base.types import float32
-from .driver import grain
-from .driver import tune as tune_records
+from .driver.tune import RECORDS as TUNE_RECORDS
 from .driver.tune import tune as run_tune
 from .runtime.shapes import eval_size, shape_text
+from .tuning import grain, kinds
+
+# the language's tuning records: tp.tune's, the parallel grain's (--list, --forget)
+RECORD_KINDS = (TUNE_RECORDS, grain.RECORDS)
 
 
 def _checkout_module(name, command):
@@ -156,32 +159,19 @@ def draw(target, params, out, loops=None, compare=False):
     return out
 
 
-def list_tuned():
-    """Prints the records of :func:`tiramisu_py.tune` in the tuning store, one a line."""
-    found = tune_records.records()
-    print(f"tiramisu_py.tune records ({len(found)}):")
-    for _, value in found:
-        print("  " + tune_records.describe(value))
-    value = grain.record()
-    print(f"parallel grain: {value} statement instances (measured on this host)" if value is not None
-          else f"parallel grain: no record ({grain.describe()})")
+def list_tuned(record_kinds=RECORD_KINDS):
+    """Prints the tuning records of ``record_kinds`` (:mod:`tiramisu_py.tuning.kinds`)."""
+    print("\n".join(kinds.listing(record_kinds)))
 
 
-def forget_tuned(what):
-    """Removes the records of :func:`tiramisu_py.tune` (``what``: a
-    Function's name; True: all); prints and returns how many."""
-    n = tune_records.forget(None if what is True else what)
-    print(f"forgot {n} tiramisu_py.tune record(s)")
-    if what is True or what == "grain":
-        had = grain.record() is not None
-        grain.forget()
-        print(f"forgot {int(had)} parallel grain record(s)")
-        n += had
-    return n
+def forget_tuned(what, record_kinds=RECORD_KINDS):
+    """Removes the tuning records of ``record_kinds`` named ``what`` (True:
+    all) and prints how many, one line per kind."""
+    print("\n".join(kinds.forget(record_kinds, None if what is True else what)))
 
 
 def grain_probe(n: int, value: int):
-    """The parallel grain's probe (:func:`tiramisu_py.driver.grain.tune`):
+    """The parallel grain's probe (:func:`tiramisu_py.tuning.grain.tune`):
     ``grain.STEPS`` steps of a parallel, vectorised update of ``n`` floats
     (``y = 0.5 * y + x``), one barrier a step, compiled with the grain
     ``value`` (0: on the team; above ``n``: on one thread).  A zero-argument
@@ -202,7 +192,7 @@ def grain_probe(n: int, value: int):
 
 def tune_grain(dry_run=False):
     """``tiramisu-py tune grain``: measures this host's parallel grain
-    (:mod:`tiramisu_py.driver.grain`) and records it when confirmed."""
+    (:mod:`tiramisu_py.tuning.grain`) and records it when confirmed."""
     print("the parallel grain: the probe on one thread and on the team")
     r = grain.tune(grain_probe, dry_run=dry_run, log=print)
     v = r["verdict"]

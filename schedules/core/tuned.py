@@ -3,7 +3,7 @@ recorded for a solver on this host, looked up once per record key per
 process (see :mod:`schedules.tuner` for how they are measured).
 
 A record (kind :data:`KIND` in the tuning store, :mod:`tiramisu_py.tuning`)
-is keyed by JSON text of::
+is keyed by JSON text of (the host part: :func:`tiramisu_py.tuning.keys.library_host`)::
 
     {"op": "gemm", "solver": "blis", "version": 1,
      "class": {... the problem's key, sizes as power-of-two classes ...},
@@ -13,7 +13,7 @@ is keyed by JSON text of::
 
 and holds ``{"values": {name: value}, "seconds": best, "default_seconds":
 the defaults' time, "verdict": the A/B against the defaults
-(:meth:`tiramisu_py.confirm.Verdict.as_dict`), "candidate": the search's
+(:meth:`tiramisu_py.tuning.confirm.Verdict.as_dict`), "candidate": the search's
 winner, "complete": false when the budget cut the search}``.  ``values``
 are names of the solver's :meth:`~schedules.core.solver.Solver.space` (``{}``
 when the winner was not confirmed); a solver's ``run`` builds with its host
@@ -27,23 +27,19 @@ backend or library version) are under other keys and are never read.
 """
 from __future__ import annotations
 
-import functools
 import json
-import math
 import os
 
 import tiramisu_py as tp
 from codegen import target as machine
 from tiramisu_py import tuning
-from tiramisu_py.confirm import Verdict
+from tiramisu_py.tuning import keys
+from tiramisu_py.tuning.confirm import recorded as recorded_verdict
+from tiramisu_py.tuning.kinds import RecordKind
 
 from ..host import host
 
 KIND = "params"
-# the CPU features that change what is fastest (the ISA part of the host key)
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16",
-             "avx512_vnni", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8",
-             "asimd", "sve", "sve2")
 # problem-key fields that are sizes: recorded by their power-of-two class
 SIZES = ("n", "m", "k", "batch", "h", "w", "T")
 
@@ -52,41 +48,15 @@ _FAST: dict = {}                # (solver, problem, environment) -> values: no k
 LOOKUPS = {"store": 0}          # reads of the store (tests count them)
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), or "unknown"."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith(("model name", "Model", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
 def host_key(backend) -> dict:
     """This host's part of a record key, for ``backend`` ("llvm", "c")."""
-    h = host()
-    flags = machine.cpu_flags()
-    return {"cpu": cpu_model(), "isa": [f for f in ISA_FLAGS if f in flags],
-            "vector_bits": h.vector_bits, "vector_registers": h.vector_registers,
-            "cores": h.cores, "l1d": h.l1d, "l2": h.l2, "l3": h.l3,
-            "backend": backend, "library": tp.__version__}
-
-
-def _size_class(v):
-    return v if not isinstance(v, int) or isinstance(v, bool) or v < 2 else \
-        f"~2^{round(math.log2(v))}"
+    return keys.library_host(backend, host(), tp.__version__)
 
 
 def shape_class(p) -> dict:
     """The problem's key with its sizes (:data:`SIZES`, nested too) as
     power-of-two classes: 1000 and 1024 share a record, 512 does not."""
-    def cls(d):
-        return {k: cls(v) if isinstance(v, dict) else (_size_class(v) if k in SIZES else v)
-                for k, v in d.items()}
-    return cls(p.key())
+    return keys.shape_class(p.key(), SIZES)
 
 
 def record_key(solver, p) -> str:
@@ -132,12 +102,12 @@ def _where(key):
 
 
 def _confirmed(value):
-    return value is not None and Verdict.from_dict(value.get("verdict") or {}) is not None
+    return recorded_verdict(value) is not None
 
 
 def save(solver, p, values, verdict, timed, complete=True, candidate=None) -> None:
     """Records ``values`` for ``solver`` on ``p`` (``{}``: the defaults)
-    with the ``verdict`` (:class:`tiramisu_py.confirm.Verdict`) of the A/B
+    with the ``verdict`` (:class:`tiramisu_py.tuning.confirm.Verdict`) of the A/B
     that decided it, and uses them from now on in this process too;
     ``candidate``: the search's winner; ``complete``: False when the budget
     ended the search (a later tuning run continues it)."""
@@ -169,36 +139,35 @@ def describe(key, value) -> str:
             what += " (another host)"
     except (ValueError, TypeError, KeyError, AttributeError):
         what = key[:80]
-    verdict = Verdict.from_dict(value.get("verdict") or {}) if _valid(value) else None
+    verdict = recorded_verdict(value) if _valid(value) else None
     if verdict is None:
         return f"{what}: unconfirmed (made before A/B) or damaged, not used"
     return f"{what}: {value['values'] or 'defaults'}; {verdict.line()}"
 
 
-def _matches(key, what):
+def _names(key, value):
+    """What ``--forget WHAT`` removes a record by: its op and its solver."""
     try:
         k = json.loads(key)
-        return what in (k.get("op"), k.get("solver"))
+        return (k.get("op"), k.get("solver"))
     except (ValueError, AttributeError):
-        return False
+        return ()
+
+
+def _forgotten():
+    _CACHE.clear()
+    _FAST.clear()
+
+
+RECORDS = RecordKind(KIND, "library parameter record", describe, names=_names,
+                     forgotten=_forgotten)
 
 
 def forget(what=None) -> int:
     """Removes the tuned-parameters records (all, or those whose op or
     solver is named ``what``) and this process's copies: the host defaults
     run again.  Returns how many were removed."""
-    found = tuning.store().records(KIND)
-    if what is None:
-        tuning.store().forget(KIND)               # damaged records too
-        gone = len(found)
-    else:
-        keys = [k for k in found if _matches(k, what)]
-        for k in keys:
-            tuning.store().forget(KIND, k)
-        gone = len(keys)
-    _CACHE.clear()
-    _FAST.clear()
-    return gone
+    return RECORDS.forget(what)
 
 
 def records() -> dict:

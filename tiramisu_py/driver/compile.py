@@ -20,7 +20,8 @@ from ..poly.dataflow import needs_zero
 from ..poly.model import build_model
 from ..runtime.kernel import Kernel
 from ..runtime.shapes import may_be_negative
-from . import grain, warm
+from ..tuning import grain
+from . import warm
 from .cuda import compile_cuda
 
 # A compile slower than this (seconds) is reported, one line per phase boundary

@@ -16,14 +16,15 @@ calls) on random inputs shaped by ``params`` (or on ``inputs``).  A
 progress bar goes to stderr; no candidate starts once ``budget`` seconds
 have passed (the first always runs).  The fastest, if faster than the
 defaults, is then timed against them interleaved
-(:func:`tiramisu_py.confirm.confirm`: paired A/B rounds) and kept only if it
-beats them beyond the noise; otherwise the record says "as written".
+(:func:`tiramisu_py.tuning.confirm.confirm`: paired A/B rounds) and kept only
+if it beats them beyond the noise; otherwise the record says "as written".
 
-The record (kind :data:`KIND` in :mod:`tiramisu_py.tuning`) is keyed by the
-algorithm (every declaration, no schedule), the size class of ``params``
-(each param's power of two, rounded), the target and the host (CPU model,
-SIMD width, caches, cores); a second record under the key without the size
-class names the last size class tuned.  Its value is the Function's name,
+The record (kind :data:`KIND` in the tuning store, :mod:`tiramisu_py.tuning`)
+is keyed by the algorithm (every declaration, no schedule), the size class of
+``params`` (each param's power of two, rounded), the target and the host
+(CPU model, SIMD width, caches, cores: :mod:`tiramisu_py.tuning.keys`); a
+second record under the key without the size class names the last size class
+tuned.  Its value is the Function's name,
 the kept commands as data (statement, verb, arguments; only the scheduling
 verbs are ever replayed, never code; none when nothing was kept) and the
 A/B verdict.  ``tune`` of an algorithm already recorded for that key
@@ -32,13 +33,12 @@ nothing.  ``compile()`` of a Function with no command uses the record of its
 fixed params' size class, else the last one tuned (``compile(tuned=False)``
 or ``$TIRAMISU_PY_USE_TUNED=0`` turns that off): it compiles a scheduled
 copy, the user's Function stays as written, and the kernel says so
-(``kernel.tuned``, a comment atop ``kernel.source``).  :func:`records` and
-:func:`forget` list and remove the records (``tiramisu-py tune --list``,
+(``kernel.tuned``, a comment atop ``kernel.source``).  :data:`RECORDS` lists
+and removes the records by the Function's name (``tiramisu-py tune --list``,
 ``--forget [NAME]``)."""
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import statistics
 import sys
@@ -46,11 +46,11 @@ import time
 
 import numpy as np
 
-from codegen import target as host
-
-from .. import tuning
-from ..confirm import Verdict, confirm, no_win
 from ..base.errors import IllegalScheduleError
+from ..tuning import database, keys
+from ..tuning.confirm import decide, recorded
+from ..tuning.kinds import RecordKind
+from ..tuning.search import Bar, check_budget, check_clock, check_repeats
 from ..runtime.shapes import eval_size
 from .auto_schedule import AutoScheduler
 from .auto_steps import Step, _StmtRef
@@ -71,25 +71,14 @@ VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "
 RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
 
 
-def host_text() -> str:
-    """What the record's host part is made of."""
-    caches = sorted(f"L{lv}{k[0]}={v}" for (lv, k), v in host.cache_sizes().items())
-    return f"{host.cpu_model()}|{host.vector_bits()}|{','.join(caches)}|{host.cores()}"
-
-
-
-def size_class(params: dict) -> str:
-    return ",".join(f"{p}~2^{round(math.log2(v)) if v > 0 else 0}"
-                    for p, v in sorted(params.items()))
-
-
 def record_key(f, target, params=None) -> str:
     """The key of ``f``'s record for ``target`` on this host (``params``:
     the sizes' class; None: the key of the last class tuned)."""
     h = hashlib.sha256()
-    for line in [f"format {FORMAT}", f"target {target}", host_text()] + algorithm_lines(f):
+    for line in [f"format {FORMAT}", f"target {target}", keys.schedule_host()] \
+            + algorithm_lines(f):
         h.update(line.encode() + b"\n")
-    return h.hexdigest() + ("" if params is None else "|" + size_class(params))
+    return h.hexdigest() + ("" if params is None else "|" + keys.size_class(params))
 
 
 # -------------------------------------------------------------- commands as data
@@ -164,26 +153,6 @@ def _time(call, repeats, clock):
     return statistics.median(times)
 
 
-class _Bar:
-    def __init__(self, name, total, file):
-        self.name, self.total, self.file, self.done = name, total, file, 0
-
-    def show(self, best, note=""):
-        if self.file is None:
-            return
-        width = 24
-        fill = int(width * self.done / max(1, self.total))
-        b = "-" if best is None else f"{best * 1e3:.3f} ms"
-        self.file.write(f"\rtune {self.name} [{'#' * fill}{'.' * (width - fill)}] "
-                        f"{self.done}/{self.total} best {b} {note}".ljust(79))
-        self.file.flush()
-
-    def end(self):
-        if self.file is not None:
-            self.file.write("\n")
-            self.file.flush()
-
-
 # --------------------------------------------------------------------- tune
 def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repeats=3,
          progress=True, retune=False, dry_run=False, clock=None):
@@ -202,7 +171,7 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     rejected by the legality check.  ``budget``: seconds, after which no
     candidate starts.  The search's fastest is timed again against ``f`` as
     written, interleaved, and kept only if it wins beyond the noise
-    (:func:`tiramisu_py.confirm.confirm`); a record that keeps nothing
+    (:func:`tiramisu_py.tuning.confirm.confirm`); a record that keeps nothing
     compiles ``f`` as written (and is not timed again unless ``retune``).
     ``progress``: a bar on stderr.  ``retune``: time again even if
     recorded.  ``dry_run``: measure and decide, record nothing.  ``clock``:
@@ -215,14 +184,9 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     target = target or default_target()
     if target not in ("cpu", "c", "llvm"):
         raise ValueError(f"tune: target must be 'cpu', 'c' or 'llvm', not {target!r}")
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) \
-            or not 0 < budget < math.inf:
-        raise ValueError(f"tune: budget must be a finite positive number of seconds, not "
-                         f"{budget!r}")
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise ValueError(f"tune: repeats must be a positive int, not {repeats!r}")
-    if clock is not None and not callable(clock):
-        raise ValueError(f"tune: clock must be a callable giving seconds, not {clock!r}")
+    check_budget("tune", budget)
+    check_repeats("tune", repeats)
+    check_clock("tune", clock)
     params = dict(params or {})
     missing = [p for p in f.params if p not in f.fixed and p not in params]
     if missing:
@@ -237,12 +201,12 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         raise ValueError(f"tune: {f.name!r} already has scheduling commands; tune the "
                          "algorithm alone (f.reset_schedule(), or tune a copy)")
     key = record_key(f, target, params)
-    store = tuning.store()
+    store = database.store()
     old = None if retune else store.get(KIND, key, valid=_valid)
     if old is not None:
         steps = apply_record(f.copy(), old)
         return {"steps": steps, "candidate": steps, "kept": bool(steps),
-                "verdict": Verdict.from_dict(old.get("verdict")), "time": old.get("time"),
+                "verdict": recorded(old), "time": old.get("time"),
                 "key": key, "timed": 0, "rejected": [], "cached": True, "recorded": False}
     space = list(DEFAULT_SPACE if space is None else space)
     if not space:
@@ -251,14 +215,17 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         space = [c for c in space if not (isinstance(c, dict) and c.get("schedule"))]
     clock = clock or time.perf_counter
     args = _arguments(f, params, inputs)
-    bar = _Bar(f.name, len(space), sys.stderr if progress else None)
+    bar = Bar(sys.stderr if progress else None)
+
+    def show(note=""):
+        bar.show(f.name, done, len(space), best and best[0], note)
     start = time.perf_counter()
     as_written = _caller(compile_function(f, target), args, params)
     default_t = _time(as_written, repeats, clock)          # the defaults: f as written
-    best, rejected, timed, seen = None, [], 0, set()
+    best, rejected, timed, seen, done = None, [], 0, set(), 0
     for k, cand in enumerate(space):
         if k and time.perf_counter() - start > budget:
-            bar.show(best and best[0], "(budget spent)")
+            show("(budget spent)")
             break
         g = f.copy()
         try:
@@ -273,14 +240,14 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
                                 f"not {type(cand).__name__}")
             sig = tuple(str(s) for s in steps)
             if sig in seen:
-                bar.done += 1
+                done += 1
                 continue
             seen.add(sig)
             kernel = compile_function(g, target)
         except (IllegalScheduleError, ValueError) as e:
             rejected.append(f"candidate {k}: {str(e).splitlines()[0]}")
-            bar.done += 1
-            bar.show(best and best[0], "(rejected)")
+            done += 1
+            show("(rejected)")
             continue
         call = _caller(kernel, args, params)
         t = _time(call, repeats, clock)
@@ -288,17 +255,15 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         timed += 1
         if best is None or t < best[0]:
             best = (t, steps, call)
-        bar.done += 1
-        bar.show(best[0])
+        done += 1
+        show()
     if best is None:
         bar.end()
         raise ValueError(f"tune: no legal candidate for {f.name!r}: " + "; ".join(rejected))
     if best[0] < default_t:
-        bar.show(best[0], "(A/B against the defaults)")
-        verdict = confirm(as_written, best[2], clock=clock)
-    else:
-        verdict = no_win(default_t, best[0])
-    bar.show(best[0], verdict.why)
+        show("(A/B against the defaults)")
+    verdict = decide(as_written, best[2], default_t, best[0], clock)
+    show(verdict.why)
     bar.end()
     kept = best[1] if verdict.kept else []
     value = {"name": f.name, "steps": [_encode(s) for s in kept],
@@ -367,8 +332,8 @@ def describe(value) -> str:
     if not _valid(value):
         return f"tiramisu_py.tune record, damaged: {str(value)[:60]}"
     name = value.get("name", "?")
-    sizes = size_class(value.get("sizes") or {}) or "fixed sizes"
-    verdict = Verdict.from_dict(value.get("verdict") or {})
+    sizes = keys.size_class(value.get("sizes") or {}) or "fixed sizes"
+    verdict = recorded(value)
     if verdict is None:
         return f"tiramisu_py.tune record of {name!r}: unconfirmed (made before A/B), not used"
     steps = "; ".join(str(_decode_text(item)) for item in value["steps"]) or "as written"
@@ -387,26 +352,17 @@ def _decode_text(item):
     return f"{item.get('stmt') or 'f'}.{item.get('verb')}({', '.join([*map(repr, args), *kw])})"
 
 
-def records():
-    """``[(key, value)]`` of this store's records of kind :data:`KIND`, one
-    per size class tuned (any host, any format: an unconfirmed record of an
-    earlier version is listed, and never used)."""
-    return sorted(((k, v) for k, v in tuning.store().records(KIND).items() if "|" in k),
-                  key=lambda kv: (str(kv[1].get("name") if isinstance(kv[1], dict) else ""),
-                                  kv[0]))
+def _name(value):
+    return str(value.get("name")) if isinstance(value, dict) else ""
 
 
-def forget(name=None) -> int:
-    """Removes the records of the Function named ``name`` (every record of
-    :data:`KIND` when None); returns how many size classes were removed."""
-    found = tuning.store().records(KIND)
-    if name is None:
-        tuning.store().forget(KIND)             # damaged records too
-        return sum("|" in k for k in found)
-    gone = [k for k, v in found.items() if isinstance(v, dict) and v.get("name") == name]
-    for k in gone:
-        tuning.store().forget(KIND, k)
-    return sum("|" in k for k in gone)
+# the records, one per size class tuned (the key without a size class names the
+# last one tuned: removed with it, not counted), by the Function's name; any
+# host, any format (an unconfirmed record of an earlier version is listed, and
+# never used)
+RECORDS = RecordKind(KIND, "tiramisu_py.tune record", lambda key, value: describe(value),
+                     names=lambda key, value: (_name(value),), listed=lambda key: "|" in key,
+                     order=lambda key, value: (_name(value), key))
 
 
 def tuned_function(f, target):
@@ -418,7 +374,7 @@ def tuned_function(f, target):
         return None
     free = [p for p in f.params if p not in f.fixed]
     key = record_key(f, target, {}) if not free else record_key(f, target)
-    value = tuning.store().get(KIND, key, valid=_valid)
+    value = database.store().get(KIND, key, valid=_valid)
     if value is None or not value["steps"]:
         return None
     g = f.copy()
@@ -429,4 +385,4 @@ def tuned_function(f, target):
     return g, describe(value)
 
 
-__all__ = ["tune", "tuned_function", "record_key", "records", "forget", "describe", "KIND"]
+__all__ = ["tune", "tuned_function", "record_key", "describe", "KIND", "RECORDS"]

@@ -45,7 +45,7 @@ from ..lang.expr import Expr, Var
 from ..lang.program import Buffer
 from ..poly.model import build_model
 from ..runtime.kernel import Kernel
-from . import grain
+from ..tuning import grain
 
 FORMAT = 2                  # 2: entries name their key (a moved entry is a miss)
 ENABLED = os.environ.get("TIRAMISU_PY_WARM_START", "1") != "0"

@@ -1,5 +1,5 @@
-"""A tuning win confirmed before it is recorded, for both tuners
-(:func:`tiramisu_py.tune` and :func:`schedules.tune_library`).
+"""A tuning win confirmed before it is recorded, for every tuner
+(:func:`tiramisu_py.tune`, :func:`schedules.tune_library`, the parallel grain).
 
 A tuner's search times each candidate with a few calls; on a busy host one
 candidate can look fast once (another process paused, a frequency step),
@@ -84,6 +84,24 @@ def no_win(default_s, best_s=None) -> Verdict:
                    False, "not kept: no candidate beat the defaults in the search")
 
 
+def decide(default, candidate, default_s, candidate_s, clock=None) -> Verdict:
+    """The verdict on a search's winner: ``candidate()`` (``candidate_s``
+    seconds a call in the search) against ``default()`` (``default_s``),
+    confirmed by :func:`confirm` if it was faster in the search, else
+    :func:`no_win` without timing anything."""
+    if candidate_s < default_s:
+        return confirm(default, candidate, clock=clock)
+    return no_win(default_s, candidate_s)
+
+
+def recorded(value):
+    """The :class:`Verdict` a tuning record (a dict) holds under "verdict",
+    or None (no verdict: made before wins were confirmed, or damaged)."""
+    if not isinstance(value, dict):
+        return None
+    return Verdict.from_dict(value.get("verdict") or {})
+
+
 def _check(name, value, low, cls=(int, float)):
     if isinstance(value, bool) or not isinstance(value, cls) or not math.isfinite(value) \
             or value < low:
@@ -133,4 +151,4 @@ def confirm(default, candidate, *, rounds=ROUNDS, margin=MARGIN, clock=None,
                    kept, why)
 
 
-__all__ = ["Verdict", "confirm", "no_win", "ROUNDS", "MARGIN"]
+__all__ = ["Verdict", "confirm", "decide", "no_win", "recorded", "ROUNDS", "MARGIN"]

@@ -1,5 +1,6 @@
-"""The tuning store: one SQLite database that every operator's find step (and
-the autotuner) records its measurements in.
+"""The tuning store: one SQLite database that every operator's find step and
+both tuners record their measurements in (``tiramisu_py.tuning`` re-exports
+its module-level calls: ``tuning.get``, ``tuning.put``, ``tuning.store()``, ...).
 
 File: ``<cache>/tuning.db`` (``codegen.cache.cache_dir()``), WAL mode.  Schema
 (``PRAGMA application_id`` = ``APPLICATION_ID``, ``user_version`` =

@@ -9,8 +9,9 @@ Where it comes from, first found:
 * ``$TIRAMISU_PY_PARALLEL_GRAIN`` (an int >= 0; 0: every parallel loop stays
   parallel);
 * this host's record in the tuning store (kind :data:`KIND`, keyed by the CPU
-  model, the cores and the SIMD width), written by :func:`measure` through
-  ``tiramisu-py tune grain`` only when an interleaved A/B confirms it;
+  model, the cores and the SIMD width: :func:`.keys.grain_host`), written by
+  :func:`tune` through ``tiramisu-py tune grain`` only when an interleaved A/B
+  confirms it;
 * :data:`DEFAULT`.
 
 The generated C says it where it made a loop serial (a comment naming the
@@ -24,10 +25,10 @@ import os
 import statistics
 import time
 
-from codegen import target
-
-from .. import tuning
-from ..confirm import confirm
+from . import database
+from .confirm import confirm
+from .keys import grain_host
+from .kinds import RecordKind
 
 ENV = "TIRAMISU_PY_PARALLEL_GRAIN"
 KIND = "parallel_grain"
@@ -39,11 +40,6 @@ SIZES = tuple(1 << k for k in range(10, 21))    # the probe's statement instance
 STEPS = 32                                       # the probe's steps (barriers) a call
 _cache: dict = {}
 _forced: list = []
-
-
-def host_key() -> str:
-    """The key of this host's record: CPU model, cores, SIMD width."""
-    return f"{target.cpu_model()}|cores={target.cores()}|simd={target.vector_bits()}"
 
 
 def _valid(value) -> bool:
@@ -63,12 +59,26 @@ def describe() -> str:
 
 def record():
     """This host's recorded grain, or None."""
-    return tuning.get(KIND, host_key(), valid=_valid)
+    return database.get(KIND, grain_host(), valid=_valid)
 
 
 def forget() -> None:
     """Removes this host's recorded grain (the default applies again)."""
-    tuning.forget(KIND, host_key())
+    database.forget(KIND, grain_host())
+
+
+class _Records(RecordKind):
+    """Listed as one line: this host's grain, or where the grain comes from."""
+
+    def lines(self):
+        value = record()
+        return [f"parallel grain: {value} statement instances (measured on this host)"
+                if value is not None else f"parallel grain: no record ({describe()})"]
+
+
+RECORDS = _Records(KIND, "parallel grain record",
+                   lambda key, value: f"{value} statement instances ({key})",
+                   names=lambda key, value: ("grain",))
 
 
 @contextlib.contextmanager
@@ -94,7 +104,7 @@ def _source() -> tuple:
             raise ValueError(f"${ENV}={text!r}: expected a whole number of statement instances "
                              ">= 0 (0: every parallel loop stays parallel)")
         return value, f"${ENV}"
-    gen = tuning.generation()
+    gen = database.generation()
     hit = _cache.get(gen)
     if hit is None:
         rec = record()
@@ -115,7 +125,7 @@ def tune(make, dry_run=False, clock=None, log=None) -> dict:
     team (alternating calls, medians); the measured grain is the smallest
     size from which the team is 10% faster at every larger size.  Where it
     and the grain in use disagree (sizes between them), the probe at their
-    geometric mean runs both ways under :func:`tiramisu_py.confirm.confirm`
+    geometric mean runs both ways under :func:`tiramisu_py.tuning.confirm.confirm`
     (the default: what the grain in use does there); the measured grain is
     recorded (``dry_run``: never) only if kept.  Returns ``{"grain" (in use
     before), "measured", "table" ({size: (one thread s, team s)}), "verdict",
@@ -155,6 +165,6 @@ def tune(make, dry_run=False, clock=None, log=None) -> dict:
     v = out["verdict"] = confirm(default, candidate, clock=clock)
     log(f"  A/B at {mid} instances a step (grain {before} vs {measured}): {v.line()}")
     if v.kept and not dry_run:
-        tuning.put(KIND, host_key(), measured, meta=v.as_dict())
+        database.put(KIND, grain_host(), measured, meta=v.as_dict())
         out["recorded"] = True
     return out
