@@ -49,6 +49,7 @@ import functools
 import json
 
 import numpy as np
+from tiramisu_py.cli import Command
 
 from bench import (harness, suite_contention, suite_models, suite_paper, suite_polybench,
                    suite_rnn, suite_sparse)
@@ -309,3 +310,8 @@ def _main_one(args: argparse.Namespace) -> dict:
             with open(args.json, "w") as f:
                 json.dump(report, f, indent=1)
     return report
+
+
+COMMAND = Command("bench", "benchmark the operator library against NumPy and PyTorch "
+                           "(tiramisu-py bench --help)",
+                  lambda argv, sub: main(parser("tiramisu-py bench").parse_args(argv)), raw=True)

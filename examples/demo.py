@@ -21,6 +21,9 @@ import os
 import time
 
 import numpy as np
+from tiramisu_py.cli import Command
+
+from examples import conv2d, conv_relu_maxpool, gemm, jacobi2d, lstm, sparse_conv, trisolv
 
 GEMM_N = 512
 CONV = (4, 64, 64, 56, 56)        # n, ci, co, h, w: 3x3, padding 1
@@ -54,7 +57,6 @@ def _row(name, t, base, gflop=None, ok=True):
 def gemm_part(torch):
     import schedules
     import tiramisu_py as tp
-    from examples import gemm
     n = GEMM_N
     rng = np.random.default_rng(1)
     a = rng.standard_normal((n, n), dtype=np.float32)
@@ -150,7 +152,6 @@ def conv_part(torch):
 
 
 def examples_part(show_source):
-    from examples import conv2d, conv_relu_maxpool, gemm, jacobi2d, lstm, sparse_conv, trisolv
     rng = np.random.default_rng(0)
     a = rng.standard_normal((128, 128), dtype=np.float32)
     b = rng.standard_normal((128, 128), dtype=np.float32)
@@ -203,3 +204,23 @@ def main(show_source=True):
     if not ok:
         raise SystemExit("demo: a result did not match its reference")
     print("\nAll results match their references.")
+
+
+# ------------------------------------------------------------------ the commands
+EXAMPLES = {m.__name__.rpartition(".")[2]: m for m in
+            (gemm, conv2d, conv_relu_maxpool, trisolv, jacobi2d, sparse_conv, lstm)}
+
+
+def _demo_arguments(sub):
+    sub.add_argument("--no-source", action="store_true", help="do not print generated code")
+
+
+def _example_arguments(sub):
+    sub.add_argument("name", choices=tuple(EXAMPLES))
+
+
+DEMO = Command("demo", "an algorithm, its schedules and the legality check; the operator "
+                       "library against NumPy and PyTorch; the examples checked against NumPy",
+               lambda args, sub: main(show_source=not args.no_source), _demo_arguments)
+EXAMPLE = Command("example", "run one of the examples (from any directory)",
+                  lambda args, sub: EXAMPLES[args.name].main(), _example_arguments)

@@ -27,14 +27,22 @@ search the budget cut is recorded as it stands, marked incomplete, and the
 next run times it again); a problem whose search is recorded complete on
 this host is not timed again unless ``retune``; ``dry_run`` records nothing.
 :data:`RUNS` counts the candidates timed in this process.
+
+:data:`COMMAND` is ``tiramisu-py tune``: op names (or none: all) tune the
+library, ``grain`` (part of ``all``) the parallel grain, an argument with ":"
+(or ``-p``) is the language's FILE:FUNC form (:data:`tiramisu_py.cli.TUNE`);
+``--list`` lists every tuner's records, ``--forget [WHAT]`` removes them (all,
+or an op's, a solver's, a Function's).
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import sys
 import time
 
 import numpy as np
+from tiramisu_py import cli as language_cli
 from tiramisu_py.tuning.confirm import decide
 from tiramisu_py.tuning.search import Bar, check_budget, check_clock, check_repeats
 
@@ -255,3 +263,77 @@ def summary(report) -> str:
         lines.append(f"{r['problem']} [{r['solver']}]: {how}")
         lines += [f"    skipped {n}" for n in r["notes"] if r.get("verdict") is not None]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ tiramisu-py tune
+# every tuner's records: the library's, then the language's (--list, --forget)
+RECORD_KINDS = (tuned.RECORDS,) + language_cli.RECORD_KINDS
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="tiramisu-py tune", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Time the operator library's tunable parameters on this host and record\n"
+                    "the fastest (every later process on this host uses them).\n"
+                    "`tiramisu-py tune FILE:FUNC` tunes a Function instead (below).",
+        epilog="The FILE:FUNC form (tunes a Function; its options):\n\n"
+               + language_cli.parser().commands["tune"].format_help())
+    p.add_argument("ops", nargs="*", metavar="OP",
+                   help=f"{', '.join(OPS)}, grain (the parallel grain: below it a parallel loop "
+                        "runs on one thread) or all (default all)")
+    p.add_argument("--budget", type=language_cli.positive_seconds, default=None,
+                   help="seconds after which no candidate starts (default: no limit)")
+    p.add_argument("--sizes", choices=("bench", "small"), default="bench",
+                   help="the bench suites' shapes (default) or small ones (a smoke run)")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per candidate (best of)")
+    p.add_argument("--retune", action="store_true", help="time again what is recorded")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true",
+                   help="measure and say what would be kept; record nothing")
+    p.add_argument("--list", action="store_true",
+                   help="list the tuning records (the library's and tiramisu_py.tune's)")
+    p.add_argument("--forget", nargs="?", const=True, default=None, metavar="WHAT",
+                   help="remove tuning records: those of an op, a solver or a Function "
+                        "named WHAT; all without one")
+    return p
+
+
+def _command(argv, sub=None):
+    """``tiramisu-py tune ARGV``: the language's FILE:FUNC form when an
+    argument has ":" (or -p is given), else the library's op names."""
+    positional = [a for a in argv if not a.startswith("-")]
+    if any(":" in a for a in positional) or "-p" in argv or "--param" in argv:
+        return language_cli.main(["tune", *argv], (language_cli.TUNE,))
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.forget is not None:
+        language_cli.forget_tuned(args.forget, RECORD_KINDS)
+    if args.list:
+        language_cli.list_tuned(RECORD_KINDS)
+    if args.list or args.forget is not None:
+        return 0
+    bad = [o for o in args.ops if o not in OPS + ("grain", "all")]
+    if bad:
+        p.error(f"unknown op {bad[0]!r}: choose from {', '.join(OPS)}, grain, all, or give "
+                "FILE:FUNC")
+    ops = args.ops or ["all"]
+    if "grain" in ops or "all" in ops:
+        language_cli.tune_grain(args.dry_run)
+        ops = [o for o in ops if o != "grain"]
+        if not ops:
+            return 0
+    try:
+        report = tune_library(ops, budget=args.budget, progress=not args.quiet, sizes=args.sizes,
+                              repeats=args.repeats, retune=args.retune, dry_run=args.dry_run)
+    except ValueError as e:
+        raise SystemExit(f"tiramisu-py tune: {e}") from None
+    print(summary(report))
+    if args.dry_run:
+        print("(dry run: nothing recorded)")
+    return 0
+
+
+COMMAND = language_cli.Command(
+    "tune", "time legal schedules of FILE:FUNC on this host and record the fastest (compile() "
+            "then uses it); `tune [gemm|conv|sparse|rnn|grain|all]` tunes the operator "
+            "library's parameters (`tiramisu-py tune --help`)", _command, raw=True)

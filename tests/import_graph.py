@@ -8,11 +8,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tiramisu_py", "codegen", "schedules", "bench", "examples")
+TOP_MODULES = ("tiramisu_py_command",)          # single-file modules at the root
 
 
 def modules(root: Path = ROOT) -> dict:
-    """{dotted module name: path} of every Python file in PACKAGES."""
-    out = {}
+    """{dotted module name: path} of every Python file in PACKAGES and TOP_MODULES."""
+    out = {name: root / f"{name}.py" for name in TOP_MODULES}
     for pkg in PACKAGES:
         for p in sorted((root / pkg).rglob("*.py")):
             parts = list(p.relative_to(root).with_suffix("").parts)

@@ -12,7 +12,7 @@ import pytest
 
 from bench import harness
 from bench.harness import Case
-from tiramisu_py import cli
+import tiramisu_py_command as cli
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None

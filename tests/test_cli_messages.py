@@ -11,7 +11,7 @@ import pytest
 
 import schedules
 import tiramisu_py as tp
-from schedules import cli
+import tiramisu_py_command as cli
 from tiramisu_py import cli as language_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -84,3 +84,38 @@ def test_tune_help_shows_both_forms(capsys):
     assert e.value.code == 0
     assert "--sizes" in out and "FILE:FUNC" in out and "-p NAME=INT, --param NAME=INT" in out \
         and "--target {cpu,llvm}" in out
+
+
+def test_one_command_table_and_the_language_alone():
+    """``tiramisu-py`` runs every floor's commands from the one module at the
+    top (tiramisu_py_command); ``python -m tiramisu_py`` runs the language's
+    alone and imports nothing above it (no schedules, bench or examples)."""
+    import subprocess
+    import sys
+    assert [c.name for c in cli.COMMANDS] == ["demo", "example", "draw", "bench", "tune"]
+    assert [c.name for c in language_cli.COMMANDS] == ["draw", "tune"]
+    code = ("import sys\n"
+            "from tiramisu_py import cli\n"
+            "cli.main(['tune', '--list'])\n"
+            "print('above:', sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'schedules', 'bench', 'examples', 'tiramisu_py_command'}))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "tiramisu_py.tune records (" in r.stdout and "library parameter" not in r.stdout
+    assert r.stdout.rstrip().endswith("above: []")
+    r = subprocess.run([sys.executable, "-m", "tiramisu_py", "demo"], capture_output=True,
+                       text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+    assert r.returncode == 2 and "invalid choice: 'demo'" in r.stderr
+
+
+def test_tune_grain_goes_to_the_grain_in_both_command_lines(monkeypatch):
+    """``tune grain`` measures the parallel grain through ``tiramisu-py``
+    (the library's op names) and ``python -m tiramisu_py`` (the language's
+    form) alike; ``tune all`` includes it."""
+    calls = []
+    monkeypatch.setattr(language_cli, "tune_grain", lambda dry_run=False: calls.append(dry_run))
+    assert cli.main(["tune", "grain", "--dry-run"]) == 0
+    assert language_cli.main(["tune", "grain", "--dry-run"]) == 0
+    assert language_cli.main(["tune", "grain"]) == 0
+    assert calls == [True, True, False]

@@ -283,7 +283,7 @@ def test_an_example_runs_from_any_directory(tmp_path):
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=root, OMP_WAIT_POLICY="passive")
-    r = subprocess.run([sys.executable, "-m", "tiramisu_py", "example", "trisolv"], cwd=tmp_path,
+    r = subprocess.run([sys.executable, "-m", "tiramisu_py_command", "example", "trisolv"], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "max abs error vs NumPy" in r.stdout

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import schedules
-from schedules import cli, tuner
+import tiramisu_py_command as cli
+from schedules import tuner
 from schedules.core import tuned
 from schedules.core.kernels import target_of
 from schedules.problems.conv import ConvProblem
@@ -203,13 +204,13 @@ def test_bad_arguments_are_refused(cache):
 
 def test_the_cli_op_name_form(cache):
     e = {**os.environ, "PYTHONPATH": ROOT, "OMP_WAIT_POLICY": "passive"}
-    r = subprocess.run([sys.executable, "-m", "schedules.cli", "tune", "sparse", "--sizes",
+    r = subprocess.run([sys.executable, "-m", "tiramisu_py_command", "tune", "sparse", "--sizes",
                         "small", "--budget", "2", "--repeats", "1"], capture_output=True,
                        text=True, env=e, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[sparse]" in r.stdout and "tune sparse" in r.stderr      # the progress bar
     assert any(json.loads(k)["solver"] == "sparse" for k in tuned.records())
-    r = subprocess.run([sys.executable, "-m", "schedules.cli", "tune", "fft"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "tiramisu_py_command", "tune", "fft"], capture_output=True,
                        text=True, env=e, cwd=ROOT, timeout=300)
     assert r.returncode == 2 and "unknown op 'fft'" in r.stderr
     # an argument with ':' is the language's FILE:FUNC form

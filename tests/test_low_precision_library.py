@@ -155,7 +155,7 @@ def test_bench_gemm_dtype_smoke(dtype, tmp_path, capsys):
     runs and is checked; the header names the dot-product instructions."""
     import json
 
-    from tiramisu_py import cli
+    import tiramisu_py_command as cli
     path = tmp_path / "r.json"
     assert cli.main(["bench", "gemm", "--quick", "--dtype", dtype, "--shapes", "0", "--threads",
                      "1", "--repeats", "1", "--json", str(path)]) == 0

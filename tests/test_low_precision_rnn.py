@@ -134,7 +134,7 @@ def test_bench_reduced_precision_smoke(suite, tmp_path):
     ours in float32 on the same values and torch's, every one checked."""
     import json
 
-    from tiramisu_py import cli
+    import tiramisu_py_command as cli
     path = tmp_path / "r.json"
     assert cli.main(["bench", suite, "--quick", "--dtype", "bf16", "--shapes", "0", "--threads",
                      "1", "--repeats", "1", "--json", str(path)]) == 0

@@ -85,7 +85,7 @@ def test_bench_paper_quick(tmp_path):
     """``tiramisu-py bench paper --quick``: every row runs and is checked
     against torch, the paper's figures stand beside ours, the break-even
     is computed; JSON written."""
-    from tiramisu_py import cli
+    import tiramisu_py_command as cli
     path = tmp_path / "paper.json"
     assert cli.main(["bench", "paper", "--quick", "--threads", "1", "--repeats", "1",
                      "--json", str(path)]) == 0

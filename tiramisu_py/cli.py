@@ -1,15 +1,28 @@
-"""Command line: ``tiramisu-py demo``, ``tiramisu-py bench``, ``tiramisu-py draw FILE:CALLABLE``,
-``tiramisu-py tune FILE:FUNC [--dry-run]``, ``tiramisu-py tune --list``,
-``tiramisu-py tune --forget [NAME]``
-(or ``python -m tiramisu_py ...``)."""
+"""The command line's machinery and the language's commands.
+
+A subcommand is a :class:`Command` (its name, help, arguments and what it
+runs); :func:`main` runs a table of them.  Each floor of the house declares
+its own commands beside the code they run, and the ``tiramisu-py`` script
+(``tiramisu_py_command.py``, above ``bench`` and ``examples``) runs them all:
+``demo``, ``example NAME`` (examples/demo.py), ``draw``, ``bench``
+(bench/suites.py) and ``tune`` (the library's op names and the language's
+FILE:FUNC form, schedules/tuner.py).  Nothing here imports a floor above it.
+
+``python -m tiramisu_py`` runs the language's commands alone (:data:`COMMANDS`):
+
+    draw FILE:CALLABLE [--params T=6,N=10] [--out PATH] [--loops t,i] [--compare]
+    tune FILE:FUNC -p N=512 ... [--budget S] [--target cpu|llvm] [--retune] [--dry-run]
+    tune grain [--dry-run]          the parallel grain of this host
+    tune --list | --forget [NAME]   tp.tune's and the grain's records"""
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import os
 import runpy
 import sys
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -22,37 +35,6 @@ from .tuning import grain, kinds
 
 # the language's tuning records: tp.tune's, the parallel grain's (--list, --forget)
 RECORD_KINDS = (TUNE_RECORDS, grain.RECORDS)
-
-
-def _checkout_module(name, command):
-    """A module of the repository's examples/ or bench/ package (present in a source checkout)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    package = name.partition(".")[0]
-    if not os.path.isdir(os.path.join(root, package)):
-        raise SystemExit(f"tiramisu-py {command} needs the source checkout's {package}/ folder "
-                         "(install with `pip install -e .` from a clone)")
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    return importlib.import_module(name)
-
-
-def demo(show_source=True):
-    """Runs ``examples/demo.py`` of the checkout."""
-    _checkout_module("examples.demo", "demo").main(show_source)
-
-
-EXAMPLES = ("gemm", "conv2d", "conv_relu_maxpool", "trisolv", "jacobi2d", "sparse_conv", "lstm")
-
-
-def example(name):
-    """Runs ``examples/NAME.py`` of the checkout, from any directory."""
-    _checkout_module(f"examples.{name}", "example").main()
-
-
-def bench(argv):
-    """The benchmark suites of bench/suites.py; ``argv``: its options."""
-    suites = _checkout_module("bench.suites", "bench")
-    suites.main(suites.parser("tiramisu-py bench").parse_args(argv))
 
 
 def parse_params(items, command, option):
@@ -206,16 +188,19 @@ def tune_grain(dry_run=False):
     return r
 
 
-def tune(args):
+def tune(args, sub=None):
     """Tunes FILE:FUNC for the sizes given (``-p N=512``) and prints what
-    was measured, what was kept and its schedule; or lists (``--list``) or
-    removes (``--forget [NAME]``) the records."""
+    was measured, what was kept and its schedule; or measures the parallel
+    grain (``grain``); or lists (``--list``) or removes (``--forget
+    [NAME]``) the records."""
     if args.list:
         return list_tuned()
     if args.forget is not None:
         return forget_tuned(args.forget)
     if args.function is None:
-        raise SystemExit("tiramisu-py tune: give FILE:FUNC (or --list, --forget [NAME])")
+        raise SystemExit("tiramisu-py tune: give FILE:FUNC or grain (or --list, --forget [NAME])")
+    if args.function == "grain":
+        return tune_grain(args.dry_run)
     params = parse_params(args.param, "tune", "-p")
     f = load_function(args.function, "tune")
     check_sizes(f, params, "tune", "-p")
@@ -242,35 +227,11 @@ def tune(args):
         print("\n".join(f"# {s}" for s in r["candidate"]))
 
 
-def parser():
-    """The command line's parser; ``parser().commands``: its subcommands'
-    parsers by name."""
-    p = argparse.ArgumentParser(prog="tiramisu-py", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("demo", help="an algorithm, its schedules and the legality check; the "
-                                    "operator library against NumPy and PyTorch; the examples "
-                                    "checked against NumPy")
-    d.add_argument("--no-source", action="store_true", help="do not print generated code")
-    e = sub.add_parser("example", help="run one of the examples (from any directory)")
-    e.add_argument("name", choices=EXAMPLES)
-    dr = sub.add_parser("draw", help="draw the iteration space, dependences and schedule of "
-                                     "the Function a callable returns")
-    dr.add_argument("target", metavar="FILE:CALLABLE")
-    dr.add_argument("--params", default="", help="parameter values, e.g. T=6,N=10")
-    dr.add_argument("--out", default=None, help="the picture's path (.png, .svg, .pdf); "
-                                                "default CALLABLE.png")
-    dr.add_argument("--loops", default=None, help="the two loops drawn, outer first: t,i (the "
-                                                "others: one block per value)")
-    dr.add_argument("--compare", action="store_true", help="the program order beside it")
-    sub.add_parser("bench", add_help=False,     # its options are parsed by bench()
-                   help="benchmark the operator library against NumPy and PyTorch "
-                        "(tiramisu-py bench --help)")
-    t = sub.add_parser("tune", help="time legal schedules of FILE:FUNC on this host and "
-                                    "record the fastest (compile() then uses it); with the "
-                                    "operator library, `tune [gemm|conv|sparse|rnn|all]` tunes "
-                                    "its parameters (`tiramisu-py tune --help`)")
+def _tune_arguments(t):
     t.add_argument("function", metavar="FILE:FUNC", nargs="?",
-                   help="a Python file and a Function (or a function returning one) in it")
+                   help="a Python file and a Function (or a function returning one) in it; "
+                        "or grain: this host's parallel grain (below it a parallel loop runs "
+                        "on one thread)")
     t.add_argument("-p", "--param", action="append", default=[], metavar="NAME=INT",
                    help="a size to time with (one per free param)")
     t.add_argument("--budget", type=positive_seconds, default=60.0, help="seconds (default 60)")
@@ -281,33 +242,81 @@ def parser():
     t.add_argument("--list", action="store_true", help="list the tuning records")
     t.add_argument("--forget", nargs="?", const=True, default=None, metavar="NAME",
                    help="remove the records (of the Function NAME; all without one)")
+
+
+def _draw_arguments(d):
+    d.add_argument("target", metavar="FILE:CALLABLE")
+    d.add_argument("--params", default="", help="parameter values, e.g. T=6,N=10")
+    d.add_argument("--out", default=None, help="the picture's path (.png, .svg, .pdf); "
+                                               "default CALLABLE.png")
+    d.add_argument("--loops", default=None, help="the two loops drawn, outer first: t,i (the "
+                                                 "others: one block per value)")
+    d.add_argument("--compare", action="store_true", help="the program order beside it")
+
+
+def _draw(args, sub):
+    out = args.out or args.target.rpartition(":")[2] + ".png"
+    try:
+        writable_path(out)
+    except argparse.ArgumentTypeError as e:
+        sub.error(f"argument --out: {e}")
+    loops = args.loops.split(",") if args.loops else None
+    print(draw(args.target, parse_params(args.params.split(","), "draw", "--params"), out, loops,
+               args.compare))
+
+
+# ------------------------------------------------------------------ the machinery
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: ``run(args, sub)`` runs it (``args``: the parsed
+    arguments; ``sub``: its parser, for ``sub.error``); ``arguments(sub)``
+    adds its arguments.  ``raw``: it parses its own arguments (a program
+    with a parser of its own): ``run(argv, sub)`` gets them as given."""
+    name: str
+    help: str
+    run: Callable
+    arguments: Callable | None = None
+    raw: bool = False
+
+
+DRAW = Command("draw", "draw the iteration space, dependences and schedule of the Function a "
+                       "callable returns", _draw, _draw_arguments)
+TUNE = Command("tune", "time legal schedules of FILE:FUNC on this host and record the fastest "
+                       "(compile() then uses it); tune grain: the parallel grain", tune,
+               _tune_arguments)
+COMMANDS = (DRAW, TUNE)         # the language's (python -m tiramisu_py)
+DESCRIPTION = ("The language's commands: pictures of a Function's schedule and its tuner.  "
+               "The `tiramisu-py` command also has the demo, the examples, the benchmarks "
+               "and the operator library's tuner.")
+
+
+def parser(commands=COMMANDS, prog="tiramisu-py", description=None):
+    """The parser of ``commands``; ``parser().commands``: its subcommands'
+    parsers by name."""
+    p = argparse.ArgumentParser(prog=prog, description=description or DESCRIPTION)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for c in commands:
+        s = sub.add_parser(c.name, help=c.help, add_help=not c.raw)
+        if c.arguments is not None:
+            c.arguments(s)
     p.commands = sub.choices
     return p
 
 
-def main(argv=None):
-    p = parser()
+def main(argv=None, commands=COMMANDS, prog="tiramisu-py", description=None) -> int:
+    """Runs the command line ``argv`` (default ``sys.argv[1:]``) over
+    ``commands``; returns the exit status."""
+    p = parser(commands, prog, description)
     args, rest = p.parse_known_args(argv)
-    if args.cmd == "bench":
-        bench(rest)
+    command = next(c for c in commands if c.name == args.cmd)
+    sub = p.commands[args.cmd]
+    if command.raw:
+        status = command.run(rest, sub)
     elif rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
-    elif args.cmd == "draw":
-        out = args.out or args.target.rpartition(":")[2] + ".png"
-        try:
-            writable_path(out)
-        except argparse.ArgumentTypeError as e:
-            p.commands["draw"].error(f"argument --out: {e}")
-        loops = args.loops.split(",") if args.loops else None
-        print(draw(args.target, parse_params(args.params.split(","), "draw", "--params"), out, loops,
-                   args.compare))
-    elif args.cmd == "tune":
-        tune(args)
-    elif args.cmd == "example":
-        example(args.name)
     else:
-        demo(show_source=not args.no_source)
-    return 0
+        status = command.run(args, sub)
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":
