@@ -40,14 +40,14 @@ REMAINING_LONG: set = set()
 
 # tiramisu_py's floors, bottom up (shared/DESIGN.md): base < lang < poly,
 # runtime < analysis < commands, lower < driver, draw (pictures: they read the model,
-# never change it) < api < the package's __init__ and the mpi facade (re-exports) <
+# never change it) < function (the user's Function: data + verbs) < the package's __init__ and the mpi facade (re-exports) <
 # the command line; tuning (the store, the A/B, host keys, the parallel grain) on the
 # ground floor beside base.  A module imports from its own sub-package or from a lower
 # floor, never from its floor's other sub-package nor from above (imports inside
 # functions count).
 TIRAMISU_PY_FLOORS = {"base": 0, "tuning": 0, "lang": 1, "poly": 2, "runtime": 2,
                       "analysis": 3, "commands": 4, "lower": 4, "driver": 5, "draw": 5,
-                      "api": 6, "": 7, "mpi": 7, "cli": 8, "__main__": 9}
+                      "function": 6, "": 7, "mpi": 7, "cli": 8, "__main__": 9}
 
 GRAPH = ig.imports(ig.modules())
 
@@ -133,7 +133,7 @@ def test_the_floor_check_finds_upward_and_sideways_imports():
     g = {"tiramisu_py.lang.expr": {("tiramisu_py.lang.affine", 1), ("tiramisu_py.base.errors", 2)},
          "tiramisu_py.poly.model": {("tiramisu_py.driver.compile", 3),
                                     ("tiramisu_py.runtime.kernel", 4)},
-         "tiramisu_py.api": {("tiramisu_py.driver.compile", 5)}}
+         "tiramisu_py.function": {("tiramisu_py.driver.compile", 5)}}
     assert floor_violations(g, TIRAMISU_PY_FLOORS) == [
         ("tiramisu_py.poly.model", "tiramisu_py.driver.compile", 3),
         ("tiramisu_py.poly.model", "tiramisu_py.runtime.kernel", 4)]

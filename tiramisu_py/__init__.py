@@ -16,7 +16,7 @@ compile it, call the kernel on NumPy arrays or torch tensors::
 from .base.errors import IllegalScheduleError
 from .lang.expr import (Expr, Var, abs, cast, ceil, exp, floor, log, max, min, select, sigmoid,
                         sqrt, tanh)
-from .api import Computation, Function, Update
+from .function import Computation, Function, Update
 from .draw import Picture, draw_compare
 from .lang.program import Buffer
 from .runtime.kernel import Kernel

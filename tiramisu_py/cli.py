@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from .api import Function
+from .function import Function
 from .base.types import float32
 from .driver.tune import RECORDS as TUNE_RECORDS
 from .driver.tune import tune as run_tune

@@ -1,9 +1,9 @@
 """The algorithm as data: a Function holds params, loop variables, buffers and
 statements (computations and their updates) in program order, and the
 command log of its schedule.  The classes users get (``tp.Function``,
-``tp.Computation``, ``tp.Update``) add the verbs: :mod:`tiramisu_py.api`;
+``tp.Computation``, ``tp.Update``) add the verbs: :mod:`tiramisu_py.function`;
 a Function builds its statements through its ``_Computation`` and
-``_Update`` class attributes, which ``api.Function`` sets to those."""
+``_Update`` class attributes, which ``function.Function`` sets to those."""
 from __future__ import annotations
 
 import contextlib
