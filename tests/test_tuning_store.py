@@ -1,4 +1,4 @@
-"""The tuning store (tiramisu_py.tuning) and the conv find step on it: no
+"""The tuning store (tiramisu_py.tuning.database) and the conv find step on it: no
 record is lost by concurrent processes or threads, no reader sees a partial
 value, a damaged store is reported once and repaired, a read-only directory
 gives an in-memory store; no user call raises.  Timing is simulated (the
