@@ -26,10 +26,10 @@ from typing import Callable
 
 import numpy as np
 
-from .function import Function
 from .base.types import float32
 from .driver.tune import RECORDS as TUNE_RECORDS
 from .driver.tune import tune as run_tune
+from .function import Function
 from .runtime.shapes import eval_size, shape_text
 from .tuning import grain, kinds
 
