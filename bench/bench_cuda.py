@@ -42,7 +42,7 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import suite_rnn, suite_sparse, suites          # noqa: E402
+from bench import markdown, suite_rnn, suite_sparse, suites          # noqa: E402
 from bench.harness import Case, _merge, format_table, machine_info    # noqa: E402
 
 SUITES = ("gemm", "conv", "sparse", "lstm")
@@ -238,6 +238,16 @@ def no_gpu_reason():
     return None
 
 
+def _driver_version(torch) -> str:
+    """The CUDA driver's version, as the driver API gives it (e.g. 13.0)."""
+    try:
+        from cuda.bindings import driver
+        err, v = driver.cuDriverGetVersion()
+        return f"{v // 1000}.{v % 1000 // 10}"
+    except Exception:           # noqa: BLE001 - a header line, never a failure
+        return f"(CUDA {torch.version.cuda})"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--suite", default="all", help=f"all or a comma-separated list of "
@@ -246,6 +256,8 @@ def main(argv=None):
     p.add_argument("--sizes", default=None, help="comma-separated square GEMM sizes")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", default=None)
+    p.add_argument("--md", nargs="?", const=markdown.DEFAULT, default=None, metavar="PATH",
+                   help=f"put the table in PATH's section for this GPU (default {markdown.DEFAULT})")
     p.add_argument("--list", action="store_true", help="print the cases and exit (no GPU)")
     args = p.parse_args(argv)
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
@@ -278,7 +290,15 @@ def main(argv=None):
     report = {"machine": machine_info(), "device": device, "suite": "bench.bench_cuda",
               "arguments": {"suite": args.suite, "quick": args.quick, "sizes": sizes},
               "threads": [KEY], "repeats": args.repeats, "cases": rows}
-    print(format_table(report).replace(f"{KEY} threads", "GPU, events"))
+    table = format_table(report).replace(f"{KEY} threads", "GPU, events")
+    print(table)
+    if args.md:
+        head = (f"device: {device}, driver {_driver_version(torch)}, torch {torch.__version__}, "
+                f"cuDNN {torch.backends.cudnn.version()}; host {machine_info()['cpu']}")
+        markdown.update(args.md, f"cuda {args.suite}", device, "python -m bench.bench_cuda "
+                        f"--suite {args.suite}" + (" --quick" if args.quick else ""),
+                        head + "\n\n" + table)
+        print(f"wrote the cuda section of {args.md}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=1)

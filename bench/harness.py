@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from bench import peak
+from bench import markdown, peak
 from codegen.target import cache_sizes, cpu_flags, cpu_model
 from tiramisu_py.cli import writable_path
 
@@ -474,6 +474,9 @@ def add_arguments(p: argparse.ArgumentParser):
                    help="write all results and machine info as JSON")
     p.add_argument("--png", metavar="PATH", type=writable_path,
                    help="write a GFLOP/s bar chart (needs matplotlib)")
+    p.add_argument("--md", metavar="PATH", nargs="?", const=markdown.DEFAULT, type=writable_path,
+                   help="put this run's table in PATH's section for the suite and this host "
+                        f"(default {markdown.DEFAULT}; other sections are kept)")
 
 
 def run_args(args: argparse.Namespace, threads=(1, 2)) -> dict:

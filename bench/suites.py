@@ -51,7 +51,7 @@ import json
 import numpy as np
 from tiramisu_py.cli import Command
 
-from bench import (harness, suite_contention, suite_models, suite_paper, suite_polybench,
+from bench import (harness, markdown, suite_contention, suite_models, suite_paper, suite_polybench,
                    suite_rnn, suite_sparse)
 from bench.harness import Case
 
@@ -287,6 +287,33 @@ def main(args: argparse.Namespace) -> dict:
 
 
 def _main_one(args: argparse.Namespace) -> dict:
+    if not getattr(args, "md", None):
+        return _run_one(args)
+    with markdown.captured() as tee:
+        report = _run_one(args)
+    if args.quick:
+        print("--md: not written (a --quick run is a smoke test)")
+        return report
+    markdown.update(args.md, args.suite, markdown.machine_key(harness.machine_info()),
+                    _command(args), tee.copy.getvalue())
+    print(f"wrote the {args.suite} section of {args.md}")
+    return report
+
+
+def _command(args) -> str:
+    """The command line of a run, as the page of results quotes it."""
+    words = ["tiramisu-py bench", args.suite]
+    for name in ("threads", "repeats", "shapes", "impls", "busy"):
+        value = getattr(args, name, None)
+        if value is not None and not (name == "repeats" and value == 5):
+            text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+            words.append(f"--{name} {text}")
+    if getattr(args, "dtype", "fp32") != "fp32":
+        words.append(f"--dtype {args.dtype}")
+    return " ".join(words)
+
+
+def _run_one(args: argparse.Namespace) -> dict:
     if args.quick:
         print(QUICK_NOTE, flush=True)
     if args.suite == "sparse":
