@@ -35,9 +35,11 @@ the program (with the same user commands), give the same generated code.
 CI runs a few hundred cases (about 30 s of CPU).  The long run,
 thousands: ``pytest -m fuzz tests/test_fuzz_legality.py`` (or
 ``TIRAMISU_PY_FUZZ=nightly``), ``TIRAMISU_PY_FUZZ_EXAMPLES`` cases (default
-5000, a tenth of them for the auto-scheduler), stopping early after
-``TIRAMISU_PY_FUZZ_MINUTES`` if set; it prints the counts (cases, accepted,
-rejected, false refusals, wrong answers).  ``TIRAMISU_PY_FUZZ_SEED=n``
+5000, and a tenth as many for the auto-scheduler), stopping early after
+``TIRAMISU_PY_FUZZ_MINUTES`` if set (three quarters of them for legality, a
+quarter for the auto-scheduler); every failing case is collected, not
+shrunk, and it prints the counts (cases, accepted, rejected, false
+refusals, wrong answers) and the failing cases.  ``TIRAMISU_PY_FUZZ_SEED=n``
 explores other (still reproducible) cases; ``TIRAMISU_PY_FUZZ_MAX_COMMANDS``
 raises the 4-command limit.  The regression tests at the end keep the library
 bugs the fuzzer found fixed."""
@@ -287,10 +289,14 @@ def _fuzz(body, examples, deadline=None, collect=False):
     ``deadline`` minutes, if given, are skipped).  ``collect``: a failing
     case is recorded in FAILURES and the run goes on (the long run counts
     them all; the summary fails if any), instead of stopping and shrinking."""
+    began = []
+
     def test(data):
         if START[0] is None:
             START[0] = time.perf_counter()
-        if deadline is not None and time.perf_counter() - START[0] > 60 * deadline:
+        if not began:
+            began.append(time.perf_counter())
+        if deadline is not None and time.perf_counter() - began[0] > 60 * deadline:
             COUNTS["past_deadline"] += 1
             return
         if not collect:
@@ -327,9 +333,11 @@ def auto_case(data):
 
 test_fuzz_legality = _fuzz(legality_case, EXAMPLES)
 test_fuzz_auto_schedule = _fuzz(auto_case, AUTO_EXAMPLES)
-test_fuzz_legality_long = pytest.mark.fuzz(_fuzz(legality_case, LONG, MINUTES, collect=True))
-test_fuzz_auto_schedule_long = pytest.mark.fuzz(_fuzz(auto_case, max(1, LONG // 10), MINUTES,
-                                                      collect=True))
+# the long run: a tenth of the cases, and a quarter of the time, for auto_schedule
+test_fuzz_legality_long = pytest.mark.fuzz(
+    _fuzz(legality_case, LONG, MINUTES and MINUTES * 3 / 4, collect=True))
+test_fuzz_auto_schedule_long = pytest.mark.fuzz(
+    _fuzz(auto_case, max(1, LONG // 10), MINUTES and MINUTES / 4, collect=True))
 
 
 def summary(capsys, what):
