@@ -67,7 +67,7 @@ from tiramisu_py.commands.state import model_of
 from tests.fuzz_programs import (Acc, Program, Stmt, apply_command, build, dependences,
                                  describe, draw_case, interpret, judge, random_arrays, repro)
 
-EXAMPLES, AUTO_EXAMPLES = 300, 30          # CI
+EXAMPLES, AUTO_EXAMPLES = 300, 20          # CI
 LONG = int(os.environ.get("TIRAMISU_PY_FUZZ_EXAMPLES", "5000"))
 MINUTES = float(os.environ.get("TIRAMISU_PY_FUZZ_MINUTES", "0")) or None
 # another fixed seed (an int) explores other cases, still reproducibly
@@ -251,66 +251,82 @@ def run_kernel(p, kernel, runs, what, text):
                           f"(max err {np.abs(outs[b] - expect[b]).max()}):\n{text}")
 
 
-def run_auto_case(p, ns, cmds, params):
-    """``auto_schedule`` after ``cmds`` (dropped if illegal): both backends'
-    kernels compute the reference, and the printed steps replayed on a fresh
-    copy of the program give the same code."""
-    f = ns["f"]
+def run_auto_case(p, cmds, params):
+    """Per target, on a fresh copy of ``p`` with ``cmds`` (dropped if
+    illegal): ``auto_schedule(target)``, whose kernel computes the reference,
+    and whose printed steps replayed on another fresh copy give the same
+    code.  (A schedule is made for its target: the C target's round-robin
+    ``schedule="static", chunk=1`` is refused by the LLVM backend.)"""
     COUNTS["auto_cases"] += 1
+
+    def fresh(commands):
+        f, ns = build(p)
+        for c in commands:
+            assert apply_command(ns, c), c
+        return f
     try:
+        f = fresh(cmds)
         legality.check(*analyse(f)[:2], f._commands)
     except tp.IllegalScheduleError:
-        f.reset_schedule()
         cmds = []
     text = repro(p, cmds, params)
-    target = TARGETS[_stable_hash(text) % 2]
-    steps = f.auto_schedule(target=target)
-    printed = "\n".join(map(str, steps))
-    text = text.replace("kernel = f.compile()", f"# f.auto_schedule(target={target!r}):\n"
-                        + printed + "\nkernel = f.compile()")
-    COUNTS["auto_steps"] += len(steps)
-    g, gns = build(p)
-    for c in cmds:
-        assert apply_command(gns, c), c
-    exec(printed, {"f": g})                       # the printed schedule, pasted
-    seed_ = _stable_hash(text) % 2**16
-    arrays = random_arrays(p, params["N"], seed_)
+    arrays = random_arrays(p, params["N"], _stable_hash(text) % 2**16)
     runs = [(params, arrays, interpret(p, params, arrays))]
     for target in TARGETS:
+        f = fresh(cmds)
+        steps = f.auto_schedule(target=target)
+        printed = "\n".join(map(str, steps))
+        case = text.replace("kernel = f.compile()", f"# f.auto_schedule(target={target!r}):\n"
+                            + printed + f"\nkernel = f.compile({target!r})")
+        COUNTS["auto_steps"] += len(steps)
+        g = fresh(cmds)
+        exec(printed, {"f": g})                       # the printed schedule, pasted
         kernel = f.compile(target)
         if kernel.source != g.compile(target).source:
             COUNTS["disagreements"] += 1
-            raise AssertionError(f"{target}: the printed steps replayed give other code:\n{text}")
-        run_kernel(p, kernel, runs, f"{target}: auto-scheduled", text)
+            raise AssertionError(f"{target}: the printed steps replayed give other code:\n{case}")
+        run_kernel(p, kernel, runs, f"{target}: auto-scheduled", case)
 
 
-def _fuzz(body, examples, deadline=None, collect=False):
-    """A hypothesis test of ``body(data)``: ``examples`` cases (those after
-    ``deadline`` minutes, if given, are skipped).  ``collect``: a failing
-    case is recorded in FAILURES and the run goes on (the long run counts
-    them all; the summary fails if any), instead of stopping and shrinking."""
-    began = []
-
-    def test(data):
-        if START[0] is None:
-            START[0] = time.perf_counter()
-        if not began:
-            began.append(time.perf_counter())
-        if deadline is not None and time.perf_counter() - began[0] > 60 * deadline:
-            COUNTS["past_deadline"] += 1
-            return
-        if not collect:
-            body(data)
-            return
+def _collecting(body):
+    """``body`` that records a failing case in FAILURES (with its repro) and
+    returns, so that the run goes on and counts them all."""
+    def run(data):
         try:
             body(data)
-        except Exception as e:               # noqa: BLE001 - recorded, reported below
+        except Exception as e:               # noqa: BLE001 - recorded, reported in the summary
             if not isinstance(e, AssertionError):
                 COUNTS["crashes"] += 1
             FAILURES.append(f"{type(e).__name__}: {e}\n{CURRENT[0]}")
-    return settings(max_examples=examples, deadline=None, derandomize=SEED is None,
-                    database=None, suppress_health_check=list(HealthCheck),
-                    print_blob=False)(seed(int(SEED or 0))(given(data=st.data())(test)))
+    return run
+
+
+def _fuzz(body, examples, seed_=None, collect=False):
+    """A hypothesis test of ``body(data)`` over ``examples`` cases
+    (derandomized, or from ``seed_``)."""
+    def test(data):
+        if START[0] is None:
+            START[0] = time.perf_counter()
+        (_collecting(body) if collect else body)(data)
+    seed_ = seed_ if seed_ is not None else int(SEED or 0)
+    return settings(max_examples=examples, deadline=None,
+                    derandomize=SEED is None and not collect, database=None,
+                    suppress_health_check=list(HealthCheck),
+                    print_blob=False)(seed(seed_)(given(data=st.data())(test)))
+
+
+def _long(body, examples, minutes):
+    """The long run of ``body``: hypothesis runs of 100 cases, each from its
+    own seed (TIRAMISU_PY_FUZZ_SEED's chunk k), until ``examples`` cases or
+    past ``minutes``; failing cases are collected, not shrunk."""
+    @pytest.mark.fuzz
+    def test():
+        start, done, chunk = time.perf_counter(), 0, 0
+        while done < examples and (minutes is None or time.perf_counter() - start < 60 * minutes):
+            n = min(100, examples - done)
+            _fuzz(body, n, int(SEED or 0) * 1_000_003 + chunk, collect=True)()
+            done, chunk = done + n, chunk + 1
+    return test
 
 
 def legality_case(data):
@@ -323,21 +339,16 @@ def legality_case(data):
 def auto_case(data):
     p, params, f, ns, cmds = draw_case(data, 2, COUNTS)
     cmds = cmds[:data.draw(st.integers(0, len(cmds)), label="user commands kept")]
-    f, ns = build(p)                     # the kept prefix, on a fresh copy
-    for c in cmds:
-        assert apply_command(ns, c), c
-    CURRENT[0] = repro(p, cmds, params) + "# then f.auto_schedule()\n"
+    CURRENT[0] = repro(p, cmds, params) + "# then f.auto_schedule(target) per target\n"
     note(CURRENT[0])
-    run_auto_case(p, ns, cmds, params)
+    run_auto_case(p, cmds, params)
 
 
 test_fuzz_legality = _fuzz(legality_case, EXAMPLES)
 test_fuzz_auto_schedule = _fuzz(auto_case, AUTO_EXAMPLES)
 # the long run: a tenth of the cases, and a quarter of the time, for auto_schedule
-test_fuzz_legality_long = pytest.mark.fuzz(
-    _fuzz(legality_case, LONG, MINUTES and MINUTES * 3 / 4, collect=True))
-test_fuzz_auto_schedule_long = pytest.mark.fuzz(
-    _fuzz(auto_case, max(1, LONG // 10), MINUTES and MINUTES / 4, collect=True))
+test_fuzz_legality_long = _long(legality_case, LONG, MINUTES and MINUTES * 3 / 4)
+test_fuzz_auto_schedule_long = _long(auto_case, max(1, LONG // 10), MINUTES and MINUTES / 4)
 
 
 def summary(capsys, what):
