@@ -32,3 +32,15 @@ def backend(request, monkeypatch):
     """Runs a test once per CPU backend (the default target of compile())."""
     monkeypatch.setenv("TIRAMISU_PY_TARGET", request.param)
     return request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long fuzz runs (tests marked ``fuzz``) run only when asked for:
+    ``pytest -m fuzz`` or ``TIRAMISU_PY_FUZZ=nightly``; otherwise they are
+    deselected (their CI-sized versions always run)."""
+    if "fuzz" in (config.option.markexpr or "") or os.environ.get("TIRAMISU_PY_FUZZ"):
+        return
+    long_runs = [item for item in items if item.get_closest_marker("fuzz")]
+    if long_runs:
+        config.hook.pytest_deselected(items=long_runs)
+        items[:] = [item for item in items if not item.get_closest_marker("fuzz")]

@@ -11,8 +11,11 @@ The oracle enumerates every statement instance for concrete param values,
 orders them by program order (computed here from the program's structure,
 not from the library's model) and by the transformed schedule (the
 library's ``StmtSchedule.dims()`` text evaluated by a small parser here),
-and brute-forces every pair of instances that touch one element with at
-least one write."""
+and judges the order by values: every read must see the same write as in
+program order and every element keep its last write (all buffers are
+outputs), element by element (:func:`value_violations`); a parallel or
+vector loop must carry no pair of instances that touch one element with at
+least one write (a race), found by brute force over every such pair."""
 from __future__ import annotations
 
 import itertools
@@ -22,8 +25,10 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
+from hypothesis import strategies as st
 
 import tiramisu_py as tp
+from tiramisu_py.commands.state import state_of
 
 SPATIAL = ("i", "j", "k")
 BUFS = ("A", "B", "C")
@@ -165,6 +170,127 @@ def repro(p: Program, commands, params=None) -> str:
     return text
 
 
+# ------------------------------------------- random programs and commands (hypothesis)
+COEFS = (0.3, -0.3, 0.25, -0.2, 0.15)      # |sum| < 1: values stay bounded
+
+
+@st.composite
+def programs(draw):
+    n = draw(st.integers(1, 3))
+    rank = draw(st.sampled_from((1, 2, 2, 3)))
+    bufs = BUFS[:draw(st.integers(1, 3))]
+    nest = draw(st.sampled_from((None, None, "t", "i")))
+    span = (0, 0)
+    if nest is not None:
+        a = draw(st.integers(0, n - 1))
+        span = (a, draw(st.integers(a + 1, n)))
+    stmts = []
+    for k in range(n):
+        nested = nest is not None and span[0] <= k < span[1]
+        if nested:
+            pool = [v for v in SPATIAL if v != nest]
+            own = draw(st.permutations(pool).map(tuple))[:draw(st.integers(0, 2))]
+            loops = (nest,) + own
+        else:
+            loops = draw(st.permutations(SPATIAL).map(tuple))[:draw(st.integers(1, 3))]
+        spatial = [v for v in loops if v != "t"]
+
+        def index():
+            if spatial and draw(st.integers(0, 5)) > 0:
+                return ("v", draw(st.sampled_from(spatial)), draw(st.integers(-1, 1)))
+            return ("c", draw(st.integers(0, 1)))
+
+        def access():
+            return Acc(draw(st.sampled_from(bufs)), tuple(index() for _ in range(rank)))
+        write = access()
+        reads = tuple(access() for _ in range(draw(st.integers(1, 3))))
+        coefs = tuple(draw(st.sampled_from(COEFS)) for _ in reads)
+        stmts.append(Stmt(f"s{k}", loops, write, reads, coefs))
+    fixed = draw(st.sampled_from((None, None, None, 3, 4, 5, 6)))
+    return Program(rank, bufs, nest, span, tuple(stmts), fixed)
+
+
+OPS = ("interchange", "reorder", "skew", "shift", "reverse", "split", "tile",
+       "parallelize", "parallelize", "vectorize", "unroll", "after", "then")
+
+
+def draw_command(data, p, f):
+    """One command as a line of DSL code, its arguments picked among the
+    statement's current loops (None when the op does not fit)."""
+    state = state_of(f)
+    names = [s.name for s in p.stmts]
+    s = data.draw(st.sampled_from(names), label="stmt")
+    loops = [lp.name for lp in state[s].loops]
+    op = data.draw(st.sampled_from(OPS), label="op")
+    one = lambda: repr(data.draw(st.sampled_from(loops)))     # noqa: E731
+    if op in ("interchange", "skew") and len(loops) >= 2:
+        a, b = data.draw(st.permutations(loops))[:2]
+        if op == "interchange":
+            return f"{s}.interchange({a!r}, {b!r})"
+        if data.draw(st.booleans()):       # mostly outer first, sometimes not
+            ka, kb = loops.index(a), loops.index(b)
+            a, b = (a, b) if ka < kb else (b, a)
+        name = data.draw(st.sampled_from(("", "", "", f", name={b + 's'!r}")))
+        return f"{s}.skew({a!r}, {b!r}, {data.draw(st.integers(-1, 2))}{name})"
+    if op == "reorder" and len(loops) >= 2:
+        sub = data.draw(st.permutations(loops))[:data.draw(st.integers(2, len(loops)))]
+        return f"{s}.reorder({', '.join(map(repr, sub))})"
+    if op == "shift":
+        return f"{s}.shift({one()}, {data.draw(st.integers(-2, 2))})"
+    if op == "reverse":
+        return f"{s}.reverse({one()})"
+    if op == "split":
+        lp = data.draw(st.sampled_from(loops))
+        names = data.draw(st.sampled_from(("", "", "", (lp, lp + "x"), (lp + "o", lp))))
+        names = f", names={names!r}" if names else ""
+        return f"{s}.split({lp!r}, {data.draw(st.integers(2, 4))}{names})"
+    if op == "tile" and len(loops) >= 2:
+        d = data.draw(st.integers(2, min(3, len(loops))))
+        k = data.draw(st.integers(0, len(loops) - d))
+        fs = [data.draw(st.integers(2, 3)) for _ in range(d)]
+        return f"{s}.tile({', '.join(map(repr, loops[k:k + d]))}, {', '.join(map(str, fs))})"
+    if op == "parallelize":
+        return f"{s}.parallelize({one()})"
+    if op == "vectorize":
+        return f"{s}.vectorize({one()}, {data.draw(st.sampled_from((2, 4)))})"
+    if op == "unroll":
+        return f"{s}.unroll({one()}, {data.draw(st.integers(2, 3))})"
+    if op in ("after", "then") and len(names) >= 2:
+        other = data.draw(st.sampled_from([n for n in names if n != s]))
+        olo = [lp.name for lp in state[other].loops]
+        loop = data.draw(st.sampled_from([None] + olo))
+        if op == "after":
+            return f"{s}.after({other}, {loop!r})"
+        return f"{other}.then({s}, {loop!r})"
+    return None
+
+
+def draw_case(data, max_commands, counts):
+    """(program, params of the call, f, its namespace, command lines applied):
+    a random program and 1..``max_commands`` commands that the API took
+    (``counts``: a Counter of the commands drawn, by op)."""
+    p = data.draw(programs(), label="program")
+    params = {"N": p.fixed_n if p.fixed_n is not None else data.draw(st.integers(3, 6), label="N")}
+    if "T" in p.params:
+        params["T"] = data.draw(st.integers(1, 3), label="T")
+    f, ns = build(p)
+    cmds = []
+    want = data.draw(st.integers(1, max_commands), label="n_commands")
+    for _ in range(3 * want):
+        if len(cmds) == want:
+            break
+        line = draw_command(data, p, f)
+        if line is None:
+            continue
+        counts["commands"] += 1
+        if apply_command(ns, line):
+            cmds.append(line)
+            counts["op_" + line.split(".")[1].split("(")[0]] += 1
+        else:
+            counts["api_errors"] += 1
+    return p, params, f, ns, cmds
+
+
 # ------------------------------------------------ a tiny isl affine evaluator
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(\S))")
 
@@ -287,7 +413,8 @@ def eval_affine(text, env):
 # -------------------------------------------------------------------- oracle
 @dataclass
 class Verdict:
-    violations: list = field(default_factory=list)   # (src, dst): order broken
+    violations: list = field(default_factory=list)   # (src, dst): broken, changes a value
+    memory_violations: list = field(default_factory=list)   # (src, dst): order broken
     carried: dict = field(default_factory=dict)      # (stmt, loop) -> (src, dst), loop's own deps
     carried_any: dict = field(default_factory=dict)  # same, any two instances (isl's relation)
     vanished: list = field(default_factory=list)     # (stmt, loop, kind): tag on a lost loop
@@ -361,6 +488,51 @@ def dependences(p: Program, insts):
     return deps
 
 
+def value_violations(p: Program, insts, times):
+    """The broken dependences that change a value (every buffer is an
+    output, so live-out): (src, dst) instance pairs, src first in program
+    order, found by running both orders over every element.  A read that
+    sees another write than in program order (or, in one of them, none)
+    gives each of these that is a broken dependence: its own write -> it (it
+    now runs first); it -> the write it now sees (that came after it); the
+    write it now sees -> its own.  An element whose last write changes
+    gives: the new last -> the old."""
+    keys = [original_key(p, k, env) for k, env in insts]
+    events = {}                    # element -> [(instance, is_write)], reads first
+    for n, (k, env) in enumerate(insts):
+        s = p.stmts[k]
+        for e in dict.fromkeys(_elem(a, env) for a in s.reads):
+            events.setdefault(e, []).append((n, False))
+        events.setdefault(_elem(s.write, env), []).append((n, True))
+
+    def last_before(order, writes, n):
+        """The write of ``writes`` latest in ``order`` before instance ``n``."""
+        earlier = [w for w in writes if order[w] < order[n]]
+        return max(earlier, key=lambda w: order[w]) if earlier else None
+    out = set()
+    for lst in events.values():
+        writes = [n for n, w in lst if w]
+        if not writes:
+            continue
+        for n, w in lst:
+            if w:
+                continue
+            old, new = last_before(keys, writes, n), last_before(times, writes, n)
+            if old == new:
+                continue
+            if old is not None and not times[old] < times[n]:
+                out.add((old, n))
+            if new is not None and keys[new] > keys[n]:
+                out.add((n, new))
+            if None not in (old, new) and keys[new] < keys[old] and not times[new] < times[old]:
+                out.add((new, old))
+        old = max(writes, key=lambda w: keys[w])
+        new = max(writes, key=lambda w: times[w])
+        if old != new:
+            out.add((new, old))
+    return out
+
+
 def judge(p: Program, state, params) -> Verdict:
     """The oracle's verdict on the schedule ``state`` for these params."""
     insts = instances(p, params)
@@ -372,9 +544,8 @@ def judge(p: Program, state, params) -> Verdict:
             v.ties.append((by_time[t], n))
         by_time[t] = n
     deps = dependences(p, insts)
-    for x, y in deps:
-        if not times[x] < times[y]:
-            v.violations.append((x, y))
+    v.memory_violations = [(x, y) for x, y in deps if not times[x] < times[y]]
+    v.violations = sorted(value_violations(p, insts, times))
     for s in p.stmts:
         st = state[s.name]
         names = [lp.name for lp in st.loops]

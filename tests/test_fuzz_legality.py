@@ -1,5 +1,5 @@
 """Differential fuzzing of the legality check against a brute-force oracle
-that does not use isl.
+that does not use isl, and of the auto-scheduler against the interpreter.
 
 Hypothesis draws small programs (tests/fuzz_programs.py: 1-3 statements,
 depth 1-3, rectangular boxes over symbolic ``N`` (and ``T``), shared float64
@@ -8,22 +8,38 @@ output buffers written at ``v + c`` and read at ``v + d``, optionally inside
 judged twice:
 
 - by the library: ``legality.check`` on the model and dependences that
-  ``compile()`` uses; then ``f.compile()`` itself for every accepted case (the
-  kernel is run on random inputs, at the call's N and at N + 4, and compared
-  with a pure-Python interpreter of the program in program order) and for one
-  rejected case in four (it must raise ``IllegalScheduleError``);
+  ``compile()`` uses; then ``f.compile()`` itself, on both CPU backends (C and
+  LLVM), for every accepted case (each kernel is run on random inputs, at the
+  call's N and at N + 4, and compared with a pure-Python interpreter of the
+  program in program order) and for one rejected case in four (it must raise
+  ``IllegalScheduleError``);
 - by the oracle: every instance enumerated for concrete params, program order
   derived from the program's structure, the transformed order from the
-  replayed ``StmtSchedule.dims()`` evaluated by a small parser (no isl), and
-  every pair of instances touching one element with a write checked.
+  replayed ``StmtSchedule.dims()`` evaluated by a small parser (no isl); the
+  order judged by values (every read sees the same write, every element keeps
+  its last write), tagged loops by every pair of instances touching one
+  element with a write.
 
-Accepted => legal for the call's params (and the kernel's result equals the
-reference).  Rejected => the oracle finds a broken dependence, a dependence
-carried by a parallel/vector loop, or a tag whose loop a later command removed,
-for some small params; and the concrete instance pair the error names really
-is such a dependence.
+Accepted => legal for the call's params (and both kernels' results equal the
+reference; the interpreter run in the schedule's order gives the same values,
+bit for bit).  Rejected => the oracle finds a broken dependence that changes
+a value, a dependence carried by a parallel/vector loop, or a tag whose loop a
+later command removed, for some small params (else: a *false refusal*); and
+the concrete instance pair the error names really is such a dependence.
 
-``TIRAMISU_PY_FUZZ=nightly`` runs 10x the examples; ``TIRAMISU_PY_FUZZ_SEED=n``
+The auto-scheduler's fuzz: a random program, sometimes with a legal user
+schedule, ``f.auto_schedule()``; the kernels of both backends compute the
+reference, and the steps it returns, printed and replayed on a fresh copy of
+the program (with the same user commands), give the same generated code.
+
+CI runs a few hundred cases (about 30 s of CPU).  The long run,
+thousands: ``pytest -m fuzz tests/test_fuzz_legality.py`` (or
+``TIRAMISU_PY_FUZZ=nightly``), ``TIRAMISU_PY_FUZZ_EXAMPLES`` cases (default
+5000, and a tenth as many for the auto-scheduler), stopping early after
+``TIRAMISU_PY_FUZZ_MINUTES`` if set (three quarters of them for legality, a
+quarter for the auto-scheduler); every failing case is collected, not
+shrunk, and it prints the counts (cases, accepted, rejected, false
+refusals, wrong answers) and the failing cases.  ``TIRAMISU_PY_FUZZ_SEED=n``
 explores other (still reproducible) cases; ``TIRAMISU_PY_FUZZ_MAX_COMMANDS``
 raises the 4-command limit.  The regression tests at the end keep the library
 bugs the fuzzer found fixed."""
@@ -46,115 +62,23 @@ from codegen.toolchain import CompileError
 from tiramisu_py.analysis import legality
 from tiramisu_py.analysis.legality import analyse
 from tiramisu_py.lang.schedule import replay
-from tiramisu_py.commands.state import model_of, state_of
+from tiramisu_py.commands.state import model_of
 
-from tests.fuzz_programs import (BUFS, SPATIAL, Acc, Program, Stmt, apply_command, build,
-                                 dependences, describe, interpret, judge, random_arrays,
-                                 repro)
+from tests.fuzz_programs import (Acc, Program, Stmt, apply_command, build, dependences,
+                                 describe, draw_case, interpret, judge, random_arrays, repro)
 
-NIGHTLY = os.environ.get("TIRAMISU_PY_FUZZ") == "nightly"
-EXAMPLES = 3000 if NIGHTLY else 300
+EXAMPLES, AUTO_EXAMPLES = 300, 20          # CI
+LONG = int(os.environ.get("TIRAMISU_PY_FUZZ_EXAMPLES", "5000"))
+MINUTES = float(os.environ.get("TIRAMISU_PY_FUZZ_MINUTES", "0")) or None
 # another fixed seed (an int) explores other cases, still reproducibly
 SEED = os.environ.get("TIRAMISU_PY_FUZZ_SEED")
 MAX_COMMANDS = int(os.environ.get("TIRAMISU_PY_FUZZ_MAX_COMMANDS", "4"))
+TARGETS = ("cpu", "llvm")
 
 COUNTS = collections.Counter(cases=0, accepted=0, rejected=0, disagreements=0)
 START = [None]
-
-
-# ------------------------------------------------------------- strategies
-COEFS = (0.3, -0.3, 0.25, -0.2, 0.15)      # |sum| < 1: values stay bounded
-
-
-@st.composite
-def programs(draw):
-    n = draw(st.integers(1, 3))
-    rank = draw(st.sampled_from((1, 2, 2, 3)))
-    bufs = BUFS[:draw(st.integers(1, 3))]
-    nest = draw(st.sampled_from((None, None, "t", "i")))
-    span = (0, 0)
-    if nest is not None:
-        a = draw(st.integers(0, n - 1))
-        span = (a, draw(st.integers(a + 1, n)))
-    stmts = []
-    for k in range(n):
-        nested = nest is not None and span[0] <= k < span[1]
-        if nested:
-            pool = [v for v in SPATIAL if v != nest]
-            own = draw(st.permutations(pool).map(tuple))[:draw(st.integers(0, 2))]
-            loops = (nest,) + own
-        else:
-            loops = draw(st.permutations(SPATIAL).map(tuple))[:draw(st.integers(1, 3))]
-        spatial = [v for v in loops if v != "t"]
-
-        def index():
-            if spatial and draw(st.integers(0, 5)) > 0:
-                return ("v", draw(st.sampled_from(spatial)), draw(st.integers(-1, 1)))
-            return ("c", draw(st.integers(0, 1)))
-
-        def access():
-            return Acc(draw(st.sampled_from(bufs)), tuple(index() for _ in range(rank)))
-        write = access()
-        reads = tuple(access() for _ in range(draw(st.integers(1, 3))))
-        coefs = tuple(draw(st.sampled_from(COEFS)) for _ in reads)
-        stmts.append(Stmt(f"s{k}", loops, write, reads, coefs))
-    fixed = draw(st.sampled_from((None, None, None, 3, 4, 5, 6)))
-    return Program(rank, bufs, nest, span, tuple(stmts), fixed)
-
-
-OPS = ("interchange", "reorder", "skew", "shift", "reverse", "split", "tile",
-       "parallelize", "parallelize", "vectorize", "unroll", "after", "then")
-
-
-def draw_command(data, p, f):
-    """One command as a line of DSL code, its arguments picked among the
-    statement's current loops (None when the op does not fit)."""
-    state = state_of(f)
-    names = [s.name for s in p.stmts]
-    s = data.draw(st.sampled_from(names), label="stmt")
-    loops = [lp.name for lp in state[s].loops]
-    op = data.draw(st.sampled_from(OPS), label="op")
-    one = lambda: repr(data.draw(st.sampled_from(loops)))     # noqa: E731
-    if op in ("interchange", "skew") and len(loops) >= 2:
-        a, b = data.draw(st.permutations(loops))[:2]
-        if op == "interchange":
-            return f"{s}.interchange({a!r}, {b!r})"
-        if data.draw(st.booleans()):       # mostly outer first, sometimes not
-            ka, kb = loops.index(a), loops.index(b)
-            a, b = (a, b) if ka < kb else (b, a)
-        name = data.draw(st.sampled_from(("", "", "", f", name={b + 's'!r}")))
-        return f"{s}.skew({a!r}, {b!r}, {data.draw(st.integers(-1, 2))}{name})"
-    if op == "reorder" and len(loops) >= 2:
-        sub = data.draw(st.permutations(loops))[:data.draw(st.integers(2, len(loops)))]
-        return f"{s}.reorder({', '.join(map(repr, sub))})"
-    if op == "shift":
-        return f"{s}.shift({one()}, {data.draw(st.integers(-2, 2))})"
-    if op == "reverse":
-        return f"{s}.reverse({one()})"
-    if op == "split":
-        lp = data.draw(st.sampled_from(loops))
-        names = data.draw(st.sampled_from(("", "", "", (lp, lp + "x"), (lp + "o", lp))))
-        names = f", names={names!r}" if names else ""
-        return f"{s}.split({lp!r}, {data.draw(st.integers(2, 4))}{names})"
-    if op == "tile" and len(loops) >= 2:
-        d = data.draw(st.integers(2, min(3, len(loops))))
-        k = data.draw(st.integers(0, len(loops) - d))
-        fs = [data.draw(st.integers(2, 3)) for _ in range(d)]
-        return f"{s}.tile({', '.join(map(repr, loops[k:k + d]))}, {', '.join(map(str, fs))})"
-    if op == "parallelize":
-        return f"{s}.parallelize({one()})"
-    if op == "vectorize":
-        return f"{s}.vectorize({one()}, {data.draw(st.sampled_from((2, 4)))})"
-    if op == "unroll":
-        return f"{s}.unroll({one()}, {data.draw(st.integers(2, 3))})"
-    if op in ("after", "then") and len(names) >= 2:
-        other = data.draw(st.sampled_from([n for n in names if n != s]))
-        olo = [lp.name for lp in state[other].loops]
-        loop = data.draw(st.sampled_from([None] + olo))
-        if op == "after":
-            return f"{s}.after({other}, {loop!r})"
-        return f"{other}.then({s}, {loop!r})"
-    return None
+FAILURES = []                 # the long run's failing cases (messages with their repro)
+CURRENT = [""]                # the repro of the case running
 
 
 # ------------------------------------------------------------------ the check
@@ -256,6 +180,8 @@ def run_case(p, ns, cmds, params):
             _disagree(f"ACCEPTED but the oracle finds it illegal at {params}: violations="
                       f"{len(v.violations)} carried={list(v.carried)} vanished={v.vanished} "
                       f"ties={v.ties[:3]}; e.g. {describe(p, v, x)} -> {describe(p, v, y)}\n{text}")
+        if v.memory_violations:
+            COUNTS["accepted_value_only"] += 1       # the memory rule would refuse it
         # oracle self-check: a legal order computes the same values, bit for bit
         alt = interpret(p, params, arrays, sorted(range(len(v.insts)), key=lambda n: v.times[n]))
         for b in p.bufs:
@@ -272,7 +198,8 @@ def run_case(p, ns, cmds, params):
             if v.carried_any and any_carry is None:
                 any_carry = q
         if found is None:
-            _disagree(f"REJECTED but the oracle finds it legal for every small N"
+            COUNTS["false_refusals"] += 1
+            _disagree(f"FALSE REFUSAL: REJECTED but the oracle finds it legal for every small N"
                       f"{', T' if 'T' in p.params else ''} "
                       f"(carried by other statements' loops only: {any_carry}): "
                       f"{error}\n{text}")
@@ -294,76 +221,163 @@ def run_case(p, ns, cmds, params):
             f.compile()
         return
     COUNTS["compiled"] += 1
-    try:
-        target = ("c", "llvm")[_stable_hash(text) // 4 % 2]    # both backends, alternately
-        COUNTS["compiled_" + target] += 1
-        kernel = f.compile(target)
-    except CompileError as e:
-        _disagree(f"ACCEPTED by check() but compile() failed: {e}\n{text}")
-    except tp.IllegalScheduleError as e:
-        _disagree(f"ACCEPTED by check() but compile() rejects it: {e}\n{text}")
-    for s in p.stmts:
-        assert kernel.schedule[s.name].dims() == state[s.name].dims()
     runs = [(params, arrays, ref)]
     if p.fixed_n is None:             # and at a larger N: tiles of 2..4 cross more boundaries
         big = dict(params, N=params["N"] + 4)
         big_arrays = random_arrays(p, big["N"], seed + 1)
         runs.append((big, big_arrays, interpret(p, big, big_arrays)))
+    for target in TARGETS:
+        try:
+            kernel = f.compile(target)
+        except CompileError as e:
+            _disagree(f"ACCEPTED by check() but compile({target!r}) failed: {e}\n{text}")
+        except tp.IllegalScheduleError as e:
+            _disagree(f"ACCEPTED by check() but compile({target!r}) rejects it: {e}\n{text}")
+        for s in p.stmts:
+            assert kernel.schedule[s.name].dims() == state[s.name].dims()
+        run_kernel(p, kernel, runs, f"{target}: ACCEPTED", text)
+
+
+def run_kernel(p, kernel, runs, what, text):
+    """Runs ``kernel`` on each (params, arrays, expected results) of ``runs``."""
     for q, arrs, expect in runs:
         outs = {b: a.copy() for b, a in arrs.items()}
         kernel(**outs, **{x: q[x] for x in p.call_params})
         COUNTS["ran"] += 1
         for b in p.bufs:
             if not np.allclose(outs[b], expect[b], rtol=1e-9, atol=1e-12):
-                _disagree(f"ACCEPTED but the kernel's {b} differs from the reference at {q} "
+                COUNTS["wrong_answers"] += 1
+                _disagree(f"{what} but the kernel's {b} differs from the reference at {q} "
                           f"(max err {np.abs(outs[b] - expect[b]).max()}):\n{text}")
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=SEED is None, database=None,
-          suppress_health_check=list(HealthCheck), print_blob=False)
-@seed(int(SEED or 0))
-@given(data=st.data())
-def test_fuzz_legality(data):
-    if START[0] is None:
-        START[0] = time.perf_counter()
-    p = data.draw(programs(), label="program")
-    params = {"N": p.fixed_n if p.fixed_n is not None else data.draw(st.integers(3, 6), label="N")}
-    if "T" in p.params:
-        params["T"] = data.draw(st.integers(1, 3), label="T")
-    f, ns = build(p)
-    cmds = []
-    want = data.draw(st.integers(1, MAX_COMMANDS), label="n_commands")
-    for _ in range(3 * want):
-        if len(cmds) == want:
-            break
-        line = draw_command(data, p, f)
-        if line is None:
-            continue
-        COUNTS["commands"] += 1
-        if apply_command(ns, line):
-            cmds.append(line)
-            COUNTS["op_" + line.split(".")[1].split("(")[0]] += 1
-        else:
-            COUNTS["api_errors"] += 1
-    note(repro(p, cmds, params))
+def run_auto_case(p, cmds, params):
+    """Per target, on a fresh copy of ``p`` with ``cmds`` (dropped if
+    illegal): ``auto_schedule(target)``, whose kernel computes the reference,
+    and whose printed steps replayed on another fresh copy give the same
+    code.  (A schedule is made for its target: the C target's round-robin
+    ``schedule="static", chunk=1`` is refused by the LLVM backend.)"""
+    COUNTS["auto_cases"] += 1
+
+    def fresh(commands):
+        f, ns = build(p)
+        for c in commands:
+            assert apply_command(ns, c), c
+        return f
+    try:
+        f = fresh(cmds)
+        legality.check(*analyse(f)[:2], f._commands)
+    except tp.IllegalScheduleError:
+        cmds = []
+    text = repro(p, cmds, params)
+    arrays = random_arrays(p, params["N"], _stable_hash(text) % 2**16)
+    runs = [(params, arrays, interpret(p, params, arrays))]
+    for target in TARGETS:
+        f = fresh(cmds)
+        steps = f.auto_schedule(target=target)
+        printed = "\n".join(map(str, steps))
+        case = text.replace("kernel = f.compile()", f"# f.auto_schedule(target={target!r}):\n"
+                            + printed + f"\nkernel = f.compile({target!r})")
+        COUNTS["auto_steps"] += len(steps)
+        g = fresh(cmds)
+        exec(printed, {"f": g})                       # the printed schedule, pasted
+        kernel = f.compile(target)
+        if kernel.source != g.compile(target).source:
+            COUNTS["disagreements"] += 1
+            raise AssertionError(f"{target}: the printed steps replayed give other code:\n{case}")
+        run_kernel(p, kernel, runs, f"{target}: auto-scheduled", case)
+
+
+def _collecting(body):
+    """``body`` that records a failing case in FAILURES (with its repro) and
+    returns, so that the run goes on and counts them all."""
+    def run(data):
+        try:
+            body(data)
+        except Exception as e:               # noqa: BLE001 - recorded, reported in the summary
+            if not isinstance(e, AssertionError):
+                COUNTS["crashes"] += 1
+            FAILURES.append(f"{type(e).__name__}: {e}\n{CURRENT[0]}")
+    return run
+
+
+def _fuzz(body, examples, seed_=None, collect=False):
+    """A hypothesis test of ``body(data)`` over ``examples`` cases
+    (derandomized, or from ``seed_``)."""
+    def test(data):
+        if START[0] is None:
+            START[0] = time.perf_counter()
+        (_collecting(body) if collect else body)(data)
+    seed_ = seed_ if seed_ is not None else int(SEED or 0)
+    return settings(max_examples=examples, deadline=None,
+                    derandomize=SEED is None and not collect, database=None,
+                    suppress_health_check=list(HealthCheck),
+                    print_blob=False)(seed(seed_)(given(data=st.data())(test)))
+
+
+def _long(body, examples, minutes):
+    """The long run of ``body``: hypothesis runs of 100 cases, each from its
+    own seed (TIRAMISU_PY_FUZZ_SEED's chunk k), until ``examples`` cases or
+    past ``minutes``; failing cases are collected, not shrunk."""
+    @pytest.mark.fuzz
+    def test():
+        start, done, chunk = time.perf_counter(), 0, 0
+        while done < examples and (minutes is None or time.perf_counter() - start < 60 * minutes):
+            n = min(100, examples - done)
+            _fuzz(body, n, int(SEED or 0) * 1_000_003 + chunk, collect=True)()
+            done, chunk = done + n, chunk + 1
+    return test
+
+
+def legality_case(data):
+    p, params, f, ns, cmds = draw_case(data, MAX_COMMANDS, COUNTS)
+    CURRENT[0] = repro(p, cmds, params)
+    note(CURRENT[0])
     run_case(p, ns, cmds, params)
 
 
-def test_fuzz_summary(capsys):
-    """Runs after the fuzz test: prints the counts; the fuzzer must have
-    exercised both sides of the check."""
-    if COUNTS["cases"] == 0:
-        pytest.skip("the fuzz test did not run")
+def auto_case(data):
+    p, params, f, ns, cmds = draw_case(data, 2, COUNTS)
+    cmds = cmds[:data.draw(st.integers(0, len(cmds)), label="user commands kept")]
+    CURRENT[0] = repro(p, cmds, params) + "# then f.auto_schedule(target) per target\n"
+    note(CURRENT[0])
+    run_auto_case(p, cmds, params)
+
+
+test_fuzz_legality = _fuzz(legality_case, EXAMPLES)
+test_fuzz_auto_schedule = _fuzz(auto_case, AUTO_EXAMPLES)
+# the long run: a tenth of the cases, and a quarter of the time, for auto_schedule
+test_fuzz_legality_long = _long(legality_case, LONG, MINUTES and MINUTES * 3 / 4)
+test_fuzz_auto_schedule_long = _long(auto_case, max(1, LONG // 10), MINUTES and MINUTES / 4)
+
+
+def summary(capsys, what):
+    """Prints the counts; the fuzzer must have exercised both sides of the
+    check, and found no disagreement."""
+    if COUNTS["cases"] + COUNTS["auto_cases"] == 0:
+        pytest.skip("the fuzz tests did not run")
     took = time.perf_counter() - START[0] if START[0] else 0.0
-    main = ("cases", "accepted", "rejected", "disagreements", "compiled", "ran",
-            "compile_rejected")
+    main = ("cases", "accepted", "rejected", "false_refusals", "wrong_answers",
+            "disagreements", "crashes", "accepted_value_only", "compiled", "ran", "compile_rejected",
+            "auto_cases", "auto_steps")
     rest = sorted(k for k in COUNTS if k not in main)
     with capsys.disabled():
-        print(f"\nlegality fuzz ({'nightly' if NIGHTLY else 'ci'}, {took:.1f}s): "
+        print(f"\nlegality fuzz ({what}, {took:.1f}s): "
               + ", ".join(f"{k}={COUNTS[k]}" for k in main)
               + "\n  " + ", ".join(f"{k}={COUNTS[k]}" for k in rest))
-    assert COUNTS["accepted"] > 0 and COUNTS["rejected"] > 0
-    assert COUNTS["disagreements"] == 0
+        for text in FAILURES:
+            print("\nFAILED CASE:\n" + text)
+    assert COUNTS["cases"] == 0 or (COUNTS["accepted"] > 0 and COUNTS["rejected"] > 0)
+    assert COUNTS["disagreements"] == 0 and not FAILURES
+
+
+def test_fuzz_summary(capsys):
+    summary(capsys, "ci")
+
+
+@pytest.mark.fuzz
+def test_fuzz_summary_long(capsys):
+    summary(capsys, "long")
 
 
 # ------------------------------------------------ oracle sanity (no library)
@@ -417,3 +431,25 @@ def test_regression_parallel_inside_vector():
     outs = {b: a.copy() for b, a in arrays.items()}
     kernel(**outs, N=5)
     np.testing.assert_allclose(outs["A"], interpret(SIMD, {"N": 5}, arrays)["A"])
+
+
+OVERWRITTEN = Program(1, ("A",), "i", (0, 1), (
+    Stmt("s0", ("i", "j"), Acc("A", (("c", 0),)), (Acc("A", (("c", 1),)),), (0.3,)),
+), 3)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_regression_overwritten_writes_do_not_order(target):
+    # every s0(i, j) writes A[0] and only the last one's value is kept: the
+    # interchange keeps it last, so it is legal (refused when every WAW ordered)
+    f, ns = _known_case(OVERWRITTEN, ["s0.interchange('i', 'j')"])
+    v = judge(OVERWRITTEN, replay(model_of(f), f._commands), {"N": 3})
+    assert v.legal and v.memory_violations
+    arrays = random_arrays(OVERWRITTEN, 3, 0)
+    outs = {b: a.copy() for b, a in arrays.items()}
+    f.compile(target)(**outs)
+    np.testing.assert_array_equal(outs["A"], interpret(OVERWRITTEN, {"N": 3}, arrays)["A"])
+    f.undo()
+    ns["s0"].reverse("j")             # now s0(i=2, j=0) would write A[0] last
+    with pytest.raises(tp.IllegalScheduleError, match="WAW on 'A'"):
+        f.compile(target)

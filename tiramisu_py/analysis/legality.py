@@ -3,19 +3,27 @@
 Dependences are memory-based (every pair of accesses to one element, at least
 one a write, in program order): RAW, WAR and WAW together.  Indirect and
 data-dependent accesses enter as their sound over-approximations, so nothing is
-ever accepted on the strength of a value the compiler cannot know.  (Value-
-based flow dependences would admit the same schedules: a memory dependence
-that is not value-based is implied, by transitivity, by ones that are.)
+ever accepted on the strength of a value the compiler cannot know.
 
-A schedule is legal iff every dependence's source runs lexicographically
-before its sink, and no loop tagged parallel or vector carries a dependence.
+A schedule is legal iff every dependence it runs the other way changes no
+value, and no loop tagged parallel or vector carries a dependence.  Running a
+pair the other way changes a value when it changes which write a read sees,
+or (for an array the caller sees: not a temporary) which write is an
+element's last; a write that is overwritten before any read, or a
+temporary's value that nothing reads, orders nothing
+(:func:`tiramisu_py.poly.dataflow.value_violations`, exact).  That rule
+applies to a buffer whose writes are all exact (affine, in affine domains),
+that no compute_at copy touches and that no reassociated reduction updates;
+any other buffer keeps every memory dependence in order.  A tagged loop must
+carry no memory dependence at all (two iterations touching one element, one
+a write, would race), privatised temporaries aside.
 An update whose statement opted in with ``allow_reassociation`` drops its
 reduction self-dependences (through its accumulator) from both checks."""
 from __future__ import annotations
 
 import islpy as isl
 
-from ..poly.dataflow import reads_initial, value_flow
+from ..poly.dataflow import exact_writes, reads_initial, value_flow, value_violations
 from ..base import provenance
 from ..base.errors import IllegalScheduleError, Violation
 from ..poly.model import build_model
@@ -106,6 +114,21 @@ class Dependences:
             r = m.intersect(lt).to_union_map()
             out = r if out is None else out.union(r)
         return out
+
+    def harmful(self, state, name, broken):
+        """The pairs of ``broken`` (dependences through buffer ``name`` that
+        ``state`` runs the other way) that change a value: exactly those of
+        :func:`~tiramisu_py.poly.dataflow.value_violations` where that rule
+        applies (see the module's doc), else all of them."""
+        ats = self.model.compute_ats(state)
+        if name in {a.buffer.name for n in ats for a in self.model.by_name[n].accesses} \
+                or any(buf == name and state[stmt].reassociate
+                       for stmt, (buf, _) in self.reductions.items()) \
+                or not exact_writes(self.model, name):
+            return broken
+        live_out = next(a.buffer.kind != "temp" for m in self.model.stmts for a in m.accesses
+                        if a.buffer.name == name)
+        return value_violations(self.model, name, self.schedule(state), broken, live_out)
 
     def _memo(self, state, key, compute):
         """``compute()`` once per schedule state (a replayed state is a new dict,
@@ -298,6 +321,8 @@ def _sched_key(state, stmt):
 def _first_violation(model, deps, state):
     for name, d in deps.relevant(state).items():
         v = d.subtract(deps.ordered(d, state))
+        if not v.is_empty():
+            v = deps.harmful(state, name, v)
         if not v.is_empty():
             return name, v
     return None
@@ -517,7 +542,9 @@ def _accesses_at(model, deps, s, src, t, dst, buf, params):
 
 # ------------------------------------------------------------------- explain
 def explain(model, deps, state) -> str:
-    lines = ["Dependences (program order; memory-based, indirect accesses over-approximated):"]
+    lines = ["Dependences (program order; memory-based, indirect accesses over-approximated; "
+             "a schedule may run a pair the other way when no read and no final value of an "
+             "array the caller sees changes writer):"]
     rel = deps.relevant(state)
     if not rel:
         lines.append("  none")

@@ -1,7 +1,8 @@
 """What the auto-scheduler reads of the dependences, in schedule time.
 
 * :func:`deltas`: the distance vectors ``t(sink) - t(source)`` of every
-  ordering dependence (memory-based, as the legality check takes them) under
+  ordering dependence (memory-based: every pair the legality check could
+  order, a superset of the value-based ones its order rule keeps) under
   a schedule state, one isl set over the common schedule dimensions.
 * :func:`permutable`: whether a band of loops is permutable (every
   dependence between two instances of the same iteration of the loops

@@ -1,18 +1,20 @@
-"""Value-based flow in program order (isl ``compute_flow``, last writers):
-which buffers must start zeroed, and the flows between compute_at copies
-(:func:`value_flow`, used by :mod:`tiramisu_py.poly.compute_at`).
+"""Value-based flow (isl ``compute_flow``, last writers): which buffers must
+start zeroed, the flows between compute_at copies (:func:`value_flow`, used
+by :mod:`tiramisu_py.poly.compute_at`), and the exact order rule of the
+legality check (:func:`value_violations`: a schedule may run two accesses of
+one element the other way when no read and no final value changes writer).
 
 A temporary (or an output the kernel allocates) is zero-filled only when the
 program may read an element before writing it; otherwise the fill is a wasted
 pass over memory (for GEMM's packed panels and output, ~4% of the run).
 
 The question is asked of the *original* program order.  A schedule that
-compiles is legal: it keeps every memory dependence except the reduction
-self-dependences it may reassociate, so every read sees the same write as in
-program order, and a read with no earlier write in program order is the only
-kind that can see initial content.  (A compute_at copy computes all that its
-consumer's iteration reads, before it, so the consumer reads no more initial
-content than in program order.)
+compiles is legal: every read sees the same write as in program order (a
+reassociated reduction's updates of one element aside, whose other
+dependences are all kept), so a read with no earlier write in program order
+is the only kind that can see initial content.  (A compute_at copy computes
+all that its consumer's iteration reads, before it, so the consumer reads no
+more initial content than in program order.)
 
 Soundness: a write is a *must* source only when its access is exact (affine
 index) and its statement's domain is affine in the parameters alone (no loop
@@ -29,6 +31,37 @@ from ..lang.affine import NonAffine
 from ..lang.schedule import initial_state
 
 
+def _accesses(model, buffer):
+    """(reads, must-writes, may-writes) of ``buffer``: lists of isl Maps,
+    the reads without repeats."""
+    reads, must, may = [], [], []
+    for m in model.stmts:
+        for a in m.accesses:
+            if a.buffer.name != buffer:
+                continue
+            amap, exact = model.access_map(m, a)
+            if not a.write:
+                reads.append(amap)
+            elif exact and not m.bound_params:
+                must.append(amap)
+            else:
+                may.append(amap)
+    return _distinct(reads), must, may
+
+
+def _solve(reads, must_u, may_u, sched):
+    """[(UnionFlow of one read access)] under the schedule map ``sched``."""
+    out = []
+    for sink in reads:
+        info = isl.UnionAccessInfo.from_sink(_as_union(sink))
+        if must_u is not None:
+            info = info.set_must_source(must_u)
+        if may_u is not None:
+            info = info.set_may_source(may_u)
+        out.append(info.set_schedule_map(sched).compute_flow())
+    return out
+
+
 def _flow(model, buffer):
     """(flow, no_source, reads, must-writes) of ``buffer`` in program order,
     cached on the model: ``flow`` is the { write -> read } may-dependence and
@@ -39,34 +72,13 @@ def _flow(model, buffer):
     select over an unrolled index, took 20x longer."""
     cache = model.__dict__.setdefault("_flows", {})
     if buffer not in cache:
-        reads, must, may = [], [], []
-        for m in model.stmts:
-            for a in m.accesses:
-                if a.buffer.name != buffer:
-                    continue
-                amap, exact = model.access_map(m, a)
-                if not a.write:
-                    reads.append(amap)
-                elif exact and not m.bound_params:
-                    must.append(amap)
-                else:
-                    may.append(amap)
-        reads = _distinct(reads)
+        reads, must, may = _accesses_of(model, buffer)
         sinks, flow, no_source = _union(reads), None, None
         if sinks is not None and (must or may):
             sched = model.schedule_map(initial_state(model))
-            must_u, may_u = _union(must), _union(may)
-            flows, missing = [], []
-            for sink in reads:
-                info = isl.UnionAccessInfo.from_sink(_as_union(sink))
-                if must_u is not None:
-                    info = info.set_must_source(must_u)
-                if may_u is not None:
-                    info = info.set_may_source(may_u)
-                result = info.set_schedule_map(sched).compute_flow()
-                flows.append(result.get_may_dependence())
-                missing.append(result.get_may_no_source())
-            flow, no_source = _union(flows), _union(missing)
+            results = _solve(reads, _union(must), _union(may), sched)
+            flow = _union([r.get_may_dependence() for r in results])
+            no_source = _union([r.get_may_no_source() for r in results])
         cache[buffer] = (flow, no_source, sinks, _union(must))
     return cache[buffer]
 
@@ -110,6 +122,86 @@ def needs_zero(model, buffer, output: bool) -> bool:
     """A temporary needs zeroing when it may be read before written; an
     output also when some element may never be written (it is returned)."""
     return reads_initial(model, buffer.name) or (output and not writes_all(model, buffer))
+
+
+def exact_writes(model, buffer) -> bool:
+    """True when every write of ``buffer`` is a must-write (exact index,
+    domain affine in the params): the last writer of each element is then
+    known exactly under any schedule."""
+    return not _accesses_of(model, buffer)[2]
+
+
+def value_violations(model, buffer, sched, broken, live_out) -> isl.UnionMap:
+    """The pairs of ``broken`` (memory dependences through ``buffer``, in
+    program order, that the schedule map ``sched`` runs the other way) that
+    change what the program computes; empty iff ``sched`` is legal for
+    ``buffer``.  Exact when :func:`exact_writes` holds (reads may be
+    over-approximated: every element they may read is checked).
+
+    ``sched`` computes the same values iff every read sees the same write as
+    in program order (or, in both, none: initial content) and, when the
+    buffer is ``live_out`` (the caller sees it), every element's last write
+    is the same.  A broken pair that does neither (a write overwritten
+    before any read, run after the write that overwrites it, or a temporary's
+    value that nothing reads) changes nothing.  The pairs returned, each a
+    broken memory dependence that explains the change: a flow (write ->
+    read) run the other way; a read now seeing a write that came after it
+    (read -> that write); a read now seeing an earlier write than its own
+    (that write -> its own); a last write no longer last (the new last ->
+    the old)."""
+    cache = model.__dict__.setdefault("_value_events", {})
+    if buffer not in cache:
+        orig = model.schedule_map(initial_state(model))
+        cache[buffer] = (_events(model, buffer, orig), _last_writes(model, buffer, orig))
+    before, last = cache[buffer]
+    out = before.range_factor_domain().intersect(broken)
+    lost = _events_memo(model, buffer, sched).subtract(before)
+    if not lost.is_empty():
+        out = out.union(lost.range_factor_domain().reverse().intersect(broken))
+        out = out.union(lost.apply_range(before.reverse()).intersect(broken))
+    if live_out:
+        out = out.union(_last_writes(model, buffer, sched).reverse().apply_range(last)
+                        .intersect(broken))
+    return out
+
+
+def _accesses_of(model, buffer):
+    """:func:`_accesses`, cached on the model."""
+    cache = model.__dict__.setdefault("_accesses", {})
+    if buffer not in cache:
+        cache[buffer] = _accesses(model, buffer)
+    return cache[buffer]
+
+
+def _events(model, buffer, sched) -> isl.UnionMap:
+    """{ write -> [read -> element] }: the write whose value each read of
+    each element sees under ``sched`` (must-writes only)."""
+    reads, must, _ = _accesses_of(model, buffer)
+    if not reads or not must:
+        return isl.UnionMap("{}", context=model.ctx)
+    return _union([r.get_full_may_dependence() for r in _solve(reads, _union(must), None, sched)])
+
+
+def _events_memo(model, buffer, sched) -> isl.UnionMap:
+    """:func:`_events`, the last few schedules' cached on the model (a refusal
+    checks its schedule again to find the command to blame)."""
+    memo = model.__dict__.setdefault("_value_events_memo", {})
+    key = (buffer, sched.to_str())
+    if key not in memo:
+        if len(memo) >= 16:
+            memo.pop(next(iter(memo)))
+        memo[key] = _events(model, buffer, sched)
+    return memo[key]
+
+
+def _last_writes(model, buffer, sched) -> isl.UnionMap:
+    """{ element -> write }: the last write of each element under ``sched``
+    (an injective schedule map)."""
+    writes = _union(_accesses_of(model, buffer)[1])
+    if writes is None:
+        return isl.UnionMap("{}", context=model.ctx)
+    latest = writes.reverse().apply_range(sched).lexmax()
+    return latest.apply_range(sched.reverse()).intersect_range(writes.domain())
 
 
 def _as_union(m):
