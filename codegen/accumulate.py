@@ -88,10 +88,11 @@ def _extent(p: ir.For):
     return max(0, hi - int(p.lo.value))
 
 
-def _sites(loop: ir.For, ops: dict):
+def _sites(loop: ir.For, ops: dict, ifs=False):
     """[(store, path)] of the updates of ``ops``'s arrays in ``loop``'s body, with
     the loops and lets between ``loop`` and each; None when a store sits where
-    it cannot be taken out (under an If or an Allocate)."""
+    it cannot be taken out (under an If or an Allocate; ``ifs``: an If without
+    an else is on the path, for the GPU tile)."""
     out = []
 
     def find(s, path):
@@ -101,6 +102,8 @@ def _sites(loop: ir.For, ops: dict):
             return True
         if isinstance(s, (ir.For, ir.Let)):
             return find(s.body, path + [s])
+        if ifs and isinstance(s, ir.If) and s.else_ is None:
+            return find(s.then, path + [s])
         if isinstance(s, ir.Block):
             return all(find(x, path) for x in s.stmts)
         inner = [x for x in ir.walk_stmts(s) if isinstance(x, ir.Store) and x.array in ops]
@@ -141,6 +144,8 @@ def _wrap(path, body, keys=("vector_width", "unroll")):
         if isinstance(p, ir.For):
             attrs = {k: v for k, v in p.attrs.items() if k in keys}
             body = ir.For(p.var, p.lo, p.hi, body, kind=p.kind, step=p.step, attrs=attrs)
+        elif isinstance(p, ir.If):
+            body = ir.If(p.cond, body)
         else:
             body = ir.Let(p.name, p.value, body)
     return body
@@ -189,12 +194,13 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict, exact=False) ->
     element), the program's order kept; otherwise, and on the GPU, ``loop``
     is left as it is."""
     untouched = _strip(loop) if exact else loop
+    gpu_sites = _sites(loop, ops, ifs=True)
+    if gpu_sites and (threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
+                                     for _, path in gpu_sites for p in path)):
+        return untouched if exact else _rewrite_gpu(loop, ops, taken, gpu_sites, threads)
     sites = _sites(loop, ops)
     if not sites:
         return untouched
-    if threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
-                      for _, path in sites for p in path):
-        return untouched if exact else _rewrite_gpu(loop, ops, taken, sites, threads)
     written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
     self_loads = set()
     plans = []
@@ -247,7 +253,8 @@ def _strip(loop):
 
 
 # ------------------------------------------------------------------ GPU: per-thread tiles
-_GPU_KEYS = ("axis", "min", "extent", "full_extent", "unroll")
+_GPU_KEYS = ("axis", "min", "extent", "full_extent", "unroll", "stride", "linear", "level",
+             "slowest", "vector_width", "command")
 
 
 def _needed(store: ir.Store, path) -> set:
@@ -275,15 +282,34 @@ def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set, thread
         return None
     kept = [p for p in path if isinstance(p, ir.For) and (p.kind == "gpu_thread" or p.var in need)
             or isinstance(p, ir.Let) and p.name in need]
+    inner = {p.var for p in path if isinstance(p, ir.For)} | \
+        {p.name for p in path if isinstance(p, ir.Let)}
+    names = {p.var for p in kept if isinstance(p, ir.For)} | \
+        {p.name for p in kept if isinstance(p, ir.Let)}
+    ifs = []
+    for p in path:
+        if not isinstance(p, ir.If):
+            continue
+        used = ir.free_vars(p.cond) & inner
+        if any(x.array in written for x in _loads(p.cond)):
+            return None
+        if used and not used <= names:
+            return None
+        if used:                  # a guard on the slots (a partial tile): kept
+            ifs.append(p)         # (else it only selects iterations of the loops around)
+    kept = [p for p in path if p in kept or p in ifs]
     varying = {loop.var} | {p.var for p in path if isinstance(p, ir.For) and p not in kept}
     ranges, slots = dict(threads), []
     for p in kept:
-        exprs = [p.value] if isinstance(p, ir.Let) else [p.lo, p.hi]
+        exprs = [p.value] if isinstance(p, ir.Let) else [p.cond] if isinstance(p, ir.If) \
+            else [p.lo, p.hi]
         if any(ir.free_vars(e) & varying or any(x.array in written for x in _loads(e))
                for e in exprs):
             return None
         if isinstance(p, ir.Let):
             ranges.pop(p.name, None)
+            continue
+        if isinstance(p, ir.If):
             continue
         if p.step != 1:
             return None

@@ -12,12 +12,23 @@
  * not cleared between blocks, like real shared memory).
  * Global memory is the host's memory: the kernel writes the caller's arrays.
  * A race between threads shows up as results that depend on the order.
+ *
+ * Vector accesses (TPY_VMOVE) and cp.async (tpy_cp_async) check their
+ * alignment (error 4).  An asynchronous copy reads its source when issued and
+ * writes shared memory only when a tpy_cp_async_wait<N>() of the issuing
+ * thread retires its group (all groups but the N newest committed ones): a
+ * read before the right wait sees the tile's old content, so a missing or
+ * too lax wait shows up as a wrong result.  Copies still pending when the
+ * thread returns are dropped.
  */
 #pragma once
 #include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <ucontext.h>
+#include <deque>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -26,6 +37,7 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
 
 struct tpy_dim3 { unsigned x, y, z; };
 inline tpy_dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -35,16 +47,29 @@ namespace tpy_emu {
 enum { FORWARD = 0, REVERSE = 1, SHUFFLE = 2 };
 constexpr size_t STACK_BYTES = 64 * 1024;   /* per thread: kernel locals are small */
 
+struct Pending {            /* one cp.async: its bytes, read when issued */
+  void *dst;
+  unsigned char bytes[16];
+  int n;
+};
+
+struct AsyncState {         /* one thread's cp.async groups */
+  std::vector<Pending> open;
+  std::deque<std::vector<Pending>> groups;
+};
+
 struct Fiber {
   ucontext_t ctx;
   char *stack;
   tpy_dim3 tid;
   bool done;
   long barriers;
+  AsyncState *async;
 };
 
 inline ucontext_t scheduler;
 inline Fiber *current = nullptr;
+inline int fault = 0;       /* 4: a misaligned vector access */
 inline void (*body)(void *) = nullptr;
 inline void *body_arg = nullptr;
 
@@ -62,7 +87,43 @@ inline uint64_t next(uint64_t &s) {   /* splitmix64 */
 
 template <class F> void call(void *f) { (*static_cast<F *>(f))(); }
 
+inline void check_aligned(const void *p, int n) {
+  if ((uintptr_t)p % (uintptr_t)n) fault = 4;
+}
+
+template <int B> inline void vmove(void *dst, const void *src) {
+  check_aligned(dst, B);
+  check_aligned(src, B);
+  memcpy(dst, src, B);
+}
+
 }  // namespace tpy_emu
+
+#define TPY_VMOVE(B, dst, src) tpy_emu::vmove<B>((dst), (src))
+
+template <int B> inline void tpy_cp_async(void *dst, const void *src) {
+  tpy_emu::check_aligned(dst, B);
+  tpy_emu::check_aligned(src, B);
+  tpy_emu::Pending p;
+  p.dst = dst;
+  p.n = B;
+  memcpy(p.bytes, src, B);
+  tpy_emu::current->async->open.push_back(p);
+}
+
+inline void tpy_cp_async_commit() {
+  tpy_emu::AsyncState *a = tpy_emu::current->async;
+  a->groups.push_back(a->open);
+  a->open.clear();
+}
+
+template <int N> inline void tpy_cp_async_wait() {
+  tpy_emu::AsyncState *a = tpy_emu::current->async;
+  while (a->groups.size() > (size_t)N) {
+    for (const tpy_emu::Pending &p : a->groups.front()) memcpy(p.dst, p.bytes, p.n);
+    a->groups.pop_front();
+  }
+}
 
 inline void __syncthreads() {
   tpy_emu::Fiber *me = tpy_emu::current;
@@ -84,7 +145,9 @@ inline int run(const int64_t *grid, const int64_t *block, int order, uint64_t se
   Fiber *fibers = (Fiber *)calloc(n, sizeof(Fiber));
   int64_t *idx = (int64_t *)malloc(n * sizeof(int64_t));
   char *stacks = (char *)malloc(n * STACK_BYTES);
+  std::vector<AsyncState> async(n);
   int rc = 0;
+  fault = 0;
   if (!fibers || !idx || !stacks) rc = 3;
   gridDim = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
   blockDim = {(unsigned)block[0], (unsigned)block[1], (unsigned)block[2]};
@@ -98,6 +161,9 @@ inline int run(const int64_t *grid, const int64_t *block, int order, uint64_t se
       f.done = false;
       f.barriers = 0;
       f.stack = stacks + t * STACK_BYTES;
+      f.async = &async[t];
+      async[t].open.clear();
+      async[t].groups.clear();
       getcontext(&f.ctx);
       f.ctx.uc_stack.ss_sp = f.stack;
       f.ctx.uc_stack.ss_size = STACK_BYTES;
@@ -140,7 +206,7 @@ inline int run(const int64_t *grid, const int64_t *block, int order, uint64_t se
   free(fibers);
   free(idx);
   free(stacks);
-  return rc;
+  return rc ? rc : fault;
 }
 
 template <class F>
