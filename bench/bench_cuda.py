@@ -6,6 +6,10 @@
 Cases (the CPU suites' shapes, bench/suites.py, suite_sparse.py, suite_rnn.py):
 gemm    n x n x n, n in 512, 1024, 2048, 4096 (``--sizes``):
         ``schedules.gemm(a, b, target="cuda")`` vs ``torch.mm`` (cuBLAS)
+gemmv   the GEMM's schedule variants at 1024 and 4096 (``--sizes``): the
+        library's (warp tiles, cp.async pipeline, the device's parameters),
+        the classic shared-tile schedule, 2 and 4 stages, swizzled A tiles,
+        double-buffered register fragments; vs ``torch.mm``
 conv    the conv suite's NCHW shapes, 3x3, stride 1, padding 1, bias:
         ``schedules.conv2d(x, w, b, stride=1, padding=1, target="cuda")`` vs
         ``F.conv2d`` (cuDNN)
@@ -45,8 +49,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import suite_rnn, suite_sparse, suites          # noqa: E402
 from bench.harness import Case, _merge, format_table, machine_info    # noqa: E402
 
-SUITES = ("gemm", "conv", "sparse", "lstm")
+SUITES = ("gemm", "gemmv", "conv", "sparse", "lstm")
 GEMM_SIZES = {False: (*suites.GEMM_SIZES[False], 4096), True: (256, 512)}
+VARIANT_SIZES = {False: (1024, 4096), True: (512,)}
+# label -> (schedule, parameters) of the gemmv suite ("warp": gemm_cuda_warp)
+VARIANTS = {"classic": ("classic", {}), "stages=2": ("warp", {"stages": 2}),
+            "stages=4": ("warp", {"stages": 4}), "swizzle": ("warp", {"swizzle": True}),
+            "frag_stages=2": ("warp", {"frag_stages": 2})}
 SPARSE_DENSITIES = {False: (1, 10, 50), True: (10,)}
 KEY = "gpu"                     # the harness's thread-count key for GPU runs
 DEVICE = "cuda"                 # where setup() puts the inputs ("cpu" in the tests)
@@ -61,6 +70,7 @@ def cases(suite="all", quick=False, sizes=None) -> list[Case]:
         raise ValueError(f"bench_cuda: unknown suite(s) {', '.join(unknown)}; "
                          f"choose from all, {', '.join(SUITES)}")
     make = {"gemm": lambda: [_gemm(n) for n in (sizes or GEMM_SIZES[quick])],
+            "gemmv": lambda: [_gemm_variants(n, quick) for n in (sizes or VARIANT_SIZES[quick])],
             "conv": lambda: [_conv(s) for s in suites.CONV_SHAPES[quick]],
             "sparse": lambda: [_sparse(s, d) for s in suite_sparse.SHAPES[quick]
                                for d in SPARSE_DENSITIES[quick]],
@@ -99,6 +109,30 @@ def _gemm(n):
         return ({"tiramisu_py": lambda: schedules.gemm(a, b, target="cuda"),
                  "torch": lambda: torch.mm(a, b)}, lambda: torch.mm(a, b))
     return _checked(Case(f"gemm {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
+
+
+def _gemm_variants(n, quick=False):
+    def setup():
+        import torch
+        import schedules
+        from schedules.core.kernels import cuda_device, cuda_kernel
+        from schedules.solvers import gemm_cuda, gemm_cuda_warp
+        a, b = _randn(torch, n, n), _randn(torch, n, n, seed=1)
+        arch, _ = cuda_device(a)
+
+        def variant(label, kind, values):
+            def build():
+                if kind == "classic":
+                    return gemm_cuda.function(n, n, n)
+                return gemm_cuda_warp.function(n, n, n, arch, **values)
+            return lambda: cuda_kernel(("gemm_variant", n, label, arch), build)(a, b)
+        impls = {"tiramisu_py": lambda: schedules.gemm(a, b, target="cuda")}
+        chosen = list(VARIANTS.items())[:1 if quick else None]
+        impls.update({f"tiramisu_py[{label}]": variant(label, kind, values)
+                      for label, (kind, values) in chosen})
+        impls["torch"] = lambda: torch.mm(a, b)
+        return impls, lambda: torch.mm(a, b)
+    return _checked(Case(f"gemm variants {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
 
 
 def _conv(shape):

@@ -169,9 +169,9 @@ def test_not_a_cubin_is_refused():
 @needs_nvrtc
 def test_nvrtc_gemm_registers_and_shared_memory():
     from codegen.cuda import build_cubin
-    source = printed(gemm_shared).source
+    from schedules.solvers.gemm_cuda import TILE, TK, function
+    source = printed(lambda: function(64, 48, 32)).source       # the classic shared tiles
     k1 = {arch: build_cubin(source, arch, "nvrtc")[1]["gemm_k1"] for arch in ("sm_80", "sm_90")}
-    from schedules.solvers.gemm_cuda import TILE, TK
     # the shared tiles are the footprints of one k-step: A min(TILE, n) x TK, B TK x min(TILE, m)
     n, m = 64, 48
     assert k1["sm_80"].shared_bytes == k1["sm_90"].shared_bytes == \
@@ -634,8 +634,10 @@ def test_bench_cuda_case_table_builds_without_gpu():
     by_name = {c.name: c for c in table}
     assert len(by_name) == len(table)
     assert by_name["gemm 4096x4096x4096"].flops == 2.0 * 4096 ** 3
-    assert [c.name for c in table if c.name.startswith("gemm")] == \
-        [f"gemm {n}x{n}x{n}" for n in (512, 1024, 2048, 4096)]
+    assert [c.name for c in table if c.name.startswith("gemm ") and "variants" not in c.name] \
+        == [f"gemm {n}x{n}x{n}" for n in (512, 1024, 2048, 4096)]
+    assert [c.name for c in table if c.name.startswith("gemm variants")] == \
+        [f"gemm variants {n}x{n}x{n}" for n in (1024, 4096)]
     convs = [c for c in table if c.name.startswith("conv ")]
     assert len(convs) == len(suites.CONV_SHAPES[False])
     n, ci, co, h, w = suites.CONV_SHAPES[False][1]

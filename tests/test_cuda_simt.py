@@ -231,14 +231,14 @@ def test_tile_layouts_in_the_source():
 # ------------------------------------------------------------------ pipeline
 def test_pipeline_one_barrier_per_step_and_waits_derived():
     plan, body = lowered_gpu(three_stage())
-    assert sum(isinstance(s, ir.Barrier) for s in ir.walk_stmts(body)) == 1
     waits = [s.wait for s in ir.walk_stmts(body) if isinstance(s, ir.Barrier)]
-    assert waits == [1]                                 # stages - 2 groups may stay in flight
+    assert waits == [1, 0]     # per step: stages - 2 groups may stay in flight; after: none
     assert set(plan.async_stmts) == {"A_shared", "B_shared"}
     src = compiled(three_stage).source
     assert "for (int64_t k0 = -2; k0 < 6; k0++) {" in src
     assert "tpy_cp_async_commit();\n" in src and "tpy_cp_async_wait<1>();" in src
     assert "tpy_cp_async_wait<0>();" in src             # all of them after the loop
+    assert src.count("__syncthreads();") == 2
 
 
 @needs_cxx
@@ -270,7 +270,7 @@ def test_pipeline_of_the_classic_gemm():
         np.testing.assert_allclose(k.emulate(a, b, order=order, seed=2), a @ b,
                                    rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(pipelined_plain().compile()(a, b), a @ b, rtol=1e-4, atol=1e-4)
-    assert k.source.count("__syncthreads();") == 1
+    assert k.source.count("__syncthreads();") == 2       # one per k step, one after
     assert "tpy_cp_async<4>(" in k.source and "tpy_cp_async_wait<0>();" in k.source
 
 
@@ -307,3 +307,62 @@ def test_pipeline_without_the_slots_is_refused_by_the_dependences():
     with pytest.raises(tp.IllegalScheduleError, match=r"C_update.pipeline\(k0, stages=2\) is "
                                                       r"illegal"):
         f.compile(target="cuda")
+
+
+def short_pipeline():
+    """Three stages over three k steps: isl splits the k loop (the copies'
+    iterations, then the reads'); the barrier after it orders them."""
+    return small_warp(64, 64, 24, stages=3)
+
+
+@needs_cxx
+def test_short_pipeline_split_by_isl():
+    k = compiled(short_pipeline)
+    assert k.source.count("for (int64_t k0 =") == 2
+    check_emulated(k, 64, 64, 24)
+
+
+# ------------------------------------------------------------- the library
+def test_solver_function_per_size_and_device():
+    from schedules.solvers import gemm_cuda
+    cmds = gemm_cuda.solver_function(256, 256, 64, "sm_90").schedule_commands()
+    assert "C_update.pipeline(k0, stages=4)" in cmds and "C_update.bind(i_w, 'warp.y')" in cmds
+    assert "C_update.pipeline(k0, stages=3)" in \
+        gemm_cuda.solver_function(256, 256, 64, "sm_80").schedule_commands()
+    assert not any("pipeline" in c for c in gemm_cuda.solver_function(64, 64, 8)
+                   .schedule_commands())                   # one k step: nothing to pipeline
+    assert not any("warp" in c for c in gemm_cuda.solver_function(16, 40, 8)
+                   .schedule_commands())                   # below a warp tile: the classic
+    assert warp.params(1024, 1024, 1022)["vector"] == 1     # rows of 1022: scalar accesses
+    with pytest.raises(ValueError, match="has 64 threads, not 32"):
+        warp.function(128, 128, 32, tm=2)
+    with pytest.raises(TypeError, match="unknown parameter"):
+        warp.function(128, 128, 32, tiles=4)
+
+
+def test_device_records_in_the_tuning_store(tmp_path, monkeypatch):
+    from schedules.core import tuned
+    from schedules.problems.gemm import GemmProblem
+    from schedules.solvers.gemm_cuda import CudaTiled
+    from tiramisu_py.confirm import Verdict
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    solver, p = CudaTiled(), GemmProblem("gemm", 2048, 2048, 2048, "cuda", device="cuda")
+    h200 = tuned.device_key("sm_90", "NVIDIA H200")
+    assert tuned.recorded(solver, p, h200) == {} and tuned.recorded(solver, p) == {}
+    kept = Verdict(2.0, 1.0, 0.5, 0.5, 0.5, 12, True, "kept")
+    tuned.save(solver, p, {"stages": 2}, kept, 3, device=h200)
+    assert tuned.recorded(solver, p, h200) == {"stages": 2}
+    assert tuned.recorded(solver, p, tuned.device_key("sm_80", "NVIDIA A100")) == {}
+    key = tuned.record_key(solver, p, h200)
+    assert '"device": {"arch": "sm_90"' in key and '"host"' not in key
+    assert "on NVIDIA H200 (sm_90)" in tuned.describe(key, tuned.records()[key])
+
+
+@needs_cxx
+def test_library_gemm_on_the_gpu_path_emulated(monkeypatch):
+    import schedules
+    from tiramisu_py.runtime.cuda_kernel import CudaKernel
+    monkeypatch.setattr(CudaKernel, "__call__",
+                        lambda self, *a, **kw: self.emulate(*a, order="reverse", **kw))
+    a, b = gemm_args(96, 64, 40)
+    np.testing.assert_allclose(schedules.gemm(a, b, target="cuda"), a @ b, rtol=1e-4, atol=1e-4)

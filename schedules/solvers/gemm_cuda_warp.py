@@ -53,15 +53,25 @@ SMALL = {"bm": 64, "bn": 64, "bk": 8, "wm": 32, "wn": 32, "tm": 4, "tn": 8}
 def params(n, m, k, arch=None, values=None) -> dict:
     """The parameters for an ``n x k @ k x m`` product on ``arch`` ("sm_80",
     "sm_90", None: the generic defaults), updated by ``values`` (a tuning
-    record's); small products take the 64 x 64 tile (more blocks), and
-    sizes that are not multiples of 4 scalar accesses."""
+    record's); small products take the 64 x 64 tile (more blocks), sizes
+    that are not multiples of 4 scalar accesses, a single k step no
+    pipeline."""
     p = dict(DEVICE_DEFAULTS.get(arch, DEFAULTS))
     if n * m <= 512 * 512:
         p.update(SMALL)
     if k % 4 or m % 4:
         p["vector"] = 1
+    if k <= p["bk"]:
+        p["stages"] = 1
     p.update(values or {})
     return p
+
+
+def fits(n, m, k, p) -> bool:
+    """Whether the warp tiles fit the product: each warp's lanes all have a
+    row and a column (``n >= wm``, ``m >= wn``); smaller products run the
+    classic schedule."""
+    return n >= p["wm"] and m >= p["wn"]
 
 
 def check(p) -> None:
@@ -86,16 +96,17 @@ def check(p) -> None:
         raise ValueError(f"gemm_cuda_warp: vector={v} must divide bk, tm, tn and bn")
 
 
-def function(n, m, k, **values):
-    """``C = A @ B`` (float32, sizes fixed) with the warp-tiled schedule;
-    ``values`` override :func:`params`' (e.g. ``stages=2``)."""
+def function(n, m, k, arch=None, **values):
+    """``C = A @ B`` (float32, sizes fixed) with the warp-tiled schedule for
+    ``arch`` (:data:`DEVICE_DEFAULTS`); ``values`` override :func:`params`'
+    (e.g. ``stages=2``)."""
     for name, v in (("n", n), ("m", m), ("k", k)):
         positive_int("gemm_cuda_warp", name, v)
     unknown = set(values) - set(DEFAULTS)
     if unknown:
         raise TypeError(f"gemm_cuda_warp: unknown parameter(s) {', '.join(sorted(unknown))}; "
                         f"known: {', '.join(DEFAULTS)}")
-    return schedule(algorithm(n, m, k), params(n, m, k, values=values))
+    return schedule(algorithm(n, m, k), params(n, m, k, arch, values))
 
 
 def schedule(f, p):

@@ -16,8 +16,10 @@ source's and before the barrier closing iteration ``source + d - 1`` are
 storage conflicts of the tile), computed exactly with isl.  A dependence
 inside one iteration (``d = 0``) is refused: no wait can sit between an
 issue and a read of the same iteration without serialising it.  After the
-loop every thread waits for all its groups (dependences that leave the loop
-are ordered by that and the barriers the plan places for them).
+loop every thread waits for all its groups, then a barrier: dependences
+that leave the loop are ordered by it, and so are those of a loop isl's AST
+splits in two (a short pipeline: the copies' iterations first, then the
+reads', whose per-iteration waits then have no copy to wait for).
 
 The wait is the only difference from a synchronous copy: the barriers are
 the plan's (:mod:`tiramisu_py.analysis.gpu_plan`), and the emulator runs

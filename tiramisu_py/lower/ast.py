@@ -191,12 +191,13 @@ class AstLowering:
         barrier = self.gpu is not None and any((x, dim) in self.gpu.loop_barriers for x in stmts)
         if waits:
             # a pipelined loop's cp.async: one group per iteration, waited for at
-            # its end (all of them after the loop)
+            # its end; after the loop all of them, and a barrier (isl may have
+            # split the loop, e.g. the copies of a short one before the reads)
             n = min(waits)
             end = ir.Barrier(wait=n) if barrier else ir.AsyncWait(n)
             loop = ir.For(name, lo, hi, ir.Block([body, ir.AsyncCommit(), end]), kind=kind,
                           step=step, attrs=attrs)
-            return ir.Block([loop, ir.AsyncWait(0)])
+            return ir.Block([loop, ir.Barrier(wait=0)])
         if barrier:
             body = ir.Block([body, ir.Barrier()])     # threads of a block meet per iteration
         return ir.For(name, lo, hi, body, kind=kind, step=step, attrs=attrs)
