@@ -6,6 +6,10 @@
 Cases (the CPU suites' shapes, bench/suites.py, suite_sparse.py, suite_rnn.py):
 gemm    n x n x n, n in 512, 1024, 2048, 4096 (``--sizes``):
         ``schedules.gemm(a, b, target="cuda")`` vs ``torch.mm`` (cuBLAS)
+gemm16  bfloat16 n x n x n, n in 1024, 4096 (``--sizes``): the tensor-core
+        solver (``mma.sync``, float32 sums, the result rounded to bfloat16)
+        vs ``torch.mm`` of the same bfloat16 tensors (cuBLAS; its error is
+        that of the rounding), and float16
 gemmv   the GEMM's schedule variants at 1024 and 4096 (``--sizes``): the
         library's (warp tiles, cp.async pipeline, the device's parameters),
         the classic shared-tile schedule, 2 and 4 stages, swizzled A tiles,
@@ -49,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import suite_rnn, suite_sparse, suites          # noqa: E402
 from bench.harness import Case, _merge, format_table, machine_info    # noqa: E402
 
-SUITES = ("gemm", "gemmv", "conv", "sparse", "lstm")
+SUITES = ("gemm", "gemm16", "gemmv", "conv", "sparse", "lstm")
 GEMM_SIZES = {False: (*suites.GEMM_SIZES[False], 4096), True: (256, 512)}
 VARIANT_SIZES = {False: (1024, 4096), True: (512,)}
 # label -> (schedule, parameters) of the gemmv suite ("warp": gemm_cuda_warp)
@@ -71,6 +75,8 @@ def cases(suite="all", quick=False, sizes=None) -> list[Case]:
                          f"choose from all, {', '.join(SUITES)}")
     make = {"gemm": lambda: [_gemm(n) for n in (sizes or GEMM_SIZES[quick])],
             "gemmv": lambda: [_gemm_variants(n, quick) for n in (sizes or VARIANT_SIZES[quick])],
+            "gemm16": lambda: [_gemm16(n, dt) for n in (sizes or VARIANT_SIZES[quick])
+                               for dt in ("bfloat16", "float16")[:1 if quick else 2]],
             "conv": lambda: [_conv(s) for s in suites.CONV_SHAPES[quick]],
             "sparse": lambda: [_sparse(s, d) for s in suite_sparse.SHAPES[quick]
                                for d in SPARSE_DENSITIES[quick]],
@@ -109,6 +115,17 @@ def _gemm(n):
         return ({"tiramisu_py": lambda: schedules.gemm(a, b, target="cuda"),
                  "torch": lambda: torch.mm(a, b)}, lambda: torch.mm(a, b))
     return _checked(Case(f"gemm {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
+
+
+def _gemm16(n, dtype):
+    def setup():
+        import torch
+        import schedules
+        t = getattr(torch, dtype)
+        a, b = _randn(torch, n, n).to(t), _randn(torch, n, n, seed=1).to(t)
+        return ({"tiramisu_py[mma]": lambda: schedules.gemm(a, b, target="cuda"),
+                 "torch": lambda: torch.mm(a, b)}, lambda: torch.mm(a, b))
+    return _checked(Case(f"gemm {dtype} {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
 
 
 def _gemm_variants(n, quick=False):

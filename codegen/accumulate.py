@@ -268,15 +268,31 @@ def _needed(store: ir.Store, path) -> set:
     return need
 
 
+def _update_parts(store: ir.Store):
+    """(the update's Binary, its read of the element) of ``a[i] = a[i] op e``,
+    or of a 16-bit ``a[i] = half(float(a[i]) op e)`` (sums in float32); None."""
+    v, old = store.value, None
+    if isinstance(v, ir.Cast) and ir.is_half(v.dtype) and isinstance(v.a, ir.Binary) \
+            and isinstance(v.a.a, ir.Cast) and v.a.a.a.dtype == v.dtype:
+        v, old = v.a, v.a.a.a
+    elif isinstance(v, ir.Binary):
+        old = v.a
+        if v.dtype != getattr(old, "dtype", None):
+            return None
+    if not isinstance(v, ir.Binary) or not isinstance(old, ir.Load) or old.array != store.array \
+            or ir.expr_key(old) != ir.expr_key(ir.Load(store.array, store.index, old.dtype)):
+        return None
+    return v, old
+
+
 def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set, threads: dict):
     """(rhs, kept path, [(slot loop, extent)]) for a per-thread tile, or None
     when the update cannot be taken (see the module); ``threads``: the ranges
     of the thread loops around ``loop``."""
-    v = store.value
-    if op not in ir.COMBINE or not isinstance(v, ir.Binary) or v.op != op \
-            or not isinstance(v.a, ir.Load) or v.a.array != store.array or v.dtype != v.a.dtype \
-            or ir.expr_key(v.a) != ir.expr_key(ir.Load(store.array, store.index, v.dtype)):
+    parts = _update_parts(store)
+    if op not in ir.COMBINE or parts is None or parts[0].op != op:
         return None
+    v = parts[0]
     need = _needed(store, path)
     if loop.var in need or any(x.array in written for i in store.index for x in _loads(i)):
         return None
@@ -334,7 +350,7 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
         got = _gpu_plan(loop, store, path, ops[store.array], written, threads)
         if got is None:
             return loop
-        self_loads.add(id(store.value.a))
+        self_loads.add(id(_update_parts(store)[1]))
         plans.append((store, got))
     for s in ir.walk_stmts(loop.body):
         for e in ir.stmt_exprs(s):
@@ -342,7 +358,8 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
                 return loop
     new, marks, inits, combines, tiles = {}, {}, [], [], []
     for store, (rhs, kept, slots) in plans:
-        dtype, op = store.value.dtype, ops[store.array]
+        binary, old = _update_parts(store)
+        dtype, op = binary.dtype, ops[store.array]      # (a 16-bit element: float32 sums)
         name = ir.fresh_name(f"{store.array}_local", taken)
         for p, ext in slots:
             marks[id(p)] = {"full_extent": ext}
@@ -351,13 +368,18 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
                      ir.Binary("sub", ir.Var(p.var), p.lo, ir.INDEX) for p, _ in slots) \
             or (ir.Const(0, ir.INDEX),)
         tile = ir.Load(name, tidx, dtype)
-        new[id(store)] = ir.Store(name, tidx, ir.Binary(store.value.op, tile, rhs, dtype))
+        new[id(store)] = ir.Store(name, tidx, ir.Binary(binary.op, tile, rhs, dtype))
         wrap = [ir.For(p.var, p.lo, p.hi, p.body, kind=p.kind, step=p.step,
                        attrs={**p.attrs, **marks.get(id(p), {})})
                 if isinstance(p, ir.For) else p for p in kept]
         inits.append(_wrap(wrap, ir.Store(name, tidx, ir.Const(ir.identity(op, dtype), dtype)),
                            _GPU_KEYS))
-        combined = ir.Binary(ir.COMBINE[op], ir.Load(store.array, store.index, dtype), tile, dtype)
+        element = ir.Load(store.array, store.index, old.dtype)
+        if old.dtype != dtype:
+            element = ir.Cast(element, dtype)
+        combined = ir.Binary(ir.COMBINE[op], element, tile, dtype)
+        if old.dtype != dtype:
+            combined = ir.Cast(combined, old.dtype)          # rounded once
         combines.append(_wrap(wrap, ir.Store(store.array, store.index, combined), _GPU_KEYS))
         tiles.append((name, dtype, shape))
     attrs = _plain_attrs(loop)

@@ -178,8 +178,9 @@ class Allocate(Stmt):
     # on GPU-mapped code only: ir.for_cpu refuses it; "local": one copy per GPU
     # thread whose values never outlive one thread's use (cache_local), a
     # plain temporary on the CPU
-    layout: Optional[dict] = None   # GPU storage mapping of a shared tile: {"swizzle": G}
-    # (16-byte chunks of G elements XOR-permuted within 128-byte lines; CPU: ignored)
+    layout: Optional[dict] = None   # GPU storage mapping of a shared tile: {"swizzle": G,
+    # "row": W}: 16-byte chunks of G elements XOR-permuted by the row of W elements (by the
+    # 128-byte line when rows are shorter); the CPU ignores it
 
 
 @dataclass(eq=False)

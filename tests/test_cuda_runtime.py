@@ -634,8 +634,10 @@ def test_bench_cuda_case_table_builds_without_gpu():
     by_name = {c.name: c for c in table}
     assert len(by_name) == len(table)
     assert by_name["gemm 4096x4096x4096"].flops == 2.0 * 4096 ** 3
-    assert [c.name for c in table if c.name.startswith("gemm ") and "variants" not in c.name] \
+    assert [c.name for c in table if c.name.startswith("gemm ") and c.name[5].isdigit()] \
         == [f"gemm {n}x{n}x{n}" for n in (512, 1024, 2048, 4096)]
+    assert [c.name for c in table if "float16" in c.name] == \
+        [f"gemm {t} {n}x{n}x{n}" for n in (1024, 4096) for t in ("bfloat16", "float16")]
     assert [c.name for c in table if c.name.startswith("gemm variants")] == \
         [f"gemm variants {n}x{n}x{n}" for n in (1024, 4096)]
     convs = [c for c in table if c.name.startswith("conv ")]

@@ -81,3 +81,24 @@ def test_classic_gemm_sass_for_comparison(arch):
     assert sass.total(loop, "BAR.SYNC") == 2 and not sass.total(loop, "LDGSTS")
     assert loop["LDS"] > loop["LDS.128"]
     assert sass.total(loop, "FFMA") / sass.total(loop, "LDS") < 5
+
+
+def mma_1024():
+    from schedules.solvers import gemm_cuda_mma
+    return gemm_cuda_mma.function(1024, 1024, 1024)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tensor_core_gemm_sass(arch):
+    k = built(mma_1024)
+    r = k.resources[arch]["gemm_mma_k1"]
+    assert r.spill_stores == r.spill_loads == r.stack_bytes == 0
+    assert r.shared_bytes == 3 * (128 * 32 + 32 * 128) * 2          # 3 stages, bf16
+    loop = sass.loop_counts(k.cubins[arch], "gemm_mma_k1")
+    # per k step of 32: 2 x 4 x 4 mma.sync, each fragment loaded once by ldmatrix
+    assert loop["HMMA.16816.F32.BF16"] == 32
+    assert loop["LDSM.16.M88.4"] == 8 and loop["LDSM.16.MT88.2"] == 8
+    assert loop["LDGSTS.E.BYPASS.128"] == 4 and sass.total(loop, "BAR.SYNC") == 1
+    assert not sass.total(loop, "LDS") and not sass.total(loop, "FFMA")
+    whole = sass.counts(k.cubins[arch])["gemm_mma_k1"]
+    assert not sass.total(whole, "LDL") and not sass.total(whole, "STL")

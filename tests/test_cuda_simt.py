@@ -366,3 +366,14 @@ def test_library_gemm_on_the_gpu_path_emulated(monkeypatch):
                         lambda self, *a, **kw: self.emulate(*a, order="reverse", **kw))
     a, b = gemm_args(96, 64, 40)
     np.testing.assert_allclose(schedules.gemm(a, b, target="cuda"), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_renamed_keeps_the_memory_scope_and_layout():
+    """codegen.c.names.renamed (C keywords as names) rebuilt an Allocate as a
+    global one: a shared tile would have become a per-thread array."""
+    from codegen.c.names import renamed
+    body = ir.Allocate("int", "float32", (ir.const(4),), ir.Block([]), scope="shared",
+                       layout={"swizzle": 4, "row": 4})
+    fn = ir.LoweredFunction("f", [], [], body)
+    out = renamed(fn, {"int": "tp_int", "f": "f"}).body
+    assert (out.array, out.scope, out.layout) == ("tp_int", "shared", {"swizzle": 4, "row": 4})

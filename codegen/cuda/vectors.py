@@ -68,8 +68,8 @@ template <int N> static __device__ __forceinline__ void tpy_cp_async_wait() {
 }
 # both sides (plain C++): a swizzled tile's storage offset
 SWIZZLE_HELPER = """\
-static __device__ __forceinline__ int64_t tpy_swizzle(int64_t off, int shift) {
-  return off ^ (((off >> (shift + 3)) & 7) << shift);   /* 16-byte chunk ^= 128-byte line % 8 */
+static __device__ __forceinline__ int64_t tpy_swizzle(int64_t off, int shift, int rows) {
+  return off ^ (((off >> rows) & 7) << shift);   /* 16-byte chunk ^= row (128-byte line) % 8 */
 }"""
 
 

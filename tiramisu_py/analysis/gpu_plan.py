@@ -48,6 +48,7 @@ from ..lang.program import const_value
 from ..lang.schedule import bound_to, gpu_tags, is_mapped
 from . import gpu_threads
 from .gpu_async import plan_async
+from .gpu_mma import check_mma
 from .legality import describe, privatisable, schedule_depth
 
 MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
@@ -92,6 +93,7 @@ class GpuPlan:
     by_stmt: dict = field(default_factory=dict)         # stmt -> KernelGroup
     async_stmts: set = field(default_factory=set)       # pipelined copies run as cp.async
     async_waits: dict = field(default_factory=dict)     # (stmt, position) -> groups left pending
+    mma: dict = field(default_factory=dict)             # tensor-core stmt -> operand tiles
 
     def kernel_of(self, stmt):
         return self.by_stmt.get(stmt)
@@ -284,6 +286,8 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
     # storage conflicts between threads are none (each has its own copy)
     gdeps = _gpu_dependences(deps, state, by_stmt)
     check_local(model, deps, state, by_stmt, sched, same_thread, gdeps)
+    mma_ops = check_mma(model, state, commands, out, sched)
+    out.mma = mma_ops
     plan_async(model, state, commands, out, sched, gdeps, depth)
     local = local_buffers(model)
     for buf, (d, conflicts) in gdeps.items():
@@ -326,6 +330,8 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
             if not axes:
                 continue
             diff = "(" + " or ".join(f"{coord(s, 'a', x)} != {coord(t, 'b', x)}" for x in axes) + ")"
+            if buf in mma_ops.get(s, ()) or buf in mma_ops.get(t, ()):
+                diff = "true"         # ldmatrix reads a tile row in another lane (gpu_mma)
             for q in range(2 * (nh + nb), depth):
                 bad = rel(same_block + [f"a{i} = b{i}" for i in range(2 * (nh + nb), q)]
                           + [f"a{q} != b{q}", diff])
@@ -478,7 +484,7 @@ def check_shared(model, plan):
             if None in dims:
                 raise IllegalScheduleError(f"shared tile {name!r} has a shape that is not "
                                            "constant; tile the loops that index it")
-            n = b.dtype.np.itemsize
+            n = max(1, b.dtype.bits // 8)          # (bfloat16 has no NumPy dtype)
             for d in dims:
                 n *= d
             sizes[name] = n

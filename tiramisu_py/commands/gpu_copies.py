@@ -262,7 +262,7 @@ def _check_layout(text, source, ndim, order, pad, swizzle, vector):
     if swizzle and pad:
         raise ValueError(f"{text}: give pad or swizzle, not both (two ways of avoiding bank "
                          "conflicts)")
-    size = source.dtype.np.itemsize
+    size = max(1, source.dtype.bits // 8)
     if vector is not None:
         if not isinstance(vector, int) or isinstance(vector, bool) or vector < 1 \
                 or vector & (vector - 1) or vector * size > 16:
@@ -285,13 +285,13 @@ def store_tile(copy_, buf, layout, text):
     shape = [dims[o] for o in order]
     shape[-1] += layout["pad"]
     if layout["swizzle"]:
-        chunk = 16 // buf.dtype.np.itemsize
+        chunk = 16 // max(1, buf.dtype.bits // 8)
         if shape[-1] % chunk or math.prod(shape) % (8 * chunk):
             raise ValueError(f"{text}: swizzle permutes 16-byte chunks ({chunk} elements) "
                              f"within 128-byte lines: the tile's rows ({shape[-1]}) must be a "
                              f"multiple of {chunk} elements and its size "
                              f"({' x '.join(map(str, shape))}) a multiple of {8 * chunk}")
-        buf.layout = {"swizzle": chunk}
+        buf.layout = {"swizzle": chunk, "row": shape[-1]}
     buf.shape = tuple(wrap(n) for n in shape)
     buf.tile = layout
     copy_.store_in(buf, [index[o] for o in order])

@@ -429,6 +429,25 @@ class Schedulable:
         return pipeline(self, loop_name(loop), stages)
 
     @provenance.command
+    def tensor_core(self, k, i, j):
+        """Runs this update's innermost loops ``k`` (16 steps of the sum),
+        ``i`` (2: rows ``r`` and ``r + 8``) and ``j`` (2: a pair of
+        columns) on the tensor cores: one ``mma.sync.m16n8k16`` per warp
+        (bfloat16 or float16 inputs read from shared tiles with
+        ``ldmatrix``, float32 sums in the thread's registers).  The update
+        must be lane-mapped as the instruction holds its sums: ``lane.y``
+        (8) the rows, ``lane.x`` (4) the column pairs, i.e. ``row = 8 * i +
+        lane.y`` and ``col = 2 * lane.x + j`` within the 16 x 8 tile, and
+        reassociated (``allow_reassociation``: the instruction sums in its
+        own order).  ``compile()`` checks all of it on the access functions
+        and refuses, naming this command, what does not hold; the tiles'
+        copies get their barriers from the dependences as for any read of
+        another lane's data (:mod:`tiramisu_py.analysis.gpu_mma`)."""
+        names = [loop_name(x) for x in (k, i, j)]
+        return self._command("tensor_core", *names,
+                             text=f"{self.name}.tensor_core({', '.join(names)})")
+
+    @provenance.command
     def then(self, other, loop=None):
         """``a.then(b, loop)`` is ``b.after(a, loop)``; returns ``b`` to chain."""
         other.after(self, loop)

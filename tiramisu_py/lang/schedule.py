@@ -55,6 +55,7 @@ class StmtSchedule:
     at: tuple | None = None       # (producer, consumer, depth) after compute_at
     distributed: str | None = None  # the declared loop distributed over MPI ranks
     pipelines: dict = field(default_factory=dict)   # loop -> (stages, copies, command index)
+    tensor_core: tuple | None = None    # (k loop, i loop, j loop, command index): mma.sync
 
     def find(self, name, command, stmt):
         for k, lp in enumerate(self.loops):
@@ -242,6 +243,17 @@ def _pipeline(state, s, c, index, loop, stages, copies):
     s.pipelines[loop] = (stages, tuple(copies), index)
 
 
+def _tensor_core(state, s, c, index, k, i, j):
+    """Marks the loops ``k`` (16), ``i`` (2: rows + 8) and ``j`` (2: the
+    column pair) of a lane-mapped update as one ``mma.sync`` per warp
+    (:mod:`tiramisu_py.analysis.gpu_mma` checks it at compile)."""
+    for n in (k, i, j):
+        s.find(n, c.text, c.stmt)
+    if len({k, i, j}) != 3:
+        raise ValueError(f"{c.text}: name three different loops")
+    s.tensor_core = (k, i, j, index)
+
+
 def _restricted(state, s, c, index, text):
     """No schedule change: records the restriction of a rank's part of a
     distributed Function (driver.distributed) in its log, hence in its warm
@@ -337,10 +349,10 @@ _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile
         "tile_band": _tile_band, "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
         "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after,
         "compute_at": _compute_at, "distribute": _distribute,
-        "restricted": _restricted, "pipeline": _pipeline}
+        "restricted": _restricted, "pipeline": _pipeline, "tensor_core": _tensor_core}
 
 
-_TAG_OPS = ("tag", "allow_reassociation", "accumulate")
+_TAG_OPS = ("tag", "allow_reassociation", "accumulate", "tensor_core")
 _ONE_NAME = ("a tag names one loop: split the statement's own loop first (its parts get "
              "names of their own) or declare it under another name")
 

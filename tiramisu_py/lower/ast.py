@@ -211,6 +211,12 @@ class AstLowering:
             nm = names[dim] if dim < len(names) else None
             if self.gpu is not None and dim < 2 * getattr(self.gpu.kernel_of(stmt_name), "host", 0):
                 attrs["host"] = True          # one kernel launch per iteration (CUDA printer)
+            if st.tensor_core is not None and nm == st.tensor_core[0] and self.gpu is not None:
+                k, i, j, index = st.tensor_core
+                lanes = {t.arg: n for n, t in st.tags.items() if t.kind == "gpu_thread"}
+                attrs["mma"] = {"i": i, "j": j, "ly": lanes.get("lane.y"),
+                                "lx": lanes.get("lane.x"),
+                                "command": self.model.f._commands[index].text}
             if nm in st.accumulate:
                 red = self.model.by_name[stmt_name].stmt
                 attrs["accumulate"] = [(resolve(Access(red.parent, red.lhs))[0].name, red.op)]
