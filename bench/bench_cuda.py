@@ -1,7 +1,11 @@
 """tiramisu_py's CUDA operators against torch (cuBLAS / cuDNN) on a GPU.
 
-    python -m bench.bench_cuda [--suite all|gemm,conv,sparse,lstm] [--quick]
+    python -m bench.bench_cuda [--suite all|gemm,gemm16,gemmv,conv,sparse,lstm] [--quick]
                                [--sizes 512,4096] [--repeats 20] [--json PATH] [--list]
+                               [--record]
+
+The GPU GEMM of issue 53 in one run (a few minutes):
+``python -m bench.bench_cuda --suite gemm,gemm16,gemmv --json gemm.json --record``.
 
 Cases (the CPU suites' shapes, bench/suites.py, suite_sparse.py, suite_rnn.py):
 gemm    n x n x n, n in 512, 1024, 2048, 4096 (``--sizes``):
@@ -25,7 +29,12 @@ sparse  the sparse suite's shapes at 1%, 10%, 50% nonzero weights:
 lstm    the rnn suite's LSTM sizes: ``schedules.lstm(x, weights,
         target="cuda")`` vs ``torch.nn.LSTM`` (cuDNN) with the same weights
 
-All inputs are torch CUDA float32 tensors; TF32 is off for cuBLAS and cuDNN
+``--record``: the fastest gemmv variant of each size that beats the
+library's own by more than 3% is recorded in the tuning store for this GPU
+(:func:`schedules.core.tuned.save` with the device's key), so that
+``schedules.gemm`` uses it from then on.
+
+All inputs are torch CUDA float32 tensors (gemm16: bfloat16, float16); TF32 is off for cuBLAS and cuDNN
 (our kernels compute in float32).  Each implementation is called once as a
 warm-up (it compiles; its result is checked against torch's: max abs error;
 an exception there, e.g. a ``target="cuda"`` path not built yet, is reported
@@ -150,6 +159,35 @@ def _gemm_variants(n, quick=False):
         impls["torch"] = lambda: torch.mm(a, b)
         return impls, lambda: torch.mm(a, b)
     return _checked(Case(f"gemm variants {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
+
+
+def record_variant(case, results) -> str:
+    """Records the fastest warp-schedule variant of a gemmv case in the
+    tuning store for this GPU when it beats the library's parameters by
+    more than 3% (medians); returns what it did, in words."""
+    from schedules.core import tuned
+    from schedules.core.kernels import cuda_device
+    from schedules.problems.gemm import GemmProblem
+    from schedules.solvers.gemm_cuda import CudaTiled
+    from tiramisu_py.confirm import Verdict
+    n = int(case.name.split()[-1].split("x")[0])
+    base = results.get("tiramisu_py", {}).get("median_s")
+    timed = [(r["median_s"], label) for label, r in results.items()
+             if r.get("median_s") and label.startswith("tiramisu_py[")
+             and VARIANTS.get(label[12:-1], ("classic",))[0] == "warp"]
+    if not base or not timed:
+        return f"{case.name}: nothing to record"
+    best_s, label = min(timed)
+    values = VARIANTS[label[12:-1]][1]
+    kept = best_s < 0.97 * base
+    arch, name = cuda_device()              # the current device
+    p = GemmProblem("gemm", n, n, n, "cuda", device="cuda")
+    ratio = best_s / base
+    tuned.save(CudaTiled(), p, values if kept else {},
+               Verdict(base, best_s, ratio, ratio, ratio, 1, kept,
+                       "kept" if kept else "not kept: within 3%"), len(timed),
+               device=tuned.device_key(arch, name))
+    return f"{case.name}: {values if kept else 'the defaults'} recorded for {name} ({arch})"
 
 
 def _conv(shape):
@@ -298,6 +336,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", default=None)
     p.add_argument("--list", action="store_true", help="print the cases and exit (no GPU)")
+    p.add_argument("--record", action="store_true",
+                   help="record the fastest gemmv variant per size for this GPU")
     args = p.parse_args(argv)
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
     try:
@@ -323,6 +363,8 @@ def main(argv=None):
     for i, case in enumerate(table):
         print(f"[{i + 1}/{len(table)}] {case.name}", file=sys.stderr, flush=True)
         results, resources = measure(torch, case, args.repeats)
+        if args.record and case.name.startswith("gemm variants"):
+            print(record_variant(case, results), file=sys.stderr, flush=True)
         row = _merge(case, 0, {KEY: [results]})
         row["resources"] = resources
         rows.append(row)

@@ -656,6 +656,28 @@ def test_bench_cuda_case_table_builds_without_gpu():
         bench_cuda.cases("gemm,fft")
 
 
+def test_bench_cuda_records_the_fastest_gemm_variant(tmp_path, monkeypatch):
+    from bench import bench_cuda
+    from schedules.core import kernels, tuned
+    from schedules.problems.gemm import GemmProblem
+    from schedules.solvers.gemm_cuda import CudaTiled
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernels, "cuda_device", lambda *a: ("sm_90", "NVIDIA H200"))
+    case = bench_cuda.cases("gemmv", sizes=(2048,))[0]
+    ms = lambda s: {"median_s": s, "min_s": s, "error": 0.0, "failure": None}   # noqa: E731
+    results = {"tiramisu_py": ms(2.0), "tiramisu_py[classic]": ms(1.0),
+               "tiramisu_py[stages=4]": ms(1.5), "tiramisu_py[swizzle]": ms(1.9),
+               "torch": ms(1.2)}
+    said = bench_cuda.record_variant(case, results)
+    assert said == ("gemm variants 2048x2048x2048: {'stages': 4} recorded for NVIDIA H200 "
+                    "(sm_90)")                       # the classic schedule is not a warp value
+    p = GemmProblem("gemm", 2048, 2048, 2048, "cuda", device="cuda")
+    device = tuned.device_key("sm_90", "NVIDIA H200")
+    assert tuned.recorded(CudaTiled(), p, device) == {"stages": 4}
+    results["tiramisu_py[stages=4]"] = results["tiramisu_py[swizzle]"] = ms(1.99)
+    assert "the defaults recorded" in bench_cuda.record_variant(case, results)
+
+
 def test_bench_cuda_exits_2_with_the_reason():
     from bench import bench_cuda
     reason = bench_cuda.no_gpu_reason()
