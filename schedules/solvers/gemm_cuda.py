@@ -29,8 +29,11 @@ reassociated reduction whose element does not change with k0, on a serial
 loop the whole block runs).  C's initialisation is a kernel of its own
 (launched first).  ``fragments=True`` adds per-thread copies of the ``micro`` A
 and ``micro`` B values of each k1 step (``cache_local``); off by default (no
-register gain measured, see docs/internals/cuda.md).  Not yet: double buffering,
-vector loads.
+register gain measured, see docs/internals/cuda.md).  The library runs this
+schedule only for products smaller than a warp tile; otherwise the warp-tiled,
+pipelined one of :mod:`schedules.solvers.gemm_cuda_warp` (128-bit accesses,
+cp.async), or for bfloat16/float16 :mod:`schedules.solvers.gemm_cuda_mma`
+(tensor cores).
 """
 from __future__ import annotations
 
