@@ -1,11 +1,23 @@
 """tiramisu_py's CUDA operators against torch (cuBLAS / cuDNN) on a GPU.
 
-    python -m bench.bench_cuda [--suite all|gemm,conv,sparse,lstm] [--quick]
+    python -m bench.bench_cuda [--suite all|gemm,gemm16,gemmv,conv,sparse,lstm] [--quick]
                                [--sizes 512,4096] [--repeats 20] [--json PATH] [--list]
+                               [--record]
+
+The GPU GEMM of issue 53 in one run (a few minutes):
+``python -m bench.bench_cuda --suite gemm,gemm16,gemmv --json gemm.json --record``.
 
 Cases (the CPU suites' shapes, bench/suites.py, suite_sparse.py, suite_rnn.py):
 gemm    n x n x n, n in 512, 1024, 2048, 4096 (``--sizes``):
         ``schedules.gemm(a, b, target="cuda")`` vs ``torch.mm`` (cuBLAS)
+gemm16  bfloat16 n x n x n, n in 1024, 4096 (``--sizes``): the tensor-core
+        solver (``mma.sync``, float32 sums, the result rounded to bfloat16)
+        vs ``torch.mm`` of the same bfloat16 tensors (cuBLAS; its error is
+        that of the rounding), and float16
+gemmv   the GEMM's schedule variants at 1024 and 4096 (``--sizes``): the
+        library's (warp tiles, cp.async pipeline, the device's parameters),
+        the classic shared-tile schedule, 2 and 4 stages, swizzled A tiles,
+        double-buffered register fragments; vs ``torch.mm``
 conv    the conv suite's NCHW shapes, 3x3, stride 1, padding 1, bias:
         ``schedules.conv2d(x, w, b, stride=1, padding=1, target="cuda")`` vs
         ``F.conv2d`` (cuDNN)
@@ -17,7 +29,12 @@ sparse  the sparse suite's shapes at 1%, 10%, 50% nonzero weights:
 lstm    the rnn suite's LSTM sizes: ``schedules.lstm(x, weights,
         target="cuda")`` vs ``torch.nn.LSTM`` (cuDNN) with the same weights
 
-All inputs are torch CUDA float32 tensors; TF32 is off for cuBLAS and cuDNN
+``--record``: the fastest gemmv variant of each size that beats the
+library's own by more than 3% is recorded in the tuning store for this GPU
+(:func:`schedules.core.tuned.save` with the device's key), so that
+``schedules.gemm`` uses it from then on.
+
+All inputs are torch CUDA float32 tensors (gemm16: bfloat16, float16); TF32 is off for cuBLAS and cuDNN
 (our kernels compute in float32).  Each implementation is called once as a
 warm-up (it compiles; its result is checked against torch's: max abs error;
 an exception there, e.g. a ``target="cuda"`` path not built yet, is reported
@@ -45,8 +62,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import markdown, suite_rnn, suite_sparse, suites          # noqa: E402
 from bench.harness import Case, _merge, format_table, machine_info    # noqa: E402
 
-SUITES = ("gemm", "conv", "sparse", "lstm")
+SUITES = ("gemm", "gemm16", "gemmv", "conv", "sparse", "lstm")
 GEMM_SIZES = {False: (*suites.GEMM_SIZES[False], 4096), True: (256, 512)}
+VARIANT_SIZES = {False: (1024, 4096), True: (512,)}
+# label -> (schedule, parameters) of the gemmv suite ("warp": gemm_cuda_warp)
+VARIANTS = {"classic": ("classic", {}), "stages=2": ("warp", {"stages": 2}),
+            "stages=4": ("warp", {"stages": 4}), "swizzle": ("warp", {"swizzle": True}),
+            "frag_stages=2": ("warp", {"frag_stages": 2})}
 SPARSE_DENSITIES = {False: (1, 10, 50), True: (10,)}
 KEY = "gpu"                     # the harness's thread-count key for GPU runs
 DEVICE = "cuda"                 # where setup() puts the inputs ("cpu" in the tests)
@@ -61,6 +83,9 @@ def cases(suite="all", quick=False, sizes=None) -> list[Case]:
         raise ValueError(f"bench_cuda: unknown suite(s) {', '.join(unknown)}; "
                          f"choose from all, {', '.join(SUITES)}")
     make = {"gemm": lambda: [_gemm(n) for n in (sizes or GEMM_SIZES[quick])],
+            "gemmv": lambda: [_gemm_variants(n, quick) for n in (sizes or VARIANT_SIZES[quick])],
+            "gemm16": lambda: [_gemm16(n, dt) for n in (sizes or VARIANT_SIZES[quick])
+                               for dt in ("bfloat16", "float16")[:1 if quick else 2]],
             "conv": lambda: [_conv(s) for s in suites.CONV_SHAPES[quick]],
             "sparse": lambda: [_sparse(s, d) for s in suite_sparse.SHAPES[quick]
                                for d in SPARSE_DENSITIES[quick]],
@@ -99,6 +124,70 @@ def _gemm(n):
         return ({"tiramisu_py": lambda: schedules.gemm(a, b, target="cuda"),
                  "torch": lambda: torch.mm(a, b)}, lambda: torch.mm(a, b))
     return _checked(Case(f"gemm {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
+
+
+def _gemm16(n, dtype):
+    def setup():
+        import torch
+        import schedules
+        t = getattr(torch, dtype)
+        a, b = _randn(torch, n, n).to(t), _randn(torch, n, n, seed=1).to(t)
+        return ({"tiramisu_py[mma]": lambda: schedules.gemm(a, b, target="cuda"),
+                 "torch": lambda: torch.mm(a, b)}, lambda: torch.mm(a, b))
+    return _checked(Case(f"gemm {dtype} {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
+
+
+def _gemm_variants(n, quick=False):
+    def setup():
+        import torch
+        import schedules
+        from schedules.core.kernels import cuda_device, cuda_kernel
+        from schedules.solvers import gemm_cuda, gemm_cuda_warp
+        a, b = _randn(torch, n, n), _randn(torch, n, n, seed=1)
+        arch, _ = cuda_device(a)
+
+        def variant(label, kind, values):
+            def build():
+                if kind == "classic":
+                    return gemm_cuda.function(n, n, n)
+                return gemm_cuda_warp.function(n, n, n, arch, **values)
+            return lambda: cuda_kernel(("gemm_variant", n, label, arch), build)(a, b)
+        impls = {"tiramisu_py": lambda: schedules.gemm(a, b, target="cuda")}
+        chosen = list(VARIANTS.items())[:1 if quick else None]
+        impls.update({f"tiramisu_py[{label}]": variant(label, kind, values)
+                      for label, (kind, values) in chosen})
+        impls["torch"] = lambda: torch.mm(a, b)
+        return impls, lambda: torch.mm(a, b)
+    return _checked(Case(f"gemm variants {n}x{n}x{n}", 2.0 * n ** 3, None), setup)
+
+
+def record_variant(case, results) -> str:
+    """Records the fastest warp-schedule variant of a gemmv case in the
+    tuning store for this GPU when it beats the library's parameters by
+    more than 3% (medians); returns what it did, in words."""
+    from schedules.core import tuned
+    from schedules.core.kernels import cuda_device
+    from schedules.problems.gemm import GemmProblem
+    from schedules.solvers.gemm_cuda import CudaTiled
+    from tiramisu_py.tuning.confirm import Verdict
+    n = int(case.name.split()[-1].split("x")[0])
+    base = results.get("tiramisu_py", {}).get("median_s")
+    timed = [(r["median_s"], label) for label, r in results.items()
+             if r.get("median_s") and label.startswith("tiramisu_py[")
+             and VARIANTS.get(label[12:-1], ("classic",))[0] == "warp"]
+    if not base or not timed:
+        return f"{case.name}: nothing to record"
+    best_s, label = min(timed)
+    values = VARIANTS[label[12:-1]][1]
+    kept = best_s < 0.97 * base
+    arch, name = cuda_device()              # the current device
+    p = GemmProblem("gemm", n, n, n, "cuda", device="cuda")
+    ratio = best_s / base
+    tuned.save(CudaTiled(), p, values if kept else {},
+               Verdict(base, best_s, ratio, ratio, ratio, 1, kept,
+                       "kept" if kept else "not kept: within 3%"), len(timed),
+               device=tuned.device_key(arch, name))
+    return f"{case.name}: {values if kept else 'the defaults'} recorded for {name} ({arch})"
 
 
 def _conv(shape):
@@ -259,6 +348,8 @@ def main(argv=None):
     p.add_argument("--md", nargs="?", const=markdown.DEFAULT, default=None, metavar="PATH",
                    help=f"put the table in PATH's section for this GPU (default {markdown.DEFAULT})")
     p.add_argument("--list", action="store_true", help="print the cases and exit (no GPU)")
+    p.add_argument("--record", action="store_true",
+                   help="record the fastest gemmv variant per size for this GPU")
     args = p.parse_args(argv)
     sizes = tuple(int(x) for x in args.sizes.split(",")) if args.sizes else None
     try:
@@ -284,6 +375,8 @@ def main(argv=None):
     for i, case in enumerate(table):
         print(f"[{i + 1}/{len(table)}] {case.name}", file=sys.stderr, flush=True)
         results, resources = measure(torch, case, args.repeats)
+        if args.record and case.name.startswith("gemm variants"):
+            print(record_variant(case, results), file=sys.stderr, flush=True)
         row = _merge(case, 0, {KEY: [results]})
         row["resources"] = resources
         rows.append(row)

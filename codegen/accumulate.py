@@ -88,10 +88,11 @@ def _extent(p: ir.For):
     return max(0, hi - int(p.lo.value))
 
 
-def _sites(loop: ir.For, ops: dict):
+def _sites(loop: ir.For, ops: dict, ifs=False):
     """[(store, path)] of the updates of ``ops``'s arrays in ``loop``'s body, with
     the loops and lets between ``loop`` and each; None when a store sits where
-    it cannot be taken out (under an If or an Allocate)."""
+    it cannot be taken out (under an If or an Allocate; ``ifs``: an If without
+    an else is on the path, for the GPU tile)."""
     out = []
 
     def find(s, path):
@@ -101,6 +102,8 @@ def _sites(loop: ir.For, ops: dict):
             return True
         if isinstance(s, (ir.For, ir.Let)):
             return find(s.body, path + [s])
+        if ifs and isinstance(s, ir.If) and s.else_ is None:
+            return find(s.then, path + [s])
         if isinstance(s, ir.Block):
             return all(find(x, path) for x in s.stmts)
         inner = [x for x in ir.walk_stmts(s) if isinstance(x, ir.Store) and x.array in ops]
@@ -141,6 +144,8 @@ def _wrap(path, body, keys=("vector_width", "unroll")):
         if isinstance(p, ir.For):
             attrs = {k: v for k, v in p.attrs.items() if k in keys}
             body = ir.For(p.var, p.lo, p.hi, body, kind=p.kind, step=p.step, attrs=attrs)
+        elif isinstance(p, ir.If):
+            body = ir.If(p.cond, body)
         else:
             body = ir.Let(p.name, p.value, body)
     return body
@@ -189,12 +194,13 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict, exact=False) ->
     element), the program's order kept; otherwise, and on the GPU, ``loop``
     is left as it is."""
     untouched = _strip(loop) if exact else loop
+    gpu_sites = _sites(loop, ops, ifs=True)
+    if gpu_sites and (threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
+                                     for _, path in gpu_sites for p in path)):
+        return untouched if exact else _rewrite_gpu(loop, ops, taken, gpu_sites, threads)
     sites = _sites(loop, ops)
     if not sites:
         return untouched
-    if threads or any(isinstance(p, ir.For) and p.kind == "gpu_thread"
-                      for _, path in sites for p in path):
-        return untouched if exact else _rewrite_gpu(loop, ops, taken, sites, threads)
     written = {s.array for s in ir.walk_stmts(loop.body) if isinstance(s, ir.Store)}
     self_loads = set()
     plans = []
@@ -247,7 +253,8 @@ def _strip(loop):
 
 
 # ------------------------------------------------------------------ GPU: per-thread tiles
-_GPU_KEYS = ("axis", "min", "extent", "full_extent", "unroll")
+_GPU_KEYS = ("axis", "min", "extent", "full_extent", "unroll", "stride", "linear", "level",
+             "slowest", "vector_width", "command")
 
 
 def _needed(store: ir.Store, path) -> set:
@@ -261,29 +268,64 @@ def _needed(store: ir.Store, path) -> set:
     return need
 
 
+def _update_parts(store: ir.Store):
+    """(the update's Binary, its read of the element) of ``a[i] = a[i] op e``,
+    or of a 16-bit ``a[i] = half(float(a[i]) op e)`` (sums in float32); None."""
+    v, old = store.value, None
+    if isinstance(v, ir.Cast) and ir.is_half(v.dtype) and isinstance(v.a, ir.Binary) \
+            and isinstance(v.a.a, ir.Cast) and v.a.a.a.dtype == v.dtype:
+        v, old = v.a, v.a.a.a
+    elif isinstance(v, ir.Binary):
+        old = v.a
+        if v.dtype != getattr(old, "dtype", None):
+            return None
+    if not isinstance(v, ir.Binary) or not isinstance(old, ir.Load) or old.array != store.array \
+            or ir.expr_key(old) != ir.expr_key(ir.Load(store.array, store.index, old.dtype)):
+        return None
+    return v, old
+
+
 def _gpu_plan(loop: ir.For, store: ir.Store, path, op: str, written: set, threads: dict):
     """(rhs, kept path, [(slot loop, extent)]) for a per-thread tile, or None
     when the update cannot be taken (see the module); ``threads``: the ranges
     of the thread loops around ``loop``."""
-    v = store.value
-    if op not in ir.COMBINE or not isinstance(v, ir.Binary) or v.op != op \
-            or not isinstance(v.a, ir.Load) or v.a.array != store.array or v.dtype != v.a.dtype \
-            or ir.expr_key(v.a) != ir.expr_key(ir.Load(store.array, store.index, v.dtype)):
+    parts = _update_parts(store)
+    if op not in ir.COMBINE or parts is None or parts[0].op != op:
         return None
+    v = parts[0]
     need = _needed(store, path)
     if loop.var in need or any(x.array in written for i in store.index for x in _loads(i)):
         return None
     kept = [p for p in path if isinstance(p, ir.For) and (p.kind == "gpu_thread" or p.var in need)
             or isinstance(p, ir.Let) and p.name in need]
+    inner = {p.var for p in path if isinstance(p, ir.For)} | \
+        {p.name for p in path if isinstance(p, ir.Let)}
+    names = {p.var for p in kept if isinstance(p, ir.For)} | \
+        {p.name for p in kept if isinstance(p, ir.Let)}
+    ifs = []
+    for p in path:
+        if not isinstance(p, ir.If):
+            continue
+        used = ir.free_vars(p.cond) & inner
+        if any(x.array in written for x in _loads(p.cond)):
+            return None
+        if used and not used <= names:
+            return None
+        if used:                  # a guard on the slots (a partial tile): kept
+            ifs.append(p)         # (else it only selects iterations of the loops around)
+    kept = [p for p in path if p in kept or p in ifs]
     varying = {loop.var} | {p.var for p in path if isinstance(p, ir.For) and p not in kept}
     ranges, slots = dict(threads), []
     for p in kept:
-        exprs = [p.value] if isinstance(p, ir.Let) else [p.lo, p.hi]
+        exprs = [p.value] if isinstance(p, ir.Let) else [p.cond] if isinstance(p, ir.If) \
+            else [p.lo, p.hi]
         if any(ir.free_vars(e) & varying or any(x.array in written for x in _loads(e))
                for e in exprs):
             return None
         if isinstance(p, ir.Let):
             ranges.pop(p.name, None)
+            continue
+        if isinstance(p, ir.If):
             continue
         if p.step != 1:
             return None
@@ -308,7 +350,7 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
         got = _gpu_plan(loop, store, path, ops[store.array], written, threads)
         if got is None:
             return loop
-        self_loads.add(id(store.value.a))
+        self_loads.add(id(_update_parts(store)[1]))
         plans.append((store, got))
     for s in ir.walk_stmts(loop.body):
         for e in ir.stmt_exprs(s):
@@ -316,7 +358,8 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
                 return loop
     new, marks, inits, combines, tiles = {}, {}, [], [], []
     for store, (rhs, kept, slots) in plans:
-        dtype, op = store.value.dtype, ops[store.array]
+        binary, old = _update_parts(store)
+        dtype, op = binary.dtype, ops[store.array]      # (a 16-bit element: float32 sums)
         name = ir.fresh_name(f"{store.array}_local", taken)
         for p, ext in slots:
             marks[id(p)] = {"full_extent": ext}
@@ -325,13 +368,18 @@ def _rewrite_gpu(loop: ir.For, ops: dict, taken: set, sites, threads: dict) -> i
                      ir.Binary("sub", ir.Var(p.var), p.lo, ir.INDEX) for p, _ in slots) \
             or (ir.Const(0, ir.INDEX),)
         tile = ir.Load(name, tidx, dtype)
-        new[id(store)] = ir.Store(name, tidx, ir.Binary(store.value.op, tile, rhs, dtype))
+        new[id(store)] = ir.Store(name, tidx, ir.Binary(binary.op, tile, rhs, dtype))
         wrap = [ir.For(p.var, p.lo, p.hi, p.body, kind=p.kind, step=p.step,
                        attrs={**p.attrs, **marks.get(id(p), {})})
                 if isinstance(p, ir.For) else p for p in kept]
         inits.append(_wrap(wrap, ir.Store(name, tidx, ir.Const(ir.identity(op, dtype), dtype)),
                            _GPU_KEYS))
-        combined = ir.Binary(ir.COMBINE[op], ir.Load(store.array, store.index, dtype), tile, dtype)
+        element = ir.Load(store.array, store.index, old.dtype)
+        if old.dtype != dtype:
+            element = ir.Cast(element, dtype)
+        combined = ir.Binary(ir.COMBINE[op], element, tile, dtype)
+        if old.dtype != dtype:
+            combined = ir.Cast(combined, old.dtype)          # rounded once
         combines.append(_wrap(wrap, ir.Store(store.array, store.index, combined), _GPU_KEYS))
         tiles.append((name, dtype, shape))
     attrs = _plain_attrs(loop)

@@ -178,13 +178,32 @@ class Allocate(Stmt):
     # on GPU-mapped code only: ir.for_cpu refuses it; "local": one copy per GPU
     # thread whose values never outlive one thread's use (cache_local), a
     # plain temporary on the CPU
+    layout: Optional[dict] = None   # GPU storage mapping of a shared tile: {"swizzle": G,
+    # "row": W}: 16-byte chunks of G elements XOR-permuted by the row of W elements (by the
+    # 128-byte line when rows are shorter); the CPU ignores it
 
 
 @dataclass(eq=False)
 class Barrier(Stmt):
     """Every thread of a GPU block waits here until all have arrived, and
     their memory writes before it are visible after it (``__syncthreads``).
-    Placed only under block-uniform control flow.  A no-op on the CPU."""
+    Placed only under block-uniform control flow.  A no-op on the CPU.
+    ``wait``: before it, each thread waits until at most ``wait`` of its
+    groups of asynchronous copies (:class:`AsyncCopy`) are still in flight."""
+    wait: Optional[int] = None
+
+
+@dataclass(eq=False)
+class AsyncWait(Stmt):
+    """The calling thread waits until at most ``pending`` of its groups of
+    asynchronous copies are in flight (no barrier).  A no-op on the CPU."""
+    pending: int = 0
+
+
+@dataclass(eq=False)
+class AsyncCommit(Stmt):
+    """Closes the calling thread's current group of asynchronous copies (the
+    unit a :class:`Barrier`'s ``wait`` counts).  A no-op on the CPU."""
 
 
 @dataclass(eq=False)
@@ -192,6 +211,19 @@ class Store(Stmt):
     array: str
     index: tuple
     value: Expr
+
+
+@dataclass(eq=False)
+class AsyncCopy(Store):
+    """A Store whose value is a Load of the same dtype, issued asynchronously
+    on the GPU (``cp.async``: global -> shared): its write is visible to the
+    issuing thread once a later :class:`Barrier` has waited for its group,
+    and to the block after that barrier.  A plain Store on the CPU."""
+
+
+def store_like(s: Store, array: str, index: tuple, value: Expr) -> Store:
+    """A Store of the same kind as ``s`` (an :class:`AsyncCopy` stays one)."""
+    return type(s)(array, index, value)
 
 
 @dataclass(frozen=True)
@@ -424,7 +456,7 @@ def rebuild(s: Stmt, f, hi=None) -> Stmt:
     if isinstance(s, Block):
         return Block([f(x) for x in s.stmts])
     if isinstance(s, Allocate):
-        return Allocate(s.array, s.dtype, s.shape, f(s.body), s.zero_init, s.scope)
+        return Allocate(s.array, s.dtype, s.shape, f(s.body), s.zero_init, s.scope, s.layout)
     return s
 
 
@@ -433,8 +465,10 @@ def for_cpu(s: Stmt) -> Stmt:
     the order of their iterations) and barriers vanish (one CPU thread runs
     the threads of a block one after another, each to completion: a schedule
     whose legality check placed the barriers gives the same results)."""
-    if isinstance(s, Barrier):
+    if isinstance(s, (Barrier, AsyncCommit, AsyncWait)):
         return Block([])
+    if isinstance(s, AsyncCopy):
+        return Store(s.array, s.index, s.value)
     s = rebuild(s, for_cpu)
     if isinstance(s, For) and s.kind in GPU_KINDS:
         attrs = {k: v for k, v in s.attrs.items() if k not in ("axis", "extent")}

@@ -251,9 +251,11 @@ class _Simplifier:
         if isinstance(s, ir.Block):
             return ir.Block([self.stmt(x) for x in s.stmts])
         if isinstance(s, ir.Allocate):
-            return ir.Allocate(s.array, s.dtype, s.shape, self.stmt(s.body), s.zero_init, s.scope)
+            return ir.Allocate(s.array, s.dtype, s.shape, self.stmt(s.body), s.zero_init, s.scope,
+                               s.layout)
         if isinstance(s, ir.Store):
-            return ir.Store(s.array, tuple(self.expr(i) for i in s.index), self.expr(s.value))
+            return ir.store_like(s, s.array, tuple(self.expr(i) for i in s.index),
+                                 self.expr(s.value))
         return s
 
     def _restore(self, name, saved):

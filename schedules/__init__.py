@@ -23,8 +23,9 @@ the public language and scheduling API (no hand-written C)::
 Each operator also has a ``*_function(...)`` giving its scheduled Function, for
 users who want to change the schedule (``schedules.gemm_function(n, m, k)``).  The design (problems, solvers, one
 registry, one find step): :mod:`schedules.registry`.
-``schedules.gemm_cuda_function(n, m, k)`` is GEMM scheduled for CUDA
-(shared-memory tiles; ``.compile(target="cuda")``), and
+``schedules.gemm_cuda_function(n, m, k)`` is GEMM scheduled for CUDA as
+``gemm(..., target="cuda")`` runs it (warp tiles, a cp.async pipeline;
+``.compile(target="cuda")``), and
 ``schedules.rnn_cuda_function(L, T, B, I, H, cell="lstm")`` the stacked
 LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 ``gemm``, ``lstm`` and ``gru`` on the GPU.  ``schedules.tune_library()``
@@ -40,7 +41,7 @@ from .blocks.blis import default_params as gemm_params
 from .blocks.blis import function as gemm_function
 from .host import host
 from .solvers.conv_fused import function as conv_relu_maxpool_function
-from .solvers.gemm_cuda import function as gemm_cuda_function
+from .solvers.gemm_cuda import solver_function as gemm_cuda_function
 from .solvers.resize_conv import function as resize_conv_relu_maxpool_function
 from .solvers.rnn_cuda import function as rnn_cuda_function
 from .tuner import tune_library

@@ -60,6 +60,7 @@ from .solvers.conv_sparse_cuda import CudaSparseCSR
 from .solvers.gemm_blis import Blis
 from .solvers.resize_conv import ResizeDirect, ResizeSparse
 from .solvers.gemm_cuda import CudaTiled
+from .solvers.gemm_cuda_mma import CudaTensorCore
 from .solvers.gemm_dot import DotGemm
 from .solvers.gemm_rows import Rows, RowsT
 from .solvers.rnn_cpu import Layer, Wavefront
@@ -70,7 +71,7 @@ SOLVERS = {
                CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
     "resize_conv_relu_maxpool": [ResizeDirect(), ResizeSparse()],
-    "gemm": [RowsT(), Rows(), Blis("gemm"), DotGemm("gemm"), CudaTiled()],
+    "gemm": [RowsT(), Rows(), Blis("gemm"), DotGemm("gemm"), CudaTiled(), CudaTensorCore()],
     "batched_gemm": [Blis("batched_gemm"), DotGemm("batched_gemm")],
     "gemm_int8": [DotGemm("gemm_int8")],
     "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],

@@ -34,18 +34,21 @@ def gemm_args(n=37, m=29, k=53):
             RNG.standard_normal((k, m), dtype=np.float32))
 
 
-def reverse_in_block(n=None):
+def reverse_in_block(n=None, width=32, bind=None, name="rev"):
     """B in one thread is read by C in another thread of the same block: the
     compiler must put a barrier between the two statements.  ``n``: N fixed
-    to that size."""
-    f = tp.Function("rev", params=["N"] if n is None else {"N": n})
-    i, j = f.var("i", 0, "N"), f.var("j", 0, 32)
-    a = f.input("A", ("N", 32), tp.float32)
+    to that size; ``bind(s, j)`` maps ``j`` to the threads (thread.x)."""
+    f = tp.Function(name, params=["N"] if n is None else {"N": n})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, width)
+    a = f.input("A", ("N", width), tp.float32)
     b = f.computation("B", [i, j], a[i, j] * 2.0)
-    c = f.computation("C", [i, j], b[i, 31 - j] + 1.0)
+    c = f.computation("C", [i, j], b[i, width - 1 - j] + 1.0)
     for s in (b, c):
         s.bind(i, "block.x")
-        s.bind(j, "thread.x")
+        if bind is None:
+            s.bind(j, "thread.x")
+        else:
+            bind(s, j)
     c.after(b, i)
     return f
 
@@ -165,7 +168,7 @@ def test_no_barrier_when_each_thread_reads_its_own_value():
 def test_bind_bad_target():
     f = gemm.build()
     with pytest.raises(ValueError, match="block.x"):
-        f.computations["C"].bind("i", "warp.x")
+        f.computations["C"].bind("i", "warp.z")
     with pytest.raises(ValueError, match="1024"):
         f.computations["C"].gpu_tile("i", "j", 64, 32)
 

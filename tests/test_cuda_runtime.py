@@ -169,9 +169,9 @@ def test_not_a_cubin_is_refused():
 @needs_nvrtc
 def test_nvrtc_gemm_registers_and_shared_memory():
     from codegen.cuda import build_cubin
-    source = printed(gemm_shared).source
+    from schedules.solvers.gemm_cuda import TILE, TK, function
+    source = printed(lambda: function(64, 48, 32)).source       # the classic shared tiles
     k1 = {arch: build_cubin(source, arch, "nvrtc")[1]["gemm_k1"] for arch in ("sm_80", "sm_90")}
-    from schedules.solvers.gemm_cuda import TILE, TK
     # the shared tiles are the footprints of one k-step: A min(TILE, n) x TK, B TK x min(TILE, m)
     n, m = 64, 48
     assert k1["sm_80"].shared_bytes == k1["sm_90"].shared_bytes == \
@@ -634,8 +634,12 @@ def test_bench_cuda_case_table_builds_without_gpu():
     by_name = {c.name: c for c in table}
     assert len(by_name) == len(table)
     assert by_name["gemm 4096x4096x4096"].flops == 2.0 * 4096 ** 3
-    assert [c.name for c in table if c.name.startswith("gemm")] == \
-        [f"gemm {n}x{n}x{n}" for n in (512, 1024, 2048, 4096)]
+    assert [c.name for c in table if c.name.startswith("gemm ") and c.name[5].isdigit()] \
+        == [f"gemm {n}x{n}x{n}" for n in (512, 1024, 2048, 4096)]
+    assert [c.name for c in table if "float16" in c.name] == \
+        [f"gemm {t} {n}x{n}x{n}" for n in (1024, 4096) for t in ("bfloat16", "float16")]
+    assert [c.name for c in table if c.name.startswith("gemm variants")] == \
+        [f"gemm variants {n}x{n}x{n}" for n in (1024, 4096)]
     convs = [c for c in table if c.name.startswith("conv ")]
     assert len(convs) == len(suites.CONV_SHAPES[False])
     n, ci, co, h, w = suites.CONV_SHAPES[False][1]
@@ -650,6 +654,28 @@ def test_bench_cuda_case_table_builds_without_gpu():
     assert [c.name for c in bench_cuda.cases("gemm", sizes=(64,))] == ["gemm 64x64x64"]
     with pytest.raises(ValueError, match="unknown suite\\(s\\) fft"):
         bench_cuda.cases("gemm,fft")
+
+
+def test_bench_cuda_records_the_fastest_gemm_variant(tmp_path, monkeypatch):
+    from bench import bench_cuda
+    from schedules.core import kernels, tuned
+    from schedules.problems.gemm import GemmProblem
+    from schedules.solvers.gemm_cuda import CudaTiled
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernels, "cuda_device", lambda *a: ("sm_90", "NVIDIA H200"))
+    case = bench_cuda.cases("gemmv", sizes=(2048,))[0]
+    ms = lambda s: {"median_s": s, "min_s": s, "error": 0.0, "failure": None}   # noqa: E731
+    results = {"tiramisu_py": ms(2.0), "tiramisu_py[classic]": ms(1.0),
+               "tiramisu_py[stages=4]": ms(1.5), "tiramisu_py[swizzle]": ms(1.9),
+               "torch": ms(1.2)}
+    said = bench_cuda.record_variant(case, results)
+    assert said == ("gemm variants 2048x2048x2048: {'stages': 4} recorded for NVIDIA H200 "
+                    "(sm_90)")                       # the classic schedule is not a warp value
+    p = GemmProblem("gemm", 2048, 2048, 2048, "cuda", device="cuda")
+    device = tuned.device_key("sm_90", "NVIDIA H200")
+    assert tuned.recorded(CudaTiled(), p, device) == {"stages": 4}
+    results["tiramisu_py[stages=4]"] = results["tiramisu_py[swizzle]"] = ms(1.99)
+    assert "the defaults recorded" in bench_cuda.record_variant(case, results)
 
 
 def test_bench_cuda_exits_2_with_the_reason():

@@ -190,7 +190,7 @@ def renamed(fn: ir.LoweredFunction, cmap: dict) -> ir.LoweredFunction:
 
     def st(s):
         if isinstance(s, ir.Store):
-            return ir.Store(nm(s.array), tuple(ex(i) for i in s.index), ex(s.value))
+            return ir.store_like(s, nm(s.array), tuple(ex(i) for i in s.index), ex(s.value))
         if isinstance(s, ir.For):
             return ir.For(nm(s.var), ex(s.lo), ex(s.hi), st(s.body), kind=s.kind, step=s.step,
                           attrs=attrs(s.attrs))
@@ -202,7 +202,7 @@ def renamed(fn: ir.LoweredFunction, cmap: dict) -> ir.LoweredFunction:
             return ir.Block([st(x) for x in s.stmts])
         if isinstance(s, ir.Allocate):
             return ir.Allocate(nm(s.array), s.dtype, tuple(ex(d) for d in s.shape), st(s.body),
-                               s.zero_init)
+                               s.zero_init, s.scope, s.layout)
         return s
     return ir.LoweredFunction(
         name=nm(fn.name), scalars=[ir.ScalarArg(nm(x.name), x.dtype) for x in fn.scalars],

@@ -39,6 +39,7 @@ class EmulatedFunction:
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
         plan.check_grids(values)
+        plan.check_aligned(addresses)
         temps = [(np.zeros if zero else np.empty)(n, dtype=dtype)
                  for _, dtype, n, zero in plan.temp_sizes(values)]
         addrs = list(addresses) + [t.ctypes.data for t in temps]
@@ -52,6 +53,9 @@ class EmulatedFunction:
                 if rc == 2:
                     raise EmulatorError(f"{k.name}: a barrier was not reached by every thread "
                                         "of a block")
+                if rc == 4:
+                    raise EmulatorError(f"{k.name}: a vector access or cp.async was not "
+                                        "aligned to its size")
                 if rc != 0:
                     raise EmulatorError(f"{k.name}: bad launch (grid {list(grid)}, block "
                                         f"{list(k.block)})")

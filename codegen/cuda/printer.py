@@ -40,7 +40,6 @@ cooperative groups.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from .. import ir
 from ..c.emit import CPrinter
@@ -62,122 +61,12 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {tp_cvt_f32_bf
 static inline float __half2float(__half h) { return tp_cvt_f16_f32(h.x); }
 static inline __half __float2half_rn(float f) { return {tp_cvt_f32_f16(f)}; }"""
 from ..ir import ELSIZE
+from .mma import DEVICE_HELPER as MMA_HELPER, MmaError, MmaPrinter, hoisted
+from .vectors import (ASYNC_SIZES, DEVICE_HELPERS, SWIZZLE_HELPER, VectorError, VectorPrinter,
+                      flat_index, vector_arrays)
 
-MAX_SHARED_BYTES = 48 * 1024          # static shared memory per block (no opt-in)
-MAX_THREADS = 1024
-MAX_GRID = (2 ** 31 - 1, 65535, 65535)     # blocks along x, y, z (every GPU since sm_30)
-
-
-class CudaPrintError(ValueError):
-    """A loop IR the CUDA printer cannot express (a mapping the legality check
-    does not rule out, e.g. a grid that is not rectangular)."""
-
-
-@dataclass
-class KernelLaunch:
-    name: str                     # the __global__ symbol
-    grid: tuple                   # ir.Expr per axis x, y, z (over params and host loops)
-    block: tuple                  # ints: threads per axis x, y, z
-    shared_bytes: int = 0         # static __shared__ bytes per block
-    guard: object = None          # ir.Expr over params: launch only if true (None: always)
-    host_vars: tuple = ()         # enclosing host loops, passed after the scalars
-
-
-@dataclass
-class HostLoop:
-    """``for (var = lo; var < hi; var++)`` on the host around launches (e.g.
-    time steps, wavefront anti-diagonals): one launch per iteration."""
-    var: str
-    lo: object
-    hi: object
-    steps: list
-    guard: object = None
-
-
-@dataclass
-class LaunchPlan:
-    """The host side: allocate the temporaries, launch the kernels in order.
-    Every kernel takes every scalar, then every array, then every temporary."""
-    function: str
-    scalars: list                 # ir.ScalarArg
-    arrays: list                  # ir.ArrayArg
-    temps: list                   # (name, dtype, shape exprs, zero_init)
-    kernels: list = field(default_factory=list)   # KernelLaunch, in source order
-    constants: dict = field(default_factory=dict)
-    steps: list = field(default_factory=list)     # KernelLaunch | HostLoop, run in order
-
-    def temp_sizes(self, values):
-        """[(name, dtype, elements (at least 1), zero_init)] of the global
-        temporaries for the params ``values``."""
-        out = []
-        for name, dtype, shape, zero in self.temps:
-            n = 1
-            for d in shape:
-                n *= max(0, evaluate(d, values))
-            out.append((name, dtype, max(n, 1), zero))
-        return out
-
-    def launches(self, values):
-        """Yields (KernelLaunch, values with the host loops' iterators) in
-        launch order for the params ``values``."""
-        yield from _walk(self.steps, dict(values))
-
-    def check_grids(self, values):
-        """Refuses, before anything runs, a launch whose grid has more blocks
-        along an axis than CUDA allows (:data:`MAX_GRID`; the grid depends on
-        the params, so this is checked at each call)."""
-        for k, vals in self.launches(values):
-            grid = [evaluate(g, vals) for g in k.grid]
-            for axis, n, limit in zip("xyz", grid, MAX_GRID):
-                if n > limit:
-                    raise CudaPrintError(
-                        f"CUDA launch of {k.name}: {n} blocks along block.{axis} (grid "
-                        f"{tuple(grid)}), beyond CUDA's limit of {limit} for that axis; bind "
-                        "the loop with the most blocks to block.x (up to 2**31 - 1 blocks), "
-                        "or use larger tiles")
-
-
-def _walk(steps, values):
-    for st in steps:
-        if st.guard is not None and not evaluate(st.guard, values):
-            continue
-        if isinstance(st, HostLoop):
-            for v in range(evaluate(st.lo, values), evaluate(st.hi, values)):
-                yield from _walk(st.steps, dict(values, **{st.var: v}))
-        else:
-            yield st, values
-
-
-def evaluate(e, values: dict) -> int:
-    """An integer IR expression over the params, evaluated on the host."""
-    if isinstance(e, ir.Const):
-        return int(e.value) if not isinstance(e.value, bool) else bool(e.value)
-    if isinstance(e, ir.Var):
-        if e.name not in values:
-            raise CudaPrintError(f"CUDA launch: {e.name!r} is not a param")
-        return values[e.name]
-    if isinstance(e, ir.Cast):
-        return evaluate(e.a, values)
-    if isinstance(e, ir.Unary):
-        v = evaluate(e.a, values)
-        return -v if e.op == "neg" else (not v)
-    if isinstance(e, ir.Select):
-        return evaluate(e.a, values) if evaluate(e.cond, values) else evaluate(e.b, values)
-    if isinstance(e, ir.Binary):
-        a, b = evaluate(e.a, values), evaluate(e.b, values)
-        op = e.op
-        if op in ("div", "mod") and b != 0:
-            q = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)
-            return q if op == "div" else a - q * b
-        table = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-                 "floordiv": lambda: a // b if b else 0, "floormod": lambda: a % b if b else 0,
-                 "div": lambda: 0, "mod": lambda: 0,
-                 "min": lambda: min(a, b), "max": lambda: max(a, b), "lt": lambda: a < b,
-                 "le": lambda: a <= b, "gt": lambda: a > b, "ge": lambda: a >= b,
-                 "eq": lambda: a == b, "ne": lambda: a != b, "and": lambda: a and b,
-                 "or": lambda: a or b}
-        return table[op]()
-    raise CudaPrintError(f"CUDA launch: cannot evaluate {e!r} on the host")
+from .launch import (MAX_GRID, MAX_SHARED_BYTES, MAX_THREADS, CudaPrintError,  # noqa: F401
+                     HostLoop, KernelLaunch, LaunchPlan, evaluate)
 
 
 class CudaPrinter(CPrinter):
@@ -191,6 +80,16 @@ class CudaPrinter(CPrinter):
         self.shared = 0
         self.locals_ = set()
         self.thread_tiles = False     # a per-thread tile (scope "thread") in this kernel
+        self.dtypes = {a.name: a.dtype for a in fn.arrays}
+        self.swizzled = {}            # shared array -> chunk (elements) of its XOR swizzle
+        self.aligned = set()          # arrays accessed by vector loops (declared aligned)
+        self.uses = set()             # "async", "vector": helpers the kernel needs
+        self.taken = set()
+        self.global_arrays = set(shapes)
+        self.per_thread = set()       # local arrays (registers): accessed element by element
+        self.lanes = {}               # "lane.x" / "lane.y" -> the enclosing lane loop's variable
+        self.divergent = 0            # guards inside the thread loops around (may leave lanes out)
+        self.aligned_globals = {}     # global array -> bytes of its widest vector access
 
     def call(self, e: ir.Call) -> tuple:
         # CUDA's own math library (expf, logf, tanhf...), not the CPU backends'
@@ -206,22 +105,72 @@ class CudaPrinter(CPrinter):
             return f"({one} / ({one} + exp{suf}(-({x}))))", P_PRIMARY
         return f"{LIBM[f]}{suf}({x})", P_PRIMARY
 
+    def _binary(self, e):
+        # floor division and modulo by a power of 2: a shift and a mask, exact
+        # for negative values too (two's complement), where the C helpers
+        # branch (a pipelined loop starts below 0)
+        if e.op in ("floordiv", "floormod") and e.dtype in ("int32", "int64") \
+                and isinstance(e.b, ir.Const) and int(e.b.value) > 1 \
+                and int(e.b.value) & (int(e.b.value) - 1) == 0:
+            m = int(e.b.value)
+            if e.op == "floormod":
+                return f"({self.wrap(e.a, P_PRIMARY)} & {m - 1})", P_PRIMARY
+            return f"({self.wrap(e.a, P_PRIMARY)} >> {m.bit_length() - 1})", P_PRIMARY
+        return super()._binary(e)
+
     def access(self, array, index):
         if len(index) == 0:
             return f"{array}[0]"
-        shape = self.shapes[array]
-        flat = index[0]
-        for d, i in zip(shape[1:], index[1:]):
-            flat = ir.Binary("add", ir.Binary("mul", flat, d, "int64"), i, "int64")
+        return self.flat_ref(array, flat_index(self.shapes, array, index))
+
+    def flat_ref(self, array, flat):
+        """``array[flat]``, through the array's swizzle if it has one."""
+        sw = self.swizzled.get(array)
+        if sw:
+            self.uses.add("swizzle")
+            chunk, row = sw
+            shift = chunk.bit_length() - 1
+            rows = max(shift + 3, row.bit_length() - 1)     # the row, or the 128-byte line
+            return f"{array}[tpy_swizzle({self.expr(flat)}, {shift}, {rows})]"
         return f"{array}[{self.expr(flat)}]"
+
+    def need_aligned(self, array, nbytes):
+        """A vector access of ``nbytes`` to ``array``: a global array's base
+        pointer is checked at each launch (:attr:`LaunchPlan.aligned`)."""
+        if array in self.global_arrays:
+            self.aligned_globals[array] = max(nbytes, self.aligned_globals.get(array, 0))
+
+    def array_dtype(self, array):
+        return self.dtypes[array]
+
+    def ctype(self, dtype):
+        return CTYPES[dtype]
+
+    def fresh(self, base):
+        return ir.fresh_name(base, self.taken)
 
     def stmt(self, s, ind):
         if isinstance(s, ir.Barrier):
+            if s.wait is not None:
+                self.uses.add("async")
+                self.out(ind, f"tpy_cp_async_wait<{int(s.wait)}>();")
             self.out(ind, "__syncthreads();")
+        elif isinstance(s, ir.AsyncCommit):
+            self.uses.add("async")
+            self.out(ind, "tpy_cp_async_commit();")
+        elif isinstance(s, ir.AsyncWait):
+            self.uses.add("async")
+            self.out(ind, f"tpy_cp_async_wait<{int(s.pending)}>();")
         elif isinstance(s, ir.Store):
             guard = [f"threadIdx.{a} == 0" for a in sorted(self.block_axes)
                      if a not in self.axes and self.block_axes[a] > 1]
             line = f"{self.access(s.array, s.index)} = {self.expr(s.value)};"
+            size = ir.ELSIZE[self.dtypes.get(s.array, "float32")]
+            if isinstance(s, ir.AsyncCopy) and isinstance(s.value, ir.Load) \
+                    and s.value.dtype == self.dtypes.get(s.array) and size in ASYNC_SIZES:
+                self.uses.add("async")
+                line = (f"tpy_cp_async<{size}>(&{self.access(s.array, s.index)}, "
+                        f"&{self.access(s.value.array, s.value.index)});")
             if guard:
                 self.out(ind, f"if ({' && '.join(guard)}) {line}")
             else:
@@ -245,6 +194,9 @@ class CudaPrinter(CPrinter):
             self.out(ind + 1, "}")
             self.out(ind, "}")
             return
+        if s.kind == "gpu_thread" and "linear" in s.attrs:
+            self._linear_thread_loop(s, ind)
+            return
         if s.kind == "gpu_thread":
             ax, lo0, ext = s.attrs["axis"], int(s.attrs["min"]), int(s.attrs["extent"])
             if int(s.step) != 1:
@@ -264,6 +216,22 @@ class CudaPrinter(CPrinter):
             self.out(ind, "}")
             return
         step = ir.check_loop(s, "CUDA printer")
+        try:
+            if "mma" in s.attrs:
+                MmaPrinter(self, s).print(ind)
+                return
+            if self.lanes and hoisted(self, s, ind):
+                return
+        except (MmaError, VectorError) as e:
+            raise CudaPrintError(str(e)) from None
+        if s.kind == "vector":
+            try:
+                done = VectorPrinter(self, s).print(ind)
+            except VectorError as e:
+                raise CudaPrintError(str(e)) from None
+            if done:
+                self.uses.add("vector")
+                return
         if "full_extent" in s.attrs and step == 1 and isinstance(s.lo, ir.Const):
             self._full_loop(s, ind, int(s.attrs["full_extent"]))
             return
@@ -276,6 +244,50 @@ class CudaPrinter(CPrinter):
                       f"{self.wrap(s.hi, P_REL + 1)}; {inc}) {{")
         self.body(s.body, ind + 1)
         self.out(ind, "}")
+
+    def _linear_thread_loop(self, s, ind):
+        """A thread loop of a warp-tiled kernel: its part of the linear index
+        ``threadIdx.x`` (``min + (tid / stride) % extent``; no ``%`` where the
+        block has no more threads); the guard only where a bound may cut."""
+        lo0, ext = int(s.attrs["min"]), int(s.attrs["extent"])
+        stride, total = int(s.attrs["stride"]), int(s.attrs["linear"])
+        if int(s.step) != 1:
+            raise CudaPrintError(f"CUDA printer: thread loop {s.var} has step {s.step}")
+        self.block_axes["x"] = max(self.block_axes.get("x", 1), total)
+        tid = "(int64_t)threadIdx.x" if stride == 1 else f"((int64_t)threadIdx.x / {stride})"
+        top = bool(s.attrs.get("slowest"))      # the statement's slowest: no wrap-around
+        part = tid if top else f"{tid} % {ext}"
+        self.out(ind, f"{{  /* thread loop {s.var}: {s.attrs.get('level', 'x')} */")
+        base = f"{lo0} + " if lo0 else ""
+        if base and not top:
+            part = f"({part})"
+        self.out(ind + 1, f"const int64_t {s.var} = {base}{part};")
+        conds = []
+        if not (isinstance(s.lo, ir.Const) and int(s.lo.value) <= lo0):
+            conds.append(f"{self.wrap(s.lo, P_REL + 1)} <= {s.var}")
+        full = isinstance(s.hi, ir.Const) and int(s.hi.value) >= lo0 + ext \
+            and (not top or stride * ext >= total)
+        if not full:
+            conds.append(f"{s.var} < {self.wrap(s.hi, P_REL + 1)}")
+        saved, lanes = set(self.axes), dict(self.lanes)
+        self.axes.add("x")
+        self.lanes[s.attrs.get("level")] = s.var
+        if conds:
+            self.divergent += 1
+            self.out(ind + 1, f"if ({' && '.join(conds)}) {{")
+            self.body(s.body, ind + 2)
+            self.out(ind + 1, "}")
+            self.divergent -= 1
+        else:
+            self.body(s.body, ind + 1)
+        self.axes, self.lanes = saved, lanes
+        self.out(ind, "}")
+
+    def if_(self, s, ind, word):
+        inside = bool(self.axes)          # in the thread loops: may differ between lanes
+        self.divergent += inside
+        super().if_(s, ind, word)
+        self.divergent -= inside
 
     def _full_loop(self, s, ind, extent):
         lo = int(s.lo.value)
@@ -302,14 +314,21 @@ class CudaPrinter(CPrinter):
         n = max(1, math.prod(dims))
         t = CTYPES[s.dtype]
         self.shapes[s.array] = tuple(ir.const(d) for d in dims)
+        self.dtypes[s.array] = s.dtype
+        if s.layout and s.layout.get("swizzle"):
+            self.swizzled[s.array] = (int(s.layout["swizzle"]), int(s.layout.get("row", 0)))
+        if s.scope == "shared" and (s.array in self.aligned or s.array in self.swizzled):
+            t = f"__align__(16) {t}"
         if s.scope == "shared":
             self.shared += n * ELSIZE[s.dtype]
             self.out(ind, f"__shared__ {t} {s.array}[{n}];")
         elif s.scope == "thread":
             self.thread_tiles = True
+            self.per_thread.add(s.array)
             self.out(ind, f"{t} {s.array}[{n}];  /* per-thread tile (registers) */")
         elif s.scope == "local":
             self.thread_tiles = True
+            self.per_thread.add(s.array)
             self.out(ind, f"{t} {s.array}[{n}];  /* per-thread copy (registers) */")
         else:
             self.out(ind, f"{t} {s.array}[{n}];")
@@ -398,29 +417,35 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
     shapes = {a.name: a.shape for a in fn.arrays}
     shapes.update({t[0]: t[2] for t in temps})
     known = set(fn.constants) | {sc.name for sc in fn.scalars}
-    kernels, helpers = [], {}
+    kernels, helpers, uses = [], {}, set()
 
     def kernel(guards, host, loop):
         k = len(plan.kernels)
         em = CudaPrinter(fn, dict(shapes))
+        em.aligned = vector_arrays(loop)
+        em.taken = _names(fn)
         used = {x.array for x in ir.walk_stmts(loop) if isinstance(x, ir.Store)}
         used |= {e.array for x in ir.walk_stmts(loop) for r in ir.stmt_exprs(x)
                  for e in ir.walk_exprs(r) if isinstance(e, ir.Load)}
         for name in sorted(used & set(shared)):
             a = shared[name]
             em.allocate(ir.Allocate(a.array, a.dtype, a.shape, ir.Block([]), a.zero_init,
-                                    a.scope), 1)
+                                    a.scope, a.layout), 1)
         # threads per axis known before the first store (a store before the
         # kernel's first thread loop of an axis is guarded too)
         for x in ir.walk_stmts(loop):
             if isinstance(x, ir.For) and x.kind == "gpu_thread":
                 ax = x.attrs["axis"]
-                em.block_axes[ax] = max(em.block_axes.get(ax, 1), int(x.attrs["extent"]))
+                n = int(x.attrs.get("linear", x.attrs["extent"]))
+                em.block_axes[ax] = max(em.block_axes.get(ax, 1), n)
         if isinstance(loop, ir.For) and loop.kind == "gpu_block":
             em.loop(loop, 1)
         else:
             em.body(loop, 1)         # degenerate block loops: a one-block grid
         helpers.update(em.helpers)
+        uses.update(em.uses)
+        for a, n in em.aligned_globals.items():
+            plan.aligned[a] = max(n, plan.aligned.get(a, 0))
         grid = []
         for ax in ir.GPU_AXES:
             if ax not in em.grid:
@@ -487,6 +512,15 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
                     .replace("#pragma omp", "// #pragma omp"))
     if helpers:
         head.append("")
+    if uses & {"vector", "async", "mma"}:
+        head += ["#ifndef TPY_EMULATE", DEVICE_HELPERS["vector"]]
+        if "async" in uses:
+            head.append(DEVICE_HELPERS["async"])
+        if "mma" in uses:
+            head.append(MMA_HELPER)
+        head += ["#endif", ""]
+    if "swizzle" in uses:
+        head += [SWIZZLE_HELPER, ""]
     emu = ["#ifdef TPY_EMULATE"]
     for kl in plan.kernels:
         ps = _params(fn, temps, kl.host_vars)
@@ -498,6 +532,19 @@ def emit_cuda(fn: ir.LoweredFunction) -> tuple:
         emu.append("}")
     emu.append("#endif")
     return "\n".join(head + kernels + emu) + "\n", plan
+
+
+def _names(fn) -> set:
+    """Every name of ``fn`` (loops, arrays, lets, scalars): fresh names avoid them."""
+    out = {a.name for a in fn.arrays} | {sc.name for sc in fn.scalars} | set(fn.constants)
+    for s in ir.walk_stmts(fn.body):
+        if isinstance(s, ir.For):
+            out.add(s.var)
+        elif isinstance(s, ir.Let):
+            out.add(s.name)
+        elif isinstance(s, ir.Allocate):
+            out.add(s.array)
+    return out
 
 
 def _params(fn, temps, host):

@@ -109,6 +109,7 @@ class DeviceFunction:
         values = dict(plan.constants)
         values.update({sc.name: v for sc, v in zip(plan.scalars, scalars)})
         plan.check_grids(values)
+        plan.check_aligned(pointers)
         cu = driver()
         self._activate(cu, device)
         st = cu.CUstream(int(stream))

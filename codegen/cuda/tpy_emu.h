@@ -12,12 +12,31 @@
  * not cleared between blocks, like real shared memory).
  * Global memory is the host's memory: the kernel writes the caller's arrays.
  * A race between threads shows up as results that depend on the order.
+ *
+ * Vector accesses (TPY_VMOVE) and cp.async (tpy_cp_async) check their
+ * alignment (error 4).  An asynchronous copy reads its source when issued and
+ * writes shared memory only when a tpy_cp_async_wait<N>() of the issuing
+ * thread retires its group (all groups but the N newest committed ones): a
+ * read before the right wait sees the tile's old content, so a missing or
+ * too lax wait shows up as a wrong result.  Copies still pending when the
+ * thread returns are dropped.
+ *
+ * Warp-collective operations (ldmatrix, mma.sync) exchange registers between
+ * the 32 lanes of a warp: each lane reads its own memory first (ldmatrix: the
+ * 16-byte row at its own address, at its own point of the program, so a
+ * missing barrier still shows), deposits its values in the warp's staging
+ * area (two of them, alternating), and switches to the scheduler like a
+ * barrier (every thread of the block runs the same collectives); after it,
+ * each lane takes its result from the other lanes' values.
  */
 #pragma once
 #include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <ucontext.h>
+#include <deque>
+#include <vector>
 
 #define __global__
 #define __device__
@@ -26,6 +45,7 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
+#define __align__(n) __attribute__((aligned(n)))
 
 struct tpy_dim3 { unsigned x, y, z; };
 inline tpy_dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -35,16 +55,33 @@ namespace tpy_emu {
 enum { FORWARD = 0, REVERSE = 1, SHUFFLE = 2 };
 constexpr size_t STACK_BYTES = 64 * 1024;   /* per thread: kernel locals are small */
 
+struct Pending {            /* one cp.async: its bytes, read when issued */
+  void *dst;
+  unsigned char bytes[16];
+  int n;
+};
+
+struct AsyncState {         /* one thread's cp.async groups */
+  std::vector<Pending> open;
+  std::deque<std::vector<Pending>> groups;
+};
+
 struct Fiber {
   ucontext_t ctx;
   char *stack;
   tpy_dim3 tid;
   bool done;
   long barriers;
+  AsyncState *async;
+  long collectives;
 };
+
+constexpr int STAGE_BYTES = 32;           /* per lane and collective */
+inline unsigned char *stage = nullptr;    /* [warp][2][32][STAGE_BYTES] of this block */
 
 inline ucontext_t scheduler;
 inline Fiber *current = nullptr;
+inline int fault = 0;       /* 4: a misaligned vector access */
 inline void (*body)(void *) = nullptr;
 inline void *body_arg = nullptr;
 
@@ -62,7 +99,129 @@ inline uint64_t next(uint64_t &s) {   /* splitmix64 */
 
 template <class F> void call(void *f) { (*static_cast<F *>(f))(); }
 
+inline void check_aligned(const void *p, int n) {
+  if ((uintptr_t)p % (uintptr_t)n) fault = 4;
+}
+
+template <int B> inline void vmove(void *dst, const void *src) {
+  check_aligned(dst, B);
+  check_aligned(src, B);
+  memcpy(dst, src, B);
+}
+
 }  // namespace tpy_emu
+
+#define TPY_VMOVE(B, dst, src) tpy_emu::vmove<B>((dst), (src))
+
+inline void __syncthreads();
+
+namespace tpy_emu {
+
+inline int64_t linear_tid() {
+  return threadIdx.x + (int64_t)blockDim.x * (threadIdx.y + (int64_t)blockDim.y * threadIdx.z);
+}
+
+/* Deposits ``n`` bytes of this lane, waits for the warp (a scheduler switch),
+ * returns the warp's 32 deposits (STAGE_BYTES apart). */
+inline const unsigned char *collective(const void *mine, int n) {
+  Fiber *me = current;
+  int64_t t = linear_tid();
+  unsigned char *warp = stage + (t / 32) * 2 * 32 * STAGE_BYTES
+                        + (me->collectives++ & 1) * 32 * STAGE_BYTES;
+  memcpy(warp + (t % 32) * STAGE_BYTES, mine, n);
+  __syncthreads();
+  return warp;
+}
+
+inline float half_bits(unsigned h, int kind) {   /* kind 0: bfloat16, 1: float16 */
+  unsigned bits;
+  if (kind == 0) {
+    bits = h << 16;
+  } else {
+    unsigned sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0x1f) bits = sign | 0x7f800000u | (m << 13);
+    else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m) bits = sign;
+    else {                                        /* subnormal */
+      int s = 0;
+      while (!(m & 0x400)) { m <<= 1; s++; }
+      bits = sign | ((113 - s) << 23) | ((m & 0x3ff) << 13);
+    }
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace tpy_emu
+
+/* ldmatrix.sync.aligned.m8n8.x{N}[.trans].shared.b16 */
+template <int N, bool T> inline void tpy_ldmatrix(unsigned *r, const void *addr) {
+  unsigned char row[16];
+  tpy_emu::check_aligned(addr, 16);
+  memcpy(row, addr, 16);
+  const unsigned char *all = tpy_emu::collective(row, 16);
+  int L = (int)(tpy_emu::linear_tid() % 32);
+  for (int q = 0; q < N; q++) {
+    unsigned short lo, hi;
+    if (!T) {
+      memcpy(&lo, all + (8 * q + L / 4) * tpy_emu::STAGE_BYTES + 4 * (L % 4), 2);
+      memcpy(&hi, all + (8 * q + L / 4) * tpy_emu::STAGE_BYTES + 4 * (L % 4) + 2, 2);
+    } else {
+      memcpy(&lo, all + (8 * q + 2 * (L % 4)) * tpy_emu::STAGE_BYTES + 2 * (L / 4), 2);
+      memcpy(&hi, all + (8 * q + 2 * (L % 4) + 1) * tpy_emu::STAGE_BYTES + 2 * (L / 4), 2);
+    }
+    r[q] = lo | ((unsigned)hi << 16);
+  }
+}
+
+/* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32, c in place */
+template <int KIND> inline void tpy_mma_16816(float *c, const unsigned *a, const unsigned *b) {
+  unsigned mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const unsigned char *all = tpy_emu::collective(mine, sizeof mine);
+  int L = (int)(tpy_emu::linear_tid() % 32), g = L / 4, t = L % 4;
+  auto reg = [&](int lane, int k) {
+    unsigned v;
+    memcpy(&v, all + lane * tpy_emu::STAGE_BYTES + 4 * k, 4);
+    return v;
+  };
+  for (int o = 0; o < 4; o++) {
+    int row = g + 8 * (o / 2), col = 2 * t + o % 2;
+    float sum = c[o];
+    for (int k = 0; k < 16; k++) {
+      unsigned av = reg((row % 8) * 4 + (k % 8) / 2, (row >= 8) + 2 * (k >= 8));
+      unsigned bv = reg(col * 4 + (k % 8) / 2, 4 + (k >= 8));
+      float x = tpy_emu::half_bits((av >> (16 * (k % 2))) & 0xffffu, KIND);
+      float y = tpy_emu::half_bits((bv >> (16 * (k % 2))) & 0xffffu, KIND);
+      sum += x * y;
+    }
+    c[o] = sum;
+  }
+}
+
+template <int B> inline void tpy_cp_async(void *dst, const void *src) {
+  tpy_emu::check_aligned(dst, B);
+  tpy_emu::check_aligned(src, B);
+  tpy_emu::Pending p;
+  p.dst = dst;
+  p.n = B;
+  memcpy(p.bytes, src, B);
+  tpy_emu::current->async->open.push_back(p);
+}
+
+inline void tpy_cp_async_commit() {
+  tpy_emu::AsyncState *a = tpy_emu::current->async;
+  a->groups.push_back(a->open);
+  a->open.clear();
+}
+
+template <int N> inline void tpy_cp_async_wait() {
+  tpy_emu::AsyncState *a = tpy_emu::current->async;
+  while (a->groups.size() > (size_t)N) {
+    for (const tpy_emu::Pending &p : a->groups.front()) memcpy(p.dst, p.bytes, p.n);
+    a->groups.pop_front();
+  }
+}
 
 inline void __syncthreads() {
   tpy_emu::Fiber *me = tpy_emu::current;
@@ -84,7 +243,11 @@ inline int run(const int64_t *grid, const int64_t *block, int order, uint64_t se
   Fiber *fibers = (Fiber *)calloc(n, sizeof(Fiber));
   int64_t *idx = (int64_t *)malloc(n * sizeof(int64_t));
   char *stacks = (char *)malloc(n * STACK_BYTES);
+  std::vector<AsyncState> async(n);
+  std::vector<unsigned char> stages(((n + 31) / 32) * 2 * 32 * STAGE_BYTES);
+  stage = stages.data();
   int rc = 0;
+  fault = 0;
   if (!fibers || !idx || !stacks) rc = 3;
   gridDim = {(unsigned)grid[0], (unsigned)grid[1], (unsigned)grid[2]};
   blockDim = {(unsigned)block[0], (unsigned)block[1], (unsigned)block[2]};
@@ -98,6 +261,10 @@ inline int run(const int64_t *grid, const int64_t *block, int order, uint64_t se
       f.done = false;
       f.barriers = 0;
       f.stack = stacks + t * STACK_BYTES;
+      f.async = &async[t];
+      f.collectives = 0;
+      async[t].open.clear();
+      async[t].groups.clear();
       getcontext(&f.ctx);
       f.ctx.uc_stack.ss_sp = f.stack;
       f.ctx.uc_stack.ss_size = STACK_BYTES;
@@ -140,7 +307,7 @@ inline int run(const int64_t *grid, const int64_t *block, int order, uint64_t se
   free(fibers);
   free(idx);
   free(stacks);
-  return rc;
+  return rc ? rc : fault;
 }
 
 template <class F>

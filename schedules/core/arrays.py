@@ -127,20 +127,20 @@ def same_kind(args, names):
         raise TypeError(f"{', '.join(names)}: pass all NumPy arrays or all torch tensors")
 
 
-def cuda_float32(x, name, ndim):
+def cuda_float32(x, name, ndim, dtypes=("float32",)):
     """An argument of a library call on the GPU: a device array (torch CUDA
     tensor, made contiguous; or any ``__cuda_array_interface__`` object)
-    checked as float32 with ``ndim`` dimensions, else as
+    checked as float32 (one of ``dtypes``) with ``ndim`` dimensions, else as
     :func:`float32_array` (a host array, copied to the device by the call)."""
     if not on_device(x):
-        return float32_array(x, name, ndim)
+        return float32_array(x, name, ndim, dtypes)
     if is_torch(x):
         dtype, shape = str(x.dtype).replace("torch.", ""), tuple(x.shape)
     else:
         cai = x.__cuda_array_interface__
         dtype, shape = np.dtype(cai["typestr"]).name, tuple(cai["shape"])
-    if dtype != "float32":
-        raise TypeError(f"{name}: expected float32, got {dtype}")
+    if dtype not in dtypes:
+        raise TypeError(f"{name}: expected {' or '.join(dtypes)}, got {dtype}")
     if len(shape) != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {shape}")
     return x.detach().contiguous() if is_torch(x) else x

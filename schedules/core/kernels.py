@@ -53,6 +53,23 @@ def use_cuda(target, *arrays, names=()) -> bool:
     return False
 
 
+def cuda_device(*arrays):
+    """(architecture "sm_XY", name) of the GPU the device arrays are on (the
+    current device for host arrays), from torch when it has been imported
+    and sees a GPU; (None, None) otherwise (the generic defaults run)."""
+    import sys
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available():
+            return None, None
+        dev = next((a.device for a in arrays if getattr(getattr(a, "device", None), "type", "")
+                    == "cuda"), torch.cuda.current_device())
+        major, minor = torch.cuda.get_device_capability(dev)
+        return f"sm_{major}{minor}", torch.cuda.get_device_name(dev)
+    except (RuntimeError, AssertionError, AttributeError):
+        return None, None
+
+
 def cuda_kernel(key, build):
     """The CUDA kernel for ``key`` (``build()`` returns the GPU-scheduled
     Function), compiled once per process."""

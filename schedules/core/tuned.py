@@ -59,10 +59,18 @@ def shape_class(p) -> dict:
     return keys.shape_class(p.key(), SIZES)
 
 
-def record_key(solver, p) -> str:
-    """The record's key for ``solver`` on problem ``p`` on this host."""
+def record_key(solver, p, device=None) -> str:
+    """The record's key for ``solver`` on problem ``p`` on this host, or on
+    the GPU ``device`` (:func:`device_key`) for a CUDA solver."""
+    where = {"device": device} if device is not None else {"host": host_key(p.target)}
     return json.dumps({"op": p.op, "solver": solver.name, "version": solver.version,
-                       "class": shape_class(p), "host": host_key(p.target)}, sort_keys=True)
+                       "class": shape_class(p), **where}, sort_keys=True)
+
+
+def device_key(arch, name) -> dict:
+    """A GPU's part of a CUDA solver's record key: its architecture
+    ("sm_90"), its name ("NVIDIA H200") and the library's version."""
+    return {"arch": arch, "name": name, "library": tp.__version__}
 
 
 def _valid(value):
@@ -76,12 +84,15 @@ def fits(solver, p, values) -> bool:
     return all(k in space and v in space[k] for k, v in values.items())
 
 
-def recorded(solver, p) -> dict:
+def recorded(solver, p, device=None) -> dict:
     """The tuned values of ``solver`` for ``p`` on this host (``{}``: none,
-    damaged or foreign), read from the store once per key and process.
+    damaged or foreign), read from the store once per key and process; a
+    CUDA problem's on the GPU ``device`` (:func:`device_key`; None: none).
     A caller's own parameters (``p.params``, the GEMM's tiles) win: ``{}``."""
-    if getattr(p, "params", None) is not None or p.device != "cpu":
+    if getattr(p, "params", None) is not None:
         return {}
+    if p.device != "cpu":
+        return _on_device(solver, p, device) if device is not None else {}
     fast = (type(solver), solver.op, p, os.environ.get(machine.ENV),
             os.environ.get("TIRAMISU_PY_CACHE"))
     if fast not in _FAST:
@@ -97,6 +108,16 @@ def recorded(solver, p) -> dict:
     return dict(_FAST[fast])
 
 
+def _on_device(solver, p, device):
+    k = _where(record_key(solver, p, device))
+    if k not in _CACHE:
+        LOOKUPS["store"] += 1
+        value = tuning.store().get(KIND, k[1], valid=_valid)
+        values = value["values"] if _confirmed(value) else {}
+        _CACHE[k] = values if fits(solver, p, values) else {}
+    return dict(_CACHE[k])
+
+
 def _where(key):
     return (str(tuning.store().directory), key)
 
@@ -105,13 +126,14 @@ def _confirmed(value):
     return recorded_verdict(value) is not None
 
 
-def save(solver, p, values, verdict, timed, complete=True, candidate=None) -> None:
+def save(solver, p, values, verdict, timed, complete=True, candidate=None, device=None) -> None:
     """Records ``values`` for ``solver`` on ``p`` (``{}``: the defaults)
     with the ``verdict`` (:class:`tiramisu_py.tuning.confirm.Verdict`) of the A/B
     that decided it, and uses them from now on in this process too;
     ``candidate``: the search's winner; ``complete``: False when the budget
-    ended the search (a later tuning run continues it)."""
-    k = record_key(solver, p)
+    ended the search (a later tuning run continues it); ``device``: a GPU's
+    record (:func:`device_key`, measured there, e.g. by bench/bench_cuda.py)."""
+    k = record_key(solver, p, device)
     tuning.store().put(KIND, k, {"values": values,
                                  "seconds": verdict.best_s if values else verdict.default_s,
                                  "default_seconds": verdict.default_s,
@@ -135,7 +157,9 @@ def describe(key, value) -> str:
     try:
         k = json.loads(key)
         what = f"{k['op']} [{k['solver']}] {json.dumps(k['class'], sort_keys=True)}"
-        if k.get("host") != host_key(k["host"].get("backend")):
+        if "device" in k:
+            what += f" on {k['device'].get('name')} ({k['device'].get('arch')})"
+        elif k.get("host") != host_key(k["host"].get("backend")):
             what += " (another host)"
     except (ValueError, TypeError, KeyError, AttributeError):
         what = key[:80]

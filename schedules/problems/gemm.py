@@ -62,8 +62,10 @@ class GemmProblem:
         ndim = 3 if op == "batched_gemm" else 2
         trans_b = False
         if cuda:
-            a, b = A.cuda_float32(a, "a", ndim), A.cuda_float32(b, "b", ndim)
-            dtype = "float32"
+            kinds = ("float32",) + (LOW_PRECISION if op == "gemm" else ())
+            a = A.cuda_float32(a, "a", ndim, kinds)
+            dtype = A.dtype_name(a) if A.is_torch(a) or isinstance(a, np.ndarray) else "float32"
+            b = A.cuda_float32(b, "b", ndim, (dtype,))
         else:
             kinds = ("int8",) if op == "gemm_int8" else ("float32", "float64") + LOW_PRECISION
             a = A.typed_array(a, "a", ndim, kinds)

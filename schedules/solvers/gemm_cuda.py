@@ -29,15 +29,20 @@ reassociated reduction whose element does not change with k0, on a serial
 loop the whole block runs).  C's initialisation is a kernel of its own
 (launched first).  ``fragments=True`` adds per-thread copies of the ``micro`` A
 and ``micro`` B values of each k1 step (``cache_local``); off by default (no
-register gain measured, see docs/internals/cuda.md).  Not yet: double buffering,
-vector loads.
+register gain measured, see docs/internals/cuda.md).  The library runs this
+schedule only for products smaller than a warp tile; otherwise the warp-tiled,
+pipelined one of :mod:`schedules.solvers.gemm_cuda_warp` (128-bit accesses,
+cp.async), or for bfloat16/float16 :mod:`schedules.solvers.gemm_cuda_mma`
+(tensor cores).
 """
 from __future__ import annotations
 
 from ..blocks.blis import algorithm
+from ..core import tuned
 from ..core.arrays import positive_int, zeros
-from ..core.kernels import cuda_kernel
+from ..core.kernels import cuda_device, cuda_kernel
 from ..core.solver import Solver
+from . import gemm_cuda_warp as warp
 
 TILE = 64        # C tile per block
 TK = 16          # k step of the shared tiles
@@ -53,6 +58,18 @@ def function(n, m, k, tile=TILE, tk=TK, micro=MICRO, fragments=False):
     for name, v in (("n", n), ("m", m), ("k", k)):
         _check(name, v)
     return schedule(algorithm(n, m, k), tile, tk, micro, fragments)
+
+
+def solver_function(n, m, k, arch=None, **values):
+    """The Function ``schedules.gemm(..., target="cuda")`` runs for ``n x k
+    @ k x m`` on ``arch`` ("sm_80", "sm_90", None): the warp-tiled schedule
+    (:func:`schedules.solvers.gemm_cuda_warp.function`, ``values`` override
+    its parameters) when its warp tiles fit, else :func:`function`."""
+    for name, v in (("n", n), ("m", m), ("k", k)):
+        _check(name, v)
+    if warp.fits(n, m, k, warp.params(n, m, k, arch, values)):
+        return warp.function(n, m, k, arch, **values)
+    return function(n, m, k)
 
 
 def _check(name, v):
@@ -107,12 +124,17 @@ def schedule(f, tile=TILE, tk=TK, micro=MICRO, fragments=False):
 
 
 class CudaTiled(Solver):
-    """``a @ b`` with the CUDA schedule of :func:`schedule` (shared tiles,
-    register micro-tiles); the result allocated by torch on the inputs'
-    device."""
+    """``a @ b`` on the GPU: the warp-tiled, pipelined schedule of
+    :mod:`schedules.solvers.gemm_cuda_warp` with the parameters of the
+    device the arrays are on (its architecture's defaults, updated by a
+    tuning record of that device, :func:`schedules.core.tuned.recorded`),
+    or the classic one of :func:`schedule` (shared tiles, register
+    micro-tiles) for products smaller than a warp tile; the result
+    allocated by torch on the inputs' device."""
     op = "gemm"
     name = "cuda_tiled"
     target = "cuda"
+    version = 2                 # 2: the warp-tiled schedule
 
     def applicable(self, p):
         why = super().applicable(p)
@@ -124,12 +146,19 @@ class CudaTiled(Solver):
         return why
 
     def space(self, p):
-        return {"tile": [32, 64, 128], "tk": [8, 16, 32], "micro": [1, 2, 4, 8]}
+        return {"stages": [1, 2, 3, 4], "frag_stages": [1, 2], "swizzle": [False, True]}
 
     def build(self, p, params):
-        return function(p.n, p.m, p.k, **params)
+        """The Function for ``p``: ``params`` are tuned values (names of
+        :meth:`space`) and the device's ``arch``."""
+        values = dict(params)
+        return solver_function(p.n, p.m, p.k, values.pop("arch", None), **values)
 
-    def run(self, p, args):
+    def run(self, p, args, values=None):
         if p.degenerate:               # an empty product: no kernel to launch
             return zeros(args[0], (p.n, p.m))
-        return cuda_kernel(("gemm_cuda", p.n, p.m, p.k), lambda: self.build(p, {}))(*args)
+        arch, name = cuda_device(*args)
+        if values is None:
+            values = tuned.recorded(self, p, tuned.device_key(arch, name)) if arch else {}
+        key = ("gemm_cuda", p.n, p.m, p.k, arch, tuple(sorted(values.items())))
+        return cuda_kernel(key, lambda: self.build(p, dict(values, arch=arch)))(*args)

@@ -45,7 +45,10 @@ import islpy as isl
 
 from ..base.errors import IllegalScheduleError
 from ..lang.program import const_value
-from ..lang.schedule import gpu_tags, is_mapped
+from ..lang.schedule import bound_to, gpu_tags, is_mapped
+from . import gpu_threads
+from .gpu_async import plan_async
+from .gpu_mma import check_mma
 from .legality import describe, privatisable, schedule_depth
 
 MAX_THREADS = 1024                 # threads per block (every CUDA GPU since sm_20)
@@ -62,10 +65,24 @@ class KernelGroup:
     block_axes: list                      # axis of each block loop, outermost first
     host: int = 0                         # serial loops around it on the host (launch loops)
     thread_range: dict = field(default_factory=dict)   # axis -> (min, max) of its loop values
+    linear: int = 0                       # warp-tiled: threads of its 1-D block (gpu_threads)
+    stmt_threads: dict = field(default_factory=dict)   # linear: stmt -> {axis: (min, ext, stride)}
 
     @property
     def threads(self) -> dict:
+        if self.linear:
+            return {"x": self.linear}
         return {a: hi - lo + 1 for a, (lo, hi) in self.thread_range.items()}
+
+    def thread_attrs(self, stmt, axis) -> dict:
+        """The lowering's attributes of ``stmt``'s thread loop on ``axis``."""
+        if self.linear:
+            lo, ext, stride = self.stmt_threads[stmt][axis]
+            slowest = max(st * e for _, e, st in self.stmt_threads[stmt].values())
+            return {"min": lo, "extent": ext, "stride": stride, "linear": self.linear,
+                    "level": axis, "slowest": stride * ext == slowest}
+        lo, hi = self.thread_range[axis]
+        return {"min": lo, "extent": hi - lo + 1}
 
 
 @dataclass
@@ -74,6 +91,9 @@ class GpuPlan:
     loop_barriers: set = field(default_factory=set)     # (stmt, schedule position)
     seq_barriers: set = field(default_factory=set)      # (src stmt, dst stmt, position)
     by_stmt: dict = field(default_factory=dict)         # stmt -> KernelGroup
+    async_stmts: set = field(default_factory=set)       # pipelined copies run as cp.async
+    async_waits: dict = field(default_factory=dict)     # (stmt, position) -> groups left pending
+    mma: dict = field(default_factory=dict)             # tensor-core stmt -> operand tiles
 
     def kernel_of(self, stmt):
         return self.by_stmt.get(stmt)
@@ -199,6 +219,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
     sched = _per_stmt(deps.schedule(state).intersect_domain(model.union_domain(state)))
     pos_of = {}          # stmt -> {axis: schedule position of its thread loop}
     for k in kernels:
+        ranges = {}
         for s in k.stmts:
             st, pos_of[s] = state[s], {}
             for j, level, axis, tag in gpu_tags(st):
@@ -219,8 +240,11 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                         "loop")
                 old = k.thread_range.get(axis)
                 k.thread_range[axis] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+                ranges.setdefault(s, {})[axis] = (lo, hi)
+        if gpu_threads.linear_kernel(state, k.stmts):
+            gpu_threads.layout(k, state, commands, ranges)
         for axis, v in k.threads.items():
-            if v > MAX_BLOCK_DIM[axis]:
+            if v > MAX_BLOCK_DIM[axis] and not k.linear:
                 s = next(x for x in k.stmts if axis in pos_of[x])
                 tag = next(t for _, level, a, t in gpu_tags(state[s]) if level == "thread" and a == axis)
                 raise IllegalScheduleError(
@@ -242,21 +266,29 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
     # dependences between instances of one block
     def coord(stmt, var, axis):
         k = by_stmt[stmt]
+        if k.linear:                  # warp-tiled: one linear thread index
+            return gpu_threads.linear_tid(k, stmt, var, pos_of)
         p = pos_of[stmt].get(axis)
         return f"{var}{p}" if p is not None else str(k.thread_range[axis][0])
+
+    def thread_axes(k):
+        return ("x",) if k.linear else tuple(k.thread_range)
 
     def same_thread(s, t):
         k = by_stmt[s]
         nh, nb = k.host, len(k.block_axes)
         cons = [f"a{i} = b{i}" for i in range(2 * nh + 1)]
         cons += [f"a{2 * j + 1} = b{2 * j + 1}" for j in range(nh, nh + nb)]
-        cons += [f"{coord(s, 'a', x)} = {coord(t, 'b', x)}" for x in k.thread_range]
+        cons += [f"{coord(s, 'a', x)} = {coord(t, 'b', x)}" for x in thread_axes(k)]
         return " and ".join(cons)
 
     # per-thread arrays (cache_local): no value crosses threads, so their
     # storage conflicts between threads are none (each has its own copy)
     gdeps = _gpu_dependences(deps, state, by_stmt)
     check_local(model, deps, state, by_stmt, sched, same_thread, gdeps)
+    mma_ops = check_mma(model, state, commands, out, sched)
+    out.mma = mma_ops
+    plan_async(model, state, commands, out, sched, gdeps, depth)
     local = local_buffers(model)
     for buf, (d, conflicts) in gdeps.items():
         if buf in local:
@@ -294,10 +326,12 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
                         f"{state[s].loops[j].name!r} carries a dependence (blocks run "
                         "concurrently and communicate only across kernel launches): "
                         + describe(model, deps, buf, bad.to_union_map(), state, True))
-            axes = k.thread_range.keys()
+            axes = thread_axes(k)
             if not axes:
                 continue
             diff = "(" + " or ".join(f"{coord(s, 'a', x)} != {coord(t, 'b', x)}" for x in axes) + ")"
+            if buf in mma_ops.get(s, ()) or buf in mma_ops.get(t, ()):
+                diff = "true"         # ldmatrix reads a tile row in another lane (gpu_mma)
             for q in range(2 * (nh + nb), depth):
                 bad = rel(same_block + [f"a{i} = b{i}" for i in range(2 * (nh + nb), q)]
                           + [f"a{q} != b{q}", diff])
@@ -354,7 +388,7 @@ def _check_accumulate(stmt, st, shape, commands):
             level = tag.kind[4:]
             raise IllegalScheduleError(
                 f"{text} is illegal on the GPU: {loop!r} is a {level} loop of {stmt} "
-                f"({level}.{tag.arg}); a local tile is private to one thread, so it can "
+                f"({bound_to(tag.kind, tag.arg)}); a local tile is private to one thread, so it can "
                 f"accumulate only over a serial loop (e.g. the k-step loop between the block "
                 "and the thread loops), not combine partial results of different "
                 f"{level}s")
@@ -450,7 +484,7 @@ def check_shared(model, plan):
             if None in dims:
                 raise IllegalScheduleError(f"shared tile {name!r} has a shape that is not "
                                            "constant; tile the loops that index it")
-            n = b.dtype.np.itemsize
+            n = max(1, b.dtype.bits // 8)          # (bfloat16 has no NumPy dtype)
             for d in dims:
                 n *= d
             sizes[name] = n

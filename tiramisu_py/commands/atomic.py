@@ -60,6 +60,9 @@ def _restore(snap):
             d[k] = v
 
 
+_STORAGE = ("shape", "tile", "regs", "layout", "store_index", "buffer", "_auto_buffer")
+
+
 class CopyCall:
     """What one successful copy command added, for :meth:`Function.undo`."""
 
@@ -75,6 +78,10 @@ class CopyCall:
         self.names = f._names - ff["_names"][1]
         self.values = [(s, old[id(s)]["value"][0]) for s in f.statements
                        if id(s) in old and s.value is not old[id(s)]["value"][0]]
+        # storage the call changed (``pipeline``: a copy's buffer and index)
+        self.storage = [(o, k, old[id(o)][k][0]) for o in [*f.statements, *f.buffers.values()]
+                        if id(o) in old for k in _STORAGE
+                        if k in old[id(o)] and getattr(o, k, None) is not old[id(o)][k][0]]
         self.commands = list(ff["_commands"][1])
 
     def _check_unread(self, f, text):
@@ -110,6 +117,8 @@ class CopyCall:
         f._names -= self.names
         for s, v in self.values:
             s.value = v
+        for o, k, v in self.storage:
+            setattr(o, k, v)
         f._commands[:] = self.commands
         f._state_cache = f._model_cache = None
 

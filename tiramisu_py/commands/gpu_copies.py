@@ -46,8 +46,10 @@ import dataclasses
 import math
 
 from ..analysis.gpu_plan import AXES
+from ..analysis.gpu_threads import is_warp_axis
+from ..lang.expr import wrap
 from ..lang.program import Buffer, Computation, check_name
-from ..lang.schedule import _attaching_command
+from ..lang.schedule import _attaching_command, bound_to
 from ..poly.footprint import footprint_strides, footprint_widths
 from .copies import _make_copy
 from .state import extent_of, state_of
@@ -106,8 +108,7 @@ def cache_local(stmt, source, loop, name):
     buf = f.buffer(f"{copy_.name}_regs", tuple(counts), source.dtype)
     buf.memory = "local"
     buf.local_command = text
-    copy_.store_in(buf, [(v // s) % c if s > 1 else v % c
-                         for v, s, c in zip(copy_.vars, strides, counts)])
+    store_regs(copy_, buf, counts, strides, [1] * len(counts))
     # a strided dimension is split by its stride: the outer part runs the
     # ``count`` slots (v // stride = lo + slot), the inner one is fixed
     for v, st_ in zip(copy_.vars, strides):
@@ -117,8 +118,28 @@ def cache_local(stmt, source, loop, name):
     for n in names[:k + 1]:
         if n in tags:
             copy_._command("tag", n, tags[n].kind, tags[n].arg,
-                           text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
+                           text=f"{copy_.name}.bind({n}, '{bound_to(tags[n].kind, tags[n].arg)}')")
     return copy_
+
+
+def store_regs(copy_, buf, counts, strides, slots):
+    """Stores a per-thread copy into its array: ``counts`` elements per
+    dimension, indexed ``(v // stride) % (count * slots)`` (``slots``: the
+    stages of a pipelined dimension, 1 elsewhere)."""
+    dims = [c * n for c, n in zip(counts, slots)]
+    buf.shape = tuple(wrap(d) for d in dims)
+    buf.regs = {"counts": list(counts), "strides": list(strides)}
+    copy_.store_in(buf, [_slotted(v // s if s > 1 else v, c, n)
+                         for v, s, c, n in zip(copy_.vars, strides, counts, slots)])
+
+
+def _slotted(v, width, stages):
+    """``v``'s place in a dimension of ``width`` elements per stage: ``v %
+    width``, in slot ``(v // width) % stages`` (consecutive aligned windows of
+    ``width`` go to consecutive slots: the pipeline's buffers)."""
+    if stages == 1:
+        return v % width
+    return ((v // width) % stages) * width + v % width
 
 
 def _retarget(f, producer, consumer):
@@ -144,7 +165,7 @@ def _writes(s, source):
     return (isinstance(source, Buffer) and target.buffer is source) or target is source
 
 
-def cache_shared(stmt, source, loop, name):
+def cache_shared(stmt, source, loop, name, order=None, pad=0, swizzle=False, vector=None):
     f = stmt.function
     text = f"{stmt.name}.cache_shared({getattr(source, 'name', source)}, {loop})"
     if not isinstance(source, (Buffer, Computation)):
@@ -167,6 +188,8 @@ def cache_shared(stmt, source, loop, name):
     if not threads:
         raise ValueError(f"{text}: {stmt.name} has no thread loop; bind its thread loops "
                          "(bind / gpu_tile) before cache_shared")
+    ndim = len(source.shape) if isinstance(source, Buffer) else len(source.vars)
+    order, pad, vector = _check_layout(text, source, ndim, order, pad, swizzle, vector)
     copy_ = stmt.cache_at(source, loop, name=name or f"{source.name}_shared")
     widths = footprint_widths(f, copy_.name)
     if None in widths:
@@ -175,15 +198,35 @@ def cache_shared(stmt, source, loop, name):
     widths = [max(w, 1) for w in widths]
     buf = f.buffer(f"{copy_.name}_tile", tuple(widths), source.dtype)
     buf.memory = "shared"
-    copy_.store_in(buf, [v % w for v, w in zip(copy_.vars, widths)])
+    layout = {"widths": widths, "order": order, "pad": pad, "swizzle": bool(swizzle),
+              "stages": 1, "moving": [False] * ndim, "command": text}
+    store_tile(copy_, buf, layout, text)
     # the block's loops, as the consumer binds them
     for n in names[:k + 1]:
         if n in tags:
             copy_._command("tag", n, tags[n].kind, tags[n].arg,
-                           text=f"{copy_.name}.bind({n}, '{tags[n].kind[4:]}.{tags[n].arg}')")
-    # own dims: the innermost on thread.x, then y, z; each split by min(width, threads)
-    axes = [a for a in AXES if a in threads]
+                           text=f"{copy_.name}.bind({n}, '{bound_to(tags[n].kind, tags[n].arg)}')")
     own = [v.name for v in copy_.vars]
+    lanes = None
+    if vector is not None:
+        if widths[-1] % vector:
+            raise ValueError(f"{text}: vector={vector} does not divide the tile's innermost "
+                             f"width {widths[-1]} along {source.name!r}'s last dimension")
+        last = own[-1]
+        copy_.split(last, vector, names=(last + "q", last + "v"))
+        own[-1], lanes = last + "q", last + "v"
+        widths = widths[:-1] + [widths[-1] // vector]
+    # own dims: the innermost on thread.x, then y, z; each split by min(width, threads)
+    if any(is_warp_axis(a) for a in threads):
+        # a warp-tiled consumer: the block's threads are one linear index
+        total, avail = math.prod(threads.values()), {}
+        for axis, w in zip(AXES, reversed(widths)):
+            if total <= 1:
+                break
+            avail[axis] = min(w, total)
+            total //= avail[axis]
+        threads = avail
+    axes = [a for a in AXES if a in threads]
     mapped = list(zip(reversed(own), axes))
     outer, inner = [], []
     for v, axis in mapped:
@@ -193,8 +236,62 @@ def cache_shared(stmt, source, loop, name):
         inner.append((v + "1", axis))
     rest = [v for v in own if v not in dict(mapped)]
     order = rest + list(reversed(outer)) + [v for v, _ in reversed(inner)]
-    copy_.reorder(*order)
+    copy_.reorder(*(order + ([lanes] if lanes else [])))
     for v, axis in inner:
         copy_._command("tag", v, "gpu_thread", axis,
                        text=f"{copy_.name}.bind({v}, 'thread.{axis}')")
+    if lanes:
+        copy_._command("tag", lanes, "vector", vector,
+                       text=f"{copy_.name}.vectorize({lanes}, {vector})")
     return copy_
+
+
+def _check_layout(text, source, ndim, order, pad, swizzle, vector):
+    """The layout arguments of ``cache_shared``, checked: (order, pad, vector)."""
+    if order is None:
+        order = tuple(range(ndim))
+    if not isinstance(order, (tuple, list)) or sorted(order) != list(range(ndim)) \
+            or any(isinstance(o, bool) for o in order):
+        raise ValueError(f"{text}: order must be a permutation of the {ndim} dimensions of "
+                         f"{source.name!r} (0 .. {ndim - 1}), not {order!r}")
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+        raise ValueError(f"{text}: pad must be an int >= 0 (elements added to each row of the "
+                         f"tile), not {pad!r}")
+    if not isinstance(swizzle, bool):
+        raise ValueError(f"{text}: swizzle must be a bool, not {swizzle!r}")
+    if swizzle and pad:
+        raise ValueError(f"{text}: give pad or swizzle, not both (two ways of avoiding bank "
+                         "conflicts)")
+    size = max(1, source.dtype.bits // 8)
+    if vector is not None:
+        if not isinstance(vector, int) or isinstance(vector, bool) or vector < 1 \
+                or vector & (vector - 1) or vector * size > 16:
+            raise ValueError(f"{text}: vector must be a power of 2 with vector x "
+                             f"{size} bytes <= 16 (one 128-bit access), not {vector!r}")
+        if vector == 1:
+            vector = None
+    return tuple(order), pad, vector
+
+
+def store_tile(copy_, buf, layout, text):
+    """Stores ``copy_`` into its shared tile ``buf`` with ``layout`` (the
+    footprint's ``widths``, storage ``order``, ``pad`` per row, ``swizzle``,
+    ``stages`` slots along the ``moving`` dimensions: index ``v % (stages *
+    width)`` there, ``v % width`` elsewhere)."""
+    widths, order, stages = layout["widths"], layout["order"], layout["stages"]
+    dims = [w * (stages if mv else 1) for w, mv in zip(widths, layout["moving"])]
+    index = [_slotted(v, w, stages if mv else 1)
+             for v, w, mv in zip(copy_.vars, widths, layout["moving"])]
+    shape = [dims[o] for o in order]
+    shape[-1] += layout["pad"]
+    if layout["swizzle"]:
+        chunk = 16 // max(1, buf.dtype.bits // 8)
+        if shape[-1] % chunk or math.prod(shape) % (8 * chunk):
+            raise ValueError(f"{text}: swizzle permutes 16-byte chunks ({chunk} elements) "
+                             f"within 128-byte lines: the tile's rows ({shape[-1]}) must be a "
+                             f"multiple of {chunk} elements and its size "
+                             f"({' x '.join(map(str, shape))}) a multiple of {8 * chunk}")
+        buf.layout = {"swizzle": chunk, "row": shape[-1]}
+    buf.shape = tuple(wrap(n) for n in shape)
+    buf.tile = layout
+    copy_.store_in(buf, [index[o] for o in order])

@@ -15,6 +15,7 @@ from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, OMP_SCHEDULES, Command, _atta
 from .atomic import all_or_nothing_call, atomic
 from .copies import _access_named, _make_copy, _writers_in_root_item
 from .gpu_copies import cache_local, cache_shared
+from .gpu_pipeline import pipeline
 from .state import extent_of, model_of, state_of
 
 
@@ -238,17 +239,23 @@ class Schedulable:
     @provenance.command
     def bind(self, loop, to):
         """Maps ``loop`` to a GPU grid or block index: ``to`` is "block.x",
-        "block.y", "block.z", "thread.x", "thread.y" or "thread.z".  Block
-        loops are the outermost and carry no dependence; a dependence between
-        threads of one block gets a barrier where it is carried (a serial loop
-        or a sequence outside the thread loops), and is refused inside the
-        thread loops (:mod:`tiramisu_py.analysis.gpu_plan`, checked by ``compile()``)."""
+        "block.y", "block.z", "thread.x", "thread.y" or "thread.z", or a
+        warp-level tile's "warp.x", "warp.y", "lane.x", "lane.y" (the lane
+        loops split one warp's 32 threads, the warp loops the block's warps;
+        :mod:`tiramisu_py.analysis.gpu_threads`).  Block loops are the
+        outermost and carry no dependence; a dependence between threads of
+        one block gets a barrier where it is carried (a serial loop or a
+        sequence outside the thread loops), and is refused inside the thread
+        loops (:mod:`tiramisu_py.analysis.gpu_plan`, checked by ``compile()``)."""
         n = loop_name(loop)
         text = f"{self.name}.bind({n}, {to!r})"
         level, _, axis = to.partition(".") if isinstance(to, str) else ("", "", "")
+        if level in ("warp", "lane") and axis in ("x", "y"):
+            return self._command("tag", n, "gpu_thread", to, text=text)
         if level not in ("block", "thread") or axis not in ("x", "y", "z"):
             raise ValueError(f"{text}: to must be one of 'block.x', 'block.y', 'block.z', "
-                             f"'thread.x', 'thread.y', 'thread.z', not {to!r}")
+                             f"'thread.x', 'thread.y', 'thread.z', 'warp.x', 'warp.y', 'lane.x', "
+                             f"'lane.y', not {to!r}")
         return self._command("tag", n, "gpu_" + level, axis, text=text)
 
     @provenance.command
@@ -382,7 +389,8 @@ class Schedulable:
 
     @provenance.command
     @atomic
-    def cache_shared(self, source, loop, name=None):
+    def cache_shared(self, source, loop, name=None, *, order=None, pad=0, swizzle=False,
+                     vector=None):
         """A :meth:`cache_at` into GPU shared memory: the part of ``source``
         one iteration of ``loop`` reads is copied, cooperatively by the
         block's threads, into a ``__shared__`` tile shaped like that
@@ -392,8 +400,52 @@ class Schedulable:
         loops (bound before this call) give the copy's threads.  The
         barriers the copy needs (after it; before the next copy overwrites
         the tile) are placed by the GPU legality check, and the tiles of a
-        block must fit in shared memory (checked by ``compile``)."""
-        return cache_shared(self, source, loop_name(loop), name)
+        block must fit in shared memory (checked by ``compile``).
+
+        The tile's storage mapping: ``order`` permutes its dimensions
+        (``(1, 0)``: a transposed tile), ``pad`` adds elements to each row
+        and ``swizzle=True`` XOR-permutes its 16-byte chunks within each
+        128-byte line (both avoid bank conflicts; a swizzle is a bijection of
+        the tile, so the dependences are those of the plain layout).
+        ``vector=w``: each thread copies ``w`` consecutive elements of
+        ``source``'s last dimension as one access (a 128-bit load for 4
+        floats; the copy's innermost loop vectorized, its alignment proved
+        at ``compile``)."""
+        return cache_shared(self, source, loop_name(loop), name, order, pad, swizzle, vector)
+
+    @provenance.command
+    @atomic
+    def pipeline(self, loop, stages=2):
+        """Software pipelining over the serial ``loop``: the copies computed
+        at it (``cache_shared`` tiles, ``cache_local`` fragments) run
+        ``stages - 1`` iterations ahead of their readers, into ``stages``
+        slots of their storage (multi-buffering).  ``compile()`` proves it
+        with the dependences (a WAR the slots cannot hold is refused, naming
+        two instances), derives the barriers (one per iteration) and, on the
+        GPU, copies global -> shared tiles with ``cp.async`` and waits for
+        them where the dependences say
+        (:mod:`tiramisu_py.commands.gpu_pipeline`).  Atomic; ``f.undo()``
+        puts the copies and their storage back."""
+        return pipeline(self, loop_name(loop), stages)
+
+    @provenance.command
+    def tensor_core(self, k, i, j):
+        """Runs this update's innermost loops ``k`` (16 steps of the sum),
+        ``i`` (2: rows ``r`` and ``r + 8``) and ``j`` (2: a pair of
+        columns) on the tensor cores: one ``mma.sync.m16n8k16`` per warp
+        (bfloat16 or float16 inputs read from shared tiles with
+        ``ldmatrix``, float32 sums in the thread's registers).  The update
+        must be lane-mapped as the instruction holds its sums: ``lane.y``
+        (8) the rows, ``lane.x`` (4) the column pairs, i.e. ``row = 8 * i +
+        lane.y`` and ``col = 2 * lane.x + j`` within the 16 x 8 tile, and
+        reassociated (``allow_reassociation``: the instruction sums in its
+        own order).  ``compile()`` checks all of it on the access functions
+        and refuses, naming this command, what does not hold; the tiles'
+        copies get their barriers from the dependences as for any read of
+        another lane's data (:mod:`tiramisu_py.analysis.gpu_mma`)."""
+        names = [loop_name(x) for x in (k, i, j)]
+        return self._command("tensor_core", *names,
+                             text=f"{self.name}.tensor_core({', '.join(names)})")
 
     @provenance.command
     def then(self, other, loop=None):

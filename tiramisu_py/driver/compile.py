@@ -103,7 +103,8 @@ def _compile(f, target):
     for b in reversed(temps):
         if b.name not in private:
             body = ir.Allocate(b.name, *allocs[b.name], body, zero_init=b.name in zeroed,
-                               scope=getattr(b, "memory", "global"))
+                               scope=getattr(b, "memory", "global"),
+                               layout=getattr(b, "layout", None))
     arrays = [ir.ArrayArg(b.name, b.dtype.name, tuple(ex.index(s, {}) for s in b.shape),
                           writable=b.kind != "input") for b in inputs + outputs]
     lowered = ir.LoweredFunction(

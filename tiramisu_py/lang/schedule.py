@@ -54,6 +54,8 @@ class StmtSchedule:
     accumulate: dict = field(default_factory=dict)  # loop name -> command index
     at: tuple | None = None       # (producer, consumer, depth) after compute_at
     distributed: str | None = None  # the declared loop distributed over MPI ranks
+    pipelines: dict = field(default_factory=dict)   # loop -> (stages, copies, command index)
+    tensor_core: tuple | None = None    # (k loop, i loop, j loop, command index): mma.sync
 
     def find(self, name, command, stmt):
         for k, lp in enumerate(self.loops):
@@ -227,6 +229,31 @@ def _distribute(state, s, c, index, loop, declared):
     s.distributed = loop
 
 
+def _pipeline(state, s, c, index, loop, stages, copies):
+    """Software pipelining (``commands.gpu_pipeline``): each copy computed at
+    ``loop`` of ``c.stmt`` runs ``stages - 1`` iterations of it ahead of the
+    iteration that reads it (its schedule shifted; its storage, given more
+    slots by the command, is the legality check's to prove)."""
+    k = s.find(loop, c.text, c.stmt)
+    for name in copies:
+        x = state.get(name)
+        if x is None or x.at is None or len(x.loops) <= k or x.loops[k].name != loop:
+            raise ValueError(f"{c.text}: {name} is not computed at {c.stmt}'s loop {loop!r}")
+        x.loops[k] = Loop(loop, f"({x.loops[k].expr}) - {stages - 1}")
+    s.pipelines[loop] = (stages, tuple(copies), index)
+
+
+def _tensor_core(state, s, c, index, k, i, j):
+    """Marks the loops ``k`` (16), ``i`` (2: rows + 8) and ``j`` (2: the
+    column pair) of a lane-mapped update as one ``mma.sync`` per warp
+    (:mod:`tiramisu_py.analysis.gpu_mma` checks it at compile)."""
+    for n in (k, i, j):
+        s.find(n, c.text, c.stmt)
+    if len({k, i, j}) != 3:
+        raise ValueError(f"{c.text}: name three different loops")
+    s.tensor_core = (k, i, j, index)
+
+
 def _restricted(state, s, c, index, text):
     """No schedule change: records the restriction of a rank's part of a
     distributed Function (driver.distributed) in its log, hence in its warm
@@ -322,10 +349,10 @@ _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile
         "tile_band": _tile_band, "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
         "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after,
         "compute_at": _compute_at, "distribute": _distribute,
-        "restricted": _restricted}
+        "restricted": _restricted, "pipeline": _pipeline, "tensor_core": _tensor_core}
 
 
-_TAG_OPS = ("tag", "allow_reassociation", "accumulate")
+_TAG_OPS = ("tag", "allow_reassociation", "accumulate", "tensor_core")
 _ONE_NAME = ("a tag names one loop: split the statement's own loop first (its parts get "
              "names of their own) or declare it under another name")
 
@@ -372,7 +399,7 @@ def _check_retag(s, loop, kind, arg, text):
         return
     gpu = ("gpu_block", "gpu_thread")
     if old.kind in gpu:
-        now = f"{old.kind[4:]}.{old.arg}"
+        now = bound_to(old.kind, old.arg)
         raise ValueError(f"{text}: loop {loop!r} is already bound to {now}; a loop has one "
                          "mapping (split it to give its parts different ones)")
     if kind in gpu:
@@ -385,7 +412,12 @@ def _check_bind(s, loop, kind, axis, text):
     for other, t in s.tags.items():
         if other != loop and t.kind == kind and t.arg == axis and other in {lp.name for lp in s.loops}:
             raise ValueError(f"{text}: loop {other!r} of this statement is already bound to "
-                             f"{kind[4:]}.{axis}")
+                             f"{bound_to(kind, axis)}")
+
+
+def bound_to(kind, arg) -> str:
+    """A GPU tag as ``bind`` takes it: "block.x", "thread.y", "warp.x", "lane.y"."""
+    return arg if "." in str(arg) else f"{kind[4:]}.{arg}"
 
 
 def gpu_tags(st):

@@ -186,7 +186,19 @@ class AstLowering:
         body = self.node(n.for_get_body(), inner, loops + [name])
         self.dims.pop()
         kind, attrs = self.loop_kind(stmts, dim)
-        if self.gpu is not None and any((x, dim) in self.gpu.loop_barriers for x in stmts):
+        waits = [self.gpu.async_waits[(x, dim)] for x in stmts
+                 if self.gpu is not None and (x, dim) in self.gpu.async_waits]
+        barrier = self.gpu is not None and any((x, dim) in self.gpu.loop_barriers for x in stmts)
+        if waits:
+            # a pipelined loop's cp.async: one group per iteration, waited for at
+            # its end; after the loop all of them, and a barrier (isl may have
+            # split the loop, e.g. the copies of a short one before the reads)
+            n = min(waits)
+            end = ir.Barrier(wait=n) if barrier else ir.AsyncWait(n)
+            loop = ir.For(name, lo, hi, ir.Block([body, ir.AsyncCommit(), end]), kind=kind,
+                          step=step, attrs=attrs)
+            return ir.Block([loop, ir.Barrier(wait=0)])
+        if barrier:
             body = ir.Block([body, ir.Barrier()])     # threads of a block meet per iteration
         return ir.For(name, lo, hi, body, kind=kind, step=step, attrs=attrs)
 
@@ -199,6 +211,12 @@ class AstLowering:
             nm = names[dim] if dim < len(names) else None
             if self.gpu is not None and dim < 2 * getattr(self.gpu.kernel_of(stmt_name), "host", 0):
                 attrs["host"] = True          # one kernel launch per iteration (CUDA printer)
+            if st.tensor_core is not None and nm == st.tensor_core[0] and self.gpu is not None:
+                k, i, j, index = st.tensor_core
+                lanes = {t.arg: n for n, t in st.tags.items() if t.kind == "gpu_thread"}
+                attrs["mma"] = {"i": i, "j": j, "ly": lanes.get("lane.y"),
+                                "lx": lanes.get("lane.x"),
+                                "command": self.model.f._commands[index].text}
             if nm in st.accumulate:
                 red = self.model.by_name[stmt_name].stmt
                 attrs["accumulate"] = [(resolve(Access(red.parent, red.lhs))[0].name, red.op)]
@@ -217,6 +235,8 @@ class AstLowering:
                     attrs["private"].append(b)
             if tag.kind == "vector":
                 attrs["vector_width"] = tag.arg
+                if self.gpu is not None:          # the CUDA printer's refusals name it
+                    attrs["command"] = self.model.f._commands[tag.command].text
             elif tag.kind == "unrolled":
                 attrs["unroll"] = tag.arg
             elif tag.kind == "parallel" and tag.arg is not None:
@@ -224,8 +244,9 @@ class AstLowering:
             elif tag.kind in ir.GPU_KINDS:
                 attrs["axis"] = tag.arg
                 if tag.kind == "gpu_thread":      # value = threadIdx + min, < min + extent
-                    lo, hi = self.gpu.kernel_of(stmt_name).thread_range[tag.arg]
-                    attrs["min"], attrs["extent"] = lo, hi - lo + 1
+                    attrs.update(self.gpu.kernel_of(stmt_name).thread_attrs(stmt_name, tag.arg))
+                    if "linear" in attrs:         # warp-tiled: decomposes threadIdx.x
+                        attrs["axis"] = "x"
         return kind, attrs
 
     def sequence(self, kids, scope, loops):
@@ -338,6 +359,8 @@ class AstLowering:
         if isinstance(s, Computation):
             buf, idx = resolve(Access(s, s.vars))
             value = cast(self.ex.expr(s.value, env, s.dtype), s.dtype)
+            if self.gpu is not None and m.name in self.gpu.async_stmts:
+                return ir.AsyncCopy(buf.name, tuple(self.ex.index(i, env) for i in idx), value)
         else:
             buf, idx = resolve(Access(s.parent, s.lhs))
             dt = T.arith(s.parent.dtype)      # a 16-bit float accumulates in float32

@@ -33,21 +33,39 @@ def footprint_widths(f, copy_name):
     return out
 
 
-def footprint_strides(f, copy_name):
-    """Per own dimension of a compute_at copy, the stride of what one
-    iteration of its enclosing loops reads (1 when none)."""
+def _per_iteration(f, copy_name):
+    """(one iteration's footprint of a compute_at copy: the enclosing loops'
+    values as parameters after the params, number of params, own dims)."""
     model = build_model(f)
     state = replay(model, f._commands)
     dom = model.compute_ats(state)[copy_name].member_domain(copy_name)
     depth = state[copy_name].at[2]
-    n = dom.dim(isl.dim_type.set) - depth
     nparam = dom.dim(isl.dim_type.param)
-    # the enclosing loops' values become parameters: one iteration's footprint
     per_iter = dom.move_dims(isl.dim_type.param, nparam, isl.dim_type.set, 0, depth)
+    return per_iter, nparam, dom.dim(isl.dim_type.set) - depth
+
+
+def footprint_strides(f, copy_name):
+    """Per own dimension of a compute_at copy, the stride of what one
+    iteration of its enclosing loops reads (1 when none)."""
+    per_iter, _, n = _per_iteration(f, copy_name)
     out = []
     for d in range(n):
         s = per_iter.get_stride(d)
         out.append(int(s.to_python()) if s.is_int() and s.to_python() > 0 else 1)
+    return out
+
+
+def footprint_moves(f, copy_name, level):
+    """Per own dimension of a compute_at copy, True when where its footprint
+    starts changes with the enclosing loop at ``level`` (0: outermost): the
+    dimensions a multi-buffered tile (``pipeline``) gives one slot per stage."""
+    per_iter, nparam, n = _per_iteration(f, copy_name)
+    out = []
+    for d in range(n):
+        lo = per_iter.dim_min(d)
+        out.append(any(aff.involves_dims(isl.dim_type.param, nparam + level, 1)
+                       for _, aff in lo.get_pieces()))
     return out
 
 
