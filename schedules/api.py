@@ -1,9 +1,10 @@
-"""The operator library's public calls, each parse -> find -> run: the
+"""The operator library's public calls, each parse -> find -> solve: the
 problem parsed once from torch-style arguments (:mod:`schedules.problems`),
-the solver chosen by the find step (:func:`schedules.core.find.find` over
-:data:`schedules.registry.SOLVERS`; ``algo=`` / ``schedule=`` forces one),
-and run on the checked arguments.  The ``*_function`` helpers give a
-solver's scheduled Function, to inspect or re-schedule."""
+then :func:`schedules.core.find.solve` over the operator's solvers
+(:data:`schedules.registry.SOLVERS`; ``algo=`` / ``schedule=`` forces one):
+the solver found runs on the checked arguments and gives the call's result.
+The calls composed of others (``matmul``, a bidirectional or projected RNN
+stack, the paper's blocks) compose them here."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,40 +14,24 @@ from .blocks.blis import GemmParams
 from .blocks.pool import max_pool2d_function
 from .core import arrays as A
 from .core import call_memo
-from .core.find import find
+from .core.find import find, solve
 from .core.kernels import kernel
-from .problems.conv import ConvProblem, ConvShape, conv_shape
+from .problems.conv import ConvProblem
 from .problems.gemm import GemmProblem, MatmulShapes
 from .problems.pool import max_pool_problem
 from .problems.resize_conv import ResizeConvProblem
 from .problems.rnn import RnnProblem, RnnStack
 from .registry import SOLVERS
-from .solvers import conv_fused, conv_sparse, rnn_train
-from .solvers.conv_dense import BUILDERS
+from .solvers import rnn_train
 from .solvers.lstm_projected import lstm_projected_layer
 from .solvers.rnn_cpu import SCHEDULES
 from .weights.rnn import _numpy, blocking
 
-CONV_ALGOS = tuple(BUILDERS)                  # the dense conv2d solvers ("sparse" aside)
-FUSED_ALGOS = conv_fused.ALGOS
 RNN_SCHEDULES = SCHEDULES
 
 
 def _solve(op, p, args, algo, call, param="algo", repeats=3):
-    return find(p, SOLVERS[op], args, algo, call=call, param=param, repeats=repeats).run(p, args)
-
-
-def _conv(op, p, args, algo, call):
-    """A convolution's result: the solver's (found, or forced and checked),
-    torch's empty result for a degenerate problem (no kernel run), without
-    the batch axis for an unbatched input."""
-    solver = find(p, SOLVERS[op], args, algo, call=call)
-    if p.degenerate:
-        return args.result(args.zeros(p))
-    out = solver.run(p, args)
-    if p.activation not in solver.activations:
-        A.activate(out, p.activation)
-    return args.result(out)
+    return solve(SOLVERS[op], p, args, algo, call=call, param=param, repeats=repeats)
 
 
 # ------------------------------------------------------------------ convolutions
@@ -72,17 +57,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     host), or None."""
     p, args = ConvProblem.from_call("conv2d", input, weight, bias, stride, padding, dilation,
                                     groups, algo=algo, target=target, activation=activation)
-    return _conv("conv2d", p, args, algo, "conv2d")
-
-
-def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1, groups=1,
-                    algo="direct", bias=True):
-    """The scheduled Function of one algorithm, to inspect or re-schedule
-    (``stride``, ``padding``, ``dilation`` as in :func:`conv2d`)."""
-    good = isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1
-    s = ConvShape.make((n, ci, h, w), (co, ci // groups if good else ci, kh, kw), stride,
-                       padding, dilation, groups, op="conv2d_function")   # (bad groups: named)
-    return BUILDERS[algo](s, bias=bias)
+    return solve(SOLVERS["conv2d"], p, args, algo, call="conv2d")
 
 
 def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
@@ -98,7 +73,7 @@ def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
     p, args = ConvProblem.from_call("conv_relu_maxpool", input, weight, bias, stride, padding,
                                     dilation, groups, algo=algo, target=target, pool=pool,
                                     gpu=False)
-    return _conv("conv_relu_maxpool", p, args, algo, "conv_relu_maxpool")
+    return solve(SOLVERS["conv_relu_maxpool"], p, args, algo, call="conv_relu_maxpool")
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -140,7 +115,7 @@ def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, ta
     p, args = ConvProblem.from_call("conv2d", x, w, bias, stride, padding, dilation, groups,
                                     algo="sparse", target=target, name="sparse_conv2d",
                                     names=("x", "w"))
-    return _conv("conv2d", p, args, "sparse", "sparse_conv2d")
+    return solve(SOLVERS["conv2d"], p, args, "sparse", call="sparse_conv2d")
 
 
 def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, dilation=1,
@@ -154,7 +129,8 @@ def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, di
     p, args = ConvProblem.from_call("conv_relu_maxpool", x, w, bias, stride, padding, dilation,
                                     groups, algo="sparse", target=target, pool=pool,
                                     name="sparse_conv_relu_maxpool", names=("x", "w"), gpu=False)
-    return _conv("conv_relu_maxpool", p, args, "sparse", "sparse_conv_relu_maxpool")
+    return solve(SOLVERS["conv_relu_maxpool"], p, args, "sparse",
+                 call="sparse_conv_relu_maxpool")
 
 
 def resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="bilinear", stride=1,
@@ -176,19 +152,11 @@ def resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="biline
                            for v in (x, weight, bias))
     p, args = ResizeConvProblem.from_call(x, size, weight, bias, pool, mode, stride, padding,
                                           dilation, algo=algo, target=target)
-    out = _solve("resize_conv_relu_maxpool", p, args, algo, "resize_conv_relu_maxpool")
+    out = solve(SOLVERS["resize_conv_relu_maxpool"], p, args, algo,
+                call="resize_conv_relu_maxpool")
     if grad:                        # no backward kernel: a gradient asked of it raises
         (out,) = A.without_backward("schedules.resize_conv_relu_maxpool", (out,), grad)
     return out
-
-
-def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1,
-                           bias=True, pool=1, relu=False, **schedule):
-    """The scheduled Function of the CSR sparse convolution, to inspect or
-    re-schedule."""
-    s = conv_shape((n, ci, h, w), (co, ci, kh, kw), stride, padding, dilation,
-                   "sparse_conv2d_function")
-    return conv_sparse.function(s, bias=bias, pool=pool, relu=relu, **schedule)
 
 
 # ------------------------------------------------------------------ GEMM
@@ -223,7 +191,7 @@ def batched_gemm(a, b, params: GemmParams | None = None, target=None):
     (``torch.bmm`` refuses it); other batch sizes must be equal.  For more
     batch dimensions, or 2-D and 1-D operands, see :func:`matmul`."""
     p, args = GemmProblem.from_call("batched_gemm", a, b, params, target, gpu=False)
-    return _solve("batched_gemm", p, args, "auto", "batched_gemm")
+    return solve(SOLVERS["batched_gemm"], p, args, call="batched_gemm")
 
 
 def matmul(a, b, params: GemmParams | None = None, target=None):
@@ -259,7 +227,7 @@ def gemm_int8(a, b, target=None):
     shifted to unsigned and the compensation ``128 * rowsum(A)`` folded in
     (:mod:`schedules.blocks.dot_gemm`)."""
     p, args = GemmProblem.from_call("gemm_int8", a, b, None, target, gpu=False)
-    return _solve("gemm_int8", p, args, "auto", "gemm_int8")
+    return solve(SOLVERS["gemm_int8"], p, args, call="gemm_int8")
 
 
 # ------------------------------------------------------------------ RNNs

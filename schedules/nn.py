@@ -21,7 +21,7 @@ import schedules.torch_ops as T  # (registers torch.ops.tiramisu)
 from schedules import torch_glue as glue
 from schedules import api
 from schedules.solvers import rnn_train
-from schedules.api import FUSED_ALGOS
+from schedules.registry import FUSED_ALGOS
 from schedules.fusion import STAND_INS, ConvertReport, find_chains
 from schedules.weights.csr import CSRWeights
 

@@ -51,6 +51,7 @@ Design (as MIOpen's solver architecture)
 """
 from __future__ import annotations
 
+from .solvers import conv_dense, conv_fused
 from .solvers.conv_cuda import CudaDirect
 from .solvers.conv_dense import Direct, Im2col, SpatialPack
 from .solvers.conv_depthwise import Depthwise
@@ -76,6 +77,9 @@ SOLVERS = {
     "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],
     "gru": [Layer("gru"), Wavefront("gru"), CudaWavefront("gru")],
 }
+
+CONV_ALGOS = tuple(conv_dense.BUILDERS)  # conv2d's dense algorithms (conv2d_function's)
+FUSED_ALGOS = conv_fused.ALGOS           # conv_relu_maxpool's dense algorithms
 
 
 def names(op, target="cpu"):
