@@ -51,7 +51,7 @@ Design (as MIOpen's solver architecture)
 """
 from __future__ import annotations
 
-from .solvers import conv_dense, conv_fused
+from .solvers import conv_dense, conv_fused, rnn_cpu
 from .solvers.conv_cuda import CudaDirect
 from .solvers.conv_dense import Direct, Im2col, SpatialPack
 from .solvers.conv_depthwise import Depthwise
@@ -59,12 +59,16 @@ from .solvers.conv_fused import FusedDirect, FusedWinograd
 from .solvers.conv_sparse import SparseCSR
 from .solvers.conv_sparse_cuda import CudaSparseCSR
 from .solvers.gemm_blis import Blis
-from .solvers.resize_conv import ResizeDirect, ResizeSparse
 from .solvers.gemm_cuda import CudaTiled
 from .solvers.gemm_dot import DotGemm
 from .solvers.gemm_rows import Rows, RowsT
+from .solvers.lstm_projected import Projected
+from .solvers.resize_conv import ResizeDirect, ResizeSparse
 from .solvers.rnn_cpu import Layer, Wavefront
 from .solvers.rnn_cuda import CudaWavefront
+from .solvers.rnn_train import TrainLayer, TrainWavefront
+
+_RNN = {cell: [Layer(cell), Wavefront(cell), CudaWavefront(cell)] for cell in ("lstm", "gru")}
 
 SOLVERS = {
     "conv2d": [Direct(), Depthwise(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
@@ -74,12 +78,17 @@ SOLVERS = {
     "gemm": [RowsT(), Rows(), Blis("gemm"), DotGemm("gemm"), CudaTiled()],
     "batched_gemm": [Blis("batched_gemm"), DotGemm("batched_gemm")],
     "gemm_int8": [DotGemm("gemm_int8")],
-    "lstm": [Layer("lstm"), Wavefront("lstm"), CudaWavefront("lstm")],
-    "gru": [Layer("gru"), Wavefront("gru"), CudaWavefront("gru")],
+    "lstm": _RNN["lstm"],
+    "gru": _RNN["gru"],
+    # training: the backward's schedules, each finding its forward among the op's solvers
+    "lstm_train": [TrainLayer("lstm", _RNN["lstm"]), TrainWavefront("lstm", _RNN["lstm"])],
+    "gru_train": [TrainLayer("gru", _RNN["gru"]), TrainWavefront("gru", _RNN["gru"])],
+    "lstm_projected": [Projected()],      # one direction of one layer of a projected stack
 }
 
 CONV_ALGOS = tuple(conv_dense.BUILDERS)  # conv2d's dense algorithms (conv2d_function's)
 FUSED_ALGOS = conv_fused.ALGOS           # conv_relu_maxpool's dense algorithms
+RNN_SCHEDULES = rnn_cpu.SCHEDULES        # lstm / gru's schedules
 
 
 def names(op, target="cpu"):

@@ -186,6 +186,44 @@ def _private_uses(mods: dict, mod: str) -> list:
     return out
 
 
+def test_the_library_api_reaches_solvers_only_through_the_registry():
+    """schedules.api imports no solver module: a public call is parse (a
+    problem) -> core.find.solve over the registry's list -> the solver."""
+    bad = sorted((t, line) for t, line in GRAPH["schedules.api"]
+                 if t.startswith("schedules.solvers"))
+    assert not bad, f"schedules.api imports solver modules (use the registry): {bad}"
+
+
+def own_name_uses(source: str) -> list:
+    """Lines where a method reads ``self.name`` to decide something (in a
+    comparison, a lookup, an argument) rather than to name something (a
+    kernel key's tuple, an f-string)."""
+    out = []
+    for parent in ast.walk(ast.parse(source)):
+        if isinstance(parent, (ast.Tuple, ast.FormattedValue)):
+            continue
+        for child in ast.iter_child_nodes(parent):
+            if isinstance(child, ast.Attribute) and child.attr == "name" \
+                    and isinstance(child.value, ast.Name) and child.value.id == "self":
+                out.append(child.lineno)
+    return out
+
+
+def test_no_solver_branches_on_its_own_name():
+    """Each solver is its own class with its own build and run: what several
+    share is a base class or a function, never a switch on ``self.name``."""
+    bad = sorted((m, line) for m, p in ig.modules().items() if m.startswith("schedules.solvers")
+                 for line in own_name_uses(p.read_text()))
+    assert not bad, f"solvers deciding on their own name: {bad}"
+
+
+def test_the_own_name_check_finds_a_switch():
+    src = ("class A:\n    def run(self):\n        k = (1, self.name)\n"
+           "        if self.name == 'x':\n            return T[self.name]\n"
+           "        return f(algo=self.name, key=f'{self.name}')\n")
+    assert own_name_uses(src) == [4, 5, 6]
+
+
 def test_codegen_takes_no_private_name_of_another_module():
     mods = {m: p for m, p in ig.modules().items() if m.startswith("codegen")}
     bad = sorted((m, *u) for m in mods for u in _private_uses(mods, m))
