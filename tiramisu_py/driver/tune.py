@@ -53,7 +53,7 @@ from ..confirm import Verdict, confirm, no_win
 from ..base.errors import IllegalScheduleError
 from ..runtime.shapes import eval_size
 from .auto_schedule import AutoScheduler
-from .auto_steps import Step, _StmtRef
+from .auto_steps import Step, StmtRef as _StmtRef
 from .compile import compile_function, default_target
 from .warm import algorithm_lines
 
