@@ -146,7 +146,7 @@ class ConvSolver(Solver):
             out = args.zeros(p)
         else:
             out = self.run(p, args)
-            if p.activation not in self.activations:
+            if p.activation is not None and p.activation not in self.activations:
                 A.activate(out, p.activation)
         return out[0] if args.unbatched else out
 

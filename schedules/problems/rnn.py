@@ -298,8 +298,8 @@ def rnn_call(cell, x, weights, h0, c0, sparse, schedule, target, dropout, traini
                               or len(masks) != len(weights) - 1):
         raise ValueError("dropout_masks: expected a list of one (T, B, H) mask per layer but the "
                          "last (and no dropout= as well)")
-    if trainable(x, weights, h0, c0, sparse, target) and \
-            (grad or p_drop or masks or is_float64(x)):
+    if (grad or p_drop or masks or is_float64(x)) and \
+            trainable(x, weights, h0, c0, sparse, target):
         if p_drop and len(weights) > 1:
             masks = dropout_masks(x, len(weights), weights, p_drop)
         return RnnProblem.training(cell, x, weights, h0, c0, masks, target, schedule, unb)
