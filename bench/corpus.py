@@ -143,7 +143,7 @@ def fuzz_cases(quick, count):
 def library_cases(quick):
     import importlib
     G = importlib.import_module("schedules.blocks.blis")
-    CO = importlib.import_module("schedules.api")
+    CO = importlib.import_module("schedules.solvers.conv_dense")
     FU = importlib.import_module("schedules.solvers.conv_fused")
     from schedules.problems.conv import ConvShape
     n = 128 if quick else 512

@@ -32,17 +32,20 @@ LSTM/GRU wavefront.  ``target="cuda"`` (or torch CUDA tensors) runs
 (``tiramisu-py tune gemm conv sparse rnn``) times the solvers' parameters on
 this host once and records them; every later call on this host uses them.
 """
-from .api import (CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES, batched_gemm, conv2d, conv2d_function,
-                  conv_relu_maxpool, gemm, gemm_int8, gru, gru_function, lstm, lstm_function, matmul,
-                  max_pool2d, resize_conv_relu_maxpool, sparse_conv2d, sparse_conv2d_function,
-                  sparse_conv_relu_maxpool, fold_batchnorm, vgg_block, resnet_block)
+from .api import (batched_gemm, conv2d, conv_relu_maxpool, gemm, gemm_int8, gru, lstm, matmul,
+                  max_pool2d, resize_conv_relu_maxpool, sparse_conv2d, sparse_conv_relu_maxpool,
+                  fold_batchnorm, vgg_block, resnet_block)
 from .blocks.blis import GemmParams
 from .blocks.blis import default_params as gemm_params
 from .blocks.blis import function as gemm_function
 from .host import host
+from .registry import CONV_ALGOS, FUSED_ALGOS, RNN_SCHEDULES
+from .solvers.conv_dense import conv2d_function
 from .solvers.conv_fused import function as conv_relu_maxpool_function
+from .solvers.conv_sparse import sparse_conv2d_function
 from .solvers.gemm_cuda import solver_function as gemm_cuda_function
 from .solvers.resize_conv import function as resize_conv_relu_maxpool_function
+from .solvers.rnn_cpu import gru_function, lstm_function
 from .solvers.rnn_cuda import function as rnn_cuda_function
 from .tuner import tune_library
 from .weights.csr import CSRWeights

@@ -1,52 +1,26 @@
-"""The operator library's public calls, each parse -> find -> run: the
+"""The operator library's public calls, each parse -> find -> solve: the
 problem parsed once from torch-style arguments (:mod:`schedules.problems`),
-the solver chosen by the find step (:func:`schedules.core.find.find` over
-:data:`schedules.registry.SOLVERS`; ``algo=`` / ``schedule=`` forces one),
-and run on the checked arguments.  The ``*_function`` helpers give a
-solver's scheduled Function, to inspect or re-schedule."""
+then :func:`schedules.core.find.solve` over the operator's solvers
+(:data:`schedules.registry.SOLVERS`; ``algo=`` / ``schedule=`` forces one):
+the solver found runs on the checked arguments and gives the call's result.
+The calls composed of others (``matmul``, a bidirectional or projected RNN
+stack, the paper's blocks) compose them here."""
 from __future__ import annotations
 
 import numpy as np
 
-from .blocks import rnn_cells as cells
 from .blocks.blis import GemmParams
 from .blocks.pool import max_pool2d_function
 from .core import arrays as A
 from .core import call_memo
-from .core.find import find
+from .core.find import find, solve
 from .core.kernels import kernel
-from .problems.conv import ConvProblem, ConvShape, conv_shape
+from .problems.conv import ConvProblem
 from .problems.gemm import GemmProblem, MatmulShapes
 from .problems.pool import max_pool_problem
 from .problems.resize_conv import ResizeConvProblem
-from .problems.rnn import RnnProblem, RnnStack
+from .problems.rnn import ProjectedProblem, RnnStack, rnn_call
 from .registry import SOLVERS
-from .solvers import conv_fused, conv_sparse, rnn_train
-from .solvers.conv_dense import BUILDERS
-from .solvers.lstm_projected import lstm_projected_layer
-from .solvers.rnn_cpu import SCHEDULES
-from .weights.rnn import _numpy, blocking
-
-CONV_ALGOS = tuple(BUILDERS)                  # the dense conv2d solvers ("sparse" aside)
-FUSED_ALGOS = conv_fused.ALGOS
-RNN_SCHEDULES = SCHEDULES
-
-
-def _solve(op, p, args, algo, call, param="algo", repeats=3):
-    return find(p, SOLVERS[op], args, algo, call=call, param=param, repeats=repeats).run(p, args)
-
-
-def _conv(op, p, args, algo, call):
-    """A convolution's result: the solver's (found, or forced and checked),
-    torch's empty result for a degenerate problem (no kernel run), without
-    the batch axis for an unbatched input."""
-    solver = find(p, SOLVERS[op], args, algo, call=call)
-    if p.degenerate:
-        return args.result(args.zeros(p))
-    out = solver.run(p, args)
-    if p.activation not in solver.activations:
-        A.activate(out, p.activation)
-    return args.result(out)
 
 
 # ------------------------------------------------------------------ convolutions
@@ -72,17 +46,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     host), or None."""
     p, args = ConvProblem.from_call("conv2d", input, weight, bias, stride, padding, dilation,
                                     groups, algo=algo, target=target, activation=activation)
-    return _conv("conv2d", p, args, algo, "conv2d")
-
-
-def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1, groups=1,
-                    algo="direct", bias=True):
-    """The scheduled Function of one algorithm, to inspect or re-schedule
-    (``stride``, ``padding``, ``dilation`` as in :func:`conv2d`)."""
-    good = isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1
-    s = ConvShape.make((n, ci, h, w), (co, ci // groups if good else ci, kh, kw), stride,
-                       padding, dilation, groups, op="conv2d_function")   # (bad groups: named)
-    return BUILDERS[algo](s, bias=bias)
+    return solve(SOLVERS["conv2d"], p, args, algo, call="conv2d")
 
 
 def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *,
@@ -98,7 +62,7 @@ def conv_relu_maxpool(input, weight, bias=None, stride=1, padding=0, dilation=1,
     p, args = ConvProblem.from_call("conv_relu_maxpool", input, weight, bias, stride, padding,
                                     dilation, groups, algo=algo, target=target, pool=pool,
                                     gpu=False)
-    return _conv("conv_relu_maxpool", p, args, algo, "conv_relu_maxpool")
+    return solve(SOLVERS["conv_relu_maxpool"], p, args, algo, call="conv_relu_maxpool")
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
@@ -140,7 +104,7 @@ def sparse_conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, ta
     p, args = ConvProblem.from_call("conv2d", x, w, bias, stride, padding, dilation, groups,
                                     algo="sparse", target=target, name="sparse_conv2d",
                                     names=("x", "w"))
-    return _conv("conv2d", p, args, "sparse", "sparse_conv2d")
+    return solve(SOLVERS["conv2d"], p, args, "sparse", call="sparse_conv2d")
 
 
 def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, dilation=1,
@@ -154,7 +118,8 @@ def sparse_conv_relu_maxpool(x, w, bias=None, pool=2, *, stride=1, padding=0, di
     p, args = ConvProblem.from_call("conv_relu_maxpool", x, w, bias, stride, padding, dilation,
                                     groups, algo="sparse", target=target, pool=pool,
                                     name="sparse_conv_relu_maxpool", names=("x", "w"), gpu=False)
-    return _conv("conv_relu_maxpool", p, args, "sparse", "sparse_conv_relu_maxpool")
+    return solve(SOLVERS["conv_relu_maxpool"], p, args, "sparse",
+                 call="sparse_conv_relu_maxpool")
 
 
 def resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="bilinear", stride=1,
@@ -176,19 +141,11 @@ def resize_conv_relu_maxpool(x, size, weight, bias=None, pool=2, *, mode="biline
                            for v in (x, weight, bias))
     p, args = ResizeConvProblem.from_call(x, size, weight, bias, pool, mode, stride, padding,
                                           dilation, algo=algo, target=target)
-    out = _solve("resize_conv_relu_maxpool", p, args, algo, "resize_conv_relu_maxpool")
+    out = solve(SOLVERS["resize_conv_relu_maxpool"], p, args, algo,
+                call="resize_conv_relu_maxpool")
     if grad:                        # no backward kernel: a gradient asked of it raises
         (out,) = A.without_backward("schedules.resize_conv_relu_maxpool", (out,), grad)
     return out
-
-
-def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1,
-                           bias=True, pool=1, relu=False, **schedule):
-    """The scheduled Function of the CSR sparse convolution, to inspect or
-    re-schedule."""
-    s = conv_shape((n, ci, h, w), (co, ci, kh, kw), stride, padding, dilation,
-                   "sparse_conv2d_function")
-    return conv_sparse.function(s, bias=bias, pool=pool, relu=relu, **schedule)
 
 
 # ------------------------------------------------------------------ GEMM
@@ -223,7 +180,7 @@ def batched_gemm(a, b, params: GemmParams | None = None, target=None):
     (``torch.bmm`` refuses it); other batch sizes must be equal.  For more
     batch dimensions, or 2-D and 1-D operands, see :func:`matmul`."""
     p, args = GemmProblem.from_call("batched_gemm", a, b, params, target, gpu=False)
-    return _solve("batched_gemm", p, args, "auto", "batched_gemm")
+    return solve(SOLVERS["batched_gemm"], p, args, call="batched_gemm")
 
 
 def matmul(a, b, params: GemmParams | None = None, target=None):
@@ -259,7 +216,7 @@ def gemm_int8(a, b, target=None):
     shifted to unsigned and the compensation ``128 * rowsum(A)`` folded in
     (:mod:`schedules.blocks.dot_gemm`)."""
     p, args = GemmProblem.from_call("gemm_int8", a, b, None, target, gpu=False)
-    return _solve("gemm_int8", p, args, "auto", "gemm_int8")
+    return solve(SOLVERS["gemm_int8"], p, args, call="gemm_int8")
 
 
 # ------------------------------------------------------------------ RNNs
@@ -302,96 +259,37 @@ def gru(x, weights, h0=None, *, bidirectional=False, sparse=False, schedule="aut
     return y, hn
 
 
-def rnn_states_solver(cell, x, weights, h0, c0, target=None, schedule="auto"):
-    """``solve(train)`` for :mod:`schedules.solvers.rnn_train`: the library's
-    float32 forward solvers on this call's (batched, dense) arguments,
-    returning ``(y, h_n, c_n)`` and keeping each layer's ``(input, h
-    states)`` in ``train["states"]`` (with ``train["masks"]``, the dropout
-    between the layers, the layers run one by one)."""
-    def solve(train):
-        p, args = RnnProblem.from_call(cell, x, weights, h0, c0, False, target)
-        # dropout goes between the layers: layer-major (the backward follows schedule)
-        forward = "layer" if train["masks"] else schedule
-        return _solve(cell, p, args + (train,), forward, cell, "schedule", repeats=2)
-    return solve
-
-
 def _rnn(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, masks,
          bidirectional=False):
     """One LSTM/GRU call: a bidirectional or projected stack composed of
-    one-layer calls (:func:`_stacked`); else unbatched input unsqueezed, then
-    the training path (:func:`schedules.solvers.rnn_train.run`: a gradient
-    may be asked, float64, or dropout) or the library's solvers."""
+    one-direction calls (:func:`_stacked`); else the call parsed once
+    (:func:`schedules.problems.rnn.rnn_call`: an inference problem, or a
+    training one, ``SOLVERS["lstm_train"]``: a gradient may be asked,
+    float64, or dropout) and solved."""
     stack = RnnStack.of(cell, weights, bidirectional)
     if stack is not None:
-        if rnn_train.dropout_p(dropout, training) or masks is not None:
-            raise ValueError(f"schedules.{cell}: dropout in training mode is not supported for a "
-                             "bidirectional or projected stack (its layers run one by one); "
-                             "pass dropout=0 or training=False")
-        unbatched = rnn_train.unbatched(cell, x, h0, c0)      # (T, I), states (L*D, H)
-        if unbatched:
-            x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
+        x, h0, c0, unbatched = stack.parse(x, h0, c0, schedule, dropout, training, masks)
         y, hn, cn = _stacked(stack, x, h0, c0, sparse, schedule, target)
         if unbatched:
             y, hn, cn = (None if a is None else a[:, 0] for a in (y, hn, cn))
         return y, hn, cn
-    unbatched = rnn_train.unbatched(cell, x, h0, c0)
-    if unbatched:
-        x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
-    p_drop = rnn_train.dropout_p(dropout, training)
-    grad = A.needing_grad(x, weights, h0, c0)
-    trainable = rnn_train.trainable(x, weights, h0, c0, sparse, target)
-    if masks is not None and (p_drop or not isinstance(masks, (list, tuple))
-                              or len(masks) != len(weights) - 1):
-        raise ValueError("dropout_masks: expected a list of one (T, B, H) mask per layer but the "
-                         "last (and no dropout= as well)")
-    if trainable and (grad or p_drop or masks or rnn_train.is_float64(x)):
-        if p_drop and len(weights) > 1:
-            masks = rnn_train.dropout_masks(x, len(weights), weights, p_drop)
-        solve = None if rnn_train.is_float64(x) else \
-            rnn_states_solver(cell, x, weights, h0, c0, target, schedule)
-        y, hn, cn = rnn_train.run(cell, x, weights, h0, c0, masks, target, schedule, solve)
-    else:
-        if p_drop or masks:
-            raise ValueError(f"dropout={dropout} in training mode (or dropout_masks): the training "
-                             "path takes dense weights as lists on the CPU (not CSR, RNNWeights "
-                             "or the GPU)")
-        p, args = RnnProblem.from_call(cell, x, weights, h0, c0, sparse, target)
-        y, hn, cn = _solve(cell, p, args, schedule, cell, "schedule", repeats=2)
-        if grad:                    # no backward kernel for these: a gradient asked raises
-            outs = A.without_backward(
-                f"schedules.{cell} (CSR weights, RNNWeights, bfloat16/float16 or the GPU)",
-                (y, hn) + ((cn,) if cn is not None else ()), grad)
-            y, hn, cn = outs[0], outs[1], outs[2] if cn is not None else None
-    if unbatched:
-        y, hn, cn = (None if a is None else a[:, 0] for a in (y, hn, cn))
-    return y, hn, cn
+    p, args = rnn_call(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training,
+                       masks)
+    return solve(SOLVERS[p.op], p, args, schedule, call=cell, param="schedule", repeats=2)
 
 
 def _stacked(st, x, h0, c0, sparse, schedule, target):
-    """``(y, h_n, c_n)`` of a bidirectional or projected stack, composed
-    layer by layer: each direction of a layer is one unidirectional layer
-    (the reverse one on the time-flipped sequence, its output flipped back),
-    run by :func:`lstm` / :func:`gru` (or, projected, by
-    :func:`schedules.solvers.lstm_projected.lstm_projected_layer`); the
-    directions' outputs concatenated along the features feed the next layer.
-    ``h_n``/``c_n`` are layer-major, directions inner, as torch's.  Autograd
-    composes through the flips and concatenations: a gradient asked of a
-    projected layer (no backward kernel) raises."""
-    if schedule == "wavefront":
-        raise ValueError("schedule='wavefront' runs a stack of unidirectional layers without "
-                         "projection; a bidirectional or projected stack runs layer by layer: "
-                         "pass schedule='layer' or 'auto'")
+    """``(y, h_n, c_n)`` of a bidirectional or projected stack (its
+    arguments checked, :meth:`RnnStack.parse`), composed layer by layer:
+    each direction of a layer is one unidirectional layer (the reverse one
+    on the time-flipped sequence, its output flipped back), run by
+    :func:`lstm` / :func:`gru` (or, projected, by the solver of
+    ``SOLVERS["lstm_projected"]``); the directions' outputs concatenated
+    along the features feed the next layer.  ``h_n``/``c_n`` are
+    layer-major, directions inner, as torch's.  Autograd composes through
+    the flips and concatenations: a gradient asked of a projected layer (no
+    backward kernel) raises."""
     torch_in = A.is_torch(x)
-    shape = tuple(getattr(x, "shape", ()))
-    if len(shape) != 3 or min(shape) < 1:
-        raise ValueError(f"x: expected (T, B, I) (batch_first=False) with no zero extent, got "
-                         f"shape {shape}")
-    if shape[2] != st.input_size:
-        raise ValueError(f"x: input size {shape[2]} (its last dimension), but weights[0][0] "
-                         f"(w_ih of layer 0) expects {st.input_size}")
-    st.check_state(h0, "h0", shape[1])
-    st.check_state(c0, "c0", shape[1])
     if torch_in:
         import torch
         flip, cat = (lambda a: torch.flip(a, [0])), torch.cat
@@ -405,7 +303,8 @@ def _stacked(st, x, h0, c0, sparse, schedule, target):
             state = [None if s is None else s[k:k + 1] for s in (h0, c0)]
             inp = flip(seq) if d else seq
             if st.proj:
-                y, hn, cn = _projected(inp, st.weights[k], *state, target)
+                p, args = ProjectedProblem.from_call(inp, st.weights[k], *state, target)
+                y, hn, cn = solve(SOLVERS["lstm_projected"], p, args, call="lstm")
             elif st.cell == "lstm":
                 y, (hn, cn) = lstm(inp, [_present(st.weights[k][:4])], *state, sparse=sparse,
                                    schedule=schedule, target=target)
@@ -427,51 +326,6 @@ def _stacked(st, x, h0, c0, sparse, schedule, target):
 def _present(tensors):
     """The tensors given (``[w_ih, w_hh]`` without biases)."""
     return [m for m in tensors if m is not None]
-
-
-def _projected(x, weights, h0, c0, target):
-    """One projected LSTM layer's ``(y, h_n (1, B, P), c_n (1, B, H))`` of
-    ``x``'s kind; refuses autograd (no backward kernel) with a clear error."""
-    grad = A.needing_grad(x, weights, h0, c0)
-    torch_in = A.is_torch(x)
-    for s, name in ((h0, "h0"), (c0, "c0")):
-        if s is not None and A.is_torch(s) != torch_in:
-            raise TypeError(f"{name}: pass x and {name} both as NumPy arrays or both as torch "
-                            "tensors")
-    names = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
-    arrays = [None if m is None else _numpy(m, f"weights ({names[n]})")
-              for n, m in enumerate(weights)]
-    y, hn, cn = lstm_projected_layer(
-        _numpy(x, "x"), arrays, None if h0 is None else _numpy(h0, "h0")[0],
-        None if c0 is None else _numpy(c0, "c0")[0], target)
-    outs = (y, hn[None], cn[None])
-    if torch_in:
-        import torch
-        outs = tuple(torch.from_numpy(np.ascontiguousarray(o)) for o in outs)
-    if grad:
-        outs = A.without_backward("schedules.lstm with proj_size > 0", outs, grad)
-    return outs
-
-
-def _rnn_function(cell, T, B, H, layers, schedule, sparse):
-    blk = blocking(cells.GATES[cell], B)
-    if schedule == "layer":
-        return cells.layer_function(cell, T, B, H, H, blk, sparse=sparse)
-    if schedule == "wavefront" and not sparse:
-        return cells.wavefront_function(cell, layers, T, B, H, blk)
-    raise ValueError(f"schedule must be 'layer' or 'wavefront' (dense), got {schedule!r}")
-
-
-def lstm_function(T, B, H, layers=1, schedule="layer", sparse=False):
-    """The scheduled Function of the LSTM recurrence: one layer's T steps
-    (``"layer"``, its input projection given as ``xp``) or ``layers`` stacked
-    layers of input size H (``"wavefront"``)."""
-    return _rnn_function("lstm", T, B, H, layers, schedule, sparse)
-
-
-def gru_function(T, B, H, layers=1, schedule="layer", sparse=False):
-    """The same for the GRU."""
-    return _rnn_function("gru", T, B, H, layers, schedule, sparse)
 
 
 # ------------------------------------------------------------------ the paper's blocks

@@ -20,8 +20,8 @@ from torch import nn
 import schedules.torch_ops as T  # (registers torch.ops.tiramisu)
 from schedules import torch_glue as glue
 from schedules import api
-from schedules.solvers import rnn_train
-from schedules.api import FUSED_ALGOS
+from schedules.problems.rnn import dropout_masks, dropout_p
+from schedules.registry import FUSED_ALGOS
 from schedules.fusion import STAND_INS, ConvertReport, find_chains
 from schedules.weights.csr import CSRWeights
 
@@ -294,7 +294,7 @@ class _Recurrent(nn.Module):
     ``tiramisu::lstm``/``gru`` (:func:`schedules.lstm`; float32 and float64;
     trained through backpropagation-through-time kernels).  In training mode
     with ``dropout`` > 0 the masks between layers are drawn as torch's CPU
-    RNN draws them (:func:`schedules.solvers.rnn_train.dropout_masks`): a
+    RNN draws them (:func:`schedules.problems.rnn.dropout_masks`): a
     seeded run drops what torch drops.  Input ``(T, B, I)`` (``(B, T, I)``
     with ``batch_first``) or unbatched ``(T, I)``, as torch's.  Bidirectional
     and (LSTM) ``proj_size`` > 0 as torch computes them, through
@@ -359,16 +359,16 @@ class _Recurrent(nn.Module):
         dropout masks in training mode."""
         weights = [getattr(self, n) for n in self._names]
         masks = None
-        p = rnn_train.dropout_p(self.dropout, self.training)
+        p = dropout_p(self.dropout, self.training)
         if p and self.num_layers > 1:   # torch's masks, from torch's generator
             per = len(weights) // self.num_layers
-            masks = rnn_train.dropout_masks(x, self.num_layers, [weights[:per]], p)
+            masks = dropout_masks(x, self.num_layers, [weights[:per]], p)
         return self._op(x, weights, self.num_layers, *state, dropout_masks=masks)
 
     def _stacked(self, x, state):
         """A bidirectional or projected stack through :func:`schedules.lstm`
         / :func:`schedules.gru` (per layer and direction, one-layer calls)."""
-        if rnn_train.dropout_p(self.dropout, self.training) and self.num_layers > 1:
+        if dropout_p(self.dropout, self.training) and self.num_layers > 1:
             raise ValueError(f"{type(self).__name__}: dropout={self.dropout} in training mode is "
                              "not supported with bidirectional=True or proj_size > 0 (call "
                              ".eval(), or use dropout=0)")

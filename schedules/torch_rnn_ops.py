@@ -11,6 +11,7 @@ import torch
 from tiramisu_py.runtime.torch_bridge import contiguous
 
 from . import api
+from .registry import SOLVERS
 from .solvers import rnn_train
 from .torch_glue import float_dtype as _dtype
 from .torch_glue import no_double_backward as _no_double_backward
@@ -110,7 +111,7 @@ def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
     dx, dW, dh0, dc0 = rnn_train.gradients(
         op, bx, blayers, bh0, bc0, *(batch(g) for g in (dy, dhn, dcn)),
         [batch(m) for m in dropout_masks] if dropout_masks else None,
-        solve=api.rnn_states_solver(op, bx, blayers, bh0, bc0))
+        solve=rnn_train.states_solver(SOLVERS[op], op, bx, blayers, bh0, bc0))
     per = len(layers[0])
     dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
     out = [torch.from_numpy(a) if a is not None else None for a in (dx, dh0, dc0)]

@@ -13,8 +13,11 @@ import, those inside functions too):
 * in ``codegen``, a backend subpackage (``codegen.c``, ``codegen.llvm``,
   ``codegen.cuda``) imports codegen's top-level modules, itself and the C
   family (``codegen.c``: the CUDA printer extends the C printer); nothing else
-  in codegen imports a backend but ``codegen/__init__.py``; no module of
-  codegen imports a private (``_x``) name of another.
+  in codegen imports a backend but ``codegen/__init__.py``;
+* in ``tiramisu_py``, ``codegen`` and ``schedules`` no module takes a private
+  (``_x``) name of another (imported, or read from an imported module);
+* ``schedules.api`` reaches the solvers only through the registry and the
+  find step, and no solver decides on its own ``name``.
 
 The circles not yet removed are listed in REMAINING (and the long files in
 REMAINING_LONG): a new circle, or one that grows, fails; one that is gone must
@@ -179,11 +182,15 @@ def test_codegen_backends_are_imported_one_way():
     assert not bad, f"codegen imports against the backend rule: {sorted(bad)}"
 
 
-def _private_uses(mods: dict, mod: str) -> list:
+def _private_uses(mods: dict, mod: str, source: str | None = None) -> list:
     """(line, module, name) of every private name ``mod`` takes from another
-    module of ``mods``: ``from m import _x``, or ``m._x`` of an imported ``m``."""
+    module of ``mods``: ``from m import _x`` (``m`` a module or a package,
+    ``from .m import _x`` too), or ``m._x`` / ``a.b._x`` of an imported
+    module (``import m as alias``, ``from pkg import m``, ``import a.b``).
+    A module's own names, and public names bound to a private alias
+    (``from m import x as _x``), are not taken."""
     path = mods[mod]
-    tree = ast.parse(path.read_text(), str(path))
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
     is_pkg = path.name == "__init__.py"
     aliases, out = {}, []
     for node in ast.walk(tree):
@@ -197,20 +204,95 @@ def _private_uses(mods: dict, mod: str) -> list:
                     out.append((node.lineno, base, a.name))
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name in mods and a.asname:
+                top = a.name.split(".")[0]
+                if a.asname and a.name in mods:
                     aliases[a.asname] = a.name
+                elif not a.asname and top in mods:
+                    aliases[top] = top
+
+    def module_of(node):
+        """The module an expression names (``alias``, ``alias.sub``), or None."""
+        if isinstance(node, ast.Name):
+            return aliases.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = module_of(node.value)
+            if base is not None and f"{base}.{node.attr}" in mods:
+                return f"{base}.{node.attr}"
+        return None
+
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id in aliases and node.attr.startswith("_") \
-                and not node.attr.startswith("__") and aliases[node.value.id] != mod:
-            out.append((node.lineno, aliases[node.value.id], node.attr))
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            owner = module_of(node.value)
+            if owner is not None and owner != mod:
+                out.append((node.lineno, owner, node.attr))
+    return sorted(out)
+
+
+PRIVATE_CHECKED = ("tiramisu_py", "codegen", "schedules")
+
+
+def test_no_module_takes_a_private_name_of_another():
+    """In tiramisu_py, codegen and schedules no module imports or reads a
+    private (``_x``) name of another module, inside its package too: what
+    is shared is public (or lives where it is used)."""
+    mods = {m: p for m, p in ig.modules().items() if m.split(".")[0] in PRIVATE_CHECKED}
+    bad = sorted((m, *u) for m in mods for u in _private_uses(mods, m))
+    assert not bad, f"private names taken from another module: {bad}"
+
+
+def test_the_private_name_check_finds_every_form():
+    mods = {m: p for m, p in ig.modules().items() if m.split(".")[0] in PRIVATE_CHECKED}
+    src = ("from ..weights.rnn import _is_csr, as_numpy as _numpy\n"       # 1: taken
+           "from ..weights import rnn\n"
+           "import schedules.core.kernels\n"
+           "import tiramisu_py as tp\n"
+           "def f():\n"
+           "    return (rnn._csr_arrays, schedules.core.kernels._KERNELS, tp._x, _own,\n"
+           "            rnn.as_numpy, tp.__version__)\n"
+           "def _own():\n"
+           "    pass\n")
+    assert _private_uses(mods, "schedules.problems.rnn", src) == [
+        (1, "schedules.weights.rnn", "_is_csr"), (6, "schedules.core.kernels", "_KERNELS"),
+        (6, "schedules.weights.rnn", "_csr_arrays"), (6, "tiramisu_py", "_x")]
+
+
+def test_the_library_api_reaches_solvers_only_through_the_registry():
+    """schedules.api imports no solver module: a public call is parse (a
+    problem) -> core.find.solve over the registry's list -> the solver."""
+    bad = sorted((t, line) for t, line in GRAPH["schedules.api"]
+                 if t.startswith("schedules.solvers"))
+    assert not bad, f"schedules.api imports solver modules (use the registry): {bad}"
+
+
+def own_name_uses(source: str) -> list:
+    """Lines where a method reads ``self.name`` to decide something (in a
+    comparison, a lookup, an argument) rather than to name something (a
+    kernel key's tuple, an f-string)."""
+    out = []
+    for parent in ast.walk(ast.parse(source)):
+        if isinstance(parent, (ast.Tuple, ast.FormattedValue)):
+            continue
+        for child in ast.iter_child_nodes(parent):
+            if isinstance(child, ast.Attribute) and child.attr == "name" \
+                    and isinstance(child.value, ast.Name) and child.value.id == "self":
+                out.append(child.lineno)
     return out
 
 
-def test_codegen_takes_no_private_name_of_another_module():
-    mods = {m: p for m, p in ig.modules().items() if m.startswith("codegen")}
-    bad = sorted((m, *u) for m in mods for u in _private_uses(mods, m))
-    assert not bad, f"private names taken from another module of codegen: {bad}"
+def test_no_solver_branches_on_its_own_name():
+    """Each solver is its own class with its own build and run: what several
+    share is a base class or a function, never a switch on ``self.name``."""
+    bad = sorted((m, line) for m, p in ig.modules().items() if m.startswith("schedules.solvers")
+                 for line in own_name_uses(p.read_text()))
+    assert not bad, f"solvers deciding on their own name: {bad}"
+
+
+def test_the_own_name_check_finds_a_switch():
+    src = ("class A:\n    def run(self):\n        k = (1, self.name)\n"
+           "        if self.name == 'x':\n            return T[self.name]\n"
+           "        return f(algo=self.name, key=f'{self.name}')\n")
+    assert own_name_uses(src) == [4, 5, 6]
 
 
 def test_the_cycle_finder_finds_cycles():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import schedules
-from schedules.problems.rnn import DeviceArrays
+from schedules.problems.rnn_device import DeviceArrays
 from schedules.solvers import rnn_cuda as gpu_rnn
 
 ORDERS = ("forward", "reverse", "shuffle")

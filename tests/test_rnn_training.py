@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 
 import schedules  # noqa: E402
 import schedules.nn as tnn  # noqa: E402
+from schedules.problems.rnn import dropout_masks, dropout_p  # noqa: E402
 from schedules.solvers import rnn_train  # noqa: E402
 
 MODULES = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}
@@ -121,12 +122,28 @@ def test_dropout_masks_are_torchs_draws():
     torch.manual_seed(3)
     want = [torch.empty(2, 3, 4).bernoulli_(0.75).div_(0.75) for _ in range(2)]
     torch.manual_seed(3)
-    got = rnn_train.dropout_masks(torch.zeros(2, 3, 1), 3, [[None, torch.zeros(16, 4)]], 0.25)
+    got = dropout_masks(torch.zeros(2, 3, 1), 3, [[None, torch.zeros(16, 4)]], 0.25)
     for g, w in zip(got, want):
         assert torch.equal(g, w)
     with pytest.raises(ValueError, match=r"dropout should be a number in range \[0, 1\]"):
-        rnn_train.dropout_p(-0.1, True)
-    assert rnn_train.dropout_p(0.5, False) == 0.0
+        dropout_p(-0.1, True)
+    assert dropout_p(0.5, False) == 0.0
+
+
+def test_a_training_call_finds_its_schedule_among_the_registrys():
+    """A call that trains goes through the find step too (its problem's op,
+    "lstm_train", names the registry's list: the backward's schedules): a
+    forced schedule that does not apply says why, an unknown one lists
+    them, as for inference."""
+    from schedules.problems.rnn import rnn_call
+    m = torch.nn.LSTM(3, 4, 1)
+    x = torch.randn(2, 1, 3, requires_grad=True)
+    p, _ = rnn_call("lstm", x, m.all_weights, None, None, False, "auto", None, 0.0, False, None)
+    assert p.op == "lstm_train" and p.cell == "lstm" and p.dtype == "float32"
+    with pytest.raises(ValueError, match="lstm: schedule 'wavefront' needs at least two stacked"):
+        schedules.lstm(x, m.all_weights, schedule="wavefront")
+    with pytest.raises(ValueError, match="schedule must be 'auto' or one of layer, wavefront"):
+        schedules.lstm(x, m.all_weights, schedule="diagonal")
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

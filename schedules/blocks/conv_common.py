@@ -1,12 +1,14 @@
 """Pieces several convolution solvers schedule with: the inputs every conv
 Function declares, the zero-padded input, a loop in vectors, the pooling
-windows' first maxima, and the run of a solver without a grouped schedule
-once per group (:func:`by_group`)."""
+windows' first maxima, the run of a solver without a grouped schedule
+once per group (:func:`by_group`), and the base of every convolution solver
+(:class:`ConvSolver`: what a call returns around the kernel's result)."""
 from __future__ import annotations
 
 import tiramisu_py as tp
 
 from ..core import arrays as A
+from ..core.solver import Solver
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -129,3 +131,33 @@ def by_group(run, p, args):
         return run(p, args)
     one = p.per_group()
     return A.concat_channels([run(one, args.group(k, g)) for k in range(g)])
+
+
+class ConvSolver(Solver):
+    """A solver of a convolution problem (conv2d, the fused block): its
+    :meth:`solve` is what the public call returns."""
+
+    def solve(self, p, args):
+        """torch's empty result for a degenerate problem (no kernel run),
+        else :meth:`run`'s with the activation its kernels do not apply
+        (:func:`schedules.core.arrays.activate`), without the batch axis for
+        an unbatched input."""
+        if p.degenerate:
+            out = args.zeros(p)
+        else:
+            out = self.run(p, args)
+            if p.activation is not None and p.activation not in self.activations:
+                A.activate(out, p.activation)
+        return out[0] if args.unbatched else out
+
+
+class PerGroupSolver(ConvSolver):
+    """A convolution solver whose schedule is of one group: :meth:`run`
+    runs :meth:`run_group` once per group (:func:`by_group`)."""
+
+    def run(self, p, args, values=None):
+        return by_group(lambda q, a: self.run_group(q, a, values), p, args)
+
+    def run_group(self, p, args, values=None):
+        """One group's result (``p`` and ``args`` of ``groups=1``)."""
+        raise NotImplementedError

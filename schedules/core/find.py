@@ -143,6 +143,14 @@ def find(p, solvers, args, algo="auto", *, call, param="algo", repeats=3):
     return chosen
 
 
+def solve(solvers, p, args, algo="auto", *, call, param="algo", repeats=3):
+    """The result of a public call: the solver :func:`find` gives (of
+    ``solvers``, the registry's list of ``p``'s operator), solving ``p`` on
+    ``args`` (:meth:`schedules.core.solver.Solver.solve`).  The one way a
+    call reaches a solver."""
+    return find(p, solvers, args, algo, call=call, param=param, repeats=repeats).solve(p, args)
+
+
 def _auto(p, solvers, args, call, repeats):
     """The "auto" choice of :func:`find` (not remembered here)."""
     if not any(s.applicable(p) is True for s in solvers):

@@ -27,7 +27,8 @@ class Solver:
     the answer.  "ordered" (the default): every product, in the reduction's
     order, added one by one to the bias.
     Subclasses define :meth:`build` and :meth:`run`, and narrow
-    :meth:`applicable`."""
+    :meth:`applicable`; each solver is its own class (what several share
+    is a base class or a function, never a branch on ``name``)."""
     op = ""
     name = ""
     target = "cpu"
@@ -99,6 +100,14 @@ class Solver:
         once per process, the arguments laid out as it takes them) with the
         params of :meth:`tuned` (``values``: a tuner's candidate)."""
         raise NotImplementedError
+
+    def solve(self, p, args):
+        """What the public call returns (the last step of
+        :func:`schedules.core.find.solve`): :meth:`run`'s result, with what
+        the operator's calls add around the kernel's (the bases of the
+        convolution and recurrent solvers: an activation, a dropped batch
+        axis, a refused gradient)."""
+        return self.run(p, args)
 
     def __repr__(self):
         return f"{self.name} ({self.target})"

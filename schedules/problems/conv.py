@@ -256,8 +256,9 @@ def conv_shape(x_shape, w_shape, stride, padding, dilation, op="sparse_conv2d"):
 @dataclass
 class ConvArgs:
     """The checked arrays of a call: ``x`` (NCHW: an unbatched input has had
-    its batch axis added, ``unbatched``, and a "same" padding its odd extra
-    zeros, :func:`same_extra`), the dense weight ``w`` (None for a CSR
+    its batch axis added, ``unbatched``, which the result loses again,
+    :class:`schedules.blocks.conv_common.ConvSolver`; a "same" padding its
+    odd extra zeros, :func:`same_extra`), the dense weight ``w`` (None for a CSR
     weight on the GPU), ``b``, the CSR weight ``csr`` (None for a dense
     weight) and ``device`` (the input's torch device, None on the host)."""
     x: object
@@ -270,11 +271,6 @@ class ConvArgs:
     def zeros(self, p: "ConvProblem"):
         """The result of a degenerate problem: zeros (an empty array)."""
         return A.zeros(self.x, p.output_shape, self.b)
-
-    def result(self, out):
-        """The call's result: ``out`` without the batch axis for an unbatched
-        input, as torch returns it."""
-        return out[0] if self.unbatched else out
 
     def group(self, g, groups):
         """The arguments of group ``g`` of ``groups``: its input channels and
@@ -324,8 +320,9 @@ class ConvProblem:
     def degenerate(self):
         """An empty output: no image, no output channel, or no input channel
         (then torch's result has no channel either: ``(N, 0, Ho, Wo)``, not
-        the bias): :func:`schedules.api` returns it without a kernel, the
-        find step has nothing to time."""
+        the bias): the solver returns it without a kernel
+        (:class:`schedules.blocks.conv_common.ConvSolver`), the find step has
+        nothing to time."""
         s = self.shape
         return s.n == 0 or s.co == 0 or s.ci == 0
 
@@ -364,8 +361,8 @@ class ConvProblem:
         checked: ValueError/TypeError starting with ``name`` (the public
         call's name, default ``op``) and naming the argument (``names``:
         what the call names its input and weight).  ``input`` NCHW or, as
-        torch takes it, unbatched CHW (``args.result`` drops the batch axis
-        again).  Host arrays (NumPy, CPU torch) or, with ``target="cuda"``
+        torch takes it, unbatched CHW (the solver's result drops the batch
+        axis again).  Host arrays (NumPy, CPU torch) or, with ``target="cuda"``
         or no target, torch CUDA tensors (the result on the input's device;
         ``gpu=False``: an operator without a GPU solver takes host arrays
         only); ``weight`` dense, or sparse (:class:`schedules.CSRWeights`,

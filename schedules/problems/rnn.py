@@ -1,26 +1,76 @@
-"""The LSTM/GRU problem: a stacked recurrent forward parsed once (host arrays
-into :class:`schedules.RNNWeights`, or device arrays for the GPU solver),
-with its explicit, versioned key."""
+"""The LSTM/GRU problems and the arguments of a call, parsed once with
+torch's rules: :func:`rnn_call` (an unbatched input, dropout, whether the
+call trains) gives an :class:`RnnProblem`, an inference one (a stacked
+recurrent forward: host arrays into :class:`schedules.RNNWeights`, or
+device arrays for the GPU solver, :mod:`schedules.problems.rnn_device`) or
+a training one (:meth:`RnnProblem.training`); :class:`RnnStack` is a
+bidirectional or projected stack's structure, whose projected layers are
+:class:`ProjectedProblem` s.  Each problem has its explicit, versioned
+key."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tiramisu_py.runtime.device_arrays import on_device
 
-from ..core.arrays import is_torch, refuse_foreign
+from ..core.arrays import dtype_name, is_torch, needing_grad, refuse_foreign
 from ..core.kernels import target_of, use_cuda
 from ..host import host
-from ..weights.rnn import TENSORS
-from ..weights.rnn import RNNWeights, _numpy, _weights_dtype, rnn_weights, to_float32
+from ..weights.rnn import GATES, REDUCED, TENSORS
+from ..weights.rnn import RNNWeights, as_numpy, rnn_weights, to_float32, weights_dtype
+from .rnn_device import parse_device
+
+
+@dataclass(kw_only=True)
+class CallArgs:
+    """What a recurrent call's results need besides its arrays
+    (:class:`schedules.blocks.rnn_common.RnnSolver`): ``unbatched``: the
+    call's ``x`` was (T, I), the results lose the batch axis; ``grad``: the
+    inputs that require grad on a path without a backward (the results
+    refuse a gradient)."""
+    unbatched: bool = False
+    grad: tuple = ()
+
+
+@dataclass
+class RnnArgs(CallArgs):
+    """The checked arguments of a CPU lstm / gru call (:meth:`RnnProblem.from_call`):
+    the packed weights ``W``, ``x`` (T, B, I), ``h0`` and ``c0`` (L, B, H;
+    c0 None for the GRU) as float32 NumPy arrays; ``torch_in``: the results
+    are torch tensors.  ``train``: the training forward's dict (its dropout
+    masks in, each layer's states out, :mod:`schedules.solvers.rnn_train`)."""
+    W: object
+    x: object
+    h0: object
+    c0: object
+    torch_in: bool
+    train: dict | None = None
+
+
+@dataclass
+class RnnDeviceArgs(CallArgs):
+    """The checked arguments of a GPU lstm / gru call
+    (:func:`~schedules.problems.rnn_device.parse_device`): ``x``, ``layers``
+    (per layer ``[w_ih, w_hh, b_ih or None, b_hh or None]``), ``states``
+    ({"h0": ..., "c0": ...}), ``arrays`` (the array operations of x's kind,
+    :class:`~schedules.problems.rnn_device.DeviceArrays`), ``to_torch``
+    (host torch inputs: the results are made CPU tensors)."""
+    x: object
+    layers: list
+    states: dict
+    arrays: object
+    to_torch: bool
 
 
 @dataclass(frozen=True)
 class RnnProblem:
     """``layers`` stacked ``cell`` ("lstm" or "gru") layers, input size
-    ``input_size``, hidden size ``hidden``, ``T`` steps of batch ``B``,
+    ``input_size``, hidden size ``hidden``, ``T`` steps of batch ``B``, in
+    inference (``op`` the cell) or training (``op`` "lstm_train",
+    "gru_train": dense weights, float32 or float64),
     dense or CSR (``sparse``) weights, on ``device`` with the backend
     ``target``; ``threads``: the OpenMP threads a CPU kernel will use (the
     wavefront's worth depends on it); ``dtype``: the weights' and input's
@@ -42,7 +92,9 @@ class RnnProblem:
     VERSION = 1
     degenerate = False          # T, B >= 1 and H >= 1 are checked
 
-    cell = property(lambda self: self.op)
+    cell = property(lambda self: self.op.split("_")[0])      # ("lstm_train": "lstm")
+    # the layers of input size H (the wavefront's)
+    stacked = property(lambda self: self.layers - (0 if self.input_size == self.hidden else 1))
 
     def key(self) -> dict:
         return {"op": self.op, "version": self.VERSION, "layers": self.layers,
@@ -55,8 +107,8 @@ class RnnProblem:
     def from_call(cls, cell, x, weights, h0, c0, sparse, target):
         """``(problem, args)`` of ``lstm`` / ``gru`` with torch's arguments:
         on the GPU (``target="cuda"``, or device arrays) the arguments
-        :func:`parse_device` checks (dense weights
-        only); else ``(RNNWeights, x, h0, c0, torch_in)`` as NumPy arrays."""
+        :func:`~schedules.problems.rnn_device.parse_device` checks (dense
+        weights only), :class:`RnnDeviceArgs`; else :class:`RnnArgs`."""
         _per_layer(weights, cell)
         for a, name in ((x, "x"), (h0, "h0"), (c0, "c0")):
             if a is not None and not isinstance(a, np.ndarray) and not on_device(a):
@@ -65,12 +117,13 @@ class RnnProblem:
             if sparse:
                 raise ValueError("sparse=True: sparse (CSR) weights have no GPU schedule; run "
                                  "them on the CPU")
-            (L, T, B, I, H), args = parse_device(cell, x, weights, h0, c0)
-            return cls(cell, L, I, H, T, B, False, target_of(target), "cuda"), args
+            (L, T, B, I, H), arrays = parse_device(cell, x, weights, h0, c0)
+            return cls(cell, L, I, H, T, B, False, target_of(target), "cuda"), \
+                RnnDeviceArgs(*arrays)
         torch_in = is_torch(x)
-        dtype = weights.dtype if isinstance(weights, RNNWeights) else _weights_dtype(
+        dtype = weights.dtype if isinstance(weights, RNNWeights) else weights_dtype(
             weights[0] if isinstance(weights, (list, tuple)) and weights else None)
-        xa = to_float32(_numpy(x, "x", (dtype,)), dtype)
+        xa = to_float32(as_numpy(x, "x", (dtype,)), dtype)
         if xa.ndim != 3:
             raise ValueError(f"x: expected (T, B, I) (batch_first=False) or unbatched (T, I), got "
                              f"shape {xa.shape}")
@@ -99,7 +152,23 @@ class RnnProblem:
         h0a = _state(h0, "h0", L, B, H, torch_in, dtype)
         c0a = _state(c0, "c0", L, B, H, torch_in, dtype) if cell == "lstm" else None
         p = cls(cell, L, I, H, T, B, W.sparse, target_of(target), "cpu", _threads(), dtype)
-        return p, (W, xa, h0a, c0a, torch_in)
+        return p, RnnArgs(W, xa, h0a, c0a, torch_in)
+
+
+    @classmethod
+    def training(cls, cell, x, weights, h0, c0, masks, target, schedule, unbatched=False):
+        """``(problem, TrainArgs)`` of a training call of ``cell``
+        (batched arguments; ``unbatched``: the call's were not): its ``op``
+        ("lstm_train", "gru_train") names the registry's list, the
+        backward's schedules (:mod:`schedules.solvers.rnn_train`); dense
+        weights, ``dtype`` "float32" or "float64"."""
+        layers, xa, h0a, c0a = train_check(cell, x, weights, h0, c0)
+        m = None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+        T, B, I = xa.shape
+        p = cls(f"{cell}_train", len(layers), I, layers[0][1].shape[1], T, B, False,
+                target_of(target), dtype=str(xa.dtype))
+        return p, TrainArgs(x, weights, h0, c0, layers, xa, h0a, c0a, m, schedule, target,
+                            unbatched=unbatched)
 
 
 def _threads():
@@ -133,142 +202,270 @@ def _state(s, name, L, B, H, kind, dtype="float32"):
         return np.zeros((L, B, H), np.float32)
     if is_torch(s) != kind:
         raise TypeError(f"{name}: pass x and {name} both as NumPy arrays or both as torch tensors")
-    s = to_float32(_numpy(s, name, (dtype,)), dtype)
+    s = to_float32(as_numpy(s, name, (dtype,)), dtype)
     if s.shape != (L, B, H):
         raise ValueError(f"{name}: expected shape {(L, B, H)} (layers, batch, hidden), "
                          f"got {s.shape}")
     return s
 
 
-# ------------------------------------------------------------------ device arguments
-def parse_device(cell, x, weights, h0, c0):
-    """The checked arguments of a GPU call: ``((L, T, B, I, H), (x, layers,
-    states, array operations, to_torch))``.  Device arrays (torch CUDA
-    tensors) stay on the device, outputs allocated by torch on the current
-    stream; NumPy arrays or CPU tensors are copied to the device and back
-    (``to_torch``: the results are made CPU tensors)."""
-    to_torch = False
-    if on_device(x) or any(on_device(s) for s in (h0, c0) if s is not None):
-        from codegen.cuda.runtime import driver
-        driver()          # NoCudaDriverError before any device work
-        if not is_torch(x):
-            import torch  # other device arrays: zero-copy through __cuda_array_interface__
-            x = torch.as_tensor(x, device="cuda")
-    elif is_torch(x):
-        x, weights, h0, c0 = _host_array(x, "x"), _host(weights), _host_array(h0, "h0"), _host_array(c0, "c0")
-        to_torch = True
-    x = _as_kind(x, x, "x")
-    if len(x.shape) != 3 or min(x.shape) < 1:
-        raise ValueError(f"x: expected (T, B, I) (batch_first=False) with no zero extent, got "
-                         f"shape {tuple(x.shape)}")
-    T, B, I = (int(v) for v in x.shape)
-    layers = _layers(weights, x, cell)
-    L, H = len(layers), int(layers[0][1].shape[-1])
-    ar = DeviceArrays(x)
-    states = {}
-    for name, s in (("h0", h0), ("c0", c0)) if cell == "lstm" else (("h0", h0),):
-        if s is None:
-            s = ar.zeros(L, B, H)
-        s = _as_kind(s, x, name)
-        if tuple(s.shape) != (L, B, H):
-            raise ValueError(f"{name}: expected shape {(L, B, H)} (layers, batch, hidden), "
-                             f"got {tuple(s.shape)}")
-        states[name] = ar.contiguous(s)
-    return (L, T, B, I, H), (ar.contiguous(x), layers, states, ar, to_torch)
+# ------------------------------------------------------------------ a call's arguments
+def unbatched(cell, x, h0, c0):
+    """Whether ``x`` is an unbatched (T, I) sequence; its states must then be
+    (L, H) (and (L, B, H) for a batched x), as torch requires."""
+    nd = len(getattr(x, "shape", ()))
+    if nd not in (2, 3):
+        return False                    # the problem's parse names the shape
+    want = nd
+    for a, name in ((h0, "h0"), (c0, "c0")):
+        if a is not None and len(getattr(a, "shape", ())) != want:
+            kind = "unbatched 2-D" if nd == 2 else "batched 3-D"
+            raise ValueError(f"{name}: for {kind} input x, {name} should be {want}-D "
+                             f"({'(layers, H)' if nd == 2 else '(layers, B, H)'}), got shape "
+                             f"{tuple(a.shape)}")
+    return nd == 2
 
 
-class DeviceArrays:
-    """The few array operations packing needs, for NumPy arrays or torch
-    tensors (on the tensors' device)."""
-
-    def __init__(self, like):
-        self.torch = is_torch(like)
-        if self.torch:
-            import torch
-            self.mod, self.device = torch, like.device
-        else:
-            self.mod, self.device = np, None
-
-    def zeros(self, *shape):
-        if self.torch:
-            return self.mod.zeros(shape, dtype=self.mod.float32, device=self.device)
-        return np.zeros(shape, np.float32)
-
-    def stack(self, items):
-        return self.mod.stack(list(items))
-
-    def cat(self, items):
-        return self.mod.cat(items) if self.torch else np.concatenate(items)
-
-    def contiguous(self, a):
-        return a.contiguous() if self.torch else np.ascontiguousarray(a)
-
-    def copy(self, a):
-        return a.clone() if self.torch else a.copy()
+def dropout_p(dropout, training):
+    """The probability of dropping in this call: ``dropout`` checked (a
+    number in [0, 1], as torch's RNN modules require), 0 unless ``training``."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or \
+            not 0 <= dropout <= 1:
+        raise ValueError(f"dropout should be a number in range [0, 1] representing the "
+                         f"probability of an element being zeroed, got {dropout!r}")
+    if not isinstance(training, bool):
+        raise TypeError(f"training: expected a bool, got {type(training).__name__}")
+    return float(dropout) if training else 0.0
 
 
-def _as_kind(a, like, name):
-    """``a`` (a weight or state) checked as float32 and of ``like``'s kind
-    and device (NumPy weights, as :class:`RNNWeights` keeps them, are copied
-    to a torch ``like``'s device)."""
-    if is_torch(like):
+def is_float64(x):
+    """Whether ``x`` (a NumPy array or tensor) is float64."""
+    return str(getattr(x, "dtype", "")) in ("float64", "torch.float64")
+
+
+def trainable(x, weights, h0, c0, sparse, target):
+    """Whether the training path takes the call: dense weights as lists of
+    host arrays (float32 or float64), not ``sparse``, a CPU target."""
+    if sparse or target_of(target) == "cuda" or not isinstance(weights, (list, tuple)):
+        return False
+    arrays = [x, h0, c0]
+    for layer in weights:
+        if not isinstance(layer, (list, tuple)):
+            return False
+        arrays += list(layer)
+    return all(a is None or (isinstance(a, np.ndarray) or is_torch(a)) and not on_device(a)
+               and dtype_name(a) not in REDUCED
+               for a in arrays)
+
+
+def dropout_masks(x, layers, weights, p):
+    """The masks torch's CPU RNN applies between layers in training mode
+    (``aten::dropout`` on each layer's output (T, B, H) but the last, bottom
+    up: ``empty_like(out).bernoulli_(1 - p).div_(1 - p)``, nothing drawn at
+    ``p == 1``), drawn from torch's default generator: a seeded run gives
+    torch's masks.  Needs torch."""
+    try:
         import torch
-        if isinstance(a, np.ndarray) and name.startswith("weights"):
-            a = torch.from_numpy(a).to(like.device)
-        if not is_torch(a):
-            raise TypeError(f"{name}: expected a torch tensor like x, got {type(a).__name__}")
-        if a.dtype != torch.float32:
-            raise TypeError(f"{name}: expected a float32 tensor, got {a.dtype}")
-        if a.device != like.device:
-            raise ValueError(f"{name}: on {a.device}, but x is on {like.device}")
-        return a.detach()
-    if is_torch(a) or not isinstance(a, np.ndarray):
-        raise TypeError(f"{name}: expected a NumPy array like x, got {type(a).__name__}")
-    if a.dtype != np.float32:
-        raise TypeError(f"{name}: expected float32, got {a.dtype}")
-    return a
+    except ImportError:
+        raise ValueError("dropout > 0 in training mode draws its masks with torch's generator "
+                         "(as torch.nn.LSTM does): install torch, or pass training=False") from None
+    T, B = x.shape[0], x.shape[1]
+    H = weights[0][1].shape[1]
+    dt = x.dtype if is_torch(x) else getattr(torch, str(x.dtype))
+    if p == 1:
+        return [torch.zeros((T, B, H), dtype=dt) for _ in range(layers - 1)]
+    return [torch.empty((T, B, H), dtype=dt).bernoulli_(1 - p).div_(1 - p)
+            for _ in range(layers - 1)]
 
 
-def _layers(weights, like, cell):
-    """[[w_ih, w_hh, b_ih or None, b_hh or None]] per layer, of x's kind."""
-    if isinstance(weights, RNNWeights):
-        if weights.cell != cell:
-            raise ValueError(f"weights: packed for {weights.cell!r}, used with {cell!r}")
-        if weights.sparse:
-            raise ValueError("weights: sparse (CSR) weights have no GPU schedule; pass dense ones")
-        weights = [[m for m in layer if m is not None] for layer in weights.layers]
+def rnn_call(cell, x, weights, h0, c0, sparse, schedule, target, dropout, training, masks):
+    """``(problem, args)`` of one ``lstm`` / ``gru`` call of one direction
+    without a projection, with torch's rules: an unbatched (T, I) ``x`` (its
+    states (L, H)) is one sequence of a batch of one (``args.unbatched``);
+    ``dropout`` applies in ``training`` only, its masks drawn as torch
+    draws them (:func:`dropout_masks`) unless given (``masks``).  A call
+    that may be asked a gradient (torch inputs that require grad), in
+    float64 or with dropout trains (:meth:`RnnProblem.training`), if its weights
+    are dense host lists (:func:`trainable`); else it is an
+    :class:`RnnProblem` (``args.grad``: the inputs whose gradient the
+    results refuse; dropout refused)."""
+    unb = unbatched(cell, x, h0, c0)          # (T, I), states (L, H)
+    if unb:
+        x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
+    p_drop = dropout_p(dropout, training)
+    grad = needing_grad(x, weights, h0, c0)
+    if masks is not None and (p_drop or not isinstance(masks, (list, tuple))
+                              or len(masks) != len(weights) - 1):
+        raise ValueError("dropout_masks: expected a list of one (T, B, H) mask per layer but the "
+                         "last (and no dropout= as well)")
+    if (grad or p_drop or masks or is_float64(x)) and \
+            trainable(x, weights, h0, c0, sparse, target):
+        if p_drop and len(weights) > 1:
+            masks = dropout_masks(x, len(weights), weights, p_drop)
+        return RnnProblem.training(cell, x, weights, h0, c0, masks, target, schedule, unb)
+    if p_drop or masks:
+        raise ValueError(f"dropout={dropout} in training mode (or dropout_masks): the training "
+                         "path takes dense weights as lists on the CPU (not CSR, RNNWeights "
+                         "or the GPU)")
+    p, args = RnnProblem.from_call(cell, x, weights, h0, c0, sparse, target)
+    return p, replace(args, unbatched=unb, grad=tuple(grad))
+
+
+# ------------------------------------------------------------------ training
+TRAIN_DTYPES = ("float32", "float64")
+
+
+def train_array(a, name, dtype=None):
+    """A contiguous NumPy array of ``a`` (a NumPy array or CPU tensor,
+    detached), float32 or float64; ``dtype``: the dtype it must have."""
+    if is_torch(a):
+        if a.device.type != "cpu":
+            raise ValueError(f"{name}: expected a CPU tensor, got device {a.device}")
+        a = a.detach().contiguous().numpy()
+    elif not isinstance(a, np.ndarray):
+        raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(a).__name__}")
+    if str(a.dtype) not in TRAIN_DTYPES:
+        raise TypeError(f"{name}: expected float32 or float64, got {a.dtype}")
+    if dtype is not None and str(a.dtype) != dtype:
+        raise TypeError(f"{name}: expected {dtype} (x is {dtype}: give x, the weights and the "
+                        f"states one dtype, float32 or float64), got {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
+def train_check(cell, x, weights, h0, c0):
+    """``(layers, x, h0, c0)`` as NumPy arrays of x's dtype, checked:
+    ``layers`` a list per layer of ``[w_ih, w_hh, b_ih, b_hh]`` (zero biases
+    where none are given), h0/c0 ``(L, B, H)`` (zeros when None)."""
+    G = GATES[cell]
+    xa = train_array(x, "x")
+    dtype = str(xa.dtype)
+    if xa.ndim != 3 or min(xa.shape) < 1:
+        raise ValueError(f"x: expected (T, B, I) with T, B, I >= 1, got shape {xa.shape}")
+    T, B, I = xa.shape
     if not isinstance(weights, (list, tuple)) or not weights:
-        raise TypeError("weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, b_hh] "
-                        f"(like {cell.upper()}.all_weights), got {type(weights).__name__}")
-    out = []
+        raise TypeError(f"weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
+                        f"b_hh] (like {cell.upper()}.all_weights)")
+    H, layers, K = None, [], I
     for l, layer in enumerate(weights):
         if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
             raise ValueError(f"weights[{l}]: expected [w_ih, w_hh, b_ih, b_hh] or [w_ih, w_hh]")
-        if any(all(hasattr(m, a) for a in ("rowptr", "colidx", "values")) for m in layer):
-            raise ValueError(f"weights[{l}]: sparse (CSR) weights have no GPU schedule; pass "
-                             "dense ones")
-        ms = [_as_kind(m, like, f"weights[{l}][{k}] ({TENSORS[k]} of layer {l})")
-              for k, m in enumerate(layer)]
-        out.append(ms + [None] * (4 - len(ms)))
-    return out
+        if len(layer) != len(weights[0]):
+            raise ValueError(f"weights[{l}]: every layer must have the same form (with or "
+                             "without biases)")
+        arrs = [train_array(m, f"weights[{l}][{k}] ({TENSORS[k]} of layer {l})", dtype)
+                for k, m in enumerate(layer)]
+        if H is None:
+            H = arrs[1].shape[1] if arrs[1].ndim == 2 else -1
+        for k, a in enumerate(arrs):
+            want = ((G * H, K), (G * H, H), (G * H,), (G * H,))[k]
+            if a.shape != want or H < 1:
+                raise ValueError(f"weights[{l}][{k}] ({TENSORS[k]} of layer {l}): expected shape "
+                                 f"{want} ({G} gates x hidden size {H}), got {a.shape}")
+        if len(arrs) == 2:
+            arrs += [np.zeros(G * H, dtype), np.zeros(G * H, dtype)]
+        layers.append(arrs)
+        K = H
+    L = len(layers)
+    states = []
+    for a, name in ((h0, "h0"), (c0, "c0")):
+        if name == "c0" and cell != "lstm":
+            states.append(None)
+            continue
+        if a is None:
+            states.append(np.zeros((L, B, H), dtype))
+            continue
+        a = train_array(a, name, dtype)
+        if a.shape != (L, B, H):
+            raise ValueError(f"{name}: expected shape (layers, B, H) = {(L, B, H)}, got {a.shape}")
+        states.append(a)
+    return layers, xa, states[0], states[1]
 
 
+@dataclass
+class TrainArgs(CallArgs):
+    """The arguments of a training call: the call's own ``x``, ``weights``,
+    ``h0``, ``c0`` (the results' gradients flow to them), the same checked
+    (:func:`train_check`: ``layers``, ``xa``, ``h0a``, ``c0a``), the
+    dropout ``masks`` between the layers (checked, or None), the call's
+    ``schedule`` (the forward's, "layer" under dropout) and ``target``
+    (``grad``: none refused, the training computes them)."""
+    x: object
+    weights: object
+    h0: object
+    c0: object
+    layers: list
+    xa: object
+    h0a: object
+    c0a: object
+    masks: list | None
+    schedule: str
+    target: object
 
 
-def _host_array(a, name):
-    if a is None or not is_torch(a):
-        return a
-    if a.device.type != "cpu":
-        raise ValueError(f"{name}: on {a.device}, but x is on the CPU")
-    return a.detach().contiguous().numpy()
+# ------------------------------------------------------------------ one projected layer
+@dataclass
+class ProjectedArgs(CallArgs):
+    """A projected layer's arrays (float32 NumPy): ``x`` (T, B, I),
+    ``weights`` ``(w_ih, w_hh, b_ih, b_hh, w_hr)`` (biases may be None),
+    ``h0`` (B, P) and ``c0`` (B, H) or None; ``torch_in`` as
+    :class:`RnnArgs`."""
+    x: object
+    weights: tuple
+    h0: object
+    c0: object
+    torch_in: bool
 
 
-def _host(weights):
-    if isinstance(weights, (list, tuple)):
-        return [[_host_array(m, f"weights[{l}][{k}]") for k, m in enumerate(layer)]
-                if isinstance(layer, (list, tuple)) else layer
-                for l, layer in enumerate(weights)]
-    return weights
+@dataclass(frozen=True)
+class ProjectedProblem:
+    """One direction of one LSTM layer with a projection (torch's
+    ``proj_size`` = ``proj`` > 0): ``T`` steps of batch ``B``, input size
+    ``input_size``, hidden size ``hidden``, on the CPU backend ``target``.
+    A layer of a projected stack (:class:`RnnStack`), composed by
+    :func:`schedules.lstm`."""
+    T: int
+    B: int
+    input_size: int
+    hidden: int
+    proj: int
+    target: str
+
+    op = "lstm_projected"
+    cell = "lstm"
+    device = "cpu"
+    VERSION = 1
+    degenerate = False
+
+    def key(self) -> dict:
+        return {"op": self.op, "version": self.VERSION, "T": self.T, "B": self.B,
+                "input_size": self.input_size, "hidden": self.hidden, "proj": self.proj,
+                "target": self.target, "device": self.device}
+
+    @classmethod
+    def from_call(cls, x, weights, h0, c0, target):
+        """``(problem, ProjectedArgs)`` of ``x`` (T, B, I), ``weights``
+        ``[w_ih, w_hh, b_ih or None, b_hh or None, w_hr]`` (their shapes
+        checked by :class:`RnnStack`), ``h0`` (1, B, P) and ``c0`` (1, B,
+        H) or None, all of one kind (NumPy, or CPU torch tensors)."""
+        grad = needing_grad(x, weights, h0, c0)
+        torch_in = is_torch(x)
+        for s, name in ((h0, "h0"), (c0, "c0")):
+            if s is not None and is_torch(s) != torch_in:
+                raise TypeError(f"{name}: pass x and {name} both as NumPy arrays or both as "
+                                "torch tensors")
+        names = ("w_ih", "w_hh", "b_ih", "b_hh", "w_hr")
+        arrays = tuple(None if m is None else as_numpy(m, f"weights ({names[n]})")
+                       for n, m in enumerate(weights))
+        xa = as_numpy(x, "x")
+        h0a = None if h0 is None else as_numpy(h0, "h0")[0]
+        c0a = None if c0 is None else as_numpy(c0, "c0")[0]
+        if target_of(target) == "cuda":
+            raise ValueError("target='cuda': an LSTM with proj_size > 0 has no GPU schedule; run "
+                             "it on the CPU (target='c' or 'llvm')")
+        T, B, I = xa.shape
+        P, H = arrays[4].shape
+        return (cls(T, B, I, H, P, target_of(target)),
+                ProjectedArgs(xa, arrays, h0a, c0a, torch_in, grad=tuple(grad)))
 
 
 # ------------------------------------------------------------------ directions and projections
@@ -350,6 +547,32 @@ class RnnStack:
                                      f"{tuple(m.shape)}")
             out.append(tuple(full))
         return cls(cell, len(weights) // D, D, int(I), H, P, tuple(out))
+
+    def parse(self, x, h0, c0, schedule, dropout, training, masks):
+        """``(x, h0, c0, unbatched)``: a call's arguments checked for this
+        stack (torch's shapes; an unbatched (T, I) ``x`` given a batch axis),
+        whose layers run one by one: no dropout, no wavefront."""
+        if dropout_p(dropout, training) or masks is not None:
+            raise ValueError(f"schedules.{self.cell}: dropout in training mode is not supported "
+                             "for a bidirectional or projected stack (its layers run one by "
+                             "one); pass dropout=0 or training=False")
+        unb = unbatched(self.cell, x, h0, c0)      # (T, I), states (L*D, H)
+        if unb:
+            x, h0, c0 = (None if a is None else a[:, None] for a in (x, h0, c0))
+        if schedule == "wavefront":
+            raise ValueError("schedule='wavefront' runs a stack of unidirectional layers without "
+                             "projection; a bidirectional or projected stack runs layer by layer: "
+                             "pass schedule='layer' or 'auto'")
+        shape = tuple(getattr(x, "shape", ()))
+        if len(shape) != 3 or min(shape) < 1:
+            raise ValueError(f"x: expected (T, B, I) (batch_first=False) with no zero extent, got "
+                             f"shape {shape}")
+        if shape[2] != self.input_size:
+            raise ValueError(f"x: input size {shape[2]} (its last dimension), but weights[0][0] "
+                             f"(w_ih of layer 0) expects {self.input_size}")
+        self.check_state(h0, "h0", shape[1])
+        self.check_state(c0, "c0", shape[1])
+        return x, h0, c0, unb
 
     def check_state(self, s, name, B):
         """``s`` (h0 or c0, or None) of torch's shape (layers * directions,

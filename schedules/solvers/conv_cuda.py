@@ -46,11 +46,10 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import by_group, conv_inputs
+from ..blocks.conv_common import ConvSolver, by_group, conv_inputs
 from ..blocks.gpu_map import check_shape, map_rows
 from ..core.arrays import positive_int
 from ..core.kernels import cuda_kernel
-from ..core.solver import Solver
 from ..problems.conv import ConvShape
 
 THREADS = 128            # threads per block the default tiles aim at
@@ -173,7 +172,7 @@ def function(shape: ConvShape, bias=True, tile_co=None, tile_y=None, tile_x=None
     return f
 
 
-class CudaDirect(Solver):
+class CudaDirect(ConvSolver):
     """The direct conv2d with the CUDA schedule of :func:`function`."""
     op = "conv2d"
     name = "direct"

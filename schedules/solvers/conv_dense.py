@@ -28,10 +28,9 @@ from __future__ import annotations
 import tiramisu_py as tp
 
 from ..blocks.blis import blis, default_params
-from ..blocks.conv_common import by_group, conv_inputs, padded, taps
+from ..blocks.conv_common import ConvSolver, PerGroupSolver, conv_inputs, padded, taps
 from ..blocks.nchwc import register_tile, tiled_block
 from ..core.kernels import kernel
-from ..core.solver import Solver
 from ..host import host
 from ..problems.conv import ConvShape
 from ..weights.conv import packed_weight
@@ -149,45 +148,24 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=
 BUILDERS = {"direct": direct, "im2col": im2col, "spatial_pack": spatial_pack}
 
 
+def conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dilation=1, groups=1,
+                    algo="direct", bias=True):
+    """The scheduled Function of one algorithm (``algo``: one of
+    :data:`BUILDERS`), to inspect or re-schedule (``stride``, ``padding``,
+    ``dilation`` as in :func:`schedules.conv2d`)."""
+    good = isinstance(groups, int) and not isinstance(groups, bool) and groups >= 1
+    s = ConvShape.make((n, ci, h, w), (co, ci // groups if good else ci, kh, kw), stride,
+                       padding, dilation, groups, op="conv2d_function")   # (bad groups: named)
+    return BUILDERS[algo](s, bias=bias)
+
+
 # ------------------------------------------------------------------ solvers
-class _Dense(Solver):
-    """A dense conv2d solver on the CPU: the kernel of ``BUILDERS[name]``."""
-    op = "conv2d"
-    weight = "dense"
-
-    def applicable(self, p):
-        why = super().applicable(p)
-        if why is True and self.name != "direct" and p.dtype != "float32":
-            return f"needs float32 (got {p.dtype}); use 'direct'"
-        return why
-
-    def build(self, p, params):
-        extra = {"dtype": p.dtype} if p.dtype != "float32" else {}
-        if self.name == "spatial_pack":
-            extra["packed"] = True
-            if p.activation:
-                extra["activation"] = p.activation
-        return BUILDERS[self.name](p.shape, bias=p.bias, **params, **extra)
-
-    def run(self, p, args, values=None):
-        if self.name == "direct":                 # grouped loop nest
-            return self._run(p, args, values)
-        return by_group(lambda q, a: self._run(q, a, values), p, args)   # one group's schedule
-
-    def _run(self, p, args, values=None):
-        s = p.shape
-        params = self.tuned(p, values)
-        k = kernel(("conv2d", self.name, s, p.bias) + _chosen(params)
-                   + ((p.dtype,) if p.dtype != "float32" else ())
-                   + ((p.activation,) if p.activation in self.activations else ()),
-                   lambda: self.build(p, params), p.target)
-        kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
-        if self.name == "spatial_pack":
-            return k(w_packed=packed_weight(args.w, params.get("vb") or register_tile(s)[0]), **kw)
-        if self.name == "im2col":       # the weight as the GEMM's Co x Ci*Kh*Kw matrix
-            out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **kw)   # (-1 fails when Co = 0)
-            return out.reshape(s.n, s.co, s.ho, s.wo)
-        return k(weight=args.w, **kw)
+def _kernel(solver, p, params, extra=()):
+    """The compiled kernel of ``solver`` for ``p`` built with ``params``
+    (keyed by the solver's name, the shape, the bias, the params other than
+    the defaults and ``extra``: what else its build reads)."""
+    return kernel(("conv2d", solver.name, p.shape, p.bias) + _chosen(params) + extra,
+                  lambda: solver.build(p, params), p.target)
 
 
 def _chosen(params):
@@ -195,8 +173,24 @@ def _chosen(params):
     return (tuple(sorted(params.items())),) if params else ()
 
 
-class Direct(_Dense):
+def _data(args):
+    """The input and bias keywords every dense kernel takes."""
+    return {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
+
+
+def _float32_only(p, why):
+    """``why`` (the base checks), or the reason a float32-only solver refuses ``p``."""
+    if why is True and p.dtype != "float32":
+        return f"needs float32 (got {p.dtype}); use 'direct'"
+    return why
+
+
+class Direct(ConvSolver):
+    """:func:`direct`: the grouped loop nest (any ``groups``), float32 or
+    bfloat16/float16 summed in float32."""
+    op = "conv2d"
     name = "direct"
+    weight = "dense"
 
     def space(self, p):
         s, lanes = p.shape, host().lanes(4)
@@ -204,22 +198,55 @@ class Direct(_Dense):
                 "cob": [c for c in (1, 2, 4, 6, 8) if c <= max(1, s.co)],
                 "parallel": ["co", "n"]}
 
+    def build(self, p, params):
+        extra = {"dtype": p.dtype} if p.dtype != "float32" else {}
+        return direct(p.shape, bias=p.bias, **params, **extra)
 
-class Im2col(_Dense):
-    """Rounds apart from direct: the BLIS micro-kernel sums each block of KC
-    products from zero and adds it to the output (:mod:`schedules.blocks.blis`),
-    so "auto" never offers it (``algo="im2col"`` runs it)."""
+    def run(self, p, args, values=None):
+        params = self.tuned(p, values)
+        k = _kernel(self, p, params, (p.dtype,) if p.dtype != "float32" else ())
+        return k(weight=args.w, **_data(args))
+
+
+class Im2col(PerGroupSolver):
+    """:func:`im2col`, run per group (a schedule of one group).  Rounds
+    apart from direct: the BLIS micro-kernel sums each block of KC products
+    from zero and adds it to the output (:mod:`schedules.blocks.blis`), so
+    "auto" never offers it (``algo="im2col"`` runs it)."""
+    op = "conv2d"
     name = "im2col"
+    weight = "dense"
     numerics = "gemm"
 
+    def applicable(self, p):
+        return _float32_only(p, super().applicable(p))
 
-class SpatialPack(_Dense):
-    """With ``groups > 1`` it runs one kernel per group (:func:`by_group`),
-    not checked bit for bit against direct's grouped loop nest (a one-channel
-    group can round apart), so "auto" offers it for ``groups=1`` only.  Its
-    kernels apply a ReLU / ReLU6 as they unpack each tile."""
+    def build(self, p, params):
+        return im2col(p.shape, bias=p.bias, **params)
+
+    def run_group(self, p, args, values=None):
+        s = p.shape
+        k = _kernel(self, p, self.tuned(p, values))
+        # the weight as the GEMM's Co x Ci*Kh*Kw matrix (-1 fails when Co = 0)
+        out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **_data(args))
+        return out.reshape(s.n, s.co, s.ho, s.wo)
+
+
+class SpatialPack(PerGroupSolver):
+    """:func:`spatial_pack` on the weight packed once
+    (:func:`schedules.weights.conv.packed_weight`), run per group (a
+    schedule of one group).  With ``groups > 1`` it runs one kernel per
+    group, not checked bit for bit against direct's grouped loop nest (a
+    one-channel group can round apart), so "auto" offers it for
+    ``groups=1`` only.  Its kernels apply a ReLU / ReLU6 as they unpack each
+    tile."""
+    op = "conv2d"
     name = "spatial_pack"
+    weight = "dense"
     activations = ("relu", "relu6")
+
+    def applicable(self, p):
+        return _float32_only(p, super().applicable(p))
 
     def numerics_for(self, p):
         return self.numerics if p.shape.groups == 1 else "per_group"
@@ -231,3 +258,13 @@ class SpatialPack(_Dense):
                 "xb": [x for x in (2, 4, 6, 7, 8, 14) if x <= max(1, s.wo)],
                 "rows": [r for r in (1, 2, 4, 8, 16) if r <= max(1, s.ho)],
                 "parallel": ["n", "c"]}
+
+    def build(self, p, params):
+        extra = {"activation": p.activation} if p.activation else {}
+        return spatial_pack(p.shape, bias=p.bias, **params, packed=True, **extra)
+
+    def run_group(self, p, args, values=None):
+        params = self.tuned(p, values)
+        k = _kernel(self, p, params, (p.activation,) if p.activation else ())
+        vb = params.get("vb") or register_tile(p.shape)[0]
+        return k(w_packed=packed_weight(args.w, vb), **_data(args))

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import conv_inputs, epilogue, taps
+from ..blocks.conv_common import ConvSolver, conv_inputs, epilogue, taps
 from ..blocks.nchwc import register_block
 from ..core.kernels import kernel
-from ..core.solver import Solver
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -97,7 +96,7 @@ def function(s: ConvShape, bias=True, vb=None, xb=None, activation=None):
     return f
 
 
-class Depthwise(Solver):
+class Depthwise(ConvSolver):
     """A depthwise conv2d (groups = channels, one weight per channel and
     tap), channels in the vector lanes; the same numerics as ``direct``."""
     op = "conv2d"

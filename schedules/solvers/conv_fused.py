@@ -30,10 +30,9 @@ fastest never changes the answer.
 from __future__ import annotations
 
 from ..blocks import winograd
-from ..blocks.conv_common import by_group, conv_inputs
+from ..blocks.conv_common import PerGroupSolver, conv_inputs
 from ..blocks.nchwc import register_tile, tiled_block
 from ..core.kernels import kernel
-from ..core.solver import Solver
 from ..problems.conv import ConvShape
 from ..weights.conv import packed_weight
 
@@ -74,41 +73,45 @@ def function(s: ConvShape, pool=2, bias=True, rows=None, parallel=None, pack_per
     return f
 
 
-class _Fused(Solver):
-    """A dense fused block on the CPU (:func:`function` with ``algo=name``)."""
+def _kernel(solver, p, params):
+    """The compiled kernel of ``solver`` for ``p`` built with ``params``."""
+    return kernel(("conv_relu_maxpool", solver.name, p.shape, p.pool, p.bias)
+                  + ((tuple(sorted(params.items())),) if params else ()),
+                  lambda: solver.build(p, params), p.target)
+
+
+def _data(args):
+    """The input and bias keywords both kernels take."""
+    return {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
+
+
+class FusedDirect(PerGroupSolver):
+    """The dense fused block on the CPU (:func:`function`, ``algo="direct"``)
+    on the weight packed once (:func:`schedules.weights.conv.packed_weight`),
+    run per group."""
     op = "conv_relu_maxpool"
-    weight = "dense"
-
-    def build(self, p, params):
-        return function(p.shape, p.pool, bias=p.bias, algo=self.name, **params,
-                        packed=self.name == "direct")
-
-    def run(self, p, args, values=None):
-        return by_group(lambda q, a: self._run(q, a, values), p, args)
-
-    def _run(self, p, args, values=None):
-        params = self.tuned(p, values)
-        k = kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias)
-                   + ((tuple(sorted(params.items())),) if params else ()),
-                   lambda: self.build(p, params), p.target)
-        weight = ({"w_packed": packed_weight(args.w, register_tile(p.shape)[0])}
-                  if self.name == "direct" else {"weight": args.w})
-        if args.b is not None:
-            return k(data=args.x, bias=args.b, **weight)
-        return k(data=args.x, **weight)
-
-
-class FusedDirect(_Fused):
     name = "direct"
+    weight = "dense"
 
     def space(self, p):
         rows = max(1, p.shape.ho // p.pool)
         return {"rows": [r for r in (1, 2, 4, 8) if r <= rows], "parallel": ["n", "c"],
                 "pack_per_image": [False, True]}
 
+    def build(self, p, params):
+        return function(p.shape, p.pool, bias=p.bias, algo="direct", **params, packed=True)
 
-class FusedWinograd(_Fused):
+    def run_group(self, p, args, values=None):
+        k = _kernel(self, p, self.tuned(p, values))
+        return k(w_packed=packed_weight(args.w, register_tile(p.shape)[0]), **_data(args))
+
+
+class FusedWinograd(PerGroupSolver):
+    """The dense fused block by Winograd (:func:`function`,
+    ``algo="winograd"``), run per group."""
+    op = "conv_relu_maxpool"
     name = "winograd"
+    weight = "dense"
     numerics = "winograd"        # transformed inputs: "auto" never offers it
 
     def applicable(self, p):
@@ -123,3 +126,9 @@ class FusedWinograd(_Fused):
             return ("needs a 3x3 kernel, stride=1, dilation=1, pool=2 and an output of at "
                     f"least 2x2 (got {', '.join(g for g in got if g)}); use 'direct'")
         return why
+
+    def build(self, p, params):
+        return function(p.shape, p.pool, bias=p.bias, algo="winograd", **params)
+
+    def run_group(self, p, args, values=None):
+        return _kernel(self, p, self.tuned(p, values))(weight=args.w, **_data(args))

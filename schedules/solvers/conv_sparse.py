@@ -2,11 +2,10 @@
 :mod:`schedules.blocks.csr_conv`; the weights: :mod:`schedules.weights.csr`)."""
 from __future__ import annotations
 
-from ..blocks.conv_common import by_group
+from ..blocks.conv_common import PerGroupSolver
 from ..blocks.csr_conv import (aligned_pitch, function, layout, pitch, plan, schedule_args,
                                tile_size)
 from ..core.kernels import kernel
-from ..core.solver import Solver
 from ..problems.conv import conv_shape
 from ..weights.csr import as_csr
 
@@ -22,7 +21,7 @@ def sparse_conv2d_function(n, ci, h, w, co, kh=3, kw=3, stride=1, padding=0, dil
     return function(s, bias=bias, pool=pool, relu=relu, **schedule)
 
 
-class SparseCSR(Solver):
+class SparseCSR(PerGroupSolver):
     """The CSR sparse convolution on the CPU (``op`` "conv2d", or the fused
     block "conv_relu_maxpool"): a sparse weight (:class:`schedules.CSRWeights`,
     a torch sparse-CSR tensor, a scipy CSR matrix), or a dense one with
@@ -59,10 +58,7 @@ class SparseCSR(Solver):
     def build(self, p, params):
         return function(p.shape, bias=p.bias, pool=p.pool, relu=p.relu, **schedule_args(params))
 
-    def run(self, p, args, values=None):
-        return by_group(lambda q, a: self._run(q, a, values), p, args)   # each group's CSR rows
-
-    def _run(self, p, args, values=None):
+    def run_group(self, p, args, values=None):          # each group's CSR rows
         s = p.shape
         csr = args.csr if args.csr is not None else as_csr(args.w, s.ci)
         params = plan(s, density=csr.density, **self.chosen(p, values))

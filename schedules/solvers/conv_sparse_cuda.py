@@ -37,11 +37,10 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import by_group
+from ..blocks.conv_common import ConvSolver, by_group
 from ..blocks.gpu_map import check_shape, map_rows
 from ..core.arrays import positive_int
 from ..core.kernels import cuda_kernel
-from ..core.solver import Solver
 from ..problems.conv import ConvShape
 
 THREADS = 128            # threads per block (the last block of a row is partial)
@@ -102,7 +101,7 @@ def function(s: ConvShape, bias=True, threads=None, micro=MICRO):
     return f
 
 
-class CudaSparseCSR(Solver):
+class CudaSparseCSR(ConvSolver):
     """The CSR sparse conv2d with the CUDA schedule of :func:`function`; the
     CSR arrays are copied to the input's device once per CSRWeights and
     device.  Structural zeros are absent, as on the CPU

@@ -50,15 +50,40 @@ from ..blocks import dot_gemm
 from ..blocks import rnn_cells as cells
 from ..blocks.blis import default_params
 from ..blocks.blis import kernel as gemm_kernel
+from ..blocks.rnn_common import RnnSolver
 from ..core.kernels import kernel
 from ..core.sizes import largest_divisor
-from ..core.solver import Solver
 from ..core.transpose import transposed_into
 from ..host import host
 from ..weights.rnn import PAIRED, PROJECTION_TILE, as_dtype, blocking, kernel_array, padded
 from ..weights.window import SLICE, WINDOW
 
 SCHEDULES = ("layer", "wavefront")
+
+
+def rnn_function(cell, T, B, H, layers=1, schedule="layer", sparse=False):
+    """The scheduled Function of ``cell``'s recurrence with the host's
+    blocking: one layer's T steps (``"layer"``, its input projection given
+    as ``xp``) or ``layers`` stacked layers of input size H
+    (``"wavefront"``, dense)."""
+    blk = blocking(cells.GATES[cell], B)
+    if schedule == "layer":
+        return cells.layer_function(cell, T, B, H, H, blk, sparse=sparse)
+    if schedule == "wavefront" and not sparse:
+        return cells.wavefront_function(cell, layers, T, B, H, blk)
+    raise ValueError(f"schedule must be 'layer' or 'wavefront' (dense), got {schedule!r}")
+
+
+def lstm_function(T, B, H, layers=1, schedule="layer", sparse=False):
+    """The scheduled Function of the LSTM recurrence: one layer's T steps
+    (``"layer"``, its input projection given as ``xp``) or ``layers`` stacked
+    layers of input size H (``"wavefront"``)."""
+    return rnn_function("lstm", T, B, H, layers, schedule, sparse)
+
+
+def gru_function(T, B, H, layers=1, schedule="layer", sparse=False):
+    """The same for the GRU."""
+    return rnn_function("gru", T, B, H, layers, schedule, sparse)
 
 
 def _layer_kernel(cell, T, B, H, K, blk, sparse, target, wdtype="float32"):
@@ -196,62 +221,87 @@ def _pad(a, Hp):
     return out
 
 
-def _forward(W, x, h0, c0, schedule, target, train=None, values=None):
-    """(y, h_n, c_n) as NumPy arrays.  ``train`` (training,
-    :mod:`schedules.solvers.rnn_train`): a dict whose ``"masks"`` (None, or
-    one dropout mask per layer but the last: layer-major only) multiply each
-    layer's output, and whose ``"states"`` receives per layer ``(input, h
-    [T + 1][B][H])``, what the backward needs.  ``values``: tuned ``hb``,
-    ``mb`` (the blocking) and ``chunk`` (the wavefront's), else the host's."""
-    T, B, _ = x.shape
-    L, H = len(W.layers), W.hidden
-    values = dict(values or {})
-    chunk = values.pop("chunk", None)
-    blk = replace(W.blocking(B), **values)
-    Hp = cells.padded(H, blk.hb)
-    h0p, c0p = _pad(h0, Hp), _pad(c0, Hp) if c0 is not None else None
-    hn = np.empty((L, B, H), np.float32)
-    cn = np.empty((L, B, H), np.float32) if W.cell == "lstm" else None
-    masks = train and train.get("masks")
-    states = None if train is None else train.setdefault("states", [])
-    if states is not None:
-        states.clear()              # (the find step runs a solver more than once)
-    seq, first = x, L
-    if schedule == "wavefront" and not W.sparse:
-        first = W.packed("wavefront", B, blk)["first"]
-    for l in range(first):
-        y, c = _run_layer(W, l, seq, h0p[l], None if c0p is None else c0p[l], blk, target)
-        hn[l] = y[T - 1, :, :H]
-        if c is not None:
-            cn[l] = c[:, :H]
-        if states is not None:
-            states.append((seq, np.concatenate([h0[l][None], y[:, :, :H]])))
-        seq = y if Hp == H else np.ascontiguousarray(y[:, :, :H])
-        if masks and l < L - 1:
-            seq = seq * masks[l]
-    if first < L:
+class _Forward:
+    """One forward of a stack on the CPU: the blocking (``values``: tuned
+    ``hb``, ``mb`` and the wavefront's ``chunk``, else the host's), the
+    states padded to it and the results ``h_n``/``c_n`` being filled.
+    ``train`` (training, :mod:`schedules.solvers.rnn_train`): a dict whose
+    ``"masks"`` (None, or one dropout mask per layer but the last:
+    layer-major only) multiply each layer's output, and whose ``"states"``
+    receives per layer ``(input, h [T + 1][B][H])``, what the backward
+    needs."""
+
+    def __init__(self, W, x, h0, c0, target, train=None, values=None):
+        T, B, _ = x.shape
+        L, H = len(W.layers), W.hidden
+        values = dict(values or {})
+        self.chunk = values.pop("chunk", None)
+        self.blk = replace(W.blocking(B), **values)
+        self.Hp = cells.padded(H, self.blk.hb)
+        self.h0p = _pad(h0, self.Hp)
+        self.c0p = _pad(c0, self.Hp) if c0 is not None else None
+        self.hn = np.empty((L, B, H), np.float32)
+        self.cn = np.empty((L, B, H), np.float32) if W.cell == "lstm" else None
+        self.masks = train and train.get("masks")
+        self.states = None if train is None else train.setdefault("states", [])
+        if self.states is not None:
+            self.states.clear()         # (the find step runs a solver more than once)
+        self.W, self.h0, self.target, self.T, self.H = W, h0, target, T, H
+
+    def layers(self, seq, count):
+        """Layers ``0 .. count - 1`` layer-major from the input ``seq``;
+        returns the last one's output."""
+        W, T, H, L = self.W, self.T, self.H, len(self.W.layers)
+        for l in range(count):
+            y, c = _run_layer(W, l, seq, self.h0p[l], None if self.c0p is None else self.c0p[l],
+                              self.blk, self.target)
+            self.hn[l] = y[T - 1, :, :H]
+            if c is not None:
+                self.cn[l] = c[:, :H]
+            if self.states is not None:
+                self.states.append((seq, np.concatenate([self.h0[l][None], y[:, :, :H]])))
+            seq = y if self.Hp == H else np.ascontiguousarray(y[:, :, :H])
+            if self.masks and l < L - 1:
+                seq = seq * self.masks[l]
+        return seq
+
+    def wavefront(self, seq, first):
+        """Layers ``first ..`` (input size H) in one wavefront kernel from
+        the input ``seq``; returns the top layer's output."""
+        W, T, H, blk, L = self.W, self.T, self.H, self.blk, len(self.W.layers)
+        B = seq.shape[1]
         p = W.packed("wavefront", B, blk)
-        kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, target, chunk, W.wdtype)
+        kern = _wavefront_kernel(W.cell, L - first, T, B, H, blk, self.target, self.chunk,
+                                 W.wdtype)
         args = dict(xin=seq, wi=kernel_array(p["wi"], W.wdtype),
-                    wh=kernel_array(p["wh"], W.wdtype), bi=p["bi"], bh=p["bh"], h0=h0p[first:])
+                    wh=kernel_array(p["wh"], W.wdtype), bi=p["bi"], bh=p["bh"],
+                    h0=self.h0p[first:])
         if W.cell == "lstm":
-            out = _host(kern(c0=c0p[first:], **args))
+            out = _host(kern(c0=self.c0p[first:], **args))
             h, c = out["h"], out["c"]
-            cn[first:] = c[:, :, :H]
+            self.cn[first:] = c[:, :, :H]
         else:
             h = _host(kern(**args))
-        hn[first:] = h[1:, T, :, :H]
-        if states is not None:
+        self.hn[first:] = h[1:, T, :, :H]
+        if self.states is not None:
             for i in range(L - first):
                 below = seq if i == 0 else np.ascontiguousarray(h[i, 1:, :, :H])
-                states.append((below, np.ascontiguousarray(h[i + 1, :, :, :H])))
-        seq = h[L - first, 1:, :, :H]
-    return np.ascontiguousarray(seq), hn, cn
+                self.states.append((below, np.ascontiguousarray(h[i + 1, :, :, :H])))
+        return h[L - first, 1:, :, :H]
+
+    def results(self, seq):
+        """(y, h_n, c_n) as NumPy arrays."""
+        return np.ascontiguousarray(seq), self.hn, self.cn
 
 
-class _Cpu(Solver):
-    """A CPU solver of ``op`` ("lstm" or "gru"): :func:`_forward` with the
-    schedule ``name``; the results of the input's kind.  Version 2: the
+def _results(p, args, out):
+    """``out`` (y, h_n, c_n) of the input's kind and dtype."""
+    return tuple(None if a is None else as_dtype(a, p.dtype, args.torch_in) for a in out)
+
+
+class _Blocked(RnnSolver):
+    """What the CPU solvers of ``op`` ("lstm" or "gru") share: the blocking
+    of the hidden units, its defaults and tunable space.  Version 2: the
     layer-major steps became one parallel region (codegen.regions) and the
     sparse product windows, which changed which schedule is fastest."""
     version = 2
@@ -260,22 +310,9 @@ class _Cpu(Solver):
         self.op = op
 
     def params(self, p):
-        """The host's blocking (:func:`schedules.weights.rnn.blocking`) and,
-        for the wavefront, its chunk of steps."""
+        """The host's blocking (:func:`schedules.weights.rnn.blocking`)."""
         blk = blocking(cells.GATES[p.cell], p.B)
-        return {"hb": blk.hb, "mb": blk.mb,
-                **({"chunk": cells.chunk_of(p.T)} if self.name == "wavefront" else {})}
-
-    def build(self, p, params):
-        params = {**self.params(p), **params}
-        blk = replace(blocking(cells.GATES[p.cell], p.B), hb=params["hb"], mb=params["mb"])
-        wdtype = "float32" if p.sparse else p.dtype
-        if self.name == "layer":
-            return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk,
-                                        sparse=p.sparse and sparse_form(blk, p.hidden),
-                                        wdtype=wdtype)
-        return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden, blk,
-                                        params["chunk"], wdtype)
+        return {"hb": blk.hb, "mb": blk.mb}
 
     def space(self, p):
         """The hidden units per block (whole vectors: the split of the
@@ -287,26 +324,59 @@ class _Cpu(Solver):
             out["mb"] = [m for m in (1, 2, 3, 4) if m <= p.B]
         return out
 
-    def run(self, p, args, values=None):
-        W, x, h0, c0, torch_in, *train = args
-        y, hn, cn = _forward(W, x, h0, c0, self.name, p.target, *(train or [None]),
-                             values=self.chosen(p, values))
-        return tuple(None if a is None else as_dtype(a, p.dtype, torch_in) for a in (y, hn, cn))
+
+def _blocking(p, params):
+    """The blocking of ``params`` (``hb``, ``mb``) for ``p``."""
+    return replace(blocking(cells.GATES[p.cell], p.B), hb=params["hb"], mb=params["mb"])
 
 
-class Layer(_Cpu):
+class Layer(_Blocked):
+    """Layer-major (see the module): per layer the hoisted input projection,
+    then one kernel for the recurrence."""
     name = "layer"
 
+    def build(self, p, params):
+        blk = _blocking(p, {**self.params(p), **params})
+        return cells.layer_function(p.cell, p.T, p.B, p.hidden, p.hidden, blk,
+                                    sparse=p.sparse and sparse_form(blk, p.hidden),
+                                    wdtype="float32" if p.sparse else p.dtype)
 
-class Wavefront(_Cpu):
+    def run(self, p, args, values=None):
+        fw = _Forward(args.W, args.x, args.h0, args.c0, p.target, args.train,
+                      self.chosen(p, values))
+        return _results(p, args, fw.results(fw.layers(args.x, len(args.W.layers))))
+
+
+class Wavefront(_Blocked):
+    """The wavefront (see the module) of the layers of input size H (layer
+    0 layer-major before it when its input size differs); its chunk of
+    steps tuned too."""
     name = "wavefront"
 
     def applicable(self, p):
         why = super().applicable(p)
-        stacked = p.layers - (0 if p.input_size == p.hidden else 1)
-        if why is True and (stacked < 2 or p.sparse):
+        if why is True and (p.stacked < 2 or p.sparse):
             return "needs at least two stacked layers of input size H and dense weights; use 'layer'"
         return why
 
+    def params(self, p):
+        """The host's blocking and its chunk of steps."""
+        return {**super().params(p), "chunk": cells.chunk_of(p.T)}
+
     def space(self, p):
         return {**super().space(p), "chunk": [c for c in (1, 2, 4, 8, 16) if p.T % c == 0]}
+
+    def build(self, p, params):
+        params = {**self.params(p), **params}
+        return cells.wavefront_function(p.cell, p.layers, p.T, p.B, p.hidden,
+                                        _blocking(p, params), params["chunk"],
+                                        "float32" if p.sparse else p.dtype)
+
+    def run(self, p, args, values=None):
+        W = args.W
+        fw = _Forward(W, args.x, args.h0, args.c0, p.target, args.train,
+                      self.chosen(p, values))
+        L, B = len(W.layers), args.x.shape[1]
+        first = L if W.sparse else W.packed("wavefront", B, fw.blk)["first"]
+        seq = fw.layers(args.x, first)
+        return _results(p, args, fw.results(fw.wavefront(seq, first) if first < L else seq))

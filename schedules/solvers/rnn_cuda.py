@@ -53,10 +53,11 @@ import numpy as np
 
 import tiramisu_py as tp
 
+from ..blocks.rnn_common import RnnSolver
 from ..core.arrays import positive_int
 from ..core.kernels import cuda_kernel
-from ..core.solver import Solver
-from ..problems.rnn import TENSORS, DeviceArrays
+from ..problems.rnn import TENSORS
+from ..problems.rnn_device import DeviceArrays
 
 HC = 32          # hidden units per block (threads along x)
 BC = 2           # batch rows per block (threads along z): 4 * HC * BC threads
@@ -239,7 +240,7 @@ def unpack(h, c, ar):
             None if c is None else ar.contiguous(c[:, T]))
 
 
-class CudaWavefront(Solver):
+class CudaWavefront(RnnSolver):
     """``op`` ("lstm" or "gru") on the GPU: the wavefront of :func:`function`
     over the arguments :func:`parse` checked; ``(y, h_n, c_n)``."""
     name = "wavefront"
@@ -255,7 +256,8 @@ class CudaWavefront(Solver):
         return function(p.layers, p.T, p.B, p.input_size, p.hidden, cell=p.cell, **params)
 
     def run(self, p, args):
-        x, layers, states, ar, to_torch = args
+        x, layers, states, ar, to_torch = (args.x, args.layers, args.states, args.arrays,
+                                           args.to_torch)
         kw = dict(x=x, **pack(layers, p.input_size, p.hidden, x, p.cell), **states)
         kern = cuda_kernel((f"{p.cell}_cuda", p.layers, p.T, p.B, p.input_size, p.hidden),
                            lambda: self.build(p, {}))

@@ -17,16 +17,19 @@ which keep their schemas' three / two results).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..blocks import rnn_grad
 from ..blocks.blis import default_params
 from ..blocks.blis import kernel as gemm_kernel
-from ..core.arrays import dtype_name, is_torch
+from ..blocks.rnn_common import RnnSolver
+from ..core.arrays import is_torch
+from ..core.find import find
 from ..core.kernels import kernel
-from ..weights.rnn import GATES, REDUCED, TENSORS
-
-DTYPES = ("float32", "float64")
+from ..problems.rnn import RnnProblem, is_float64, train_array, train_check
+from ..weights.rnn import GATES
 
 
 def _forward_kernel(cell, T, B, K, H, dtype, target):
@@ -72,142 +75,6 @@ def _layer_backward_float32(cell, T, B, K, H, args, target):
     out["dw_ih"] = _gemm(dzx.T, x2, target)
     out["dw_hh"] = _gemm(dzh.T, h2, target)
     return out
-
-
-# ------------------------------------------------------------------ arguments
-def _array(a, name, dtype=None):
-    """A contiguous NumPy array of ``a`` (a NumPy array or CPU tensor,
-    detached); ``dtype``: the dtype it must have."""
-    if is_torch(a):
-        if a.device.type != "cpu":
-            raise ValueError(f"{name}: expected a CPU tensor, got device {a.device}")
-        a = a.detach().contiguous().numpy()
-    elif not isinstance(a, np.ndarray):
-        raise TypeError(f"{name}: expected a NumPy array or torch tensor, got {type(a).__name__}")
-    if str(a.dtype) not in DTYPES:
-        raise TypeError(f"{name}: expected float32 or float64, got {a.dtype}")
-    if dtype is not None and str(a.dtype) != dtype:
-        raise TypeError(f"{name}: expected {dtype} (x is {dtype}: give x, the weights and the "
-                        f"states one dtype, float32 or float64), got {a.dtype}")
-    return np.ascontiguousarray(a)
-
-
-def check(cell, x, weights, h0, c0):
-    """``(layers, x, h0, c0)`` as NumPy arrays of x's dtype, checked:
-    ``layers`` a list per layer of ``[w_ih, w_hh, b_ih, b_hh]`` (zero biases
-    where none are given), h0/c0 ``(L, B, H)`` (zeros when None)."""
-    G = GATES[cell]
-    xa = _array(x, "x")
-    dtype = str(xa.dtype)
-    if xa.ndim != 3 or min(xa.shape) < 1:
-        raise ValueError(f"x: expected (T, B, I) with T, B, I >= 1, got shape {xa.shape}")
-    T, B, I = xa.shape
-    if not isinstance(weights, (list, tuple)) or not weights:
-        raise TypeError(f"weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
-                        f"b_hh] (like {cell.upper()}.all_weights)")
-    H, layers, K = None, [], I
-    for l, layer in enumerate(weights):
-        if not isinstance(layer, (list, tuple)) or len(layer) not in (2, 4):
-            raise ValueError(f"weights[{l}]: expected [w_ih, w_hh, b_ih, b_hh] or [w_ih, w_hh]")
-        if len(layer) != len(weights[0]):
-            raise ValueError(f"weights[{l}]: every layer must have the same form (with or "
-                             "without biases)")
-        arrs = [_array(m, f"weights[{l}][{k}] ({TENSORS[k]} of layer {l})", dtype)
-                for k, m in enumerate(layer)]
-        if H is None:
-            H = arrs[1].shape[1] if arrs[1].ndim == 2 else -1
-        for k, a in enumerate(arrs):
-            want = ((G * H, K), (G * H, H), (G * H,), (G * H,))[k]
-            if a.shape != want or H < 1:
-                raise ValueError(f"weights[{l}][{k}] ({TENSORS[k]} of layer {l}): expected shape "
-                                 f"{want} ({G} gates x hidden size {H}), got {a.shape}")
-        if len(arrs) == 2:
-            arrs += [np.zeros(G * H, dtype), np.zeros(G * H, dtype)]
-        layers.append(arrs)
-        K = H
-    L = len(layers)
-    states = []
-    for a, name in ((h0, "h0"), (c0, "c0")):
-        if name == "c0" and cell != "lstm":
-            states.append(None)
-            continue
-        if a is None:
-            states.append(np.zeros((L, B, H), dtype))
-            continue
-        a = _array(a, name, dtype)
-        if a.shape != (L, B, H):
-            raise ValueError(f"{name}: expected shape (layers, B, H) = {(L, B, H)}, got {a.shape}")
-        states.append(a)
-    return layers, xa, states[0], states[1]
-
-
-def dropout_masks(x, layers, weights, p):
-    """The masks torch's CPU RNN applies between layers in training mode
-    (``aten::dropout`` on each layer's output (T, B, H) but the last, bottom
-    up: ``empty_like(out).bernoulli_(1 - p).div_(1 - p)``, nothing drawn at
-    ``p == 1``), drawn from torch's default generator: a seeded run gives
-    torch's masks.  Needs torch."""
-    try:
-        import torch
-    except ImportError:
-        raise ValueError("dropout > 0 in training mode draws its masks with torch's generator "
-                         "(as torch.nn.LSTM does): install torch, or pass training=False") from None
-    T, B = x.shape[0], x.shape[1]
-    H = weights[0][1].shape[1]
-    dt = x.dtype if is_torch(x) else getattr(torch, str(x.dtype))
-    if p == 1:
-        return [torch.zeros((T, B, H), dtype=dt) for _ in range(layers - 1)]
-    return [torch.empty((T, B, H), dtype=dt).bernoulli_(1 - p).div_(1 - p)
-            for _ in range(layers - 1)]
-
-
-def dropout_p(dropout, training):
-    """The probability of dropping in this call: ``dropout`` checked (a
-    number in [0, 1], as torch's RNN modules require), 0 unless ``training``."""
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or \
-            not 0 <= dropout <= 1:
-        raise ValueError(f"dropout should be a number in range [0, 1] representing the "
-                         f"probability of an element being zeroed, got {dropout!r}")
-    if not isinstance(training, bool):
-        raise TypeError(f"training: expected a bool, got {type(training).__name__}")
-    return float(dropout) if training else 0.0
-
-
-def unbatched(cell, x, h0, c0):
-    """Whether ``x`` is an unbatched (T, I) sequence; its states must then be
-    (L, H) (and (L, B, H) for a batched x), as torch requires."""
-    nd = len(getattr(x, "shape", ()))
-    if nd not in (2, 3):
-        return False                    # the problem's parse names the shape
-    want = nd
-    for a, name in ((h0, "h0"), (c0, "c0")):
-        if a is not None and len(getattr(a, "shape", ())) != want:
-            kind = "unbatched 2-D" if nd == 2 else "batched 3-D"
-            raise ValueError(f"{name}: for {kind} input x, {name} should be {want}-D "
-                             f"({'(layers, H)' if nd == 2 else '(layers, B, H)'}), got shape "
-                             f"{tuple(a.shape)}")
-    return nd == 2
-
-
-def is_float64(x):
-    return str(getattr(x, "dtype", "")) in ("float64", "torch.float64")
-
-
-def trainable(x, weights, h0, c0, sparse, target):
-    """Whether the training path takes the call: dense weights as lists of
-    host arrays (float32 or float64), not ``sparse``, a CPU target."""
-    from tiramisu_py.runtime.device_arrays import on_device
-    from ..core.kernels import target_of
-    if sparse or target_of(target) == "cuda" or not isinstance(weights, (list, tuple)):
-        return False
-    arrays = [x, h0, c0]
-    for layer in weights:
-        if not isinstance(layer, (list, tuple)):
-            return False
-        arrays += list(layer)
-    return all(a is None or (isinstance(a, np.ndarray) or is_torch(a)) and not on_device(a)
-               and dtype_name(a) not in REDUCED
-               for a in arrays)
 
 
 # ------------------------------------------------------------------ NumPy level
@@ -320,7 +187,7 @@ def backward(cell, layers, saved, c0, dy, dhn, dcn, masks=None, target=None, sch
 
 
 def _zeros_or(g, shape, dtype):
-    return np.zeros(shape, dtype) if g is None else _array(g, "grad", dtype)
+    return np.zeros(shape, dtype) if g is None else train_array(g, "grad", dtype)
 
 
 def gradients(cell, x, weights, h0, c0, dy, dhn, dcn, masks=None, target=None,
@@ -329,14 +196,14 @@ def gradients(cell, x, weights, h0, c0, dy, dhn, dcn, masks=None, target=None,
     (``solve``: the library's, as :func:`run` takes it; else the plain
     kernels of :func:`forward`): ``(dx, dW, dh0, dc0)`` as :func:`backward`;
     ``dy``/``dhn``/``dcn`` may be None (zero)."""
-    layers, xa, h0a, c0a = check(cell, x, weights, h0, c0)
+    layers, xa, h0a, c0a = train_check(cell, x, weights, h0, c0)
     schedule = check_schedule(schedule, layers)
-    m = None if not masks else [_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+    m = None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
     if solve is None or is_float64(xa):
         y, hn, _, saved = forward(cell, layers, xa, h0a, c0a, m, target)
     else:
         train = {"masks": m}
-        y, hn = (_array(a, "result") for a in solve(train)[:2])
+        y, hn = (train_array(a, "result") for a in solve(train)[:2])
         saved = train["states"]
     dt = str(xa.dtype)
     return backward(cell, layers, saved, c0a, _zeros_or(dy, y.shape, dt),
@@ -353,22 +220,24 @@ def _needing_grad(inputs):
     return torch.is_grad_enabled() and any(is_torch(a) and a.requires_grad for a in inputs)
 
 
-def run(cell, x, weights, h0, c0, masks=None, target=None, schedule="layer", solve=None):
-    """``(y, h_n, c_n)`` (c_n None for the GRU) of x's kind; torch results
-    are attached to the inputs that require grad by an autograd node whose
-    backward runs :func:`backward` on the states the forward kept.
-    ``solve(train)``: the library's forward (float32), returning ``(y, h_n,
-    c_n)`` and filling ``train["states"]`` (``train["masks"]`` between the
-    layers); without it, the plain kernels of :func:`forward`."""
-    layers, xa, h0a, c0a = check(cell, x, weights, h0, c0)
-    schedule = check_schedule(schedule, layers)
-    m = None if not masks else [_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+def run(cell, args, schedule="layer", solve=None):
+    """``(y, h_n, c_n)`` (c_n None for the GRU) of x's kind for the checked
+    arguments ``args`` (:class:`~schedules.problems.rnn.TrainArgs`); torch
+    results are attached to the inputs that require grad by an autograd node
+    whose backward runs :func:`backward` (``schedule``) on the states the
+    forward kept.  ``solve(train)``: the library's forward (float32),
+    returning ``(y, h_n, c_n)`` and filling ``train["states"]``
+    (``train["masks"]`` between the layers); without it, the plain kernels
+    of :func:`forward`."""
+    layers, xa, h0a, c0a, m, target = (args.layers, args.xa, args.h0a, args.c0a, args.masks,
+                                       args.target)
     if solve is None:
         y, hn, cn, saved = forward(cell, layers, xa, h0a, c0a, m, target)
     else:
         train = {"masks": m}
-        y, hn, cn = (_array(a, "result") if a is not None else None for a in solve(train))
+        y, hn, cn = (train_array(a, "result") if a is not None else None for a in solve(train))
         saved = train["states"]
+    x, h0, c0, weights = args.x, args.h0, args.c0, args.weights
     inputs = [x, h0, c0] + [w for layer in weights for w in layer]
     grad = _needing_grad(inputs)
     if not is_torch(x) and not grad:
@@ -403,3 +272,64 @@ def run(cell, x, weights, h0, c0, masks=None, target=None, schedule="layer", sol
     tensors = [a if is_torch(a) else torch.empty(0) for a in inputs]
     res = RecurrentBackward.apply(*tensors)
     return res[0], res[1], res[2] if cn is not None else None
+
+
+# ------------------------------------------------------------------ the solvers
+def states_solver(solvers, cell, x, weights, h0, c0, target=None, schedule="auto"):
+    """``solve(train)`` for :func:`run` and :func:`gradients`: the forward
+    found among ``solvers`` (the op's, :data:`schedules.registry.SOLVERS`)
+    for this call's (batched, dense, float32) arguments, returning ``(y,
+    h_n, c_n)`` and keeping each layer's ``(input, h states)`` in
+    ``train["states"]`` (with ``train["masks"]``, the dropout between the
+    layers, the layers run one by one: layer-major)."""
+    def solve(train):
+        p, args = RnnProblem.from_call(cell, x, weights, h0, c0, False, target)
+        forward = "layer" if train["masks"] else schedule
+        return find(p, solvers, args, forward, call=cell, param="schedule",
+                    repeats=2).run(p, replace(args, train=train))
+    return solve
+
+
+class _Training(RnnSolver):
+    """Training ``cell`` (:class:`~schedules.problems.rnn.RnnTraining`): the
+    forward found among ``forward`` (the op's solvers, which the registry
+    gives) keeping each layer's states, or in float64 the plain kernels of
+    :func:`forward`; the results attached to autograd, whose backward runs
+    this solver's schedule of :func:`backward`.  The call's ``schedule``
+    chooses both: "auto" the forward found and the layer-major backward."""
+
+    def __init__(self, cell, forward):
+        self.op, self.forward = f"{cell}_train", forward
+
+    def states(self, p, args):
+        """The forward for :func:`run`: :func:`states_solver` (None: float64)."""
+        if p.dtype == "float64":
+            return None
+        return states_solver(self.forward, p.cell, args.x, args.weights, args.h0, args.c0,
+                             args.target, args.schedule)
+
+
+class TrainLayer(_Training):
+    """The layer-major backward: a kernel per layer, top down."""
+    name = "layer"
+
+    def run(self, p, args):
+        return run(p.cell, args, "layer", self.states(p, args))
+
+
+class TrainWavefront(_Training):
+    """The wavefront backward: the stacked layers of input size H in one
+    skewed kernel, then layer 0 layer-major when its input size differs.
+    Its weights' gradients are summed in the nest (the layer-major's by the
+    library's GEMMs in float32): "auto" never offers it."""
+    name = "wavefront"
+    numerics = "wavefront"
+
+    def applicable(self, p):
+        why = super().applicable(p)
+        if why is True and p.stacked < 2:
+            return "needs at least two stacked layers of input size H and dense weights; use 'layer'"
+        return why
+
+    def run(self, p, args):
+        return run(p.cell, args, "wavefront", self.states(p, args))

@@ -80,7 +80,7 @@ REDUCED = ("bfloat16", "float16")     # storage types of the weights (float32 su
 PAIRED = ("bfloat16",)
 
 
-def _numpy(x, name, dtypes=("float32",)):
+def as_numpy(x, name, dtypes=("float32",)):
     """A NumPy view of an array or CPU tensor (parameters detached) of one of
     ``dtypes``: float32 and float16 as they are, a bfloat16 tensor as its
     bits (uint16; NumPy has no bfloat16)."""
@@ -160,10 +160,10 @@ class RNNWeights:
             raise ValueError(f"dtype must be None, 'float32', 'bfloat16' or 'float16', "
                              f"got {dtype!r}")
         first = weights[0]
-        self.dtype = dtype or _weights_dtype(first)
+        self.dtype = dtype or weights_dtype(first)
         self._accepted = (self.dtype,) + (("uint16",) if self.dtype == "bfloat16" else ())
         if isinstance(first, (list, tuple)) and len(first) in (2, 4):
-            w_hh = first[1] if _is_csr(first[1]) else _numpy(
+            w_hh = first[1] if _is_csr(first[1]) else as_numpy(
                 first[1], "weights[0][1] (w_hh of layer 0)", self._accepted)
             if len(w_hh.shape) != 2 or w_hh.shape[1] < 1:
                 raise ValueError(f"weights[0][1] (w_hh of layer 0): expected shape ({self.gates}*H, H)"
@@ -203,7 +203,7 @@ class RNNWeights:
                     raise TypeError(f"{name}: expected {self.dtype}, the dtype of weights[0][1] "
                                     f"(w_hh of layer 0): one dtype for all weights, as torch; "
                                     f"got {kind}")
-                m = _numpy(m, name, self._accepted)
+                m = as_numpy(m, name, self._accepted)
             shape = tuple(m.shape)
             if k >= 2:
                 want = (G * H,)
@@ -383,7 +383,7 @@ def column_blocked(rowptr, colidx, values, cols, width):
             np.ascontiguousarray(values[order]))
 
 
-def _weights_dtype(layer):
+def weights_dtype(layer):
     """The dtype of a layer's ``w_hh`` when it is a reduced-precision array,
     else float32 (the tensors' own checks name what is wrong)."""
     m = layer[1] if isinstance(layer, (list, tuple)) and len(layer) in (2, 4) else None
@@ -408,7 +408,7 @@ def rnn_weights(weights, cell="lstm", sparse=False, input_size=None):
     layout, sources = _sources(weights)
     if layout is None:
         return RNNWeights(weights, cell, sparse=sparse, input_size=input_size)
-    dtype = _weights_dtype(weights[0])      # (the copies of bfloat16 tensors are their bits)
+    dtype = weights_dtype(weights[0])      # (the copies of bfloat16 tensors are their bits)
 
     def make(arrays):
         it, out = iter(arrays), []

@@ -37,7 +37,7 @@ def _nests(f):
     return out
 
 
-def _snapshot(f):
+def snapshot(f):
     """(object, {field: (value, its items when a list/dict/set)}) for the
     Function, its statements, buffers and nests."""
     out = []
@@ -47,7 +47,7 @@ def _snapshot(f):
     return out
 
 
-def _restore(snap):
+def restore(snap):
     for o, fields in snap:
         d = vars(o)
         d.clear()
@@ -127,11 +127,11 @@ class CopyCall:
 def all_or_nothing(f):
     """On any exception inside, ``f`` is put back as it was; yields the
     snapshot taken."""
-    before = _snapshot(f)
+    before = snapshot(f)
     try:
         yield before
     except BaseException:
-        _restore(before)
+        restore(before)
         raise
 
 

@@ -17,7 +17,7 @@ def _root_item(f, stmt):
     return next(x for x in f._root.items if contains(x))
 
 
-def _writers_in_root_item(f, stmt, source):
+def writers_in_root_item(f, stmt, source):
     item = _root_item(f, stmt)
     stmts = []
 
@@ -42,7 +42,7 @@ def _same_access(a, b) -> bool:
     return a.target is b.target and list(map(repr, a.indices)) == list(map(repr, b.indices))
 
 
-def _access_named(stmt, text):
+def access_named(stmt, text):
     """The read of ``stmt`` written ``text`` (``"A[j, k]"``, spaces free)."""
     def plain(t):
         return "".join(t.split())
@@ -77,10 +77,10 @@ def _redirect(e, source, copy_, only=None):
     return e
 
 
-def _make_copy(stmt, source, loop, name, access=None):
+def make_copy(stmt, source, loop, name, access=None):
     """The copy of ``cache_at``: a computation reading ``source`` over its
     whole domain, computed at ``stmt``'s ``loop``; ``stmt`` reads the copy
-    (``access``: one of its reads, :func:`_access_named`; only where it reads
+    (``access``: one of its reads, :func:`access_named`; only where it reads
     ``source`` as written there)."""
     f = stmt.function
     reads = [n.target for n in walk(stmt.value) if isinstance(n, Access)]

@@ -49,9 +49,9 @@ from ..analysis.gpu_plan import AXES
 from ..analysis.gpu_threads import is_warp_axis
 from ..lang.expr import wrap
 from ..lang.program import Buffer, Computation, check_name
-from ..lang.schedule import _attaching_command, bound_to
+from ..lang.schedule import attaching_command, bound_to
 from ..poly.footprint import footprint_strides, footprint_widths
-from .copies import _make_copy
+from .copies import make_copy
 from .state import extent_of, state_of
 
 MAX_LOCAL_ELEMENTS = 256           # elements of one per-thread copy (registers)
@@ -87,7 +87,7 @@ def cache_local(stmt, source, loop, name):
         raise ValueError(f"{text}: {', '.join(writers)} writes {source.name!r} inside {loop!r}, "
                          "so a copy made at the start of each iteration would be stale")
     at = getattr(state.get(source.name), "at", None) if isinstance(source, Computation) else None
-    copy_ = _make_copy(stmt, source, loop, name or f"{source.name}_local")
+    copy_ = make_copy(stmt, source, loop, name or f"{source.name}_local")
     if at is not None and at[1] == stmt.name:
         # ``source`` is itself a copy computed at ``stmt`` (a shared tile):
         # its one reader is now the per-thread copy, so it is computed at that
@@ -147,7 +147,7 @@ def _retarget(f, producer, consumer):
     for its group: binds) act on ``consumer`` instead, after ``consumer``'s
     own compute_at: ``producer.compute_at(consumer, <same loop>)``."""
     cmds = f._commands
-    i = _attaching_command(cmds, producer.name)
+    i = attaching_command(cmds, producer.name)
     c = cmds[i]
     group = {c.stmt, *c.args[2]}
     new = dataclasses.replace(c, args=(consumer.name,) + tuple(c.args[1:]),

@@ -10,10 +10,10 @@ import copy
 from ..base import provenance
 from ..lang.expr import Access
 from ..lang.program import Buffer, Computation, check_name
-from ..lang.schedule import (_TAG_OPS, MAX_UNROLL, OMP_SCHEDULES, Command, _attaching_command, _check_unroll,
-                             apply, loop_name, replay)
+from ..lang.schedule import (MAX_UNROLL, OMP_SCHEDULES, TAG_OPS, Command, apply,
+                             attaching_command, check_unroll, loop_name, replay)
 from .atomic import all_or_nothing_call, atomic
-from .copies import _access_named, _make_copy, _writers_in_root_item
+from .copies import access_named, make_copy, writers_in_root_item
 from .gpu_copies import cache_local, cache_shared
 from .gpu_pipeline import pipeline
 from .state import extent_of, model_of, state_of
@@ -38,8 +38,8 @@ class Schedulable:
         call = provenance.current()
         cmd = Command(self.name, op, args, kwargs, text, call.text, call.where, call.id)
         state = state_of(f)
-        at = _attaching_command(f._commands, self.name) \
-            if state[self.name].at is not None and op not in _TAG_OPS else None
+        at = attaching_command(f._commands, self.name) \
+            if state[self.name].at is not None and op not in TAG_OPS else None
         if at is not None:
             # a loop transformation of a computed-at producer (e.g. a cache_at
             # copy) acts on its own loops: it takes effect before the compute_at
@@ -185,7 +185,7 @@ class Schedulable:
                                  "(tiramisu_py.lang.schedule.MAX_UNROLL); give a factor")
             factor = ext
         # refuse before the split is recorded: a refused command leaves no trace
-        _check_unroll(state_of(self.function)[self.name], n, factor,
+        check_unroll(state_of(self.function)[self.name], n, factor,
                       f"{self.name}.unroll({n}, {factor})")
         return self._tag_strip_mined(n, ext, factor, "unrolled", "unroll")
 
@@ -355,7 +355,7 @@ class Schedulable:
         access = None
         if isinstance(source, (str, Access)):
             # the statement's own read written so (an Access compares by its text)
-            access = _access_named(self, source if isinstance(source, str) else repr(source))
+            access = access_named(self, source if isinstance(source, str) else repr(source))
             source = access.target
         if not isinstance(source, (Buffer, Computation)):
             raise TypeError(f"{self.name}.cache_at: source must be a buffer or computation, "
@@ -363,12 +363,12 @@ class Schedulable:
         if name is not None:
             check_name(name, f"{self.name}.cache_at({source.name}): name=: computation")
         name = name or f"{source.name}_cache"
-        writers = _writers_in_root_item(f, self, source)
+        writers = writers_in_root_item(f, self, source)
         if writers:
             raise ValueError(f"{self.name}.cache_at({source.name}): {', '.join(writers)} writes "
                              f"{source.name!r} in the same loop nest, so a copy made before it "
                              "would be stale")
-        return _make_copy(self, source, loop, name, access)
+        return make_copy(self, source, loop, name, access)
 
     @provenance.command
     @atomic

@@ -12,9 +12,9 @@ from codegen import target as host
 
 from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
-from ..commands.atomic import _restore, _snapshot
+from ..commands.atomic import restore as _restore, snapshot as _snapshot
 from ..commands.state import extent_of
-from .auto_steps import _Code, _names, _StmtRef
+from .auto_steps import Code as _Code, StmtRef as _StmtRef, loop_names as _names
 
 
 class PointLoops:

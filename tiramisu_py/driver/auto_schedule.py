@@ -78,7 +78,8 @@ from ..base.errors import IllegalScheduleError
 from ..commands.state import extent_of, state_of
 from ..poly import footprint
 from .auto_point_loops import PointLoops
-from .auto_steps import Applied, Step, _names, _statement, _StmtRef
+from .auto_steps import Applied, Step, StmtRef as _StmtRef, loop_names as _names, \
+    statement as _statement
 from .compile import default_target
 
 DEFAULT_BUDGET = 5.0

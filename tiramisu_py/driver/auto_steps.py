@@ -4,7 +4,7 @@ a Function; :class:`Applied` is the list the search returns."""
 from __future__ import annotations
 
 
-class _StmtRef:
+class StmtRef:
     """A statement in a printed command: ``f.computations['C'].update``."""
 
     def __init__(self, f, name):
@@ -15,7 +15,7 @@ class _StmtRef:
         return self.text
 
 
-class _Code:
+class Code:
     """An argument printed as Python over ``f`` and evaluated so when the
     step is given (a buffer to declare, indices over a copy's loops)."""
 
@@ -26,7 +26,7 @@ class _Code:
         return self.text
 
 
-def _names(st):
+def loop_names(st):
     """The loop names of a statement's schedule state, outermost first."""
     return [lp.name for lp in st.loops]
 
@@ -42,7 +42,7 @@ def _ref_text(f, name):
     raise KeyError(name)
 
 
-def _statement(f, name):
+def statement(f, name):
     for c in f.computations.values():
         if c.name == name:
             return c
@@ -67,11 +67,11 @@ class Step:
     __repr__ = __str__
 
     def apply(self, f):
-        obj = f if self.stmt is None else _statement(f, self.stmt)
-        args = [[_statement(f, r.name) for r in a] if isinstance(a, list)
-                and a and isinstance(a[0], _StmtRef) else
-                _statement(f, a.name) if isinstance(a, _StmtRef) else
-                eval(a.text, {"f": f}) if isinstance(a, _Code) else a    # noqa: S307
+        obj = f if self.stmt is None else statement(f, self.stmt)
+        args = [[statement(f, r.name) for r in a] if isinstance(a, list)
+                and a and isinstance(a[0], StmtRef) else
+                statement(f, a.name) if isinstance(a, StmtRef) else
+                eval(a.text, {"f": f}) if isinstance(a, Code) else a    # noqa: S307
                 for a in self.args]
         getattr(obj, self.verb)(*args, **self.kwargs)
 

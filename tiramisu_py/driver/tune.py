@@ -53,7 +53,7 @@ from ..tuning.kinds import RecordKind
 from ..tuning.search import Bar, check_budget, check_clock, check_repeats
 from ..runtime.shapes import eval_size
 from .auto_schedule import AutoScheduler
-from .auto_steps import Step, _StmtRef
+from .auto_steps import Step, StmtRef as _StmtRef
 from .compile import compile_function, default_target
 from .warm import algorithm_lines
 

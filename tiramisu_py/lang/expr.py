@@ -96,7 +96,7 @@ class Expr:
     @property
     def dtype(self) -> T.DType:
         """The expression's type (weak literals resolved to their default)."""
-        return _weak_default(self)
+        return weak_default(self)
 
     def children(self) -> tuple:
         return ()
@@ -459,7 +459,7 @@ def _weak_is_float_node(n, memo):
     return any(memo[("f", id(c))][1] for c in n.children())
 
 
-def _weak_default(e: Expr, memo=None) -> T.DType:
+def weak_default(e: Expr, memo=None) -> T.DType:
     """``e.dtype`` (``memo``: as for :func:`strong_type`)."""
     memo = {} if memo is None else memo
     t = strong_type(e, memo)
@@ -597,7 +597,7 @@ _HALF_MAX = {"bfloat16": 3.3895313892515355e38, "float16": 65504.0}
 def _saturating_cast(x: Expr, to) -> Expr:
     """``x`` clamped into ``to``'s range (NaN: 0 for an integer target,
     kept for a float one), then converted."""
-    src = strong_type(x) or _weak_default(x)
+    src = strong_type(x) or weak_default(x)
     if to.is_half:
         if not (src.is_float and src.bits > 16):
             return Cast(to, x)

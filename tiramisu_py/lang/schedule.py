@@ -120,7 +120,7 @@ def replay(model, commands, upto=None):
 # --------------------------------------------------------------- the commands
 def apply(state, c: Command, index: int):
     s = state[c.stmt]
-    if s.at is not None and c.op not in _TAG_OPS:
+    if s.at is not None and c.op not in TAG_OPS:
         raise ValueError(f"{c.text}: {c.stmt} is computed at {s.at[1]} (compute_at); give its "
                          "own loop transformations before compute_at")
     fn = _OPS[c.op]
@@ -214,7 +214,7 @@ def _tag(state, s, c, index, loop, kind, arg):
                          f"and its own; {_ONE_NAME}")
     check_tag(s, loop, kind, arg, c.text)
     if kind == "unrolled":
-        _check_unroll(s, loop, arg, c.text)
+        check_unroll(s, loop, arg, c.text)
     s.tags[loop] = Tag(kind, arg, index)
 
 
@@ -260,7 +260,7 @@ def _restricted(state, s, c, index, text):
     key (``text`` is the constraints)."""
 
 
-def _check_unroll(s, loop, factor, text):
+def check_unroll(s, loop, factor, text):
     """Refuses an unroll beyond :data:`MAX_UNROLL`, or one that makes the
     statement's unrolled loops copy it more than :data:`MAX_UNROLL_TOTAL` times."""
     if factor is not None and factor > MAX_UNROLL:
@@ -352,7 +352,7 @@ _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile
         "restricted": _restricted, "pipeline": _pipeline, "tensor_core": _tensor_core}
 
 
-_TAG_OPS = ("tag", "allow_reassociation", "accumulate", "tensor_core")
+TAG_OPS = ("tag", "allow_reassociation", "accumulate", "tensor_core")
 _ONE_NAME = ("a tag names one loop: split the statement's own loop first (its parts get "
              "names of their own) or declare it under another name")
 
@@ -366,7 +366,7 @@ def loop_name(x):
     raise TypeError(f"a loop is named by a var or a string, not {type(x).__name__}")
 
 
-def _attaching_command(commands, stmt):
+def attaching_command(commands, stmt):
     """Index of the compute_at command that attached ``stmt`` (or its group)."""
     for k in range(len(commands) - 1, -1, -1):
         c = commands[k]

@@ -6,7 +6,7 @@ from codegen import ir
 
 from ..base import types as T
 from ..lang.expr import (Access, BinOp, Call, Cast, Const, ParamRef, Select, UnOp, Var,
-                         _weak_default, strong_type, weak_partner_type)
+                         weak_default, strong_type, weak_partner_type)
 from ..poly.model import resolve
 
 _CMP = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
@@ -31,7 +31,7 @@ class ExprLowering:
         return cast(self.expr(e, env, T.INDEX), T.INDEX)
 
     def expr(self, e, env, want=None) -> ir.Expr:
-        t = strong_type(e, self.memo) or want or _weak_default(e, self.memo)
+        t = strong_type(e, self.memo) or want or weak_default(e, self.memo)
         if isinstance(e, Const):
             v = e.value
             v = bool(v) if t.is_bool else (int(v) if t.is_int else float(v))
@@ -82,7 +82,7 @@ def operand_type(a, b, memo=None) -> T.DType:
         return T.promote(ta, tb)
     if ta or tb:
         return weak_partner_type(ta or tb, b if ta else a, memo)
-    return T.promote(_weak_default(a, memo), _weak_default(b, memo))
+    return T.promote(weak_default(a, memo), weak_default(b, memo))
 
 
 def cast(x: ir.Expr, t: T.DType) -> ir.Expr:
