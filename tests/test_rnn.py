@@ -281,7 +281,7 @@ def test_bench_rnn_quick(tmp_path):
     bandwidths and the host's are in the JSON."""
     import json
 
-    from tiramisu_py import cli
+    import tiramisu_py_command as cli
     path = tmp_path / "rnn.json"
     assert cli.main(["bench", "rnn", "--quick", "--shapes", "0,6", "--threads", "1",
                      "--repeats", "1", "--impls", "tiramisu_py,torch", "--json", str(path)]) == 0

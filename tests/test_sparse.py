@@ -327,7 +327,7 @@ def test_bench_sparse_quick(tmp_path, capsys):
     """``tiramisu-py bench sparse --quick``: every implementation runs and
     agrees with torch; the break-even line and the JSON record are written."""
     pytest.importorskip("torch")
-    from tiramisu_py import cli
+    import tiramisu_py_command as cli
     path = tmp_path / "sparse.json"
     assert cli.main(["bench", "sparse", "--quick", "--threads", "1", "--repeats", "1",
                      "--densities", "1,50", "--impls", "tiramisu_py[sparse],tiramisu_py[fused],torch",
