@@ -30,7 +30,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 
 import tiramisu_py as tp
 from codegen import target as machine
@@ -38,6 +37,7 @@ from tiramisu_py import tuning
 from tiramisu_py.confirm import Verdict
 
 from ..host import host
+from . import environ
 
 KIND = "params"
 # the CPU features that change what is fastest (the ISA part of the host key)
@@ -49,6 +49,7 @@ SIZES = ("n", "m", "k", "batch", "h", "w", "T")
 
 _CACHE: dict = {}               # (store, record key) -> values (or {}): one lookup per process
 _FAST: dict = {}                # (solver, problem, environment) -> values: no key built per call
+_FAST_ENV = (machine.ENV, "TIRAMISU_PY_CACHE")   # what the fast key reads
 LOOKUPS = {"store": 0}          # reads of the store (tests count them)
 
 
@@ -112,8 +113,7 @@ def recorded(solver, p) -> dict:
     A caller's own parameters (``p.params``, the GEMM's tiles) win: ``{}``."""
     if getattr(p, "params", None) is not None or p.device != "cpu":
         return {}
-    fast = (type(solver), solver.op, p, os.environ.get(machine.ENV),
-            os.environ.get("TIRAMISU_PY_CACHE"))
+    fast = (type(solver), solver.op, p, *environ.values(_FAST_ENV))
     if fast not in _FAST:
         k = _where(record_key(solver, p))
         if k not in _CACHE:

@@ -174,13 +174,25 @@ class _Dense(Solver):
             return self._run(p, args, values)
         return by_group(lambda q, a: self._run(q, a, values), p, args)   # one group's schedule
 
+    def runner(self, p):
+        """The kernel found once (one group's schedule: per group, as ``run``)."""
+        if self.name != "direct" and p.shape.groups != 1:
+            return super().runner(p)
+        params = self.tuned(p)
+        k = self._kernel(p, params)
+        return lambda args: self._call(k, p.shape, params, args)
+
+    def _kernel(self, p, params):
+        return kernel(("conv2d", self.name, p.shape, p.bias) + _chosen(params)
+                      + ((p.dtype,) if p.dtype != "float32" else ())
+                      + ((p.activation,) if p.activation in self.activations else ()),
+                      lambda: self.build(p, params), p.target)
+
     def _run(self, p, args, values=None):
-        s = p.shape
         params = self.tuned(p, values)
-        k = kernel(("conv2d", self.name, s, p.bias) + _chosen(params)
-                   + ((p.dtype,) if p.dtype != "float32" else ())
-                   + ((p.activation,) if p.activation in self.activations else ()),
-                   lambda: self.build(p, params), p.target)
+        return self._call(self._kernel(p, params), p.shape, params, args)
+
+    def _call(self, k, s, params, args):
         kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
         if self.name == "spatial_pack":
             return k(w_packed=packed_weight(args.w, params.get("vb") or register_tile(s)[0]), **kw)

@@ -86,11 +86,22 @@ class _Fused(Solver):
     def run(self, p, args, values=None):
         return by_group(lambda q, a: self._run(q, a, values), p, args)
 
+    def runner(self, p):
+        """The kernel found once (per group: as ``run``)."""
+        if p.shape.groups != 1:
+            return super().runner(p)
+        k = self._kernel(p, self.tuned(p))
+        return lambda args: self._call(k, p, args)
+
+    def _kernel(self, p, params):
+        return kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias)
+                      + ((tuple(sorted(params.items())),) if params else ()),
+                      lambda: self.build(p, params), p.target)
+
     def _run(self, p, args, values=None):
-        params = self.tuned(p, values)
-        k = kernel(("conv_relu_maxpool", self.name, p.shape, p.pool, p.bias)
-                   + ((tuple(sorted(params.items())),) if params else ()),
-                   lambda: self.build(p, params), p.target)
+        return self._call(self._kernel(p, self.tuned(p, values)), p, args)
+
+    def _call(self, k, p, args):
         weight = ({"w_packed": packed_weight(args.w, register_tile(p.shape)[0])}
                   if self.name == "direct" else {"weight": args.w})
         if args.b is not None:
