@@ -1,16 +1,29 @@
 """The fused ``torch.ops.tiramisu`` ops (imports torch): BatchNorm folded
-into a convolution with its activation as the epilogue (what
-:func:`schedules.nn.convert`'s folded chains run, :mod:`schedules.fusion`)
-and the resize block::
+into a convolution with its activation as the epilogue, ``nn.Linear``'s
+product and bias, and the resize block, each one call.
+:func:`schedules.nn.convert`'s folded chains (:mod:`schedules.fusion`) and
+the ``torch.compile`` backend (:mod:`schedules.dynamo`) run them::
 
+    torch.ops.tiramisu.linear(input, weight, bias=None)              # aten::linear
+    torch.ops.tiramisu.conv2d_folded(input, weight, bias, bn_weight, bn_bias, running_mean,
+                                     running_var, eps, stride, padding, dilation, groups, *,
+                                     activation=None)               # forward only
     torch.ops.tiramisu.resize_conv_relu_maxpool(input, size, weight, bias=None, pool=2, *,
                                                 mode="bilinear", stride=1, padding=0,
                                                 dilation=1, algo="auto")  # float32, forward only
 
-The fold: ``W * s`` and ``(b - mean) * s + beta``, ``s = gamma /
-sqrt(var + eps)`` in float64, rounded once (:func:`folded`: made once per
-value of the six tensors by the prepared-weights cache, never stale); the
-activation inside the kernel where the solver has it (:func:`folded_conv`)."""
+``linear`` is ``input @ weight.T + bias`` through ``tiramisu::gemm``'s
+solvers, the weight read as torch stores it (never transposed into a copy,
+also where Inductor hands the op contiguous tensors); its backward is two
+GEMMs and a sum.  ``conv2d_folded`` is ``act(batch_norm(conv2d(input,
+weight, bias), running_mean, running_var, bn_weight, bn_bias, eps))`` of an
+eval-mode BatchNorm (``running_mean`` None: no BatchNorm), ``act`` "relu",
+"relu6" or None: one convolution with ``W * s`` and ``(b - mean) * s +
+beta``, ``s = bn_weight / sqrt(running_var + eps)`` folded in float64 and
+rounded once (:func:`folded`: made once per value of the six tensors by the
+prepared-weights cache, never stale), the activation inside the kernel
+where the solver has it (:func:`folded_conv`).  Inference only: asking it
+for a gradient raises."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,6 +36,9 @@ from . import torch_glue as glue
 from . import torch_ops as T
 from .core.prepared import own, prepared
 from .problems.conv import ConvProblem
+
+ACTIVATIONS = (None, "relu", "relu6")
+
 
 # ------------------------------------------------------------------ folding
 def fold(weight, bias, gamma, beta, mean, var, eps):
@@ -84,6 +100,90 @@ def folded_conv(x, weight, bias, stride, padding, dilation, groups, activation, 
         return T.conv_relu_maxpool_now(x, weight, bias, [1, 1], padding, [1, 1], 1, pool=1)
     return T.conv2d_then(activation, x, weight, bias, list(stride), padding, list(dilation),
                          groups, algo)
+
+
+# ------------------------------------------------------------------ conv2d_folded
+def _folded_problem(input, weight, stride, padding, dilation, groups, activation):
+    torch._check(activation in ACTIVATIONS,
+                 lambda: f"tiramisu::conv2d_folded: activation must be one of "
+                         f"{', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    torch._check(input.dim() == 4, lambda: "tiramisu::conv2d_folded: input must be 4-D (N, C, "
+                                           f"H, W), got shape {tuple(input.shape)}")
+    return ConvProblem.from_meta("conv2d_folded", input.shape, weight.shape, stride, padding,
+                                 dilation, groups, check=torch._check)
+
+
+def _conv2d_folded(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps,
+                   stride, padding, dilation, groups, *, activation=None):
+    glue.float_dtype("conv2d_folded", input, weight, bias, bn_weight, bn_bias, running_mean,
+                     running_var)
+    _folded_problem(input, weight, stride, padding, dilation, groups, activation)
+    with torch.no_grad():
+        if running_mean is not None:
+            weight, bias = folded(weight, bias, bn_weight, bn_bias, running_mean, running_var,
+                                  eps)
+        return folded_conv(input, weight, bias, stride, padding, dilation, groups, activation)
+
+
+def _conv2d_folded_fake(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps,
+                        stride, padding, dilation, groups, *, activation=None):
+    s = _folded_problem(input, weight, stride, padding, dilation, groups, activation)
+    return input.new_empty((s.n, s.co if s.ci else 0, s.ho, s.wo))
+
+
+conv2d_folded = glue.op(
+    "conv2d_folded",
+    "(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
+    "Tensor? running_mean, Tensor? running_var, float eps, SymInt[2] stride, SymInt[2] padding, "
+    "SymInt[2] dilation, SymInt groups, *, str? activation=None) -> Tensor",
+    _conv2d_folded, _conv2d_folded_fake)
+
+
+# ------------------------------------------------------------------ linear
+def _linear_shape(input, weight, bias):
+    torch._check(weight.dim() == 2 and input.dim() >= 1 and input.shape[-1] == weight.shape[1],
+                 lambda: f"tiramisu::linear: input {tuple(input.shape)} and weight "
+                         f"{tuple(weight.shape)} do not match (weight: (out_features, "
+                         "in_features))")
+    torch._check(bias is None or (bias.dim() == 1 and bias.shape[0] == weight.shape[0]),
+                 lambda: f"tiramisu::linear: bias must have {weight.shape[0]} values")
+    return (*input.shape[:-1], weight.shape[0])
+
+
+def _linear(input, weight, bias=None):
+    shape = _linear_shape(input, weight, bias)
+    with torch.no_grad():
+        y = T.gemm_now(input.reshape(-1, weight.shape[1]), weight.t())
+        if bias is not None:
+            y += bias if bias.dtype == y.dtype else bias.to(y.dtype)
+    return y.reshape(shape)
+
+
+def _linear_fake(input, weight, bias=None):
+    return input.new_empty(_linear_shape(input, weight, bias))
+
+
+def _linear_setup(ctx, inputs, output):
+    input, weight = inputs[:2]
+    ctx.has_bias = len(inputs) > 2 and inputs[2] is not None
+    ctx.n_inputs = len(inputs)
+    ctx.save_for_backward(input, weight)
+
+
+def _linear_backward(ctx, g):
+    """``dX = dY @ W``, ``dW = dY^T @ X``, ``db = sum(dY)`` (rows: every
+    leading dimension)."""
+    input, weight = ctx.saved_tensors
+    g2 = g.reshape(-1, weight.shape[0])
+    need = ctx.needs_input_grad
+    gx = T.gemm_now(g2, weight).reshape(input.shape) if need[0] else None
+    gw = T.gemm_now(g2.t(), input.reshape(-1, weight.shape[1])) if need[1] else None
+    gb = g2.sum(0) if ctx.has_bias and need[2] else None
+    return (gx, gw, gb)[:ctx.n_inputs]
+
+
+linear = glue.op("linear", "(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor",
+                 _linear, _linear_fake, _linear_backward, _linear_setup)
 
 
 # ------------------------------------------------------------------ resize block
