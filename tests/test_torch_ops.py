@@ -207,6 +207,32 @@ def test_gradcheck_float64(ops):
     assert torch.autograd.gradcheck(fused, (x, w))
 
 
+def test_the_autograd_kernel_runs_the_implementation_directly_only_where_it_may(ops):
+    """Where nothing is recorded on plain CPU tensors an op's Autograd kernel
+    runs the implementation at once (no redispatch); a lazily negated input,
+    a tensor subclass (fake tensors), a dispatch mode or a recorded gradient
+    take torch's way, with the same results."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch_helpers import dispatch_recorder
+    seen = []
+    k = _axpy("axpy_direct")
+    op = k.torch_op("tp_test::axpy_direct", backward=lambda ctx, g: (2 * g, g))
+    x, y = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    torch.testing.assert_close(op(x, y), 2 * x + y)
+    torch.testing.assert_close(op(torch._neg_view(x), y), y - 2 * x)     # materialised first
+    with dispatch_recorder() as mode:
+        torch.testing.assert_close(op(x, y), 2 * x + y)
+    assert any("axpy_direct" in o for o in mode.ops)
+    with FakeTensorMode() as fake:
+        assert op(fake.from_tensor(x), fake.from_tensor(y)).shape == (5,)
+    xg = x.clone().requires_grad_()
+    op(xg, y).sum().backward()
+    torch.testing.assert_close(xg.grad, torch.full_like(x, 2.0))
+    with torch.no_grad():                          # a Parameter: plain, direct
+        seen.append(op(torch.nn.Parameter(x), y))
+    torch.testing.assert_close(seen[0], 2 * x + y)
+
+
 def test_fused_ops_linear_and_folded_conv(ops):
     """tiramisu::linear (aten::linear's schema, a backward of two GEMMs and a
     sum, gradcheck in float64) and tiramisu::conv2d_folded (an eval-mode
