@@ -176,6 +176,17 @@ def test_dynamic_batch_sizes_recompile_as_without_the_rewrite():
     shapes = [g for g in dynamo.compile_report().graphs]
     assert len(shapes) == 2 and all(g.counts()["tiramisu::conv2d_folded"] == 1 for g in shapes)
 
+    def training_frames(backend, options=None):     # (the backward formulas add no guard)
+        torch._dynamo.reset()
+        counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+        if backend == "tiramisu":
+            counter.backend = lambda gm, inputs: dynamo.backend(gm, inputs, options)
+        compiled = torch.compile(copy.deepcopy(model).train(), backend=counter, fullgraph=True)
+        for n in (2, 3, 4, 7, 1, 3):
+            compiled(torch.randn(n, 3, 8, 8)).sum().backward()
+        return counter.frame_count
+    assert training_frames("tiramisu", AOT) == training_frames("aot_eager")
+
 
 def test_inductor_end_to_end_inference_and_training():
     """The default inner compiler: Inductor compiles the rest around the ops
