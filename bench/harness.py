@@ -462,10 +462,10 @@ def add_arguments(p: argparse.ArgumentParser):
     """The suite-independent options; ``run_args`` turns them into ``run`` keywords."""
     p.add_argument("--threads", type=lambda s: [_positive_int(t) for t in s.split(",")],
                    metavar="1,2", help="thread counts, each measured in its own subprocess "
-                   "(default 1,2; 2 for polybench)")
-    p.add_argument("--repeats", type=_positive_int, default=5, metavar="N",
-                   help="timed calls per implementation after the warm-up (default 5; "
-                   f"short calls repeat until {MIN_TIMED_S} s)")
+                   "(default 1,2; 2 for polybench and models)")
+    p.add_argument("--repeats", type=_positive_int, metavar="N",
+                   help="timed calls per implementation after the warm-up (default 5, 3 for "
+                   f"models; short calls repeat until {MIN_TIMED_S} s)")
     p.add_argument("--impls", metavar="NAME,...", type=lambda s: s.split(","),
                    help="only these implementations (e.g. tiramisu_py,numpy,torch; "
                         "tiramisu_py also selects tiramisu_py[direct] etc.)")
@@ -479,7 +479,8 @@ def add_arguments(p: argparse.ArgumentParser):
                         f"(default {markdown.DEFAULT}; other sections are kept)")
 
 
-def run_args(args: argparse.Namespace, threads=(1, 2)) -> dict:
-    """``threads``: the thread counts when ``--threads`` is not given."""
-    return dict(threads=list(args.threads or threads), repeats=args.repeats, only=args.impls,
-                json_path=args.json, png_path=args.png)
+def run_args(args: argparse.Namespace, threads=(1, 2), repeats=5) -> dict:
+    """``threads`` / ``repeats``: the thread counts and timed calls when
+    ``--threads`` / ``--repeats`` is not given."""
+    return dict(threads=list(args.threads or threads), repeats=args.repeats or repeats,
+                only=args.impls, json_path=args.json, png_path=args.png)

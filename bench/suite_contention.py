@@ -227,7 +227,7 @@ def add_arguments(p):
 def main(args) -> dict:
     threads = args.threads[-1] if getattr(args, "threads", None) else None
     print(harness.format_machine(harness.machine_info()), flush=True)
-    report = run(threads, getattr(args, "busy", BUSY), max(args.repeats, 5), args.quick)
+    report = run(threads, getattr(args, "busy", BUSY), max(args.repeats or 5, 5), args.quick)
     print(f"threads {report['threads']}, OMP_WAIT_POLICY {report['omp_wait_policy']}; "
           "ratio = torch / ours; slowdown = ours busy / ours quiet (target <= 2.5x with 1 busy);"
           " ratio held = busy ratio / quiet ratio (target >= 0.8, or the busy ratio >= 1.0)")

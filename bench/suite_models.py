@@ -18,10 +18,17 @@ Each at batch 2 and 16, in inference (eval mode, ``torch.no_grad``) and
 forward + backward (train mode: the loss's gradients of all parameters;
 dropout masks drawn from the same seed for every implementation).
 Implementations: ``tiramisu_py`` (``convert(copy.deepcopy(model))``: its
-report is printed once per model), ``torch`` and ``torch.compile``
+report is printed once per model), ``tiramisu_py[compile]`` (``torch.compile(model,
+backend="tiramisu")``: the library's ops in Dynamo's graph, Inductor for the
+rest; what it replaced is printed once per model and mode; ``--quick``: the
+rewrite and AOTAutograd without Inductor), ``torch`` and ``torch.compile``
 (``torch.compile(model)``; a model it fails on is reported with the error and
 left out; ``--quick`` leaves it out: its compile takes longer than the smoke
-test).  FLOP counts: 2 x the multiply-adds of the convolutions, linear
+test).  Training under Inductor draws its own dropout masks (VGG's and
+MobileNet's check column shows it), as for ``torch.compile``.  Defaults:
+2 threads and 3 timed calls per implementation (``--threads`` / ``--repeats``
+override; the two compiled rows' compiles, one per case, are much of the
+suite's time).  FLOP counts: 2 x the multiply-adds of the convolutions, linear
 layers and LSTM gates (forward; x3 for forward + backward).  The check
 column is the max abs difference of the output (inference) or the loss
 (training) from torch eager's.
@@ -233,6 +240,8 @@ def _case(name, batch, train, quick):
         if not quick:
             compiled = functools.cache(lambda: torch.compile(copy.deepcopy(m)))
             impls["torch.compile"] = lambda: _step(compiled(), x, train)()
+        backend = functools.cache(lambda: _backend(m, name, train, quick))
+        impls["tiramisu_py[compile]"] = lambda: _step(backend(), x, train)()
         return impls
 
     def check(out):
@@ -241,6 +250,34 @@ def _case(name, batch, train, quick):
     mode = "fwd+bwd" if train else "inference"
     return Case(f"{name} b{batch} {mode}", forward_flops(name, batch, quick) * (3 if train else 1),
                 setup, check)
+
+
+def _backend(m, name, train, quick):
+    """A copy of ``m`` compiled with the "tiramisu" backend (``--quick``:
+    AOTAutograd without Inductor's code generation); the LSTM model with
+    Dynamo's ``allow_rnn`` (else ``nn.LSTM`` is a graph break).  What the
+    backend replaced is printed after the first call (the warm-up)."""
+    import torch
+    import schedules.dynamo
+    compiled = torch.compile(copy.deepcopy(m), backend="tiramisu",
+                             options={"inner": "aot_eager"} if quick else None)
+
+    class Compiled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.compiled = compiled
+
+        def forward(self, x):
+            with torch._dynamo.config.patch(allow_rnn=True):
+                out = self.compiled(x)
+            key = (name, "backend", train)
+            if key not in _reported:
+                _reported.add(key)
+                report = schedules.dynamo.compile_report(self.compiled)
+                print(f"{name} ({'training' if train else 'inference'}, "
+                      f"tiramisu_py[compile]): {report.counts()}", flush=True)
+            return out
+    return Compiled()
 
 
 def _step(m, x, train):

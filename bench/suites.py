@@ -33,9 +33,10 @@ paper  the TIRAMISU paper's table: Conv, Conv-ReLU-MaxPool, Resize-Conv-ReLU-Max
        (bench/suite_paper.py; not part of "all").
 contention  the library's calls quiet and beside 1 and 4 busy processes, against torch in
        the same conditions (bench/suite_contention.py; not part of "all").
-models whole models converted by schedules.nn.convert (VGG-11, ResNet-18, MobileNetV2,
-       an Embedding-LSTM-Linear seq2seq) against torch eager and torch.compile, inference
-       and forward + backward, batch 2 and 16 (bench/suite_models.py; not part of "all").
+models whole models converted by schedules.nn.convert and compiled with the "tiramisu"
+       torch.compile backend (VGG-11, ResNet-18, MobileNetV2, an Embedding-LSTM-Linear
+       seq2seq) against torch eager and torch.compile, inference and forward + backward,
+       batch 2 and 16, 2 threads (bench/suite_models.py; not part of "all").
 
 FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
 ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
@@ -328,9 +329,11 @@ def _run_one(args: argparse.Namespace) -> dict:
         return suite_polybench.main(args)
     if args.suite == "paper":
         return suite_paper.main(args)
+    # models: 2 threads, 3 timed calls by default (its compiles are most of its ~20 minutes)
+    defaults = dict(threads=(2,), repeats=3) if args.suite == "models" else {}
     report = harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes,
                                      dtype=args.dtype),
-                         **harness.run_args(args))
+                         **harness.run_args(args, **defaults))
     if args.suite in ("rnn", "all"):
         print(suite_rnn.annotate(report, cases(args.suite, args.quick, args.shapes, args.dtype)))
         if args.json:                   # again, with the bandwidths

@@ -10,6 +10,15 @@ through ``Kernel.torch_op`` (``torch.ops.ns.name``) in eager, under
 ``torch.add`` for scale, and the same kernel wrapped with
 ``torch.library.custom_op`` (the API ``Kernel.torch_op`` does not use).  Prints the median microseconds per call of
 ``--rounds`` rounds of ``--calls`` calls each.  Compare only numbers of one run.
+
+Then a library conv of a MobileNet layer (960-channel 3x3 depthwise, 7x7,
+batch 1: a small kernel, called ~150 times a step in such a model) the four
+ways it is called -- ``schedules.conv2d``, a converted ``nn.Conv2d`` (what
+``schedules.nn.convert`` runs), ``torch.ops.tiramisu.conv2d`` (what a graph
+compiled with the "tiramisu" backend calls) and torch's ``F.conv2d`` -- and
+the same kernel called on its own (``Kernel.__call__``, the solver the find
+step chose): the difference is the library's cost above the kernel call
+(whose own cost is the plain-call rows above, on a 16-element kernel).
 """
 from __future__ import annotations
 
@@ -75,6 +84,40 @@ def main(calls=2000, rounds=7):
           f"{torch.get_num_threads()} torch threads")
     for name, fn in rows:
         print(f"  {name:44s} {_median_us(fn, calls, rounds):8.1f} us")
+    _depthwise(torch, calls, rounds)
+
+
+def _depthwise(torch, calls, rounds):
+    """The depthwise conv rows (see the module)."""
+    import schedules
+    import schedules.nn
+    from schedules.core.find import find
+    from schedules.problems.conv import ConvProblem
+    from schedules.registry import SOLVERS
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 960, 7, 7), torch.randn(960, 1, 3, 3), torch.randn(960)
+    conv = torch.nn.Conv2d(960, 960, 3, padding=1, groups=960)
+    with torch.no_grad():
+        conv.weight.copy_(w)
+        conv.bias.copy_(b)
+    module = schedules.nn.Conv2d.from_torch(conv)
+    p, args = ConvProblem.from_call("conv2d", x, w, b, 1, 1, 1, 960)
+    solver = find(p, SOLVERS["conv2d"], args, call="conv2d")
+    run = solver.runner(p)                          # the kernel found once: then only its call
+    op = torch.ops.tiramisu.conv2d
+    rows = [("kernel alone (" + solver.name + ", Kernel call)", lambda: run(args)),
+            ("schedules.conv2d", lambda: schedules.conv2d(x, w, b, 1, 1, 1, 960)),
+            ("converted nn.Conv2d", lambda: module(x)),
+            ("torch.ops.tiramisu.conv2d", lambda: op(x, w, b, [1, 1], [1, 1], [1, 1], 960)),
+            ("torch F.conv2d", lambda: torch.nn.functional.conv2d(x, w, b, 1, 1, 1, 960))]
+    print("depthwise conv 960 x 7x7, 3x3, batch 1 (no_grad):")
+    with torch.no_grad():
+        times = [(name, _median_us(fn, calls, rounds)) for name, fn in rows]
+    alone = times[0][1]
+    for name, us in times:
+        extra = f"  (+{us - alone:.1f} us above the kernel call)" if name.startswith(
+            ("schedules", "converted", "torch.ops")) else ""
+        print(f"  {name:44s} {us:8.1f} us{extra}")
 
 
 if __name__ == "__main__":

@@ -33,11 +33,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import nn
 
-from .core.prepared import own, prepared
+from .torch_fused_ops import folded
 
 ACTIVATIONS = {nn.ReLU: "relu", nn.ReLU6: "relu6"}
 
@@ -56,50 +55,16 @@ class FusionGroup:
 
     def folded(self, weight, bias):
         """``(weight, bias)`` with the BatchNorm folded in (unchanged without
-        one); differentiable when gradients are recorded, else made once per
-        value of the six tensors (:func:`schedules.core.prepared.prepared`:
-        never stale, ``.data`` writes included)."""
+        one): :func:`schedules.torch_fused_ops.folded` (differentiable when
+        gradients are recorded, else made once per value of the six
+        tensors)."""
         bn = self.bn
         if bn is None:
             return weight, bias
-        parts = (weight, bias, bn.weight, bn.bias, bn.running_mean, bn.running_var)
-        given = [t for t in parts if t is not None]
-        if torch.compiler.is_compiling() or any(t.is_inference() for t in given) or (
-                torch.is_grad_enabled() and any(t.requires_grad for t in given)):
-            return _fold(*parts, bn.eps)
-        return prepared("folded_batchnorm", [None if t is None else t.detach() for t in parts],
-                        lambda arrays: _made(arrays, bn.eps), extra=(bn.eps,))
+        return folded(weight, bias, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
 
     def names(self, names):
         return " + ".join(names[id(m)] for m in (self.conv, self.bn, self.act) if m is not None)
-
-
-def _fold(weight, bias, gamma, beta, mean, var, eps):
-    """``(weight * s, (bias - mean) * s + beta)``, ``s = rsqrt(var + eps) *
-    gamma``, in float64, each rounded once to the weight's dtype."""
-    wide = torch.float64
-    scale = var.to(wide).add(eps).rsqrt()
-    if gamma is not None:
-        scale = scale * gamma.to(wide)
-    shift = -mean.to(wide) if bias is None else bias.to(wide) - mean
-    shift = shift * scale + (0 if beta is None else beta.to(wide))
-    return ((weight.to(wide) * scale.reshape(-1, 1, 1, 1)).to(weight.dtype),
-            shift.to(weight.dtype))
-
-
-def _made(arrays, eps):
-    """The fold of the cache's read-only NumPy copies, as ordinary tensors
-    (not inference tensors, whatever the mode of the call that made them)."""
-    with torch.inference_mode(False):
-        folded = _Folded(_fold(*[None if a is None else torch.from_numpy(np.array(a))
-                                 for a in arrays], eps))
-    own(*folded)        # what the conv prepares from them: found by identity
-    return folded
-
-
-class _Folded(tuple):
-    """A folded ``(weight, bias)``, sized for the prepared-weights cache."""
-    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in self))
 
 
 class _PassThrough:

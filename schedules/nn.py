@@ -23,6 +23,7 @@ from schedules import api
 from schedules.problems.rnn import dropout_masks, dropout_p
 from schedules.registry import FUSED_ALGOS
 from schedules.fusion import STAND_INS, ConvertReport, find_chains
+from schedules.torch_fused_ops import folded_conv
 from schedules.weights.csr import CSRWeights
 
 ops = torch.ops.tiramisu
@@ -97,14 +98,8 @@ class Conv2d(nn.Conv2d):
         else (and under autocast, where conv2d runs in the autocast dtype)
         applied in place to the conv's fresh output."""
         weight, bias = group.folded(self.weight, self.bias)
-        in_kernel = (group.activation == "relu" and self.algo == "auto" and self.groups == 1
-                     and tuple(self.stride) == (1, 1) and tuple(self.dilation) == (1, 1)
-                     and weight.dtype == torch.float32
-                     and not torch.is_autocast_enabled("cpu"))  # (conv2d: in the autocast dtype)
-        if in_kernel:
-            return T.conv_relu_maxpool_now(x, weight, bias, [1, 1], pad, [1, 1], 1, pool=1)
-        return T.conv2d_then(group.activation, x, weight, bias, list(self.stride), pad,
-                             list(self.dilation), self.groups, self.algo)
+        return folded_conv(x, weight, bias, list(self.stride), pad, list(self.dilation),
+                           self.groups, group.activation, self.algo)
 
     @classmethod
     def from_torch(cls, module: nn.Conv2d, algo="auto"):

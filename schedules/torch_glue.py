@@ -66,8 +66,14 @@ def overloads(ints, string):
 def direct(args):
     """Whether an op's implementation may run directly on ``args`` (see
     :func:`eager`): its dispatch would record, trace or convert nothing."""
-    grad = torch.is_grad_enabled()
-    return plain_eager(args) and not any(grad and t.requires_grad for t in _tensors(args))
+    if not _plain_mode(args):
+        return False
+    grad = _C.is_grad_enabled()
+    for t in _tensors(args):
+        if type(t) not in _PLAIN or not t.is_cpu or t.dtype not in FLOATS \
+                or (grad and t.requires_grad):
+            return False
+    return True
 
 
 def plain_eager(args):
@@ -75,23 +81,49 @@ def plain_eager(args):
     an eager call: nothing compiling or tracing (no dispatch or function
     mode, no ``torch.jit`` trace, no ``torch.func`` transform), autocast
     off.  Gradients may be recorded (an ``autograd.Function`` records them)."""
-    if not args or type(args[0]) is not torch.Tensor or torch.compiler.is_compiling() \
-            or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled() \
-            or torch.is_autocast_enabled("cpu") or torch._C._get_tracing_state() \
-            or torch._C._are_functorch_transforms_active():
-        return False
-    return all(type(t) in _PLAIN and t.is_cpu and t.dtype in FLOATS for t in _tensors(args))
+    return _plain_mode(args) and all(type(t) in _PLAIN and t.is_cpu and t.dtype in FLOATS
+                                     for t in _tensors(args))
+
+
+def _plain_mode(args):
+    """No compiling, tracing, mode or transform active, autocast off, and
+    ``args[0]`` a plain tensor."""
+    return bool(args) and type(args[0]) is torch.Tensor and not (
+        _compiling() or _C._len_torch_dispatch_stack() or _C._is_torch_function_mode_enabled()
+        or _C.is_autocast_enabled(_CPU) or _C._get_tracing_state()
+        or _C._are_functorch_transforms_active())
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)     # (a Parameter overrides no torch function)
 
 
+_C = torch._C
+_CPU = torch.device("cpu").type
+_compiling = torch.compiler.is_compiling
+
+
 def _tensors(args):
+    """The tensors of ``args`` (a list), lists of tensors included (lists of
+    ints, such as a conv's stride, are not walked)."""
+    out = []
     for a in args:
-        if isinstance(a, torch.Tensor):
-            yield a
-        elif isinstance(a, (list, tuple)):
-            yield from _tensors(a)
+        kind = type(a)
+        if kind in _PLAIN:
+            out.append(a)
+        elif kind in _SCALARS:
+            continue
+        elif kind is list or kind is tuple:
+            first = type(a[0]) if a else int
+            if first in _PLAIN or (first not in _NUMBERS and isinstance(a[0], _NESTED)):
+                out += _tensors(a)
+        elif isinstance(a, torch.Tensor):           # (a subclass)
+            out.append(a)
+    return out
+
+
+_NESTED = (torch.Tensor, list, tuple, type(None))
+_NUMBERS = (int, float, bool, str)
+_SCALARS = _NUMBERS + (type(None),)
 
 
 def fresh_outputs(result, args):
@@ -101,14 +133,18 @@ def fresh_outputs(result, args):
     the kernel's output) becomes a tensor of its own over the same fresh
     storage (no copy).  So every op returns tensors that in-place ops after
     it (``ReLU(inplace=True)``) may modify under autograd."""
-    if isinstance(result, (tuple, list)):
-        return type(result)(fresh_outputs(r, args) for r in result)
-    if not isinstance(result, torch.Tensor):
+    kind = type(result)
+    if kind is tuple or kind is list:
+        return kind(fresh_outputs(r, args) for r in result)
+    if kind is not torch.Tensor and not isinstance(result, torch.Tensor):
         return result
-    mine = result.untyped_storage().data_ptr()
-    if result.untyped_storage().nbytes() and any(
-            t.untyped_storage().data_ptr() == mine for t in _tensors(args)):
-        return result.clone()
+    storage = result.untyped_storage()
+    size = storage.nbytes()
+    if size:            # an argument viewing this storage has its data inside it
+        mine = storage.data_ptr()
+        for t in _tensors(args):
+            if mine <= t.data_ptr() < mine + size:
+                return result.clone()
     if result._base is None:
         return result
     own = result.new_empty(0)

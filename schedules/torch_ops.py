@@ -15,9 +15,6 @@ only)::
     torch.ops.tiramisu.sparse_conv2d(input, rowptr, colidx, values, weight_size, bias=None,
                                      stride=1, padding=0, dilation=1, groups=1)  # CSR, float32
                                      # (and .padding: "valid" / "same")
-    torch.ops.tiramisu.resize_conv_relu_maxpool(input, size, weight, bias=None, pool=2, *,
-                                                mode="bilinear", stride=1, padding=0,
-                                                dilation=1, algo="auto")  # float32, forward only
     torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0, dropout_masks) -> (y, h_n, c_n)
     torch.ops.tiramisu.gru(input, params, num_layers, h0, dropout_masks) -> (y, h_n)
     torch.ops.tiramisu.lstm_backward / gru_backward: their backward (an op, for torch.compile)
@@ -62,10 +59,11 @@ import torch
 
 from tiramisu_py.runtime.torch_bridge import contiguous
 
-from . import api
+from . import api, plans
 from . import torch_glue as glue
 from .torch_rnn_ops import gru, gru_backward, lstm, lstm_backward
 from .core import arrays as A
+from .core import call_memo
 from .core.kernels import kernel
 from .problems.conv import ConvProblem, ConvShape, padding_of, pair, same_extra
 from .problems.gemm import MatmulShapes
@@ -239,9 +237,16 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
             *, algo="auto", activation=None):
     """The op's implementation; ``activation`` ("relu" / "relu6", not in the
     op's schema: :func:`conv2d_then` passes it when it calls this directly)
-    applied to the result, in the kernel where the solver can."""
+    applied to the result, in the kernel where the solver can.  A float32
+    call of a layout planned before runs its plan (:func:`_planned`)."""
+    memo = call_memo.key("tiramisu::conv2d", (input, weight, bias),
+                         *_conf_key(stride, padding, dilation), groups, algo, activation)
+    plan = call_memo.get(memo)
+    if plan is not None:
+        return plan(input, weight, bias)
     dt = _dtype("conv2d", input, weight, bias, reduced=True)
     _algo("conv2d", algo)
+    given = (input, weight, bias)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
     if s.ci == 0 or s.n == 0:                     # aten's empty result
@@ -253,12 +258,36 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
         up = [None if t is None else t.float() for t in (x, weight, bias)]
         out = _conv2d(*up, stride, padding, dilation, groups, algo=algo).to(x.dtype)
         return A.activate(out, activation)
+    if dt == "float32" and _square(s) and _same(given, (x, weight, bias)):
+        return _planned(memo, "conv2d", x, weight, bias, s, groups, algo, activation=activation)
     if dt != "float64" and _square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
                           dilation=s.dh, groups=groups, algo=algo, activation=activation)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
     return A.activate(k(data=x, weight=weight, **({"bias": bias} if bias is not None else {})),
                       activation)
+
+
+def _conf_key(*conf):
+    """Stride, padding and dilation as a memo's key takes them (lists as tuples)."""
+    return [tuple(v) if type(v) is list else v for v in conf]
+
+
+def _same(given, used):
+    """Whether the tensors ``used`` are the caller's ``given`` (no copy made)."""
+    return all(a is b for a, b in zip(given, used))
+
+
+def _planned(memo, op, x, weight, bias, s, groups, algo, **extra):
+    """``op``'s result on the arguments, by its plan (:func:`schedules.plans.conv`),
+    remembered under ``memo`` for the next call of this layout; by the
+    library's call where there is no plan."""
+    plan = plans.conv(op, x, weight, bias, s.sh, s.ph, s.dh, groups, algo, **extra)
+    if plan is None:
+        call = api.conv2d if op == "conv2d" else api.conv_relu_maxpool
+        return call(x, weight, bias, s.sh, s.ph, s.dh, groups, algo=algo, **extra)
+    call_memo.put(memo, plan)
+    return plan(x, weight, bias)
 
 
 def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
@@ -470,8 +499,14 @@ _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
 # ------------------------------------------------------------------ fused block
 def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
            *, pool=2, algo="auto"):
+    memo = call_memo.key("tiramisu::conv_relu_maxpool", (input, weight, bias),
+                         *_conf_key(stride, padding, dilation), groups, pool, algo)
+    plan = call_memo.get(memo)
+    if plan is not None:
+        return plan(input, weight, bias)
     dt = _dtype("conv_relu_maxpool", input, weight, bias)
     _algo("conv_relu_maxpool", algo)
+    given = (input, weight, bias)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
     if s.n == 0:
@@ -479,6 +514,8 @@ def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1,
     if x.dim() == 3:
         return _fused(x[None], weight, bias, stride, padding, dilation, groups, pool=pool,
                       algo=algo)[0]
+    if dt == "float32" and _square(s) and _same(given, (x, weight, bias)):
+        return _planned(memo, "conv_relu_maxpool", x, weight, bias, s, groups, algo, pool=pool)
     if dt == "float32" and _square(s):
         return api.conv_relu_maxpool(x, weight, bias, s.sh, s.ph, s.dh, groups, pool=pool,
                                      algo=algo)
@@ -661,51 +698,8 @@ _op("sparse_conv2d.padding", _SPARSE.format(padding="str padding=\"valid\""),
     _sparse_conv2d_str, _sparse_conv2d_str_fake, _sparse_backward, _sparse_setup)
 
 
-# ------------------------------------------------------------------ resize block
-def _resize_shape(input, size, weight, stride, padding, dilation, pool, mode):
-    op = "resize_conv_relu_maxpool"
-    torch._check(mode in ("bilinear", "nearest"),
-                 lambda: f"tiramisu::{op}: mode must be 'bilinear' or 'nearest', got {mode!r}")
-    size = list(size)
-    torch._check(len(size) in (1, 2) and all(v >= 1 for v in size),
-                 lambda: f"tiramisu::{op}: size must be 1 or 2 positive ints, got {size}")
-    torch._check(input.dim() == 4, lambda: f"tiramisu::{op}: input must be 4-D (N, C, H, W), "
-                                           f"got shape {tuple(input.shape)}")
-    xshape = (input.shape[0], input.shape[1], size[0], size[-1])
-    s = _conv(op, xshape, weight.shape, stride, padding, dilation, 1)
-    torch._check(1 <= pool <= min(s.ho, s.wo),
-                 lambda: f"tiramisu::{op}: pool must be in [1, {min(s.ho, s.wo)}], got {pool}")
-    return s
-
-
-def _resize(input, size, weight, bias=None, pool=2, *, mode="bilinear", stride=(1, 1),
-            padding=(0, 0), dilation=(1, 1), algo="auto"):
-    if _dtype("resize_conv_relu_maxpool", input, weight, bias) != "float32":
-        raise TypeError("tiramisu::resize_conv_relu_maxpool: the resize block is float32 only, "
-                        f"got {input.dtype}")
-    _resize_shape(input, size, weight, stride, padding, dilation, pool, mode)
-    return api.resize_conv_relu_maxpool(contiguous(input), tuple(size), contiguous(weight),
-                                        contiguous(bias), pool, mode=mode, stride=tuple(stride),
-                                        padding=tuple(padding), dilation=tuple(dilation),
-                                        algo=algo)
-
-
-def _resize_fake(input, size, weight, bias=None, pool=2, *, mode="bilinear", stride=(1, 1),
-                 padding=(0, 0), dilation=(1, 1), algo="auto"):
-    s = _resize_shape(input, size, weight, stride, padding, dilation, pool, mode)
-    return input.new_empty((s.n, s.co, s.ho // pool, s.wo // pool))
-
-
-# forward only: asking for a gradient raises "has no backward"
-resize_conv_relu_maxpool = _op(
-    "resize_conv_relu_maxpool",
-    "(Tensor input, SymInt[2] size, Tensor weight, Tensor? bias=None, int pool=2, *, "
-    "str mode='bilinear', SymInt[2] stride=1, SymInt[2] padding=0, SymInt[2] dilation=1, "
-    "str algo='auto') -> Tensor", _resize, _resize_fake)
-
-
 OPS = {"gemm": gemm, "matmul": matmul, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
        "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d,
-       "resize_conv_relu_maxpool": resize_conv_relu_maxpool, "lstm": lstm, "gru": gru,
+       "lstm": lstm, "gru": gru,
        "lstm_backward": lstm_backward, "gru_backward": gru_backward}

@@ -106,14 +106,17 @@ def floor_violations(graph, floors, package="tiramisu_py"):
 # the operator library's floors (shared/DESIGN.md: problems and solvers):
 # the host facts < core (solver base, find, kernels, arrays) < weights (CSR,
 # packed RNN weights) < problems < blocks (schedule pieces solvers share) <
-# solvers < registry < api < the package's __init__, and the torch glue on top
+# solvers < registry < api (and plans: a call made once) < the package's __init__, and the
+# torch glue on top
 # (fusion: the model-level fusion convert applies, below the modules that use it)
 SCHEDULES_FLOORS = {"host": 0, "core": 1, "weights": 2, "problems": 3, "blocks": 4,
-                    "solvers": 5, "registry": 6, "api": 7, "tuner": 7, "": 8,
+                    "solvers": 5, "registry": 6, "api": 7, "tuner": 7, "plans": 7, "": 8,
                     # the torch glue: helpers < the recurrent ops < the other ops < convert's
                     # fusion < modules
-                    "torch_glue": 8, "torch_rnn_ops": 9, "torch_ops": 10, "fusion": 11, "nn": 12,
-                    "conformance": 13}   # the conformance suite's refusal table, read by its test
+                    "torch_glue": 8, "torch_rnn_ops": 9, "torch_ops": 10, "torch_fused_ops": 11,
+                    "fusion": 12, "nn": 13,
+                    "conformance": 14,   # the conformance suite's refusal table, read by its test
+                    "graph_rewrite": 13, "dynamo": 14}   # the torch.compile backend: its rewrite
 
 
 def test_schedules_imports_run_down_its_floors():

@@ -108,3 +108,24 @@ def test_torch_tensors_memoised_unless_they_require_grad(parses):
     class Sub(np.ndarray):
         pass
     assert call_memo.layout(np.zeros((2, 2)).view(Sub)) is None        # a subclass
+
+
+def test_the_environment_reads_are_os_environs(monkeypatch):
+    """schedules.core.environ reads os.environ's own mapping (no encoding per
+    read): the same answers as os.environ.get after every kind of change."""
+    from schedules.core import environ
+    name = "TIRAMISU_PY_TEST_ENVIRON"
+    monkeypatch.delenv(name, raising=False)
+    assert environ.get(name) is None and environ.values((name, "HOME")) == \
+        environ.values((name, "HOME"))
+    before = environ.values((name,))
+    monkeypatch.setenv(name, "é1")
+    assert environ.get(name) == "é1" == os.environ.get(name)
+    after = environ.values((name,))
+    assert after != before
+    os.environ[name] = "2"
+    assert environ.get(name) == "2" and environ.values((name,)) not in (before, after)
+    del os.environ[name]
+    assert environ.get(name) is None and environ.values((name,)) == before
+    monkeypatch.setattr(os, "environ", {name: "3"})         # replaced: read as it is
+    assert environ.get(name) == "3" and environ.values((name,)) == ("3",)

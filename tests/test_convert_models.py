@@ -238,6 +238,10 @@ def test_models_suite_is_registered():
     args = suites.parser("tiramisu-py bench").parse_args(["models", "--quick", "--shapes", "13"])
     (case,) = suites.cases(args.suite, args.quick, args.shapes)
     assert case.name == "seq2seq b2 fwd+bwd" and "models" not in suites.SUITES   # not in "all"
+    from bench import harness
+    assert harness.run_args(args, threads=(2,), repeats=3)["repeats"] == 3     # models' defaults
+    again = suites.parser("p").parse_args(["models", "--repeats", "7", "--threads", "1"])
+    assert harness.run_args(again, threads=(2,), repeats=3)["repeats"] == 7
 
 
 def test_models_bench_suite_smoke():
@@ -247,8 +251,11 @@ def test_models_bench_suite_smoke():
     assert all(c.flops > 0 for c in cases)
     case = next(c for c in cases if c.name == "seq2seq b2 fwd+bwd")
     impls = case.setup()
-    assert set(impls) == {"tiramisu_py", "torch"}
+    assert set(impls) == {"tiramisu_py", "torch", "tiramisu_py[compile]"}
     assert case.check(impls["tiramisu_py"]()) < 1e-4
+    torch._dynamo.reset()                   # (the backend's row: the rewrite, AOTAutograd)
+    assert case.check(impls["tiramisu_py[compile]"]()) < 1e-4
+    torch._dynamo.reset()
     model, _ = suite_models.model("mobilenet_v2", quick=True)
     ours = snn.convert(copy.deepcopy(model).eval())
     depthwise = [m for m in ours.modules() if isinstance(m, snn.Conv2d) and m.groups > 1]

@@ -11,7 +11,8 @@ import shutil
 import pytest
 
 from codegen.cuda import sass
-from schedules.solvers import gemm_cuda, gemm_cuda_warp as warp
+from schedules.blocks import gemm_cuda_warp as warp
+from schedules.solvers import gemm_cuda
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed"),

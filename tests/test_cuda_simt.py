@@ -15,7 +15,7 @@ from codegen import ir
 from codegen.cuda.emulator import EmulatorError
 from codegen.cuda.printer import CudaPrintError
 from schedules.blocks.blis import algorithm
-from schedules.solvers import gemm_cuda_warp as warp
+from schedules.blocks import gemm_cuda_warp as warp
 from tests.test_cuda import (ORDERS, emulate_source, emulation_cubins, lowered_gpu,
                              needs_cxx, reverse_in_block)
 

@@ -183,3 +183,50 @@ def test_a_recorded_eager_forward_skips_the_ops_dispatch_with_the_ops_gradients(
     conv = schedules.nn.Conv2d.from_torch(nn.Conv2d(3, 2, 3, stride=2, padding=1).double())
     xd = torch.randn(1, 3, 6, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(conv, (xd,))
+
+
+# ------------------------------------------------------------ the ops' plans
+@pytest.mark.parametrize("op", ["conv2d", "conv_relu_maxpool"])
+def test_a_repeated_op_call_runs_its_plan_with_the_same_bits(monkeypatch, tmp_path, op):
+    """A float32 op call of a layout planned before skips the parse, the find
+    step and the kernel lookups (schedules.plans); another layout, a
+    non-contiguous input, a changed environment or tuning store plans
+    again; the results are the full path's bit for bit."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import schedules.torch_ops  # noqa: F401  (registers the ops)
+    from schedules import plans
+    from schedules.core import call_memo
+    from tiramisu_py import tuning
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    tuning.close()
+    call_memo._PLANS.clear()
+    made = []
+    real = plans.conv
+    monkeypatch.setattr(plans, "conv", lambda *a, **k: made.append(a[0]) or real(*a, **k))
+    call = getattr(torch.ops.tiramisu, op)
+    kw = {"pool": 2} if op == "conv_relu_maxpool" else {}
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 8, 10, 10), torch.randn(8, 1, 3, 3), torch.randn(8)
+    with torch.no_grad():
+        first = call(x, w, b, [1, 1], [1, 1], [1, 1], 8, **kw)
+        x2 = torch.randn(2, 8, 10, 10)
+        for _ in range(2):
+            y = call(x2, w, b, [1, 1], [1, 1], [1, 1], 8, **kw)
+        assert len(made) == 1
+        ref = torch.nn.functional.conv2d(x2, w, b, 1, 1, 1, 8)
+        if op == "conv_relu_maxpool":
+            ref = torch.nn.functional.max_pool2d(ref.relu(), 2)
+        torch.testing.assert_close(y, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(first, call(x, w, b, [1, 1], [1, 1], [1, 1], 8, **kw))
+        call(x2.transpose(2, 3), w, b, [1, 1], [1, 1], [1, 1], 8, **kw)    # copied: no plan
+        assert len(made) == 1
+        call_memo._PLANS.clear()                     # the full path gives the same bits
+        torch.testing.assert_close(call(x2, w, b, [1, 1], [1, 1], [1, 1], 8, **kw), y,
+                                   rtol=0, atol=0)
+        assert len(made) == 2
+        monkeypatch.setenv("TIRAMISU_PY_TARGET", "llvm")            # the environment: a new key
+        call(x2, w, b, [1, 1], [1, 1], [1, 1], 8, **kw)
+        tuning.store().put("test_repeat_calls", "k", {"v": 1})      # a store written
+        call(x2, w, b, [1, 1], [1, 1], [1, 1], 8, **kw)
+        assert len(made) == 4
+    tuning.close()

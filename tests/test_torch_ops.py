@@ -207,6 +207,67 @@ def test_gradcheck_float64(ops):
     assert torch.autograd.gradcheck(fused, (x, w))
 
 
+def test_the_autograd_kernel_runs_the_implementation_directly_only_where_it_may(ops):
+    """Where nothing is recorded on plain CPU tensors an op's Autograd kernel
+    runs the implementation at once (no redispatch); a lazily negated input,
+    a tensor subclass (fake tensors), a dispatch mode or a recorded gradient
+    take torch's way, with the same results."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch_helpers import dispatch_recorder
+    seen = []
+    k = _axpy("axpy_direct")
+    op = k.torch_op("tp_test::axpy_direct", backward=lambda ctx, g: (2 * g, g))
+    x, y = torch.randn(5, dtype=torch.float64), torch.randn(5, dtype=torch.float64)
+    torch.testing.assert_close(op(x, y), 2 * x + y)
+    torch.testing.assert_close(op(torch._neg_view(x), y), y - 2 * x)     # materialised first
+    with dispatch_recorder() as mode:
+        torch.testing.assert_close(op(x, y), 2 * x + y)
+    assert any("axpy_direct" in o for o in mode.ops)
+    with FakeTensorMode() as fake:
+        assert op(fake.from_tensor(x), fake.from_tensor(y)).shape == (5,)
+    xg = x.clone().requires_grad_()
+    op(xg, y).sum().backward()
+    torch.testing.assert_close(xg.grad, torch.full_like(x, 2.0))
+    with torch.no_grad():                          # a Parameter: plain, direct
+        seen.append(op(torch.nn.Parameter(x), y))
+    torch.testing.assert_close(seen[0], 2 * x + y)
+
+
+def test_fused_ops_linear_and_folded_conv(ops):
+    """tiramisu::linear (aten::linear's schema, a backward of two GEMMs and a
+    sum, gradcheck in float64) and tiramisu::conv2d_folded (an eval-mode
+    BatchNorm folded into the conv, the activation as its epilogue;
+    forward only) pass opcheck and equal torch's."""
+    import schedules.torch_fused_ops  # noqa: F401  (registers them)
+    torch.manual_seed(0)
+    assert str(ops.linear.default._schema).split("(", 1)[1] == \
+        str(torch.ops.aten.linear.default._schema).split("(", 1)[1]
+    x, w, b = _d(2, 3, 5), _d(4, 5), _d(4)
+    _opcheck(ops.linear.default, (x, w, b))
+    _opcheck(ops.linear.default, (x[0, 0], w))                 # 1-D input, no bias
+    torch.testing.assert_close(ops.linear(x, w, b), F.linear(x, w, b))
+    assert torch.autograd.gradcheck(ops.linear, (x, w, b))
+    with pytest.raises(RuntimeError, match="tiramisu::linear: input .* do not match"):
+        ops.linear(x, w.t())
+    x, w, b = torch.randn(2, 6, 7, 7), torch.randn(6, 3, 3, 3), torch.randn(6)
+    gamma, beta, mean, var = torch.rand(6) + 0.5, torch.randn(6), torch.randn(6), torch.rand(6) + 0.5
+    conf = ([1, 1], [1, 1], [1, 1], 2)
+    ref = F.batch_norm(F.conv2d(x, w, b, 1, 1, 1, 2), mean, var, gamma, beta, eps=1e-3)
+    for act, f in ((None, lambda t: t), ("relu", F.relu), ("relu6", F.relu6)):
+        args = (x, w, b, gamma, beta, mean, var, 1e-3, *conf)
+        torch.testing.assert_close(ops.conv2d_folded(*args, activation=act), f(ref),
+                                   rtol=1e-5, atol=1e-5)
+        _opcheck(ops.conv2d_folded.default, args, {"activation": act})
+    plain = ops.conv2d_folded(x, w, None, None, None, None, None, 0.0, [1, 1], [1, 1], [1, 1], 2,
+                              activation="relu")               # no BatchNorm: conv + relu
+    torch.testing.assert_close(plain, F.relu(F.conv2d(x, w, None, 1, 1, 1, 2)))
+    with pytest.raises(RuntimeError, match="activation must be one of"):
+        ops.conv2d_folded(x, w, b, None, None, None, None, 0.0, *conf, activation="gelu")
+    with pytest.raises(RuntimeError, match="has no backward"):
+        ops.conv2d_folded(x, w.requires_grad_(), b, None, None, None, None, 0.0,
+                          *conf).sum().backward()
+
+
 # ------------------------------------------------------------ modules
 def test_from_torch_round_trip():
     import schedules.nn as tnn

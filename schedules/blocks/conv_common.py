@@ -161,3 +161,13 @@ class PerGroupSolver(ConvSolver):
     def run_group(self, p, args, values=None):
         """One group's result (``p`` and ``args`` of ``groups=1``)."""
         raise NotImplementedError
+
+    def runner(self, p):
+        """One group's kernel found once (:meth:`group_runner`), or per
+        group as :meth:`run`."""
+        return self.group_runner(p) if p.shape.groups == 1 else super().runner(p)
+
+    def group_runner(self, p):
+        """``args -> result`` of a one-group ``p``, its kernel found once
+        (the default: :meth:`run_group` each call)."""
+        return lambda args: self.run_group(p, args)

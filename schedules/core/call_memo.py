@@ -22,13 +22,13 @@ a transposed view: that work is the parse's own).  The memo holds at most
 this process writes a tuning store."""
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
 
 from tiramisu_py import tuning
 
+from . import environ
 from .find import ENVIRONMENT
 
 LIMIT = 256
@@ -37,30 +37,38 @@ _ENV = ENVIRONMENT + ("TIRAMISU_PY_TARGET",)
 _PLANS: dict = {}
 
 
-def layout(x):
+def layout(x, compiling=None):
     """``(type, shape, strides, dtype)`` of a NumPy array or of a CPU torch
-    tensor that requires no grad (None while torch compiles); None for
-    anything else."""
+    tensor that requires no grad (None while torch compiles: ``compiling``,
+    asked of torch when None); None for anything else."""
     kind = type(x)
     if kind is np.ndarray:
         return kind, x.shape, x.strides, x.dtype
     torch = sys.modules.get("torch")
-    if torch is not None and kind is torch.Tensor and x.is_cpu and not x.requires_grad \
-            and not torch.compiler.is_compiling():
-        return kind, x.shape, x.stride(), x.dtype
+    if torch is not None and kind is torch.Tensor and x.is_cpu and not x.requires_grad:
+        if compiling is None:
+            compiling = torch.compiler.is_compiling()
+        if not compiling:
+            return kind, x.shape, x.stride(), x.dtype
     return None
 
 
 def key(op, arrays, *rest):
-    """The memo key of a call of ``op`` on ``arrays`` with the hashable
-    arguments ``rest`` (None: not memoised, see :func:`layout`)."""
+    """The memo key of a call of ``op`` on ``arrays`` (None items: optional
+    arrays left out) with the hashable arguments ``rest`` (None: not
+    memoised, see :func:`layout`)."""
     parts = [op]
+    torch = sys.modules.get("torch")
+    compiling = torch is not None and torch.compiler.is_compiling()
     for x in arrays:
-        shape = layout(x)
+        if x is None:               # (an optional argument left out)
+            parts.append(None)
+            continue
+        shape = layout(x, compiling)
         if shape is None:
             return None
         parts.append(shape)
-    return (*parts, *rest, *(os.environ.get(v) for v in _ENV))
+    return (*parts, *rest, *environ.values(_ENV))
 
 
 def get(k):

@@ -11,6 +11,7 @@ import tiramisu_py as tp
 from tiramisu_py import tuning
 
 from ..host import host
+from . import environ
 from .solver import reasons
 
 KIND = "find"                                 # the one record kind
@@ -120,7 +121,7 @@ def find(p, solvers, args, algo="auto", *, call, param="algo", repeats=3):
     solvers, problem and environment) while it has changed no tuning store:
     a model's every layer does not read the store again on every call."""
     if algo == "auto":
-        memo = (tuple(solvers), p, tuple(os.environ.get(v) for v in ENVIRONMENT))
+        memo = (tuple(solvers), p, environ.values(ENVIRONMENT))
         known = _MEMO.get(memo)
         if known is not None and known[0] == tuning.generation():
             return known[1]

@@ -3,7 +3,7 @@ on-disk cache of the backends makes a later process skip code generation):
 what every solver's ``run`` shares."""
 from __future__ import annotations
 
-import os
+from . import environ
 
 # The LLVM backend is the default for the operator library: it promotes the
 # register-blocked accumulators of the micro-kernels to vector registers (gcc
@@ -18,7 +18,7 @@ def target_of(target):
     if target is not None and not isinstance(target, str):
         raise TypeError(f"target must be a string ('llvm', 'c', 'cpu' or 'cuda') or None, not "
                         f"{target!r}")
-    return target or os.environ.get("TIRAMISU_PY_TARGET") or DEFAULT_TARGET
+    return target or environ.get("TIRAMISU_PY_TARGET") or DEFAULT_TARGET
 
 
 def kernel(key, build, target):

@@ -34,7 +34,7 @@ them again on every call (the cost this cache removes).  Arrays on a GPU are not
 
 **The cache's own arrays.**  A prepared value that later calls pass back
 as a source (BatchNorm folded into a conv's weight, then packed for the
-conv's kernel: :mod:`schedules.fusion`) is registered by :func:`own`: no
+conv's kernel: :mod:`schedules.torch_fused_ops`) is registered by :func:`own`: no
 one else holds it, so while it is alive and unchanged in version the
 entries made from it are found by identity alone, with no copy kept and no
 comparison (the values it was made from are compared once, where it is

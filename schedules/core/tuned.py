@@ -28,7 +28,6 @@ backend or library version) are under other keys and are never read.
 from __future__ import annotations
 
 import json
-import os
 
 import tiramisu_py as tp
 from codegen import target as machine
@@ -38,6 +37,7 @@ from tiramisu_py.tuning.confirm import recorded as recorded_verdict
 from tiramisu_py.tuning.kinds import RecordKind
 
 from ..host import host
+from . import environ
 
 KIND = "params"
 # problem-key fields that are sizes: recorded by their power-of-two class
@@ -45,6 +45,7 @@ SIZES = ("n", "m", "k", "batch", "h", "w", "T")
 
 _CACHE: dict = {}               # (store, record key) -> values (or {}): one lookup per process
 _FAST: dict = {}                # (solver, problem, environment) -> values: no key built per call
+_FAST_ENV = (machine.ENV, "TIRAMISU_PY_CACHE")   # what the fast key reads
 LOOKUPS = {"store": 0}          # reads of the store (tests count them)
 
 
@@ -93,8 +94,7 @@ def recorded(solver, p, device=None) -> dict:
         return {}
     if p.device != "cpu":
         return _on_device(solver, p, device) if device is not None else {}
-    fast = (type(solver), solver.op, p, os.environ.get(machine.ENV),
-            os.environ.get("TIRAMISU_PY_CACHE"))
+    fast = (type(solver), solver.op, p, *environ.values(_FAST_ENV))
     if fast not in _FAST:
         k = _where(record_key(solver, p))
         if k not in _CACHE:

@@ -203,8 +203,17 @@ class Direct(ConvSolver):
         return direct(p.shape, bias=p.bias, **params, **extra)
 
     def run(self, p, args, values=None):
-        params = self.tuned(p, values)
-        k = _kernel(self, p, params, (p.dtype,) if p.dtype != "float32" else ())
+        return self._call(self._kernel(p, self.tuned(p, values)), args)
+
+    def runner(self, p):
+        k = self._kernel(p, self.tuned(p))
+        return lambda args: self._call(k, args)
+
+    def _kernel(self, p, params):
+        return _kernel(self, p, params, (p.dtype,) if p.dtype != "float32" else ())
+
+    @staticmethod
+    def _call(k, args):
         return k(weight=args.w, **_data(args))
 
 
@@ -264,7 +273,12 @@ class SpatialPack(PerGroupSolver):
         return spatial_pack(p.shape, bias=p.bias, **params, packed=True, **extra)
 
     def run_group(self, p, args, values=None):
-        params = self.tuned(p, values)
+        return self._group(p, self.tuned(p, values))(args)
+
+    def group_runner(self, p):
+        return self._group(p, self.tuned(p))
+
+    def _group(self, p, params):
         k = _kernel(self, p, params, (p.activation,) if p.activation else ())
         vb = params.get("vb") or register_tile(p.shape)[0]
-        return k(w_packed=packed_weight(args.w, vb), **_data(args))
+        return lambda args: k(w_packed=packed_weight(args.w, vb), **_data(args))

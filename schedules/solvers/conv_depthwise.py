@@ -123,7 +123,15 @@ class Depthwise(ConvSolver):
         return function(p.shape, bias=p.bias, activation=p.activation, **params)
 
     def run(self, p, args):
+        return self.runner(p)(args)
+
+    def runner(self, p):
+        """The kernel found once."""
         k = kernel(("conv2d", self.name, p.shape, p.bias)
                    + ((p.activation,) if p.activation else ()), lambda: self.build(p, {}), p.target)
-        kw = {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
-        return k(weight=args.w, **kw)
+
+        def call(args):
+            if args.b is not None:
+                return k(weight=args.w, data=args.x, bias=args.b)
+            return k(weight=args.w, data=args.x)
+        return call

@@ -102,8 +102,14 @@ class FusedDirect(PerGroupSolver):
         return function(p.shape, p.pool, bias=p.bias, algo="direct", **params, packed=True)
 
     def run_group(self, p, args, values=None):
-        k = _kernel(self, p, self.tuned(p, values))
-        return k(w_packed=packed_weight(args.w, register_tile(p.shape)[0]), **_data(args))
+        return self._group(p, self.tuned(p, values))(args)
+
+    def group_runner(self, p):
+        return self._group(p, self.tuned(p))
+
+    def _group(self, p, params):
+        k, vb = _kernel(self, p, params), register_tile(p.shape)[0]
+        return lambda args: k(w_packed=packed_weight(args.w, vb), **_data(args))
 
 
 class FusedWinograd(PerGroupSolver):

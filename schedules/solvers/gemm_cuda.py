@@ -31,7 +31,7 @@ loop the whole block runs).  C's initialisation is a kernel of its own
 and ``micro`` B values of each k1 step (``cache_local``); off by default (no
 register gain measured, see docs/internals/cuda.md).  The library runs this
 schedule only for products smaller than a warp tile; otherwise the warp-tiled,
-pipelined one of :mod:`schedules.solvers.gemm_cuda_warp` (128-bit accesses,
+pipelined one of :mod:`schedules.blocks.gemm_cuda_warp` (128-bit accesses,
 cp.async), or for bfloat16/float16 :mod:`schedules.solvers.gemm_cuda_mma`
 (tensor cores).
 """
@@ -42,7 +42,7 @@ from ..core import tuned
 from ..core.arrays import positive_int, zeros
 from ..core.kernels import cuda_device, cuda_kernel
 from ..core.solver import Solver
-from . import gemm_cuda_warp as warp
+from ..blocks import gemm_cuda_warp as warp
 
 TILE = 64        # C tile per block
 TK = 16          # k step of the shared tiles
@@ -63,7 +63,7 @@ def function(n, m, k, tile=TILE, tk=TK, micro=MICRO, fragments=False):
 def solver_function(n, m, k, arch=None, **values):
     """The Function ``schedules.gemm(..., target="cuda")`` runs for ``n x k
     @ k x m`` on ``arch`` ("sm_80", "sm_90", None): the warp-tiled schedule
-    (:func:`schedules.solvers.gemm_cuda_warp.function`, ``values`` override
+    (:func:`schedules.blocks.gemm_cuda_warp.function`, ``values`` override
     its parameters) when its warp tiles fit, else :func:`function`."""
     for name, v in (("n", n), ("m", m), ("k", k)):
         _check(name, v)
@@ -125,7 +125,7 @@ def schedule(f, tile=TILE, tk=TK, micro=MICRO, fragments=False):
 
 class CudaTiled(Solver):
     """``a @ b`` on the GPU: the warp-tiled, pipelined schedule of
-    :mod:`schedules.solvers.gemm_cuda_warp` with the parameters of the
+    :mod:`schedules.blocks.gemm_cuda_warp` with the parameters of the
     device the arrays are on (its architecture's defaults, updated by a
     tuning record of that device, :func:`schedules.core.tuned.recorded`),
     or the classic one of :func:`schedule` (shared tiles, register

@@ -411,18 +411,26 @@ class _Plan:
     allocate.  A later call of the same signature runs with these, its
     per-array checks (contiguity, alignment, device) made by
     :func:`_signature` itself."""
-    __slots__ = ("scalars", "shapes", "use_torch")
+    __slots__ = ("scalars", "shapes", "use_torch", "made")
 
     def __init__(self, kernel, scalars, values, use_torch):
         self.scalars, self.use_torch = list(scalars), use_torch
         self.shapes = [kernel._extents(b, values) for b in kernel.outputs]
+        # torch outputs: (name, shape, torch dtype, zero-filled), found once
+        self.made = [(b.name, shape, getattr(sys.modules["torch"], b.dtype.name),
+                      b.name in kernel.zeroed_outputs)
+                     for b, shape in zip(kernel.outputs, self.shapes)] if use_torch else None
 
     def run(self, kernel, addresses):
         results = {}
-        for b, shape in zip(kernel.outputs, self.shapes):
-            obj = results[b.name] = kernel._new_output(b, shape, self.use_torch)
-            addresses[b.name] = obj.data_ptr() if self.use_torch \
-                else obj.__array_interface__["data"][0]
+        if self.made is not None:
+            for name, shape, dtype, zero in self.made:
+                obj = results[name] = torch_output(shape, dtype, zero)
+                addresses[name] = obj.data_ptr()
+        else:
+            for b, shape in zip(kernel.outputs, self.shapes):
+                obj = results[b.name] = kernel._new_output(b, shape, False)
+                addresses[b.name] = obj.__array_interface__["data"][0]
         kernel._run_native(self.scalars, [addresses[b.name] for b in kernel.inputs + kernel.outputs])
         return next(iter(results.values())) if len(results) == 1 else results
 
@@ -434,29 +442,36 @@ def _signature(kernel, args, kwargs, torch):
     names, kinds, shapes and dtypes (what a :class:`_Plan` is valid for),
     ``addresses`` name -> data address.  None for any other call (it takes
     the checked path)."""
-    if len(args) > len(kernel.inputs) or kernel.checker.value_arrays or kernel.checker.csr_pairs:
+    names = kernel.__dict__.get("_input_names")
+    if names is None:           # (the inputs' names; None: the checks read values)
+        names = kernel.__dict__["_input_names"] = None \
+            if kernel.checker.value_arrays or kernel.checker.csr_pairs \
+            else frozenset(b.name for b in kernel.inputs)
+    if names is None or len(args) > len(kernel.inputs):
         return None
     tensor = torch.Tensor if torch is not None else None
     key, addresses = [], {}
-    for name, a in (*zip((b.name for b in kernel.inputs), args), *kwargs.items()):
+    items = (*zip((b.name for b in kernel.inputs), args), *kwargs.items()) if args \
+        else kwargs.items()
+    for name, a in items:
         kind = type(a)
-        if kind is np.ndarray:
-            if not (a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative):
-                return None
-            address = a.__array_interface__["data"][0]
-        elif kind is tensor:
+        if kind is tensor:
             if not a.is_cpu or a.is_neg() or a.is_conj() or not a.is_contiguous():
                 return None
             address = a.data_ptr()
             if address % a.element_size():
                 return None
+        elif kind is np.ndarray:
+            if not (a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative):
+                return None
+            address = a.__array_interface__["data"][0]
         else:
             return None
         if name in addresses:
             return None
         key.append((name, kind, a.shape, a.dtype))
         addresses[name] = address
-    if len(addresses) != len(kernel.inputs) or any(b.name not in addresses for b in kernel.inputs):
+    if addresses.keys() != names:
         return None
     return tuple(key), addresses
 

@@ -36,7 +36,7 @@ register fragments over k1, ``pad`` / ``swizzle`` the A tile's layout,
 """
 from __future__ import annotations
 
-from ..blocks.blis import algorithm
+from .blis import algorithm
 from ..core.arrays import positive_int
 
 WARP = 32
