@@ -5,8 +5,9 @@ compiled kernel per rank.**  The kernel is the user's Function with every
 distributed buffer stored as the rank's rows ``[off, off + dist_rows)`` of the
 distributed dimension (indices shifted by ``dist_off``) and each statement's
 domain restricted, with constraints over ``dist_`` params, to one phase
-(``dist_phase``), one iteration of the outer loops (``dist_o_<loop>``) and the
-rank's block of the distributed loop (``dist_lo <= v < dist_hi``); the user's
+(``dist_phase``), a box of iterations of the outer loops
+(``dist_from_<loop> <= loop < dist_to_<loop>``) and the rank's block of the
+distributed loop (``dist_lo <= v < dist_hi``); the user's
 other commands (tile, vectorize, parallelize, ...) apply inside it, on
 both CPU backends.  :class:`DistributedKernel` runs it phase by phase and
 exchanges, after each, the regions :func:`tiramisu_py.analysis.distribution.messages`
@@ -14,8 +15,10 @@ derives (packed with NumPy fancy indexing, sent with ``Isend``/``Irecv``).
 Reasons: the generated code and both CPU backends stay MPI-free (no mpicc
 needed to compile, the same cached kernels), mpi4py already owns MPI's
 initialisation and abort, and one Python call per phase and step costs
-microseconds against a network's latency of the same order; the price is no
-overlap of the messages with the interior's computation (see DESIGN.md)."""
+microseconds against a network's latency of the same order.  While a phase's
+messages are in flight the next phase runs its rows that read none of them;
+the price is a NumPy copy each way per message and at least one kernel call
+per phase and step (docs/DESIGN.md, docs/internals/distribution.md)."""
 from __future__ import annotations
 
 import numpy as np
