@@ -4,7 +4,9 @@ that does not use isl.
 Hypothesis draws small programs (tests/fuzz_programs.py: 1-3 statements,
 depth 1-3, rectangular boxes over symbolic ``N`` (and ``T``), shared float64
 output buffers written at ``v + c`` and read at ``v + d``, optionally inside
-``with f.nest(t)`` or ``f.nest(i)``) and 1-4 schedule commands.  Each case is
+``with f.nest(t)`` or ``f.nest(i)``) and 1-4 schedule commands (``collapse``
+among them: its inner loop's bounds are constant when the sizes are fixed or
+the loop is a split's inner part).  Each case is
 judged twice:
 
 - by the library: ``legality.check`` on the model and dependences that
@@ -103,7 +105,7 @@ def programs(draw):
 
 
 OPS = ("interchange", "reorder", "skew", "shift", "reverse", "split", "tile",
-       "parallelize", "parallelize", "vectorize", "unroll", "after", "then")
+       "parallelize", "parallelize", "vectorize", "unroll", "after", "then", "collapse")
 
 
 def draw_command(data, p, f):
@@ -127,6 +129,9 @@ def draw_command(data, p, f):
     if op == "reorder" and len(loops) >= 2:
         sub = data.draw(st.permutations(loops))[:data.draw(st.integers(2, len(loops)))]
         return f"{s}.reorder({', '.join(map(repr, sub))})"
+    if op == "collapse" and len(loops) >= 2:
+        k = data.draw(st.integers(0, len(loops) - 2))     # a loop and the one inside it
+        return f"{s}.collapse({loops[k]!r}, {loops[k + 1]!r})"
     if op == "shift":
         return f"{s}.shift({one()}, {data.draw(st.integers(-2, 2))})"
     if op == "reverse":
