@@ -48,8 +48,8 @@ def impls(kernel, s, arrays, opts):
     for sched in PLUGINS:
         name = f"halide[{sched}]"
         if kernel == "jacobi2d" and sched != "Li2018" and 2 * s["T"] > MAX_STAGES:
-            out[name] = (f"not run: {2 * s['T']} stages (did not finish on 40; "
-                         f"run up to {MAX_STAGES})")
+            out[name] = (f"not run on {2 * s['T']} stages (it did not finish on jacobi-2d's "
+                         f"40; run up to {MAX_STAGES})")
             continue
         out[name] = (lambda sched=sched: _compiled(kernel, s, arrays, sched))
     return out

@@ -7,10 +7,10 @@ its default cost model xgboost), tuned by MetaSchedule for the host
 
   tvm[MetaSchedule]    :data:`TRIALS` trials (``opts["trials"]``)
 
-Candidates are built in this process (:class:`InProcessBuilder`: the stock
-builder's worker processes spent 30-36 s importing tvm, past their 30 s
-timeout, and every candidate failed); they run in the stock runner's one
-worker, given 120 s.  Tuning takes minutes per kernel: the tuned records
+Candidates are built in children forked from this process, 120 s each
+(:func:`_builder`: the stock builder's fresh worker processes spent 30-36 s
+importing tvm, past their 30 s timeout, and every candidate failed); they
+run in the stock runner's one worker, given 120 s.  Tuning takes minutes per kernel: the tuned records
 are MetaSchedule's JSON database in a directory per kernel, sizes, trials,
 threads and CPU under ``opts["cache"]`` (default
 ``~/.cache/tiramisu_py/peers/tvm``); a run that finds a record there
@@ -20,10 +20,13 @@ candidate on 2 steps already."""
 from __future__ import annotations
 
 import os
+import select
+import signal
 
 NAMES = ("tvm[MetaSchedule]",)
 TRIALS = 64
 RUNNER_TIMEOUT_S = 120
+BUILD_TIMEOUT_S = 120
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "tiramisu_py", "peers", "tvm")
 
 
@@ -45,23 +48,46 @@ def impls(kernel, s, arrays, opts):
 
 
 def _builder():
-    """MetaSchedule's builder, building each candidate in this process."""
+    """MetaSchedule's builder: each candidate built in a child forked from
+    this process (tvm already imported: the stock builder's fresh workers
+    spent 30-36 s importing it, past their 30 s timeout), killed after
+    :data:`BUILD_TIMEOUT_S` (a candidate LLVM takes minutes to compile kept
+    an in-process build busy for over 20 minutes)."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
 
+    def one(b):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                  # the child: build, say where, exit
+            os.close(read)
+            try:
+                path = default_export(default_build(b.mod, b.target, None))
+                os.write(write, ("ok " + path).encode())
+            except BaseException as e:                # noqa: B036 (the child must exit)
+                os.write(write, f"error {type(e).__name__}: {e}"[:2000].encode())
+            os._exit(0)
+        os.close(write)
+        try:
+            ready, _, _ = select.select([read], [], [], BUILD_TIMEOUT_S)
+            text = os.read(read, 4096).decode() if ready else None
+        finally:
+            os.close(read)
+            if text is None:
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        if text is None:
+            return BuilderResult(None, f"build killed after {BUILD_TIMEOUT_S} s")
+        if text.startswith("ok "):
+            return BuilderResult(text[3:], None)
+        return BuilderResult(None, f"build: {text[6:] or 'no answer'}")
+
     @derived_object
-    class InProcessBuilder(PyBuilder):
+    class ForkBuilder(PyBuilder):
         def build(self, build_inputs):
-            out = []
-            for b in build_inputs:
-                try:
-                    out.append(BuilderResult(default_export(default_build(b.mod, b.target, None)),
-                                             None))
-                except Exception as e:            # a candidate that does not build: its error
-                    out.append(BuilderResult(None, f"in-process build: {e}"))
-            return out
-    return InProcessBuilder()
+            return [one(b) for b in build_inputs]
+    return ForkBuilder()
 
 
 def _tuned(kernel, s, arrays, opts):
