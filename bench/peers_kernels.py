@@ -20,7 +20,8 @@ it reads one JSON command a line on stdin and answers one JSON line on
 stdout.  ``{"op": "setup", "kernel": K, "quick": Q, "opts": {...}}`` makes the
 inputs, the side's implementations and torch's (the normaliser), runs each
 once, checks it and answers ``{"impls": {name: {"error", "prep_s"}},
-"skipped": {name: why}}``; ``{"op": "round"}`` times each implementation
+"skipped": {name: why}}``; ``{"op": "info"}``: the process's Python and
+package versions (:func:`versions`); ``{"op": "round"}`` times each implementation
 (calls for :data:`ROUND_S` at least, their median) and answers ``{"times":
 {name: seconds}}``; ``{"op": "quit"}`` ends it.  An implementation is a
 zero-argument callable returning ``{output: array}``; its ``prepare``
@@ -50,6 +51,7 @@ SIZES = {   # kernel -> (full sizes, --quick sizes)
 }
 SIDES = {"ours": ("bench.peers_ours",), "peers": ("bench.peers_halide", "bench.peers_tvm")}
 TORCH = "torch"
+VERSIONED = ("numpy", "torch", "halide", "apache-tvm", "apache-tvm-ffi", "xgboost")
 ROUND_S = 0.1            # calls of each implementation per round, seconds at least
 MAX_CALLS = 50           # ... or this many
 
@@ -241,6 +243,19 @@ class Worker:
         return {"times": times}
 
 
+def versions() -> dict:
+    """``{"python": ..., "versions": {package: version or None}}`` of this process."""
+    import importlib.metadata
+    import platform
+    out = {}
+    for pkg in VERSIONED:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            out[pkg] = None
+    return {"python": platform.python_version(), "versions": out}
+
+
 def _prepare(call):
     prepare = getattr(call, "prepare", None)
     if prepare is not None:
@@ -270,7 +285,8 @@ def serve(side, stdin=None, stdout=None):
             if cmd["op"] == "quit":
                 break
             answer = worker.setup(cmd["kernel"], cmd["quick"], cmd.get("opts") or {}) \
-                if cmd["op"] == "setup" else worker.round()
+                if cmd["op"] == "setup" else versions() if cmd["op"] == "info" \
+                else worker.round()
         except Exception as e:
             traceback.print_exc(file=sys.stderr)
             answer = {"error": f"{type(e).__name__}: {e}"}

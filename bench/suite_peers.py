@@ -126,12 +126,16 @@ def main(args) -> dict:
         procs.append(Process("peers", python, env, log))
     else:
         notes.append(f"peers: {python} not found: Halide and TVM skipped")
+    report_versions = {p.side: p.ask(op="info") for p in procs}
+    for side, v in report_versions.items():
+        print(f"{side} process: Python {v['python']}, " + ", ".join(
+            f"{k} {x}" for k, x in v["versions"].items() if x))
     load = [os.getloadavg()[0]]
     print(f"threads {threads}, {rounds} rounds; peers' Python {python}; load average "
           f"{load[0]:.2f} (a busy shared host makes these numbers say little); "
           f"workers' log {log.name}", flush=True)
     report = {"machine": info, "threads": threads, "rounds": rounds, "peers_python": python,
-              "notes": notes, "kernels": []}
+              "processes": report_versions, "notes": notes, "kernels": []}
     try:
         for kernel in kernels:
             report["kernels"].append(_kernel(procs, kernel, args.quick, opts, rounds))

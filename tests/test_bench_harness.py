@@ -222,6 +222,8 @@ def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
     report = json.loads(json_path.read_text())
     (k,) = report["kernels"]
     assert k["name"] == "gemm 64" and report["threads"] == 1
+    assert set(report["processes"]) == {"ours", "peers"}
+    assert "apache-tvm" in report["processes"]["peers"]["versions"]
     ours = {"tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[library]"}
     assert ours <= set(k["impls"])
     for impl in ours:
