@@ -183,7 +183,8 @@ def add_arguments(p):
     p.add_argument("--size", default=DEFAULT_SIZE, choices=pb.DATASETS,
                    help=f"polybench: PolyBench's dataset (default {DEFAULT_SIZE})")
     p.add_argument("--kernels", metavar="gemm,lu,...",
-                   help="polybench: only these kernels (default: all 30)")
+                   help="polybench, peers: only these kernels (default: all: polybench's "
+                        "30, peers' 6)")
     p.add_argument("--beyond", action="store_true",
                    help="polybench: the six kernels outside PolyBench (examples/"
                    "beyond_polybench.py: plain and auto_schedule, no hand schedule)")

@@ -37,6 +37,9 @@ models whole models converted by schedules.nn.convert and compiled with the "tir
        torch.compile backend (VGG-11, ResNet-18, MobileNetV2, an Embedding-LSTM-Linear
        seq2seq) against torch eager and torch.compile, inference and forward + backward,
        batch 2 and 16, 2 threads (bench/suite_models.py; not part of "all").
+peers  auto_schedule() against Halide's three autoschedulers and TVM's MetaSchedule on six
+       kernels, each side in its own process (--peers-python: the one with halide and tvm),
+       normalised by torch in each (bench/suite_peers.py; not part of "all").
 
 FLOP counts: 2*N*M*K for GEMM, 2*N*Co*Ho*Wo*Ci*Kh*Kw for convolutions (bias,
 ReLU and pooling not counted).  Inputs come from a fixed-seed RNG, are made
@@ -52,8 +55,8 @@ import json
 import numpy as np
 from tiramisu_py.cli import Command
 
-from bench import (harness, markdown, suite_contention, suite_models, suite_paper, suite_polybench,
-                   suite_rnn, suite_sparse)
+from bench import (harness, markdown, suite_contention, suite_models, suite_paper, suite_peers,
+                   suite_polybench, suite_rnn, suite_sparse)
 from bench.harness import Case
 
 SUITES = ("gemm", "conv", "fused", "rnn")
@@ -244,7 +247,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("suite", nargs="*", default=["all"],
                    choices=(*SUITES, "sparse", "polybench", "paper", "models", "contention",
-                            "all"),
+                            "peers", "all"),
                    help="which suites, run one after the other in this process's order "
                         "(default: all)")
     p.add_argument("--quick", action="store_true",
@@ -261,6 +264,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
     suite_sparse.add_arguments(p)
     suite_polybench.add_arguments(p)
     suite_contention.add_arguments(p)
+    suite_peers.add_arguments(p)
     return p
 
 
@@ -321,6 +325,8 @@ def _run_one(args: argparse.Namespace) -> dict:
         return suite_sparse.main(args)
     if args.suite == "contention":
         return suite_contention.main(args)
+    if args.suite == "peers":
+        return suite_peers.main(args)
     if args.dtype != "fp32" and (args.suite not in ("gemm", "conv", "rnn")
                                  or args.dtype == "int8" and args.suite != "gemm"):
         raise SystemExit(f"--dtype {args.dtype}: the gemm suite has bf16, fp16 and int8, the "

@@ -7,7 +7,9 @@ Each is a :class:`examples.polybench.common.Kernel` record like PolyBench's
 ``reference(arrays, sizes)``) with no hand schedule (``schedule`` None):
 ``tiramisu-py bench polybench --beyond`` times the plain algorithm and its
 ``auto_schedule()``; ``tests/auto_kernels.py`` checks them at small sizes.
-``build(None)`` leaves the sizes symbolic (given at call time)."""
+``build(None)`` leaves the sizes symbolic (given at call time); softmax and
+the batched matrix-vector product take a ``dtype`` too (float32 in
+``tiramisu-py bench peers``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -109,15 +111,15 @@ def stencil9_reference(a, s):
 
 
 # ------------------------------------------------------------------- softmax
-def build_softmax(s=None):
+def build_softmax(s=None, dtype=F64):
     """Row softmax: max, exp, sum, divide (four nests over the rows)."""
     f = _function("softmax", s, ("N", "M"))
     i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
-    X = f.input("X", ("N", "M"), F64)
+    X = f.input("X", ("N", "M"), dtype)
     mx = f.computation("mx", [i], X[i, 0])
     mx[i].max(X[i, j])
     e = f.computation("e", [i, j], tp.exp(X[i, j] - mx[i]))
-    sm = f.computation("s", [i], 0.0, dtype=F64)
+    sm = f.computation("s", [i], 0.0, dtype=dtype)
     sm[i] += e[i, j]
     f.computation("out", [i, j], e[i, j] / sm[i])
     return f
@@ -134,13 +136,13 @@ def softmax_reference(a, s=None):
 
 
 # ---------------------------------------------------------------- batched_mv
-def build_batched_mv(s=None):
+def build_batched_mv(s=None, dtype=F64):
     """y[b, i] = sum_j A[b, i, j] * x[b, j]."""
     f = _function("bmv", s, ("NB", "N", "M"))
     b, i, j = f.var("b", 0, "NB"), f.var("i", 0, "N"), f.var("j", 0, "M")
-    A = f.input("A", ("NB", "N", "M"), F64)
-    x = f.input("x", ("NB", "M"), F64)
-    y = f.computation("y", [b, i], 0.0, dtype=F64)
+    A = f.input("A", ("NB", "N", "M"), dtype)
+    x = f.input("x", ("NB", "M"), dtype)
+    y = f.computation("y", [b, i], 0.0, dtype=dtype)
     y[b, i] += A[b, i, j] * x[b, j]
     return f
 

@@ -211,7 +211,7 @@ def programs(draw):
 
 
 OPS = ("interchange", "reorder", "skew", "shift", "reverse", "split", "tile",
-       "parallelize", "parallelize", "vectorize", "unroll", "after", "then")
+       "parallelize", "parallelize", "vectorize", "unroll", "after", "then", "collapse")
 
 
 def draw_command(data, p, f):
@@ -235,6 +235,9 @@ def draw_command(data, p, f):
     if op == "reorder" and len(loops) >= 2:
         sub = data.draw(st.permutations(loops))[:data.draw(st.integers(2, len(loops)))]
         return f"{s}.reorder({', '.join(map(repr, sub))})"
+    if op == "collapse" and len(loops) >= 2:
+        k = data.draw(st.integers(0, len(loops) - 2))     # a loop and the one inside it
+        return f"{s}.collapse({loops[k]!r}, {loops[k + 1]!r})"
     if op == "shift":
         return f"{s}.shift({one()}, {data.draw(st.integers(-2, 2))})"
     if op == "reverse":

@@ -402,3 +402,54 @@ def test_reuse_that_fits_in_cache_untiled_is_not_tiled():
     assert "f.computations['y'].update.parallelize('b')" in steps
     steps = [str(s) for s in k.build(large).auto_schedule()]
     assert any(".tile(" in s for s in steps), steps
+
+
+def batched_conv(N=2, CO=16, CI=16, H=32, W=32):
+    """A 3x3 convolution over a batch of N images, sizes fixed, float64."""
+    import tiramisu_py as tp
+    f = tp.Function("bconv", params=dict(N=N, CO=CO, CI=CI, H=H, W=W))
+    n, o, c = f.var("n", 0, "N"), f.var("o", 0, "CO"), f.var("c", 0, "CI")
+    y, x = f.var("y", 0, "H - 2"), f.var("x", 0, "W - 2")
+    ky, kx = f.var("ky", 0, 3), f.var("kx", 0, 3)
+    inp = f.input("inp", ("N", "CI", "H", "W"), tp.float64)
+    w = f.input("w", ("CO", "CI", 3, 3), tp.float64)
+    out = f.computation("out", [n, o, y, x], 0.0, dtype=tp.float64)
+    out[n, o, y, x] += w[o, c, ky, kx] * inp[n, c, y + ky, x + kx]
+    return f
+
+
+def test_parallel_loop_holds_iterations_for_every_core(monkeypatch):
+    """A batch of 2 tiled by 8 (the input, 256 KB, exceeds a quarter of the
+    L2) leaves its tile loop one iteration: the parallel loop is never that
+    one, but the tile loops inside it collapsed (``collapse``) until they
+    hold 4 iterations per core (2 cores: 8: 2 x 4 tiles of 16 channels by
+    30 rows); the printed schedule replays to the same code, and so do the
+    steps as a tuning record; the result is right."""
+    from codegen import target
+    from tiramisu_py.commands.state import extent_of
+    monkeypatch.setattr(target, "cores", lambda: 2)
+    monkeypatch.setattr(target, "vector_bits", lambda: 512)
+    monkeypatch.setattr(target, "cache_sizes", lambda: {(2, "Unified"): 1 << 20})
+    f = batched_conv()
+    steps = f.auto_schedule()
+    text = [str(s) for s in steps]
+    upd = "f.computations['out'].update"
+    assert f"{upd}.tile('n', 'o', 'y', 'x', 8, 8, 8, 8)" in text
+    assert text[text.index(f"{upd}.collapse('o0', 'y0')") + 1] == \
+        f"{upd}.parallelize('o0_y0')"
+    for s in steps:
+        if s.verb == "parallelize":
+            assert extent_of(f, s.stmt, s.args[0]) >= 8, s
+    rng = np.random.default_rng(0)
+    inp, w = rng.standard_normal((2, 16, 32, 32)), rng.standard_normal((16, 16, 3, 3))
+    want = sum(np.einsum("oc,ncyx->noyx", w[:, :, a, b], inp[:, :, a:a + 30, b:b + 30])
+               for a in range(3) for b in range(3))
+    np.testing.assert_allclose(f.compile()(inp=inp, w=w), want, rtol=1e-12, atol=1e-12)
+    g = batched_conv()
+    exec("\n".join(text), {"f": g})
+    assert g.compile().source == f.compile().source
+    from tiramisu_py.driver import tune            # tune's records hold the steps as data
+    h = batched_conv()
+    tune.apply_record(h, {"steps": [{"stmt": s.stmt, "verb": s.verb, "args": list(s.args),
+                                     "kwargs": s.kwargs} for s in steps]})
+    assert h.schedule_commands() == f.schedule_commands()

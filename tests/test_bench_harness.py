@@ -203,3 +203,33 @@ def test_ceilings_keep_the_higher_of_two_measurements_and_say_when_they_differ()
     assert "FMA peak 233 GFLOP/s (one of its two measurements" in peak.format_ceilings({2: both})
     steady = peak.best_of(second, dict(second, fma_gflops=226.0))
     assert steady["fma_gflops"] == 233.0 and "fma_gflops_low" not in steady
+
+
+def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
+    """``tiramisu-py bench peers --quick`` where the peers' Python has neither
+    halide nor tvm (stand-ins that fail to import, first on its path): both
+    workers run, ours are checked, every peer is skipped with its note."""
+    hidden = tmp_path / "hidden"
+    for mod in ("halide", "tvm"):
+        (hidden / mod).mkdir(parents=True)
+        (hidden / mod / "__init__.py").write_text(f"raise ImportError('{mod} hidden', "
+                                                  f"name='{mod}')\n")
+    monkeypatch.setenv("PYTHONPATH", str(hidden))
+    json_path = tmp_path / "peers.json"
+    assert cli.main(["bench", "peers", "--quick", "--kernels", "gemm", "--repeats", "1",
+                     "--threads", "1", "--peers-python", sys.executable,
+                     "--json", str(json_path)]) == 0
+    report = json.loads(json_path.read_text())
+    (k,) = report["kernels"]
+    assert k["name"] == "gemm 64" and report["threads"] == 1
+    assert set(report["processes"]) == {"ours", "peers"}
+    assert "apache-tvm" in report["processes"]["peers"]["versions"]
+    ours = {"tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[library]"}
+    assert ours <= set(k["impls"])
+    for impl in ours:
+        assert k["impls"][impl]["error"] < 1e-5 and k["impls"][impl]["median_s"] > 0
+    assert set(k["skipped"]) >= {"halide[Mullapudi2016]", "halide[Adams2019]",
+                                 "halide[Li2018]", "tvm[MetaSchedule]"}
+    assert k["skipped"]["halide[Li2018]"].startswith("halide is not installed")
+    assert k["skipped"]["tvm[MetaSchedule]"].startswith("tvm is not installed")
+    assert "auto_vs_best_peer" not in k

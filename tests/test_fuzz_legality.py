@@ -4,7 +4,9 @@ that does not use isl, and of the auto-scheduler against the interpreter.
 Hypothesis draws small programs (tests/fuzz_programs.py: 1-3 statements,
 depth 1-3, rectangular boxes over symbolic ``N`` (and ``T``), shared float64
 output buffers written at ``v + c`` and read at ``v + d``, optionally inside
-``with f.nest(t)`` or ``f.nest(i)``) and 1-4 schedule commands.  Each case is
+``with f.nest(t)`` or ``f.nest(i)``) and 1-4 schedule commands (``collapse``
+among them: its inner loop's bounds are constant when the sizes are fixed or
+the loop is a split's inner part).  Each case is
 judged twice:
 
 - by the library: ``legality.check`` on the model and dependences that

@@ -16,7 +16,7 @@ from .atomic import all_or_nothing_call, atomic
 from .copies import access_named, make_copy, writers_in_root_item
 from .gpu_copies import cache_local, cache_shared
 from .gpu_pipeline import pipeline
-from .state import extent_of, model_of, state_of
+from .state import extent_of, model_of, range_of, state_of
 
 
 def _new_loop_names(names, count, text, arg):
@@ -87,6 +87,37 @@ class Schedulable:
                                  f"not {names!r}")
             names = [_new_loop_names(p, 2, text, "names=") for p in names]
         return self._command("tile", loops, factors, names, text=text)
+
+    @provenance.command
+    def collapse(self, outer, inner, name=None):
+        """``outer`` and ``inner`` (the loop nested directly in it) as one
+        loop ``name`` (default ``outer_inner``) running both's iterations in
+        the same order: ``outer * E + (inner - lo)``, where ``inner`` takes
+        the values ``lo .. lo + E - 1`` (constants: the sizes fixed).
+        Halide's and TVM's ``fuse``, OpenMP's ``collapse``: a parallel loop
+        of more iterations than either (``c.collapse("n0", "co0")`` then
+        ``c.parallelize("n0_co0")``).  It never changes the order, so it is
+        always legal; refused when another statement runs inside ``outer``,
+        when a tag is on either loop (tag the collapsed one), when
+        ``inner``'s bounds change with a size given at call time, and on a
+        statement computed at another (collapse its loops first)."""
+        o, i = loop_name(outer), loop_name(inner)
+        text = f"{self.name}.collapse({o}, {i})"
+        name = _new_loop_names((name,), 1, text, "name=")[0] if name is not None \
+            else f"{o}_{i}"
+        st = state_of(self.function)[self.name]
+        if st.at is not None:
+            raise ValueError(f"{text}: {self.name} is computed at {st.at[1]} (compute_at); "
+                             "collapse its loops before compute_at")
+        st.find(o, text, self.name)
+        st.find(i, text, self.name)
+        bounds = range_of(self.function, self.name, i)
+        if bounds is None:
+            raise ValueError(f"{text}: the bounds of loop {i!r} change with a size given at "
+                             "call time; collapse needs them constant (fix the sizes: "
+                             "Function(..., params={name: value}))")
+        lo, hi = bounds
+        return self._command("collapse", o, i, name, text=text, lo=lo, extent=hi - lo + 1)
 
     @provenance.command
     def interchange(self, a, b):

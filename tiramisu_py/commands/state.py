@@ -1,11 +1,11 @@
 """What the scheduling commands read of a Function: its program-order model
 (no buffers assigned) and its schedule replayed from the command log, both
 cached on the Function (``f._model_cache``, ``f._state_cache``) until it
-changes, and the extent of one of a statement's loops."""
+changes, and the extent and range of one of a statement's loops."""
 from __future__ import annotations
 
 from ..lang.schedule import replay
-from ..poly.footprint import loop_extent
+from ..poly.footprint import loop_extent, loop_range
 from ..poly.model import PolyModel
 
 
@@ -27,3 +27,9 @@ def extent_of(f, stmt, loop):
     """The largest extent ``loop`` of ``stmt`` has in the current schedule,
     over all param values, or None when it is unbounded."""
     return loop_extent(model_of(f), state_of(f), stmt, loop)
+
+
+def range_of(f, stmt, loop):
+    """``(lo, hi)``: the constant bounds of ``loop`` of ``stmt`` in the
+    current schedule, or None when one changes with a param."""
+    return loop_range(model_of(f), state_of(f), stmt, loop)

@@ -23,9 +23,13 @@ The search (per top-level group of statements, in program order):
    the host's caches: a tile's arrays fit in a quarter of the L2 (a time loop gets
    16).
 3. **Parallelism**: the outermost tile loop (or loop) that carries no
-   dependence is parallelised (on the C target dealt round-robin,
-   ``schedule="static", chunk=1``, when a loop inside it has an extent that
-   changes with it: a triangle); when none does (time-tiled stencils) the
+   dependence, never one of one iteration, is parallelised; when it has
+   fewer than :data:`PARALLEL_PER_CORE` iterations per core, the loops
+   nested directly in it that carry none are first ``collapse``d with it
+   until they hold that many (one statement's loops, sizes known); on the
+   C target its iterations are dealt round-robin (``schedule="static",
+   chunk=1``) when a loop inside it has an extent that changes with it (a
+   triangle).  When every loop carries one (time-tiled stencils) the
    tiles run as a **wavefront**: the last tile loop is skewed by the others,
    moved outermost, and the next one parallelised (untiled, the band's
    points, when each runs a loop of its own: nussinov); untiled statements that
@@ -91,6 +95,7 @@ EACH_MIN = 1 << 15                     # the same for a statement's own region i
 BLOCK_VECTORS = 8                      # vectors in a parallel block of a stride-1 loop
 MIN_SPACE_TILE = 64                    # smaller space tiles: a time loop is not tiled
 JAM_ROWS = 8                           # rows of a dot product unrolled inside its loop
+PARALLEL_PER_CORE = 4                  # iterations per core a parallel loop should have
 
 
 def _l2():
@@ -115,6 +120,7 @@ class AutoScheduler(PointLoops):
         self.applied = Applied()
         self.touched = {c.stmt for c in f._commands}
         self.tile_of = {}               # statement -> {band loop: tile size}
+        self.pinned = set()             # loops a later step names (not collapsed)
 
     # ------------------------------------------------------------ primitives
     def out_of_time(self):
@@ -248,6 +254,8 @@ class AutoScheduler(PointLoops):
                                        block=None if carried else block)
         if not tiled and band:
             self.jam_rows(names, band[0])
+        if tiled and block and block["pack"]:
+            self.pinned.add(block["col"] + "0")      # the packed copies' loop
         par = self.parallelize(names, [n + "0" for n in band] if tiled
                                else _names(self.state()[lead]), wavefront=tiled)
         if not par and not tiled and len(band) >= 2 and deep > len(band):
@@ -315,7 +323,7 @@ class AutoScheduler(PointLoops):
         st = self.state()
         if not any(t.kind == "parallel" for n in names for t in st[n].tags.values()):
             loops = _names(st[names[0]])
-            self.parallelize(names, loops, wavefront=False)
+            self.parallelize(names, loops, wavefront=False, collapse=False)
         for n in names:
             if not any(t.kind == "vector" for t in self.state()[n].tags.values()):
                 self.point_loops(n, move=False)
@@ -411,14 +419,18 @@ class AutoScheduler(PointLoops):
         return out
 
     # -- parallelism --------------------------------------------------------
-    def parallelize(self, names, loops, wavefront, least=PARALLEL_MIN):
-        for lp in loops:
+    def parallelize(self, names, loops, wavefront, least=PARALLEL_MIN, collapse=True):
+        for k, lp in enumerate(loops):
             if all(self.too_little_work(n, lp, least) for n in names):
                 return False
             if not self.may_be_parallel(names, lp):
                 continue
+            if all(extent_of(self.f, n, lp) == 1 for n in names):
+                continue                   # a parallel loop of one iteration runs on one core
             sched = self.schedule_of(names, lp)
             if not wavefront and self.parallel_blocks(names, lp, sched):
+                return True
+            if collapse and self.parallel_collapsed(names, loops[k:], sched):
                 return True
             if self.attempt([self.step(n, "parallelize", lp, **sched) for n in names]):
                 return True
@@ -430,6 +442,37 @@ class AutoScheduler(PointLoops):
                    for n in names]
             return self.attempt(skews + moves + par)
         return False
+
+    def parallel_collapsed(self, names, loops, sched):
+        """When ``loops[0]`` (known extent) has fewer than
+        :data:`PARALLEL_PER_CORE` iterations per core, it and the loops
+        nested directly in it (of ``loops``, each parallel, known extents,
+        not :attr:`pinned`) are collapsed (``collapse``) until they hold that
+        many, and the collapsed loop runs in parallel: a convolution's batch
+        of 8 tiled by 16 ran its one tile on one core.  One statement only
+        (a loop several share cannot be collapsed for one).  True if kept."""
+        if len(names) != 1:
+            return False
+        stmt, want = names[0], PARALLEL_PER_CORE * host.cores()
+        total = extent_of(self.f, stmt, loops[0])
+        order = _names(self.state()[stmt])
+        chain = [loops[0]]
+        for nxt in loops[1:]:
+            if total is None or total >= want:
+                break
+            ext = extent_of(self.f, stmt, nxt)
+            if ext is None or nxt in self.pinned or order.index(nxt) != order.index(chain[-1]) + 1 \
+                    or not self.may_be_parallel(names, nxt):
+                break
+            chain.append(nxt)
+            total *= ext
+        if len(chain) < 2 or chain[0] in self.pinned:
+            return False
+        steps, name = [], chain[0]
+        for nxt in chain[1:]:
+            steps.append(self.step(stmt, "collapse", name, nxt))
+            name = f"{name}_{nxt}"
+        return self.attempt(steps + [self.step(stmt, "parallelize", name, **sched)])
 
     def parallel_blocks(self, names, loop, sched):
         """When ``loop`` is the stride-1 loop of a statement that runs loops

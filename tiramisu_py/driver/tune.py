@@ -67,7 +67,7 @@ DEFAULT_SPACE = (
 )
 VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse",
                    "parallelize", "vectorize", "unroll", "after", "tile_band",
-                   "accumulate_locally"})
+                   "accumulate_locally", "collapse"})
 RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
 
 

@@ -34,6 +34,7 @@ OMP_SCHEDULES = ("static", "dynamic", "guided")
 class Loop:
     name: str
     expr: str                 # isl affine text over the statement's loop variables
+    parts: tuple = ()         # a collapsed loop: the loops it was made of, outermost first
 
 
 @dataclass
@@ -180,6 +181,33 @@ def _tile_band(state, s, c, index, loops, factors, names):
     old = list(s.consts)
     _tile(state, s, c, index, loops, factors, names)
     s.consts = old[:k0 + 1] + [0] * len(loops) + old[k0 + 1:]
+
+
+def _collapse(state, s, c, index, outer, inner, name, lo, extent):
+    """``outer`` and ``inner`` (nested directly in it, taking the values
+    ``lo .. lo + extent - 1``) as one loop ``name``: ``outer * extent +
+    inner - lo``, the same iterations in the same order.  Refused when
+    another statement runs inside ``outer`` (its loop would be compared with
+    the collapsed one) or a tag is on either loop."""
+    ko, ki = s.find(outer, c.text, c.stmt), s.find(inner, c.text, c.stmt)
+    if ki != ko + 1:
+        raise ValueError(f"{c.text}: {inner!r} must be the loop nested directly in {outer!r} "
+                         f"({c.stmt}'s loops: {', '.join(lp.name for lp in s.loops)})")
+    if name not in (outer, inner):
+        _new_names(s, [name], c)
+    marked = [n for n in (outer, inner) if n in s.tags or n in s.accumulate]
+    if marked:
+        raise ValueError(f"{c.text}: loop {marked[0]!r} is already tagged; collapse the loops "
+                         "first, then tag the collapsed loop")
+    others = [n for n, r in state.items() if r is not s and len(r.loops) > ko
+              and r.consts[:ko + 1] == s.consts[:ko + 1]]
+    if others:
+        raise ValueError(f"{c.text}: {', '.join(others)} also run(s) inside loop {outer!r}; "
+                         f"only a loop that holds {c.stmt} alone can be collapsed")
+    e_o, e_i = s.loops[ko].expr, s.loops[ki].expr
+    s.loops[ko:ki + 1] = [Loop(name, f"({e_o})*{extent} + ({e_i}) + ({-lo})",
+                               (s.loops[ko], s.loops[ki]))]
+    del s.consts[ko + 1]
 
 
 def _skew(state, s, c, index, outer, inner, factor, name):
@@ -346,7 +374,7 @@ def _compute_at(state, s, c, index, consumer, loop, group):
 
 
 _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
-        "tile_band": _tile_band, "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
+        "tile_band": _tile_band, "collapse": _collapse, "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
         "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after,
         "compute_at": _compute_at, "distribute": _distribute,
         "restricted": _restricted, "pipeline": _pipeline, "tensor_core": _tensor_core}

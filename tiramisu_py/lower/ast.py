@@ -17,6 +17,7 @@ from ..lang.expr import Access, Var, walk
 from ..lang.program import Computation
 from ..lang.schedule import gpu_tags
 from ..poly.model import resolve
+from .collapsed import expand
 from .expr import ExprLowering, LoweringError, cast
 
 _ISL_OPS = {
@@ -39,7 +40,8 @@ class AstLowering:
         self.gpu = gpu                  # analysis.gpu_plan.GpuPlan: barriers, thread ranges
         self.dims = []                  # schedule positions of the enclosing loops
         self.model = model
-        self.state = state
+        # collapsed loops given to isl as the loops they were made of (lower.collapsed)
+        self.state, self.chains = (state, {}) if gpu is not None else expand(state)
         self.ex = ExprLowering(model.f.fixed)
         self.reserved = set(reserved_names)
         self.params = set(model.f.params)
@@ -168,6 +170,11 @@ class AstLowering:
         it = n.for_get_iterator().get_id().get_name()
         dim = int(it[1:])
         stmts = self.leaves(n)                  # the statements this loop holds
+        chain = self.chain_at(stmts, dim)
+        if chain is not None:
+            joined = self.collapsed_loop(n, chain, stmts, scope, loops)
+            if joined is not None:
+                return joined
         name = self.loop_name(stmts, dim, scope)
         lo = self.aexpr(n.for_get_init(), scope, n)
         cond = n.for_get_cond()
@@ -185,7 +192,7 @@ class AstLowering:
         self.dims.append(dim)
         body = self.node(n.for_get_body(), inner, loops + [name])
         self.dims.pop()
-        kind, attrs = self.loop_kind(stmts, dim)
+        kind, attrs = self.loop_kind(stmts, dim, chain[0] if chain else None)
         waits = [self.gpu.async_waits[(x, dim)] for x in stmts
                  if self.gpu is not None and (x, dim) in self.gpu.async_waits]
         barrier = self.gpu is not None and any((x, dim) in self.gpu.loop_barriers for x in stmts)
@@ -202,13 +209,88 @@ class AstLowering:
             body = ir.Block([body, ir.Barrier()])     # threads of a block meet per iteration
         return ir.For(name, lo, hi, body, kind=kind, step=step, attrs=attrs)
 
-    def loop_kind(self, stmts, dim):
-        """The loop's kind from the tags of the statements under it."""
+    def chain_at(self, stmts, dim):
+        """``(collapsed loop's name, positions)`` when the loop at ``dim`` is
+        the outermost of a collapsed loop's loops that isl generated (those
+        outside it had one iteration), its statement alone under it; else None."""
+        if len(stmts) != 1:
+            return None
+        for name, dims in self.chains.get(stmts[0], ()):
+            if dim in dims and not any(d in self.dims for d in dims):
+                return name, dims[dims.index(dim):]
+        return None
+
+    def collapsed_loop(self, n, chain, stmts, scope, loops):
+        """The loops of a collapsed loop (``chain``: its name and their
+        positions, ``n`` the outermost) as the one loop ``f`` they were
+        collapsed into, their values ``f / (inner extents) % extent + low``
+        bound once per iteration; None when isl did not generate them as a
+        perfect nest whose inner loops have constant bounds (they are then
+        lowered as they are, the outermost with the collapsed loop's tag)."""
+        name, dims = chain
+        nodes, cur = [], n
+        for d in dims:
+            while cur.get_type() == isl.ast_node_type.mark:
+                cur = cur.mark_get_node()
+            if self.for_dim(cur) != d:
+                break                                # one of one iteration: no loop
+            nodes.append(cur)
+            cur = cur.for_get_body()
+        if len(nodes) < 2:
+            return None
+        bounds = []                     # (low, high) of each: ints, the outermost's IR
+        for k, x in enumerate(nodes):
+            it = x.for_get_iterator().get_id().get_name()
+            cond = x.for_get_cond()
+            op = _ISL_OPS.get(cond.get_op_type())
+            lo, hi = x.for_get_init(), cond.get_op_arg(1)
+            if x.for_get_inc().get_val().to_python() != 1 or op not in ("le", "lt") \
+                    or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id \
+                    or cond.get_op_arg(0).get_id().get_name() != it:
+                return None
+            if k == 0:                  # evaluated once, before the joined loop
+                top = self.aexpr(hi, scope, x)
+                bounds.append((self.aexpr(lo, scope, x), _plus_one(top) if op == "le" else top))
+            elif lo.get_type() == hi.get_type() == isl.ast_expr_type.int:
+                bounds.append((lo.get_val().to_python(), hi.get_val().to_python() + (op == "le")))
+            else:
+                return None             # an inner extent that changes: not one loop
+        var = self.unique(name, scope)
+        inner, names = {**scope, "": var}, []
+        for x in nodes:
+            names.append(self.loop_name(stmts, self.for_dim(x), inner))
+            inner[x.for_get_iterator().get_id().get_name()] = names[-1]
+        del inner[""]
+        self.dims += [self.for_dim(x) for x in nodes]
+        body = self.node(cur, inner, loops + [var])
+        del self.dims[-len(nodes):]
+        stride = 1
+        for k in range(len(nodes) - 1, -1, -1):
+            lo, hi = bounds[k]
+            v = ir.binary("div", ir.Var(var), ir.Const(stride, "int64")) if stride > 1 \
+                else ir.Var(var)
+            if k:
+                v = ir.binary("mod", v, ir.Const(hi - lo, "int64"))
+                v = ir.binary("add", v, ir.Const(lo, "int64")) if lo else v
+                stride *= hi - lo
+            elif not (isinstance(lo, ir.Const) and lo.value == 0):
+                v = ir.binary("add", v, lo)
+            body = ir.Let(names[k], v, body)
+        lo, hi = bounds[0]
+        span = hi if isinstance(lo, ir.Const) and lo.value == 0 else ir.binary("sub", hi, lo)
+        total = ir.Const(span.value * stride, "int64") if isinstance(span, ir.Const) \
+            else ir.binary("mul", span, ir.Const(stride, "int64"))
+        kind, attrs = self.loop_kind(stmts, dims[0], name)
+        return ir.For(var, ir.Const(0, "int64"), total, body, kind=kind, attrs=attrs)
+
+    def loop_kind(self, stmts, dim, name=None):
+        """The loop's kind from the tags of the statements under it (those
+        of the loop ``name`` when given: a collapsed loop's)."""
         kind, attrs = "serial", {}
         for stmt_name in stmts:
             st = self.state[stmt_name]
             names = st.dim_names()
-            nm = names[dim] if dim < len(names) else None
+            nm = name or (names[dim] if dim < len(names) else None)
             if self.gpu is not None and dim < 2 * getattr(self.gpu.kernel_of(stmt_name), "host", 0):
                 attrs["host"] = True          # one kernel launch per iteration (CUDA printer)
             if st.tensor_core is not None and nm == st.tensor_core[0] and self.gpu is not None:
@@ -308,7 +390,10 @@ class AstLowering:
             nm = dims[dim] if dim < len(dims) else None
             if nm and nm not in names:
                 names.append(nm)
-        base = "_".join(names) or f"c{dim}"
+        return self.unique("_".join(names) or f"c{dim}", scope)
+
+    def unique(self, base, scope):
+        """``base``, or ``base_2``, ... : a name no enclosing loop nor array has."""
         name, k = base, 1
         taken = set(scope.values()) | self.reserved
         while name in taken or (name != base and name in self.reserved):

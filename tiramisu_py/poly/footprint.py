@@ -1,7 +1,7 @@
 """What one iteration of the loops a compute_at copy sits in reads (its
 footprint, exact with isl): the widths that shape a ``cache_shared`` tile or
 a ``cache_local`` array, and the strides that compress the latter; and the
-extent of a statement's loop under a schedule."""
+extent and range of a statement's loop under a schedule."""
 from __future__ import annotations
 
 import islpy as isl
@@ -90,6 +90,25 @@ def loop_extent(model, state, stmt, loop):
     if not val.is_int():
         return None                # unbounded (grows with a param)
     return int(val.to_python()) + 1
+
+
+def loop_range(model, state, stmt, loop):
+    """``(lo, hi)``: the smallest and largest values ``loop`` of statement
+    ``stmt`` takes under the schedule ``state``, when both are the same for
+    every param value (constants); else None (a bound that grows with a size
+    given at call time, or no iteration at all)."""
+    st = state[stmt]
+    k = st.find(loop, f"{stmt}: loop {loop}", stmt)
+    rng = _to_loops(model, stmt, [st.loops[k].expr]).range()
+    out = []
+    for bound in (rng.dim_min(0), rng.dim_max(0)):
+        if bound.n_piece() == 0:
+            return None
+        low, high = bound.min_val(), bound.max_val()
+        if not (low.is_int() and high.is_int()) or low.to_python() != high.to_python():
+            return None
+        out.append(int(low.to_python()))
+    return tuple(out)
 
 
 def extent_varies_with(model, state, stmt, outer, inner):
