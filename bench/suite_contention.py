@@ -47,8 +47,8 @@ import time
 from bench import harness
 
 BUSY = (1, 4)
-ROUND_S = 0.3            # calls of each implementation per condition, seconds at least
-WARM_CALLS = 3
+ROUND_S = 1.0            # calls of each implementation per condition, seconds at least
+WARM_CALLS = 5
 
 
 def _cases(quick):
@@ -143,7 +143,8 @@ def _child(job):
     import torch
     job = json.loads(job)
     torch.set_num_threads(job["threads"])
-    cases = _cases(job["quick"])
+    cases = {k: v for k, v in _cases(job["quick"]).items()
+             if not job.get("only") or any(o in k for o in job["only"])}
     results = {name: {} for name in cases}
     for busy in [0] + job["busy"]:
         procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -164,7 +165,7 @@ def _child(job):
         json.dump(results, f)
 
 
-def run(threads=None, busy=BUSY, repeats=10, quick=False):
+def run(threads=None, busy=BUSY, repeats=10, quick=False, only=None):
     """Runs the suite in a child process; returns the report."""
     threads = threads or os.cpu_count() or 1
     env = dict(os.environ, **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -174,7 +175,7 @@ def run(threads=None, busy=BUSY, repeats=10, quick=False):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "contention.json")
         job = json.dumps(dict(threads=threads, busy=list(busy), repeats=repeats, quick=quick,
-                              out=out))
+                              only=only, out=out))
         code = "import sys; from bench.suite_contention import _child; _child(sys.argv[1])"
         rc = subprocess.run([sys.executable, "-c", code, job], env=env).returncode
         if rc != 0:
@@ -222,12 +223,15 @@ def format_table(report) -> str:
 def add_arguments(p):
     p.add_argument("--busy", type=lambda s: [int(x) for x in s.split(",")], default=list(BUSY),
                    metavar="1,4", help="contention: the counts of busy processes (default 1,4)")
+    p.add_argument("--cases", type=lambda s: s.split(","), default=None, metavar="NAME,...",
+                   help="contention: only the calls whose name contains one of these")
 
 
 def main(args) -> dict:
     threads = args.threads[-1] if getattr(args, "threads", None) else None
     print(harness.format_machine(harness.machine_info()), flush=True)
-    report = run(threads, getattr(args, "busy", BUSY), max(args.repeats or 5, 5), args.quick)
+    report = run(threads, getattr(args, "busy", BUSY), max(args.repeats or 5, 5), args.quick,
+                 getattr(args, "cases", None))
     print(f"threads {report['threads']}, OMP_WAIT_POLICY {report['omp_wait_policy']}; "
           "ratio = torch / ours; slowdown = ours busy / ours quiet (target <= 2.5x with 1 busy);"
           " ratio held = busy ratio / quiet ratio (target >= 0.8, or the busy ratio >= 1.0)")

@@ -251,6 +251,9 @@ class LoweredFunction:
     arrays: list
     body: Stmt
     constants: dict = field(default_factory=dict)   # name -> int, fixed params
+    # how often a call makes its team meet (codegen.regions.synchronisations;
+    # set by codegen.pipeline.optimize_loops, kept by a warm start's shell)
+    syncs: int = 0
 
 
 # --------------------------------------------------------------------- helpers

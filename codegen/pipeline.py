@@ -29,7 +29,7 @@ from . import ir
 from .accumulate import accumulate_locally
 from .dotprod import mark_dot_products
 from .regblock import register_block
-from .regions import run_small_serially
+from .regions import run_small_serially, synchronisations
 from .simplify import simplify_indices, version_full_tiles
 from .vreduce import hoist_vector_reductions
 
@@ -47,8 +47,11 @@ def run_passes(passes, fn: ir.LoweredFunction) -> ir.LoweredFunction:
 def optimize_loops(fn: ir.LoweredFunction, parallel_grain: int = 0) -> ir.LoweredFunction:
     """:data:`LOOP_PASSES` on ``fn`` (in place; ``fn`` returned), after
     :func:`codegen.regions.run_small_serially` with ``parallel_grain`` (0:
-    every parallel loop stays parallel)."""
-    return run_passes(LOOP_PASSES, run_small_serially(fn, parallel_grain))
+    every parallel loop stays parallel); then records the function's
+    synchronisations a call (``fn.syncs``)."""
+    fn = run_passes(LOOP_PASSES, run_small_serially(fn, parallel_grain))
+    fn.syncs = synchronisations(fn)
+    return fn
 
 
 def prepare_for_printing(fn: ir.LoweredFunction) -> ir.LoweredFunction:

@@ -145,3 +145,26 @@ def _small(loops, ranges, grain):
                    attrs={**{k: v for k, v in x.attrs.items() if k not in drop},
                           "small": (w, grain)})
             for x, w in zip(loops, ws)]
+
+
+def synchronisations(fn: ir.LoweredFunction) -> int:
+    """About how many times a call of ``fn`` makes its team meet: a fork and
+    join per parallel loop run (a run of adjacent ones counts each, for the
+    barriers between them), a barrier per inner loop and step of a stepped
+    region; serial loops multiply by their trip counts (1 where one has no
+    bound).  What :mod:`codegen.team` weighs a call's time against."""
+    return _syncs(fn.body, {n: (int(v), int(v)) for n, v in fn.constants.items()})
+
+
+def _syncs(s, ranges) -> int:
+    if isinstance(s, ir.For):
+        if s.kind == "parallel":
+            return 1
+        lo, hi = interval(s.lo, ranges)[0], interval(s.hi, ranges)[1]
+        trip = 1 if lo is None or hi is None else max(0, -(-(hi - lo) // max(1, int(s.step))))
+        steps = stepped_loops(s)
+        if steps:
+            return 1 + trip * len(steps)
+        return trip * _syncs(s.body, {**ranges, s.var: (lo, None if hi is None else hi - 1)})
+    parts = [_syncs(c, ranges) for c in ir.stmt_children(s)]
+    return max(parts, default=0) if isinstance(s, ir.If) else sum(parts)

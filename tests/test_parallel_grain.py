@@ -177,3 +177,13 @@ def test_the_grain_record_is_listed_and_forgotten(no_grain_record, capsys):
     cli.forget_tuned("grain")
     assert "forgot 1 parallel grain record(s)" in capsys.readouterr().out
     assert grain.record() is None and grain.parallel_grain() == grain.DEFAULT
+
+
+def test_a_warm_library_kernel_is_keyed_by_the_grain(grain_env):
+    """A library kernel made under one grain is not reused under another
+    (its loops may run on one thread in one and not in the other)."""
+    from tiramisu_py.driver import warm
+    grain_env(0)
+    a = warm.library_key(("gemm", 64), "llvm", "host")
+    grain_env(1 << 20)
+    assert warm.library_key(("gemm", 64), "llvm", "host") != a

@@ -9,7 +9,7 @@ import types
 
 import cffi
 
-from .. import after_fork, cache, ir, toolchain
+from .. import cache, ir, team, toolchain
 from ..toolchain import CompileError
 from .emit import cffi_declaration, emit_c
 
@@ -18,8 +18,9 @@ __all__ = ["compile_c", "compile_c_source", "CompiledFunction"]
 
 class CompiledFunction:
     """A loaded kernel.  ``call(scalars, addresses)`` runs it and returns its
-    status (0 success, 1 a temporary could not be allocated); in a forked child
-    its parallel loops may run on one thread (:mod:`codegen.after_fork`).
+    status (0 success, 1 a temporary could not be allocated); its parallel
+    loops run with the team :mod:`codegen.team` gives the call (one thread in
+    a forked child, the free cores on a busy machine).
     ``func`` is the raw cffi function, ``func(*scalars, *addresses)``, without
     that rule: it may hang in a forked child."""
 
@@ -32,10 +33,11 @@ class CompiledFunction:
         self.ffi = ffi          # keep the FFI and library alive with the function
         self.lib = lib
         self.func = getattr(lib, name)
+        self.timing = team.Timing()
+        self.syncs = 0                  # the team's meetings a call (codegen.team)
 
     def call(self, scalars, addresses) -> int:
-        after_fork.before_call()
-        return self.func(*scalars, *addresses)
+        return team.call(self.func, (*scalars, *addresses), self.timing, self.syncs)
 
     def __repr__(self):
         return f"<CompiledFunction {self.name} {self.path}>"
@@ -130,5 +132,6 @@ def _compile_c(fn: ir.LoweredFunction, source: str, cc, declaration=None) -> Com
             lambda what, p, exc: CompileError(f"{what} {p} but could not load it: {exc}",
                                               cache.paths(key, p.parent)[2]))
         cf = CompiledFunction(fn.name, source, path, cache.paths(key, path.parent)[2], key, ffi, lib)
+        cf.syncs = getattr(fn, "syncs", 0)
         _loaded[(str(directory), key)] = cf
         return cf

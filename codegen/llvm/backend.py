@@ -39,7 +39,7 @@ import cffi
 import llvmlite
 import llvmlite.binding as llvm
 
-from .. import after_fork, budget, cache, ir
+from .. import budget, cache, ir, team
 from .lower import host, host_target_machine, target_machine
 from .stmt import emit_llvm
 
@@ -66,8 +66,8 @@ class LLVMCompileError(RuntimeError):
 
 class LLVMCompiledFunction:
     """A loaded kernel with the interface of the C backend's CompiledFunction:
-    ``call(scalars, addresses)`` returns the status (in a forked child, see
-    :mod:`codegen.after_fork`); ``func(*scalars, *addresses)`` is the raw cffi
+    ``call(scalars, addresses)`` returns the status (with the team
+    :mod:`codegen.team` gives the call); ``func(*scalars, *addresses)`` is the raw cffi
     function pointer.  Keeps its engine (and target machine) alive."""
 
     def __init__(self, name, source, path, ll_path, key, engine, tm, address, ctype):
@@ -80,10 +80,11 @@ class LLVMCompiledFunction:
         self._tm = tm
         self.address = address
         self.func = _ffi.cast(ctype, address)
+        self.timing = team.Timing()
+        self.syncs = 0                  # the team's meetings a call (codegen.team)
 
     def call(self, scalars, addresses) -> int:
-        after_fork.before_call()
-        return self.func(*scalars, *addresses)
+        return team.call(self.func, (*scalars, *addresses), self.timing, self.syncs)
 
     def __repr__(self):
         return f"<LLVMCompiledFunction {self.name} {self.path}>"
@@ -286,5 +287,6 @@ def compile_llvm(fn: ir.LoweredFunction, source=None) -> LLVMCompiledFunction:
             lambda: cache.invalidate_object(key, where[0]), _BadObject, fail)
         obj_path, _, ll_path = cache.object_paths(key, where[0])
         cf = LLVMCompiledFunction(fn.name, source, obj_path, ll_path, key, *loaded, _ctype(fn))
+        cf.syncs = getattr(fn, "syncs", 0)
         _loaded[(str(directory), key)] = cf
         return cf

@@ -179,7 +179,8 @@ def store(k, f, target, kernel):
         return
     try:
         low = kernel.lowered
-        shell = ir.LoweredFunction(low.name, low.scalars, low.arrays, None, low.constants)
+        shell = ir.LoweredFunction(low.name, low.scalars, low.arrays, None, low.constants,
+                                   syncs=low.syncs)
         decl = None
         if target != "llvm":
             from codegen.c.emit import cffi_declaration
@@ -309,9 +310,11 @@ class WarmKernel(Kernel):
 # ------------------------------------------------------------------ the library
 def library_key(op_key, target, host_text) -> str:
     """The key of a library operator: its key (operator, algorithm, shape),
-    the host its schedule is derived from, the target and the code."""
+    the host its schedule is derived from, the target, the parallel grain
+    (which loops run on one thread) and the code."""
     h = hashlib.sha256()
     for part in ("library", repr(op_key), target, host_text, os.environ.get(codegen.target.ENV, ""),
+                 f"grain {grain.parallel_grain()}",
                  _code_version(("tiramisu_py", "codegen", "schedules"))):
         h.update(part.encode())
         h.update(b"\n")

@@ -38,6 +38,8 @@ KIND = "parallel_grain"
 DEFAULT = 1 << 15
 SIZES = tuple(1 << k for k in range(10, 21))    # the probe's statement instances a step
 STEPS = 32                                       # the probe's steps (barriers) a call
+SAMPLE_S = 0.004                                 # the sweep's samples: seconds of calls each
+ROUNDS = 6                                       # the sweep's alternating samples a size
 _cache: dict = {}
 _forced: list = []
 
@@ -138,13 +140,18 @@ def tune(make, dry_run=False, clock=None, log=None) -> dict:
     for n in SIZES:
         serial, team = make(n, n + 1), make(n, 0)
         ts, tt = [], []
-        for fn in (serial, team):
-            fn()
-        for r in range(7):
+        t0 = clock()
+        serial()
+        team()
+        # samples of SAMPLE_S at least (a single call of a few microseconds is
+        # at the mercy of a thread's wake-up), alternating
+        number = max(1, min(1000, math.ceil(SAMPLE_S / max(clock() - t0, 1e-9))))
+        for r in range(ROUNDS):
             for fn, out in ((serial, ts), (team, tt)) if r % 2 == 0 else ((team, tt), (serial, ts)):
                 t0 = clock()
-                fn()
-                out.append(clock() - t0)
+                for _ in range(number):
+                    fn()
+                out.append((clock() - t0) / number)
         table[n] = (statistics.median(ts), statistics.median(tt))
         log(f"  {n:>8} instances a step: one thread {table[n][0] * 1e3:.3f} ms, "
             f"the team {table[n][1] * 1e3:.3f} ms")
