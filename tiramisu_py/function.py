@@ -95,7 +95,10 @@ class Function(program.Function):
         OpenMP through the system C compiler; "llvm": LLVM IR JIT-compiled
         in-process with llvmlite, no C compiler needed) and returns a callable
         :class:`Kernel`.  The default target is ``$TIRAMISU_PY_TARGET``, else
-        "cpu".  A Function without commands whose algorithm
+        "cpu": the C you read is the code that runs, every schedule option is
+        there; "llvm" measured 1.13x C's speed geomean on 72 schedules (the
+        operator library's kernels 1.33x, which is why the library defaults
+        to it): pass it for speed.  A Function without commands whose algorithm
         :func:`tiramisu_py.tune` recorded for this target and host is compiled
         with the recorded schedule (on a copy; :mod:`tiramisu_py.driver.tune`):
         ``kernel.tuned`` then describes the record (which Function, sizes,
