@@ -142,7 +142,8 @@ def _gemm_variants(n, quick=False):
         import torch
         import schedules
         from schedules.core.kernels import cuda_device, cuda_kernel
-        from schedules.solvers import gemm_cuda, gemm_cuda_warp
+        from schedules.blocks import gemm_cuda_warp
+        from schedules.solvers import gemm_cuda
         a, b = _randn(torch, n, n), _randn(torch, n, n, seed=1)
         arch, _ = cuda_device(a)
 
