@@ -148,6 +148,13 @@ WARM_S = 0.2         # untimed calls before the timed ones (one at least)
 MIN_TIMED_S = 0.5    # timed calls past ``repeats`` until they add up to this...
 MAX_CALLS = 1000     # ...or this many
 
+# TIRAMISU_PY_BENCH_SMOKE=1 (the test suite's runs of the suites, which check
+# results and reports, never times): no pause, no wait for a quiet host, one
+# warm call, ``repeats`` timed calls; the numbers mean nothing
+SMOKE = os.environ.get("TIRAMISU_PY_BENCH_SMOKE", "") not in ("", "0")
+if SMOKE:
+    SETTLE_S = QUIET_S = WARM_S = MIN_TIMED_S = 0.0
+
 
 def measure(case: Case, repeats: int, threads: int, progress: Progress,
             only: list[str] | None = None) -> dict:
@@ -203,6 +210,8 @@ def settle():
     at most: a warm-up can leave work behind it (torch.compile's pool of
     compile workers starts in the background and imports torch, seconds of
     CPU: the implementation timed next ran 10% slower on 2 cores)."""
+    if SMOKE:
+        return
     time.sleep(SETTLE_S)
     end = time.perf_counter() + QUIET_S
     while time.perf_counter() < end:

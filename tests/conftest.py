@@ -11,6 +11,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 # one thread (below the parallel grain) and the parallel code would go
 # untested; tests/test_parallel_grain.py tests the grain itself
 os.environ.setdefault("TIRAMISU_PY_PARALLEL_GRAIN", "0")
+# the bench suites the tests run check results and reports, never times
+os.environ.setdefault("TIRAMISU_PY_BENCH_SMOKE", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
