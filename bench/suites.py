@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 
 import numpy as np
 from tiramisu_py.cli import Command
@@ -299,9 +300,12 @@ def _main_one(args: argparse.Namespace) -> dict:
     if args.quick:
         print("--md: not written (a --quick run is a smoke test)")
         return report
-    markdown.update(args.md, args.suite, markdown.machine_key(harness.machine_info()),
+    suite = args.suite
+    if suite == "contention":        # a section per wait policy: the runs differ in kind
+        suite += f" (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY') or 'unset'})"
+    markdown.update(args.md, suite, markdown.machine_key(harness.machine_info()),
                     _command(args), tee.copy.getvalue())
-    print(f"wrote the {args.suite} section of {args.md}")
+    print(f"wrote the {suite} section of {args.md}")
     return report
 
 
