@@ -13,22 +13,26 @@ one-thread time.  So, before each call (:func:`call`):
   :data:`INTERVAL` s: the host's busy time (``/proc/stat``, a hypervisor's
   steal left out) minus this process's own CPU time, over the time since the
   last reading;
-* when fewer cores are free than the team has threads, a kernel whose recent
-  calls took under :data:`SYNC_S` a synchronisation of its team (forks, joins
-  and barriers a call: ``LoweredFunction.syncs``, from
-  :func:`codegen.regions.synchronisations`) runs with the free cores (at
-  least one):
-  ``omp_set_num_threads`` for this thread around the call, restored after it
-  (libgomp is the OpenMP runtime of both CPU backends, and torch's when it
-  is loaded first: the setting is this thread's, for this call only).  A
-  kernel with more work between synchronisations keeps its team: its work
-  outweighs a slow meeting, and a busy machine's cores still add up (a
-  batched GEMM's one parallel loop of a millisecond ran faster on the team
-  beside one busy process; a convolution's five regions in 1.3 ms ran in
-  half the time on one thread).
+* when fewer cores are free than the team has threads, the kernel's first
+  busy call runs with the free cores (at least one) if its recent calls took
+  under :data:`SYNC_S` a synchronisation of its team (forks, joins and
+  barriers a call: ``LoweredFunction.syncs``, from
+  :func:`codegen.regions.synchronisations`), else with the whole team; its
+  second busy call the other way; from then on the way with the lower
+  average time on the busy machine, the other tried again every
+  :data:`EXPLORE` calls (:func:`choose_fewer`).  The free cores are set
+  with ``omp_set_num_threads`` for this thread around the call, restored
+  after it (libgomp is the OpenMP runtime of both CPU backends, and torch's
+  when it is loaded first: the setting is this thread's, for this call
+  only).  Which way wins depends on the kernel and on the runtime's waiting:
+  a convolution's five regions in 1.3 ms ran in half the time on one thread
+  beside one busy process, a batched GEMM's one parallel loop of a
+  millisecond faster on the team; a 0.2 ms GEMM beside a busy process took
+  0.19 ms on the team under libgomp's default spinning and 0.34 ms on one
+  thread, but the same on both under ``OMP_WAIT_POLICY=passive``.
 
-A kernel's time is an exponential average of its calls (whatever team ran
-them).  Where ``/proc/stat`` cannot be read (not Linux), or with
+A kernel's times are exponential averages of its calls.  Where
+``/proc/stat`` cannot be read (not Linux), or with
 ``TIRAMISU_PY_ADAPTIVE_TEAM=0``, nothing changes: every call has the team.
 
 This module imports nothing from ``tiramisu_py``."""
@@ -44,7 +48,9 @@ from . import after_fork, target
 ENV = "TIRAMISU_PY_ADAPTIVE_TEAM"
 ADAPT = os.environ.get(ENV, "1") != "0"      # read once, at import
 INTERVAL = 0.1          # seconds between two readings of the host's busy cores
-SYNC_S = 0.0005         # work between two meetings of the team that keeps it on a busy machine
+SYNC_S = 0.0005         # work between two meetings of the team that keeps it on a busy machine (at first)
+EXPLORE = 8             # on a busy machine, the way not chosen is tried again every this many calls
+WEIGHT = 0.25           # the weight of a new call in a kernel's average times
 _LIBGOMP = "libgomp.so.1"
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -108,14 +114,46 @@ def _openmp():
 
 
 class Timing:
-    """A kernel's recent call time (exponential average, seconds; None: never called)."""
-    __slots__ = ("mean",)
+    """A kernel's recent call times (exponential averages, seconds; None: no
+    call yet): ``mean`` over every call; on a busy machine, ``whole`` over
+    the calls with the whole team and ``fewer`` over those with the free
+    cores, and ``busy_calls`` counts them (:func:`choose_fewer`)."""
+    __slots__ = ("mean", "whole", "fewer", "busy_calls")
 
     def __init__(self):
-        self.mean = None
+        self.mean = self.whole = self.fewer = None
+        self.busy_calls = 0
 
-    def add(self, seconds):
-        self.mean = seconds if self.mean is None else 0.8 * self.mean + 0.2 * seconds
+    def add(self, seconds, busy=None):
+        """One call's time; ``busy``: None (a quiet machine), else whether it
+        ran with the free cores (True) or the whole team (False)."""
+        self.mean = _average(self.mean, seconds)
+        if busy is not None:
+            self.busy_calls += 1
+            if busy:
+                self.fewer = _average(self.fewer, seconds)
+            else:
+                self.whole = _average(self.whole, seconds)
+
+
+def _average(mean, seconds):
+    return seconds if mean is None else (1 - WEIGHT) * mean + WEIGHT * seconds
+
+
+def choose_fewer(timing: Timing, syncs: int) -> bool:
+    """On a busy machine, whether this call runs with the free cores: first
+    as the kernel's work between its team's meetings says (under
+    :data:`SYNC_S`: fewer), then each way once, then the way with the lower
+    average, the other tried again every :data:`EXPLORE` calls (a machine's
+    load changes; so does the cost of its runtime's waiting: under libgomp's
+    default spinning the whole team ran a 0.2 ms GEMM in 0.19 ms beside a
+    busy process, the free core in 0.34)."""
+    if timing.whole is None and timing.fewer is None:
+        return timing.mean is None or timing.mean < SYNC_S * syncs
+    if timing.whole is None or timing.fewer is None:
+        return timing.fewer is None
+    best = timing.fewer < timing.whole
+    return not best if timing.busy_calls % EXPLORE == EXPLORE - 1 else best
 
 
 def call(func, args, timing: Timing, syncs: int = 0):
@@ -124,21 +162,23 @@ def call(func, args, timing: Timing, syncs: int = 0):
     meetings a call."""
     after_fork.before_call()
     t0 = time.perf_counter()
-    fewer = None
-    if ADAPT and syncs and (timing.mean is None or timing.mean < SYNC_S * syncs):
+    busy = restore = None
+    if ADAPT and syncs:
         omp = _openmp()
         if omp is not None:
             team = omp[0]()
             free = free_cores() if team > 1 else None
             if free is not None and free < team:
-                omp[1](free)
-                fewer = (omp[1], team)
+                busy = choose_fewer(timing, syncs)
+                if busy:
+                    omp[1](free)
+                    restore = (omp[1], team)
     try:
         return func(*args)
     finally:
-        if fewer is not None:
-            fewer[0](fewer[1])
-        timing.add(time.perf_counter() - t0)
+        if restore is not None:
+            restore[0](restore[1])
+        timing.add(time.perf_counter() - t0, busy)
 
 
 def forced(free):

@@ -56,6 +56,39 @@ def test_a_busy_machine_runs_short_kernels_with_the_free_cores(omp):
         assert omp.calls == []
 
 
+def test_a_busy_machine_keeps_the_way_that_measured_faster(omp, monkeypatch):
+    """After the first guess, each way once, then the faster on average; the
+    slower tried again every EXPLORE calls (a fake clock: a call with the
+    free cores takes 3 units here, with the whole team 1)."""
+    from types import SimpleNamespace
+    clock = {"t": 0.0}
+    monkeypatch.setattr(team, "time", SimpleNamespace(
+        perf_counter=lambda: clock["t"], monotonic=lambda: clock["t"],
+        process_time=lambda: 0.0))
+    t = team.Timing()
+
+    def kernel():
+        clock["t"] += 3.0 if omp.threads == 1 else 1.0
+    with team.forced(1):
+        ways = []
+        for _ in range(3 * team.EXPLORE):
+            omp.calls.clear()
+            team.call(kernel, (), t, syncs=1000)       # short: the first guess is fewer
+            ways.append("fewer" if omp.calls == [1, 2] else "whole")
+    assert ways[:2] == ["fewer", "whole"]
+    assert t.fewer == 3.0 and t.whole == 1.0
+    tried = [k for k, w in enumerate(ways) if w == "fewer"]
+    assert tried == [0] + [k for k in range(2, 3 * team.EXPLORE) if k % team.EXPLORE == team.EXPLORE - 1]
+    assert omp.threads == 2                              # always restored
+
+
+def test_a_quiet_machine_leaves_the_busy_averages_alone(omp):
+    t = team.Timing()
+    with team.forced(2):
+        team.call(lambda: None, (), t, syncs=5)
+    assert t.mean is not None and t.whole is None and t.fewer is None and t.busy_calls == 0
+
+
 def test_adapting_can_be_turned_off(omp, monkeypatch):
     monkeypatch.setattr(team, "ADAPT", False)
     with team.forced(1):
