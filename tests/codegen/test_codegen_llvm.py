@@ -615,7 +615,7 @@ def test_spinning_openmp_threads_survive_interpreter_exit():
     """llvmlite dlclose()s the libraries it loaded when the process exits;
     libgomp's workers, still spinning under OMP_WAIT_POLICY=active, crashed
     in unmapped code (exit status -11).  libgomp is pinned (RTLD_NODELETE)."""
-    root = ROOT
+    root = CHECKOUT
     code = ("import numpy as np, tiramisu_py as tp\n"
             "f = tp.Function('spin', params={'N': 64})\n"
             "i = f.var('i', 0, 'N')\n"
