@@ -6,7 +6,7 @@
 Groups (each case: a Function with its schedule, inputs, optional FLOP count):
 
 * ``polybench``: every *legal* schedule of the PolyBench legality suite
-  (``tests/test_legality_polybench.py``) at its sizes scaled up (x8; x2 with
+  (``tests/tiramisu_py/test_legality_polybench.py``) at its sizes scaled up (x8; x2 with
   ``--quick``); needs pytest importable (the suite is a test module).
 * ``fuzz``: random programs of the fuzz generator's shape
   (``tests/fuzz_programs.py``: 1-3 statements, shared float64 buffers, reads

@@ -37,7 +37,7 @@ from examples import beyond_polybench, polybench as pb
 DEFAULT_SIZE = "SMALL"
 # the NumPy references (some sequential Python loops: seidel-2d, nussinov) are
 # the check at these sizes; at larger ones the plain variant's result is
-# (it is checked against NumPy at MINI and SMALL by tests/test_polybench.py)
+# (it is checked against NumPy at MINI and SMALL by tests/examples/test_polybench.py)
 REFERENCE_SIZES = ("MINI", "SMALL")
 PLAIN, HAND, AUTO = "plain", "tiramisu_py[hand]", "tiramisu_py[auto]"
 VARIANT_OF = {PLAIN: "plain", HAND: "hand", AUTO: "auto"}

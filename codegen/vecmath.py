@@ -34,7 +34,7 @@ Algorithms (Cephes single precision, as in Pommier's ``sse_mathfun``):
   ``e / (1 + e)`` below (no overflow, exact tails down to the subnormals).
 
 NaN in, NaN out everywhere.  Accuracy, measured against float64 NumPy over
-3 million points from -110 to 95 (and the edges in ``tests/test_vecmath.py``):
+3 million points from -110 to 95 (and the edges in ``tests/codegen/test_vecmath.py``):
 exp < 1 ulp, log < 1 ulp, tanh < 1.5 ulp, sigmoid < 3 ulp (in ulps of the
 float32 result; subnormal results within one subnormal step).
 

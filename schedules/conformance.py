@@ -1,5 +1,5 @@
 """The one list of refusals allowed in the PyTorch conformance suite
-(issue 30, A5; ``tests/test_torch_opinfo.py``).
+(issue 30, A5; ``tests/schedules/test_torch_opinfo.py``).
 
 The suite runs PyTorch's own sample inputs (OpInfo ``op_db`` and ModuleInfo
 ``module_db`` of ``torch.testing._internal``; float32, each also

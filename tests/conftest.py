@@ -1,6 +1,6 @@
 """Test set-up: passive OpenMP waiting, parallel loops kept parallel however
-small, the repo root importable (examples), and a fresh compile cache per test
-session."""
+small, the import paths (the checkout and tests/, also for child processes),
+and a fresh compile cache per test session."""
 import os
 import sys
 
@@ -9,13 +9,20 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 # the tests' kernels are small: without this their parallel loops would run on
 # one thread (below the parallel grain) and the parallel code would go
-# untested; tests/test_parallel_grain.py tests the grain itself
+# untested; tests/codegen/test_parallel_grain.py tests the grain itself
 os.environ.setdefault("TIRAMISU_PY_PARALLEL_GRAIN", "0")
 # the bench suites the tests run check results and reports, never times
 os.environ.setdefault("TIRAMISU_PY_BENCH_SMOKE", "1")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+# the import paths, set up once: the checkout (examples, bench) and tests/ (the
+# helpers every folder's tests import: repo_paths, lang_helpers, ...), for this
+# process and, through PYTHONPATH, for the child processes tests start
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+for _p in (TESTS, ROOT):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [ROOT, TESTS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
 
 
 @pytest.fixture(scope="session", autouse=True)

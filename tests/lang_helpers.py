@@ -1,4 +1,4 @@
-"""Helpers of the language tests (tests/test_language*.py): seeded random
+"""Helpers of the language tests (tests/tiramisu_py/test_language*.py): seeded random
 inputs and the tolerance rule (integers exact; float64 rtol 1e-6, float32
 rtol = atol = 1e-5)."""
 import os

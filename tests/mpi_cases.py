@@ -1,4 +1,4 @@
-"""The distributed proof cases, run by tests/test_mpi.py under
+"""The distributed proof cases, run by tests/tiramisu_py/test_mpi.py under
 ``mpiexec -n P python3 tests/mpi_cases.py [fail|bad]``: every rank runs them all;
 rank 0 prints one line ``RESULT <json>`` with, per case, whether the result
 equals the single-process one and every rank's message and byte counts.

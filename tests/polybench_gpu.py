@@ -1,5 +1,5 @@
 """GPU mappings of the PolyBench legality suite (tests/polybench_kernels.py),
-written with the mapping commands; used by tests/test_cuda_polybench.py.
+written with the mapping commands; used by tests/codegen/cuda/test_cuda_polybench.py.
 
 Legal mappings first (one function per mapping, each builds a fresh Function;
 its docstring derives the barriers the legality check must insert), then the
