@@ -37,6 +37,8 @@ def helper_source(name: str) -> str:
             return (f"static inline {t} {name}({t} a, {t} b) {{ {t} m = a {op} b ? a : b; "
                     "return a != a ? a : m; }")
         return f"static inline {t} {name}({t} a, {t} b) {{ return a {op} b ? a : b; }}"
+    if kind == "pick":          # a select of values both computed (codegen.c.emit.speculated)
+        return f"static inline {t} {name}(int c, {t} a, {t} b) {{ return c ? a : b; }}"
     if kind in ("omp_min", "omp_max"):          # an OpenMP reduction that keeps NaN
         op, init = kind[4:], ("-INFINITY" if kind == "omp_max" else "INFINITY")
         return (f"#pragma omp declare reduction({name}: {t}: omp_out = tp_{op}_{suf}(omp_out, omp_in)) "

@@ -70,6 +70,8 @@ from .launch import (MAX_GRID, MAX_SHARED_BYTES, MAX_THREADS, CudaPrintError,  #
 
 
 class CudaPrinter(CPrinter):
+    SPECULATE = False     # the plain ternary: no masked group loads to avoid on a GPU
+
     def __init__(self, fn, shapes):
         super().__init__(fn)
         self.shapes = shapes          # array -> shape exprs

@@ -38,13 +38,14 @@ def softmax():
     return f
 
 
-def padded_copy():
+def padded_copy(fixed=True):
     """``out[y, x] = 1 <= y < N + 1 ? data[y - 1, x] : 0``: the guarded copy
-    gcc 12.2 vectorised wrongly (spatial_pack's padded input)."""
-    f = tp.Function("padded", params={"N": 7, "W": 6})
-    y, x = f.var("y", 0, 9), f.var("x", 0, "W")
+    gcc 12.2 vectorised wrongly (spatial_pack's padded input); ``fixed``:
+    its sizes fixed at declaration, else given at the call."""
+    f = tp.Function("padded", params={"N": 7, "W": 6} if fixed else ["N", "W"])
+    y, x = f.var("y", 0, "N + 2"), f.var("x", 0, "W")
     data = f.input("data", ("N", "W"), tp.float32)
-    f.computation("out", [y, x], tp.select((y >= 1) & (y < 8), data[y - 1, x], 0.0))
+    f.computation("out", [y, x], tp.select((y >= 1) & (y < f.param("N") + 1), data[y - 1, x], 0.0))
     return f
 
 
@@ -61,14 +62,37 @@ def packed_float_ops(source: str) -> int:
 
 
 def test_only_a_kernel_with_a_guarded_load_turns_if_conversion_off():
+    """A read-only array of fixed shape is read before the select chooses
+    (codegen.c.speculate: the index held to its extent, a blend): no guarded
+    load is left and if-conversion stays on; with sizes given at the call the
+    load stays guarded and the kernel turns if-conversion off."""
     soft = softmax().compile(target="cpu")
     pad = padded_copy().compile(target="cpu")
+    free = padded_copy(fixed=False).compile(target="cpu")
     assert toolchain.IFCVT_GUARD not in soft.source
-    assert toolchain.IFCVT_GUARD in pad.source
     assert not guarded_access(soft.lowered.body, soft.lowered.constants)
+    assert toolchain.IFCVT_GUARD not in pad.source and "tp_pick_f32(" in pad.source
+    assert "[tp_min_i64(tp_max_i64(y - 1, 0), 6)][x]" in pad.source     # x stays in bounds
+    assert toolchain.IFCVT_GUARD in free.source and "tp_pick" not in free.source
     d = np.arange(42, dtype=np.float32).reshape(7, 6) + 1
     want = np.concatenate([np.zeros((1, 6), np.float32), d, np.zeros((1, 6), np.float32)])
     np.testing.assert_array_equal(pad(d), want)
+    np.testing.assert_array_equal(free(d, N=7, W=6), want)
+
+
+def test_a_speculated_guarded_load_is_right_where_gcc_miscompiled_it():
+    """The padded copy at sizes that make gcc vectorise it (masked group
+    loads where if-conversion meets a guarded load), every row and edge."""
+    for n, w in ((7, 6), (33, 40), (5, 17)):
+        f = tp.Function("padded_at", params={"N": n, "W": w})
+        y, x = f.var("y", 0, n + 2), f.var("x", 0, w)
+        data = f.input("data", ("N", "W"), tp.float32)
+        f.computation("out", [y, x], tp.select((y >= 1) & (y < n + 1), data[y - 1, x], 0.0))
+        if w >= 16:
+            f.computations["out"].vectorize("x", 16)
+        k = f.compile(target="cpu")
+        d = np.random.default_rng(n).standard_normal((n, w)).astype(np.float32)
+        np.testing.assert_array_equal(k(d), np.pad(d, ((1, 1), (0, 0))))
 
 
 @pytest.mark.skipif(not X86, reason="counts x86 vector instructions (ymm/zmm registers)")

@@ -1,0 +1,111 @@
+"""C backend: a select that reads memory in an arm, computed before it
+chooses.  ``cond ? in[y - 1][x] : 0`` (a padded input) prints as
+``tp_pick(cond, in[clamp(y - 1)][x], 0)``: each index that may leave its
+extent inside the loops around it is held to the extent (the same element
+wherever the program's index is in bounds, some element of the array
+wherever it is not), so the load is unconditional and the select a blend of
+two values, which a C compiler vectorises without masked loads.  gcc 12.2
+miscompiles if-converted masked group loads (:data:`codegen.toolchain.IFCVT_GUARD`
+turns if-conversion off in a kernel with a guarded access); a kernel whose
+every guarded load is speculated this way keeps if-conversion, and its vector
+loops.  Only arrays the kernel never stores to, of constant shape (every
+extent at least 1), are read so.
+
+This module imports nothing from ``tiramisu_py``."""
+from __future__ import annotations
+
+from .. import ir
+from ..simplify import interval
+
+
+def readonly_shapes(fn: ir.LoweredFunction) -> dict:
+    """name -> constant shape (every extent >= 1, over the kernel's fixed
+    parameters) of each array argument the kernel never stores to."""
+    stored = {x.array for x in ir.walk_stmts(fn.body) if isinstance(x, ir.Store)}
+    out = {}
+    for a in fn.arrays:
+        dims = [ir.const_eval(d, fn.constants) for d in a.shape]
+        if a.name not in stored and dims and all(d is not None and d >= 1 for d in dims):
+            out[a.name] = tuple(dims)
+    return out
+
+
+class Speculation:
+    """The speculated selects of one kernel: the read-only arrays, and per
+    load in a select's arm (by identity) the indices that may leave their
+    extent, from the intervals of the loops around it (a load not seen here,
+    e.g. an unrolled copy, has every index held)."""
+
+    def __init__(self, fn: ir.LoweredFunction):
+        self.readonly = readonly_shapes(fn)
+        self.held: dict = {}
+        if self.readonly:
+            self._walk(fn.body, {n: (int(v), int(v)) for n, v in fn.constants.items()})
+
+    def _walk(self, s, ranges):
+        for x in ir.stmt_exprs(s):
+            for e in ir.walk_exprs(x):
+                if isinstance(e, ir.Select):
+                    for load in (n for arm in (e.a, e.b) for n in _loads(arm)):
+                        dims = self.readonly.get(load.array)
+                        if dims and len(dims) == len(load.index):
+                            self.held[id(load)] = tuple(
+                                not _within(interval(i, ranges), d) for i, d in zip(load.index, dims))
+        if isinstance(s, ir.For):
+            lo, hi = interval(s.lo, ranges)[0], interval(s.hi, ranges)[1]
+            ranges = {**ranges, s.var: (lo, None if hi is None else hi - 1)}
+        for c in ir.stmt_children(s):
+            self._walk(c, ranges)
+
+    def arms(self, e: ir.Select):
+        """``e``'s arms to print, each load at its held indices; None where
+        :func:`speculated` says no."""
+        return speculated(e, self.readonly, self.held)
+
+
+def speculated(e: ir.Select, readonly: dict, held: dict | None = None):
+    """The arms of ``e`` with their loads' indices held to their extents, when
+    an arm reads memory and every array the arms read is in ``readonly``
+    (:func:`readonly_shapes`); else None.  Nested selects are left to their
+    own printing."""
+    loads = [n for arm in (e.a, e.b) for n in _loads(arm)]
+    if not loads or any(readonly.get(x.array) is None or len(x.index) != len(readonly[x.array])
+                        for x in loads):
+        return None
+    held = {} if held is None else held
+    return _clamped(e.a, readonly, held), _clamped(e.b, readonly, held)
+
+
+def _within(iv, extent) -> bool:
+    lo, hi = iv
+    return lo is not None and hi is not None and lo >= 0 and hi <= extent - 1
+
+
+def _loads(e):
+    """The loads of ``e`` outside nested selects (their own indices' included)."""
+    if isinstance(e, ir.Load):
+        yield e
+        for i in e.index:
+            yield from _loads(i)
+    elif not isinstance(e, ir.Select):
+        for c in ir.expr_children(e):
+            yield from _loads(c)
+
+
+def _clamped(e, readonly, held):
+    if isinstance(e, ir.Load):
+        dims = readonly[e.array]
+        which = held.get(id(e), (True,) * len(dims))
+        index = tuple(_clamp(_clamped(i, readonly, held), d) if h else _clamped(i, readonly, held)
+                      for i, d, h in zip(e.index, dims, which))
+        return ir.Load(e.array, index, e.dtype)
+    if isinstance(e, ir.Select):
+        return e
+    return ir.with_children(e, [_clamped(c, readonly, held) for c in ir.expr_children(e)])
+
+
+def _clamp(i, extent):
+    if isinstance(i, ir.Const):
+        return ir.Const(min(max(int(i.value), 0), extent - 1), "int64")
+    return ir.Binary("min", ir.Binary("max", i, ir.Const(0, "int64"), "int64"),
+                     ir.Const(extent - 1, "int64"), "int64")
