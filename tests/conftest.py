@@ -53,3 +53,19 @@ def pytest_collection_modifyitems(config, items):
     if long_runs:
         config.hook.pytest_deselected(items=long_runs)
         items[:] = [item for item in items if not item.get_closest_marker("fuzz")]
+
+
+def _cuda_device():
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    return None if torch.cuda.is_available() else "no CUDA device (torch.cuda)"
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``gpu`` runs only where torch sees a CUDA device."""
+    if item.get_closest_marker("gpu") is not None:
+        missing = _cuda_device()
+        if missing:
+            pytest.skip(f"needs a CUDA GPU: {missing}")

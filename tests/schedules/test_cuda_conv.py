@@ -497,8 +497,7 @@ def test_degenerate_shapes_on_cuda_need_no_launch():
     assert out.shape == (2, 0, 3, 3)
 
 
-@pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
-                    reason="needs torch and a CUDA GPU (torch.cuda)")
+@pytest.mark.gpu
 def test_torch_cuda_tensors_on_a_real_gpu():
     x, w, b = conv_inputs(CUBIN_CONV, seed=8, density=0.3)
     want = reference(x, w, b, padding=1)
@@ -510,8 +509,7 @@ def test_torch_cuda_tensors_on_a_real_gpu():
     np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.skipif(torch is None or not torch.cuda.is_available(),
-                    reason="needs torch and a CUDA GPU (torch.cuda)")
+@pytest.mark.gpu
 def test_grouped_unbatched_same_on_a_real_gpu():
     """torch's conv2d on the GPU paths: groups (per group), an unbatched
     input and an odd "same" padding (torch's extra zeros below and right)."""

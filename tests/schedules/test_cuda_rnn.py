@@ -329,10 +329,9 @@ def test_cuda_bad_arguments_are_named():
         gpu_rnn.function(2, 3, 2, 4, 0)
 
 
+@pytest.mark.gpu
 def test_real_device_matches_torch():
-    torch = pytest.importorskip("torch", reason="torch not installed")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device: the launch itself is verified only on a GPU")
+    import torch
     torch, m, weights = torch_weights(3, 32, 64)
     m = m.cuda()
     x = torch.randn(10, 4, 32, device="cuda")
