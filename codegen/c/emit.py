@@ -255,6 +255,11 @@ class CPrinter(WidenMixin, DotMixin):
         stmts = s.stmts if isinstance(s, ir.Block) else [s]
         k = 0
         while k < len(stmts):
+            mixed = regions.mixed_run(stmts, k) if self.omp is None and not self.in_parallel else []
+            if mixed:
+                self.mixed_region(mixed, ind)
+                k += len(mixed)
+                continue
             run = self.parallel_run(stmts, k)
             if len(run) > 1:
                 self.parallel_region(run, ind)
@@ -357,32 +362,49 @@ class CPrinter(WidenMixin, DotMixin):
             self.body(s.else_, ind + 1)
             self.out(ind, "}")
 
-    def stepped_region(self, s: ir.For, loops: list, ind: int) -> None:
-        """The serial loop ``s`` around the plain parallel ``loops`` (its whole
-        body) as one ``#pragma omp parallel`` region (:mod:`codegen.regions`):
-        every thread runs ``s``, each inner loop an ``omp for nowait``
-        followed by the generated barrier (``tp_barrier``)."""
-        step = ir.check_loop(s, "C backend")
-        bar = f"tp_steps_{s.var}"
+    def mixed_region(self, members: list, ind: int) -> None:
+        """Plain parallel loops and stepped loops (:func:`codegen.regions.mixed_run`)
+        as one ``#pragma omp parallel`` region: each plain loop an ``omp for``
+        (OpenMP's barrier after it), each stepped loop run by every thread
+        around its inner ``omp for nowait`` loops, the generated barrier
+        (``tp_barrier``) after each of those."""
+        bar = ("tp_steps_" if len(members) == 1 else "tp_region_") + members[0].var
         self.helper("tp_barrier")
-        self.out(ind, f"/* loop {s.var} around parallel loop(s) "
-                      f"{', '.join(x.var for x in loops)}: one region, a barrier after each */")
+        if len(members) == 1:
+            inner = regions.stepped_loops(members[0])
+            self.out(ind, f"/* loop {members[0].var} around parallel loop(s) "
+                          f"{', '.join(x.var for x in inner)}: one region, a barrier after each */")
+        else:
+            self.out(ind, f"/* loops {', '.join(x.var for x in members)}: one region, "
+                          "a barrier after each parallel loop */")
         self.out(ind, "{")
         self.out(ind + 1, f"tp_barrier_t {bar} = {{0, 0, 0}};")
         self.out(ind + 1, "#pragma omp parallel")
         self.out(ind + 1, "{")
         saved = (self.omp, self.in_parallel)
         self.omp, self.in_parallel = "parallel", True
-        self.out(ind + 2, self.for_header(s, step))
-        self.loop_depth += 1
-        for x in loops:
-            self.worksharing_loop(x, ind + 3, "#pragma omp for nowait")
-            self.out(ind + 3, f"tp_barrier(&{bar});")
-        self.loop_depth -= 1
-        self.out(ind + 2, "}")
+        for x in members:
+            inner = regions.stepped_loops(x)
+            if inner:
+                self.out(ind + 2, self.for_header(x, ir.check_loop(x, "C backend")))
+                self.loop_depth += 1
+                for y in inner:
+                    self.worksharing_loop(y, ind + 3, "#pragma omp for nowait")
+                    self.out(ind + 3, f"tp_barrier(&{bar});")
+                self.loop_depth -= 1
+                self.out(ind + 2, "}")
+            else:                     # OpenMP's own barrier (the user's wait policy)
+                self.worksharing_loop(x, ind + 2, "#pragma omp for")
         self.omp, self.in_parallel = saved
         self.out(ind + 1, "}")
         self.out(ind, "}")
+
+    def stepped_region(self, s: ir.For, loops: list, ind: int) -> None:
+        """The serial loop ``s`` around the plain parallel ``loops`` (its whole
+        body) as one ``#pragma omp parallel`` region (:mod:`codegen.regions`):
+        every thread runs ``s``, each inner loop an ``omp for nowait``
+        followed by the generated barrier (``tp_barrier``)."""
+        self.mixed_region([s], ind)
 
     def loop(self, s: ir.For, ind: int) -> None:
         check_name(s.var, "loop")

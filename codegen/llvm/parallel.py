@@ -15,7 +15,7 @@ around its parallel sweep, :mod:`codegen.regions`) is one region too
 its block of each inner loop, and the generated barrier after each."""
 from __future__ import annotations
 
-from .. import ir
+from .. import ir, regions
 from ..regions import SPIN_MAX, SPIN_MIN, plain_parallel
 from .lower import LLT, Arr, Ctx, Func, Val, name_hint
 
@@ -155,6 +155,84 @@ class ParallelLowering:
                 f.emit(f"call void {rng}({', '.join(args)})")
                 f.emit(f"call void {_BARRIER}(ptr {bar}, i64 {nth})")
         self.counted_loop(s.var, lo, hi, step, one_step)
+        f.emit("ret void")
+        self.m.funcs.append(f.text())
+
+    def mixed_region(self, members: list) -> None:
+        """Plain parallel loops and stepped loops (:func:`codegen.regions.mixed_run`)
+        as one region: the outlined function runs each plain loop's static
+        block, and each stepped loop on every thread around its inner loops'
+        blocks; OpenMP's barrier after a plain loop (the user's wait policy),
+        the generated one (``tp_barrier``) after a stepped loop's.  The bounds
+        of the members are evaluated here, those of a stepped loop's inner
+        loops by each thread at each step."""
+        f, m = self.f, self.m
+        outl, _ = self._outlined_names(1)
+        caps = self._captures()
+        # the status, the barrier's arrival count, generation and sleepers,
+        # each member's bounds, then the captures
+        fields = [("ptr", self.ctx.status), ("i64", "0"), ("i32", "0"), ("i32", "0")]
+        for x in members:
+            fields += [("i64", self.index(x.lo).t), ("i64", self.index(x.hi).t)]
+        fields += [(c[2], c[3]) for c in caps]
+        f.emit(f"; loops {', '.join(name_hint(x.var) for x in members)}: one region, a barrier "
+               "after each parallel loop")
+        sty, buf = self._context(fields)
+        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
+        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
+        saved = (self.f, self.ctx, self.env, self.arrays)
+        plan = []                  # per member: (loop, its inner loops or None, [(loop, step, range fn)])
+        base = outl[:-1]
+        for j, x in enumerate(members):
+            inner = regions.stepped_loops(x)
+            loops = inner or [x]
+            rngs = [f'{base}.range{j}.{i}"' for i in range(len(loops))]
+            steps = [ir.check_loop(y, "LLVM backend") for y in loops]
+            if inner:
+                self.enclosing.append(x)
+            try:
+                self._range_functions(loops, steps, rngs, caps + (
+                    [("s", x.var, "i64", None, "int64")] if inner else []), saved)
+            finally:
+                if inner:
+                    self.enclosing.pop()
+            plan.append((x, inner, list(zip(loops, steps, rngs))))
+        try:
+            self._mixed_function(outl, plan, sty, fields, caps)
+        finally:
+            self.f, self.ctx, self.env, self.arrays = saved
+
+    def _mixed_function(self, outl, plan, sty, fields, caps) -> None:
+        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
+        vals = self._load_fields(f, sty, fields)
+        status, captured = vals[0], vals[4 + 2 * len(plan):]
+        bar = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 1", "bar")
+        tid, nth = self._team(f)
+        self.ctx = Ctx(True, status)
+        self.env, self.arrays = self._bound(caps, captured)
+        self._barrier()
+
+        self.m.declare("GOMP_barrier", "void", [])
+
+        def run(loop, step, rng, lo, hi, extra):
+            vs, ve = self._thread_block(f, lo, hi, step, tid, nth, clamp=True)
+            args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, captured)]
+            f.emit(f"call void {rng}({', '.join(args + extra + [f'ptr {status}'])})")
+            if extra:                 # a stepped loop's: the generated barrier
+                f.emit(f"call void {_BARRIER}(ptr {bar}, i64 {nth})")
+            else:                     # OpenMP's own (the user's wait policy)
+                f.emit("call void @GOMP_barrier()")
+        for j, (x, inner, loops) in enumerate(plan):
+            lo, hi = vals[4 + 2 * j], vals[5 + 2 * j]
+            if not inner:
+                run(*loops[0], lo, hi, [])
+                continue
+
+            def one_step(t, x=x, loops=loops):
+                self.env[x.var] = Val(t, "int64")
+                for y, ystep, rng in loops:
+                    run(y, ystep, rng, self.index(y.lo).t, self.index(y.hi).t, [f"i64 {t}"])
+            self.counted_loop(x.var, lo, hi, ir.check_loop(x, "LLVM backend"), one_step)
         f.emit("ret void")
         self.m.funcs.append(f.text())
 

@@ -119,6 +119,12 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
         elif isinstance(s, ir.Block):
             k = 0
             while k < len(s.stmts):
+                mixed = regions.mixed_run(s.stmts, k) if not self.ctx.parallel and self.vec is None \
+                    else []
+                if mixed:                         # codegen.llvm.parallel: one region
+                    self.mixed_region(mixed)
+                    k += len(mixed)
+                    continue
                 run = []
                 while not self.ctx.parallel and self.vec is None and k + len(run) < len(s.stmts) \
                         and plain_parallel(s.stmts[k + len(run)]):

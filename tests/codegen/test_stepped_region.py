@@ -42,6 +42,69 @@ def _reference(a, b, steps, shrink=False):
     return a, b
 
 
+
+def _mixed(steps, n):
+    """A parallel loop, a time loop around a parallel sweep, a parallel loop:
+    one mixed region (codegen.regions.mixed_run)."""
+    f = tp.Function("mixed", params={"T": steps, "N": n})
+    t, i, j = f.var("t", 0, "T"), f.var("i", 1, "N - 1"), f.var("j", 0, "N")
+    A = f.buffer("A", ("N",), tp.float64, output=True)
+    B = f.buffer("B", ("N",), tp.float64, output=True)
+    pre = f.computation("pre", [i], A[i] * 2.0).store_in(B, [i])
+    with f.nest(t):
+        sw = f.computation("sw", [t, i], 0.5 * (B[i - 1] + B[i + 1])).store_in(A, [i])
+    post = f.computation("post", [j], A[j] + B[j]).store_in(B, [j])
+    for c in (pre, sw, post):
+        c.parallelize(c.vars[-1].name)
+    return f
+
+
+def _mixed_reference(a, b, steps):
+    a, b = a.copy(), b.copy()
+    b[1:-1] = a[1:-1] * 2.0
+    for _ in range(steps):
+        a[1:-1] = 0.5 * (b[:-2] + b[2:])
+    return a, a + b
+
+
+@pytest.mark.parametrize("steps", [0, 1, 6])
+def test_a_loop_beside_a_stepped_region_shares_its_region(backend, steps):
+    """One fork and join a call for the three loops (OpenMP's barrier after a
+    plain loop, the generated one in the steps), the results NumPy's."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(40), rng.standard_normal(40)
+    kern = _mixed(steps, 40).compile(target=backend)
+    got = kern(A=a.copy(), B=b.copy())
+    want = _mixed_reference(a, b, steps)
+    np.testing.assert_allclose(got["A"], want[0], rtol=1e-14)
+    np.testing.assert_allclose(got["B"], want[1], rtol=1e-14)
+    # (a time loop of 0 or 1 steps is gone before: the plain loops' region)
+    if backend == "llvm":
+        src = emit_llvm(kern.lowered)
+        assert src.count("call void @GOMP_parallel") == 1
+        if steps > 1:
+            assert src.count("call void @GOMP_barrier") == 2
+            assert src.count('call void @"tp.barrier"(') == 1
+    else:
+        assert kern.source.count("#pragma omp parallel\n") == 1
+        assert ("loops i, t, j: one region" in kern.source) == (steps > 1)
+
+
+def test_a_loop_whose_bound_reads_memory_stays_out_of_a_mixed_region():
+    """Its bound is evaluated before the fork (or by each thread), while a loop
+    before it in the region could still write what it reads."""
+    from codegen import ir, regions
+    i, t = ir.Var("i", "int64"), ir.Var("t", "int64")
+    store = ir.Store("A", (i,), ir.Const(1.0, "float64"))
+    plain = ir.For("i", ir.Const(0, "int64"), ir.Const(8, "int64"), store, kind="parallel")
+    stepped = ir.For("t", ir.Const(0, "int64"), ir.Const(3, "int64"), plain, kind="serial")
+    read = ir.For("i", ir.Const(0, "int64"), ir.Load("K", (ir.Const(0, "int64"),), "int64"),
+                  store, kind="parallel")
+    assert regions.mixed_run([plain, stepped, plain], 0) == [plain, stepped, plain]
+    assert regions.mixed_run([stepped, read], 0) == []
+    assert regions.mixed_run([plain, plain], 0) == []          # no stepped loop: the plain run's
+
+
 @pytest.mark.parametrize("shrink", [False, True])
 def test_stepped_region_matches_numpy(backend, shrink):
     rng = np.random.default_rng(0)
