@@ -61,11 +61,6 @@ def kernel_names(text: str | None, beyond=False) -> list[str]:
     return names
 
 
-def auto_available() -> bool:
-    k = next(iter(pb.KERNELS.values()))
-    return hasattr(k.build(pb.sizes(k, "MINI")), "auto_schedule")
-
-
 def cases(size=DEFAULT_SIZE, kernels=None, seed=0, beyond=False) -> list[Case]:
     return [_case(registry(beyond)[name], size, seed) for name in kernel_names(kernels, beyond)]
 
@@ -100,8 +95,7 @@ def _case(kernel, size, seed):
         impls = {PLAIN: impl("plain")}
         if kernel.schedule is not None:
             impls[HAND] = impl("hand")
-        if auto_available():
-            impls[AUTO] = impl("auto")
+        impls[AUTO] = impl("auto")
         if size in REFERENCE_SIZES:
             expected.update(kernel.comparable(kernel.reference(arrays, s), s))
         else:
@@ -117,9 +111,7 @@ def _case(kernel, size, seed):
 
 def auto_seconds(names, size, beyond=False) -> dict:
     """Seconds ``auto_schedule()`` takes per kernel (in this process: it is
-    analysis, not timing-sensitive); empty without auto_schedule."""
-    if not auto_available():
-        return {}
+    analysis, not timing-sensitive)."""
     kernels = registry(beyond)
     return {n: pb.auto_schedule(kernels[n].build(pb.sizes(kernels[n], size)))[1]
             for n in names}
@@ -167,7 +159,7 @@ def format_speedups(report: dict, table: dict, auto_s: dict) -> str:
         lines.append(f"{'geomean':16} {'':10} {x(geomean(r['hand'] for r in rows.values())):>8} "
                      f"{x(geomean(r['auto'] for r in rows.values())):>8}")
     if not auto_s:
-        lines.append(f"auto: skipped, {pb.AUTO_MISSING}")
+        lines.append("auto: not run")
     failures = [f"  {c['name']} / {i}: {r['failure']}" for c in report["cases"]
                 for i, per_n in c["impls"].items() for r in per_n.values() if r["failure"]]
     if failures:

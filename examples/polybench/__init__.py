@@ -6,13 +6,11 @@ references on random inputs (see :mod:`examples.polybench.common`).
 kernels, solvers, medley, stencils).  ``tiramisu-py bench polybench`` times
 them (bench/suite_polybench.py)."""
 from examples.polybench import blas, datamining, kernels, medley, solvers, stencils
-from examples.polybench.common import (AUTO_MISSING, DATASETS, VARIANTS, AutoScheduleMissing,
-                                       Kernel, assert_close, auto_schedule, function, max_error,
-                                       random_inputs, run, sizes)
+from examples.polybench.common import (DATASETS, VARIANTS, Kernel, assert_close, auto_schedule,
+                                       function, max_error, random_inputs, run, sizes)
 
 KERNELS = {k.name: k for module in (datamining, blas, kernels, solvers, medley, stencils)
            for k in module.KERNELS}
 
-__all__ = ["AUTO_MISSING", "DATASETS", "KERNELS", "VARIANTS", "AutoScheduleMissing", "Kernel",
-           "assert_close", "auto_schedule", "function", "max_error", "random_inputs", "run",
+__all__ = ["DATASETS", "KERNELS", "VARIANTS", "Kernel", "assert_close", "auto_schedule", "function", "max_error", "random_inputs", "run",
            "sizes"]
