@@ -33,6 +33,7 @@ from .names import c_names, check_name, renamed
 from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, P_REL, P_UNARY,
                      SUFFIX, const_literal, int_literal)
 from .dot import DotMixin
+from .omp_regions import RegionsMixin
 from .speculate import Speculation, speculated
 from .widen import WidenMixin
 
@@ -62,7 +63,7 @@ def _omp_op(op: str, dt: str, em: "CPrinter") -> str:
 
 
 # ------------------------------------------------------------------ printer
-class CPrinter(WidenMixin, DotMixin):
+class CPrinter(WidenMixin, DotMixin, RegionsMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
     it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
@@ -281,32 +282,6 @@ class CPrinter(WidenMixin, DotMixin):
             else:
                 self.stmt(st, ind)
 
-    def parallel_run(self, stmts, k) -> list:
-        """The adjacent plain parallel loops from ``stmts[k]`` on (no reduction,
-        outside any OpenMP region): they share one parallel region."""
-        run = []
-        while k < len(stmts) and self.omp is None and not self.in_parallel:
-            st = stmts[k]
-            if not (isinstance(st, ir.For) and st.kind == "parallel"
-                    and not st.attrs.get("reduction")):
-                break
-            run.append(st)
-            k += 1
-        return run
-
-    def parallel_region(self, loops, ind: int) -> None:
-        """Adjacent parallel loops in one ``#pragma omp parallel`` region, each
-        an ``omp for`` (its implicit barrier keeps their order): one fork/join
-        instead of one per loop (a layer norm's statements, each parallel)."""
-        self.out(ind, "#pragma omp parallel")
-        self.out(ind, "{")
-        saved = (self.omp, self.in_parallel)
-        self.omp, self.in_parallel = "parallel", True
-        for s in loops:
-            self.worksharing_loop(s, ind + 1, "#pragma omp for")
-        self.omp, self.in_parallel = saved
-        self.out(ind, "}")
-
     def for_header(self, s: ir.For, step: int) -> str:
         """``for (int64_t v = lo; v < hi; v++) {`` of the loop ``s``."""
         inc = f"{s.var}++" if step == 1 else f"{s.var} += {step}"
@@ -361,50 +336,6 @@ class CPrinter(WidenMixin, DotMixin):
             self.out(ind, "} else {")
             self.body(s.else_, ind + 1)
             self.out(ind, "}")
-
-    def mixed_region(self, members: list, ind: int) -> None:
-        """Plain parallel loops and stepped loops (:func:`codegen.regions.mixed_run`)
-        as one ``#pragma omp parallel`` region: each plain loop an ``omp for``
-        (OpenMP's barrier after it), each stepped loop run by every thread
-        around its inner ``omp for nowait`` loops, the generated barrier
-        (``tp_barrier``) after each of those."""
-        bar = ("tp_steps_" if len(members) == 1 else "tp_region_") + members[0].var
-        self.helper("tp_barrier")
-        if len(members) == 1:
-            inner = regions.stepped_loops(members[0])
-            self.out(ind, f"/* loop {members[0].var} around parallel loop(s) "
-                          f"{', '.join(x.var for x in inner)}: one region, a barrier after each */")
-        else:
-            self.out(ind, f"/* loops {', '.join(x.var for x in members)}: one region, "
-                          "a barrier after each parallel loop */")
-        self.out(ind, "{")
-        self.out(ind + 1, f"tp_barrier_t {bar} = {{0, 0, 0}};")
-        self.out(ind + 1, "#pragma omp parallel")
-        self.out(ind + 1, "{")
-        saved = (self.omp, self.in_parallel)
-        self.omp, self.in_parallel = "parallel", True
-        for x in members:
-            inner = regions.stepped_loops(x)
-            if inner:
-                self.out(ind + 2, self.for_header(x, ir.check_loop(x, "C backend")))
-                self.loop_depth += 1
-                for y in inner:
-                    self.worksharing_loop(y, ind + 3, "#pragma omp for nowait")
-                    self.out(ind + 3, f"tp_barrier(&{bar});")
-                self.loop_depth -= 1
-                self.out(ind + 2, "}")
-            else:                     # OpenMP's own barrier (the user's wait policy)
-                self.worksharing_loop(x, ind + 2, "#pragma omp for")
-        self.omp, self.in_parallel = saved
-        self.out(ind + 1, "}")
-        self.out(ind, "}")
-
-    def stepped_region(self, s: ir.For, loops: list, ind: int) -> None:
-        """The serial loop ``s`` around the plain parallel ``loops`` (its whole
-        body) as one ``#pragma omp parallel`` region (:mod:`codegen.regions`):
-        every thread runs ``s``, each inner loop an ``omp for nowait``
-        followed by the generated barrier (``tp_barrier``)."""
-        self.mixed_region([s], ind)
 
     def loop(self, s: ir.For, ind: int) -> None:
         check_name(s.var, "loop")
