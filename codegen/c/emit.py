@@ -258,12 +258,12 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
         while k < len(stmts):
             mixed = regions.mixed_run(stmts, k) if self.omp is None and not self.in_parallel else []
             if mixed:
-                self.mixed_region(mixed, ind)
+                self.region(mixed, ind)
                 k += len(mixed)
                 continue
             run = self.parallel_run(stmts, k)
             if len(run) > 1:
-                self.parallel_region(run, ind)
+                self.region(run, ind)
                 k += len(run)
                 continue
             st, last = stmts[k], k == len(stmts) - 1
@@ -340,8 +340,8 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
     def loop(self, s: ir.For, ind: int) -> None:
         check_name(s.var, "loop")
         step = ir.check_loop(s, "C backend")
-        if self.omp is None and not self.in_parallel and (inner := regions.stepped_loops(s)):
-            return self.stepped_region(s, inner, ind)
+        if self.omp is None and not self.in_parallel and regions.stepped_loops(s):
+            return self.region([s], ind)
         if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
             return
         if s.attrs.get("small"):

@@ -5,14 +5,14 @@ A parallel loop is outlined: its body over a range ``[vs, ve)`` becomes an
 internal *range function*; an *outlined function* (the one ``GOMP_parallel``
 runs on every thread of the team) reads the captured values from a context
 struct, computes its thread's static block of the iterations and calls the
-range function.  Adjacent parallel loops without a reduction share one region
-(:meth:`ParallelLowering.parallel_region`): one outlined function calls each
-loop's range function in turn with ``GOMP_barrier`` between them, as C's
-``#pragma omp parallel`` + one ``omp for`` each -- one fork/join instead of one
-per statement.  A serial loop whose body is only such loops (a time loop
-around its parallel sweep, :mod:`codegen.regions`) is one region too
-(:meth:`ParallelLowering.stepped_region`): every thread runs the serial loop,
-its block of each inner loop, and the generated barrier after each."""
+range function.  Several loops share one region (:meth:`ParallelLowering.region`,
+the groups :mod:`codegen.regions` forms): adjacent parallel loops without a
+reduction (one outlined function calls each loop's range function in turn
+with ``GOMP_barrier`` between them, as C's ``#pragma omp parallel`` + one
+``omp for`` each -- one fork/join instead of one per statement); a serial loop
+whose body is only such loops (a time loop around its parallel sweep), which
+every thread runs, its block of each inner loop and the generated barrier
+after each; and such serial loops with plain parallel loops beside them."""
 from __future__ import annotations
 
 from .. import ir, regions
@@ -66,29 +66,6 @@ class ParallelLowering:
         finally:
             self.f, self.ctx, self.env, self.arrays = saved
 
-    def parallel_region(self, loops: list) -> None:
-        """Adjacent parallel loops (:func:`plain_parallel`) in one region: each
-        thread runs its static block of each loop, a barrier after each but
-        the last (their order kept); an empty loop gives every thread an empty
-        block."""
-        f, m = self.f, self.m
-        steps = [ir.check_loop(s, "LLVM backend") for s in loops]
-        bounds = [(self.index(s.lo).t, self.index(s.hi).t) for s in loops]
-        outl, rngs = self._outlined_names(len(loops))
-        caps = self._captures()
-        fields = [("i64", x) for b in bounds for x in b] + [("ptr", self.ctx.status)]
-        fields += [(c[2], c[3]) for c in caps]
-        f.emit(f"; loops {', '.join(name_hint(s.var) for s in loops)}: one parallel region")
-        sty, buf = self._context(fields)
-        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
-        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
-        saved = (self.f, self.ctx, self.env, self.arrays)
-        try:
-            self._range_functions(loops, steps, rngs, caps, saved)
-            self._region_function(outl, rngs, steps, sty, fields, caps)
-        finally:
-            self.f, self.ctx, self.env, self.arrays = saved
-
     def _range_functions(self, loops, steps, rngs, caps, saved) -> None:
         """One range function per loop, the lowering's state restored after each."""
         for s, step, rng in zip(loops, steps, rngs):
@@ -99,73 +76,19 @@ class ParallelLowering:
                 self.enclosing.pop()
             self.f, self.ctx, self.env, self.arrays = saved
 
-    def stepped_region(self, s: ir.For, loops: list) -> None:
-        """The serial loop ``s`` around the plain parallel ``loops`` (its
-        whole body) as one region (:mod:`codegen.regions`): the outlined
-        function runs ``s`` on every thread, each inner loop's static block
-        of the step (its bounds evaluated there: they may use ``s``'s
-        iterator) and a barrier after each."""
-        f, m = self.f, self.m
-        step = ir.check_loop(s, "LLVM backend")
-        steps = [ir.check_loop(x, "LLVM backend") for x in loops]
-        lo, hi = self.index(s.lo).t, self.index(s.hi).t
-        outl, rngs = self._outlined_names(len(loops))
-        caps = self._captures()
-        # the barrier's arrival count, generation and sleepers, then the captures
-        fields = [("i64", lo), ("i64", hi), ("ptr", self.ctx.status), ("i64", "0"), ("i32", "0"),
-                  ("i32", "0")]
-        fields += [(c[2], c[3]) for c in caps]
-        f.emit(f"; loop {name_hint(s.var)} around parallel loop(s) "
-               f"{', '.join(name_hint(x.var) for x in loops)}: one region, a barrier after each")
-        go, done = f.label("steps"), f.label("endsteps")
-        f.cbr(f.op(f"icmp slt i64 {lo}, {hi}"), go, done)
-        f.start(go)
-        sty, buf = self._context(fields)
-        m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
-        f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
-        f.br(done)
-        f.start(done)
-        saved = (self.f, self.ctx, self.env, self.arrays)
-        inner_caps = caps + [("s", s.var, "i64", None, "int64")]
-        self.enclosing.append(s)
-        try:
-            self._range_functions(loops, steps, rngs, inner_caps, saved)
-            self._stepped_function(s, step, outl, loops, steps, rngs, sty, fields, caps)
-        finally:
-            self.enclosing.pop()
-            self.f, self.ctx, self.env, self.arrays = saved
-
-    def _stepped_function(self, s, step, outl, loops, steps, rngs, sty, fields, caps) -> None:
-        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
-        vals = self._load_fields(f, sty, fields)
-        lo, hi, status, captured = vals[0], vals[1], vals[2], vals[6:]
-        bar = f.op(f"getelementptr inbounds {sty}, ptr %ctx, i32 0, i32 3", "bar")
-        tid, nth = self._team(f)
-        self.ctx = Ctx(True, status)
-        self.env, self.arrays = self._bound(caps, captured)
-        self._barrier()
-
-        def one_step(t):
-            self.env[s.var] = Val(t, "int64")
-            for x, xstep, rng in zip(loops, steps, rngs):
-                vs, ve = self._thread_block(f, self.index(x.lo).t, self.index(x.hi).t, xstep,
-                                            tid, nth, clamp=True)
-                args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, captured)]
-                args += [f"i64 {t}", f"ptr {status}"]
-                f.emit(f"call void {rng}({', '.join(args)})")
-                f.emit(f"call void {_BARRIER}(ptr {bar}, i64 {nth})")
-        self.counted_loop(s.var, lo, hi, step, one_step)
-        f.emit("ret void")
-        self.m.funcs.append(f.text())
-
-    def mixed_region(self, members: list) -> None:
-        """Plain parallel loops and stepped loops (:func:`codegen.regions.mixed_run`)
-        as one region: the outlined function runs each plain loop's static
-        block, and each stepped loop on every thread around its inner loops'
-        blocks; OpenMP's barrier after a plain loop (the user's wait policy),
-        the generated one (``tp_barrier``) after a stepped loop's.  The bounds
+    def region(self, members: list) -> None:
+        """Parallel loops (:func:`plain_parallel`) and stepped loops
+        (:func:`codegen.regions.stepped_loops`) run one after the other in
+        one region (:mod:`codegen.regions`: adjacent plain loops, a stepped
+        region, a mixed one): the outlined function runs each plain loop's
+        static block (an empty loop: empty blocks) and each stepped loop on
+        every thread around its inner loops' blocks; OpenMP's barrier after
+        a plain loop (the last of plain loops alone: none, the join follows;
+        the user's wait policy), the generated one
+        (``tp_barrier``) after each inner loop of a stepped loop.  The bounds
         of the members are evaluated here, those of a stepped loop's inner
-        loops by each thread at each step."""
+        loops by each thread at each step (they may use its iterator); a lone
+        stepped loop with no step forks nothing."""
         f, m = self.f, self.m
         outl, _ = self._outlined_names(1)
         caps = self._captures()
@@ -175,11 +98,23 @@ class ParallelLowering:
         for x in members:
             fields += [("i64", self.index(x.lo).t), ("i64", self.index(x.hi).t)]
         fields += [(c[2], c[3]) for c in caps]
-        f.emit(f"; loops {', '.join(name_hint(x.var) for x in members)}: one region, a barrier "
-               "after each parallel loop")
+        inner = regions.stepped_loops(members[0])
+        if len(members) == 1 and inner:
+            f.emit(f"; loop {name_hint(members[0].var)} around parallel loop(s) "
+                   f"{', '.join(name_hint(x.var) for x in inner)}: one region, a barrier after each")
+            go, done = f.label("steps"), f.label("endsteps")
+            f.cbr(f.op(f"icmp slt i64 {fields[4][1]}, {fields[5][1]}"), go, done)
+            f.start(go)
+        else:
+            done = None
+            f.emit(f"; loops {', '.join(name_hint(x.var) for x in members)}: one region, a "
+                   "barrier after each parallel loop")
         sty, buf = self._context(fields)
         m.declare("GOMP_parallel", "void", ["ptr", "ptr", "i32", "i32"])
         f.emit(f"call void @GOMP_parallel(ptr {outl}, ptr {buf}, i32 0, i32 0)")
+        if done is not None:
+            f.br(done)
+            f.start(done)
         saved = (self.f, self.ctx, self.env, self.arrays)
         plan = []                  # per member: (loop, its inner loops or None, [(loop, step, range fn)])
         base = outl[:-1]
@@ -198,11 +133,11 @@ class ParallelLowering:
                     self.enclosing.pop()
             plan.append((x, inner, list(zip(loops, steps, rngs))))
         try:
-            self._mixed_function(outl, plan, sty, fields, caps)
+            self._region_function(outl, plan, sty, fields, caps)
         finally:
             self.f, self.ctx, self.env, self.arrays = saved
 
-    def _mixed_function(self, outl, plan, sty, fields, caps) -> None:
+    def _region_function(self, outl, plan, sty, fields, caps) -> None:
         f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
         vals = self._load_fields(f, sty, fields)
         status, captured = vals[0], vals[4 + 2 * len(plan):]
@@ -210,28 +145,27 @@ class ParallelLowering:
         tid, nth = self._team(f)
         self.ctx = Ctx(True, status)
         self.env, self.arrays = self._bound(caps, captured)
-        self._barrier()
 
-        self.m.declare("GOMP_barrier", "void", [])
-
-        def run(loop, step, rng, lo, hi, extra):
+        def run(step, rng, lo, hi, extra):
             vs, ve = self._thread_block(f, lo, hi, step, tid, nth, clamp=True)
             args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, captured)]
             f.emit(f"call void {rng}({', '.join(args + extra + [f'ptr {status}'])})")
-            if extra:                 # a stepped loop's: the generated barrier
-                f.emit(f"call void {_BARRIER}(ptr {bar}, i64 {nth})")
-            else:                     # OpenMP's own (the user's wait policy)
-                f.emit("call void @GOMP_barrier()")
+        mixed = any(inner for _, inner, _ in plan)
         for j, (x, inner, loops) in enumerate(plan):
             lo, hi = vals[4 + 2 * j], vals[5 + 2 * j]
             if not inner:
-                run(*loops[0], lo, hi, [])
+                run(*loops[0][1:], lo, hi, [])
+                if mixed or j < len(plan) - 1:     # OpenMP's own (the user's wait policy)
+                    self.m.declare("GOMP_barrier", "void", [])
+                    f.emit("call void @GOMP_barrier()")
                 continue
+            self._barrier()
 
             def one_step(t, x=x, loops=loops):
                 self.env[x.var] = Val(t, "int64")
                 for y, ystep, rng in loops:
-                    run(y, ystep, rng, self.index(y.lo).t, self.index(y.hi).t, [f"i64 {t}"])
+                    run(ystep, rng, self.index(y.lo).t, self.index(y.hi).t, [f"i64 {t}"])
+                    f.emit(f"call void {_BARRIER}(ptr {bar}, i64 {nth})")
             self.counted_loop(x.var, lo, hi, ir.check_loop(x, "LLVM backend"), one_step)
         f.emit("ret void")
         self.m.funcs.append(f.text())
@@ -444,21 +378,5 @@ class ParallelLowering:
             f.emit(f"store atomic i64 {nth}, ptr {g} monotonic, align 8")    # same value from each
             args += [f"{t} {v}" for t, v in red.thread_args(tid, nth, vals[3 + len(caps):-1])]
         f.emit(f"call void {rng}({', '.join(args)})")
-        f.emit("ret void")
-        self.m.funcs.append(f.text())
-
-    def _region_function(self, outl, rngs, steps, sty, fields, caps) -> None:
-        f = self.f = Func(f"define internal void {outl}(ptr %ctx) #0")
-        vals = self._load_fields(f, sty, fields)
-        n = len(rngs)
-        status, captured = vals[2 * n], vals[2 * n + 1:]
-        tid, nth = self._team(f)
-        self.m.declare("GOMP_barrier", "void", [])
-        for j, (rng, step) in enumerate(zip(rngs, steps)):
-            vs, ve = self._thread_block(f, vals[2 * j], vals[2 * j + 1], step, tid, nth, clamp=True)
-            args = [f"i64 {vs}", f"i64 {ve}"] + [f"{c[2]} {v}" for c, v in zip(caps, captured)]
-            f.emit(f"call void {rng}({', '.join(args + [f'ptr {status}'])})")
-            if j < n - 1:
-                f.emit("call void @GOMP_barrier()")
         f.emit("ret void")
         self.m.funcs.append(f.text())

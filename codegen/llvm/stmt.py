@@ -122,7 +122,7 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
                 mixed = regions.mixed_run(s.stmts, k) if not self.ctx.parallel and self.vec is None \
                     else []
                 if mixed:                         # codegen.llvm.parallel: one region
-                    self.mixed_region(mixed)
+                    self.region(mixed)
                     k += len(mixed)
                     continue
                 run = []
@@ -130,7 +130,7 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
                         and plain_parallel(s.stmts[k + len(run)]):
                     run.append(s.stmts[k + len(run)])
                 if len(run) > 1:                  # codegen.llvm.parallel: one region
-                    self.parallel_region(run)
+                    self.region(run)
                     k += len(run)
                 else:
                     self.stmt(s.stmts[k])
@@ -233,8 +233,8 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
             return self.reduction_loop(s, step)          # codegen.llvm.reduce
         if s.kind == "parallel" and not self.ctx.parallel:
             return self.parallel_loop(s, step)
-        if not self.ctx.parallel and (inner := regions.stepped_loops(s)):   # codegen.regions
-            return self.stepped_region(s, inner)
+        if not self.ctx.parallel and regions.stepped_loops(s):   # codegen.regions
+            return self.region([s])
         if s.kind == "vector" and s.attrs.get("dot"):
             return self.dot_loop(s)                      # codegen.llvm.dot
         if s.kind == "vector":
