@@ -210,8 +210,6 @@ def settle():
     at most: a warm-up can leave work behind it (torch.compile's pool of
     compile workers starts in the background and imports torch, seconds of
     CPU: the implementation timed next ran 10% slower on 2 cores)."""
-    if SMOKE:
-        return
     time.sleep(SETTLE_S)
     end = time.perf_counter() + QUIET_S
     while time.perf_counter() < end:

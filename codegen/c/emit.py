@@ -90,7 +90,7 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
 
     def __init__(self, fn: ir.LoweredFunction):
         self.fn = fn
-        self.speculation = Speculation(fn)
+        self.speculation = Speculation(fn) if self.SPECULATE else None
         self.helpers: dict = {}          # name -> None (ordered set)
         self.lines: list = []
         self.heap: list = []             # live heap temporaries outside OpenMP loops
