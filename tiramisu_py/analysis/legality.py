@@ -18,12 +18,17 @@ any other buffer keeps every memory dependence in order.  A tagged loop must
 carry no memory dependence at all (two iterations touching one element, one
 a write, would race), privatised temporaries aside.
 An update whose statement opted in with ``allow_reassociation`` drops its
-reduction self-dependences (through its accumulator) from both checks."""
+reduction self-dependences (through its accumulator) from both checks.
+A read that names a computation sees the write of the value it names, in
+program order as under the schedule: storage that ``store_in`` folds or
+shares is refused where a write reaches the element in between
+(:func:`_check_storage`)."""
 from __future__ import annotations
 
 import islpy as isl
 
-from ..poly.dataflow import exact_writes, reads_initial, value_flow, value_violations
+from ..poly.dataflow import (exact_writes, named_values, reads_initial, storage_violations,
+                             value_flow, value_violations)
 from ..base import provenance
 from ..base.errors import IllegalScheduleError, Violation
 from ..poly.model import build_model
@@ -115,16 +120,22 @@ class Dependences:
             out = r if out is None else out.union(r)
         return out
 
+    def value_rule_applies(self, state, name):
+        """True when the value rule orders buffer ``name`` under ``state``
+        (see the module's doc): its writes are exact, no compute_at copy
+        touches it and no reassociated reduction updates it."""
+        ats = self.model.compute_ats(state)
+        return not (name in {a.buffer.name for n in ats for a in self.model.by_name[n].accesses}
+                    or any(buf == name and state[stmt].reassociate
+                           for stmt, (buf, _) in self.reductions.items())
+                    or not exact_writes(self.model, name))
+
     def harmful(self, state, name, broken):
         """The pairs of ``broken`` (dependences through buffer ``name`` that
         ``state`` runs the other way) that change a value: exactly those of
         :func:`~tiramisu_py.poly.dataflow.value_violations` where that rule
         applies (see the module's doc), else all of them."""
-        ats = self.model.compute_ats(state)
-        if name in {a.buffer.name for n in ats for a in self.model.by_name[n].accesses} \
-                or any(buf == name and state[stmt].reassociate
-                       for stmt, (buf, _) in self.reductions.items()) \
-                or not exact_writes(self.model, name):
+        if not self.value_rule_applies(state, name):
             return broken
         live_out = next(a.buffer.kind != "temp" for m in self.model.stmts for a in m.accesses
                         if a.buffer.name == name)
@@ -213,6 +224,7 @@ def check(model, deps, commands, order=True):
         text, pair = _describe_pair(model, deps, buf, viol, state, commands)
         raise IllegalScheduleError(f"{cmd} is illegal: " + text
                                    + (_given(commands[k]) if k is not None else ""), pair)
+    _check_storage(model, deps, state)
     for stmt, s in state.items():
         for loop, tag in s.tags.items():
             if loop not in [lp.name for lp in s.loops]:
@@ -250,6 +262,39 @@ def check(model, deps, commands, order=True):
         for loop, k in s.accumulate.items():
             _check_accumulate(model, deps, state, stmt, loop, commands[k])
     return state
+
+
+def _check_storage(model, deps, state):
+    """Refuses a ``store_in`` whose folded or shared storage lets a write
+    overwrite a computation's value before a read that names it, under the
+    final schedule (:func:`~tiramisu_py.poly.dataflow.storage_violations`)."""
+    for name in sorted({a.buffer.name for m in model.stmts for a in m.accesses}):
+        if not deps.value_rule_applies(state, name):
+            continue
+        bad = storage_violations(model, name, deps.schedule(state))
+        if bad.is_empty():
+            continue
+        pair = small_pair(model, bad.range_factor_domain())
+        if pair is None:
+            continue
+        s, src, t, dst, params = pair
+        shown = ", ".join(f"{k}={v}" for k, v in params.items() if not k.startswith("tp_"))
+        pfx = " and ".join(f"{p} = {v}" for p, v in params.items()) or "true"
+        read = isl.Set(f"{model.prefix()}{{ {t}[{', '.join(map(str, dst))}] : {pfx} }}",
+                       context=model.ctx)
+        meant = small_pair(model, named_values(model, name).range_factor_domain()
+                           .intersect_range(read.to_union_set()))
+        owner = model.by_name[meant[0] if meant else s].stmt
+        owner = owner.parent if owner.is_update else owner
+        where = ", ".join(repr(e) for e in owner.store_index)
+        value = _instance(model, meant[0], meant[1]) if meant else "the value it names"
+        raise IllegalScheduleError(
+            f"{owner.name}.store_in({name}, [{where}]) is illegal under this schedule: "
+            f"{_instance(model, t, dst)} reads {value} from {name!r}, but "
+            f"{_instance(model, s, src)} overwrites that element before the read"
+            + (f", e.g. with {shown}" if shown else "")
+            + f". Give {owner.name} more storage, or schedule each read of a value before "
+            "the next write to its element (e.g. with after).")
 
 
 def _given(cmd) -> str:

@@ -69,18 +69,105 @@ def _flow(model, buffer):
     nothing reads it or nothing writes it); the other two are union maps or
     None.  Each read access is its own isl ``compute_flow`` problem (sinks
     are independent): one problem with many accesses, such as the arms of a
-    select over an unrolled index, took 20x longer."""
+    select over an unrolled index, took 20x longer.  A read that names a
+    computation's value (:func:`_meaning`) flows from that value's write."""
     cache = model.__dict__.setdefault("_flows", {})
     if buffer not in cache:
         reads, must, may = _accesses_of(model, buffer)
+        meaning = _meaning(model, buffer)
         sinks, flow, no_source = _union(reads), None, None
+        if meaning is not None:
+            reads = meaning.memory_reads
         if sinks is not None and (must or may):
             sched = model.schedule_map(initial_state(model))
             results = _solve(reads, _union(must), _union(may), sched)
-            flow = _union([r.get_may_dependence() for r in results])
-            no_source = _union([r.get_may_no_source() for r in results])
+            flow = _union([r.get_may_dependence() for r in results] +
+                          ([meaning.flow] if meaning is not None and meaning.flow else []))
+            no_source = _union([r.get_may_no_source() for r in results]) \
+                or isl.UnionMap("{}", context=model.ctx)
         cache[buffer] = (flow, no_source, sinks, _union(must))
     return cache[buffer]
+
+
+class _Meaning:
+    """What the reads of a buffer mean when some read names a computation's
+    value that shares its storage: ``flow`` { write -> read } and ``events``
+    { write -> [read -> element] } of those reads (the write of the value
+    each one names, the last in program order), ``memory_reads`` the other
+    reads (and those naming a value that nothing computes before them: they
+    read memory), as maps."""
+
+    def __init__(self, flow, events, memory_reads):
+        self.flow, self.events, self.memory_reads = flow, events, memory_reads
+
+
+def _meaning(model, buffer):
+    """Reads of a computation ``P[..]`` mean the value of that instance of P
+    (the last write of the element of P it names, in program order), not
+    whatever ``P``'s storage holds when they run.  The two agree unless P's
+    storage is folded (``store_in`` maps two of P's elements to one) or
+    shared (another statement writes the buffer): then this is the
+    :class:`_Meaning` of ``buffer``'s reads; else None (every read means its
+    memory in program order).  None too when a write is not exact (indirect
+    index, a loop bound loaded from an array) or a named index is not affine:
+    those buffers keep every memory dependence in order."""
+    cache = model.__dict__.setdefault("_meanings", {})
+    if buffer not in cache:
+        cache[buffer] = _find_meaning(model, buffer)
+    return cache[buffer]
+
+
+def _find_meaning(model, buffer):
+    writes, named = [], {}
+    for m in model.stmts:
+        for a in m.accesses:
+            if a.buffer.name != buffer:
+                continue
+            if a.write:
+                writes.append((m, a))
+            elif a.value_of is not None:
+                named.setdefault(a.value_of, []).append((m, a))
+    if not named or not writes:
+        return None
+    comps = model.f.computations
+    if all(a.value_of in named and len(named) == 1 for _, a in writes) \
+            and getattr(comps.get(next(iter(named))), "_auto_buffer", False):
+        return None                    # a computation in a buffer of its own
+    real, virtual = {}, {}
+    for m, a in writes:
+        amap, exact = model.access_map(m, a)
+        vmap = model.value_map(m, a)
+        if not exact or m.bound_params or vmap is None:
+            return None
+        real[id(a)], virtual[id(a)] = amap, vmap
+    folded = []
+    for p in named:
+        group = [a for _, a in writes if a.value_of == p]
+        store = _union([virtual[id(a)].reverse().apply_range(real[id(a)]) for a in group])
+        if len(group) != len(writes) or store is None or not store.is_injective():
+            folded.append(p)
+    if not folded:
+        return None
+    sched = model.schedule_map(initial_state(model))
+    flows, events, memory = [], [], []
+    for m, a in [r for rs in named.values() for r in rs]:
+        amap, _ = model.access_map(m, a)
+        vmap = model.value_map(m, a) if a.value_of in folded else None
+        if vmap is None:
+            memory.append(amap)
+            continue
+        sources = _union([virtual[id(w)] for _, w in writes if w.value_of == a.value_of])
+        res = isl.UnionAccessInfo.from_sink(vmap.to_union_map()).set_must_source(sources) \
+            .set_schedule_map(sched).compute_flow()
+        dep = res.get_may_dependence()
+        flows.append(dep)
+        events.append(dep.apply_range(amap.domain_map().reverse().to_union_map()))
+        alone = amap.to_union_map().intersect_domain(res.get_may_no_source().domain())
+        if not alone.is_empty():
+            memory.append(alone)
+    memory += [model.access_map(m, a)[0] for m in model.stmts for a in m.accesses
+               if a.buffer.name == buffer and not a.write and a.value_of is None]
+    return _Meaning(_union(flows), _union(events), _distinct(memory))
 
 
 def value_flow(model, buffer) -> isl.UnionMap:
@@ -152,7 +239,7 @@ def value_violations(model, buffer, sched, broken, live_out) -> isl.UnionMap:
     cache = model.__dict__.setdefault("_value_events", {})
     if buffer not in cache:
         orig = model.schedule_map(initial_state(model))
-        cache[buffer] = (_events(model, buffer, orig), _last_writes(model, buffer, orig))
+        cache[buffer] = (_meant_events(model, buffer, orig), _last_writes(model, buffer, orig))
     before, last = cache[buffer]
     out = before.range_factor_domain().intersect(broken)
     lost = _events_memo(model, buffer, sched).subtract(before)
@@ -173,10 +260,47 @@ def _accesses_of(model, buffer):
     return cache[buffer]
 
 
-def _events(model, buffer, sched) -> isl.UnionMap:
+def _meant_events(model, buffer, orig) -> isl.UnionMap:
+    """:func:`_events` in program order (``orig``) as the program means them:
+    a read that names a computation's value sees the write of that value
+    (:func:`_meaning`)."""
+    meaning = _meaning(model, buffer)
+    if meaning is None:
+        return _events(model, buffer, orig)
+    out = _events(model, buffer, orig, meaning.memory_reads)
+    return out if meaning.events is None else out.union(meaning.events)
+
+
+def named_values(model, buffer) -> isl.UnionMap:
+    """{ write -> [read -> element] }: the reads of ``buffer`` that name a
+    computation's value sharing its storage, each with that value's write
+    (:func:`_meaning`); empty when its reads mean its memory."""
+    meaning = _meaning(model, buffer)
+    if meaning is None or meaning.events is None:
+        return isl.UnionMap("{}", context=model.ctx)
+    return meaning.events
+
+
+def storage_violations(model, buffer, sched) -> isl.UnionMap:
+    """{ write -> [read -> element] }: reads of a computation's value that,
+    under the schedule map ``sched``, see another write than that value's
+    (or none): storage that ``store_in`` folded or shared overwrites the value
+    before they read it.  Empty when ``buffer``'s reads mean its memory
+    (:func:`_meaning`)."""
+    meaning = _meaning(model, buffer)
+    if meaning is None or meaning.events is None:
+        return isl.UnionMap("{}", context=model.ctx)
+    meant = meaning.events
+    now = _events_memo(model, buffer, sched).intersect_range(meant.range())
+    return now.subtract(meant)
+
+
+def _events(model, buffer, sched, reads=None) -> isl.UnionMap:
     """{ write -> [read -> element] }: the write whose value each read of
-    each element sees under ``sched`` (must-writes only)."""
-    reads, must, _ = _accesses_of(model, buffer)
+    each element sees under ``sched`` (must-writes only); ``reads``: those
+    read accesses only (default: all)."""
+    all_reads, must, _ = _accesses_of(model, buffer)
+    reads = all_reads if reads is None else reads
     if not reads or not must:
         return isl.UnionMap("{}", context=model.ctx)
     return _union([r.get_full_may_dependence() for r in _solve(reads, _union(must), None, sched)])

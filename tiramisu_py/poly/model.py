@@ -58,6 +58,11 @@ class AccessInfo:
     what: str                 # readable form, for messages
     guards: tuple = ()        # (condition Expr, polarity): the access runs only then
     implicit: bool = False    # an update's read of its own accumulator (old value)
+    # the computation whose value the access names, at ``value_index`` (its own
+    # loops' coordinates): a write of a computation or update, a read of a
+    # computation reference; None for a buffer access (its meaning is memory)
+    value_of: str | None = None
+    value_index: tuple = ()
 
 
 def bound_terms(b, op) -> list:
@@ -206,6 +211,23 @@ class PolyModel:
                 f"{a.buffer.name}[{', '.join(outs)}] : {dom} }}")
         return isl.Map(text, context=self.ctx), exact
 
+    def value_map(self, m: StmtModel, a: AccessInfo):
+        """The access ``a`` as it names a computation's value: { S[..] ->
+        tp_value_P[index] } in P's own coordinates (the instance of P, or the
+        element an update of P accumulates into), whatever P's storage; None
+        for a buffer access or a non-affine index."""
+        if a.value_of is None:
+            return None
+        try:
+            cons = [f"o{k} = {affine.text(e, values=self.f.fixed)}"
+                    for k, e in enumerate(a.value_index)]
+        except NonAffine:
+            return None
+        dom = " and ".join(self.domain_constraints(m) + self.guard_constraints(a) + cons) or "true"
+        outs = ", ".join(f"o{k}" for k in range(len(a.value_index)))
+        return isl.Map(f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}] -> "
+                       f"tp_value_{a.value_of}[{outs}] : {dom} }}", context=self.ctx)
+
     # ------------------------------------------------------------ building
     def _stmt_model(self, s) -> StmtModel:
         m = StmtModel(s, s.name, list(s.vars))
@@ -244,10 +266,13 @@ class PolyModel:
         else:
             buf, idx = resolve(Access(s.parent, s.lhs))
             target = Access(s.parent, s.lhs)
-            m.accesses.append(AccessInfo(buf, idx, False, repr(target), implicit=True))
+            m.accesses.append(AccessInfo(buf, idx, False, repr(target), implicit=True,
+                                         value_of=target.target.name,
+                                         value_index=tuple(target.indices)))
         for e in idx:
             self._reads(m, e, ())
-        m.accesses.append(AccessInfo(buf, idx, True, repr(target)))
+        m.accesses.append(AccessInfo(buf, idx, True, repr(target), value_of=target.target.name,
+                                     value_index=tuple(target.indices)))
         self._reads(m, s.value, ())
 
     def _reads(self, m, e, guards):
@@ -284,7 +309,9 @@ class PolyModel:
                 if not inner.target.dtype.is_int:
                     raise TypeError(f"{m.name}: index array {inner.target.name!r} must have an "
                                     "integer dtype")
-        m.accesses.append(AccessInfo(buf, idx, False, repr(ld), tuple(guards)))
+        named = ld.target.name if isinstance(ld.target, Computation) else None
+        m.accesses.append(AccessInfo(buf, idx, False, repr(ld), tuple(guards), value_of=named,
+                                     value_index=tuple(ld.indices) if named else ()))
 
     def _program_order(self):
         """Schedule of each statement in program order, 2d+1 form:
