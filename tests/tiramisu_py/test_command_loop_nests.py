@@ -33,7 +33,7 @@ def two():
     i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
     A = f.input("A", ("N", "M"), tp.float32)
     C = f.computation("C", [i, j], A[i, j] + 1.0)
-    return f, {"C": C}, lambda a: a + 1
+    return f, {"C": C}, lambda A: A + 1
 
 
 def chain():
@@ -43,7 +43,7 @@ def chain():
     A = f.input("A", ("N", "M"), tp.float32)
     P = f.computation("P", [i, j], A[i, j] * 2.0)
     C = f.computation("C", [i, j], P[i, j] + 1.0)
-    return f, {"P": P, "C": C}, lambda a: a * 2 + 1
+    return f, {"P": P, "C": C}, lambda A: A * 2 + 1
 
 
 def rowsum():
@@ -53,11 +53,32 @@ def rowsum():
     A = f.input("A", ("N", "K"), tp.float32)
     s = f.computation("s", [i], 0.0)
     s[i] += A[i, k]
-    return f, {"s": s}, lambda a: a.sum(1)
+    return f, {"s": s}, lambda A: A.sum(1)
 
 
-PROGRAMS = {"two": two, "chain": chain, "rowsum": rowsum}
-SHAPES = {"two": (8, 6), "chain": (8, 6), "rowsum": (4, 5)}
+def stencil():
+    """``P[x] = A[x] + A[x + 1]``, then ``C[i] = P[i] + P[i + 1]``, 6 outputs."""
+    f = tp.Function("stencil", params={"N": 6})
+    i, x = f.var("i", 0, "N"), f.var("x", 0, "N + 1")
+    A = f.input("A", ("N + 2",), tp.float32)
+    P = f.computation("P", [x], A[x] + A[x + 1])
+    C = f.computation("C", [i], P[i] + P[i + 1])
+    return f, {"P": P, "C": C}, lambda A: A[:-2] + 2 * A[1:-1] + A[2:]
+
+
+def gemv():
+    """``s[i] = sum over k of A[i, k] x[k]``, 4 x 8."""
+    f = tp.Function("gemv", params={"N": 4, "K": 8})
+    i, k = f.var("i", 0, "N"), f.var("k", 0, "K")
+    A, x = f.input("A", ("N", "K"), tp.float32), f.input("x", ("K",), tp.float32)
+    s = f.computation("s", [i], 0.0)
+    s[i] += A[i, k] * x[k]
+    return f, {"s": s, "x": x}, lambda A, x: A @ x
+
+
+PROGRAMS = {"two": two, "chain": chain, "rowsum": rowsum, "stencil": stencil, "gemv": gemv}
+INPUTS = {"two": {"A": (8, 6)}, "chain": {"A": (8, 6)}, "rowsum": {"A": (4, 5)},
+          "stencil": {"A": (8,)}, "gemv": {"A": (4, 8), "x": (8,)}}
 
 # command name -> (program, the command as a user writes it, what it does, the nest)
 CASES = {
@@ -160,6 +181,14 @@ CASES = {
       }
     }
 """),
+    "reorder": ("two", 'C.reorder("j", "i")',
+          "the loops in the order named (any number of them)", """
+    for (int64_t j = 0; j < 6; j++) {
+      for (int64_t i = 0; i < 8; i++) {
+        C[i][j] = A[i][j] + 1.0f;
+      }
+    }
+"""),
     "parallelize": ("two", 'C.parallelize("i")',
           "the outer loop an OpenMP parallel for", """
     #pragma omp parallel for
@@ -184,6 +213,108 @@ CASES = {
       }
     }
     free(P);
+"""),
+    "then": ("chain", 'P.then(C, "j")',
+          "C.after(P, \"j\") from the producer's side: both statements in one loop j", """
+    float (*restrict P)[6] = tp_alloc((const int64_t[]){8, 6}, 2, sizeof(float), 0);
+    if (P == NULL) {
+      return 1;
+    }
+    for (int64_t i = 0; i < 8; i++) {
+      for (int64_t j = 0; j < 6; j++) {
+        P[i][j] = A[i][j] * 2.0f;
+        C[i][j] = P[i][j] + 1.0f;
+      }
+    }
+    free(P);
+"""),
+    "store_in": ("chain",
+          '(P.store_in(f.buffer("row", ("M",), tp.float32), [P.vars[1]]), C.after(P, "i"))',
+          "P kept in one row, legal once C runs in P's row loop (refused in program order)", """
+    float *restrict row = tp_alloc((const int64_t[]){6}, 1, sizeof(float), 0);
+    if (row == NULL) {
+      return 1;
+    }
+    for (int64_t i = 0; i < 8; i++) {
+      for (int64_t j = 0; j < 6; j++) {
+        row[j] = A[i][j] * 2.0f;
+      }
+      for (int64_t j = 0; j < 6; j++) {
+        C[i][j] = row[j] + 1.0f;
+      }
+    }
+    free(row);
+"""),
+    "compute_at": ("stencil", 'P.compute_at(C, "i")',
+          "the two values of P that C(i) reads computed inside C's loop i (overlaps recomputed)", """
+    float *restrict P = tp_alloc((const int64_t[]){7}, 1, sizeof(float), 0);
+    if (P == NULL) {
+      return 1;
+    }
+    for (int64_t i = 0; i < 6; i++) {
+      for (int64_t x = i; x < i + 2; x++) {
+        P[x] = A[x] + A[x + 1];
+      }
+      C[i] = P[i] + P[i + 1];
+    }
+    free(P);
+"""),
+    "cache_at": ("gemv", 's.update.cache_at(x, "i")',
+          "a copy of what one iteration of i reads of x, made in that iteration, read instead", """
+    float *restrict x_cache = tp_alloc((const int64_t[]){8}, 1, sizeof(float), 0);
+    if (x_cache == NULL) {
+      return 1;
+    }
+    for (int64_t i = 0; i < 4; i++) {
+      s[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < 4; i++) {
+      for (int64_t x_cache_0 = 0; x_cache_0 < 8; x_cache_0++) {
+        x_cache[x_cache_0] = x[x_cache_0];
+      }
+      for (int64_t k = 0; k < 8; k++) {
+        s[i] = s[i] + A[i][k] * x_cache[k];
+      }
+    }
+    free(x_cache);
+"""),
+    "allow_reassociation": ("rowsum", 's.update.vectorize("k", 4, allow_reassociation=True)',
+          "a sum vectorised: four partial sums in lanes, the tail and the lanes added at the end", """
+    for (int64_t i = 0; i < 4; i++) {
+      s[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < 4; i++) {
+      float s_vacc[4];
+      #pragma omp simd
+      for (int64_t s_lane = 0; s_lane < 4; s_lane++) {
+        s_vacc[s_lane] = -0.0f;
+      }
+      for (int64_t k0 = 0; k0 < 2; k0++) {
+        if (-4 * k0 + 4 >= 3) {
+          #pragma omp simd
+          for (int64_t k1 = 0; k1 < 4; k1++) {
+            s_vacc[k1] = s_vacc[k1] + A[i][4 * k0 + k1];
+          }
+        } else {
+          {
+            float tp_acc_k1 = s[i];
+            #pragma omp simd reduction(+: tp_acc_k1)
+            for (int64_t k1 = 0; k1 < tp_min_i64(3, -4 * k0 + 4) + 1; k1++) {
+              tp_acc_k1 = tp_acc_k1 + A[i][4 * k0 + k1];
+            }
+            s[i] = tp_acc_k1;
+          }
+        }
+      }
+      {
+        float tp_acc_s_lane = s[i];
+        #pragma omp simd reduction(+: tp_acc_s_lane)
+        for (int64_t s_lane = 0; s_lane < 4; s_lane++) {
+          tp_acc_s_lane = tp_acc_s_lane + s_vacc[s_lane];
+        }
+        s[i] = tp_acc_s_lane;
+      }
+    }
 """),
     "accumulate_locally": ("rowsum", 's.update.accumulate_locally("k")',
           "the sum kept in a local over k, copied in and out (the order of its additions unchanged)", """
@@ -211,8 +342,9 @@ def _parallel_even_when_small(monkeypatch):
 def test_a_command_gives_this_loop_nest(name):
     program, command, _, want = CASES[name]
     f, env, reference = PROGRAMS[program]()
-    eval(command, {}, env)
+    eval(command, {"tp": tp}, dict(env, f=f))
     assert nest(f) == "\n".join(ln[4:] for ln in want.strip("\n").splitlines()), command
-    a = np.random.default_rng(0).standard_normal(SHAPES[program]).astype(np.float32)
-    out = f.compile(target="c")(A=a)
-    np.testing.assert_allclose(out, reference(a), rtol=1e-6)
+    rng = np.random.default_rng(0)
+    args = {n: rng.standard_normal(s).astype(np.float32) for n, s in INPUTS[program].items()}
+    out = f.compile(target="c")(**args)
+    np.testing.assert_allclose(out, reference(**args), rtol=1e-5, atol=1e-6)
