@@ -7,7 +7,6 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import json  # noqa: E402
-import math  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
@@ -24,7 +23,7 @@ for p in (str(ROOT), str(HERE)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import test_codegen_c as tc  # noqa: E402  (the C tests' IR builders)
+import loop_ir_cases as tc  # noqa: E402  (the backends' shared IR programs)
 from codegen import LLVMCompileError, compile_c, compile_llvm, emit_llvm  # noqa: E402
 from codegen.llvm import backend as lb  # noqa: E402
 from codegen.llvm import lower as llvm_lower  # noqa: E402
@@ -97,148 +96,9 @@ def test_gemm_parallel_outer_vector_inner():
 
 
 # ----------------------------------------------------------------- semantics (C test parity)
-@pytest.mark.parametrize("dtype", ["int32", "int64"])
-def test_int_ops(dtype):
-    A, B = tc.int_inputs(dtype)
-    _, O = elementwise(f"intops_{dtype}", dtype, dtype, tc.int_exprs(dtype), A, B)
-    for row, exp in zip(O, tc.int_expected(A, B, dtype)):
-        np.testing.assert_array_equal(row, exp)
-
-
-def test_narrow_int_wraparound_and_casts():
-    for name, dtype, exprs, A, B, expected in tc.narrow_cases():
-        _, O = elementwise(name, dtype, dtype, exprs, A, B)
-        for row, exp in zip(O, expected, strict=True):
-            np.testing.assert_array_equal(row, exp)
-
-
-def float_exprs(dtype):
-    k = lambda v: c(v, dtype)  # noqa: E731
-    call = lambda f, x: Call(f, (x,), dtype)  # noqa: E731
-    return [lambda a, b_: b("div", a, b_), lambda a, b_: b("mod", a, b_),
-            lambda a, b_: b("floordiv", a, b_), lambda a, b_: b("floormod", a, b_),
-            lambda a, b_: call("exp", a), lambda a, b_: call("log", b("add", call("abs", a), k(0.5))),
-            lambda a, b_: call("tanh", a), lambda a, b_: call("sigmoid", a),
-            lambda a, b_: call("sqrt", call("abs", b_)), lambda a, b_: call("floor", a),
-            lambda a, b_: call("ceil", a), lambda a, b_: b("min", a, b_), lambda a, b_: b("max", a, b_),
-            lambda a, b_: Unary("neg", b("sub", a, b_), dtype),
-            lambda a, b_: Select(b("ge", a, k(0.25)), b("mul", a, k(0.1)), b_, dtype),
-            lambda a, b_: Cast(Cast(b("mul", a, k(3.0)), "int32"), dtype)]
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_float_ops_and_math(dtype):
-    rng = np.random.default_rng(3)
-    grid = np.arange(-7.5, 8.0, 0.5)
-    A = np.concatenate([rng.uniform(-3, 3, 200), np.repeat(grid, 4)]).astype(dtype)
-    B = np.concatenate([rng.choice([-1, 1], 200) * rng.uniform(0.5, 3, 200),
-                        np.tile([2.0, -2.0, 0.5, -3.0], len(grid))]).astype(dtype)
-    fn, O = elementwise(f"floatops_{dtype}", dtype, dtype, float_exprs(dtype), A, B)
-    t = np.dtype(dtype).type
-    with np.errstate(all="ignore"):
-        fl = np.floor(A / B)
-        expected = [A / B, np.fmod(A, B), fl, A - fl * B, np.exp(A), np.log(np.abs(A) + t(0.5)),
-                    np.tanh(A), 1 / (1 + np.exp(-A)), np.sqrt(np.abs(B)), np.floor(A), np.ceil(A),
-                    np.minimum(A, B), np.maximum(A, B), -(A - B),
-                    np.where(A >= t(0.25), A * t(0.1), B), np.trunc(A * t(3.0))]
-    tol = dict(rtol=3e-6, atol=1e-6) if dtype == "float32" else dict(rtol=1e-13, atol=1e-14)
-    for n, (row, exp) in enumerate(zip(O, expected)):
-        np.testing.assert_allclose(row, np.asarray(exp, dtype), **tol, err_msg=f"expr {n}")
-    g = slice(200, None)       # Python semantics on exact values: sign of divisor, round to -inf
-    np.testing.assert_array_equal(O[2][g], np.floor_divide(A[g], B[g]))
-    np.testing.assert_array_equal(O[3][g], np.mod(A[g], B[g]))
-    src = emit_llvm(fn)
-    if dtype == "float32":      # widened; exp, log, tanh, sigmoid: codegen.vecmath, no libm
-        assert '@"tp.exp.v' in src and '@"tp.tanh.v' in src and "frem <" in src and "tanhf" not in src
-    else:                       # float64: exp (and sigmoid) codegen.vecmath, libm tanh
-        assert '@"tp.exp.v' in src and '@"tanh"' in src and "frem <" in src
-
-
-def test_constants_are_exact():
-    f32 = [0.1, 1 / 3, 1e-40, 3.4028234663852886e38, -0.0, math.inf, -math.inf, 1e39, 16777217.0,
-           -2.5e-7, 123456789.0, 1e-45, 3.4028235e38]
-    f64 = [0.1, 1 / 3, 5e-324, 1.7976931348623157e308, -0.0, math.inf, -math.inf, 2.0**-1074 * 3, 1e22]
-    i64 = [2**40 + 1, -2**63, 2**63 - 1, -5, 2**31, -2**31]
-    i32 = [-2**31, 2**31 - 1, 0, -1]
-    u8 = [0, 255, 256 + 7, -1]
-    arrays, stores = [], []
-    for nm, dt, vals in (("F", "float32", f32 + [math.nan]), ("D", "float64", f64 + [math.nan]),
-                         ("L", "int64", i64), ("W", "int32", i32), ("U", "uint8", u8)):
-        arrays.append(ArrayArg(nm, dt, (c(len(vals)),), True))
-        stores += [Store(nm, (c(k),), c(v, dt)) for k, v in enumerate(vals)]
-    fn = LoweredFunction("consts", [], arrays, Block(stores))
-    outs = [np.zeros(len(f32) + 1, np.float32), np.zeros(len(f64) + 1), np.zeros(len(i64), np.int64),
-            np.zeros(len(i32), np.int32), np.zeros(len(u8), np.uint8)]
-    status, (F, D, L, W, U) = parity(fn, [], outs)
-    assert status == 0
-    with np.errstate(over="ignore"):
-        np.testing.assert_array_equal(F[:-1].view(np.uint32), np.array(f32, np.float32).view(np.uint32))
-    np.testing.assert_array_equal(D[:-1].view(np.uint64), np.array(f64).view(np.uint64))
-    assert np.isnan(F[-1]) and np.isnan(D[-1])
-    np.testing.assert_array_equal(L, i64)
-    np.testing.assert_array_equal(W, i32)
-    np.testing.assert_array_equal(U, [0, 255, 7, 255])
-
-
-def test_loop_step_if_let():
-    j, n = Var("j"), Var("n")
-    body = For("j", c(1), n, Let("t", b("mul", j, c(10)), If(
-        b("lt", j, c(5)), Store("O", (j,), Var("t")),
-        If(b("lt", j, c(9)), Store("O", (j,), c(-1)), Store("O", (j,), b("add", Var("t"), c(1)))))),
-        step=3)
-    fn = LoweredFunction("stepped", [ScalarArg("n")], [ArrayArg("O", "int64", (n,), True)], body)
-    status, (O,) = parity(fn, [14], [np.zeros(14, np.int64)])
-    exp = np.zeros(14, np.int64)
-    for jj in range(1, 14, 3):
-        exp[jj] = jj * 10 if jj < 5 else (-1 if jj < 9 else jj * 10 + 1)
-    assert status == 0
-    np.testing.assert_array_equal(O, exp)
 
 
 # ----------------------------------------------------------------- temporaries
-def test_allocate_two_pass():
-    fn = tc.softmax_ir()
-    src = emit_llvm(fn)
-    # heap temporaries: 64-byte aligned (2 MiB and advised for huge pages
-    # from 4 MiB on, on Linux), zeroed ones with a memset
-    assert "@aligned_alloc(i64" in src and "@llvm.memset" in src and "call void @free" in src
-    if sys.platform.startswith("linux"):
-        assert "select i1 %huge" in src and "i64 2097152, i64 64" in src
-    assert "alloca [1 x double]" in src                    # S: constant size, on the stack
-    A = np.random.default_rng(5).standard_normal((7, 13))
-    status, (_, O) = parity(fn, [7, 13], [A, np.zeros_like(A)])
-    assert status == 0
-    e = np.exp(A)
-    np.testing.assert_allclose(O, e / e.sum(1, keepdims=True) + 2 * A[::-1], rtol=1e-12)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise(MADV_HUGEPAGE) is Linux's")
-def test_large_temporaries_are_huge_page_aligned():
-    """As the C backend's: from 4 MiB on a temporary is 2 MiB aligned and
-    advised for transparent huge pages (fresh memory every call faults in
-    2 MiB at a time, not 4 KiB); the two-pass softmax with a 640 x 1024
-    float64 temporary (5 MiB) stays right, and a small one too."""
-    fn = tc.softmax_ir()
-    src = emit_llvm(fn)
-    assert "call i32 @madvise(ptr" in src and "i32 14)" in src
-    for rows in (640, 3):
-        A = np.random.default_rng(6).standard_normal((rows, 1024))
-        O = np.zeros_like(A)
-        assert compile_llvm(fn).call([rows, 1024], [addr(A), addr(O)]) == 0
-        e = np.exp(A)
-        np.testing.assert_allclose(O, e / e.sum(1, keepdims=True) + 2 * A[::-1], rtol=1e-12)
-
-
-def test_allocation_failure_returns_1():
-    f = compile_llvm(tc.alloc_fail_ir())
-    assert "store atomic i32 1" in f.source and "ret i32 1" in f.source
-    O = np.full(9, -7, np.int64)
-    assert f.call([9, 2**62], [addr(O)]) == 1            # first Y fails: nothing written
-    np.testing.assert_array_equal(O, -7)
-    assert f.call([9, -1], [addr(O)]) == 1
-    assert f.call([9, 2**61], [addr(O)]) == 1            # 2**61 * 8 bytes overflows
-    assert f.call([9, 1], [addr(O)]) == 0
-    np.testing.assert_array_equal(O, [1] + [2 * k for k in range(1, 9)])
 
 
 def test_allocation_failure_inside_a_parallel_loop_sets_the_status():
@@ -498,7 +358,7 @@ PRELUDE = f"""
 import json, os, sys
 sys.path[:0] = [{str(ROOT)!r}, {str(HERE)!r}]
 import numpy as np
-import test_codegen_c as tc
+import loop_ir_cases as tc
 """
 
 
