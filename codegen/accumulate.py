@@ -164,13 +164,30 @@ def _slot_path(store: ir.Store, path):
     need = _needed(store, path)
     dropped = {p.var for n, p in enumerate(path) if n > vectors[-1] and isinstance(p, ir.For)
                and p.var not in need}
-    if not dropped:
-        return path
+    kept = _without(path, dropped)
+    return path if kept is None else kept
+
+
+def _exact_path(store: ir.Store, path):
+    """The loops (and lets) of ``path`` that index the tile when the program's
+    order is kept: those the updated element's index uses.  A loop it does
+    not use (a convolution's ``ky, kx`` between the marked ``c`` and the
+    output channels and columns) runs inside as before, each of its
+    iterations adding to the same slot in the program's order.  None when a
+    kept loop's bounds or a kept let depend on a left-out iterator (the
+    slots would not be the same set in each of its iterations)."""
+    need = _needed(store, path)
+    return _without(path, {p.var for p in path if isinstance(p, ir.For) and p.var not in need})
+
+
+def _without(path, dropped: set):
+    """``path`` less the loops ``dropped`` names, or None when a loop or let
+    it keeps depends on one of them."""
     kept = [p for p in path if not (isinstance(p, ir.For) and p.var in dropped)]
     for p in kept:
         exprs = [p.value] if isinstance(p, ir.Let) else [p.lo, p.hi]
         if any(ir.free_vars(e) & dropped for e in exprs):
-            return path
+            return None
     return kept
 
 
@@ -206,11 +223,11 @@ def _rewrite(loop: ir.For, ops: dict, taken: set, threads: dict, exact=False) ->
     plans = []
     for store, path in sites:
         rhs = _takeable(loop, store, path, ops[store.array], written)
-        if rhs is None or exact and any(isinstance(p, ir.For) and p.var not in _needed(store, path)
-                                        for p in path):
+        slots = _exact_path(store, path) if exact else _slot_path(store, path)
+        if rhs is None or slots is None:
             return untouched
         self_loads.add(id(store.value.a))
-        plans.append((store, path if exact else _slot_path(store, path), rhs))
+        plans.append((store, slots, rhs))
     # the arrays may be read only by the updates themselves
     for s in ir.walk_stmts(loop.body):
         for e in ir.stmt_exprs(s):

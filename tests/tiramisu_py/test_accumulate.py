@@ -133,6 +133,60 @@ def test_without_reassociation_the_tile_is_copied_in_and_out_bit_for_bit(target)
     assert tiles, "no local tile"
 
 
+def conv(pad):
+    """A 3x3 convolution, 2 x 5 channels -> 6 x 7 x 8, float32; ``pad``: zero
+    padding as a guarded read (the select), else a valid convolution."""
+    f = tp.Function("conv", params={"N": 2, "CI": 5, "CO": 6, "H": 7, "W": 8})
+    n, o, y, x = f.var("n", 0, "N"), f.var("o", 0, "CO"), f.var("y", 0, "H"), f.var("x", 0, "W")
+    c, ky, kx = f.var("c", 0, "CI"), f.var("ky", 0, 3), f.var("kx", 0, 3)
+    h, w = (7, 8) if pad else (9, 10)
+    inp = f.input("inp", ("N", "CI", h, w), tp.float32)
+    wt = f.input("w", ("CO", "CI", 3, 3), tp.float32)
+    if pad:
+        iy, ix = y + ky - 1, x + kx - 1
+        inside = (iy >= 0) & (iy < 7) & (ix >= 0) & (ix < 8)
+        read = tp.select(inside, inp[n, c, iy, ix], 0.0)
+    else:
+        read = inp[n, c, y + ky, x + kx]
+    out = f.computation("out", [n, o, y, x], 0.25)
+    out[n, o, y, x] += wt[o, c, ky, kx] * read
+    return f, out
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+@pytest.mark.parametrize("pad", [True, False])
+def test_the_tile_lives_across_loops_the_element_does_not_use(target, pad, monkeypatch):
+    """A convolution's register block (2 output channels by the columns in
+    vectors) accumulated at ``c`` with ``ky, kx`` inside it: the tile has a
+    slot per element (the loops ``o1, x1``; ``ky, kx`` add to the same
+    slot, in the program's order), is copied in once before ``c`` and out
+    once after it, and the result is the plain loops' bit for bit (on C
+    with ``-ffp-contract=off``: gcc fuses a multiply and an add into an FMA
+    or not by the shape of the code around them, which the tile changes)."""
+    monkeypatch.setenv("TIRAMISU_PY_CFLAGS", "-ffp-contract=off")
+    def block(u):
+        u.split("o", 2, names=("o0", "o1"))
+        u.reorder("n", "o0", "y", "c", "ky", "kx", "o1", "x")
+        u.unroll("o1")
+        u.vectorize("x", 4)
+    rng = np.random.default_rng(8)
+    shape = (2, 5, 7, 8) if pad else (2, 5, 9, 10)
+    args = dict(inp=rng.standard_normal(shape).astype(np.float32),
+                w=rng.standard_normal((6, 5, 3, 3)).astype(np.float32))
+    f0, out0 = conv(pad)
+    block(out0.update)
+    want = f0.compile(target)(**args)
+    f, out = conv(pad)
+    block(out.update)
+    out.update.accumulate_locally("c")
+    k = f.compile(target)
+    assert np.array_equal(k(**args), want)
+    lowered = accumulate_locally(f.compile("c").lowered)
+    tiles = [s for s in ir.walk_stmts(lowered.body) if isinstance(s, ir.Allocate)
+             and s.array.startswith("out_local")]
+    assert [tuple(d.value for d in t.shape) for t in tiles] == [(2, 2, 4)]
+
+
 def test_refused_when_the_element_changes_with_the_loop():
     f, C = gemm()
     C.update.accumulate_locally("j", allow_reassociation=True)

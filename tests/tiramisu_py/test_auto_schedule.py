@@ -418,13 +418,41 @@ def batched_conv(N=2, CO=16, CI=16, H=32, W=32):
     return f
 
 
+def test_a_convolution_gets_a_register_block_of_output_channels(monkeypatch):
+    """The register block of a convolution: its rows are output channels
+    (``o``: the weights broadcast, each input vector serving every row; not
+    ``y``, which the input reads with ``x``), 4 of them (half the vector
+    registers for 4 vectors of columns: a reduction with loops outside the
+    band), inside all three reduction loops, accumulated locally over
+    ``c`` (``ky, kx`` adding to the same registers); the result is right."""
+    from codegen import target
+    monkeypatch.setattr(target, "cores", lambda: 2)
+    monkeypatch.setattr(target, "vector_bits", lambda: 512)
+    monkeypatch.setattr(target, "cache_sizes", lambda: {(2, "Unified"): 1 << 20})
+    f = batched_conv()
+    text = [str(s) for s in f.auto_schedule()]
+    upd = "f.computations['out'].update"
+    block = [f"{upd}.split('o1', 4)",
+             f"{upd}.reorder('o10', 'x10', 'c', 'ky', 'kx', 'o11', 'x110', 'x111')",
+             f"{upd}.unroll('o11')", f"{upd}.unroll('x110')", f"{upd}.vectorize('x111', 8)",
+             f"{upd}.accumulate_locally('c')"]
+    assert text[-len(block):] == block, text
+    rng = np.random.default_rng(1)
+    inp, w = rng.standard_normal((2, 16, 32, 32)), rng.standard_normal((16, 16, 3, 3))
+    want = sum(np.einsum("oc,ncyx->noyx", w[:, :, a, b], inp[:, :, a:a + 30, b:b + 30])
+               for a in range(3) for b in range(3))
+    for backend in ("c", "llvm"):
+        np.testing.assert_allclose(f.compile(backend)(inp=inp, w=w), want, rtol=1e-12, atol=1e-12)
+
+
 def test_parallel_loop_holds_iterations_for_every_core(monkeypatch):
     """A batch of 2 tiled by 8 (the input, 256 KB, exceeds a quarter of the
-    L2) leaves its tile loop one iteration: the parallel loop is never that
-    one, but the tile loops inside it collapsed (``collapse``) until they
-    hold 4 iterations per core (2 cores: 8: 2 x 4 tiles of 16 channels by
-    30 rows); the printed schedule replays to the same code, and so do the
-    steps as a tuning record; the result is right."""
+    L2; the columns by 32, whole register blocks of 4 vectors) leaves its
+    tile loop one iteration: the parallel loop is never that one, but the
+    tile loops inside it collapsed (``collapse``) until they hold 4
+    iterations per core (2 cores: 8: 2 x 4 tiles of 8 channels by 8 rows);
+    the printed schedule replays to the same code, and so do the steps as a
+    tuning record; the result is right."""
     from codegen import target
     from tiramisu_py.commands.state import extent_of
     monkeypatch.setattr(target, "cores", lambda: 2)
@@ -434,7 +462,7 @@ def test_parallel_loop_holds_iterations_for_every_core(monkeypatch):
     steps = f.auto_schedule()
     text = [str(s) for s in steps]
     upd = "f.computations['out'].update"
-    assert f"{upd}.tile('n', 'o', 'y', 'x', 8, 8, 8, 8)" in text
+    assert f"{upd}.tile('n', 'o', 'y', 'x', 8, 8, 8, 32)" in text
     assert text[text.index(f"{upd}.collapse('o0', 'y0')") + 1] == \
         f"{upd}.parallelize('o0_y0')"
     for s in steps:

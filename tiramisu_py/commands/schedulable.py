@@ -314,9 +314,10 @@ class Schedulable:
     def accumulate_locally(self, loop, allow_reassociation=False):
         """Accumulates this reduction over ``loop`` (and the loops inside it) in
         a small local tile, one slot per element (per iteration of the loops
-        inside ``loop``), written back to the output once after each run of
-        ``loop``: a register block that never loads the output inside the
-        loop (BLIS's micro-kernel).  By default the tile starts from the
+        inside ``loop`` that the element's index uses; a convolution's
+        ``ky, kx`` inside ``c`` add to the same slot), written back to the
+        output once after each run of ``loop``: a register block that never
+        loads the output inside the loop (BLIS's micro-kernel).  By default the tile starts from the
         output's values (copied in before the loop, out after it): the same
         additions in the same order, bit for bit the program's result.  With
         ``allow_reassociation=True`` it starts at the reduction's identity and

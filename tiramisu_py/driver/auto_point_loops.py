@@ -22,12 +22,17 @@ class PointLoops:
 
     # -- register blocks ----------------------------------------------------
     def block_plan(self, names, band):
-        """For a lone reduction over ``band`` whose written element's last
-        index is a band loop read stride-1 (or not at all) and whose index
-        before it is another (GEMM's ``C[i][j] += A[i][k] * B[k][j]``), the
-        register block: ``row`` (i), ``col`` (j), ``red`` (k, a band loop
-        the element leaves out), ``mr`` rows by ``nv`` vectors, 3/4 of the
-        host's vector registers (6 x 4 with 32); else None."""
+        """For a lone reduction whose written element's last index is a band
+        loop read stride-1 (or not at all), the register block: ``col``
+        that loop (j), ``row`` another band loop of the element that no read
+        indexes together with ``col`` (GEMM's ``C[i][j] += A[i][k] *
+        B[k][j]``: i, whose ``A`` is broadcast while ``B``'s vectors serve
+        every row; a convolution's output channel ``o``, not its row ``y``,
+        which the input reads with ``x``), ``reds`` the reduction loops (the
+        loops the element leaves out, in order: k; c, ky, kx), ``red`` the
+        last of them in the band (the packed tiles' loop), ``mr`` rows by
+        ``nv`` vectors, 3/4 of the host's vector registers (6 x 4 with 32);
+        else None."""
         if len(names) != 1 or not (self.opt["vectorize"] and self.opt["unroll"]):
             return None
         stmt = names[0]
@@ -36,19 +41,51 @@ class PointLoops:
             return None
         index = space.written_vars(self.model, stmt)
         col = space.stride_one_var(self.model, stmt)
-        if len(index) < 2 or index[-1] != [col] or len(index[-2]) != 1:
+        if len(index) < 2 or index[-1] != [col] or col not in band:
             return None
-        row = index[-2][0]
-        red = [b for b in band if all(b not in vs for vs in index)]
-        if row not in band or col not in band or row == col or not red:
+        row = self.block_row(stmt, index, col, band)
+        loops = _names(self.state()[stmt])
+        reds = [lp for lp in loops if all(lp not in vs for vs in index)]
+        red = ([lp for lp in reds if lp in band] or [None])[-1]
+        if row is None or not reds:
             return None
-        pack = self.transposed_reads(stmt, col, red[-1])
-        if pack is None:
+        pack = self.transposed_reads(stmt, col, red) if red else []
+        if pack is None or (pack and red is None):
             return None
         regs = host.vector_registers()
         nv = 4 if regs >= 32 else 2
-        return {"row": row, "col": col, "red": red[-1], "nv": nv,
-                "mr": max(1, min(8, regs * 3 // 4 // nv)), "pack": pack}
+        return {"row": row, "col": col, "red": red, "reds": reds, "nv": nv,
+                "mr": self.block_rows(stmt, col, reds, band, regs, nv), "pack": pack}
+
+    def block_rows(self, stmt, col, reds, band, regs, nv):
+        """Rows of the register block.  A GEMM-like block (its reduction loop
+        in the band, tiled): accumulators in 3/4 of the vector registers (6
+        rows of 4 vectors with 32).  A reduction with loops outside the band
+        (a convolution's ``c, ky, kx``): half of them, as the library's NCHWc
+        block measured (4 rows; padded 8x64x56x56 3x3 on Zen 5, LLVM: 4 rows
+        8.7 ms, 6 rows 34.9); 2 when a read along the columns is guarded by a
+        select (zero padding: each row evaluates its guarded loads, 2 rows
+        10.4 ms, 4 rows 16.1, 6 rows 26.8)."""
+        if all(r in band for r in reds):
+            return max(1, min(8, regs * 3 // 4 // nv))
+        guarded = any(a.guards and not a.write
+                      and col in set().union(*(space.loop_names(e) for e in a.index))
+                      for a in self.model.by_name[stmt].accesses)
+        return 2 if guarded else max(1, min(8, regs // 2 // nv))
+
+    def block_row(self, stmt, index, col, band):
+        """The innermost band loop of the element's other indices (each one
+        loop alone) that no read of ``stmt`` indexes together with ``col``,
+        or None."""
+        reads = [a for a in self.model.by_name[stmt].accesses if not a.write and not a.implicit]
+        for vs in reversed(index[:-1]):
+            if len(vs) != 1 or vs[0] not in band or vs[0] == col:
+                continue
+            both = [a for a in reads
+                    if {vs[0], col} <= set().union(*(space.loop_names(e) for e in a.index))]
+            if not both:
+                return vs[0]
+        return None
 
     def transposed_reads(self, stmt, col, red):
         """The reads of ``stmt`` strided along ``col`` as text (``A[j, k]``),
@@ -111,22 +148,45 @@ class PointLoops:
         keeps local over the reduction's point loop (its order of additions
         per element unchanged).  True if kept."""
         lanes = self.lanes(stmt)
-        r, c, k = block["row"] + "1", block["col"] + "1", block["red"] + "1"
-        width = block["nv"] * lanes
-        for loop, size in ((r, block["mr"]), (c, width)):
-            ext = extent_of(self.f, stmt, loop)
-            if ext is not None and ext < size:
-                return False
+        r, c = block["row"] + "1", block["col"] + "1"
+        reds = self.red_points(stmt, block)
+        ext = extent_of(self.f, stmt, r)
+        if ext is not None and ext < block["mr"]:
+            return False
+        # a row shorter than the block's vectors: as many as cover it, the last partial
+        ext = extent_of(self.f, stmt, c)
+        nv = block["nv"] if ext is None else min(block["nv"], -(-ext // lanes))
+        if nv < 1:
+            return False
+        width = nv * lanes
         if block["pack"] and not self.pack_transposed(stmt, block):
             return False
         return self.attempt([
             self.step(stmt, "split", c, width),            # c0, c1
             self.step(stmt, "split", c + "1", lanes),      # c10, c11
             self.step(stmt, "split", r, block["mr"]),      # r0, r1
-            self.step(stmt, "reorder", r + "0", c + "0", k, r + "1", c + "10", c + "11"),
+            self.step(stmt, "reorder", r + "0", c + "0", *reds, r + "1", c + "10", c + "11"),
             self.step(stmt, "unroll", r + "1"),
             self.step(stmt, "unroll", c + "10"),
             self.step(stmt, "vectorize", c + "11", lanes)])
+
+    def red_points(self, stmt, block):
+        """The reduction loops of the block as they are named in ``stmt``'s
+        tiled nest: a band loop's point loop (``k1``), the others as they are
+        (a convolution's ``c, ky, kx``, outside the band)."""
+        names = _names(self.state()[stmt])
+        return [r + "1" if r + "1" in names else r for r in block["reds"]]
+
+    def block_accumulate(self, stmt, block):
+        """The register block's accumulators kept local over all of its
+        reduction loops (from the outermost: a convolution's ``c``, its
+        ``ky, kx`` inside adding to the same registers), else over the
+        innermost loop that allows it (:meth:`register_accumulate`)."""
+        if self.out_of_time():
+            return
+        if not self.attempt([self.step(stmt, "accumulate_locally",
+                                       self.red_points(stmt, block)[0])]):
+            self.register_accumulate(stmt)
 
     # -- reductions ---------------------------------------------------------
     def register_accumulate(self, stmt):

@@ -43,9 +43,13 @@ The search (per top-level group of statements, in program order):
    it: the lanes would gather it, nor when the loop is fused with a
    statement that runs loops inside it); the
    loop around it is unrolled when short; a lone GEMM-like reduction
-   (``C[i][j] += A[i][k] * B[k][j]``) gets a register block instead
-   (:meth:`AutoScheduler.register_block`: MR rows by NV vectors inside the
-   reduction's point loop, sized from the host's vector registers; an input
+   (``C[i][j] += A[i][k] * B[k][j]``, or a convolution's
+   ``out[n][o][y][x] += w[o][c][ky][kx] * in[n][c][y + ky][x + kx]``) gets a
+   register block instead (:meth:`AutoScheduler.register_block`: MR rows by
+   NV vectors inside all of the reduction's loops, the rows a loop of the
+   element that no read indexes together with the columns (``i``; the
+   output channel ``o``), sized from the host's vector registers and
+   accumulated locally over the outermost reduction loop; an input
    read along the other index, syrk's ``A[j][k]``, first copied per column
    tile into a ``[k][j]`` tile: ``pack_transposed``); a reduction
    accumulates over its innermost loop that leaves the element fixed in a
@@ -264,7 +268,7 @@ class AutoScheduler(PointLoops):
             par = self.parallelize(names, band, wavefront=True)
         each = not par and not tiled and len(names) > 1
         if tiled and not carried and block and self.register_block(lead, block):
-            self.register_accumulate(lead)
+            self.block_accumulate(lead, block)
             return
         for k, n in enumerate(names):
             # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
