@@ -113,7 +113,7 @@ def main(args) -> dict:
         raise SystemExit(f"--kernels: unknown kernel {', '.join(unknown)}; the peers suite has "
                          f"{', '.join(pk.KERNELS)}")
     threads = (args.threads or [os.cpu_count() or 1])[0]
-    rounds = args.repeats
+    rounds = args.repeats or 5          # --repeats given to no suite: its documented default
     python = args.peers_python or os.environ.get(PEERS_ENV) or sys.executable
     opts = {"trials": args.trials, "cache": args.peers_cache}
     env = _env(threads)

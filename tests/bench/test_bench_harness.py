@@ -209,7 +209,8 @@ def test_ceilings_keep_the_higher_of_two_measurements_and_say_when_they_differ()
 def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
     """``tiramisu-py bench peers --quick`` where the peers' Python has neither
     halide nor tvm (stand-ins that fail to import, first on its path): both
-    workers run, ours are checked, every peer is skipped with its note."""
+    workers run, ours are checked, every peer is skipped with its note;
+    without ``--repeats``, its documented 5 rounds."""
     hidden = tmp_path / "hidden"
     for mod in ("halide", "tvm"):
         (hidden / mod).mkdir(parents=True)
@@ -217,12 +218,12 @@ def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
                                                   f"name='{mod}')\n")
     monkeypatch.setenv("PYTHONPATH", str(hidden))
     json_path = tmp_path / "peers.json"
-    assert cli.main(["bench", "peers", "--quick", "--kernels", "gemm", "--repeats", "1",
+    assert cli.main(["bench", "peers", "--quick", "--kernels", "gemm",
                      "--threads", "1", "--peers-python", sys.executable,
                      "--json", str(json_path)]) == 0
     report = json.loads(json_path.read_text())
     (k,) = report["kernels"]
-    assert k["name"] == "gemm 64" and report["threads"] == 1
+    assert k["name"] == "gemm 64" and report["threads"] == 1 and report["rounds"] == 5
     assert set(report["processes"]) == {"ours", "peers"}
     assert "apache-tvm" in report["processes"]["peers"]["versions"]
     ours = {"tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[library]"}
