@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -78,11 +79,19 @@ def digest(source: str) -> str:
 
 @pytest.fixture(scope="module")
 def generated():
-    """{"name/target": sha256} of every case, compiled under the pinned host."""
-    from tiramisu_py.driver import cuda
+    """{"name/target": sha256} of every case, compiled under the pinned host
+    as far as the printed code: the backends print it and stop (no C
+    compiler, no LLVM machine code, no kernel kept in the warm-start cache:
+    what is compared is the code, and gcc took most of the time)."""
+    import codegen
+    from tiramisu_py.driver import cuda, warm
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TIRAMISU_PY_HOST", PIN)
         mp.setattr(cuda, "CUDA_ARCHS", ())     # printed only: no cubin, no toolkit needed
+        mp.setattr(warm, "ENABLED", False)
+        mp.setattr(codegen, "compile_c", lambda fn: SimpleNamespace(source=codegen.emit_c(fn)))
+        mp.setattr(codegen, "compile_llvm",
+                   lambda fn: SimpleNamespace(source=codegen.emit_llvm(fn)))
         return {f"{name}/{t}": digest((CPU if t != "cuda" else CUDA)[name]()
                                       .compile(target=t).source) for name, t in CASES}
 
