@@ -3,8 +3,11 @@ that does not use isl, and of the auto-scheduler against the interpreter.
 
 Hypothesis draws small programs (tests/fuzz_programs.py: 1-3 statements,
 depth 1-3, rectangular boxes over symbolic ``N`` (and ``T``), shared float64
-output buffers written at ``v + c`` and read at ``v + d``, optionally inside
-``with f.nest(t)`` or ``f.nest(i)``) and 1-4 schedule commands (``collapse``
+output buffers written at ``v + c``, a constant or ``v % 2`` (folded and
+shared storage) and read at ``v + d``, or an earlier statement's value read
+by name (``s0[i - 1, j]``, guarded by a ``tp.select`` to ``s0``'s domain),
+optionally inside ``with f.nest(t)`` or ``f.nest(i)``) and 1-4 schedule
+commands (``collapse``
 among them: its inner loop's bounds are constant when the sizes are fixed or
 the loop is a split's inner part).  Each case is
 judged twice:
@@ -19,15 +22,22 @@ judged twice:
   derived from the program's structure, the transformed order from the
   replayed ``StmtSchedule.dims()`` evaluated by a small parser (no isl); the
   order judged by values (every read sees the same write, every element keeps
-  its last write), tagged loops by every pair of instances touching one
-  element with a write.
+  its last write; a read by name sees the write of the value it names, when
+  that runs before it in program order: folded or shared storage overwritten
+  in between is illegal even unscheduled, and legal once a schedule reads
+  each value before the next write to its element), tagged loops by every
+  pair of instances touching one element with a write (all buffers are
+  outputs: none is privatised).
 
 Accepted => legal for the call's params (and both kernels' results equal the
-reference; the interpreter run in the schedule's order gives the same values,
-bit for bit).  Rejected => the oracle finds a broken dependence that changes
-a value, a dependence carried by a parallel/vector loop, or a tag whose loop a
-later command removed, for some small params (else: a *false refusal*); and
-the concrete instance pair the error names really is such a dependence.
+reference, whose named reads are the values they name; the interpreter run
+in the schedule's order, reading memory, gives the same values, bit for
+bit).  Rejected => the oracle finds a broken dependence that changes a value,
+a named read that sees another write than its value's, a dependence carried
+by a parallel/vector loop, or a tag whose loop a later command removed, for
+some small params (else: a *false refusal*); and the concrete instance pair
+the error names really is such a dependence (for a ``store_in`` refusal: the
+read, the value it names and the write that overwrites it).
 
 The auto-scheduler's fuzz: a random program, sometimes with a legal user
 schedule, ``f.auto_schedule()``; the kernels of both backends compute the
@@ -66,8 +76,9 @@ from tiramisu_py.analysis.legality import analyse
 from tiramisu_py.lang.schedule import replay
 from tiramisu_py.commands.state import model_of
 
-from tests.fuzz_programs import (Acc, Program, Stmt, apply_command, build, dependences,
-                                 describe, draw_case, interpret, judge, random_arrays, repro)
+from tests.fuzz_oracle import (dependences, describe, interpret, judge,
+                               overwritten_in_program_order, random_arrays, reads_folded_values)
+from tests.fuzz_programs import Acc, Named, Program, Stmt, apply_command, build, draw_case, repro
 
 EXAMPLES, AUTO_EXAMPLES = 300, 20          # CI
 LONG = int(os.environ.get("TIRAMISU_PY_FUZZ_EXAMPLES", "5000"))
@@ -126,14 +137,17 @@ def parse_message(p, msg):
 
 def check_message(p, state, msg):
     """The pair an error message names must be a real dependence that the
-    schedule breaks (or, for a tagged loop, a real dependence).  Returns
-    what is wrong, or None."""
+    schedule breaks (or, for a tagged loop, a real dependence; for a
+    ``store_in``: a named read that sees the write named instead of its
+    value's).  Returns what is wrong, or None."""
+    if re.match(r"s\d\.store_in\(", msg):
+        return check_storage_message(p, state, msg)
     parsed = parse_message(p, msg)
     if parsed is None:
         return None if "no longer exists" in msg else f"no concrete instance pair in {msg!r}"
     (s1, e1), (s2, e2), params = parsed
     v = judge(p, state, params)
-    idx = {(p.stmts[k].name, tuple(sorted(env.items()))): n for n, (k, env) in enumerate(v.insts)}
+    idx = _instance_index(p, v)
     a = idx.get((s1, tuple(sorted(e1.items()))))
     b = idx.get((s2, tuple(sorted(e2.items()))))
     if a is None or b is None:
@@ -145,6 +159,45 @@ def check_message(p, state, msg):
         return None
     if (a, b) not in set(v.violations):
         return f"message's pair is not a broken dependence at {params}: {msg!r}"
+    return None
+
+
+def _instance_index(p, v):
+    return {(p.stmts[k].name, tuple(sorted(env.items()))): n for n, (k, env) in enumerate(v.insts)}
+
+
+def check_storage_message(p, state, msg):
+    """A refusal "sK.store_in(B, [..]) is illegal under this schedule: READ
+    reads VALUE from 'B', but WRITE overwrites that element before the read":
+    at the message's params, READ names VALUE's value (an instance of sK)
+    and, under the schedule, sees WRITE's instead."""
+    m = re.match(r"(s\d)\.store_in\(\w+, \[.*?\]\) is illegal under this schedule: (.*?) reads "
+                 r"(.*?) from '\w+', but (.*?) overwrites", msg)
+    params = {"N": p.fixed_n} if p.fixed_n is not None else {}
+    pm = re.search(r"e\.g\. with ((?:\w+=-?\d+(?:, )?)+)\.", msg)
+    if pm:
+        params.update((kv.split("=")[0], int(kv.split("=")[1])) for kv in pm.group(1).split(", "))
+    if m is None or any(x not in params for x in p.params):
+        return f"cannot parse the store_in refusal {msg!r}"
+    v = judge(p, state, params)
+    idx = _instance_index(p, v)
+
+    def inst(text):
+        g = _INST.fullmatch(text)
+        if g is None:
+            return None
+        env = tuple(sorted((kv.split("=")[0], int(kv.split("=")[1]))
+                           for kv in g.group(2).split(", ") if kv))
+        return idx.get((g.group(1), env))
+    read, value, write = inst(m.group(2)), inst(m.group(3)), inst(m.group(4))
+    if read is None or write is None or (value is None and m.group(3) != "the value it names"):
+        return f"message names instances outside the domain at {params}: {msg!r}"
+    if p.stmts[v.insts[value if value is not None else write][0]].name != m.group(1):
+        return f"the store_in is not the named value's at {params}: {msg!r}"
+    if not any(r == read and w == write and value in (None, x) for x, r, w in v.storage):
+        seen = [tuple(describe(p, v, n) for n in triple) for triple in v.storage[:3]]
+        return (f"the read does not see that write instead of the value it names at {params} "
+                f"(the oracle's (value, read, write): {seen}): {msg!r}")
     return None
 
 
@@ -171,6 +224,17 @@ def run_case(p, ns, cmds, params):
         accepted, error = False, str(e)
     text = repro(p, cmds, params)
     seed = _stable_hash(text) % 2**16
+    if any(isinstance(r, Named) for s in p.stmts for r in s.reads):
+        COUNTS["named_cases"] += 1
+        COUNTS["named_accepted" if accepted else "named_rejected"] += 1
+        if reads_folded_values(p, params):              # the value rule decides
+            COUNTS["named_folded"] += 1
+            COUNTS["named_folded_accepted"] += accepted
+        if overwritten_in_program_order(p, params):     # only the schedule can make it legal
+            COUNTS["named_overwritten"] += 1
+            COUNTS["named_overwritten_accepted"] += accepted
+    if not accepted and re.match(r"s\d\.store_in\(", error):
+        COUNTS["reject_store_in"] += 1
     arrays = random_arrays(p, params["N"], seed)
     ref = interpret(p, params, arrays)
 
@@ -178,10 +242,12 @@ def run_case(p, ns, cmds, params):
         COUNTS["accepted"] += 1
         v = judge(p, state, params)
         if not v.legal:
-            x, y = (v.violations or list(v.carried.values()) or [(0, 0)])[0]
+            x, y = (v.violations or [w[:2] for w in v.storage] or list(v.carried.values())
+                    or [(0, 0)])[0]
             _disagree(f"ACCEPTED but the oracle finds it illegal at {params}: violations="
-                      f"{len(v.violations)} carried={list(v.carried)} vanished={v.vanished} "
-                      f"ties={v.ties[:3]}; e.g. {describe(p, v, x)} -> {describe(p, v, y)}\n{text}")
+                      f"{len(v.violations)} storage={len(v.storage)} carried={list(v.carried)} "
+                      f"vanished={v.vanished} ties={v.ties[:3]}; e.g. {describe(p, v, x)} -> "
+                      f"{describe(p, v, y)}\n{text}")
         if v.memory_violations:
             COUNTS["accepted_value_only"] += 1       # the memory rule would refuse it
         # oracle self-check: a legal order computes the same values, bit for bit
@@ -206,7 +272,8 @@ def run_case(p, ns, cmds, params):
                       f"(carried by other statements' loops only: {any_carry}): "
                       f"{error}\n{text}")
         else:
-            reason = ("order" if found.violations else "carried" if found.carried
+            reason = ("order" if found.violations else "storage" if found.storage
+                      else "carried" if found.carried
                       else "vanished_tag" if found.vanished else "tie")
             COUNTS["reject_" + reason] += 1
             why = check_message(p, state, error)
@@ -258,7 +325,11 @@ def run_auto_case(p, cmds, params):
     illegal): ``auto_schedule(target)``, whose kernel computes the reference,
     and whose printed steps replayed on another fresh copy give the same
     code.  (A schedule is made for its target: the C target's round-robin
-    ``schedule="static", chunk=1`` is refused by the LLVM backend.)"""
+    ``schedule="static", chunk=1`` is refused by the LLVM backend.)  A
+    program that is illegal without a schedule (folded or shared storage
+    overwriting a value before a read that names it) is skipped when the
+    user commands do not make it legal: the auto-scheduler need not repair
+    storage."""
     COUNTS["auto_cases"] += 1
 
     def fresh(commands):
@@ -271,6 +342,12 @@ def run_auto_case(p, cmds, params):
         legality.check(*analyse(f)[:2], f._commands)
     except tp.IllegalScheduleError:
         cmds = []
+        try:
+            f = fresh(cmds)
+            legality.check(*analyse(f)[:2], f._commands)
+        except tp.IllegalScheduleError:
+            COUNTS["auto_illegal_programs"] += 1
+            return
     text = repro(p, cmds, params)
     arrays = random_arrays(p, params["N"], _stable_hash(text) % 2**16)
     runs = [(params, arrays, interpret(p, params, arrays))]
@@ -384,7 +461,7 @@ def test_fuzz_summary_long(capsys):
 
 # ------------------------------------------------ oracle sanity (no library)
 def test_oracle_self_checks():
-    from tests.fuzz_programs import eval_affine
+    from tests.fuzz_oracle import eval_affine
     assert eval_affine("floor(((i) + 1*(t))/2)", {"i": -3, "t": 0}) == -2
     assert eval_affine("(((i) + -1*(t)) mod 3)", {"i": 1, "t": 3}) == 1
     assert eval_affine("-((j) + -2)", {"j": 5}) == -3
@@ -454,4 +531,40 @@ def test_regression_overwritten_writes_do_not_order(target):
     f.undo()
     ns["s0"].reverse("j")             # now s0(i=2, j=0) would write A[0] last
     with pytest.raises(tp.IllegalScheduleError, match="WAW on 'A'"):
+        f.compile(target)
+
+
+# A row buffer (s0 in one row of A, read by name by s1): illegal in program
+# order (s1 would read s0's last row), legal once s1 runs in s0's row loop,
+# illegal again with that loop parallel (A is an output: not privatised).
+ROW = Program(1, ("A", "B", "C"), None, (0, 0), (
+    Stmt("s0", ("i", "j"), Acc("A", (("v", "j", 0),)), (Acc("C", (("v", "i", 0),)),), (0.3,)),
+    Stmt("s1", ("i", "j"), Acc("B", (("v", "i", 0),)),
+         (Named(0, (("v", "i", 0), ("v", "j", 0))),), (0.3,)),
+))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_oracle_named_reads_of_folded_storage(target):
+    f, ns = _known_case(ROW, [])
+    q = {"N": 4}
+    v = judge(ROW, replay(model_of(f), f._commands), q)
+    assert v.storage and not v.violations and not v.legal
+    with pytest.raises(tp.IllegalScheduleError, match=r"^s0\.store_in\(A, \[j\]\) is illegal") as e:
+        f.compile(target)
+    assert check_message(ROW, replay(model_of(f), f._commands), str(e.value)) is None
+    ns["s1"].after(ns["s0"], "i")
+    assert judge(ROW, replay(model_of(f), f._commands), q).legal
+    arrays = random_arrays(ROW, 4, 0)
+    ref = interpret(ROW, q, arrays)
+    memory = interpret(ROW, q, arrays, list(range(32)))     # program order, reading memory
+    assert not np.array_equal(ref["B"], memory["B"])         # s1 would read s0's last row
+    outs = {b: a.copy() for b, a in arrays.items()}
+    f.compile(target)(**outs, N=4)
+    for b in ROW.bufs:
+        np.testing.assert_allclose(outs[b], ref[b])
+    ns["s1"].parallelize("i")
+    v = judge(ROW, replay(model_of(f), f._commands), q)
+    assert v.carried and not v.legal
+    with pytest.raises(tp.IllegalScheduleError, match="cannot be parallelised"):
         f.compile(target)

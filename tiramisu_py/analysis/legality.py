@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from ..poly.dataflow import (exact_writes, named_values, reads_initial, storage_violations,
-                             value_flow, value_violations)
+from ..poly.dataflow import (exact_writes, reads_initial, storage_violations, value_flow,
+                             value_violations)
 from ..base import provenance
 from ..base.errors import IllegalScheduleError, Violation
 from ..poly.model import build_model
@@ -271,30 +271,53 @@ def _check_storage(model, deps, state):
     for name in sorted({a.buffer.name for m in model.stmts for a in m.accesses}):
         if not deps.value_rule_applies(state, name):
             continue
-        bad = storage_violations(model, name, deps.schedule(state))
-        if bad.is_empty():
-            continue
-        pair = small_pair(model, bad.range_factor_domain())
-        if pair is None:
-            continue
-        s, src, t, dst, params = pair
-        shown = ", ".join(f"{k}={v}" for k, v in params.items() if not k.startswith("tp_"))
-        pfx = " and ".join(f"{p} = {v}" for p, v in params.items()) or "true"
-        read = isl.Set(f"{model.prefix()}{{ {t}[{', '.join(map(str, dst))}] : {pfx} }}",
-                       context=model.ctx)
-        meant = small_pair(model, named_values(model, name).range_factor_domain()
-                           .intersect_range(read.to_union_set()))
-        owner = model.by_name[meant[0] if meant else s].stmt
-        owner = owner.parent if owner.is_update else owner
-        where = ", ".join(repr(e) for e in owner.store_index)
-        value = _instance(model, meant[0], meant[1]) if meant else "the value it names"
-        raise IllegalScheduleError(
-            f"{owner.name}.store_in({name}, [{where}]) is illegal under this schedule: "
-            f"{_instance(model, t, dst)} reads {value} from {name!r}, but "
-            f"{_instance(model, s, src)} overwrites that element before the read"
-            + (f", e.g. with {shown}" if shown else "")
-            + f". Give {owner.name} more storage, or schedule each read of a value before "
-            "the next write to its element (e.g. with after).")
+        for bad, meant in storage_violations(model, name, deps.schedule(state)):
+            # { [read -> element] -> [the write it sees -> the value it names] }
+            found = _sample_storage(model, bad.reverse().range_product(meant.reverse()))
+            if found is None:
+                continue
+            (t, dst), (s, src), (v, value), params = found
+            owner = model.by_name[v].stmt
+            owner = owner.parent if owner.is_update else owner
+            where = ", ".join(repr(e) for e in owner.store_index)
+            shown = ", ".join(f"{k}={x}" for k, x in params.items() if not k.startswith("tp_"))
+            raise IllegalScheduleError(
+                f"{owner.name}.store_in({name}, [{where}]) is illegal under this schedule: "
+                f"{_instance(model, t, dst)} reads {_instance(model, v, value)} from {name!r}, "
+                f"but {_instance(model, s, src)} overwrites that element before the read"
+                + (f", e.g. with {shown}" if shown else "")
+                + f". Give {owner.name} more storage, or schedule each read of a value before "
+                "the next write to its element (e.g. with after).")
+
+
+def _sample_storage(model, both):
+    """((read stmt, point), (seen write's stmt, point), (value's stmt,
+    point), params) of one point of ``both`` ({ [read -> element] -> [seen
+    -> value] }) with small param values, or None."""
+    maps = []
+    both.foreach_map(maps.append)
+    for bound in (1, 2, 3, 4, 6, 8, 16, 64, 1024):
+        box = isl.Set(f"{model.prefix()}{{ : "
+                      + (" and ".join(f"0 <= {p} <= {bound}" for p in model.params) or "true")
+                      + " }", context=model.ctx)
+        for m in maps:
+            mm = m.intersect_params(box)
+            if mm.is_empty():
+                continue
+            pt = mm.wrap().sample_point()
+            read, pair = mm.domain().unwrap(), mm.range().unwrap()
+            coords = [pt.get_coordinate_val(isl.dim_type.set, i).to_python()
+                      for i in range(mm.wrap().dim(isl.dim_type.set))]
+            n_r, n_e = read.dim(isl.dim_type.in_), read.dim(isl.dim_type.out)
+            n_s = pair.dim(isl.dim_type.in_)
+            rest = coords[n_r + n_e:]
+            params = {mm.get_dim_name(isl.dim_type.param, i):
+                      pt.get_coordinate_val(isl.dim_type.param, i).to_python()
+                      for i in range(mm.dim(isl.dim_type.param))}
+            return ((read.get_tuple_name(isl.dim_type.in_), coords[:n_r]),
+                    (pair.get_tuple_name(isl.dim_type.in_), rest[:n_s]),
+                    (pair.get_tuple_name(isl.dim_type.out), rest[n_s:]), params)
+    return None
 
 
 def _given(cmd) -> str:

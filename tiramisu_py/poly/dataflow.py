@@ -93,12 +93,15 @@ class _Meaning:
     """What the reads of a buffer mean when some read names a computation's
     value that shares its storage: ``flow`` { write -> read } and ``events``
     { write -> [read -> element] } of those reads (the write of the value
-    each one names, the last in program order), ``memory_reads`` the other
+    each one names, the last in program order), ``per_access`` the events of
+    each such read access apart (one instance may name two values stored in
+    one element: each access must see its own), ``memory_reads`` the other
     reads (and those naming a value that nothing computes before them: they
     read memory), as maps."""
 
-    def __init__(self, flow, events, memory_reads):
-        self.flow, self.events, self.memory_reads = flow, events, memory_reads
+    def __init__(self, flow, per_access, memory_reads):
+        self.flow, self.per_access, self.memory_reads = flow, per_access, memory_reads
+        self.events = _union(per_access)
 
 
 def _meaning(model, buffer):
@@ -167,7 +170,7 @@ def _find_meaning(model, buffer):
             memory.append(alone)
     memory += [model.access_map(m, a)[0] for m in model.stmts for a in m.accesses
                if a.buffer.name == buffer and not a.write and a.value_of is None]
-    return _Meaning(_union(flows), _union(events), _distinct(memory))
+    return _Meaning(_union(flows), events, _distinct(memory))
 
 
 def value_flow(model, buffer) -> isl.UnionMap:
@@ -271,28 +274,25 @@ def _meant_events(model, buffer, orig) -> isl.UnionMap:
     return out if meaning.events is None else out.union(meaning.events)
 
 
-def named_values(model, buffer) -> isl.UnionMap:
-    """{ write -> [read -> element] }: the reads of ``buffer`` that name a
-    computation's value sharing its storage, each with that value's write
-    (:func:`_meaning`); empty when its reads mean its memory."""
+def storage_violations(model, buffer, sched) -> list:
+    """[(bad, meant)] for each read access that names a computation's value
+    and, under the schedule map ``sched``, sees another write than that
+    value's (or none) somewhere: ``bad`` { the write it sees -> [read ->
+    element] }, ``meant`` that access's { value's write -> [read ->
+    element] }: storage that ``store_in`` folded or shared overwrites the
+    value before the read.  Empty when ``buffer``'s reads mean its memory
+    (:func:`_meaning`).  Per access: one instance may name two values kept
+    in one element, and only one of them can be there."""
     meaning = _meaning(model, buffer)
-    if meaning is None or meaning.events is None:
-        return isl.UnionMap("{}", context=model.ctx)
-    return meaning.events
-
-
-def storage_violations(model, buffer, sched) -> isl.UnionMap:
-    """{ write -> [read -> element] }: reads of a computation's value that,
-    under the schedule map ``sched``, see another write than that value's
-    (or none): storage that ``store_in`` folded or shared overwrites the value
-    before they read it.  Empty when ``buffer``'s reads mean its memory
-    (:func:`_meaning`)."""
-    meaning = _meaning(model, buffer)
-    if meaning is None or meaning.events is None:
-        return isl.UnionMap("{}", context=model.ctx)
-    meant = meaning.events
-    now = _events_memo(model, buffer, sched).intersect_range(meant.range())
-    return now.subtract(meant)
+    if meaning is None:
+        return []
+    now = _events_memo(model, buffer, sched)
+    out = []
+    for meant in meaning.per_access:
+        bad = now.intersect_range(meant.range()).subtract(meant)
+        if not bad.is_empty():
+            out.append((bad, meant))
+    return out
 
 
 def _events(model, buffer, sched, reads=None) -> isl.UnionMap:

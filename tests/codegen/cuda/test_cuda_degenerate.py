@@ -279,7 +279,8 @@ def test_fuzz_tiny_fixed_sizes_race_free(monkeypatch):
     program-order interpreter in three orders."""
     import dataclasses
 
-    from tests.fuzz_programs import build, interpret, random_arrays
+    from tests.fuzz_oracle import interpret, random_arrays
+    from tests.fuzz_programs import build
     from tests.codegen.cuda.test_cuda_fuzz import random_program
     from tiramisu_py.driver import cuda as ck
     if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):

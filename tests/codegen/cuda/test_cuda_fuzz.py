@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
-from tests.fuzz_programs import Acc, Program, Stmt, build, interpret, random_arrays
+from tests.fuzz_oracle import interpret, random_arrays
+from tests.fuzz_programs import Acc, Program, Stmt, build
 
 pytestmark = pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")),
                                 reason="no C++ compiler for the CUDA emulator")
