@@ -160,15 +160,40 @@ def test_reduction_loop_respects_its_step(kind, cache_root):
 
 
 def test_the_probe_works_around_a_miscompiling_c_compiler(tmp_path):
-    """gcc 12.2 at -O3 with AVX2/AVX-512 vectorised a guarded copy wrongly
-    (spatial_pack's padded input: 30 of 54 values 0); the probe runs that
-    copy and adds -fno-tree-loop-if-convert only where it comes out wrong:
-    the flags every build uses compute it right, on any compiler."""
+    """gcc 12.2 at -O3 miscompiles two shapes of loop: a guarded copy
+    vectorised after if-conversion (spatial_pack's padded input: 30 of 54
+    values 0), and a short inner loop peeled completely with the loop around
+    it then vectorised across the dependence it carries (``A[k + 1][i + 1] =
+    f(A[k][i])``: stale rows, found by the legality fuzzer).  The probe runs
+    each and adds its workaround only where it comes out wrong: the flags
+    every build uses compute both right, on any compiler."""
     from codegen import toolchain
     cc = toolchain.find_c_compiler()
     flags = toolchain.compiler_flags(cc)[len(toolchain.BASE_FLAGS):]
-    assert not toolchain._miscompiles(cc, flags, tmp_path)
     base = tuple(f for f in flags if f not in toolchain.WORKAROUND_FLAGS)
-    # the workaround is there exactly when the compiler needs it
-    assert (toolchain._miscompiles(cc, base, tmp_path)
-            == any(f in flags for f in toolchain.WORKAROUND_FLAGS))
+    for src, fix in toolchain.MISCOMPILE_PROBES:
+        assert not toolchain._miscompiles(cc, flags, tmp_path, src)
+        # the workaround is there exactly when the compiler needs it
+        assert toolchain._miscompiles(cc, base, tmp_path, src) == all(f in flags for f in fix)
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_a_reordered_recurrence_computes_the_reference(target):
+    """The legality fuzzer's case: ``A[k + 1][i + 1] = 1 - 0.2 A[k][i]`` with
+    ``k`` outside (gcc 12.2 -O3 read stale rows, max error 0.43, before the
+    probe's workaround)."""
+    import tiramisu_py as tp
+    f = tp.Function("recur", params={"N": 6})
+    i, k = f.var("i", 0, "N - 1"), f.var("k", 0, "N - 1")
+    A = f.buffer("A", ("N", "N"), tp.float64, output=True)
+    with f.nest(i):
+        s0 = f.computation("s0", [i, k], 1.0 + -0.2 * A[k, i]).store_in(A, [k + 1, i + 1])
+    s0.reorder("k", "i")
+    a = np.random.default_rng(0).standard_normal((6, 6))
+    want = a.copy()
+    for kk in range(5):
+        for ii in range(5):
+            want[kk + 1, ii + 1] = 1.0 - 0.2 * want[kk, ii]
+    got = a.copy()
+    f.compile(target=target)(A=got)
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
