@@ -209,7 +209,7 @@ def test_tune_second_process_reuses_the_record(tmp_path):
     env = dict(os.environ, TIRAMISU_PY_CACHE=str(tmp_path / "cache"), PYTHONPATH=ROOT,
                OMP_WAIT_POLICY="passive")
     r = subprocess.run([sys.executable, "-m", "tiramisu_py", "tune", f"{src}:mm",
-                        "-p", "N=24", "-p", "M=20", "-p", "K=16", "--budget", "20"],
+                        "-p", "N=24", "-p", "M=20", "-p", "K=16", "--budget", "6"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
