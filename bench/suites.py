@@ -314,6 +314,8 @@ def _command(args) -> str:
     words = ["tiramisu-py bench", args.suite]
     for name in ("threads", "repeats", "shapes", "impls", "busy"):
         value = getattr(args, name, None)
+        if name == "busy" and (args.suite != "contention" or value == list(suite_contention.BUSY)):
+            continue                     # the contention suite's own option, at its default
         if value is not None and not (name == "repeats" and value == 5):
             text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
             words.append(f"--{name} {text}")

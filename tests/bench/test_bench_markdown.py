@@ -21,3 +21,17 @@ def test_what_a_suite_prints_is_kept(capsys):
     with markdown.captured() as tee:
         print("a table")
     assert tee.copy.getvalue() == "a table\n" and capsys.readouterr().out == "a table\n"
+
+
+def test_the_recorded_command_line_names_only_what_was_given():
+    """The page quotes each run's command: the contention suite's --busy only
+    for that suite, and only when it is not the default."""
+    import argparse
+    from bench import suites
+
+    def command(*argv):
+        args = suites.parser("tiramisu-py bench").parse_args(list(argv))
+        return suites._command(argparse.Namespace(**{**vars(args), "suite": argv[0]}))
+    assert command("peers", "--threads", "2") == "tiramisu-py bench peers --threads 2"
+    assert command("contention") == "tiramisu-py bench contention"
+    assert command("contention", "--busy", "2") == "tiramisu-py bench contention --busy 2"
