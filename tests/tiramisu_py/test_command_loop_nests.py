@@ -181,11 +181,14 @@ CASES = {
       }
     }
 """),
-    "reorder": ("two", 'C.reorder("j", "i")',
-          "the loops in the order named (any number of them)", """
-    for (int64_t j = 0; j < 6; j++) {
+    "reorder": ("two", '(C.split("j", 3), C.reorder("j0", "i"))',
+          "the loops named take the places they hold in the order named, the others stay: "
+          "j's blocks outside i, its points inside", """
+    for (int64_t j0 = 0; j0 < 2; j0++) {
       for (int64_t i = 0; i < 8; i++) {
-        C[i][j] = A[i][j] + 1.0f;
+        for (int64_t j1 = 0; j1 < 3; j1++) {
+          C[i][3 * j0 + j1] = A[i][3 * j0 + j1] + 1.0f;
+        }
       }
     }
 """),

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import islpy as isl
 
-from ..poly.dataflow import (exact_writes, reads_initial, storage_violations, value_flow,
-                             value_violations)
+from ..poly.dataflow import (exact_writes, reads_initial, shares_named_values,
+                             storage_violations, value_flow, value_violations)
 from ..base import provenance
 from ..base.errors import IllegalScheduleError, Violation
 from ..poly.model import build_model
@@ -269,7 +269,7 @@ def _check_storage(model, deps, state):
     overwrite a computation's value before a read that names it, under the
     final schedule (:func:`~tiramisu_py.poly.dataflow.storage_violations`)."""
     for name in sorted({a.buffer.name for m in model.stmts for a in m.accesses}):
-        if not deps.value_rule_applies(state, name):
+        if not shares_named_values(model, name) or not deps.value_rule_applies(state, name):
             continue
         for bad, meant in storage_violations(model, name, deps.schedule(state)):
             # { [read -> element] -> [the write it sees -> the value it names] }
@@ -280,7 +280,7 @@ def _check_storage(model, deps, state):
             owner = model.by_name[v].stmt
             owner = owner.parent if owner.is_update else owner
             where = ", ".join(repr(e) for e in owner.store_index)
-            shown = ", ".join(f"{k}={x}" for k, x in params.items() if not k.startswith("tp_"))
+            shown = _shown(params)
             raise IllegalScheduleError(
                 f"{owner.name}.store_in({name}, [{where}]) is illegal under this schedule: "
                 f"{_instance(model, t, dst)} reads {_instance(model, v, value)} from {name!r}, "
@@ -294,29 +294,16 @@ def _sample_storage(model, both):
     """((read stmt, point), (seen write's stmt, point), (value's stmt,
     point), params) of one point of ``both`` ({ [read -> element] -> [seen
     -> value] }) with small param values, or None."""
-    maps = []
-    both.foreach_map(maps.append)
-    for bound in (1, 2, 3, 4, 6, 8, 16, 64, 1024):
-        box = isl.Set(f"{model.prefix()}{{ : "
-                      + (" and ".join(f"0 <= {p} <= {bound}" for p in model.params) or "true")
-                      + " }", context=model.ctx)
-        for m in maps:
-            mm = m.intersect_params(box)
-            if mm.is_empty():
-                continue
-            pt = mm.wrap().sample_point()
-            read, pair = mm.domain().unwrap(), mm.range().unwrap()
-            coords = [pt.get_coordinate_val(isl.dim_type.set, i).to_python()
-                      for i in range(mm.wrap().dim(isl.dim_type.set))]
-            n_r, n_e = read.dim(isl.dim_type.in_), read.dim(isl.dim_type.out)
-            n_s = pair.dim(isl.dim_type.in_)
-            rest = coords[n_r + n_e:]
-            params = {mm.get_dim_name(isl.dim_type.param, i):
-                      pt.get_coordinate_val(isl.dim_type.param, i).to_python()
-                      for i in range(mm.dim(isl.dim_type.param))}
-            return ((read.get_tuple_name(isl.dim_type.in_), coords[:n_r]),
-                    (pair.get_tuple_name(isl.dim_type.in_), rest[:n_s]),
-                    (pair.get_tuple_name(isl.dim_type.out), rest[n_s:]), params)
+    for mm, pt, params in _small_points(model, both):
+        read, pair = mm.domain().unwrap(), mm.range().unwrap()
+        coords = [pt.get_coordinate_val(isl.dim_type.set, i).to_python()
+                  for i in range(mm.wrap().dim(isl.dim_type.set))]
+        n_r, n_e = read.dim(isl.dim_type.in_), read.dim(isl.dim_type.out)
+        n_s = pair.dim(isl.dim_type.in_)
+        rest = coords[n_r + n_e:]
+        return ((read.get_tuple_name(isl.dim_type.in_), coords[:n_r]),
+                (pair.get_tuple_name(isl.dim_type.in_), rest[:n_s]),
+                (pair.get_tuple_name(isl.dim_type.out), rest[n_s:]), params)
     return None
 
 
@@ -513,28 +500,39 @@ def schedule_depth(model, state):
 
 
 # ------------------------------------------------------------------ messages
-def small_pair(model, v):
-    """One concrete (src, dst, params) pair of ``v`` with small param values."""
+def _small_points(model, v):
+    """(map, point of it as a wrapped set, params) of the maps of the union
+    map ``v``, each with the smallest param values that give one, the
+    smaller bounds first."""
     maps = []
-    v.foreach_map(lambda m: maps.append(m))
-    names = [p for p in model.params]
+    v.foreach_map(maps.append)
     for bound in (1, 2, 3, 4, 6, 8, 16, 64, 1024):
-        cons = [f"0 <= {p} <= {bound}" for p in names]
+        cons = [f"0 <= {p} <= {bound}" for p in model.params]
         box = isl.Set(f"{model.prefix()}{{ : {' and '.join(cons) or 'true'} }}", context=model.ctx)
         for m in maps:
             mm = m.intersect_params(box)
             if mm.is_empty():
                 continue
             pt = mm.wrap().sample_point()
-            params = {mm.get_dim_name(isl.dim_type.param, i):
-                      pt.get_coordinate_val(isl.dim_type.param, i).to_python()
-                      for i in range(mm.dim(isl.dim_type.param))}
-            n_in = mm.dim(isl.dim_type.in_)
-            src = [pt.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(n_in)]
-            dst = [pt.get_coordinate_val(isl.dim_type.set, n_in + i).to_python()
-                   for i in range(mm.dim(isl.dim_type.out))]
-            return (mm.get_tuple_name(isl.dim_type.in_), src,
-                    mm.get_tuple_name(isl.dim_type.out), dst, params)
+            yield mm, pt, {mm.get_dim_name(isl.dim_type.param, i):
+                           pt.get_coordinate_val(isl.dim_type.param, i).to_python()
+                           for i in range(mm.dim(isl.dim_type.param))}
+
+
+def _shown(params) -> str:
+    """The user's params of a sampled pair, as a message names them."""
+    return ", ".join(f"{k}={v}" for k, v in params.items() if not k.startswith("tp_"))
+
+
+def small_pair(model, v):
+    """One concrete (src, dst, params) pair of ``v`` with small param values."""
+    for mm, pt, params in _small_points(model, v):
+        n_in = mm.dim(isl.dim_type.in_)
+        src = [pt.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(n_in)]
+        dst = [pt.get_coordinate_val(isl.dim_type.set, n_in + i).to_python()
+               for i in range(mm.dim(isl.dim_type.out))]
+        return (mm.get_tuple_name(isl.dim_type.in_), src,
+                mm.get_tuple_name(isl.dim_type.out), dst, params)
     return None
 
 
@@ -567,8 +565,7 @@ def describe(model, deps, buf, viol, state, concurrent=False, pair=None):
         return f"a dependence through {buf!r} would be broken"
     s, src, t, dst, params = pair
     acc = _accesses_at(model, deps, s, src, t, dst, buf, params)
-    shown = {p: v for p, v in params.items() if not p.startswith("tp_")}
-    ps = ", ".join(f"{k}={v}" for k, v in shown.items())
+    ps = _shown(params)
     first = _instance(model, s, src)
     second = _instance(model, t, dst)
     kind, verb_s, verb_t, elem = acc

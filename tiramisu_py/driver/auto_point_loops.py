@@ -50,7 +50,7 @@ class PointLoops:
         if row is None or not reds:
             return None
         pack = self.transposed_reads(stmt, col, red) if red else []
-        if pack is None or (pack and red is None):
+        if pack is None:
             return None
         regs = host.vector_registers()
         nv = 4 if regs >= 32 else 2
@@ -68,8 +68,7 @@ class PointLoops:
         10.4 ms, 4 rows 16.1, 6 rows 26.8)."""
         if all(r in band for r in reds):
             return max(1, min(8, regs * 3 // 4 // nv))
-        guarded = any(a.guards and not a.write
-                      and col in set().union(*(space.loop_names(e) for e in a.index))
+        guarded = any(a.guards and not a.write and col in _indexed_by(a)
                       for a in self.model.by_name[stmt].accesses)
         return 2 if guarded else max(1, min(8, regs // 2 // nv))
 
@@ -81,9 +80,7 @@ class PointLoops:
         for vs in reversed(index[:-1]):
             if len(vs) != 1 or vs[0] not in band or vs[0] == col:
                 continue
-            both = [a for a in reads
-                    if {vs[0], col} <= set().union(*(space.loop_names(e) for e in a.index))]
-            if not both:
+            if not any({vs[0], col} <= _indexed_by(a) for a in reads):
                 return vs[0]
         return None
 
@@ -305,3 +302,8 @@ class PointLoops:
             if len(theirs) > depth + 1 and theirs[:depth + 1] == names:
                 return True
         return False
+
+
+def _indexed_by(a) -> set:
+    """The loops whose iterators the access ``a``'s indices use."""
+    return set().union(*(space.loop_names(e) for e in a.index))

@@ -274,6 +274,13 @@ def _meant_events(model, buffer, orig) -> isl.UnionMap:
     return out if meaning.events is None else out.union(meaning.events)
 
 
+def shares_named_values(model, buffer) -> bool:
+    """True when a read of ``buffer`` names a computation's value that shares
+    its storage (:func:`_meaning`): only such a buffer can have
+    :func:`storage_violations`."""
+    return _meaning(model, buffer) is not None
+
+
 def storage_violations(model, buffer, sched) -> list:
     """[(bad, meant)] for each read access that names a computation's value
     and, under the schedule map ``sched``, sees another write than that

@@ -196,20 +196,16 @@ class PolyModel:
         A dimension whose index is not affine (indirect, or a product of a
         param and a loop) becomes the buffer's whole extent: a sound *may*
         access."""
-        outs, cons, exact = [], [], True
+        cons, exact = [], True
         for k, e in enumerate(a.index):
             o = f"o{k}"
-            outs.append(o)
             try:
                 cons.append(f"{o} = {affine.text(e, values=self.f.fixed)}")
             except NonAffine:
                 exact = False
                 size = affine.text(a.buffer.shape[k], values=self.f.fixed)
                 cons.append(f"0 <= {o} < {size}")
-        dom = " and ".join(self.domain_constraints(m) + self.guard_constraints(a) + cons) or "true"
-        text = (f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}] -> "
-                f"{a.buffer.name}[{', '.join(outs)}] : {dom} }}")
-        return isl.Map(text, context=self.ctx), exact
+        return self._relation(m, a, a.buffer.name, len(a.index), cons), exact
 
     def value_map(self, m: StmtModel, a: AccessInfo):
         """The access ``a`` as it names a computation's value: { S[..] ->
@@ -223,10 +219,16 @@ class PolyModel:
                     for k, e in enumerate(a.value_index)]
         except NonAffine:
             return None
+        return self._relation(m, a, f"tp_value_{a.value_of}", len(a.value_index), cons)
+
+    def _relation(self, m: StmtModel, a: AccessInfo, target: str, rank: int,
+                  cons: list) -> isl.Map:
+        """{ S[loops] -> target[o0, .., o(rank - 1)] } over ``m``'s domain where
+        ``a``'s guards hold, under the constraints ``cons`` on the ``o``s."""
+        outs = ", ".join(f"o{k}" for k in range(rank))
         dom = " and ".join(self.domain_constraints(m) + self.guard_constraints(a) + cons) or "true"
-        outs = ", ".join(f"o{k}" for k in range(len(a.value_index)))
         return isl.Map(f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}] -> "
-                       f"tp_value_{a.value_of}[{outs}] : {dom} }}", context=self.ctx)
+                       f"{target}[{outs}] : {dom} }}", context=self.ctx)
 
     # ------------------------------------------------------------ building
     def _stmt_model(self, s) -> StmtModel:
