@@ -3,15 +3,27 @@ C loop nest it gives (the documentation of a command is its test, as TVM
 keeps one per schedule primitive).  The nests are the kernel's body without
 its constants and argument views; each program also runs and gives NumPy's
 answer.  A change to the printing or to a command that alters a nest shows
-here, written out."""
+here, written out.  ``distribute`` also writes out the messages one rank
+sends and receives, and runs on three MPI ranks when mpi4py is there."""
+import importlib.util
+import json
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
 
+import islpy as isl
 import numpy as np
 import pytest
 
 import tiramisu_py as tp
+from tiramisu_py.analysis import distribution
+from tiramisu_py.poly.model import build_model
+from lang_helpers import OneRank
 
-VIEW = re.compile(r"^(const )?\w+ \(\*restrict \w+\)(\[\d+\])* = \((const )?\w+ \(\*\)(\[\d+\])*\)\w+_;$")
+VIEW = re.compile(r"^(const )?\w+ \(\*restrict \w+\)(\[\w+\])* = \((const )?\w+ \(\*\)(\[\w+\])*\)\w+_;$")
 
 
 def nest(f):
@@ -76,9 +88,28 @@ def gemv():
     return f, {"s": s, "x": x}, lambda A, x: A @ x
 
 
-PROGRAMS = {"two": two, "chain": chain, "rowsum": rowsum, "stencil": stencil, "gemv": gemv}
+def jacobi_reference(A, T=2):
+    A = A.copy()
+    for t in range(T):
+        A[(t + 1) % 2, 1:-1] = (A[t % 2, :-2] + A[t % 2, 1:-1] + A[t % 2, 2:]) / np.float32(3)
+    return A
+
+
+def jacobi():
+    """1-D Jacobi, 2 steps over 10 points, in place in the two rows of ``A``:
+    ``A[(t + 1) % 2, i]`` the mean of ``A[t % 2, i - 1 .. i + 1]``."""
+    f = tp.Function("jacobi", params={"T": 2, "N": 10})
+    t, i = f.var("t", 0, "T"), f.var("i", 1, "N - 1")
+    A = f.buffer("A", (2, "N"), tp.float32, output=True)
+    S = f.computation("S", [t, i], (A[t % 2, i - 1] + A[t % 2, i] + A[t % 2, i + 1]) / 3.0)
+    S.store_in(A, [(t + 1) % 2, i])
+    return f, {"S": S}, jacobi_reference
+
+
+PROGRAMS = {"two": two, "chain": chain, "rowsum": rowsum, "stencil": stencil, "gemv": gemv,
+            "jacobi": jacobi}
 INPUTS = {"two": {"A": (8, 6)}, "chain": {"A": (8, 6)}, "rowsum": {"A": (4, 5)},
-          "stencil": {"A": (8,)}, "gemv": {"A": (4, 8), "x": (8,)}}
+          "stencil": {"A": (8,)}, "gemv": {"A": (4, 8), "x": (8,)}, "jacobi": {"A": (2, 10)}}
 
 # command name -> (program, the command as a user writes it, what it does, the nest)
 CASES = {
@@ -231,6 +262,27 @@ CASES = {
     }
     free(P);
 """),
+    "tile_band": ("chain", '(C.after(P, "i"), f.tile_band([P, C], ["i", "j"], [4, 3]))',
+          "two statements tiled as one band: the tile loops and i1 shared, each statement keeping "
+          "its own loop j1 after i1, where the two parted", """
+    float (*restrict P)[6] = tp_alloc((const int64_t[]){8, 6}, 2, sizeof(float), 0);
+    if (P == NULL) {
+      return 1;
+    }
+    for (int64_t i0 = 0; i0 < 2; i0++) {
+      for (int64_t j0 = 0; j0 < 2; j0++) {
+        for (int64_t i1 = 0; i1 < 4; i1++) {
+          for (int64_t j1 = 0; j1 < 3; j1++) {
+            P[4 * i0 + i1][3 * j0 + j1] = A[4 * i0 + i1][3 * j0 + j1] * 2.0f;
+          }
+          for (int64_t j1 = 0; j1 < 3; j1++) {
+            C[4 * i0 + i1][3 * j0 + j1] = P[4 * i0 + i1][3 * j0 + j1] + 1.0f;
+          }
+        }
+      }
+    }
+    free(P);
+"""),
     "store_in": ("chain",
           '(P.store_in(f.buffer("row", ("M",), tp.float32), [P.vars[1]]), C.after(P, "i"))',
           "P kept in one row, legal once C runs in P's row loop (refused in program order)", """
@@ -333,6 +385,18 @@ CASES = {
       s[i] = s_local[0];
     }
 """),
+    "distribute": ("jacobi", 'S.distribute("i")',
+          "a rank's kernel: its block of i (dist_lo <= i < dist_hi, given per call), its columns "
+          "of A stored from dist_off (a halo of one each side), the steps of t and the phases "
+          "one call at a time; the messages go between the calls (written out below)", """
+    if (dist_phase == 0) {
+      for (int64_t t = tp_max_i64(0, dist_from_t); t < tp_min_i64(1, dist_to_t - 1) + 1; t++) {
+        for (int64_t i = tp_max_i64(1, dist_lo); i < tp_min_i64(8, dist_hi - 1) + 1; i++) {
+          A[tp_floormod_i64(t + 1, 2)][i - dist_off] = (A[t][i - 1 - dist_off] + A[t][i - dist_off] + A[t][i + 1 - dist_off]) / 3.0f;
+        }
+      }
+    }
+"""),
 }
 
 
@@ -349,5 +413,104 @@ def test_a_command_gives_this_loop_nest(name):
     assert nest(f) == "\n".join(ln[4:] for ln in want.strip("\n").splitlines()), command
     rng = np.random.default_rng(0)
     args = {n: rng.standard_normal(s).astype(np.float32) for n, s in INPUTS[program].items()}
-    out = f.compile(target="c")(**args)
-    np.testing.assert_allclose(out, reference(**args), rtol=1e-5, atol=1e-6)
+    want = reference(**args)                   # before the call: an output may be an input
+    one_rank = {"comm": OneRank()} if name == "distribute" else {}
+    out = f.compile(target="c")(**args, **one_rank)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+def points(s):
+    """The integer points of an isl set, in order."""
+    n, out = s.dim(isl.dim_type.set), []
+    s.foreach_point(lambda p: out.append(tuple(p.get_coordinate_val(isl.dim_type.set, k)
+                                               .to_python() for k in range(n))))
+    return sorted(out)
+
+
+def messages(f, size, rank):
+    """The messages rank ``rank`` of ``size`` receives and sends, one line
+    an element: the initial halo ("before" the first step) and after each
+    step of t (a message's region maps the step to the elements)."""
+    sends, recvs, _, _ = distribution.messages(distribution.plan(f, build_model(f)), {}, size,
+                                               rank)
+    lines = []
+    for verb, to, msgs in (("receive", "from", recvs), ("send", "to", sends)):
+        for m in msgs:
+            for p in points(m.region if m.phase is None else m.region.wrap()):
+                step, idx = (-1, p) if m.phase is None else (p[0], p[1:])
+                when = "before" if step < 0 else f"after t = {step}"
+                lines.append(((step, verb, m.peer, idx), f"{when}: {verb} {m.buffer}"
+                              f"[{', '.join(map(str, idx))}] {to} rank {m.peer}"))
+    return "\n".join(line for _, line in sorted(lines))
+
+
+def test_distribute_exchanges_these_messages():
+    """The messages of ``S.distribute("i")`` (the case above) for rank 1 of
+    3: it runs i = 4 .. 6 (the block rule over A's 10 columns), reads
+    columns 3 and 7 of its neighbours, and sends them columns 4 and 6: of
+    row 0 (the initial values) before the first step, of row 1 after step
+    t = 0; after the last step none (no one reads its values).  Derived
+    exactly from the dependences, sent by the Python side between the
+    kernel's calls (tiramisu_py.driver.distributed)."""
+    f, env, _ = jacobi()
+    env["S"].distribute("i")
+    assert messages(f, 3, 1) == """\
+before: receive A[0, 3] from rank 0
+before: receive A[0, 7] from rank 2
+before: send A[0, 4] to rank 0
+before: send A[0, 6] to rank 2
+after t = 0: receive A[1, 3] from rank 0
+after t = 0: receive A[1, 7] from rank 2
+after t = 0: send A[1, 4] to rank 0
+after t = 0: send A[1, 6] to rank 2"""
+
+
+RANKS_SCRIPT = """
+import json, numpy as np
+from tiramisu_py import mpi
+from tests.tiramisu_py.test_command_loop_nests import jacobi
+
+def main():
+    comm = mpi.COMM_WORLD
+    f, env, reference = jacobi()
+    env["S"].distribute("i")
+    A = np.random.default_rng(0).standard_normal((2, 10)).astype(np.float32)
+    kernel = f.compile(target="c")
+    out = kernel(A=mpi.scatter(A if comm.Get_rank() == 0 else None, axis=1, comm=comm), comm=comm)
+    got, stats = mpi.gather(out, axis=1, comm=comm), comm.gather(kernel.comm_stats)
+    if comm.Get_rank() == 0:
+        print("RESULT " + json.dumps({"error": float(np.abs(got - reference(A)).max()),
+                                      "sent": [s["messages_sent"] for s in stats]}))
+
+mpi.abort_on_error(main)
+"""
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None and shutil.which("mpiexec")
+
+
+@pytest.mark.skipif(not HAVE_MPI, reason="running on ranks needs mpi4py and mpiexec "
+                    "(pip install tiramisu_py[mpi]); the nest and the messages are checked above")
+def test_distribute_on_three_ranks_gives_numpys_answer():
+    """The case above under ``mpiexec -n 3``: each rank its block of A's
+    columns (``mpi.scatter(..., axis=1)``), the result gathered on rank 0
+    equal to NumPy's; ranks 0 and 2 send 2 messages, rank 1 the 4 above."""
+    proc = subprocess.Popen(["mpiexec", "-n", "3", sys.executable, "-c", RANKS_SCRIPT],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)          # mpiexec and its ranks
+        pytest.fail(f"mpiexec -n 3 hung beyond 120 s:\n{proc.communicate()[0][-3000:]}")
+    assert proc.returncode == 0, out[-3000:]
+    res = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
+    assert res["error"] < 1e-6 and res["sent"] == [2, 4, 2], res
+
+
+def test_every_scheduling_command_is_written_out_here_or_for_the_gpu():
+    """Each command of a statement (the public methods of Schedulable),
+    ``f.tile_band`` and ``store_in`` has its case in this file or in
+    tests/codegen/cuda/test_gpu_command_nests.py: a new command gets one."""
+    from tests.codegen.cuda.test_gpu_command_nests import CASES as GPU_CASES
+    from tiramisu_py.commands.schedulable import Schedulable
+    commands = {n for n in vars(Schedulable) if not n.startswith("_")} | {"tile_band", "store_in"}
+    assert commands - set(CASES) - set(GPU_CASES) == set()

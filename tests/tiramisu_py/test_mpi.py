@@ -21,6 +21,7 @@ from examples import jacobi2d, mpi_jacobi2d
 from tiramisu_py import mpi
 from tiramisu_py.analysis import distribution
 from tiramisu_py.poly.model import build_model
+from lang_helpers import OneRank
 
 HERE = TESTS
 CASES = os.path.join(HERE, "mpi_cases.py")
@@ -88,23 +89,10 @@ def test_jacobi_halo_is_one_row_of_each_buffer_per_neighbour():
     assert distribution.boundary(p, {"N": n, "T": 4}, 1, 0, 0, 1) == set()
 
 
-class _OneRank:
-    """A communicator of one rank, without MPI (nothing is ever sent)."""
-
-    def Get_size(self):
-        return 1
-
-    def Get_rank(self):
-        return 0
-
-    def allreduce(self, x):
-        return x
-
-
 def test_one_rank_equals_the_plain_kernel_bitwise():
     A, B = jacobi2d.random_inputs(9, seed=2)
     A0, B0 = A.copy(), B.copy()
-    out = mpi_jacobi2d.build_distributed().compile()(A=A, B=B, T=3, comm=_OneRank())
+    out = mpi_jacobi2d.build_distributed().compile()(A=A, B=B, T=3, comm=OneRank())
     jacobi2d.build().compile()(A=A0, B=B0, T=3)
     assert out["A"] is A and np.array_equal(A, A0) and np.array_equal(B, B0)
 
@@ -115,7 +103,7 @@ def test_an_empty_domain_returns_the_arrays_unchanged_like_the_plain_kernel(n, s
     ``distribute`` (it raised min()'s 'empty sequence' on every rank)."""
     A, B = jacobi2d.random_inputs(n, seed=2)
     A0, B0 = A.copy(), B.copy()
-    out = mpi_jacobi2d.build_distributed().compile()(A=A, B=B, T=steps, comm=_OneRank())
+    out = mpi_jacobi2d.build_distributed().compile()(A=A, B=B, T=steps, comm=OneRank())
     jacobi2d.build().compile()(A=A0, B=B0, T=steps)
     assert out["A"] is A and out["B"] is B
     assert np.array_equal(A, A0) and np.array_equal(B, B0)
@@ -126,11 +114,11 @@ def test_a_block_of_the_wrong_size_or_an_unknown_argument_is_refused_by_name():
     A, B = jacobi2d.random_inputs(9, seed=2)
     with pytest.raises(ValueError, match=r"argument 'A' has shape \(8, 9\): rank 0 of 1 "
                                          r"holds rows \[0, 9\)"):
-        kernel(A=A[:8], B=B, T=1, comm=_OneRank())
+        kernel(A=A[:8], B=B, T=1, comm=OneRank())
     with pytest.raises(TypeError, match="unexpected argument 'C'"):
-        kernel(A=A, B=B, C=A, T=1, comm=_OneRank())
+        kernel(A=A, B=B, C=A, T=1, comm=OneRank())
     with pytest.raises(TypeError, match="param 'T' must be an int"):
-        kernel(A=A, B=B, T=1.5, comm=_OneRank())
+        kernel(A=A, B=B, T=1.5, comm=OneRank())
 
 
 # ------------------------------------------------------------------ legality
