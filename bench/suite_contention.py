@@ -143,9 +143,14 @@ def _time(fns, repeats):
 
 
 def _child(job):
-    """The measurements, in a process with the suite's thread count."""
-    import torch
+    """The measurements, in a process with the suite's thread count; torch or
+    tiramisu_py imported first as ``job["first"]`` says."""
     job = json.loads(job)
+    if job["first"] == "tiramisu_py":
+        import tiramisu_py  # noqa: F401  (before torch: it may bound libgomp's waiting)
+    import torch
+
+    from codegen import team
     torch.set_num_threads(job["threads"])
     cases = {k: v for k, v in _cases(job["quick"]).items()
              if not job.get("only") or any(o in k for o in job["only"])}
@@ -166,29 +171,32 @@ def _child(job):
                 p.kill()
                 p.wait()
     with open(job["out"], "w") as f:
-        json.dump(results, f)
+        json.dump({"results": results, "spin": team.runtime_spin()}, f)
 
 
-def run(threads=None, busy=BUSY, repeats=10, quick=False, only=None):
+def run(threads=None, busy=BUSY, repeats=10, quick=False, only=None, first="torch"):
     """Runs the suite in a child process; returns the report."""
     threads = threads or os.cpu_count() or 1
     env = dict(os.environ, **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                          "MKL_NUM_THREADS")})
+    from codegen import team
+    if team.SPIN == "bounded":          # this process's import set it: the child decides afresh
+        env.pop("GOMP_SPINCOUNT", None)
     path = [os.path.abspath(p or os.curdir) for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(path)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "contention.json")
         job = json.dumps(dict(threads=threads, busy=list(busy), repeats=repeats, quick=quick,
-                              only=only, out=out))
+                              only=only, out=out, first=first))
         code = "import sys; from bench.suite_contention import _child; _child(sys.argv[1])"
         rc = subprocess.run([sys.executable, "-c", code, job], env=env).returncode
         if rc != 0:
             raise SystemExit(f"bench contention: the measuring process failed (exit status {rc})")
         with open(out) as f:
-            results = json.load(f)
+            child = json.load(f)
     return {"machine": harness.machine_info(), "threads": threads, "busy": list(busy),
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp's default)"),
-            "results": results}
+            "first": first, "runtime_spin": child["spin"], "results": child["results"]}
 
 
 def verdicts(report) -> dict:
@@ -229,13 +237,19 @@ def add_arguments(p):
                    metavar="1,4", help="contention: the counts of busy processes (default 1,4)")
     p.add_argument("--cases", type=lambda s: s.split(","), default=None, metavar="NAME,...",
                    help="contention: only the calls whose name contains one of these")
+    p.add_argument("--first", choices=("torch", "tiramisu_py"), default="torch",
+                   help="contention: which the measuring process imports first (default torch, "
+                        "as most scripts do; tiramisu_py first bounds libgomp's waiting where "
+                        "OMP_WAIT_POLICY and GOMP_SPINCOUNT are unset)")
 
 
 def main(args) -> dict:
     threads = args.threads[-1] if getattr(args, "threads", None) else None
     print(harness.format_machine(harness.machine_info()), flush=True)
     report = run(threads, getattr(args, "busy", BUSY), max(args.repeats or 5, 5), args.quick,
-                 getattr(args, "cases", None))
+                 getattr(args, "cases", None), getattr(args, "first", "torch"))
+    print(f"imported first: {report['first']}; the OpenMP runtime's idle threads wait: "
+          f"{report['runtime_spin']}")
     print(f"threads {report['threads']}, OMP_WAIT_POLICY {report['omp_wait_policy']}; "
           "mean ms a call (the calls' total over their count); ratio = torch / ours; slowdown = ours busy / ours quiet (target <= 2.5x with 1 busy);"
           " ratio held = busy ratio / quiet ratio (target >= 0.8, or the busy ratio >= 1.0)")

@@ -301,8 +301,9 @@ def _main_one(args: argparse.Namespace) -> dict:
         print("--md: not written (a --quick run is a smoke test)")
         return report
     suite = args.suite
-    if suite == "contention":        # a section per wait policy: the runs differ in kind
-        suite += f" (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY') or 'unset'})"
+    if suite == "contention":        # a section per wait policy and import order: runs of a kind
+        suite += f" (OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY') or 'unset'}"
+        suite += f", {args.first} first)" if getattr(args, "first", "torch") != "torch" else ")"
     markdown.update(args.md, suite, markdown.machine_key(harness.machine_info()),
                     _command(args), tee.copy.getvalue())
     print(f"wrote the {suite} section of {args.md}")
@@ -321,6 +322,8 @@ def _command(args) -> str:
             words.append(f"--{name} {text}")
     if getattr(args, "dtype", "fp32") != "fp32":
         words.append(f"--dtype {args.dtype}")
+    if args.suite == "contention" and getattr(args, "first", "torch") != "torch":
+        words.append(f"--first {args.first}")
     return " ".join(words)
 
 

@@ -35,6 +35,24 @@ A kernel's times are exponential averages of its calls.  Where
 ``/proc/stat`` cannot be read (not Linux), or with
 ``TIRAMISU_PY_ADAPTIVE_TEAM=0``, nothing changes: every call has the team.
 
+*The runtime's waiting between calls* (:func:`bound_runtime_spin`, at
+import): libgomp's idle workers, where the user set neither
+``OMP_WAIT_POLICY`` nor ``GOMP_SPINCOUNT``, poll 300,000 times (about 3 ms
+by its own estimate, 5 ms on a Zen 5 core) after every parallel region
+before they sleep.  On a busy machine those polls hold a core the calling
+thread, the kernel's partner or another process needs, after every call:
+a 0.2 ms GEMM beside one busy process on two cores took 3x its quiet time.
+Where libgomp is not loaded yet when this module is imported, the module
+sets ``GOMP_SPINCOUNT`` to :data:`SPINCOUNT` (a fiftieth: about as long as
+the generated barrier's longest spin): workers still catch a call that
+follows within ~0.2 ms, and sleep soon after.  It is the process's
+libgomp, so torch's too when torch is imported later.  The variable is
+removed once libgomp has read it (the first parallel call), so child
+processes started after that inherit the user's environment.  Where libgomp was
+loaded first (torch imported before tiramisu_py) its waiting cannot be
+changed any more; a call that finds the machine busy then warns once,
+saying how to set it (:func:`runtime_spin`).
+
 This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
@@ -52,6 +70,7 @@ SYNC_S = 0.0005         # work between two meetings of the team that keeps it on
 EXPLORE = 8             # on a busy machine, the way not chosen is tried again every this many calls
 WEIGHT = 0.25           # the weight of a new call in a kernel's average times
 _LIBGOMP = "libgomp.so.1"
+SPINCOUNT = 6000        # libgomp's polls before an idle worker sleeps, where the user set none
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 _lock = threading.Lock()
@@ -59,6 +78,65 @@ _state = {"at": None, "busy": None, "self": None, "free": None}
 _omp: list = []           # [omp_get_max_threads, omp_set_num_threads] once libgomp is seen
 _forced: list = []        # a test's stand-in for the free cores
 _missing: list = []       # when libgomp was last looked for and not found
+
+
+def _libgomp_loaded() -> bool:
+    try:
+        ctypes.CDLL(_LIBGOMP, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    except OSError:
+        return False
+    return True
+
+
+def bound_runtime_spin(environ=os.environ) -> str:
+    """Bounds libgomp's waiting where the user left it to libgomp and it is
+    not loaded yet (the module docstring); returns what holds: ``"user"``
+    (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` set), ``"bounded"`` (set
+    here), ``"default"`` (libgomp loaded before, with its own default), or
+    ``"off"`` (``TIRAMISU_PY_ADAPTIVE_TEAM=0``, or no ``RTLD_NOLOAD``: not
+    Linux)."""
+    if environ.get("OMP_WAIT_POLICY") or environ.get("GOMP_SPINCOUNT"):
+        return "user"
+    if environ.get(ENV, "1") == "0" or not hasattr(os, "RTLD_NOLOAD"):
+        return "off"
+    if _libgomp_loaded():
+        return "default"
+    environ["GOMP_SPINCOUNT"] = str(SPINCOUNT)
+    return "bounded"
+
+
+SPIN = bound_runtime_spin()
+_warned: list = []
+
+
+def runtime_spin() -> str:
+    """How the OpenMP runtime's idle threads wait in this process, in words
+    (for a benchmark's header and a warning)."""
+    if SPIN == "user":
+        return ("as the user set it: OMP_WAIT_POLICY="
+                f"{os.environ.get('OMP_WAIT_POLICY') or '(unset)'}, GOMP_SPINCOUNT="
+                f"{os.environ.get('GOMP_SPINCOUNT') or '(unset)'}")
+    if SPIN == "bounded":
+        return f"GOMP_SPINCOUNT={SPINCOUNT}, set by tiramisu_py (libgomp not loaded before it)"
+    if SPIN == "default":
+        return ("libgomp's default, ~3 ms of polling after each parallel call (libgomp was "
+                "loaded before tiramisu_py, e.g. by torch)")
+    return "libgomp's default (TIRAMISU_PY_ADAPTIVE_TEAM=0, or not Linux)"
+
+
+def _warn_spinning() -> None:
+    """Once a process, on a busy machine, where libgomp polls ~3 ms after each
+    call and it is too late to change."""
+    if SPIN != "default" or _warned:
+        return
+    _warned.append(True)
+    import warnings
+    warnings.warn(
+        "tiramisu_py: this machine's cores are busy and the OpenMP runtime (libgomp, loaded "
+        "before tiramisu_py, e.g. by torch) polls for ~3 ms after every parallel call, holding "
+        "a core the next call needs; parallel calls (ours and torch's) may take several times "
+        "their quiet time. Set OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=6000) before the "
+        "process starts, or import tiramisu_py before torch.", RuntimeWarning, stacklevel=4)
 
 
 def _host_busy():
@@ -110,6 +188,8 @@ def _openmp():
         return None
     get.restype, put.argtypes, put.restype = ctypes.c_int, (ctypes.c_int,), None
     _omp.append((get, put))
+    if SPIN == "bounded" and os.environ.get("GOMP_SPINCOUNT") == str(SPINCOUNT):
+        del os.environ["GOMP_SPINCOUNT"]        # read by libgomp: child processes start as before
     return _omp[0]
 
 
@@ -169,6 +249,7 @@ def call(func, args, timing: Timing, syncs: int = 0):
             team = omp[0]()
             free = free_cores() if team > 1 else None
             if free is not None and free < team:
+                _warn_spinning()
                 busy = choose_fewer(timing, syncs)
                 if busy:
                     omp[1](free)

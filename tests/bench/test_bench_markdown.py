@@ -35,3 +35,6 @@ def test_the_recorded_command_line_names_only_what_was_given():
     assert command("peers", "--threads", "2") == "tiramisu-py bench peers --threads 2"
     assert command("contention") == "tiramisu-py bench contention"
     assert command("contention", "--busy", "2") == "tiramisu-py bench contention --busy 2"
+    assert command("contention", "--first", "tiramisu_py") == \
+        "tiramisu-py bench contention --first tiramisu_py"
+    assert command("contention", "--first", "torch") == "tiramisu-py bench contention"

@@ -118,3 +118,67 @@ def test_a_kernel_counts_its_team_meetings():
     assert k.lowered.syncs == regions.synchronisations(k.lowered) == 1 + 5 * 2   # a fork, barriers
     got = k(A=np.zeros(64), B=np.zeros(64))
     np.testing.assert_array_equal(got["A"], np.zeros(64))
+
+
+def _spin_in_child(code, **env):
+    """What ``codegen.team`` decided about libgomp's waiting in a fresh
+    process (``code`` runs first), and the GOMP_SPINCOUNT libgomp will read."""
+    import os
+    import subprocess
+    import sys
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", team.ENV)}
+    environ.update(env)
+    out = subprocess.run([sys.executable, "-c", code + "\nimport os, codegen.team as t\n"
+                          "print(t.SPIN, os.environ.get('GOMP_SPINCOUNT'))"],
+                         capture_output=True, text=True, env=environ, check=True)
+    return out.stdout.split()
+
+
+def test_libgomps_waiting_is_bounded_where_the_user_left_it_to_libgomp():
+    """Imported before libgomp is loaded, with no wait policy or spin count
+    set: the idle workers poll SPINCOUNT times, not libgomp's 300,000 (~9 ms
+    on a Zen 5 core) after every call; the user's own setting is kept; and
+    TIRAMISU_PY_ADAPTIVE_TEAM=0 leaves libgomp alone."""
+    assert _spin_in_child("") == ["bounded", str(team.SPINCOUNT)]
+    assert _spin_in_child("", OMP_WAIT_POLICY="active") == ["user", "None"]
+    assert _spin_in_child("", GOMP_SPINCOUNT="123") == ["user", "123"]
+    assert _spin_in_child("", TIRAMISU_PY_ADAPTIVE_TEAM="0") == ["off", "None"]
+
+
+def test_libgomp_loaded_before_is_left_as_it_is_and_said():
+    """libgomp loaded first (as torch does when imported first): too late to
+    change its waiting; the module says so and touches nothing."""
+    code = "import ctypes, os; ctypes.CDLL('libgomp.so.1', mode=os.RTLD_GLOBAL)"
+    assert _spin_in_child(code) == ["default", "None"]
+
+
+def test_a_busy_machine_under_the_unchangeable_default_warns_once(omp, monkeypatch):
+    monkeypatch.setattr(team, "SPIN", "default")
+    monkeypatch.setattr(team, "_warned", [])
+    with team.forced(1):
+        with pytest.warns(RuntimeWarning, match="OMP_WAIT_POLICY=passive"):
+            _run(syncs=9)
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            _run(syncs=9)                        # once a process
+    assert "libgomp's default" in team.runtime_spin()
+    monkeypatch.setattr(team, "SPIN", "bounded")
+    assert f"GOMP_SPINCOUNT={team.SPINCOUNT}" in team.runtime_spin()
+
+
+def test_the_bound_leaves_the_environment_once_libgomp_has_read_it():
+    """Child processes started after the first parallel call see the user's
+    environment, not the bound."""
+    code = ("import os, numpy as np, tiramisu_py as tp, codegen.team as t\n"
+            "f = tp.Function('f', params={'N': 64})\n"
+            "i = f.var('i', 0, 'N')\n"
+            "A = f.input('A', ('N',), tp.float32)\n"
+            "C = f.computation('C', [i], A[i] + 1)\n"
+            "C.parallelize('i')\n"
+            "before = os.environ.get('GOMP_SPINCOUNT')\n"
+            "f.compile()(A=np.zeros(64, np.float32))\n"
+            "print(t.SPIN, before, os.environ.get('GOMP_SPINCOUNT'))\n")
+    assert _spin_in_child(code, TIRAMISU_PY_PARALLEL_GRAIN="0")[:3] == \
+        ["bounded", str(team.SPINCOUNT), "None"]
