@@ -143,12 +143,10 @@ def _time(fns, repeats):
 
 
 def _child(job):
-    """The measurements, in a process with the suite's thread count; torch or
-    tiramisu_py imported first as ``job["first"]`` says."""
-    job = json.loads(job)
-    if job["first"] == "tiramisu_py":
-        import tiramisu_py  # noqa: F401  (before torch: it may bound libgomp's waiting)
+    """The measurements, in a process with the suite's thread count (torch or
+    tiramisu_py imported before this module, as ``job["first"]`` says: :func:`run`)."""
     import torch
+    job = json.loads(job)
 
     from codegen import team
     torch.set_num_threads(job["threads"])
@@ -188,7 +186,9 @@ def run(threads=None, busy=BUSY, repeats=10, quick=False, only=None, first="torc
         out = os.path.join(tmp, "contention.json")
         job = json.dumps(dict(threads=threads, busy=list(busy), repeats=repeats, quick=quick,
                               only=only, out=out, first=first))
-        code = "import sys; from bench.suite_contention import _child; _child(sys.argv[1])"
+        # the first import decides libgomp's waiting (codegen.team): before this module's own
+        code = (f"import {first}; import sys; from bench.suite_contention import _child; "
+                "_child(sys.argv[1])")
         rc = subprocess.run([sys.executable, "-c", code, job], env=env).returncode
         if rc != 0:
             raise SystemExit(f"bench contention: the measuring process failed (exit status {rc})")

@@ -119,13 +119,13 @@ def runtime_spin() -> str:
     if SPIN == "bounded":
         return f"GOMP_SPINCOUNT={SPINCOUNT}, set by tiramisu_py (libgomp not loaded before it)"
     if SPIN == "default":
-        return ("libgomp's default, ~3 ms of polling after each parallel call (libgomp was "
-                "loaded before tiramisu_py, e.g. by torch)")
+        return ("libgomp's default, 300,000 polls (several ms) after each parallel call "
+                "(libgomp was loaded before tiramisu_py, e.g. by torch)")
     return "libgomp's default (TIRAMISU_PY_ADAPTIVE_TEAM=0, or not Linux)"
 
 
 def _warn_spinning() -> None:
-    """Once a process, on a busy machine, where libgomp polls ~3 ms after each
+    """Once a process, on a busy machine, where libgomp polls several ms after each
     call and it is too late to change."""
     if SPIN != "default" or _warned:
         return
@@ -133,9 +133,9 @@ def _warn_spinning() -> None:
     import warnings
     warnings.warn(
         "tiramisu_py: this machine's cores are busy and the OpenMP runtime (libgomp, loaded "
-        "before tiramisu_py, e.g. by torch) polls for ~3 ms after every parallel call, holding "
-        "a core the next call needs; parallel calls (ours and torch's) may take several times "
-        "their quiet time. Set OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=6000) before the "
+        "before tiramisu_py, e.g. by torch) polls for several ms after every parallel call, "
+        "holding a core the next call needs; parallel calls (ours and torch's) may take several "
+        "times their quiet time. Set OMP_WAIT_POLICY=passive (or GOMP_SPINCOUNT=6000) before the "
         "process starts, or import tiramisu_py before torch.", RuntimeWarning, stacklevel=4)
 
 
