@@ -6,8 +6,10 @@
 Groups (each case: a Function with its schedule, inputs, optional FLOP count):
 
 * ``polybench``: every *legal* schedule of the PolyBench legality suite
-  (``tests/tiramisu_py/test_legality_polybench.py``) at its sizes scaled up (x8; x2 with
-  ``--quick``); needs pytest importable (the suite is a test module).
+  (``tests/tiramisu_py/test_legality_polybench.py``, its kernels from
+  :mod:`examples.polybench` at the sizes of ``tests.auto_kernels.SUITE``) at
+  those sizes scaled up (x8; x2 with ``--quick``; time steps kept); needs
+  pytest importable (the suite is a test module).
 * ``fuzz``: random programs of the fuzz generator's shape
   (``tests/fuzz_programs.py``: 1-3 statements, shared float64 buffers, reads
   at offsets) with random benchmark-sized schedules (tiles 8-32, vector
@@ -29,7 +31,6 @@ vector-loop status (widened, or why not; "no vector loop" for scalar nests).
 """
 from __future__ import annotations
 
-import inspect
 import math
 import statistics
 import sys
@@ -50,28 +51,27 @@ class Case:
 # ------------------------------------------------------------------ polybench
 def polybench_cases(quick):
     try:
-        from tests import test_legality_polybench as T
-        from tests.polybench_kernels import SPECS
+        from tests.auto_kernels import SUITE
+        from tests.tiramisu_py import test_legality_polybench as T
     except ImportError as exc:          # pytest / hypothesis missing
         print(f"corpus: polybench group skipped ({exc})", file=sys.stderr)
         return []
     scale = 2 if quick else 8
     out = []
     for kernel, legal in T.LEGAL.items():
-        spec = SPECS[kernel]
-        sig = inspect.signature(spec.inputs)
-        sizes = {n: p.default * scale for n, p in sig.parameters.items()
-                 if isinstance(p.default, int) and n != "T"}
+        sized = SUITE[kernel]
+        sized = sized.at(**{n: v * scale for n, v in sized.sizes.items()
+                            if n not in ("TSTEPS", "TMAX")})
 
-        def args(spec=spec, sizes=sizes, kernel=kernel):
+        def args(sized=sized, kernel=kernel):
             rng = np.random.default_rng(zlib.crc32(kernel.encode()))
-            return {**spec.inputs(rng, **sizes), **spec.params}
+            return {**sized.inputs(rng), **sized.params}
         for c in legal:
             # a pytest.param carries (kernel, name, schedule, parallel)
             name, schedule = (c.values[1], c.values[2]) if hasattr(c, "marks") else (c[0], c[1])
 
-            def build(spec=spec, schedule=schedule):
-                f = spec.build()
+            def build(sized=sized, schedule=schedule):
+                f = sized.build()
                 schedule(f)
                 return f
             out.append(Case("polybench", f"{kernel}-{name}", build, args))

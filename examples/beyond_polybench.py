@@ -6,7 +6,8 @@ Each is a :class:`examples.polybench.common.Kernel` record like PolyBench's
 (``build(sizes)``, ``inputs(rng, sizes)``, an independent NumPy
 ``reference(arrays, sizes)``) with no hand schedule (``schedule`` None):
 ``tiramisu-py bench polybench --beyond`` times the plain algorithm and its
-``auto_schedule()``; ``tests/auto_kernels.py`` checks them at small sizes.
+``auto_schedule()``; the auto-scheduler's tests check them at their MINI sizes
+(``tests/auto_kernels.py``).
 ``build(None)`` leaves the sizes symbolic (given at call time); softmax and
 the batched matrix-vector product take a ``dtype`` too (float32 in
 ``tiramisu-py bench peers``)."""

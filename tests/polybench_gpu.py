@@ -1,4 +1,5 @@
-"""GPU mappings of the PolyBench legality suite (tests/polybench_kernels.py),
+"""GPU mappings of the PolyBench legality suite (the kernels of
+:mod:`examples.polybench` at the sizes of ``tests.auto_kernels.SUITE``),
 written with the mapping commands; used by tests/codegen/cuda/test_cuda_polybench.py.
 
 Legal mappings first (one function per mapping, each builds a fresh Function;
@@ -7,43 +8,22 @@ naive racy ones the compiler must refuse.  Some mappings run a whole
 sequential loop inside one block (a persistent kernel: the time loop, the
 wavefront, a triangular solve's column loop).  The block loop then has one
 iteration, which the exact check can only know with the sizes fixed: those
-are built with :func:`fixed`, the suite's builder with its params given as
-constants (the suite's default input sizes)."""
-from unittest import mock
-
-import tiramisu_py as tp
-import tests.polybench_kernels as pk
-from tests.polybench_kernels import SPECS
+are built with :func:`fixed`, some of the suite's sizes given as constants
+(adi's are always fixed: its coefficients depend on them)."""
+from examples.polybench.common import stmt as S
+from tests.auto_kernels import SUITE
 
 
 # ------------------------------------------------------------------- helpers
-def S(f, name):
-    """A statement by name or by the kernel's readable alias (``f.named``)."""
-    named = getattr(f, "named", {})
-    if name in named:
-        return named[name]
-    return next(s for s in f.statements if s.name == name)
+def build(kernel):
+    """The suite's ``kernel``, its sizes symbolic."""
+    return SUITE[kernel].build()
 
 
-class _FixedSizes:
-    """Stands for ``tiramisu_py`` inside the suite's builders: ``Function``
-    gets its params as constants."""
-
-    def __init__(self, sizes):
-        self.sizes = sizes
-
-    def __getattr__(self, name):
-        return getattr(tp, name)
-
-    def Function(self, name, params=()):
-        return tp.Function(name, params={p: self.sizes.get(p) for p in params})
-
-
-def fixed(kernel, **sizes):
-    """The suite's ``kernel`` built with ``sizes`` fixed (the others stay params)."""
-    with mock.patch.object(pk, "tp", _FixedSizes(sizes)):
-        return SPECS[kernel].build()
-
+def fixed(kernel, *sizes):
+    """The suite's ``kernel`` with the ``sizes`` named fixed at the suite's
+    values (the others stay params)."""
+    return SUITE[kernel].build(*sizes)
 
 
 def both_tiled(f, names, i, j, ti=4, tj=8):
@@ -62,9 +42,16 @@ def split_bind(s, loop, factor, block="block.x", thread="thread.x"):
 
 # ================================================================ legal mappings
 # Each builds a fresh Function; MAPPINGS[id] = (kernel, build, barriers expected).
+def ijk(kernel):
+    """gemm or syrk, its update's k and j interchanged: (i, j, k), as scale's (i, j)."""
+    f = build(kernel)
+    S(f, "scale_update").interchange("k", "j")
+    return f
+
+
 def gemm_tile():
     """One C element per thread: scale then the k loop, in the same thread."""
-    f = SPECS["gemm"].build()
+    f = ijk("gemm")
     both_tiled(f, ["scale", "scale_update"], "i", "j")
     S(f, "scale_update").after(S(f, "scale"), "j1")
     return f
@@ -73,7 +60,7 @@ def gemm_tile():
 def gemm_shared():
     """k-steps of 4 with A and B tiles in shared memory: a barrier after the
     copies (RAW) and at the end of each k-step (WAR: the next copy)."""
-    f = SPECS["gemm"].build()
+    f = ijk("gemm")
     both_tiled(f, ["scale", "scale_update"], "i", "j")
     shared_k_steps(f, "scale", "scale_update", "k", "j", ["A", "B"])
     return f
@@ -97,7 +84,7 @@ def gemm_registers():
     shared memory.  3 barriers: after the copies, at the end of each k-step,
     and before the register tile is added to C (scale wrote C in 8 x 8
     threads, the combine reads it in 4 x 4)."""
-    f = SPECS["gemm"].build()
+    f = ijk("gemm")
     s, u = S(f, "scale"), S(f, "scale_update")
     s.gpu_tile("i", "j", 8, 8)
     u.tile("i", "j", 8, 8)
@@ -117,14 +104,14 @@ def gemm_registers():
 def mm2_tile(shared=False):
     """Two kernels (tmp, then D), one element per thread each; ``shared``:
     the D kernel with tmp and C tiles in shared memory per j-step (2 barriers)."""
-    f = SPECS["2mm"].build()
-    both_tiled(f, ["T", "T_update"], "i", "j")
-    both_tiled(f, ["Dscale", "Dscale_update"], "i", "l")
-    S(f, "T_update").after(S(f, "T"), "j1")
+    f = build("2mm")
+    both_tiled(f, ["tmp_init", "tmp_init_update"], "i", "j")
+    both_tiled(f, ["D_init", "D_init_update"], "i", "l")
+    S(f, "tmp_init_update").after(S(f, "tmp_init"), "j1")
     if shared:
-        shared_k_steps(f, "Dscale", "Dscale_update", "j", "l", ["tmp", "C"])
+        shared_k_steps(f, "D_init", "D_init_update", "j", "l", ["tmp", "C"])
     else:
-        S(f, "Dscale_update").after(S(f, "Dscale"), "l1")
+        S(f, "D_init_update").after(S(f, "D_init"), "l1")
     return f
 
 
@@ -134,7 +121,7 @@ def mm2_shared():
 
 def jacobi1d_host():
     """Time loop on the host: sB and sA each one launch per step."""
-    f = SPECS["jacobi-1d"].build()
+    f = build("jacobi-1d")
     for n in ("sB", "sA"):
         split_bind(S(f, n), "i", 8)
     return f
@@ -144,7 +131,7 @@ def jacobi1d_block():
     """The whole time loop in one block (N = 23 < 32 threads): a barrier
     between sB and sA (neighbours' B) and at the end of each step (sB reads
     the neighbours' A)."""
-    f = fixed("jacobi-1d", N=23)
+    f = fixed("jacobi-1d", "N")
     for n in ("sB", "sA"):
         s = S(f, n)
         s.split("i", 32)
@@ -156,14 +143,14 @@ def jacobi1d_block():
 
 
 def jacobi2d_host():
-    f = SPECS["jacobi-2d"].build()
+    f = build("jacobi-2d")
     both_tiled(f, ["sB", "sA"], "i", "j")
     return f
 
 
 def jacobi2d_block():
     """10 x 10 points on 16 x 16 threads of one block, time loop inside: 2 barriers."""
-    f = fixed("jacobi-2d", N=12)
+    f = fixed("jacobi-2d", "N")
     for n in ("sB", "sA"):
         s = S(f, n)
         s.tile("i", "j", 16, 16)
@@ -176,7 +163,7 @@ def jacobi2d_block():
 
 def heat3d_host():
     """(j, k) tiles on blocks x/y, i on blocks z; time loop on the host."""
-    f = SPECS["heat-3d"].build()
+    f = build("heat-3d")
     for n in ("sB", "sA"):
         S(f, n).gpu_tile("j", "k", 2, 4)
         S(f, n).bind("i", "block.z")
@@ -186,7 +173,7 @@ def heat3d_host():
 def heat3d_block():
     """5 x 5 x 5 points on the threads of one block (N = 7), time loop inside:
     2 barriers (sB -> sA, end of step)."""
-    f = fixed("heat-3d", N=7)
+    f = fixed("heat-3d", "N")
     for n in ("sB", "sA"):
         s = S(f, n)
         s.split("i", 8)
@@ -202,7 +189,7 @@ def seidel_wavefront():
     """(t, i, j) -> (i + 2t, t, j + i + 2t): the wavefront i' on the host (one
     launch per wavefront), t on blocks and threads (no dependence at fixed i'),
     j serial per thread (it carries one)."""
-    f = SPECS["seidel-2d"].build()
+    f = build("seidel-2d")
     s = S(f, "S")
     s.skew("t", "i", 2)
     s.skew("i", "j", 1)
@@ -214,7 +201,7 @@ def seidel_wavefront():
 def seidel_block():
     """The same wavefront run inside one block (T = 5 < 8 threads): one
     barrier at the end of each wavefront."""
-    f = fixed("seidel-2d", T=5, N=11)
+    f = fixed("seidel-2d", "TSTEPS", "N")
     s = S(f, "S")
     s.skew("t", "i", 2)
     s.skew("i", "j", 1)
@@ -227,7 +214,7 @@ def seidel_block():
 
 def fdtd2d_host():
     """Time loop on the host, each statement its own kernel (4 launches per step)."""
-    f = SPECS["fdtd-2d"].build()
+    f = build("fdtd-2d")
     split_bind(S(f, "s0"), "y0", 8)
     S(f, "s1").gpu_tile("ei", "ej", 4, 8)
     S(f, "s2").gpu_tile("xi", "xj", 4, 8)
@@ -241,7 +228,7 @@ def fdtd2d_block():
     (it reads the neighbours' ex and ey, and overwrites the hz that s1 and
     s2 read in other threads) and at the end of each step (s1, s2 read the
     neighbours' hz)."""
-    f = fixed("fdtd-2d", NX=10, NY=11)
+    f = fixed("fdtd-2d", "NX", "NY")
     s0 = S(f, "s0")
     s0.split("y0", 16)
     s0.interchange("t", "y00")
@@ -261,8 +248,7 @@ def lu_block():
     """Row i on the host; in one block (N = 11 < 16): the lower part of row i
     (a chain along j, thread 0), then the upper part, one column per thread;
     one barrier: the threads read the lower part thread 0 wrote."""
-    f = fixed("lu", N=11)
-    S(f, "A0").gpu_tile("r", "c", 4, 8)
+    f = fixed("lu", "N")
     L1, L2, U1 = S(f, "L1"), S(f, "L2"), S(f, "U1")
     for s in (L1, L2):
         split_bind(s, "j", 16, thread=None)
@@ -272,19 +258,25 @@ def lu_block():
 
 
 def cholesky_block():
-    """All of the factorisation in one block (N = 11 < 16) on thread 0 (each
-    row is a chain), after the identity copy A0 done by all threads: 1
-    barrier between them."""
-    f = fixed("cholesky", N=11)
-    a0 = S(f, "A0")
-    split_bind(a0, "r", 16, thread=None)
-    a0.bind("c", "thread.x")
-    for n in ("C1", "C2", "C3", "C4"):
-        split_bind(S(f, n), "i", 16, thread=None)
-    S(f, "C1").after(a0, "r0")
-    S(f, "C2").after(S(f, "C1"), "j")
-    S(f, "C3").after(S(f, "C2"), "i1")
-    S(f, "C4").after(S(f, "C3"), "i1")
+    """Column by column in one block (N = 11 < 16), as the hand schedule on
+    the CPU: for column j, the diagonal element on thread 0 (C3, C3_update,
+    C4 at i = j), then the elements below it, row i on thread i (C0,
+    C0_update, C2, interchanged to j, i).  2 barriers: after the diagonal
+    (the threads divide by A[j][j]), at the end of each column (the next
+    diagonal reads A[j + 1][k], the next column A[j + 1][k] and A[i][k], all
+    written by other threads)."""
+    f = fixed("cholesky", "N")
+    diag = [S(f, n) for n in ("C3", "C3_update", "C4")]
+    col = [S(f, n) for n in ("C0", "C0_update", "C2")]
+    for s in diag:
+        split_bind(s, "i", 16, thread=None)
+    for s in col:
+        s.interchange("i", "j")
+        split_bind(s, "j", 16, thread=None)
+        s.bind("i", "thread.x")
+    col[0].after(diag[2], "i1")
+    col[1].after(col[0], "i")
+    col[2].after(col[1], "i")
     return f
 
 
@@ -293,8 +285,8 @@ def trisolv_block():
     threads, then per column j: x[j] /= L[j][j] on thread 0, x[i] -= L[i][j]
     x[j] on thread i.  3 barriers: after x = b, after the division, at the
     end of each column."""
-    f = fixed("trisolv", N=13)
-    s, u, d = S(f, "xinit"), S(f, "xinit_update"), S(f, "xdiv")
+    f = fixed("trisolv", "N")
+    s, u, d = S(f, "x0"), S(f, "x0_update"), S(f, "x2")
     u.interchange("i", "j")
     split_bind(s, "i", 16)
     split_bind(d, "i", 16, thread=None)
@@ -306,35 +298,35 @@ def trisolv_block():
 
 
 def floyd_block():
-    """Exact dependences leave no two FW instances of one k independent
+    """Exact dependences leave no two relax instances of one k independent
     (row and column k are read and written in the same k step: safe only
     because path[k][k] >= 0, which no analysis knows), so the legal mapping
-    is one thread: k on the host, one block (N = 11 < 16).  No mapping of FW
+    is one thread: k on the host, one block (N = 11 < 16).  No mapping of relax
     with two threads is legal (rows or columns on threads: refused, see
     floyd_naive_threads), hence none with a barrier."""
-    f = fixed("floyd-warshall", N=11)
-    split_bind(S(f, "FW"), "i", 16, thread=None)
+    f = fixed("floyd-warshall", "N")
+    split_bind(S(f, "relax"), "i", 16, thread=None)
     return f
 
 
 def syrk_tile():
-    """Row i per block, j on threads (triangular: j0 serial), scale then k loop."""
-    f = SPECS["syrk"].build()
-    S(f, "C0").gpu_tile("r", "c", 4, 8)
-    for n in ("scale", "acc"):
+    """Row i per block, j on threads (triangular: j0 serial), scale then the
+    k loop (the update interchanged to i, j, k)."""
+    f = ijk("syrk")
+    for n in ("scale", "scale_update"):
         s = S(f, n)
         s.bind("i", "block.x")
         s.split("j", 8)
         s.bind("j1", "thread.x")
-    S(f, "acc").after(S(f, "scale"), "j1")
+    S(f, "scale_update").after(S(f, "scale"), "j1")
     return f
 
 
 def syrk_reversed_scale():
-    """scale's threads take the columns in reverse: acc's thread reads what
-    another thread scaled: one barrier between them."""
+    """scale's threads take the columns in reverse: the update's thread reads
+    what another thread scaled: one barrier between them."""
     f = syrk_tile()
-    sc, acc = S(f, "scale"), S(f, "acc")
+    sc, acc = S(f, "scale"), S(f, "scale_update")
     sc.reverse("j1")
     acc.after(sc, "j0")
     return f
@@ -346,7 +338,7 @@ ADI = ["c1", "c2", "c3", "c4", "c5", "c6", "c7", "r1", "r2", "r3", "r4", "r5", "
 def adi_host():
     """Time loop on the host; each sweep one kernel, one line i per thread
     (the sweeps along j are chains: serial in the thread)."""
-    f = SPECS["adi"].build()
+    f = build("adi")
     for n in ADI:
         split_bind(S(f, n), "i", 4)
     return f
@@ -355,7 +347,7 @@ def adi_host():
 def adi_block():
     """Both sweeps of every step in one block (N = 10): one line per thread;
     2 barriers (column sweep -> row sweep, end of step)."""
-    f = fixed("adi", N=10)
+    f = build("adi")
     for n in ADI:
         s = S(f, n)
         s.split("i", 16)
@@ -368,7 +360,7 @@ def adi_block():
 
 # ============================================================== illegal mappings
 def seidel_naive_blocks():
-    f = SPECS["seidel-2d"].build()
+    f = build("seidel-2d")
     s = S(f, "S")
     s.bind("i", "block.y")
     split_bind(s, "j", 8)
@@ -376,7 +368,7 @@ def seidel_naive_blocks():
 
 
 def seidel_naive_threads():
-    f = fixed("seidel-2d", N=11)
+    f = fixed("seidel-2d", "N")
     s = S(f, "S")
     split_bind(s, "i", 16, thread=None)
     s.bind("j", "thread.x")
@@ -384,8 +376,7 @@ def seidel_naive_threads():
 
 
 def lu_naive():
-    f = SPECS["lu"].build()
-    S(f, "A0").gpu_tile("r", "c", 4, 8)
+    f = build("lu")
     for n in ("L1", "L2"):
         S(f, n).bind("j", "block.x")
     split_bind(S(f, "U1"), "ju", 8)
@@ -393,23 +384,22 @@ def lu_naive():
 
 
 def cholesky_naive():
-    f = SPECS["cholesky"].build()
-    S(f, "A0").gpu_tile("r", "c", 4, 8)
-    for n in ("C1", "C2"):
+    f = build("cholesky")
+    for n in ("C0", "C0_update", "C2"):
         split_bind(S(f, n), "j", 8)
     return f
 
 
 def trisolv_naive():
-    f = SPECS["trisolv"].build()
-    for n in ("xinit", "xinit_update", "xdiv"):
+    f = build("trisolv")
+    for n in ("x0", "x0_update", "x2"):
         split_bind(S(f, n), "i", 8)
     return f
 
 
 def floyd_naive():
-    f = SPECS["floyd-warshall"].build()
-    S(f, "FW").gpu_tile("i", "j", 4, 8)
+    f = build("floyd-warshall")
+    S(f, "relax").gpu_tile("i", "j", 4, 8)
     return f
 
 
@@ -417,15 +407,15 @@ def floyd_naive_threads():
     """Rows on the threads of one block: every row reads row k, which row
     k's thread rewrites in the same step (a dependence between two threads
     of one thread loop)."""
-    f = fixed("floyd-warshall", N=11)
-    split_bind(S(f, "FW"), "i", 16)
+    f = fixed("floyd-warshall", "N")
+    split_bind(S(f, "relax"), "i", 16)
     return f
 
 
 def jacobi1d_fused(gpu=True):
     """sA shifted by one and fused into sB's i loop: legal on the CPU (sA(i)
     runs after sB(i + 1)), a race on threads (sB(i + 1) is another thread)."""
-    f = fixed("jacobi-1d", N=23)
+    f = fixed("jacobi-1d", "N")
     sB, sA = S(f, "sB"), S(f, "sA")
     sA.shift("i", 1)
     for s in (sB, sA):
@@ -439,7 +429,7 @@ def jacobi1d_fused(gpu=True):
 
 def adi_naive_threads():
     """The column sweep's recurrence along j on threads."""
-    f = SPECS["adi"].build()
+    f = build("adi")
     for n in ADI:
         S(f, n).bind("i", "block.x")
     for n in ("c4", "c5"):

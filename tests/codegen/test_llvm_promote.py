@@ -8,8 +8,8 @@ import pytest
 from codegen import ir
 from codegen.ir import Binary, Block, For, If, Load, Store
 from codegen.promote import promotable
-from polybench_kernels import SPECS
 from ir_helpers import F64, I64, add, c, sub, v
+from tests.auto_kernels import SUITE
 
 
 def A(*ix):
@@ -62,19 +62,19 @@ def test_store_only_in_an_inner_loop_needs_a_single_thread():
 
 
 def _cholesky(split):
-    spec = SPECS["cholesky"]
-    f = spec.build()
-    if split:
-        f.named["C1"].split("k", 4)
-    return spec, f
+    case = SUITE["cholesky"].at(N=23)
+    f = case.build()
+    if split:        # A[i][j] -= A[i][k] * A[j][k], k in steps of 4
+        next(s for s in f.statements if s.name == "C0_update").split("k", 4)
+    return case, f
 
 
 @pytest.mark.parametrize("split", [True, False])
 def test_cholesky_holds_the_updated_element_and_matches_numpy(backend, split):
-    spec, f = _cholesky(split)
+    case, f = _cholesky(split)
     k = f.compile(target=backend)
-    args = spec.inputs(np.random.default_rng(5), N=23)
-    ref = spec.reference(**{n: x.copy() for n, x in args.items()})
+    args = case.inputs(np.random.default_rng(5))
+    ref = case.reference(args)
     out = k(**{n: x.copy() for n, x in args.items()})
     np.testing.assert_allclose(out, ref["A"], rtol=1e-12, atol=1e-12)
     if backend == "llvm":

@@ -9,7 +9,7 @@ import pytest
 import tiramisu_py as tp
 from codegen import ir, loops
 from tests.tiramisu_py import test_legality_polybench as T
-from tests.polybench_kernels import SPECS
+from tests.auto_kernels import SUITE
 
 
 def test_trip_bound_reads_constant_clamps():
@@ -24,21 +24,14 @@ def test_trip_bound_reads_constant_clamps():
 
 @pytest.mark.parametrize("target", ["c", "llvm"])
 def test_time_tiled_jacobi2d_matches_reference(target):
-    spec = SPECS["jacobi-2d"]
-    rng = np.random.default_rng(3)
-    args = {**spec.inputs(rng), **spec.params}
-    f = spec.build()
+    case = SUITE["jacobi-2d"]
+    args = case.inputs(np.random.default_rng(3))
+    f = case.build()
     T.j2d_time_tile(f)
     k = f.compile(target=target)
-    takes = {b.name for b in k.inputs + k.outputs} | set(k.params)
-    a = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items() if n in takes}
-    out = k(**a)
-    ref = spec.reference(**{n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()})
-    out = out if isinstance(out, dict) else {k.outputs[0].name: out}
-    assert set(ref) & set(out)
-    for name, want in ref.items():
-        if name in out:
-            np.testing.assert_allclose(np.asarray(out[name]), want, rtol=1e-10, atol=1e-12)
+    out = case.run(k, args)
+    for name, want in case.reference(args).items():
+        np.testing.assert_allclose(out[name], want, rtol=1e-10, atol=1e-12)
     if target == "llvm":
         src = k.source
         assert "; loop j1: at most 3 iterations, fewer than a vector: neither vectorised nor unrolled" in src

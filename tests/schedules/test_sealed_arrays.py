@@ -87,7 +87,6 @@ def test_index_reads_equal_numpys(dtype):
 
 WRITE_THROUGH_CHILD = """
 import sys, warnings
-sys.path.insert(0, {root!r})
 import numpy as np
 import torch
 import schedules
@@ -152,7 +151,7 @@ def test_a_sealed_array_written_through_torch_is_refused_not_read_out_of_bounds(
     pytest.importorskip("torch", reason="torch is an optional extra")
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "passive")
-    r = subprocess.run([sys.executable, "-c", WRITE_THROUGH_CHILD.format(root=ROOT)],
+    r = subprocess.run([sys.executable, "-c", WRITE_THROUGH_CHILD],
                        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert r.returncode == 0, f"child died with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
     lines = r.stdout.splitlines()

@@ -34,13 +34,13 @@ import pytest
 import schedules
 import tiramisu_py as tp
 import tiramisu_py_command as cli
-from auto_kernels import MM_SOURCE, build_mm as mm
 from schedules import tuner
 from schedules.core import tuned
 from schedules.core.kernels import target_of
 from schedules.problems.conv import ConvProblem
 from schedules.problems.gemm import GemmProblem
 from schedules.registry import SOLVERS
+from tests.auto_kernels import MM_SOURCE, build_mm as mm
 from tiramisu_py import cli as language_cli
 from tiramisu_py import tuning
 from tiramisu_py.driver import tune as tune_mod

@@ -9,18 +9,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from auto_kernels import KERNELS, build_mm
+from tests.auto_kernels import KERNELS, SUITE, build_mm
 
 
-def run(spec, f, target="cpu"):
-    inputs = spec.inputs(np.random.default_rng(1))
-    out = f.compile(target)(**{k: v.copy() for k, v in inputs.items()}, **spec.params)
-    ref = spec.reference(**inputs, **spec.params)
-    if not isinstance(out, dict):
-        out = {next(iter(ref)): out}
-    for name, want in ref.items():
+def run(case, f, target="cpu"):
+    inputs = case.inputs(np.random.default_rng(1))
+    out = case.run(f.compile(target), inputs)
+    for name, want in case.reference(inputs).items():
         np.testing.assert_allclose(np.asarray(out[name]), want, rtol=1e-9, atol=1e-9,
-                                   err_msg=f"{spec.name}: {name}")
+                                   err_msg=f"{case.name}: {name}")
     return inputs
 
 
@@ -39,15 +36,15 @@ def polybench_auto(name, size):
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_auto_schedule_is_legal_correct_and_replayable(name):
-    spec = KERNELS[name]
-    f = spec.build()
+    case = KERNELS[name]
+    f = case.build()
     steps = f.auto_schedule()
     assert steps, f"{name}: nothing scheduled"
     assert f.schedule_commands(), name
-    run(spec, f)                               # compile() proves legality; results match
+    run(case, f)                               # compile() proves legality; results match
     text = "\n".join(map(str, steps))
     assert all(line.startswith("f.") for line in text.splitlines())
-    g = spec.build()
+    g = case.build()
     exec(text, {"f": g})                       # the printed schedule, pasted
     assert g.schedule_commands() == f.schedule_commands()
 
@@ -95,15 +92,15 @@ def test_softmax_rows_are_fused_and_parallel():
 
 
 def test_partial_schedule_is_kept_and_completed():
-    spec = KERNELS["trmm"]
-    f = spec.build()
+    case = KERNELS["trmm"]
+    f = case.build()
     f.computations["C"].update.tile("i", "j", 4, 4)
     before = f.schedule_commands()
     steps = f.auto_schedule()
     assert f.schedule_commands()[:len(before)] == before
     assert all(s.verb in ("parallelize", "vectorize", "unroll") for s in steps
                if s.stmt == "C_update")
-    run(spec, f)
+    run(case, f)
 
 
 def test_budget_and_target_arguments():
@@ -112,13 +109,13 @@ def test_budget_and_target_arguments():
         f.auto_schedule(budget=-1)
     with pytest.raises(ValueError, match="target"):
         f.auto_schedule(target="cuda")
-    spec = KERNELS["jacobi-2d"]
-    g = spec.build()
+    case = KERNELS["jacobi-2d"]
+    g = case.build()
     g.auto_schedule(budget=1e-9)               # out of time at once: what is applied is legal
-    run(spec, g)
-    h = spec.build()
+    run(case, g)
+    h = case.build()
     h.auto_schedule(target="llvm")
-    run(spec, h, "llvm")
+    run(case, h, "llvm")
 
 
 def test_data_dependent_loops_stay_in_place():
@@ -138,14 +135,13 @@ def test_known_small_sizes_are_not_time_tiled_nor_parallel():
     """Sizes fixed at declaration: the whole row fits in cache and one time
     step is too little work for a parallel region, so the stencil stays a
     plain (vectorised) nest; the same algorithm with free sizes is tiled."""
-    from auto_kernels import build_jacobi1d_fixed
-    f = build_jacobi1d_fixed()
+    case = SUITE["jacobi-1d"]
+    f = case.build("TSTEPS", "N")
     v = verbs(f.auto_schedule())
     assert "tile_band" not in v and "parallelize" not in v
-    spec = KERNELS["jacobi-1d"]
-    inputs = spec.inputs(np.random.default_rng(2))
+    inputs = case.inputs(np.random.default_rng(2))
     out = f.compile()(**{k: a.copy() for k, a in inputs.items()})
-    ref = spec.reference(**inputs, T=5)
+    ref = case.reference(inputs)
     for k in ref:
         np.testing.assert_allclose(out[k], ref[k])
 
@@ -158,18 +154,18 @@ def test_fused_reduction_gets_its_stride_one_loop_innermost():
     the stride-1 loop innermost, vectorised) runs inside the reduction's
     point loop, over a local accumulator; the printed steps replay and the
     result is right (the replay is checked above)."""
-    spec = KERNELS["2mm"]
-    f = spec.build()
+    case = KERNELS["2mm"]
+    f = case.build()
     text = [str(s) for s in f.auto_schedule()]
-    upd = "f.computations['T'].update"
-    assert f"{upd}.after(f.computations['T'], None)" in text
+    upd = "f.computations['tmp_init'].update"
+    assert f"{upd}.after(f.computations['tmp_init'], None)" in text
     assert any(t.startswith(f"{upd}.tile('i', 'j', 'k',") for t in text)
     assert f"{upd}.reorder('i10', 'j10', 'k1', 'i11', 'j110', 'j111')" in text
     assert f"{upd}.split('i1', 6)" in text
     assert f"{upd}.unroll('i11')" in text and f"{upd}.unroll('j110')" in text
     assert any(t.startswith(f"{upd}.vectorize('j111',") for t in text)
     assert f"{upd}.accumulate_locally('k1')" in text
-    run(spec, f)
+    run(case, f)
 
 
 def test_register_block_follows_the_host(monkeypatch):
@@ -179,16 +175,16 @@ def test_register_block_follows_the_host(monkeypatch):
     from codegen import target
     monkeypatch.setattr(target, "vector_registers", lambda: 16)
     monkeypatch.setattr(target, "vector_bits", lambda: 256)
-    spec = KERNELS["2mm"]
-    f = spec.build()
+    case = KERNELS["2mm"]
+    f = case.build()
     text = [str(s) for s in f.auto_schedule()]
-    upd = "f.computations['T'].update"
+    upd = "f.computations['tmp_init'].update"
     assert f"{upd}.split('j1', 8)" in text and f"{upd}.split('j11', 4)" in text
     assert f"{upd}.split('i1', 6)" in text
     tile = next(t for t in text if t.startswith(f"{upd}.tile("))
     sizes = [int(x) for x in tile.rstrip(")").split(",")[3:]]
     assert sizes[0] % 6 == 0 and sizes[1] % 8 == 0, tile
-    run(spec, f)
+    run(case, f)
 
 
 def test_triangular_parallel_loop_deals_rows_round_robin(monkeypatch):

@@ -482,7 +482,6 @@ def test_torch_neg_view_is_rejected_or_correct(kernels, data, torch):
 CHILD = r"""
 import os, sys
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-sys.path.insert(0, {root!r})
 import numpy as np
 from examples import gemm, jacobi2d, sparse_conv
 g = gemm.build().compile()
@@ -549,7 +548,7 @@ print("survived")
 
 
 def test_bad_calls_never_crash_the_interpreter():
-    script = CHILD.format(root=ROOT)
+    script = CHILD
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "passive")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -561,7 +560,6 @@ def test_bad_calls_never_crash_the_interpreter():
 
 READ_ONLY_CHILD = """
 import sys, warnings
-sys.path.insert(0, {root!r})
 import numpy as np
 import torch
 from examples import gemm
@@ -588,7 +586,7 @@ def test_read_only_torch_output_is_refused_not_a_segfault(tmp_path):
     ``.numpy()``, which says writeable) wrote into read-only pages, SIGSEGV.
     Run in a child: it must end with a ValueError naming C, never a signal."""
     pytest.importorskip("torch", reason="torch is not installed")
-    script = READ_ONLY_CHILD.format(root=ROOT, path=str(tmp_path / "c.bin"))
+    script = READ_ONLY_CHILD.format(path=str(tmp_path / "c.bin"))
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "passive")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

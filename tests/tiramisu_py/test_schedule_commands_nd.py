@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
-from auto_kernels import KERNELS
 from tiramisu_py.commands.state import state_of
+from tests.auto_kernels import SUITE
 
 
 def triangular_sum():
@@ -81,26 +81,26 @@ def test_tile_four_loops():
 
 
 def jacobi1d_band(skew=True, statements=("sB", "sA")):
-    spec = KERNELS["jacobi-1d"]
-    f = spec.build()
+    case = SUITE["jacobi-1d"]
+    f = case.build()
     sB, sA = f.computations["sB"], f.computations["sA"]
     sA.shift("i", 1)
     if skew:
         sB.skew("t", "i", 2)
         sA.skew("t", "i", 2)
     f.tile_band([f.computations[s] for s in statements], ["t", "i"], [3, 4])
-    return spec, f
+    return case, f
 
 
 def test_tile_band_two_statement_stencil():
-    spec, f = jacobi1d_band()
+    case, f = jacobi1d_band()
     st = f._state_cache
     assert [lp.name for lp in st["sB"].loops] == ["t0", "i0", "t1", "i1"]
     assert st["sB"].consts[:3] == st["sA"].consts[:3]       # t0, i0, t1 shared
     assert st["sB"].consts[3] < st["sA"].consts[3]          # sA after sB inside t1
-    inputs = spec.inputs(np.random.default_rng(0))
-    out = f.compile()(**{k: v.copy() for k, v in inputs.items()}, **spec.params)
-    ref = spec.reference(**inputs, **spec.params)
+    inputs = case.inputs(np.random.default_rng(0))
+    out = case.run(f.compile(), inputs)
+    ref = case.reference(inputs)
     for k in ref:
         np.testing.assert_allclose(out[k], ref[k])
     assert f.undo().startswith("f.tile_band(")                 # one call, undone whole
@@ -116,8 +116,7 @@ def test_tile_band_without_skew_is_illegal():
 def test_tile_band_must_list_the_whole_loop():
     with pytest.raises(ValueError, match="sA also run.*list every statement"):
         jacobi1d_band(statements=("sB",))
-    spec = KERNELS["jacobi-1d"]
-    f = spec.build()
+    f = SUITE["jacobi-1d"].build()
     with pytest.raises(ValueError, match="one size per loop"):
         f.tile_band([f.computations["sB"], f.computations["sA"]], ["t", "i"], [3])
     with pytest.raises(TypeError, match="statements must be a list"):

@@ -44,7 +44,6 @@ def _child(script: str):
 # =========================================================== integer division
 _DIV_CHILD = r"""
 import sys
-sys.path.insert(0, {root!r})
 import numpy as np, tiramisu_py as tp
 target = {target!r}
 N = 67
@@ -96,7 +95,7 @@ def test_integer_floor_division_by_zero_and_min_by_minus_one(target):
     """``//`` and ``%`` by 0 and ``MIN // -1`` on every integer type, scalar,
     vectorised and under a lane-dependent condition, with variable and literal
     divisors: no signal, NumPy's values."""
-    out = _child(_DIV_CHILD.format(root=ROOT, target=target))
+    out = _child(_DIV_CHILD.format(target=target))
     assert "DONE" in out
 
 
@@ -117,10 +116,8 @@ def _trunc_ref(x, y, op, dt):
 
 _TRUNC_CHILD = r"""
 import sys
-sys.path.insert(0, {root!r})
-sys.path.insert(0, {tests!r})
 import numpy as np
-from test_semantics import run_truncating_division
+from tests.tiramisu_py.test_semantics import run_truncating_division
 run_truncating_division({target!r})
 print("DONE")
 """
@@ -156,7 +153,7 @@ def run_truncating_division(target):
 
 @pytest.mark.parametrize("target", ["c", "llvm"])
 def test_truncating_ir_division_never_traps(target):
-    _child(_TRUNC_CHILD.format(root=ROOT, tests=os.path.dirname(os.path.abspath(__file__)), target=target))
+    _child(_TRUNC_CHILD.format(target=target))
 
 
 def test_llvm_widens_a_division_under_a_lane_dependent_condition():

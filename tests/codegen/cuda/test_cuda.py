@@ -16,6 +16,7 @@ import tiramisu_py as tp
 from codegen import ir
 from examples import gemm
 from tiramisu_py.commands.state import state_of
+from tests.auto_kernels import SUITE
 
 RNG = np.random.default_rng(20)
 
@@ -391,8 +392,7 @@ def test_bench_cuda_without_gpu_exits_cleanly():
 
 # ------------------------------------------------------------ host loops: one launch per step
 def jacobi1d_gpu(time_on_blocks=False):
-    from tests.polybench_kernels import build_jacobi1d
-    f = build_jacobi1d()
+    f = SUITE["jacobi-1d"].build()
     sb, sa = f.computations["sB"], f.computations["sA"]
     for s in (sb, sa):
         s.split("i", 8)
@@ -405,20 +405,20 @@ def jacobi1d_gpu(time_on_blocks=False):
 
 @needs_cxx
 def test_time_loop_launches_a_kernel_per_step():
-    from tests.polybench_kernels import jacobi1d_inputs, jacobi1d_reference
     k = cuda_kernel(jacobi1d_gpu)
     steps = k.launch_plan.steps
     assert len(steps) == 1 and steps[0].var == "t" and len(steps[0].steps) == 2
     assert k.launch_plan.kernels[0].host_vars == ("t",)
-    args = jacobi1d_inputs(np.random.default_rng(1), N=29)
-    want = jacobi1d_reference(T=5, **args)
+    case = SUITE["jacobi-1d"].at(N=29, TSTEPS=5)
+    args = case.inputs(np.random.default_rng(1))
+    want = case.reference(args)
     for order in ORDERS:
         got = {n: a.copy() for n, a in args.items()}
-        k.emulate(T=5, order=order, **got)
+        k.emulate(TSTEPS=5, order=order, **got)
         for n in got:
             np.testing.assert_allclose(got[n], want[n], rtol=1e-12)
     got = {n: a.copy() for n, a in args.items()}
-    jacobi1d_gpu().compile()(T=5, **got)
+    jacobi1d_gpu().compile()(TSTEPS=5, **got)
     np.testing.assert_allclose(got["A"], want["A"], rtol=1e-12)
 
 
@@ -431,8 +431,7 @@ def test_time_steps_on_blocks_refused():
 
 
 def test_fused_loop_bound_differently_refused():
-    from tests.polybench_kernels import build_jacobi1d
-    f = build_jacobi1d()
+    f = SUITE["jacobi-1d"].build()
     sb, sa = f.computations["sB"], f.computations["sA"]
     sb.bind("t", "block.x")
     sa.bind("i", "block.x")
