@@ -27,16 +27,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
-    """A fresh compile cache for the run, one for all of its xdist workers (a
-    kernel two workers need is compiled once; the cache is safe across
-    processes)."""
     old = os.environ.get("TIRAMISU_PY_CACHE")
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = tmp_path_factory.getbasetemp().parent / "tp_cache"
-        shared.mkdir(mode=0o700, exist_ok=True)
-        os.environ["TIRAMISU_PY_CACHE"] = str(shared)
-    else:
-        os.environ["TIRAMISU_PY_CACHE"] = str(tmp_path_factory.mktemp("tp_cache"))
+    os.environ["TIRAMISU_PY_CACHE"] = str(tmp_path_factory.mktemp("tp_cache"))
     yield
     if old is None:
         os.environ.pop("TIRAMISU_PY_CACHE", None)
