@@ -11,6 +11,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 # one thread (below the parallel grain) and the parallel code would go
 # untested; tests/codegen/test_parallel_grain.py tests the grain itself
 os.environ.setdefault("TIRAMISU_PY_PARALLEL_GRAIN", "0")
+# the library's "auto" takes the first candidate solver, untimed (a model's test
+# compiled every candidate of every layer to time them: half its time); the find
+# step's timing and records are tested where it is the subject (find_timed below)
+os.environ.setdefault("TIRAMISU_PY_FIND", "first")
 # the bench suites the tests run check results and reports, never times
 os.environ.setdefault("TIRAMISU_PY_BENCH_SMOKE", "1")
 # the import paths, set up once: the checkout (examples, bench) and tests/ (the
@@ -69,3 +73,9 @@ def pytest_runtest_setup(item):
         missing = _cuda_device()
         if missing:
             pytest.skip(f"needs a CUDA GPU: {missing}")
+
+
+@pytest.fixture
+def find_timed(monkeypatch):
+    """The library's find step as users have it: "auto" times its candidates."""
+    monkeypatch.setenv("TIRAMISU_PY_FIND", "timed")

@@ -22,8 +22,11 @@ _retired: set = set()
 # process has changed no store (tiramisu_py.tuning.generation)
 _MEMO: dict = {}
 MEMO_LIMIT = 4096               # bounded: problems differ by a CSR weight's density
-# what decides the cache directory and the host's pinned facts
-ENVIRONMENT = ("TIRAMISU_PY_CACHE", "XDG_CACHE_HOME", "HOME", "TIRAMISU_PY_HOST")
+# "first": "auto" takes the first candidate in order of preference, untimed and
+# unrecorded (as torch.backends.cudnn.benchmark = False takes cuDNN's heuristic)
+MODE = "TIRAMISU_PY_FIND"
+# what decides the cache directory, the host's pinned facts and the mode
+ENVIRONMENT = ("TIRAMISU_PY_CACHE", "XDG_CACHE_HOME", "HOME", "TIRAMISU_PY_HOST", MODE)
 
 
 def _valid(value):
@@ -152,13 +155,24 @@ def solve(solvers, p, args, algo="auto", *, call, param="algo", repeats=3):
     return find(p, solvers, args, algo, call=call, param=param, repeats=repeats).solve(p, args)
 
 
+def _first() -> bool:
+    """Whether ``$TIRAMISU_PY_FIND`` asks for the first candidate untimed;
+    any other value than "first" or "timed" (the default) is refused by name."""
+    mode = os.environ.get(MODE, "timed") or "timed"
+    if mode not in ("first", "timed"):
+        raise ValueError(f"{MODE} must be 'timed' (the default: the fastest candidate, timed "
+                         f"once and remembered) or 'first' (the first in order of preference, "
+                         f"untimed); got {mode!r}")
+    return mode == "first"
+
+
 def _auto(p, solvers, args, call, repeats):
     """The "auto" choice of :func:`find` (not remembered here)."""
     if not any(s.applicable(p) is True for s in solvers):
         raise ValueError(f"{call}: no solver applies (the solvers of {p.op}: "
                          f"{reasons(solvers, p)})")
     cands = candidates(p, solvers)
-    if len(cands) == 1 or p.degenerate:
+    if len(cands) == 1 or p.degenerate or _first():
         return cands[0]
     by_name = {s.name: s for s in cands}
     best = choose(key(p, cands), list(by_name), lambda n: by_name[n].run(p, args), repeats)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 GUIDE = Path(ROOT) / "docs" / "guide"
+pytestmark = pytest.mark.usefixtures("find_timed")      # the library as a reader runs it
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 NEEDS = re.compile(r"\A#\s*needs:\s*(.+?)\s*$", re.M)
 KNOWN_NEEDS = ("torch", "cuda-device", "schedules.nn", "matplotlib", "mpi4py")

@@ -23,6 +23,7 @@ from tiramisu_py import tuning
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
+pytestmark = pytest.mark.usefixtures("find_timed")      # the find step as users have it
 RNG = np.random.default_rng(30)
 TARGETS = ["llvm", "c"]
 
@@ -230,3 +231,22 @@ def test_auto_choice_is_remembered_until_this_process_changes_a_store(monkeypatc
     monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path / "elsewhere"))
     find.find(p, SOLVERS["conv2d"], args, call="conv2d")
     assert reads == [k, k]                    # the new directory's store was asked
+
+
+def test_find_first_takes_the_preferred_candidate_untimed(monkeypatch):
+    """``TIRAMISU_PY_FIND=first`` (as ``torch.backends.cudnn.benchmark =
+    False``): "auto" runs the first candidate in order of preference without
+    timing the others or writing a record; the same bits as naming it; a
+    value other than first/timed is refused by name."""
+    x, w, b = hostile()
+    monkeypatch.setenv("TIRAMISU_PY_FIND", "first")
+    before = dict(find.records())
+    runs = []
+    real = find.choose
+    monkeypatch.setattr(find, "choose", lambda *a, **k: runs.append(a) or real(*a, **k))
+    out = schedules.conv2d(x, w, b, padding=1)
+    assert runs == [] and find.records() == before           # nothing timed, nothing recorded
+    np.testing.assert_array_equal(out, schedules.conv2d(x, w, b, padding=1, algo="direct"))
+    monkeypatch.setenv("TIRAMISU_PY_FIND", "fastest")
+    with pytest.raises(ValueError, match="TIRAMISU_PY_FIND must be 'timed'.*got 'fastest'"):
+        schedules.conv2d(x[:, :, :5], w, b, padding=1)

@@ -191,7 +191,7 @@ def test_packed_weights_reused():
     assert len(packed._packed) == 1
 
 
-def test_find_step_records_choice():
+def test_find_step_records_choice(find_timed):
     x, weights, h0, c0 = _inputs("gru", 3, 2, 1, 4, 4, seed=3)
     W = schedules.RNNWeights(weights, "gru")
     p, args = RnnProblem.from_call("gru", x, W, h0, None, False, None)

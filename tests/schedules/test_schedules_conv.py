@@ -81,7 +81,7 @@ def _dims(key):
     return shape and [shape[f] for f in ("n", "ci", "h", "w", "co")]
 
 
-def test_find_step_times_once_and_remembers(monkeypatch):
+def test_find_step_times_once_and_remembers(monkeypatch, find_timed):
     x, w, b = rand(1, 4, 6, 6), rand(8, 4, 3, 3), rand(8)
     out = schedules.conv2d(x, w, b, padding=1, algo="auto")
     np.testing.assert_allclose(out, ref_conv(x, w, b, 1, 1, 1, 1), rtol=1e-4, atol=1e-4)

@@ -292,7 +292,7 @@ def test_kernel_refuses_bad_offsets():
 
 
 # ------------------------------------------------------------------ find step
-def test_conv2d_algo_sparse_and_auto(monkeypatch, tmp_path):
+def test_conv2d_algo_sparse_and_auto(monkeypatch, tmp_path, find_timed):
     """``algo="sparse"`` forces it (dense or sparse ``w``); "auto" runs a
     sparse ``w`` sparse (the only candidate: nothing timed, no record) and a
     dense ``w`` dense however many zeros it holds (the sparse solver skips

@@ -106,7 +106,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_processes_keep_every_record(tmp_path):
+def test_processes_keep_every_record(tmp_path, find_timed):
     """8 processes, 2 conv find records + 2 store records each, started
     together (a barrier) on a fresh store, 5 times: all 16 + 16 kept."""
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
