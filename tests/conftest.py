@@ -47,29 +47,10 @@ def backend(request, monkeypatch):
     return request.param
 
 
-# the modules that take longest (seconds of a 2-core run, slowest first): run first,
-# so that the run ends on short tests that an idle xdist worker can take from the
-# other (a long test last kept one worker busy while the other had nothing left)
-HEAVY_FIRST = ("schedules/test_dynamo_backend.py", "schedules/test_torch_opinfo.py",
-               "tiramisu_py/test_fuzz_legality.py", "schedules/test_cuda_conv.py",
-               "schedules/test_schedules_conv.py", "schedules/test_rnn_training.py",
-               "schedules/test_convert_models.py", "codegen/cuda/test_cuda_runtime.py",
-               "docs/test_guide.py", "schedules/test_generated_code.py",
-               "schedules/test_paper_blocks.py", "schedules/test_schedules_gemm.py",
-               "schedules/test_low_precision_library.py", "codegen/cuda/test_cuda_simt.py",
-               "tiramisu_py/test_auto_schedule.py", "schedules/test_cuda_rnn.py",
-               "tiramisu_py/test_cache_security.py", "schedules/test_tuners.py",
-               "bench/test_bench_harness.py", "schedules/test_ddp_training.py")
-
-
 def pytest_collection_modifyitems(config, items):
-    """The longest modules first (:data:`HEAVY_FIRST`); the long fuzz runs
-    (tests marked ``fuzz``) run only when asked for: ``pytest -m fuzz`` or
-    ``TIRAMISU_PY_FUZZ=nightly``; otherwise they are deselected (their
-    CI-sized versions always run)."""
-    rank = {os.path.join(TESTS, m): k for k, m in enumerate(HEAVY_FIRST)}
-    order = {id(item): n for n, item in enumerate(items)}
-    items.sort(key=lambda item: (rank.get(str(item.path), len(rank)), order[id(item)]))
+    """The long fuzz runs (tests marked ``fuzz``) run only when asked for:
+    ``pytest -m fuzz`` or ``TIRAMISU_PY_FUZZ=nightly``; otherwise they are
+    deselected (their CI-sized versions always run)."""
     if "fuzz" in (config.option.markexpr or "") or os.environ.get("TIRAMISU_PY_FUZZ"):
         return
     long_runs = [item for item in items if item.get_closest_marker("fuzz")]
@@ -98,4 +79,3 @@ def pytest_runtest_setup(item):
 def find_timed(monkeypatch):
     """The library's find step as users have it: "auto" times its candidates."""
     monkeypatch.setenv("TIRAMISU_PY_FIND", "timed")
-
