@@ -146,9 +146,9 @@ def _child(job):
     """The measurements, in a process with the suite's thread count (torch or
     tiramisu_py imported before this module, as ``job["first"]`` says: :func:`run`)."""
     import torch
-    job = json.loads(job)
 
     from codegen import team
+    job = json.loads(job)
     torch.set_num_threads(job["threads"])
     cases = {k: v for k, v in _cases(job["quick"]).items()
              if not job.get("only") or any(o in k for o in job["only"])}

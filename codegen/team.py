@@ -80,12 +80,13 @@ _forced: list = []        # a test's stand-in for the free cores
 _missing: list = []       # when libgomp was last looked for and not found
 
 
-def _libgomp_loaded() -> bool:
+def _loaded_libgomp():
+    """This process's libgomp if something loaded it already, else None
+    (never loads it)."""
     try:
-        ctypes.CDLL(_LIBGOMP, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        return ctypes.CDLL(_LIBGOMP, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
     except OSError:
-        return False
-    return True
+        return None
 
 
 def bound_runtime_spin(environ=os.environ) -> str:
@@ -99,7 +100,7 @@ def bound_runtime_spin(environ=os.environ) -> str:
         return "user"
     if environ.get(ENV, "1") == "0" or not hasattr(os, "RTLD_NOLOAD"):
         return "off"
-    if _libgomp_loaded():
+    if _loaded_libgomp() is not None:
         return "default"
     environ["GOMP_SPINCOUNT"] = str(SPINCOUNT)
     return "bounded"
@@ -180,10 +181,10 @@ def _openmp():
     now = time.monotonic()
     if _missing and now - _missing[0] < INTERVAL:
         return None
+    lib = _loaded_libgomp()
     try:
-        lib = ctypes.CDLL(_LIBGOMP, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         get, put = lib.omp_get_max_threads, lib.omp_set_num_threads
-    except (OSError, AttributeError):
+    except AttributeError:                       # not loaded (None), or not an OpenMP runtime
         _missing[:] = [now]
         return None
     get.restype, put.argtypes, put.restype = ctypes.c_int, (ctypes.c_int,), None
