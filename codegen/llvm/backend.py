@@ -105,7 +105,7 @@ def make_key(source: str) -> str:
     h = host()
     hs = hashlib.sha256()
     for part in (FORMAT_VERSION, llvmlite.__version__, h.llvm_version, h.triple, h.cpu,
-                 h.features, source):
+                 h.features, *_OPTIONS, source):
         hs.update(part.encode())
         hs.update(b"\0\1\0")
     return hs.hexdigest()
@@ -191,14 +191,21 @@ def check_symbols(names, ll_path) -> None:
 
 
 # ------------------------------------------------------------------ build and load
-_OPTIONS = ("-force-ordered-reductions",)   # process-wide LLVM options (codegen.ordered)
+# process-wide LLVM options: in-order float reductions (codegen.ordered); the
+# full unroller's simulation of a loop's iterations (which loops fold away
+# once unrolled) only for loops of at most 6 iterations -- LLVM's 10 spent 5 s
+# of a 5.3 s build simulating the 8 x 8 tiles of a Winograd block, again after
+# each unrolling exposed the next loop (0.26 s at 6; the library's GEMM,
+# convolutions and the auto-scheduled kernels ran as fast, A/B interleaved)
+_OPTIONS = ("-force-ordered-reductions", "-unroll-max-iteration-count-to-analyze=6")
 _options_set = False
 
 
 def _set_options() -> None:
     """Sets :data:`_OPTIONS` once: in-order float reductions may be vectorised
     (the products in vector registers, the adds in program order; the loops where
-    that does not pay carry ``llvm.loop.vectorize.enable false``)."""
+    that does not pay carry ``llvm.loop.vectorize.enable false``); the full
+    unroller's analysis bounded."""
     global _options_set
     if not _options_set:
         for o in _OPTIONS:
