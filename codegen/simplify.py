@@ -472,6 +472,25 @@ def _monotone(e, var):
     return None
 
 
+def extremes(e, var, first, last):
+    """(least, greatest) of the integer expression ``e`` as ``var`` runs from
+    the expression ``first`` to ``last`` (``first <= last``), as IR: ``e`` at
+    the two ends, folded; None where ``e`` does not move one way with ``var``
+    (:func:`_monotone`)."""
+    sign = _monotone(e, var)
+    if sign is None:
+        return None
+    a, b = (_folded(_replaced(e, var, x)) for x in (first, last))
+    return (a, b) if sign >= 0 else (b, a)
+
+
+def _replaced(e, var, value):
+    """``e`` with ``var`` replaced by the expression ``value``."""
+    if isinstance(e, ir.Var) and e.name == var:
+        return value
+    return ir.with_children(e, [_replaced(k, var, value) for k in ir.expr_children(e)])
+
+
 def _folded(e):
     """``e`` with each integer sum's constants folded, inside divisions too."""
     e = ir.with_children(e, [_folded(k) for k in ir.expr_children(e)])

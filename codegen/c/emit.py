@@ -99,6 +99,7 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
         self.loop_depth = 0
         self.uses_status = False
         self.temps: dict = {}            # name -> ir.Allocate of the temporaries in scope
+        self.versioning: set = set()     # ids of the vector loops printed in two versions now
 
     def helper(self, name: str) -> str:
         self.helpers.setdefault(name, None)
@@ -340,6 +341,11 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
     def loop(self, s: ir.For, ind: int) -> None:
         check_name(s.var, "loop")
         step = ir.check_loop(s, "C backend")
+        if s.kind == "vector" and self.SPECULATE and id(s) not in self.versioning \
+                and not loops.nested(s.body):
+            found = self.speculation.interior(s)
+            if found:
+                return self.interior_version(s, ind, *found)
         if self.omp is None and not self.in_parallel and regions.stepped_loops(s):
             return self.region([s], ind)
         if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
@@ -391,6 +397,22 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
         self.out(ind, "}")
         if views:
             self.out(ind - 1, "}")
+
+    def interior_version(self, s: ir.For, ind: int, tests, lifted) -> None:
+        """The vector loop ``s`` twice (:meth:`Speculation.interior`): where
+        every lane's index lies inside its array, loads at the program's
+        indices (contiguous lanes); elsewhere at indices held to the extents."""
+        inside = " && ".join(f"{self.wrap(lo, P_REL + 1)} >= 0 && {self.wrap(hi, P_REL + 1)} <= {n - 1}"
+                             for lo, hi, n in tests)
+        self.versioning.add(id(s))
+        self.out(ind, f"if ({inside}) {{  /* every lane's read inside its array */")
+        restore = self.speculation.lifting(lifted)
+        self.loop(s, ind + 1)
+        restore()
+        self.out(ind, "} else {")
+        self.loop(s, ind + 1)
+        self.out(ind, "}")
+        self.versioning.discard(id(s))
 
     def unrolled(self, s: ir.For, ind: int) -> bool:
         """Unrolls in the source: one scoped copy of the body per iteration.

@@ -11,11 +11,19 @@ every guarded load is speculated this way keeps if-conversion, and its vector
 loops.  Only arrays the kernel never stores to, of constant shape (every
 extent at least 1), are read so.
 
+A held index that moves with a vector loop's variable (the column of a
+padded convolution's input, ``in[y][clamp(x + kx - 1)]``) makes the lanes'
+loads a gather; such a loop is versioned (:meth:`Speculation.interior`):
+where every lane's index lies inside the extent (the index at the loop's
+two ends, tested before it: the interior columns) the loop reads without
+holding that index, contiguous lanes, and only the border keeps the held
+one.
+
 This module imports nothing from ``tiramisu_py``."""
 from __future__ import annotations
 
 from .. import ir
-from ..simplify import interval
+from ..simplify import extremes, interval
 
 
 def readonly_shapes(fn: ir.LoweredFunction) -> dict:
@@ -56,6 +64,51 @@ class Speculation:
             ranges = {**ranges, s.var: (lo, None if hi is None else hi - 1)}
         for c in ir.stmt_children(s):
             self._walk(c, ranges)
+
+    def interior(self, s: ir.For):
+        """The vector loop ``s``'s held indices that move with its variable,
+        one way: ``(tests, lifted)``, ``tests`` [(least, greatest, extent)]
+        of each such index over the loop (IR), ``lifted`` the holds without
+        them ({load id: held}), to print where every test passes
+        (:meth:`lifting`); None where there is none."""
+        inner = {x.var for x in ir.walk_stmts(s.body) if isinstance(x, ir.For)} | \
+                {x.name for x in ir.walk_stmts(s.body) if isinstance(x, ir.Let)}
+        tests, lifted = [], {}
+        last = ir.binary("sub", s.hi, ir.const(1))
+        for x in ir.walk_stmts(s.body):
+            for e in (n for y in ir.stmt_exprs(x) for n in ir.walk_exprs(y)):
+                if not isinstance(e, ir.Select):
+                    continue
+                for load in (n for arm in (e.a, e.b) for n in _loads(arm)):
+                    held = lifted.get(id(load), self.held.get(id(load)))
+                    if held is None:
+                        continue
+                    now = list(held)
+                    for d, (i, h) in enumerate(zip(load.index, held)):
+                        names = ir.free_vars(i)
+                        if not h or s.var not in names or names & inner:
+                            continue
+                        ends = extremes(i, s.var, s.lo, last)
+                        if ends is not None:
+                            tests.append((*ends, self.readonly[load.array][d]))
+                            now[d] = False
+                    if tuple(now) != held:
+                        lifted[id(load)] = tuple(now)
+        return (tests, lifted) if tests else None
+
+    def lifting(self, lifted: dict):
+        """Prints with the holds ``lifted`` (:meth:`interior`) until the
+        returned function is called."""
+        saved = {k: self.held.get(k) for k in lifted}
+        self.held.update(lifted)
+
+        def restore():
+            for k, v in saved.items():
+                if v is None:
+                    self.held.pop(k, None)
+                else:
+                    self.held[k] = v
+        return restore
 
     def arms(self, e: ir.Select):
         """``e``'s arms to print, each load at its held indices; None where

@@ -95,6 +95,28 @@ def test_a_speculated_guarded_load_is_right_where_gcc_miscompiled_it():
         np.testing.assert_array_equal(k(d), np.pad(d, ((1, 1), (0, 0))))
 
 
+def test_a_column_held_in_a_vector_loop_is_read_unheld_inside():
+    """A padded input read along the vector loop (``in[y - 1][x - 1]``, a
+    3x3 convolution's tap): the column's hold would make the lanes a gather,
+    so the loop is printed twice, the version whose every lane is inside the
+    array reading the program's column (contiguous), the border's the held
+    one; the result is the padded array at every edge and size."""
+    for n, w in ((7, 6), (9, 40), (5, 33)):
+        f = tp.Function("padded_cols", params={"N": n, "W": w})
+        y, x = f.var("y", 0, n + 2), f.var("x", 0, w + 2)
+        data = f.input("data", ("N", "W"), tp.float32)
+        inside = (y >= 1) & (y < n + 1) & (x >= 1) & (x < w + 1)
+        f.computation("out", [y, x], tp.select(inside, data[y - 1, x - 1], 0.0))
+        f.computations["out"].vectorize("x", 16)
+        k = f.compile(target="cpu")
+        assert "every lane's read inside its array" in k.source
+        row = f"[tp_min_i64(tp_max_i64(y - 1, 0), {n - 1})]"
+        assert re.search(re.escape(f"data{row}[") + r"[^\]]*x\w* - 1\]", k.source), k.source
+        assert f"data{row}[tp_min_i64(tp_max_i64(" in k.source       # the border's
+        d = np.random.default_rng(n).standard_normal((n, w)).astype(np.float32)
+        np.testing.assert_array_equal(k(d), np.pad(d, 1))
+
+
 @pytest.mark.skipif(not X86, reason="counts x86 vector instructions (ymm/zmm registers)")
 def test_scheduled_softmax_is_vector_code_on_c():
     k = softmax().compile(target="cpu")
