@@ -6,6 +6,10 @@ examples/beyond_polybench.py), compiled by the default target, run three ways:
 
   tiramisu_py            the plain algorithm, no schedule
   tiramisu_py[auto]      after ``f.auto_schedule()``
+  tiramisu_py[auto+re]   after ``f.auto_schedule(reassociate=True)``, where
+                         the kernel has a reduction that it vectorises
+                         (softmax's row max and sum, the matrix-vector
+                         product's dot products: the peers reassociate them)
   tiramisu_py[library]   the operator library's call, where it has one
                          (``schedules.gemm``, ``schedules.conv2d``)
 
@@ -19,7 +23,8 @@ import numpy as np
 import tiramisu_py as tp
 from examples import beyond_polybench
 
-NAMES = ("tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[library]")
+NAMES = ("tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[auto+re]", "tiramisu_py[library]")
+REASSOCIATED = ("softmax", "bmv")          # the kernels auto_schedule(reassociate=True) changes
 F32 = tp.float32
 
 
@@ -73,11 +78,11 @@ def impls(kernel, s, arrays, opts):
     from bench.peers_kernels import empty_outputs
     outs = empty_outputs(kernel, s)
 
-    def compiled(auto):
+    def compiled(auto, reassociate=False):
         def make():
             f = build(kernel, s)
             if auto:
-                f.auto_schedule()
+                f.auto_schedule(reassociate=reassociate)
             k = f.compile()
             if kernel == "jacobi2d":
                 work = {n: a.copy() for n, a in arrays.items()}
@@ -94,6 +99,8 @@ def impls(kernel, s, arrays, opts):
             return lambda: (k(**arrays, **outs), outs)[1]
         return make
     out = {"tiramisu_py": compiled(False), "tiramisu_py[auto]": compiled(True)}
+    if kernel in REASSOCIATED:
+        out["tiramisu_py[auto+re]"] = compiled(True, reassociate=True)
     if kernel in ("gemm", "conv2d"):
         out["tiramisu_py[library]"] = lambda: _library(kernel, arrays)
     return out

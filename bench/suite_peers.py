@@ -35,8 +35,9 @@ each implementation runs 0.1 s of calls at least, their median); the table
 gives the median over rounds.  Both processes get ``--threads`` threads
 (default: the host's cores) through OMP_NUM_THREADS, HL_NUM_THREADS,
 TVM_NUM_THREADS and torch, and ``OMP_WAIT_POLICY=passive`` unless it is set.
-The last line of each kernel compares ``tiramisu_py[auto]`` with the best
-peer (normalised; > 1: ours is faster).  The load average before and after
+The last lines of each kernel compare ``tiramisu_py[auto]`` (and
+``tiramisu_py[auto+re]``, ``auto_schedule(reassociate=True)``, where the
+kernel has it) with the best peer (normalised; > 1: ours is faster).  The load average before and after
 is printed: on a shared host, numbers taken while it was busy say little.
 """
 from __future__ import annotations
@@ -53,6 +54,8 @@ from bench import harness, peers_kernels as pk
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS_ENV = "TIRAMISU_PY_PEERS_PYTHON"
 AUTO = "tiramisu_py[auto]"
+# the rows compared with the best peer: the JSON key of each comparison
+VERSUS = {"auto_vs_best_peer": AUTO, "reassociated_vs_best_peer": "tiramisu_py[auto+re]"}
 
 
 def add_arguments(p):
@@ -183,10 +186,12 @@ def _kernel(procs, kernel, quick, opts, rounds):
             out["impls"][impl if impl != pk.TORCH else f"torch ({p.side})"] = row
     peers = {k: v for k, v in out["impls"].items() if v["process"] == "peers"
              and not k.startswith("torch")}
-    if AUTO in out["impls"] and peers:
+    if peers:
         best = min(peers, key=lambda k: peers[k]["normalised_s"])
-        out["auto_vs_best_peer"] = {"peer": best, "speedup": peers[best]["normalised_s"]
-                                    / out["impls"][AUTO]["normalised_s"]}
+        for key, impl in VERSUS.items():
+            if impl in out["impls"]:
+                out[key] = {"peer": best, "speedup": peers[best]["normalised_s"]
+                            / out["impls"][impl]["normalised_s"]}
     return out
 
 
@@ -207,10 +212,11 @@ def format_kernel(k) -> str:
                      f"{r['prep_s']:7.1f}")
     for impl, why in k["skipped"].items():
         lines.append(f"  {impl:24} skipped: {why}")
-    if "auto_vs_best_peer" in k:
-        v = k["auto_vs_best_peer"]
-        lines.append(f"  {AUTO} vs the best peer ({v['peer']}): {v['speedup']:.2f}x "
-                     f"({'faster' if v['speedup'] >= 1 else 'slower'})")
+    for key, impl in VERSUS.items():
+        if key in k:
+            v = k[key]
+            lines.append(f"  {impl} vs the best peer ({v['peer']}): {v['speedup']:.2f}x "
+                         f"({'faster' if v['speedup'] >= 1 else 'slower'})")
     return "\n".join(lines)
 
 

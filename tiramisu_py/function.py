@@ -55,7 +55,7 @@ class Function(program.Function):
         (:mod:`tiramisu_py.commands.band`)."""
         return _tile_band(self, statements, loops, sizes, names)
 
-    def auto_schedule(self, target=None, budget=None):
+    def auto_schedule(self, target=None, budget=None, reassociate=False):
         """Chooses and applies a legal schedule from the exact dependences
         (fusion, permutable bands made by shift and skew then tiled with
         sizes from the host's caches, outer or wavefront parallelism, the
@@ -64,9 +64,13 @@ class Function(program.Function):
         ``print("\\n".join(map(str, f.auto_schedule())))`` is a schedule to
         paste.  Commands given before are kept (a group of statements a
         command touches only gets the missing parallel/vector tags).
-        ``budget``: seconds of search (default 5)
+        ``budget``: seconds of search (default 5).  ``reassociate=True``
+        lets it reorder the sums of every reduction (a row's sum, a dot
+        product vectorised with partial sums in the lanes: results then
+        differ from the program order's by rounding); without it only the
+        reductions given ``allow_reassociation()`` before are
         (:mod:`tiramisu_py.driver.auto_schedule`)."""
-        return _auto_schedule(self, target, budget)
+        return _auto_schedule(self, target, budget, reassociate=reassociate)
 
     def explain(self, file=None) -> str:
         """Prints (and returns) the dependences in words and, for each loop of

@@ -383,20 +383,24 @@ def test_operand_read_along_the_other_index_is_packed_for_the_register_block():
 
 
 def test_reuse_that_fits_in_cache_untiled_is_not_tiled():
-    """A batched matrix-vector product reuses x[b, j] across i; with its sizes
-    known and x (32 x 512 float64, 128 KB) within a quarter of the L2, that
-    reuse needs no tiles: the band stays whole (rows streamed), b parallel.
-    With a larger x (a quarter of the L2 exceeded) it is tiled."""
+    """A batched matrix-vector product reuses x[b, j] across i: one row of x
+    between two uses.  With its sizes known and that row within a quarter of
+    the L2 the reuse needs no tiles, however large x is (512 rows of 256
+    float32: 512 KB), the band stays whole (rows streamed), b parallel, and
+    its rows run as a dot product's (8 jammed inside j, each in the
+    program's order).  With a row beyond a quarter of the L2 it is tiled."""
     from examples.beyond_polybench import KERNELS
     from codegen import target
     k = KERNELS["batched_mv"]
     l2 = target.cache_sizes().get((2, "Unified"), 1 << 20)
-    small = dict(NB=32, N=256, M=l2 // 4 // 8 // 32)
-    large = dict(NB=32, N=256, M=l2 // 8)
-    steps = [str(s) for s in k.build(small).auto_schedule()]
-    assert not any(".tile(" in s for s in steps), steps
-    assert "f.computations['y'].update.parallelize('b')" in steps
-    steps = [str(s) for s in k.build(large).auto_schedule()]
+    upd = "f.computations['y'].update"
+    for small in (dict(NB=32, N=256, M=l2 // 4 // 8 // 32), dict(NB=512, N=256, M=256)):
+        steps = [str(s) for s in k.build(small).auto_schedule()]
+        assert not any(".tile(" in s for s in steps), steps
+        for want in (f"{upd}.parallelize('b')", f"{upd}.split('i', 8)",
+                     f"{upd}.reorder('j', 'i1')", f"{upd}.unroll('i1')"):
+            assert want in steps, (want, steps)
+    steps = [str(s) for s in k.build(dict(NB=32, N=256, M=l2 // 8)).auto_schedule()]
     assert any(".tile(" in s for s in steps), steps
 
 
@@ -477,3 +481,44 @@ def test_parallel_loop_holds_iterations_for_every_core(monkeypatch):
     tune.apply_record(h, {"steps": [{"stmt": s.stmt, "verb": s.verb, "args": list(s.args),
                                      "kwargs": s.kwargs} for s in steps]})
     assert h.schedule_commands() == f.schedule_commands()
+
+
+def test_reassociation_allowed_vectorises_the_reductions_and_keeps_fusion():
+    """``reassociate=True``: a reduction whose innermost loop is one of its
+    reduction loops, read contiguously along it, is vectorised with partial
+    sums in the lanes (a batched matrix-vector product's ``j``; softmax's
+    row max and row sum) instead of running as jammed rows; softmax's nests
+    stay fused in ``i``.  ``allow_reassociation()`` given to a reduction
+    before gives it the same and leaves its group to the search.  Results
+    equal NumPy's within float rounding; the printed commands replay."""
+    from examples.beyond_polybench import build_batched_mv, build_softmax
+    s = dict(NB=4, N=32, M=64)
+    steps = [str(x) for x in build_batched_mv(s).auto_schedule(reassociate=True)]
+    upd = "f.computations['y'].update"
+    assert f"{upd}.vectorize('j', 8, allow_reassociation=True)" in steps \
+        or f"{upd}.vectorize('j', 16, allow_reassociation=True)" in steps, steps
+    assert not any(f"{upd}.split('i', 8)" == x for x in steps)        # not jammed
+    given = build_batched_mv(s)
+    given.computations["y"].update.allow_reassociation()
+    assert [str(x) for x in given.auto_schedule()] == steps
+    rng = np.random.default_rng(0)
+    A, x = rng.standard_normal((4, 32, 64)), rng.standard_normal((4, 64))
+    np.testing.assert_allclose(given.compile()(A=A, x=x), np.einsum("bij,bj->bi", A, x),
+                               rtol=1e-12, atol=1e-12)
+    replay = build_batched_mv(s)
+    for cmd in steps:
+        exec(cmd, {"f": replay})
+    auto = build_batched_mv(s)
+    auto.auto_schedule(reassociate=True)
+    assert replay.compile().source == auto.compile().source
+    f = build_softmax(dict(N=16, M=64))
+    steps = [str(x) for x in f.auto_schedule(reassociate=True)]
+    for stmt in ("mx", "s"):
+        assert any(x.startswith(f"f.computations['{stmt}'].update.vectorize('j',")
+                   and x.endswith("allow_reassociation=True)") for x in steps), steps
+    assert "f.computations['out'].after(f.computations['s'].update, 'i')" in steps
+    X = rng.standard_normal((16, 64))
+    e = np.exp(X - X.max(1, keepdims=True))
+    np.testing.assert_allclose(f.compile()(X=X), e / e.sum(1, keepdims=True), rtol=1e-12)
+    with pytest.raises(TypeError, match="reassociate must be True or False"):
+        build_softmax(dict(N=16, M=64)).auto_schedule(reassociate="yes")

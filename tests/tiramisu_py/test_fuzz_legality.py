@@ -320,9 +320,10 @@ def run_kernel(p, kernel, runs, what, text):
                           f"(max err {np.abs(outs[b] - expect[b]).max()}):\n{text}")
 
 
-def run_auto_case(p, cmds, params):
+def run_auto_case(p, cmds, params, reassociate=False):
     """Per target, on a fresh copy of ``p`` with ``cmds`` (dropped if
-    illegal): ``auto_schedule(target)``, whose kernel computes the reference,
+    illegal): ``auto_schedule(target, reassociate)`` (reassociated sums: the
+    reference within the comparison's tolerance), whose kernel computes the reference,
     and whose printed steps replayed on another fresh copy give the same
     code.  (A schedule is made for its target: the C target's round-robin
     ``schedule="static", chunk=1`` is refused by the LLVM backend.)  A
@@ -353,9 +354,10 @@ def run_auto_case(p, cmds, params):
     runs = [(params, arrays, interpret(p, params, arrays))]
     for target in TARGETS:
         f = fresh(cmds)
-        steps = f.auto_schedule(target=target)
+        steps = f.auto_schedule(target=target, reassociate=reassociate)
         printed = "\n".join(map(str, steps))
-        case = text.replace("kernel = f.compile()", f"# f.auto_schedule(target={target!r}):\n"
+        case = text.replace("kernel = f.compile()", f"# f.auto_schedule(target={target!r}, "
+                            f"reassociate={reassociate}):\n"
                             + printed + f"\nkernel = f.compile({target!r})")
         COUNTS["auto_steps"] += len(steps)
         g = fresh(cmds)
@@ -418,9 +420,11 @@ def legality_case(data):
 def auto_case(data):
     p, params, f, ns, cmds = draw_case(data, 2, COUNTS)
     cmds = cmds[:data.draw(st.integers(0, len(cmds)), label="user commands kept")]
-    CURRENT[0] = repro(p, cmds, params) + "# then f.auto_schedule(target) per target\n"
+    reassociate = data.draw(st.booleans(), label="reassociate")
+    CURRENT[0] = repro(p, cmds, params) + \
+        f"# then f.auto_schedule(target, reassociate={reassociate}) per target\n"
     note(CURRENT[0])
-    run_auto_case(p, cmds, params)
+    run_auto_case(p, cmds, params, reassociate)
 
 
 test_fuzz_legality = _fuzz(legality_case, EXAMPLES)

@@ -193,7 +193,7 @@ class PointLoops:
         bit for bit), so the element stays in a register instead of being
         loaded and stored at every step (a C compiler cannot keep it there
         when it cannot prove the arrays apart, e.g. in an OpenMP region)."""
-        if self.out_of_time() or stmt not in self.deps.reductions:
+        if self.out_of_time() or stmt not in self.deps.reductions or stmt in self.lane_sums:
             return
         if space.has_data_dependent_loop(self.model, stmt):
             return                      # data-dependent bounds: left as written
@@ -205,6 +205,42 @@ class PointLoops:
             if self.attempt([self.step(stmt, "accumulate_locally", loops[k])]):
                 return
 
+    def vector_reduction_loop(self, stmt):
+        """The innermost loop of ``stmt``, a reduction the user allows to
+        reassociate (``reassociate=True``, or its ``allow_reassociation()``),
+        when that loop is one of its reduction loops (the element leaves it
+        out), untagged, every read contiguous or invariant along it and at
+        least the lanes long (sizes known); else None."""
+        if not self.opt["vectorize"] or stmt not in self.deps.reductions \
+                or not (self.opt["reassociate"] or stmt in self.reassociable) \
+                or space.has_data_dependent_loop(self.model, stmt):
+            return None
+        st = self.state()[stmt]
+        names = _names(st)
+        if not names or st.tags.get(names[-1]):
+            return None
+        red = root = names[-1]
+        own = {v.name for v in self.model.by_name[stmt].vars}
+        while root not in own and root[-1:] in ("0", "1"):
+            root = root[:-1]                    # a split's part (j1): its loop's name
+        if any(root in vs or red in vs for vs in space.written_vars(self.model, stmt)) \
+                or space.strided_reads(self.model, stmt, root):
+            return None
+        ext = extent_of(self.f, stmt, red)
+        return red if ext is None or ext >= self.lanes(stmt) else None
+
+    def reduction_vector(self, stmt):
+        """A reduction allowed to reassociate, vectorised along its innermost
+        reduction loop (:meth:`vector_reduction_loop`: a row's sum, a dot
+        product's ``j``): partial sums in the lanes, combined after the loop
+        (``vectorize(..., allow_reassociation=True)``).  True if kept."""
+        red = self.vector_reduction_loop(stmt)
+        if red is None or not self.attempt(
+                [self.step(stmt, "vectorize", red, self.lanes(stmt), allow_reassociation=True)]):
+            return False
+        self.lane_sums.add(stmt)        # its sums are in vector registers: no local copy
+        return True
+
     # -- point loops --------------------------------------------------------
     def point_loops(self, stmt, move=True, vector=True, before=(), after=()):
         """The stride-1 loop innermost and vectorised (the loop around it
@@ -215,7 +251,7 @@ class PointLoops:
         at the loop above the moved ones; ``after``: the statements that
         follow it, placed after it there too when the order needs it (a
         reduction's finishing statements)."""
-        if self.out_of_time():
+        if self.out_of_time() or (vector and self.reduction_vector(stmt)):
             return
         var = space.stride_one_var(self.model, stmt)
         st = self.state()[stmt]

@@ -64,8 +64,14 @@ schedule; otherwise it is undone.  Sizes fixed at declaration feed a small
 cost model (a time band whose space fits in cache, or whose space tiles
 would be small, is not time-tiled; a loop
 with too little work per run is not parallelised); free sizes are assumed
-large.  Reductions are never reassociated (results
-stay bit-identical to the program order).  A group that any user command
+large.  Reductions are reassociated only where the user allows it
+(``auto_schedule(reassociate=True)``, or ``allow_reassociation()`` given to
+the reduction before, which leaves its group to the search): such a
+reduction whose innermost loop is one of its reduction loops, read
+contiguously or not at all along it (a row's sum, a dot product's ``j``),
+gets that loop vectorised with partial sums in the lanes
+(:meth:`PointLoops.reduction_vector`) instead of jammed rows; elsewhere results
+stay bit-identical to the program order.  A group that any user command
 already touches is kept as given; the auto-scheduler only adds its
 parallel and vector tags where none is (it completes a partial schedule and
 replaces nothing).  ``budget`` (seconds, default :data:`DEFAULT_BUDGET`)
@@ -112,17 +118,22 @@ class AutoScheduler(PointLoops):
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
     non-time band loop, instead of the cache rule), ``time_tile``,
     ``vectorize``, ``unroll``, ``fuse`` (bools), ``schedule`` (the parallel
-    loops' OpenMP schedule, C target only)."""
+    loops' OpenMP schedule, C target only), ``reassociate`` (every
+    reduction may be reassociated: :meth:`PointLoops.reduction_vector`)."""
 
     def __init__(self, f, target="cpu", budget=None, options=None):
         self.f, self.target = f, target
         self.deadline = time.perf_counter() + (DEFAULT_BUDGET if budget is None else budget)
         self.opt = {"tile": None, "time_tile": TIME_TILE, "vectorize": True, "unroll": True,
-                    "fuse": True, "schedule": None}
+                    "fuse": True, "schedule": None, "reassociate": False}
         self.opt.update(options or {})
         self.model, self.deps, _ = legality.analyse(f)
         self.applied = Applied()
-        self.touched = {c.stmt for c in f._commands}
+        # a reduction the user allowed to reassociate (``allow_reassociation()``
+        # alone) is not a schedule given: its group is still scheduled
+        self.touched = {c.stmt for c in f._commands if c.op != "allow_reassociation"}
+        self.reassociable = {c.stmt for c in f._commands if c.op == "allow_reassociation"}
+        self.lane_sums = set()          # reductions vectorised with partial sums in the lanes
         self.tile_of = {}               # statement -> {band loop: tile size}
         self.pinned = set()             # loops a later step names (not collapsed)
 
@@ -257,7 +268,7 @@ class AutoScheduler(PointLoops):
                 tiled = self.tile_band(names, band, time_loop=carried,
                                        block=None if carried else block)
         if not tiled and band:
-            self.jam_rows(names, band[0])
+            self.jam_rows(names, band)
         if tiled and block and block["pack"]:
             self.pinned.add(block["col"] + "0")      # the packed copies' loop
         par = self.parallelize(names, [n + "0" for n in band] if tiled
@@ -505,30 +516,39 @@ class AutoScheduler(PointLoops):
         ext = extent_of(self.f, stmt, loop)
         return None if ext is not None and ext < 2 * size * host.cores() else size
 
-    def jam_rows(self, names, loop):
+    def jam_rows(self, names, band):
         """Rows of a dot product, ``x[i] += A[i][j] * y[j]`` over ``i, j``
-        (the element's one index ``i``, the group's one shared loop; ``j``
-        the reduction, not vectorised: that would reassociate it):
-        :data:`JAM_ROWS` rows at a time, unrolled inside ``j`` (that many
-        independent chains of multiply-adds instead of one, each in the
-        program's order); the group split by the same blocks of ``loop``,
-        its statements one after the other in a block.  True if kept."""
+        (the element indexed by every loop of the group's ``band`` but its
+        reduction ``j``, innermost; ``y[b][i] += A[b][i][j] * x[b][j]`` over
+        ``b, i, j`` too), ``j`` not vectorised (that would reassociate it):
+        :data:`JAM_ROWS` rows of the band's last loop at a time, unrolled
+        inside ``j`` (that many independent chains of multiply-adds instead
+        of one, each in the program's order); the group split by the same
+        blocks of that loop, its statements one after the other in a block.
+        True if kept."""
         st = self.state()
-        ext = extent_of(self.f, names[0], loop)
-        if not self.opt["unroll"] or (ext is not None and ext < 2 * JAM_ROWS) \
-                or not all(_names(st[n])[:1] == [loop] for n in names):
+        rows = [n for n in names if n in self.deps.reductions and not st[n].tags
+                and self.vector_reduction_loop(n) is None       # reassociated instead
+                and 2 <= len(st[n].loops) <= len(band) + 1
+                and _names(st[n])[:-1] == band[:len(st[n].loops) - 1]
+                and space.written_vars(self.model, n) == [[x] for x in _names(st[n])[:-1]]]
+        if not rows or not self.opt["unroll"]:
             return False
-        rows = [n for n in names if n in self.deps.reductions and len(st[n].loops) == 2
-                and space.written_vars(self.model, n) == [[loop]]
-                and space.strided_reads(self.model, n, loop)   # else: rows in lanes
-                and not st[n].tags]
+        lead = _names(st[rows[0]])[:-1]
+        loop = lead[-1]
+        ext = extent_of(self.f, names[0], loop)
+        if (ext is not None and ext < 2 * JAM_ROWS) \
+                or not all(_names(st[n])[:len(lead)] == lead for n in names):
+            return False
+        rows = [n for n in rows if _names(st[n])[:-1] == lead
+                and space.strided_reads(self.model, n, loop)]   # else: rows in lanes
         if not rows:
             return False
         steps = [self.step(n, "split", loop, JAM_ROWS) for n in names]
         steps += [self.step(n, "after", _StmtRef(self.f, p), loop + "0")
                   for p, n in zip(names, names[1:])]
         for n in rows:
-            inner = _names(st[n])[1]
+            inner = _names(st[n])[-1]
             steps += [self.step(n, "reorder", inner, loop + "1"),
                       self.step(n, "unroll", loop + "1")]
         return self.attempt(steps)
@@ -588,10 +608,15 @@ class AutoScheduler(PointLoops):
         (:func:`~tiramisu_py.analysis.schedule_space.reuse_reads`), not
         counting one whose whole footprint (known sizes: the extents of the
         loops in its index) fits in a quarter of the L2: its elements stay in
-        cache untiled (a batched matrix-vector product's x rows)."""
-        st_loops = set(_names(self.state()[stmt]))
+        cache untiled (a batched matrix-vector product's x rows: one row
+        between two uses)."""
+        order = _names(self.state()[stmt])
         for a, used in space.reuse_reads(self.model, stmt, loops):
-            n = self.extents(stmt, sorted(used & st_loops))
+            # the elements read between two uses of one: the index's loops
+            # inside the outermost loop it leaves out (``x[b][j]`` over
+            # ``b, i, j``: one row of ``j``, reused across ``i``)
+            skip = min(order.index(lp) for lp in loops if lp not in used and lp in order)
+            n = self.extents(stmt, [lp for lp in order[skip:] if lp in used])
             if n is None or n * max(1, a.buffer.dtype.bits // 8) > _l2() // 4:
                 return True
         return False
@@ -633,8 +658,12 @@ def _factor_choices(m):
     return sorted(itertools.product((0, 1, 2), repeat=m), key=lambda c: (sum(c), [-x for x in c]))
 
 
-def auto_schedule(f, target=None, budget=None, options=None):
-    """Runs the search (module doc); returns the list of :class:`Step`."""
+def auto_schedule(f, target=None, budget=None, options=None, reassociate=False):
+    """Runs the search (module doc); returns the list of :class:`Step`.
+    ``reassociate``: every reduction may be reassociated (as each one given
+    ``allow_reassociation()`` before)."""
+    if not isinstance(reassociate, bool):
+        raise TypeError(f"auto_schedule: reassociate must be True or False, not {reassociate!r}")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
                                or budget <= 0):
         raise ValueError(f"auto_schedule: budget must be a positive number of seconds, "
@@ -647,6 +676,8 @@ def auto_schedule(f, target=None, budget=None, options=None):
         target = default_target()
         target = target if target in ("cpu", "c", "llvm") else "cpu"
     opts = dict(options or {})
+    if reassociate:
+        opts["reassociate"] = True
     if target == "llvm":
         opts["schedule"] = None          # the LLVM backend deals static chunks only
     return AutoScheduler(f, target, budget, opts).run()
