@@ -59,7 +59,8 @@ def test_the_signatures_users_call():
 
 def test_the_scheduling_signatures_of_issue_29():
     sig = lambda f: list(inspect.signature(f).parameters)       # noqa: E731
-    assert sig(tp.Function.auto_schedule) == ["self", "target", "budget"]
+    # issue 55 named reassociate=True
+    assert sig(tp.Function.auto_schedule) == ["self", "target", "budget", "reassociate"]
     assert sig(tp.tune)[:4] == ["f", "space", "budget", "params"]
     assert sig(tp.Function.tile_band)[:4] == ["self", "statements", "loops", "sizes"]
     assert sig(tp.Computation.parallelize)[:5] == ["self", "loop", "allow_reassociation",
