@@ -606,8 +606,9 @@ class AutoScheduler(PointLoops):
     def reuse_needs_tiles(self, stmt, loops):
         """Whether a read reuses elements across ``loops``
         (:func:`~tiramisu_py.analysis.schedule_space.reuse_reads`), not
-        counting one whose whole footprint (known sizes: the extents of the
-        loops in its index) fits in a quarter of the L2: its elements stay in
+        counting one whose footprint between two uses (known sizes: the
+        extents of the loops in its index inside the outermost loop it leaves
+        out) fits in a quarter of the L2: its elements stay in
         cache untiled (a batched matrix-vector product's x rows: one row
         between two uses)."""
         order = _names(self.state()[stmt])
@@ -615,7 +616,8 @@ class AutoScheduler(PointLoops):
             # the elements read between two uses of one: the index's loops
             # inside the outermost loop it leaves out (``x[b][j]`` over
             # ``b, i, j``: one row of ``j``, reused across ``i``)
-            skip = min(order.index(lp) for lp in loops if lp not in used and lp in order)
+            skip = min((order.index(lp) for lp in loops if lp not in used and lp in order),
+                       default=0)
             n = self.extents(stmt, [lp for lp in order[skip:] if lp in used])
             if n is None or n * max(1, a.buffer.dtype.bits // 8) > _l2() // 4:
                 return True
