@@ -480,15 +480,8 @@ def extremes(e, var, first, last):
     sign = _monotone(e, var)
     if sign is None:
         return None
-    a, b = (_folded(_replaced(e, var, x)) for x in (first, last))
+    a, b = (_folded(_substitute(e, var, x)) for x in (first, last))
     return (a, b) if sign >= 0 else (b, a)
-
-
-def _replaced(e, var, value):
-    """``e`` with ``var`` replaced by the expression ``value``."""
-    if isinstance(e, ir.Var) and e.name == var:
-        return value
-    return ir.with_children(e, [_replaced(k, var, value) for k in ir.expr_children(e)])
 
 
 def _folded(e):
@@ -501,9 +494,10 @@ def _folded(e):
 
 
 def _substitute(e, var, value):
-    """``e`` with ``var`` replaced by the constant ``value``."""
+    """``e`` with ``var`` replaced by ``value``: an IR expression, or an int
+    (a constant of the variable's type)."""
     if isinstance(e, ir.Var) and e.name == var:
-        return ir.Const(value, e.dtype)
+        return value if isinstance(value, ir.Expr) else ir.Const(value, e.dtype)
     return ir.with_children(e, [_substitute(k, var, value) for k in ir.expr_children(e)])
 
 
