@@ -6,6 +6,8 @@ local accumulation of a reduction.  A mixin of
 ``state``, ``step``, ``lanes``, ``model``, ``deps``, ``opt``)."""
 from __future__ import annotations
 
+import re
+
 import islpy as isl
 
 from codegen import target as host
@@ -219,11 +221,15 @@ class PointLoops:
         names = _names(st)
         if not names or st.tags.get(names[-1]):
             return None
-        red = root = names[-1]
-        own = {v.name for v in self.model.by_name[stmt].vars}
-        while root not in own and root[-1:] in ("0", "1"):
-            root = root[:-1]                    # a split's part (j1): its loop's name
-        if any(root in vs or red in vs for vs in space.written_vars(self.model, stmt)) \
+        red = names[-1]
+        # the statement's loop variable the loop runs over (a split's part j1:
+        # "((j) mod 16)"); none or several (a collapsed loop): not a reduction loop
+        over = {v.name for v in self.model.by_name[stmt].vars
+                if re.search(rf"\b{re.escape(v.name)}\b", st.loops[-1].expr)}
+        if len(over) != 1:
+            return None
+        root = over.pop()
+        if any(root in vs for vs in space.written_vars(self.model, stmt)) \
                 or space.strided_reads(self.model, stmt, root):
             return None
         ext = extent_of(self.f, stmt, red)
