@@ -404,17 +404,23 @@ def test_reuse_that_fits_in_cache_untiled_is_not_tiled():
     assert any(".tile(" in s for s in steps), steps
 
 
-def batched_conv(N=2, CO=16, CI=16, H=32, W=32):
-    """A 3x3 convolution over a batch of N images, sizes fixed, float64."""
+def batched_conv(N=2, CO=16, CI=16, H=32, W=32, padded=False):
+    """A 3x3 convolution over a batch of N images, sizes fixed, float64
+    (``padded``: zero padding 1, written as a select)."""
     import tiramisu_py as tp
     f = tp.Function("bconv", params=dict(N=N, CO=CO, CI=CI, H=H, W=W))
     n, o, c = f.var("n", 0, "N"), f.var("o", 0, "CO"), f.var("c", 0, "CI")
-    y, x = f.var("y", 0, "H - 2"), f.var("x", 0, "W - 2")
+    y, x = f.var("y", 0, "H" if padded else "H - 2"), f.var("x", 0, "W" if padded else "W - 2")
     ky, kx = f.var("ky", 0, 3), f.var("kx", 0, 3)
     inp = f.input("inp", ("N", "CI", "H", "W"), tp.float64)
     w = f.input("w", ("CO", "CI", 3, 3), tp.float64)
     out = f.computation("out", [n, o, y, x], 0.0, dtype=tp.float64)
-    out[n, o, y, x] += w[o, c, ky, kx] * inp[n, c, y + ky, x + kx]
+    if padded:
+        iy, ix = y + ky - 1, x + kx - 1
+        inside = (iy >= 0) & (iy < f.param("H")) & (ix >= 0) & (ix < f.param("W"))
+        out[n, o, y, x] += w[o, c, ky, kx] * tp.select(inside, inp[n, c, iy, ix], 0.0)
+    else:
+        out[n, o, y, x] += w[o, c, ky, kx] * inp[n, c, y + ky, x + kx]
     return f
 
 
@@ -478,6 +484,44 @@ def test_parallel_loop_holds_iterations_for_every_core(monkeypatch):
     assert g.compile().source == f.compile().source
     from tiramisu_py.driver import tune            # tune's records hold the steps as data
     h = batched_conv()
+    tune.apply_record(h, {"steps": [{"stmt": s.stmt, "verb": s.verb, "args": list(s.args),
+                                     "kwargs": s.kwargs} for s in steps]})
+    assert h.schedule_commands() == f.schedule_commands()
+
+
+def test_zero_padding_is_copied_per_tile_and_the_block_loses_its_guard(monkeypatch):
+    """A convolution whose padding is a select: the register block takes 4
+    rows (as unguarded) and the guarded input is copied with its padding
+    (``cache_at(..., tile=True)``: a tile buffer, its rows vectorised) at
+    the outermost loop inside the parallel one whose footprint fits half of
+    L2; the consumer reads it unguarded; the printed steps replay, also as
+    a tuning record; the result is the padded convolution's."""
+    from codegen import target
+    from tiramisu_py.driver import tune
+    monkeypatch.setattr(target, "cores", lambda: 2)
+    monkeypatch.setattr(target, "vector_bits", lambda: 512)
+    monkeypatch.setattr(target, "cache_sizes", lambda: {(2, "Unified"): 1 << 20})
+    f = batched_conv(padded=True)
+    steps = f.auto_schedule()
+    text = [str(s) for s in steps]
+    upd, copy = "f.computations['out'].update", "f.computations['out_update_inp_padded']"
+    assert f"{upd}.split('o1', 4)" in text
+    assert text[-2:] == [f"{upd}.cache_at('inp[n, c, ((y + ky) - 1), ((x + kx) - 1)]', 'x0', "
+                         "name='out_update_inp_padded', tile=True)",
+                         f"{copy}.vectorize('out_update_inp_padded_3', 8)"], text
+    assert [int(d.value) for d in f.buffers["out_update_inp_padded_tile"].shape] == [2, 16, 10, 34]
+    assert "select" not in repr(f.computations["out"].update.value)
+    rng = np.random.default_rng(4)
+    inp, w = rng.standard_normal((2, 16, 32, 32)), rng.standard_normal((16, 16, 3, 3))
+    p = np.pad(inp, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = sum(np.einsum("oc,ncyx->noyx", w[:, :, a, b], p[:, :, a:a + 32, b:b + 32])
+               for a in range(3) for b in range(3))
+    for backend in ("c", "llvm"):
+        np.testing.assert_allclose(f.compile(backend)(inp=inp, w=w), want, rtol=1e-12, atol=1e-12)
+    g = batched_conv(padded=True)
+    exec("\n".join(text), {"f": g})
+    assert g.compile().source == f.compile().source
+    h = batched_conv(padded=True)
     tune.apply_record(h, {"steps": [{"stmt": s.stmt, "verb": s.verb, "args": list(s.args),
                                      "kwargs": s.kwargs} for s in steps]})
     assert h.schedule_commands() == f.schedule_commands()

@@ -13,7 +13,7 @@ from ..lang.program import Buffer, Computation, check_name
 from ..lang.schedule import (MAX_UNROLL, OMP_SCHEDULES, TAG_OPS, Command, apply,
                              attaching_command, check_unroll, loop_name, replay)
 from .atomic import all_or_nothing_call, atomic
-from .copies import access_named, make_copy, writers_in_root_item
+from .copies import access_named, make_copy, store_in_tile, writers_in_root_item
 from .gpu_copies import cache_local, cache_shared
 from .gpu_pipeline import pipeline
 from .state import extent_of, model_of, range_of, state_of
@@ -369,7 +369,7 @@ class Schedulable:
 
     @provenance.command
     @atomic
-    def cache_at(self, source, loop, name=None):
+    def cache_at(self, source, loop, name=None, tile=False):
         """Array packing: a copy of the part of ``source`` (an input, a buffer
         or a computation) that one iteration of this statement's ``loop``
         reads, made just before it, inside that loop; this statement then reads
@@ -377,13 +377,21 @@ class Schedulable:
         (``A[j, k]``, written with the statement's loops, or as the string
         ``"A[j, k]"``) copies only what the reads written so touch, the
         others keep reading ``A`` (syrk's ``A[i, k] * A[j, k]``: one
-        operand packed).  Returns the copy (a computation): ``store_in`` it to choose
-        its layout (e.g. a small contiguous tile buffer, reused per iteration).
+        operand packed).  Reads of an array guarded by their own bounds
+        (``select(inside, inp[n, c, y + ky - 1, x + kx - 1], 0.0)``: zero
+        padding) get a padded copy: it reaches as far past the edges as the
+        reads do, holds the guard's constant there, and the guard goes.
+        Returns the copy (a computation): ``store_in`` it to choose
+        its layout, or ``tile=True``: a buffer ``<name>_tile`` the size of one
+        iteration's footprint, reused by every iteration (a dimension the
+        footprint does not cover whole indexed modulo its width).
         ``source`` must not be written inside the loop nest of this statement.
         Like ``cache_shared`` and ``cache_local``, atomic: refused, it leaves
         the Function unchanged; ``f.undo()`` removes the copy too
         (:mod:`tiramisu_py.commands.atomic`)."""
         f = self.function
+        if not isinstance(tile, bool):
+            raise TypeError(f"{self.name}.cache_at: tile must be a bool, not {type(tile).__name__}")
         access = None
         if isinstance(source, (str, Access)):
             # the statement's own read written so (an Access compares by its text)
@@ -400,7 +408,10 @@ class Schedulable:
             raise ValueError(f"{self.name}.cache_at({source.name}): {', '.join(writers)} writes "
                              f"{source.name!r} in the same loop nest, so a copy made before it "
                              "would be stale")
-        return make_copy(self, source, loop, name, access)
+        copy_ = make_copy(self, source, loop, name, access)
+        if tile:
+            store_in_tile(copy_, f"{self.name}.cache_at({source.name}, tile=True)")
+        return copy_
 
     @provenance.command
     @atomic

@@ -16,7 +16,10 @@ from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
 from ..commands.atomic import restore as _restore, snapshot as _snapshot
 from ..commands.state import extent_of
-from .auto_steps import Code as _Code, StmtRef as _StmtRef, loop_names as _names
+from ..lang.expr import Access, walk
+from ..poly.footprint import footprint_widths
+from ..poly.padding import padded_reads
+from .auto_steps import Code as _Code, StmtRef as _StmtRef, loop_names as _names, statement
 
 
 class PointLoops:
@@ -66,11 +69,12 @@ class PointLoops:
         (a convolution's ``c, ky, kx``): half of them, as the library's NCHWc
         block measured (4 rows; padded 8x64x56x56 3x3 on Zen 5, LLVM: 4 rows
         8.7 ms, 6 rows 34.9); 2 when a read along the columns is guarded by a
-        select (zero padding: each row evaluates its guarded loads, 2 rows
-        10.4 ms, 4 rows 16.1, 6 rows 26.8)."""
+        select that no padded copy removes (:meth:`pad_guarded`; each row
+        evaluates its guarded loads, 2 rows 10.4 ms, 4 rows 16.1, 6 rows 26.8)."""
         if all(r in band for r in reds):
             return max(1, min(8, regs * 3 // 4 // nv))
-        guarded = any(a.guards and not a.write and col in _indexed_by(a)
+        padded = self.guarded_inputs(stmt) if self.opt["pad"] else []
+        guarded = any(a.guards and not a.write and col in _indexed_by(a) and a.what not in padded
                       for a in self.model.by_name[stmt].accesses)
         return 2 if guarded else max(1, min(8, regs // 2 // nv))
 
@@ -168,6 +172,61 @@ class PointLoops:
             self.step(stmt, "unroll", r + "1"),
             self.step(stmt, "unroll", c + "10"),
             self.step(stmt, "vectorize", c + "11", lanes)])
+
+    def pad_guarded(self, stmt, block):
+        """Each input read of a register-blocked ``stmt`` guarded by its own
+        bounds (a convolution's zero padding) copied with its padding
+        (``cache_at``: no guard left in the block) at the outermost loop
+        inside the parallel ones and outside the reduction whose footprint
+        fits in half of L2 (one image's rows of a tile), into a tile buffer
+        of that footprint (``store_in``; a dimension the footprint does not
+        cover whole indexed modulo its width).  True if kept."""
+        st = self.state()[stmt]
+        loops = _names(st)
+        first = loops.index(self.red_points(stmt, block)[0])
+        par = max([k for k, lp in enumerate(loops[:first]) if st.tags.get(lp)
+                   and st.tags[lp].kind == "parallel"], default=-1)
+        texts = self.guarded_inputs(stmt)
+        for loop in loops[par + 1:first] if texts else ():
+            snap = _snapshot(self.f)
+            if self.pad_at(stmt, texts, loop):
+                return True
+            _restore(snap)
+        return False
+
+    def guarded_inputs(self, stmt):
+        """The reads of ``stmt`` (as written, ``inp[n, c, ((y + ky) - 1), ..]``)
+        of inputs guarded by their own bounds, that a padded copy can hold."""
+        texts, obj = [], statement(self.f, stmt)
+        for a in (x for x in walk(obj.value) if isinstance(x, Access)):
+            buf = self.f.buffers.get(a.target.name)
+            if buf is a.target and buf.kind == "input" and repr(a) not in texts \
+                    and padded_reads(self.f, obj, buf, a):
+                texts.append(repr(a))
+        return texts
+
+    def pad_at(self, stmt, texts, loop):
+        steps = []
+        try:
+            for text in texts:
+                copy = f"{stmt}_{text.split('[')[0]}_padded"
+                steps.append(self.step(stmt, "cache_at", text, loop, name=copy, tile=True))
+                steps[-1].apply(self.f)
+                size = self.f.computations[copy].dtype.bits // 8
+                for w in footprint_widths(self.f, copy):
+                    size *= w
+                if size > host.cache_sizes().get((2, "Unified"), 1 << 20) // 2:
+                    return False
+                var = self.f.computations[copy].vars[-1].name
+                steps.append(self.step(copy, "vectorize", var, self.lanes(stmt)))
+                steps[-1].apply(self.f)
+            model, deps, _ = legality.analyse(self.f)
+            legality.check(model, deps, self.f._commands)
+        except (IllegalScheduleError, ValueError, TypeError, KeyError, isl.Error):
+            return False
+        self.model, self.deps = model, deps
+        self.applied += steps
+        return True
 
     def red_points(self, stmt, block):
         """The reduction loops of the block as they are named in ``stmt``'s

@@ -117,7 +117,7 @@ class AutoScheduler(PointLoops):
     """The search of the module's doc over one Function.  ``options``
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
     non-time band loop, instead of the cache rule), ``time_tile``,
-    ``vectorize``, ``unroll``, ``fuse`` (bools), ``schedule`` (the parallel
+    ``vectorize``, ``unroll``, ``fuse``, ``pad`` (bools), ``schedule`` (the parallel
     loops' OpenMP schedule, C target only), ``reassociate`` (every
     reduction may be reassociated: :meth:`PointLoops.reduction_vector`)."""
 
@@ -125,7 +125,7 @@ class AutoScheduler(PointLoops):
         self.f, self.target = f, target
         self.deadline = time.perf_counter() + (DEFAULT_BUDGET if budget is None else budget)
         self.opt = {"tile": None, "time_tile": TIME_TILE, "vectorize": True, "unroll": True,
-                    "fuse": True, "schedule": None, "reassociate": False}
+                    "fuse": True, "pad": True, "schedule": None, "reassociate": False}
         self.opt.update(options or {})
         self.model, self.deps, _ = legality.analyse(f)
         self.applied = Applied()
@@ -280,6 +280,8 @@ class AutoScheduler(PointLoops):
         each = not par and not tiled and len(names) > 1
         if tiled and not carried and block and self.register_block(lead, block):
             self.block_accumulate(lead, block)
+            if self.opt["pad"]:
+                self.pad_guarded(lead, block)
             return
         for k, n in enumerate(names):
             # a skewed (time-tiled) point loop has unaligned bounds: strip-mining

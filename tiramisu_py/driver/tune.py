@@ -53,7 +53,7 @@ from ..tuning.kinds import RecordKind
 from ..tuning.search import Bar, check_budget, check_clock, check_repeats
 from ..runtime.shapes import eval_size
 from .auto_schedule import AutoScheduler
-from .auto_steps import Step, StmtRef as _StmtRef
+from .auto_steps import Code, Step, StmtRef as _StmtRef
 from .compile import compile_function, default_target
 from .warm import algorithm_lines
 
@@ -63,9 +63,9 @@ USE_TUNED = os.environ.get("TIRAMISU_PY_USE_TUNED", "1") != "0"
 DEFAULT_SPACE = (
     {}, {"tile": 32}, {"tile": 64}, {"tile": 128}, {"tile": 256}, {"time_tile": 8},
     {"time_tile": 32}, {"unroll": False}, {"vectorize": False}, {"fuse": False},
-    {"schedule": "dynamic"}, {"tile": 32, "unroll": False},
+    {"pad": False}, {"schedule": "dynamic"}, {"tile": 32, "unroll": False},
 )
-VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse",
+VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse", "cache_at",
                    "parallelize", "vectorize", "unroll", "after", "tile_band",
                    "accumulate_locally", "collapse"})
 RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
@@ -112,10 +112,13 @@ def _valid(value):
 
 
 def apply_record(f, value):
-    """Gives the recorded commands to ``f``; returns the Steps."""
-    steps = [_decode(f, item) for item in value["steps"]]
-    for s in steps:
-        s.apply(f)
+    """Gives the recorded commands to ``f``, each decoded after the ones
+    before it are applied (a copy ``cache_at`` made is the next one's
+    receiver); returns the Steps."""
+    steps = []
+    for item in value["steps"]:
+        steps.append(_decode(f, item))
+        steps[-1].apply(f)
     return steps
 
 
@@ -238,6 +241,9 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
             else:
                 raise TypeError(f"tune: a candidate is a dict of options or a callable, "
                                 f"not {type(cand).__name__}")
+            if any(isinstance(a, Code) for s in steps for a in [*s.args, *s.kwargs.values()]):
+                raise ValueError("its steps give code to evaluate (a packed copy's layout), "
+                                 "which a record does not hold")
             sig = tuple(str(s) for s in steps)
             if sig in seen:
                 done += 1
