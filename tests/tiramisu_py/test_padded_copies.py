@@ -112,3 +112,58 @@ def test_tile_true_stores_one_iterations_footprint_reused_by_each():
     assert reads and not any("tp_pick" in ln for ln in reads), reads     # no guard left
     f.undo()
     assert "ip" not in f.computations and "ip_tile" not in f.buffers
+
+
+# ---------------------------------------------------------------- random stencils
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+
+def stencil(n, m, taps, fill):
+    """out[i, j] = sum of c * select(inside, A[i + di, j + dj], fill) over ``taps``."""
+    f = tp.Function("pst", params={"N": n, "M": m})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    A = f.input("A", ("N", "M"), tp.float64)
+    N, M = f.param("N"), f.param("M")
+    e = 0.0
+    for di, dj, c in taps:
+        inside = (i + di >= 0) & (i + di < N) & (j + dj >= 0) & (j + dj < M)
+        e = e + c * tp.select(inside, A[i + di, j + dj], fill)
+    f.computation("out", [i, j], e, dtype=tp.float64)
+    return f
+
+
+def stencil_reference(a, taps, fill):
+    n, m = a.shape
+    p = np.full((n + 6, m + 6), fill)
+    p[3:-3, 3:-3] = a
+    return sum(c * p[3 + di:3 + di + n, 3 + dj:3 + dj + m] for di, dj, c in taps)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(n=st.integers(3, 8), m=st.integers(3, 8),
+       taps=st.lists(st.tuples(st.integers(-2, 2), st.integers(-2, 2),
+                               st.sampled_from([1.0, -0.5, 2.0])), min_size=1, max_size=3),
+       fill=st.sampled_from([0.0, 1.5]), split=st.sampled_from([None, 2, 3]),
+       one=st.booleans(), tile=st.booleans(), target=st.sampled_from(["c", "llvm"]))
+def test_random_padded_copies_equal_numpy(n, m, taps, fill, split, one, tile, target):
+    """Stencils whose reads are guarded by their bounds, a copy of one read
+    or of the whole input at a random loop (``tile`` or not), on either
+    backend: always the padded stencil's values."""
+    f = stencil(n, m, taps, fill)
+    out = f.computations["out"]
+    loop = "i"
+    if split:
+        out.split("i", split)
+        loop = "i0"
+    reads = [a for a in _accesses(out.value) if a.target.name == "A"]
+    source = repr(reads[0]) if one else f.buffers["A"]
+    out.cache_at(source, loop, name="Ap", tile=tile)
+    a = np.random.default_rng(n * 10 + m).standard_normal((n, m))
+    np.testing.assert_allclose(f.compile(target)(A=a), stencil_reference(a, taps, fill),
+                               rtol=1e-13, atol=1e-13)
+
+
+def _accesses(e):
+    from tiramisu_py.lang.expr import Access, walk
+    return [x for x in walk(e) if isinstance(x, Access)]
