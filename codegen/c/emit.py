@@ -376,6 +376,8 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
             return self.dot_loop(s, ind)                # codegen.c.dot
         elif s.kind == "vector" and not s.attrs.get("reduction") and loops.nested(s.body):
             return self.nested_vector_loop(s, ind)      # codegen.c.widen
+        elif s.kind == "vector" and not s.attrs.get("reduction") and self.constant_vector_loop(s, ind):
+            return                                      # codegen.c.widen
         elif s.kind == "vector":
             if s.attrs.get("reduction"):
                 if self.vector_reduction(s, ind):
@@ -425,11 +427,15 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
         if lo is not None and hi is not None:
             if hi - lo > 64 or (factor is not None and factor != hi - lo):
                 return False            # unroll-by-factor: leave it to the pragma
+            outer, copies = self.known or {}, self.copies     # constant_vector_loop reads them
+            self.copies = copies * (hi - lo)
             for v in range(lo, hi):
                 self.out(ind, f"{{ /* {s.var} = {v} */")
                 self.out(ind + 1, f"const int64_t {s.var} = {v};")
+                self.known = dict(outer, **{s.var: v})
                 self.body(s.body, ind + 1)
                 self.out(ind, "}")
+            self.known, self.copies = outer, copies
             return True
         if not isinstance(factor, int) or not 0 < factor <= 64:
             return False

@@ -128,3 +128,41 @@ def test_scheduled_softmax_is_vector_code_on_c():
     # 66 with if-conversion on gcc 12.2 (AVX-512), 12 without it: the exp
     # polynomial, the max, the sums and the division as packed operations
     assert packed_float_ops(k.source) >= 40
+
+
+def blocked_gemm(rows, vectors, n=37, m=45, k=29):
+    """C = A B with a register block of ``rows`` x ``vectors`` 16-wide vectors
+    accumulated locally over k (partial tiles at every edge)."""
+    from examples import gemm
+    f = gemm.build()
+    u = f.computations["C"].update
+    u.tile("i", "j", rows, 16 * vectors)
+    u.split("j1", 16)
+    u.reorder("i0", "j0", "k", "i1", "j10", "j11")
+    u.unroll("i1")
+    u.unroll("j10")
+    u.vectorize("j11", 16)
+    u.accumulate_locally("k")
+    return f, (n, m, k)
+
+
+@pytest.mark.parametrize("rows, vectors, held", [(2, 2, True), (6, 4, False)])
+def test_a_small_register_block_is_printed_as_vector_statements(rows, vectors, held):
+    """A register block's vectors of known length (full tiles) are vector
+    statements on the local tile while their copies fit in half of the
+    vector registers (gcc then keeps them in registers over k), else omp simd
+    loops (gcc spilled a 6 x 4 block held so); partial tiles stay loops; the
+    result is right either way."""
+    from codegen import target
+    f, (n, m, kk) = blocked_gemm(rows, vectors)
+    k = f.compile(target="c")
+    per_vector = max(1, 16 // max(1, target.vector_bits() // 32))      # registers
+    held = held and rows * vectors * per_vector <= target.vector_registers() // 2
+    vector_sums = re.findall(r"tp_vst_f32x\d+\(&C_local\[i1\]\[j10\]\[j11\], \(tp_vld_f32x\d+\(&C_local",
+                             k.source)
+    loop_sums = "C_local[i1][j10][j11] = C_local[i1][j10][j11] + " in k.source
+    assert bool(vector_sums) == held and loop_sums == (not held), k.source
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((n, kk), dtype=np.float32)
+    b = rng.standard_normal((kk, m), dtype=np.float32)
+    np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5, atol=1e-5)
