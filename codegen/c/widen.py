@@ -121,8 +121,9 @@ class WidenMixin:
         registers over the reduction loop around it and loads each input
         vector once for every row (the peers' padded conv2d 8x64x56x56 on
         C: 17.4 -> 9.5 ms; one omp simd loop per row and vector left each
-        accumulator in memory and reloaded the inputs per row).  Only while
-        the unrolled copies of such vectors fit in half of the vector
+        accumulator in memory and reloaded the inputs per row).  Only in a
+        block (the loop unrolled around it, or more than one register) and
+        while the unrolled copies of such vectors fit in half of the vector
         registers: gcc spills a larger block held so (GEMM's 6 x 4: 12.5 ->
         22 ms), and keeps its loop form fast.  True if printed."""
         consts = dict(self.fn.constants, **(self.known or {}))
@@ -132,8 +133,8 @@ class WidenMixin:
                 or not all(_register_tile(self.temps.get(st.array), consts) for st in _stores(s)):
             return False
         n = min(hi - lo, loops.host_lanes(_body_bits(s.body)))
-        if self.copies * ((hi - lo) // n) > target.vector_registers() // 2:
-            return False
+        if not 1 < self.copies * ((hi - lo) // n) <= target.vector_registers() // 2:
+            return False                # not a block (one vector), or too large a one
         p, _ = vectorize.plan(s)
         if p is None:
             return False

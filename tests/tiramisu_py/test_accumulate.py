@@ -4,6 +4,8 @@ combined once) or, without allow_reassociation, copied in and out (the
 program's order, bit for bit).  Both
 sides: legal uses give the reference result on both backends (random inputs,
 partial tiles, every reduction op), illegal ones are refused with the reason."""
+import re
+
 import numpy as np
 import pytest
 
@@ -48,7 +50,10 @@ def test_generated_code_accumulates_in_a_tile():
     register_block(C)
     src = f.compile(target="c").source
     assert "float C_local[4][16];" in src
-    assert "C_local[i1][j1] = C_local[i1][j1] + A[" in src
+    # the full tile's 4 rows (unrolled): vector statements on the tile, one
+    # vector of 16 lanes each (codegen.c.widen's constant_vector_loop)
+    assert re.search(r"tp_vst_f32x\d+\(&C_local\[i1\]\[j1\], \(tp_vld_f32x\d+\(&C_local\[i1\]\[j1\]\) \+ ",
+                     src), src
     assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + C_local[i1][j1];" in src
     # the partial tiles (clamped bounds, versioned apart) accumulate in tiles
     # of the full size too, over the clamped loops: C is never updated per k
