@@ -179,8 +179,8 @@ class PointLoops:
         (``cache_at``: no guard left in the block) at the outermost loop
         inside the parallel ones and outside the reduction whose footprint
         fits in half of L2 (one image's rows of a tile), into a tile buffer
-        of that footprint (``store_in``; a dimension the footprint does not
-        cover whole indexed modulo its width).  True if kept."""
+        of that footprint (``cache_at(..., tile=True)``), its rows
+        vectorised.  True if kept."""
         st = self.state()[stmt]
         loops = _names(st)
         first = loops.index(self.red_points(stmt, block)[0])
@@ -206,10 +206,12 @@ class PointLoops:
         return texts
 
     def pad_at(self, stmt, texts, loop):
+        """The padded copies of :meth:`pad_guarded` at ``loop``; False (the
+        caller restores the Function) when one does not fit or is refused."""
         steps = []
         try:
-            for text in texts:
-                copy = f"{stmt}_{text.split('[')[0]}_padded"
+            for k, text in enumerate(texts):
+                copy = f"{stmt}_{text.split('[')[0]}_padded" + (str(k) if k else "")
                 steps.append(self.step(stmt, "cache_at", text, loop, name=copy, tile=True))
                 steps[-1].apply(self.f)
                 size = self.f.computations[copy].dtype.bits // 8
