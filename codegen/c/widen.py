@@ -27,6 +27,8 @@ selects), and a store that is not unit-stride is a loop over the lanes
 """
 from __future__ import annotations
 
+import math
+
 from .. import ir, loops, target, vectorize
 from ..ir import expr_key
 
@@ -132,14 +134,13 @@ class WidenMixin:
                 or hi - lo not in (4, 8, 16, 32, 64) or not _plain(s) \
                 or not all(_register_tile(self.temps.get(st.array), consts) for st in _stores(s)):
             return False
-        n = min(hi - lo, loops.host_lanes(_body_bits(s.body)))
-        if not 1 < self.copies * ((hi - lo) // n) <= target.vector_registers() // 2:
+        w = hi - lo
+        n = min(w, loops.host_lanes(_body_bits(s.body)))
+        if not 1 < self.copies * (w // n) <= target.vector_registers() // 2:
             return False                # not a block (one vector), or too large a one
         p, _ = vectorize.plan(s)
         if p is None:
             return False
-        w = hi - lo
-        n = min(w, loops.host_lanes(_body_bits(s.body)))
         self.out(ind, f"/* vector loop {s.var}: {w} lanes, its length known (GCC vector "
                       f"extensions{f', {w // n} registers of {n}' if w > n else ''}) */")
         self.out(ind, "{")
@@ -154,9 +155,7 @@ class WidenMixin:
 
     # ------------------------------------------------------------ classification
     def varies(self, e) -> bool:
-        wd = self.wide
-        return any(isinstance(x, ir.Var) and (x.name == wd.var or x.name in wd.lets)
-                   for x in ir.walk_exprs(e))
+        return _varies(e, self.wide.var, self.wide.lets)
 
     def vtype(self, dt: str) -> str:
         suf = SUF[dt]
@@ -164,12 +163,7 @@ class WidenMixin:
         return f"tp_{suf}x{self.wide.n}"
 
     def _contiguous(self, index) -> bool:
-        wd = self.wide
-        if not index or any(self.varies(i) for i in index[:-1]):
-            return False
-        f = loops.affine(index[-1], lambda n: n not in wd.lets)
-        return f is not None and f[0].get(wd.var) == 1 and \
-            not any(isinstance(x, ir.Load) for x in ir.walk_exprs(index[-1]))
+        return _unit_stride(index, self.wide.var, self.wide.lets)
 
     def _address(self, array: str, index) -> str:
         """The address of the chunk's first lane."""
@@ -225,9 +219,7 @@ class WidenMixin:
             if e.dtype in FAST and self._contiguous(e.index):
                 vt = self.vtype(e.dtype)
                 return f"tp_vld_{vt[3:]}({self._address(e.array, e.index)})", "v"
-        if isinstance(e, ir.Binary) and e.dtype in FAST and (
-                e.op in ("add", "sub", "mul") or e.op == "div" and ir.is_float(e.dtype)) \
-                and e.a.dtype == e.b.dtype == e.dtype:
+        if _vector_op(e):
             (a, ka), (b, kb) = self.vexpr(e.a), self.vexpr(e.b)
             sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[e.op]
             if ka == "u" and kb == "u":
@@ -378,27 +370,38 @@ def _plain(s: ir.For) -> bool:
     lane."""
     var = s.var
 
-    def varies(e):
-        return var in ir.free_vars(e)
-
-    def contiguous(index):
-        if not index or any(varies(i) for i in index[:-1]):
-            return False
-        f = loops.affine(index[-1], lambda n: True)
-        return f is not None and f[0].get(var) == 1 and \
-            not any(isinstance(x, ir.Load) for x in ir.walk_exprs(index[-1]))
-
     def value(e):
-        if not varies(e):
+        if not _varies(e, var):
             return True
         if isinstance(e, ir.Load):
-            return e.dtype in FAST and contiguous(e.index)
-        if isinstance(e, ir.Binary) and e.dtype in FAST and e.a.dtype == e.b.dtype == e.dtype:
-            return (e.op in ("add", "sub", "mul") or e.op == "div" and ir.is_float(e.dtype)) \
-                and value(e.a) and value(e.b)
-        return False
-    return all(isinstance(st, ir.Store) and st.value.dtype in FAST and contiguous(st.index)
+            return e.dtype in FAST and _unit_stride(e.index, var)
+        return _vector_op(e) and value(e.a) and value(e.b)
+    return all(isinstance(st, ir.Store) and st.value.dtype in FAST and _unit_stride(st.index, var)
                and value(st.value) for st in _stores(s))
+
+
+def _unit_stride(index, var, lets=()) -> bool:
+    """``index`` steps one element along its last dimension per step of
+    ``var`` and stays put along the others (``lets``: names that vary with
+    ``var``)."""
+    if not index or any(_varies(i, var, lets) for i in index[:-1]):
+        return False
+    f = loops.affine(index[-1], lambda n: n not in lets)
+    return f is not None and f[0].get(var) == 1 and \
+        not any(isinstance(x, ir.Load) for x in ir.walk_exprs(index[-1]))
+
+
+def _varies(e, var, lets=()) -> bool:
+    """``e`` reads ``var`` or one of the ``lets`` that vary with it."""
+    return any(isinstance(x, ir.Var) and (x.name == var or x.name in lets)
+               for x in ir.walk_exprs(e))
+
+
+def _vector_op(e) -> bool:
+    """``e`` is what vector operators compute: ``+ - *`` (``/`` of floats)
+    of two values of its own FAST dtype."""
+    return isinstance(e, ir.Binary) and e.dtype in FAST and e.a.dtype == e.b.dtype == e.dtype \
+        and (e.op in ("add", "sub", "mul") or e.op == "div" and ir.is_float(e.dtype))
 
 
 def _stores(s: ir.For) -> list:
@@ -407,10 +410,6 @@ def _stores(s: ir.For) -> list:
 
 def _register_tile(alloc, consts) -> bool:
     """``alloc`` (an ir.Allocate or None) is a temporary of at most 4 KB."""
-    if alloc is None:
-        return False
-    dims = [ir.const_eval(d, consts) for d in alloc.shape]
-    size = ir.ELSIZE.get(alloc.dtype, 8)
-    for d in dims:
-        size = None if d is None or size is None else size * d
-    return size is not None and size <= 4096
+    dims = [] if alloc is None else [ir.const_eval(d, consts) for d in alloc.shape]
+    return alloc is not None and None not in dims \
+        and math.prod(dims) * ir.ELSIZE.get(alloc.dtype, 8) <= 4096

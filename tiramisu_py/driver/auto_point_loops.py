@@ -217,7 +217,7 @@ class PointLoops:
                 size = self.f.computations[copy].dtype.bits // 8
                 for w in footprint_widths(self.f, copy):
                     size *= w
-                if size > host.cache_sizes().get((2, "Unified"), 1 << 20) // 2:
+                if size > l2_bytes() // 2:
                     return False
                 var = self.f.computations[copy].vars[-1].name
                 steps.append(self.step(copy, "vectorize", var, self.lanes(stmt)))
@@ -405,6 +405,11 @@ class PointLoops:
             if len(theirs) > depth + 1 and theirs[:depth + 1] == names:
                 return True
         return False
+
+
+def l2_bytes() -> int:
+    """The host's L2 size in bytes (1 MiB when it cannot be read)."""
+    return host.cache_sizes().get((2, "Unified"), 1 << 20)
 
 
 def _indexed_by(a) -> set:

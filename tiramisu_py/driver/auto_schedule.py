@@ -91,7 +91,7 @@ from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
 from ..commands.state import extent_of, state_of
 from ..poly import footprint
-from .auto_point_loops import PointLoops
+from .auto_point_loops import PointLoops, l2_bytes
 from .auto_steps import Applied, Step, StmtRef as _StmtRef, loop_names as _names, \
     statement as _statement
 from .compile import default_target
@@ -106,11 +106,6 @@ BLOCK_VECTORS = 8                      # vectors in a parallel block of a stride
 MIN_SPACE_TILE = 64                    # smaller space tiles: a time loop is not tiled
 JAM_ROWS = 8                           # rows of a dot product unrolled inside its loop
 PARALLEL_PER_CORE = 4                  # iterations per core a parallel loop should have
-
-
-def _l2():
-    """The host's L2 size in bytes (1 MiB when it cannot be read)."""
-    return host.cache_sizes().get((2, "Unified"), 1 << 20)
 
 
 class AutoScheduler(PointLoops):
@@ -410,7 +405,7 @@ class AutoScheduler(PointLoops):
     def tile_sizes(self, stmt, band, time_loop, block=None):
         e = space.element_bytes(self.model, stmt)
         arrays = space.arrays_touched(self.model, stmt)
-        l2 = _l2()
+        l2 = l2_bytes()
         lanes = self.lanes(stmt)
         if self.opt["tile"] is not None:
             size = self.opt["tile"]
@@ -636,14 +631,14 @@ class AutoScheduler(PointLoops):
             skip = min((order.index(lp) for lp in loops if lp not in used and lp in order),
                        default=0)
             n = self.extents(stmt, [lp for lp in order[skip:] if lp in used])
-            if n is None or n * max(1, a.buffer.dtype.bits // 8) > _l2() // 4:
+            if n is None or n * max(1, a.buffer.dtype.bits // 8) > l2_bytes() // 4:
                 return True
         return False
 
     def fits_in_cache(self, stmt, loops):
         """Known sizes: the arrays over ``loops`` fit in half the L2."""
         n = self.extents(stmt, loops)
-        l2 = _l2()
+        l2 = l2_bytes()
         return n is not None and n * space.arrays_touched(self.model, stmt) \
             * space.element_bytes(self.model, stmt) <= l2 // 2
 

@@ -100,15 +100,19 @@ def loop_range(model, state, stmt, loop):
     st = state[stmt]
     k = st.find(loop, f"{stmt}: loop {loop}", stmt)
     rng = _to_loops(model, stmt, [st.loops[k].expr]).range()
-    out = []
-    for bound in (rng.dim_min(0), rng.dim_max(0)):
-        if bound.n_piece() == 0:
-            return None
-        low, high = bound.min_val(), bound.max_val()
-        if not (low.is_int() and high.is_int()) or low.to_python() != high.to_python():
-            return None
-        out.append(int(low.to_python()))
-    return tuple(out)
+    out = (constant_value(rng.dim_min(0)), constant_value(rng.dim_max(0)))
+    return None if None in out else out
+
+
+def constant_value(pw):
+    """The value of the piecewise affine ``pw`` when it is the same for
+    every param value, else None (none at all included)."""
+    if pw.n_piece() == 0:
+        return None
+    low, high = pw.min_val(), pw.max_val()
+    if not (low.is_int() and high.is_int()) or low.to_python() != high.to_python():
+        return None
+    return int(low.to_python())
 
 
 def extent_varies_with(model, state, stmt, outer, inner):

@@ -13,6 +13,7 @@ import islpy as isl
 from ..lang import affine
 from ..lang.affine import NonAffine
 from ..lang.expr import Access, Const, Select, walk
+from .footprint import constant_value
 from .model import build_model, condition_text
 
 
@@ -66,8 +67,8 @@ def padded_reads(f, stmt, source, only=None):
             below = past = 0
             for a in every:
                 i = text(a.indices[d])
-                low = _constant(_image(head, f"{i}", dom, model).dim_min(0))
-                high = _constant(_image(head, f"{i} - ({size})", dom, model).dim_max(0))
+                low = constant_value(_image(head, f"{i}", dom, model).dim_min(0))
+                high = constant_value(_image(head, f"{i} - ({size})", dom, model).dim_max(0))
                 if low is None or high is None:
                     return None
                 below, past = max(below, -low), max(past, high + 1)
@@ -79,13 +80,3 @@ def padded_reads(f, stmt, source, only=None):
 
 def _image(head, expr, dom, model):
     return isl.Map(f"{head} -> [{expr}] }}", context=model.ctx).intersect_domain(dom).range()
-
-
-def _constant(pw):
-    """The value of ``pw`` when it is the same for every param value, else None."""
-    if pw.n_piece() == 0:
-        return None
-    low, high = pw.min_val(), pw.max_val()
-    if not (low.is_int() and high.is_int()) or low.to_python() != high.to_python():
-        return None
-    return int(low.to_python())
