@@ -566,3 +566,91 @@ def test_reassociation_allowed_vectorises_the_reductions_and_keeps_fusion():
     np.testing.assert_allclose(f.compile()(X=X), e / e.sum(1, keepdims=True), rtol=1e-12)
     with pytest.raises(TypeError, match="reassociate must be True or False"):
         build_softmax(dict(N=16, M=64)).auto_schedule(reassociate="yes")
+
+
+def nine_point(N=134):
+    import tiramisu_py as tp
+    f = tp.Function("nine", params={"N": N})
+    i, j = f.var("i", 0, "N - 2"), f.var("j", 0, "N - 2")
+    A = f.input("A", ("N", "N"), tp.float32)
+    f.computation("out", [i, j], sum((A[i + di, j + dj] for di in range(3) for dj in range(3)),
+                                     0.0) / 9.0)
+    return f
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_stencil_rows_are_computed_together_per_vector_strip(monkeypatch, target):
+    """A 9-point stencil's rows overlap (row ``i + 1`` of one output row is
+    row ``i`` of the next): the rows split by 4 before the parallel loop,
+    and, once ``j`` has its vectors, those 4 rows moved inside the strip loop
+    and unrolled (``i0, j0, i1, j1``); the result is NumPy's in the
+    program's order of additions, bit for bit."""
+    from codegen import target as host
+    from tiramisu_py.analysis import schedule_space as space
+    monkeypatch.setattr(host, "cores", lambda: 2)
+    f = nine_point()
+    text = [str(s) for s in f.auto_schedule(target=target)]
+    out = "f.computations['out']"
+    assert text == [f"{out}.split('i', 4)", f"{out}.parallelize('i0')",
+                    f"{out}.vectorize('j', {host.vector_bits() // 32})",
+                    f"{out}.interchange('i1', 'j0')", f"{out}.unroll('i1')"], text
+    A = np.random.default_rng(0).random((134, 134), dtype=np.float32)
+    want = np.float32(0.0)
+    for di in range(3):
+        for dj in range(3):
+            want = want + A[di:di + 132, dj:dj + 132]
+    got = f.compile(target)(A=A)
+    np.testing.assert_array_equal(np.asarray(got), want / np.float32(9.0))
+    from tiramisu_py.analysis import legality
+    model, _, _ = legality.analyse(nine_point())
+    assert space.rows_read_again(model, "out", "i")       # what it keys on
+
+
+def test_a_statement_without_overlapping_rows_keeps_its_rows(monkeypatch):
+    """Rows not read again (``A[i][j] + A[i][j + 1]``): no split of ``i``."""
+    import tiramisu_py as tp
+    from codegen import target as host
+    from tiramisu_py.analysis import legality, schedule_space as space
+    monkeypatch.setattr(host, "cores", lambda: 2)
+    f = tp.Function("pairs", params={"N": 134})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "N - 1")
+    A = f.input("A", ("N", "N"), tp.float32)
+    f.computation("out", [i, j], A[i, j] + A[i, j + 1])
+    model, _, _ = legality.analyse(f)
+    assert space.rows_read_again(model, "out", "j") and not space.rows_read_again(model, "out", "i")
+    assert not any(s.verb == "split" and s.args[0] == "i" for s in f.auto_schedule())
+
+
+def test_random_stencils_with_jammed_rows_equal_the_unscheduled_kernel(monkeypatch):
+    """Random stencils (2-5 reads at random offsets of one or two arrays, rows
+    of A read again; sizes where the rows are jammed or not): the
+    auto-scheduled kernel gives the unscheduled one's result bit for bit, on
+    both backends in turns."""
+    from hypothesis import given, settings, strategies as st
+    import tiramisu_py as tp
+    from codegen import target as host
+    monkeypatch.setattr(host, "cores", lambda: 2)
+    offsets = st.tuples(st.integers(0, 2), st.integers(0, 2), st.booleans())
+
+    @settings(max_examples=10, deadline=None, derandomize=True)
+    @given(reads=st.lists(offsets, min_size=0, max_size=3), dy=st.integers(1, 2),
+           dx=st.integers(0, 2), n=st.integers(100, 180), llvm=st.booleans())
+    def check(reads, dy, dx, n, llvm):
+        reads = [(0, 0, False), (dy, dx, False), *reads]      # rows of A read again
+        def build():
+            f = tp.Function("rnd", params={"N": n})
+            i, j = f.var("i", 0, "N - 2"), f.var("j", 0, "N - 2")
+            X = [f.input(x, ("N", "N"), tp.float32) for x in "AB"]
+            # sums only: a product and a sum may contract to an FMA in one
+            # loop and not in another (both backends allow it)
+            terms = [X[b][i + di, j + dj] for di, dj, b in reads]
+            f.computation("out", [i, j], sum(terms[1:], terms[0]))
+            return f
+        rng = np.random.default_rng(n)
+        arrays = {x: rng.random((n, n), dtype=np.float32) for x in "AB"}
+        target = "llvm" if llvm else "c"
+        f = build()
+        f.auto_schedule(target=target)
+        np.testing.assert_array_equal(np.asarray(f.compile(target)(**arrays)),
+                                      np.asarray(build().compile(target)(**arrays)))
+    check()

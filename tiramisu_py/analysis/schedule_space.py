@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import islpy as isl
 
+from ..lang import affine
 from ..lang.expr import Var, walk
 from .legality import carried_by, schedule_depth
 
@@ -112,6 +113,28 @@ def strided_reads(model, stmt, var):
         if any(var in loop_names(e) for e in a.index[:-1]):
             out.append(a.buffer.name)
     return out
+
+
+def rows_read_again(model, stmt, var):
+    """True when two reads of one array by ``stmt`` differ only by a constant,
+    nonzero in an index that uses ``var`` (a 9-point stencil's
+    ``A[i + 1][j]`` and ``A[i + 2][j]``: the row one iteration of ``var``
+    reads is read again by the next)."""
+    seen = {}
+    for a in model.by_name[stmt].accesses:
+        if a.write or a.implicit:
+            continue
+        try:
+            forms = [affine.linear(e) for e in a.index]
+        except affine.NonAffine:
+            continue
+        shape = tuple(tuple(sorted((k, v) for k, v in f.items() if k != 1)) for f in forms)
+        consts = tuple(f.get(1, 0) for f in forms)
+        for other in seen.get((a.buffer.name, shape), ()):
+            if any(c != o and var in loop_names(e) for c, o, e in zip(consts, other, a.index)):
+                return True
+        seen.setdefault((a.buffer.name, shape), []).append(consts)
+    return False
 
 
 def data_dependent_from(model, stmt):
