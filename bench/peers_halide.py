@@ -133,6 +133,15 @@ def _pipeline(hl, kernel, s, im):
         out = hl.Func("y")
         out[x, y] = hl.sum(im["A"][r.x, x, y] * im["x"][r.x, y])
         return {"y": out}
+    if kernel == "layernorm":
+        from bench.peers_kernels import EPS
+        r = hl.RDom([(0, s["C"])])
+        X, inv = im["X"], f32(1.0 / s["C"])
+        mean, var, out = hl.Func("mean"), hl.Func("var"), hl.Func("Y")
+        mean[y] = hl.sum(X[r.x, y] * inv)
+        var[y] = hl.sum((X[r.x, y] - mean[y]) * (X[r.x, y] - mean[y]) * inv)
+        out[x, y] = (X[x, y] - mean[y]) / hl.sqrt(var[y] + f32(EPS))
+        return {"Y": out}
     # conv2d: out[n][o][y][x] is out[x, y, z=o, u=n]
     r = hl.RDom([(0, 3), (0, 3), (0, s["CI"])])
     padded = hl.BoundaryConditions.constant_exterior(im["inp"], f32(0))

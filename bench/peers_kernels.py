@@ -1,4 +1,4 @@
-"""The six kernels of ``tiramisu-py bench peers`` (bench/suite_peers.py) and
+"""The seven kernels of ``tiramisu-py bench peers`` (bench/suite_peers.py) and
 the worker process each side of the comparison runs in.
 
 Every kernel is float32, its inputs drawn from a fixed-seed RNG (the same
@@ -12,6 +12,8 @@ arrays in every process), checked against a float64 NumPy reference:
             grid, out (N-2) x (N-2)                             (4096; quick 66)
   bmv       batched matrix-vector y[b] = A[b] @ x[b]            (512 x 256 x 256; quick 4 x 16 x 24)
   conv2d    3x3, stride 1, zero padding 1, no bias, NCHW        (8x64x56x56 -> 64; quick 2x4x10x12 -> 8)
+  layernorm rows of an R x C matrix normalised (mean, biased variance, eps
+            1e-5; no weight or bias)                           (4096 x 1024; quick 64 x 48)
 
     python -m bench.peers_kernels ours|peers
 
@@ -39,7 +41,7 @@ import traceback
 
 import numpy as np
 
-KERNELS = ("gemm", "jacobi2d", "softmax", "stencil9", "bmv", "conv2d")
+KERNELS = ("gemm", "jacobi2d", "softmax", "stencil9", "bmv", "conv2d", "layernorm")
 SIZES = {   # kernel -> (full sizes, --quick sizes)
     "gemm": ({"N": 1024}, {"N": 64}),
     "jacobi2d": ({"T": 20, "N": 2000}, {"T": 2, "N": 40}),
@@ -48,7 +50,9 @@ SIZES = {   # kernel -> (full sizes, --quick sizes)
     "bmv": ({"B": 512, "N": 256, "M": 256}, {"B": 4, "N": 16, "M": 24}),
     "conv2d": ({"N": 8, "CI": 64, "CO": 64, "H": 56, "W": 56},
                {"N": 2, "CI": 4, "CO": 8, "H": 10, "W": 12}),
+    "layernorm": ({"R": 4096, "C": 1024}, {"R": 64, "C": 48}),
 }
+EPS = 1e-5               # the layer norm's epsilon
 SIDES = {"ours": ("bench.peers_ours",), "peers": ("bench.peers_halide", "bench.peers_tvm")}
 TORCH = "torch"
 VERSIONED = ("numpy", "torch", "halide", "apache-tvm", "apache-tvm-ffi", "xgboost")
@@ -63,7 +67,8 @@ def sizes(kernel, quick=False) -> dict:
 def describe(kernel, s) -> str:
     """``conv2d 8x64x56x56->64``: the kernel and its sizes, for the table."""
     shape = {"gemm": "{N}", "jacobi2d": "T={T} N={N}", "softmax": "{R}x{C}", "stencil9": "{N}^2",
-             "bmv": "{B}x{N}x{M}", "conv2d": "{N}x{CI}x{H}x{W}->{CO}"}[kernel]
+             "bmv": "{B}x{N}x{M}", "conv2d": "{N}x{CI}x{H}x{W}->{CO}",
+             "layernorm": "{R}x{C}"}[kernel]
     return f"{kernel} {shape.format(**s)}"
 
 
@@ -73,7 +78,8 @@ def flops(kernel, s) -> float:
             "softmax": lambda: 4.0 * s["R"] * s["C"],
             "stencil9": lambda: 9.0 * (s["N"] - 2) ** 2,
             "bmv": lambda: 2.0 * s["B"] * s["N"] * s["M"],
-            "conv2d": lambda: 2.0 * s["N"] * s["CO"] * s["H"] * s["W"] * s["CI"] * 9}[kernel]()
+            "conv2d": lambda: 2.0 * s["N"] * s["CO"] * s["H"] * s["W"] * s["CI"] * 9,
+            "layernorm": lambda: 7.0 * s["R"] * s["C"]}[kernel]()
 
 
 def inputs(kernel, s) -> dict:
@@ -86,7 +92,7 @@ def inputs(kernel, s) -> dict:
         return {"A": r(s["N"], s["N"]), "B": r(s["N"], s["N"])}
     if kernel == "jacobi2d":
         return {"A": r(s["N"], s["N"]), "B": r(s["N"], s["N"])}
-    if kernel == "softmax":
+    if kernel in ("softmax", "layernorm"):
         return {"X": r(s["R"], s["C"])}
     if kernel == "stencil9":
         return {"A": r(s["N"], s["N"])}
@@ -102,7 +108,8 @@ def output_shapes(kernel, s) -> dict:
             "softmax": lambda: {"out": (s["R"], s["C"])},
             "stencil9": lambda: {"out": (s["N"] - 2, s["N"] - 2)},
             "bmv": lambda: {"y": (s["B"], s["N"])},
-            "conv2d": lambda: {"out": (s["N"], s["CO"], s["H"], s["W"])}}[kernel]()
+            "conv2d": lambda: {"out": (s["N"], s["CO"], s["H"], s["W"])},
+            "layernorm": lambda: {"Y": (s["R"], s["C"])}}[kernel]()
 
 
 def empty_outputs(kernel, s) -> dict:
@@ -125,6 +132,9 @@ def reference(kernel, a, s) -> dict:
                            for dx in range(3)) / 9.0}
     if kernel == "bmv":
         return {"y": np.einsum("bij,bj->bi", d["A"], d["x"])}
+    if kernel == "layernorm":
+        c = d["X"] - d["X"].mean(axis=1, keepdims=True)
+        return {"Y": c / np.sqrt((c * c).mean(axis=1, keepdims=True) + EPS)}
     p = np.pad(d["inp"], ((0, 0), (0, 0), (1, 1), (1, 1)))
     h, w = s["H"], s["W"]
     return {"out": sum(np.einsum("nchw,oc->nohw", p[:, :, ky:ky + h, kx:kx + w],
@@ -161,6 +171,8 @@ def torch_impl(kernel, a, s):
         return lambda: {"out": F.avg_pool2d(t["A"][None, None], 3, stride=1)[0, 0]}
     if kernel == "bmv":
         return lambda: {"y": torch.bmm(t["A"], t["x"][:, :, None])[:, :, 0]}
+    if kernel == "layernorm":
+        return lambda: {"Y": F.layer_norm(t["X"], (s["C"],), eps=EPS)}
     return lambda: {"out": F.conv2d(t["inp"], t["w"], padding=1)}
 
 

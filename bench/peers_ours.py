@@ -12,6 +12,8 @@ examples/beyond_polybench.py), compiled by the default target, run three ways:
                          product's dot products: the peers reassociate them)
   tiramisu_py[library]   the operator library's call, where it has one
                          (``schedules.gemm``, ``schedules.conv2d``)
+  tiramisu_py[hand]      the layer norm's hand schedule (:func:`hand_layernorm`),
+                         what ``auto_schedule(reassociate=True)`` is judged against
 
 Outputs are written into arrays made once (as the peers realise into
 buffers made once); jacobi-2d updates A and B in place, restored untimed
@@ -23,8 +25,9 @@ import numpy as np
 import tiramisu_py as tp
 from examples import beyond_polybench
 
-NAMES = ("tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[auto+re]", "tiramisu_py[library]")
-REASSOCIATED = ("softmax", "bmv")          # the kernels auto_schedule(reassociate=True) changes
+NAMES = ("tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[auto+re]", "tiramisu_py[library]",
+         "tiramisu_py[hand]")
+REASSOCIATED = ("softmax", "bmv", "layernorm")          # the kernels auto_schedule(reassociate=True) changes
 F32 = tp.float32
 
 
@@ -60,6 +63,15 @@ def build(kernel, s):
                                           for dj in range(3)), 0.0) / 9.0)
     elif kernel == "bmv":
         return beyond_polybench.build_batched_mv({"NB": s["B"], "N": s["N"], "M": s["M"]}, F32)
+    elif kernel == "layernorm":
+        from bench.peers_kernels import EPS
+        i, j = f.var("i", 0, "R"), f.var("j", 0, "C")
+        X = f.input("X", ("R", "C"), F32)
+        mean = f.computation("mean", [i], 0.0, dtype=F32)
+        mean[i] += X[i, j] / float(s["C"])
+        var = f.computation("var", [i], 0.0, dtype=F32)
+        var[i] += (X[i, j] - mean[i]) * (X[i, j] - mean[i]) / float(s["C"])
+        f.computation("Y", [i, j], (X[i, j] - mean[i]) / tp.sqrt(var[i] + EPS))
     else:
         n, o = f.var("n", 0, "N"), f.var("o", 0, "CO")
         y, x = f.var("y", 0, "H"), f.var("x", 0, "W")
@@ -78,11 +90,13 @@ def impls(kernel, s, arrays, opts):
     from bench.peers_kernels import empty_outputs
     outs = empty_outputs(kernel, s)
 
-    def compiled(auto, reassociate=False):
+    def compiled(auto, reassociate=False, hand=False):
         def make():
             f = build(kernel, s)
             if auto:
                 f.auto_schedule(reassociate=reassociate)
+            if hand:
+                hand_layernorm(f)
             k = f.compile()
             if kernel == "jacobi2d":
                 work = {n: a.copy() for n, a in arrays.items()}
@@ -103,7 +117,27 @@ def impls(kernel, s, arrays, opts):
         out["tiramisu_py[auto+re]"] = compiled(True, reassociate=True)
     if kernel in ("gemm", "conv2d"):
         out["tiramisu_py[library]"] = lambda: _library(kernel, arrays)
+    if kernel == "layernorm":
+        out["tiramisu_py[hand]"] = compiled(False, hand=True)
     return out
+
+
+def hand_layernorm(f):
+    """The layer norm as a user schedules it by hand: the row's three
+    statements and both updates fused in ``i``, which runs in parallel, the
+    sums vectorised along ``j`` with partial sums in the lanes."""
+    from codegen import target
+    lanes = target.vector_bits() // 32
+    c = f.computations
+    mean, var = c["mean"], c["var"]
+    mean.update.after(mean, "i")
+    var.after(mean.update, "i")
+    var.update.after(var, "i")
+    c["Y"].after(var.update, "i")
+    mean.parallelize("i")
+    mean.update.vectorize("j", lanes, allow_reassociation=True)
+    var.update.vectorize("j", lanes, allow_reassociation=True)
+    c["Y"].vectorize("j", lanes)
 
 
 def _library(kernel, a):

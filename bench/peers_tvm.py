@@ -188,6 +188,17 @@ def _compute(kernel, s):
         y = te.compute((s["B"], s["N"]), lambda b, i: te.sum(A[b, i, k] * x[b, k], axis=k),
                        name="y")
         return {"A": A, "x": x, "out_y": y}
+    if kernel == "layernorm":
+        from bench.peers_kernels import EPS
+        r, c = s["R"], s["C"]
+        X = ph("X", r, c)
+        k1, k2 = te.reduce_axis((0, c), "k1"), te.reduce_axis((0, c), "k2")
+        mean = te.compute((r,), lambda i: te.sum(X[i, k1] / float(c), axis=k1), name="mean")
+        var = te.compute((r,), lambda i: te.sum((X[i, k2] - mean[i]) * (X[i, k2] - mean[i])
+                                                / float(c), axis=k2), name="var")
+        out = te.compute((r, c), lambda i, j: (X[i, j] - mean[i]) / te.sqrt(var[i] + EPS),
+                         name="Y")
+        return {"X": X, "out_Y": out}
     n, ci, co, h, w_ = (s[k] for k in ("N", "CI", "CO", "H", "W"))
     inp, w = ph("inp", n, ci, h, w_), ph("w", co, ci, 3, 3)
     pad = te.compute((n, ci, h + 2, w_ + 2), lambda b, c, y, x: te.if_then_else(

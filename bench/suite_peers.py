@@ -1,8 +1,8 @@
 """The peers suite: ``auto_schedule()`` against Halide's and TVM's automatic
-schedulers on six kernels (bench/peers_kernels.py: GEMM 1024, jacobi-2d
+schedulers on seven kernels (bench/peers_kernels.py: GEMM 1024, jacobi-2d
 T=20 N=2000, softmax 4096x1024, a 9-point stencil sweep over 4096^2, batched
-matrix-vector 512 x 256x256, conv2d 3x3 8x64x56x56 -> 64 with padding 1;
-float32).
+matrix-vector 512 x 256x256, conv2d 3x3 8x64x56x56 -> 64 with padding 1, a
+layer norm's rows 4096x1024; float32).
 
     tiramisu-py bench peers [--peers-python PATH] [--kernels gemm,conv2d,...]
                             [--trials 64] [--peers-cache DIR] [--threads 2]
@@ -37,7 +37,9 @@ gives the median over rounds.  Both processes get ``--threads`` threads
 TVM_NUM_THREADS and torch, and ``OMP_WAIT_POLICY=passive`` unless it is set.
 The last lines of each kernel compare ``tiramisu_py[auto]`` (and
 ``tiramisu_py[auto+re]``, ``auto_schedule(reassociate=True)``, where the
-kernel has it) with the best peer (normalised; > 1: ours is faster).  The load average before and after
+kernel has it) with the best peer (normalised; > 1: ours is faster), and
+the layer norm's ``tiramisu_py[auto+re]`` with its hand schedule
+(``tiramisu_py[hand]``, same process).  The load average before and after
 is printed: on a shared host, numbers taken while it was busy say little.
 """
 from __future__ import annotations
@@ -56,6 +58,7 @@ PEERS_ENV = "TIRAMISU_PY_PEERS_PYTHON"
 AUTO = "tiramisu_py[auto]"
 # the rows compared with the best peer: the JSON key of each comparison
 VERSUS = {"auto_vs_best_peer": AUTO, "reassociated_vs_best_peer": "tiramisu_py[auto+re]"}
+HAND = "tiramisu_py[hand]"     # a hand schedule (the layer norm's): auto+re judged against it
 
 
 def add_arguments(p):
@@ -192,6 +195,9 @@ def _kernel(procs, kernel, quick, opts, rounds):
             if impl in out["impls"]:
                 out[key] = {"peer": best, "speedup": peers[best]["normalised_s"]
                             / out["impls"][impl]["normalised_s"]}
+    if HAND in out["impls"] and VERSUS["reassociated_vs_best_peer"] in out["impls"]:
+        out["reassociated_vs_hand"] = out["impls"][HAND]["median_s"] \
+            / out["impls"][VERSUS["reassociated_vs_best_peer"]]["median_s"]
     return out
 
 
@@ -217,6 +223,10 @@ def format_kernel(k) -> str:
             v = k[key]
             lines.append(f"  {impl} vs the best peer ({v['peer']}): {v['speedup']:.2f}x "
                          f"({'faster' if v['speedup'] >= 1 else 'slower'})")
+    if "reassociated_vs_hand" in k:
+        x = k["reassociated_vs_hand"]
+        lines.append(f"  {VERSUS['reassociated_vs_best_peer']} vs {HAND}: {x:.2f}x "
+                     f"({'faster' if x >= 1 else 'slower'})")
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ models whole models converted by schedules.nn.convert and compiled with the "tir
        torch.compile backend (VGG-11, ResNet-18, MobileNetV2, an Embedding-LSTM-Linear
        seq2seq) against torch eager and torch.compile, inference and forward + backward,
        batch 2 and 16, 2 threads (bench/suite_models.py; not part of "all").
-peers  auto_schedule() against Halide's three autoschedulers and TVM's MetaSchedule on six
+peers  auto_schedule() against Halide's three autoschedulers and TVM's MetaSchedule on seven
        kernels, each side in its own process (--peers-python: the one with halide and tvm),
        normalised by torch in each (bench/suite_peers.py; not part of "all").
 

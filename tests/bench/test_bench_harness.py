@@ -209,7 +209,8 @@ def test_ceilings_keep_the_higher_of_two_measurements_and_say_when_they_differ()
 def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
     """``tiramisu-py bench peers --quick`` where the peers' Python has neither
     halide nor tvm (stand-ins that fail to import, first on its path): both
-    workers run, ours are checked, every peer is skipped with its note;
+    workers run, ours are checked (the layer norm's hand schedule too, and
+    compared with its auto schedule), every peer is skipped with its note;
     without ``--repeats``, its documented 5 rounds."""
     hidden = tmp_path / "hidden"
     for mod in ("halide", "tvm"):
@@ -218,11 +219,11 @@ def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
                                                   f"name='{mod}')\n")
     monkeypatch.setenv("PYTHONPATH", str(hidden))
     json_path = tmp_path / "peers.json"
-    assert cli.main(["bench", "peers", "--quick", "--kernels", "gemm",
+    assert cli.main(["bench", "peers", "--quick", "--kernels", "gemm,layernorm",
                      "--threads", "1", "--peers-python", sys.executable,
                      "--json", str(json_path)]) == 0
     report = json.loads(json_path.read_text())
-    (k,) = report["kernels"]
+    k, norm = report["kernels"]
     assert k["name"] == "gemm 64" and report["threads"] == 1 and report["rounds"] == 5
     assert set(report["processes"]) == {"ours", "peers"}
     assert "apache-tvm" in report["processes"]["peers"]["versions"]
@@ -235,3 +236,8 @@ def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
     assert k["skipped"]["halide[Li2018]"].startswith("halide is not installed")
     assert k["skipped"]["tvm[MetaSchedule]"].startswith("tvm is not installed")
     assert "auto_vs_best_peer" not in k
+    # the layer norm: its hand schedule beside auto_schedule(reassociate=True), compared
+    assert norm["name"] == "layernorm 64x48"
+    for impl in ("tiramisu_py[auto+re]", "tiramisu_py[hand]"):
+        assert norm["impls"][impl]["error"] < 1e-5 and norm["impls"][impl]["median_s"] > 0
+    assert norm["reassociated_vs_hand"] > 0
