@@ -473,13 +473,22 @@ def test_compiler_timeout_kills_its_process_group(tmp_path):
 def test_keyboard_interrupt_kills_the_compiler(tmp_path):
     d = private(tmp_path / "cache")
     e = dict(os.environ, TIRAMISU_PY_CACHE=str(d), PYTHONPATH=ROOT, **_hang_cc(tmp_path))
-    p = subprocess.Popen([sys.executable, "-c", PRELUDE + "run()\n"], env=e, cwd=ROOT,
+    # SIGUSR1 makes the child print where each of its threads is (a hang's diagnosis)
+    dump = "import faulthandler, signal\nfaulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+    p = subprocess.Popen([sys.executable, "-c", dump + PRELUDE + "run()\n"], env=e, cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (tmp_path / "child.pid").exists() and
                         (tmp_path / "child.pid").read_text().strip(), 60), "compiler never started"
         os.kill(p.pid, signal.SIGINT)        # Ctrl-C that reaches Python only
-        _, err = p.communicate(timeout=30)
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.kill(p.pid, signal.SIGUSR1)
+            time.sleep(1)
+            p.kill()
+            _, err = p.communicate()
+            raise AssertionError(f"still running 30 s after SIGINT; its threads:\n{err[-4000:]}")
     finally:
         if p.poll() is None:
             p.kill()
