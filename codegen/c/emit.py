@@ -35,6 +35,7 @@ from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, 
 from .dot import DotMixin
 from .omp_regions import RegionsMixin
 from .speculate import Speculation, speculated
+from .transpose import TransposeMixin
 from .widen import WidenMixin
 
 _STACK_LIMIT = 16384        # bytes: constant-size temporaries inside loops up to this go on the stack
@@ -63,7 +64,7 @@ def _omp_op(op: str, dt: str, em: "CPrinter") -> str:
 
 
 # ------------------------------------------------------------------ printer
-class CPrinter(WidenMixin, DotMixin, RegionsMixin):
+class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
     it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
@@ -348,7 +349,8 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin):
                 return self.interior_version(s, ind, *found)
         if self.omp is None and not self.in_parallel and regions.stepped_loops(s):
             return self.region([s], ind)
-        if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind):
+        if s.kind == "unrolled" and step == 1 and self.unrolled(s, ind) \
+                or s.kind == "serial" and self.transposed_copy(s, ind):    # codegen.c.transpose
             return
         if s.attrs.get("small"):
             w, grain = s.attrs["small"]

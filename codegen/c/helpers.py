@@ -10,6 +10,7 @@ from ..regions import SPIN_MAX, SPIN_MIN
 from .syntax import CTYPES, SUFFIX
 from .dot import DOT_SOURCE
 from .vecmath import c_bits_helpers, c_helper
+from .transpose import zip_helper
 from .widen import vector_helper
 
 
@@ -20,6 +21,8 @@ def helper_source(name: str) -> str:
         return _ALLOC_SOURCE
     if name.startswith("tp_vec_"):
         return vector_helper(name)
+    if name.startswith("tp_zip_"):
+        return zip_helper(name)
     if name == "tp_dot":
         return DOT_SOURCE
     if name == "tp_barrier":

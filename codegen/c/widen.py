@@ -155,7 +155,7 @@ class WidenMixin:
 
     # ------------------------------------------------------------ classification
     def varies(self, e) -> bool:
-        return _varies(e, self.wide.var, self.wide.lets)
+        return reads_var(e, self.wide.var, self.wide.lets)
 
     def vtype(self, dt: str) -> str:
         suf = SUF[dt]
@@ -163,7 +163,7 @@ class WidenMixin:
         return f"tp_{suf}x{self.wide.n}"
 
     def _contiguous(self, index) -> bool:
-        return _unit_stride(index, self.wide.var, self.wide.lets)
+        return unit_stride(index, self.wide.var, self.wide.lets)
 
     def _address(self, array: str, index) -> str:
         """The address of the chunk's first lane."""
@@ -371,27 +371,27 @@ def _plain(s: ir.For) -> bool:
     var = s.var
 
     def value(e):
-        if not _varies(e, var):
+        if not reads_var(e, var):
             return True
         if isinstance(e, ir.Load):
-            return e.dtype in FAST and _unit_stride(e.index, var)
+            return e.dtype in FAST and unit_stride(e.index, var)
         return _vector_op(e) and value(e.a) and value(e.b)
-    return all(isinstance(st, ir.Store) and st.value.dtype in FAST and _unit_stride(st.index, var)
+    return all(isinstance(st, ir.Store) and st.value.dtype in FAST and unit_stride(st.index, var)
                and value(st.value) for st in _stores(s))
 
 
-def _unit_stride(index, var, lets=()) -> bool:
+def unit_stride(index, var, lets=()) -> bool:
     """``index`` steps one element along its last dimension per step of
     ``var`` and stays put along the others (``lets``: names that vary with
     ``var``)."""
-    if not index or any(_varies(i, var, lets) for i in index[:-1]):
+    if not index or any(reads_var(i, var, lets) for i in index[:-1]):
         return False
     f = loops.affine(index[-1], lambda n: n not in lets)
     return f is not None and f[0].get(var) == 1 and \
         not any(isinstance(x, ir.Load) for x in ir.walk_exprs(index[-1]))
 
 
-def _varies(e, var, lets=()) -> bool:
+def reads_var(e, var, lets=()) -> bool:
     """``e`` reads ``var`` or one of the ``lets`` that vary with it."""
     return any(isinstance(x, ir.Var) and (x.name == var or x.name in lets)
                for x in ir.walk_exprs(e))

@@ -166,3 +166,50 @@ def test_a_small_register_block_is_printed_as_vector_statements(rows, vectors, h
     a = rng.standard_normal((n, kk), dtype=np.float32)
     b = rng.standard_normal((kk, m), dtype=np.float32)
     np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def rows_in_lanes(dtype, n, m, w):
+    """``y[b, i] += A[b, i, j] * x[b, j]`` with its rows in the lanes: the
+    ``w x w`` tile of A copied per ``j0`` transposed (``[j % w][i % w]``)."""
+    f = tp.Function("rows_in_lanes", params={"NB": 3, "N": n, "M": m})
+    b, i, j = f.var("b", 0, "NB"), f.var("i", 0, "N"), f.var("j", 0, "M")
+    A, x = f.input("A", ("NB", "N", "M"), dtype), f.input("x", ("NB", "M"), dtype)
+    y = f.computation("y", [b, i], 0.0, dtype=dtype)
+    y[b, i] += A[b, i, j] * x[b, j]
+    u = y.update
+    u.split("i", w)
+    u.split("j", w)
+    u.reorder("i0", "j0", "j1", "i1")
+    c = u.cache_at("A[b, i, j]", "j0", name="At")
+    c.store_in(f.buffer("At_tile", (w, w), dtype), [c.vars[2] % w, c.vars[1] % w])
+    u.vectorize("i1", w)
+    u.unroll("j1")
+    return f
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
+@pytest.mark.parametrize("n,m", [(32, 48), (37, 21)])
+def test_a_transposing_square_copy_goes_through_registers(monkeypatch, dtype, n, m):
+    """A tile copied transposed by two loops of the lanes' length is printed
+    as vector loads, interleaving shuffles and vector stores (sizes with
+    partial tiles, 37 x 21, keep the loops); the values are the element-by-element copy's,
+    bit for bit."""
+    from codegen import loops
+    from codegen.c import transpose
+    w = loops.host_lanes(dtype.bits)
+    rng = np.random.default_rng(0)
+    npt = np.float32 if dtype == tp.float32 else np.float64
+    A, x = rng.random((3, n, m)).astype(npt), rng.random((3, m)).astype(npt)
+    k = rows_in_lanes(dtype, n, m, w).compile()
+    whole = w >= 4 and n % w == 0 and m % w == 0   # else min() bounds: the loops stay
+    assert k.source.count("copy transposed through registers") == int(whole)
+    assert k.source.count(f"tp_zip_lo_{transpose.SUF[dtype.name]}x{w}(") \
+        == (w // 2 * (w.bit_length() - 1) + 1 if whole else 0)      # the calls and the helper
+    got = np.asarray(k(A=A, x=x))
+    from tiramisu_py.driver import warm
+    monkeypatch.setattr(warm, "ENABLED", False)      # printed again, not the kept kernel
+    monkeypatch.setattr(transpose.TransposeMixin, "transposed_copy", lambda self, s, ind: False)
+    plain = rows_in_lanes(dtype, n, m, w).compile()
+    assert "transposed through registers" not in plain.source
+    np.testing.assert_array_equal(got, np.asarray(plain(A=A, x=x)))
+    np.testing.assert_allclose(got, np.einsum("bij,bj->bi", A, x), rtol=1e-5)

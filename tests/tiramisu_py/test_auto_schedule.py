@@ -387,21 +387,49 @@ def test_reuse_that_fits_in_cache_untiled_is_not_tiled():
     between two uses.  With its sizes known and that row within a quarter of
     the L2 the reuse needs no tiles, however large x is (512 rows of 256
     float32: 512 KB), the band stays whole (rows streamed), b parallel, and
-    its rows run as a dot product's (8 jammed inside j, each in the
-    program's order).  With a row beyond a quarter of the L2 it is tiled."""
+    its rows run as a dot product's, each in the program's order: on C in
+    the lanes, the tile of A copied transposed (``transposed_rows``); on
+    LLVM 8 jammed inside j.  With a row beyond a quarter of the L2 it is
+    tiled."""
     from examples.beyond_polybench import KERNELS
     from codegen import target
     k = KERNELS["batched_mv"]
     l2 = target.cache_sizes().get((2, "Unified"), 1 << 20)
     upd = "f.computations['y'].update"
+    lanes = target.vector_bits() // 64
+    wants = {"c": (f"{upd}.split('i', {lanes})", f"{upd}.split('j', {lanes})",
+                   f"{upd}.reorder('i0', 'j0', 'j1', 'i1')",
+                   f"{upd}.cache_at('A[b, i, j]', 'j0', name='y_update_A_t')",
+                   f"{upd}.vectorize('i1', {lanes})", f"{upd}.unroll('j1')"),
+             "llvm": (f"{upd}.split('i', 8)", f"{upd}.reorder('j', 'i1')", f"{upd}.unroll('i1')")}
     for small in (dict(NB=32, N=256, M=l2 // 4 // 8 // 32), dict(NB=512, N=256, M=256)):
-        steps = [str(s) for s in k.build(small).auto_schedule()]
-        assert not any(".tile(" in s for s in steps), steps
-        for want in (f"{upd}.parallelize('b')", f"{upd}.split('i', 8)",
-                     f"{upd}.reorder('j', 'i1')", f"{upd}.unroll('i1')"):
-            assert want in steps, (want, steps)
+        for tgt, want in wants.items():
+            steps = [str(s) for s in k.build(small).auto_schedule(target=tgt)]
+            assert not any(".tile(" in s for s in steps), steps
+            for w in (f"{upd}.parallelize('b')", *want):
+                assert w in steps, (tgt, w, steps)
     steps = [str(s) for s in k.build(dict(NB=32, N=256, M=l2 // 8)).auto_schedule()]
     assert any(".tile(" in s for s in steps), steps
+
+
+def test_dot_product_rows_in_the_lanes_give_the_reference(monkeypatch):
+    """``transposed_rows`` on C: the batched matrix-vector product's rows in
+    the lanes, A's tiles copied transposed through registers; NumPy's result
+    (float64, the program's order per row), on sizes where it applies."""
+    from examples.beyond_polybench import KERNELS
+    k = KERNELS["batched_mv"]
+    sizes = dict(NB=3, N=32, M=24)
+    f = k.build(sizes)
+    steps = [str(s) for s in f.auto_schedule(target="c")]
+    assert any("cache_at('A[b, i, j]', 'j0'" in s for s in steps), steps
+    kern = f.compile("c")
+    from codegen import loops
+    # the printer moves the tile through registers where a register holds 4 lanes or more
+    assert ("copy transposed through registers" in kern.source) == (loops.host_lanes(64) >= 4)
+    rng = np.random.default_rng(2)
+    A, x = rng.standard_normal((3, 32, 24)), rng.standard_normal((3, 24))
+    np.testing.assert_allclose(np.asarray(kern(A=A, x=x)), np.einsum("bij,bj->bi", A, x),
+                               rtol=1e-12, atol=1e-12)
 
 
 def batched_conv(N=2, CO=16, CI=16, H=32, W=32, padded=False):

@@ -263,7 +263,8 @@ class AutoScheduler(PointLoops):
                 tiled = self.tile_band(names, band, time_loop=carried,
                                        block=None if carried else block)
         if not tiled and band:
-            self.jam_rows(names, band) or self.stencil_rows(names, band)
+            self.transposed_rows(names, band) or self.jam_rows(names, band) \
+                or self.stencil_rows(names, band)
         if tiled and block and block["pack"]:
             self.pinned.add(block["col"] + "0")      # the packed copies' loop
         par = self.parallelize(names, [n + "0" for n in band] if tiled
