@@ -473,8 +473,14 @@ def test_compiler_timeout_kills_its_process_group(tmp_path):
 def test_keyboard_interrupt_kills_the_compiler(tmp_path):
     d = private(tmp_path / "cache")
     e = dict(os.environ, TIRAMISU_PY_CACHE=str(d), PYTHONPATH=ROOT, **_hang_cc(tmp_path))
-    # SIGUSR1 makes the child print where each of its threads is (a hang's diagnosis)
-    dump = "import faulthandler, signal\nfaulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+    # Ctrl-C as at a terminal: the child's SIGINT raises KeyboardInterrupt, whatever
+    # disposition or mask this worker passes on (a full run once handed it on ignored
+    # or blocked: 30 s later the child still waited in communicate()); SIGUSR1 makes
+    # it print where each of its threads is (a hang's diagnosis)
+    dump = ("import faulthandler, signal\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+            "faulthandler.register(signal.SIGUSR1, all_threads=True)\n")
     p = subprocess.Popen([sys.executable, "-c", dump + PRELUDE + "run()\n"], env=e, cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -488,7 +494,11 @@ def test_keyboard_interrupt_kills_the_compiler(tmp_path):
             time.sleep(1)
             p.kill()
             _, err = p.communicate()
-            raise AssertionError(f"still running 30 s after SIGINT; its threads:\n{err[-4000:]}")
+            raise AssertionError(
+                f"still running 30 s after SIGINT (this worker's SIGINT: "
+                f"{signal.getsignal(signal.SIGINT)}, blocked: "
+                f"{signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])}); "
+                f"its threads:\n{err[-4000:]}")
     finally:
         if p.poll() is None:
             p.kill()
