@@ -34,7 +34,8 @@ from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, 
                      SUFFIX, const_literal, int_literal)
 from .dot import DotMixin
 from .omp_regions import RegionsMixin
-from .speculate import Speculation, speculated
+from .invariant import InvariantMixin
+from .speculate import InteriorMixin, Speculation, speculated
 from .transpose import TransposeMixin
 from .widen import WidenMixin
 
@@ -64,7 +65,8 @@ def _omp_op(op: str, dt: str, em: "CPrinter") -> str:
 
 
 # ------------------------------------------------------------------ printer
-class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin):
+class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixin,
+               InteriorMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
     it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
@@ -133,7 +135,8 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin):
         if isinstance(e, ir.Var):
             return (self.lane_var(e.name) if self.wide else None) or e.name, P_PRIMARY
         if isinstance(e, ir.Load):
-            return (self.lane_load(e) if self.wide else None) or self.access(e.array, e.index), P_PRIMARY
+            return (self.lane_load(e) if self.wide else None) or (self.hoisted or {}).get(
+                ir.expr_key(e)) or self.access(e.array, e.index), P_PRIMARY
         if isinstance(e, ir.Binary):
             return self._binary(e)
         if isinstance(e, ir.Unary):
@@ -356,7 +359,7 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin):
             w, grain = s.attrs["small"]
             self.out(ind, f"/* parallel loop {s.var} runs on one thread: at most {w} statement "
                           f"instances between synchronisations, below the parallel grain {grain} */")
-        saved = (self.omp, self.in_parallel)
+        saved = (self.omp, self.in_parallel, self.hoisted)
         aliases, views = [], []
         if s.kind == "parallel" and self.omp == "simd":
             # OpenMP forbids a parallel region inside simd: run this loop serially
@@ -387,6 +390,7 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin):
                 # not the accumulator pattern: a plain (correct, scalar) loop
                 self.out(ind, "/* vector reduction kept scalar: accumulator varies in the loop */")
             else:
+                self.hoist_invariant_loads(s, ind)      # codegen.c.invariant
                 self.out(ind, "#pragma omp simd")
                 self.omp = "simd"
         elif s.kind == "unrolled":
@@ -397,26 +401,10 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin):
         self.loop_depth += 1
         self.body(s.body, ind + 1)
         self.loop_depth -= 1
-        self.omp, self.in_parallel = saved
+        self.omp, self.in_parallel, self.hoisted = saved
         self.out(ind, "}")
         if views:
             self.out(ind - 1, "}")
-
-    def interior_version(self, s: ir.For, ind: int, tests, lifted) -> None:
-        """The vector loop ``s`` twice (:meth:`Speculation.interior`): where
-        every lane's index lies inside its array, loads at the program's
-        indices (contiguous lanes); elsewhere at indices held to the extents."""
-        inside = " && ".join(f"{self.wrap(lo, P_REL + 1)} >= 0 && {self.wrap(hi, P_REL + 1)} <= {n - 1}"
-                             for lo, hi, n in tests)
-        self.versioning.add(id(s))
-        self.out(ind, f"if ({inside}) {{  /* every lane's read inside its array */")
-        restore = self.speculation.lifting(lifted)
-        self.loop(s, ind + 1)
-        restore()
-        self.out(ind, "} else {")
-        self.loop(s, ind + 1)
-        self.out(ind, "}")
-        self.versioning.discard(id(s))
 
     def unrolled(self, s: ir.For, ind: int) -> bool:
         """Unrolls in the source: one scoped copy of the body per iteration.

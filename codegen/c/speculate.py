@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..simplify import extremes, interval
+from .syntax import P_REL
 
 
 def readonly_shapes(fn: ir.LoweredFunction) -> dict:
@@ -162,3 +163,24 @@ def _clamp(i, extent):
         return ir.Const(min(max(int(i.value), 0), extent - 1), "int64")
     return ir.Binary("min", ir.Binary("max", i, ir.Const(0, "int64"), "int64"),
                      ir.Const(extent - 1, "int64"), "int64")
+
+
+class InteriorMixin:
+    """Needs :class:`codegen.c.emit.CPrinter` (``loop``, ``out``, ``wrap``,
+    ``speculation``, ``versioning``)."""
+
+    def interior_version(self, s: ir.For, ind: int, tests, lifted) -> None:
+        """The vector loop ``s`` twice (:meth:`Speculation.interior`): where
+        every lane's index lies inside its array, loads at the program's
+        indices (contiguous lanes); elsewhere at indices held to the extents."""
+        inside = " && ".join(f"{self.wrap(lo, P_REL + 1)} >= 0 && {self.wrap(hi, P_REL + 1)} <= {n - 1}"
+                             for lo, hi, n in tests)
+        self.versioning.add(id(s))
+        self.out(ind, f"if ({inside}) {{  /* every lane's read inside its array */")
+        restore = self.speculation.lifting(lifted)
+        self.loop(s, ind + 1)
+        restore()
+        self.out(ind, "} else {")
+        self.loop(s, ind + 1)
+        self.out(ind, "}")
+        self.versioning.discard(id(s))
