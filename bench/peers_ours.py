@@ -126,8 +126,8 @@ def hand_layernorm(f):
     """The layer norm as a user schedules it by hand: the row's three
     statements and both updates fused in ``i``, which runs in parallel, the
     sums vectorised along ``j`` with partial sums in the lanes."""
-    from codegen import target
-    lanes = target.vector_bits() // 32
+    from codegen import loops
+    lanes = loops.host_lanes(32)
     c = f.computations
     mean, var = c["mean"], c["var"]
     mean.update.after(mean, "i")

@@ -22,6 +22,11 @@ def nested(body) -> bool:
     return any(isinstance(s, (ir.For, ir.If)) for s in ir.walk_stmts(body))
 
 
+def sole_stmt(body):
+    """The one statement of a loop's ``body`` (a Block of one, or the statement)."""
+    return body.stmts[0] if isinstance(body, ir.Block) and len(body.stmts) == 1 else body
+
+
 def affine(e, fixed_ok):
     """``e`` as ({name: coeff}, const) over names, or None; names for which
     ``fixed_ok(name)`` is false make it None unless it is the lane variable."""

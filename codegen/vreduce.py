@@ -22,7 +22,7 @@ integer reductions alike; max/min keep NaN (the identity is -inf/+inf).
 """
 from __future__ import annotations
 
-from . import ir
+from . import ir, loops
 from .ir import expr_key
 from .regblock import rewrite_serial_loops
 from .simplify import clamped_bound
@@ -43,7 +43,7 @@ def hoist_vector_reductions(fn: ir.LoweredFunction) -> ir.LoweredFunction:
 def _pattern(v: ir.For):
     """(array, op, store) if ``v``'s body is one ``A[idx] = A[idx] op e`` reduction
     of its attrs with ``idx`` free of ``v``'s iterator."""
-    body = v.body.stmts[0] if isinstance(v.body, ir.Block) and len(v.body.stmts) == 1 else v.body
+    body = loops.sole_stmt(v.body)
     if not isinstance(body, ir.Store) or not isinstance(body.value, ir.Binary):
         return None
     val, ops = body.value, dict(v.attrs.get("reduction") or ())

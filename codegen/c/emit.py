@@ -446,8 +446,7 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
     def vector_reduction(self, s: ir.For, ind: int, pragma: str = "simd") -> bool:
         """``for k: A[idx] = A[idx] op e`` with ``idx`` invariant in ``k``:
         a scalar accumulator under ``#pragma omp simd|parallel for reduction``."""
-        body = s.body.stmts[0] if isinstance(s.body, ir.Block) and len(s.body.stmts) == 1 \
-            else s.body
+        body = loops.sole_stmt(s.body)
         ops = {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}
         if not isinstance(body, ir.Store) or not isinstance(body.value, ir.Binary) \
                 or body.value.op not in ops:

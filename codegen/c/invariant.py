@@ -24,6 +24,7 @@ from __future__ import annotations
 from .. import ir
 from ..ir import expr_key
 from .syntax import CTYPES
+from .widen import reads_var
 
 
 class InvariantMixin:
@@ -39,7 +40,7 @@ class InvariantMixin:
         lo, hi = ir.const_eval(s.lo, self.fn.constants), ir.const_eval(s.hi, self.fn.constants)
         if lo is None or hi is None or hi <= lo:
             return
-        stored, bound = set(), {s.var}
+        stored, bound = set(), set()
         for st in ir.walk_stmts(s.body):
             if isinstance(st, ir.Store):
                 stored.add(st.array)
@@ -50,10 +51,9 @@ class InvariantMixin:
         found = dict(before or {})
         for e in _unconditional_loads(s.body):
             key = expr_key(e)
-            inner = [x for i in e.index for x in ir.walk_exprs(i)]
-            if key in found or e.array in stored or any(
-                    isinstance(x, ir.Load) or isinstance(x, ir.Var) and x.name in bound
-                    for x in inner):
+            if key in found or e.array in stored \
+                    or any(reads_var(i, s.var, bound) for i in e.index) \
+                    or any(isinstance(x, ir.Load) for i in e.index for x in ir.walk_exprs(i)):
                 continue
             self.ninvariant += 1
             name = f"tp_inv{self.ninvariant}"

@@ -58,12 +58,11 @@ class TransposeMixin:
         dtype, ``S`` contiguous along the inner loop and ``T`` along
         ``s``, the inner loop's bounds free of ``s``: printed as a register
         transpose (module docstring).  True if printed."""
-        t = s.body.stmts[0] if isinstance(s.body, ir.Block) and len(s.body.stmts) == 1 else s.body
+        t = loops.sole_stmt(s.body)
         if self.wide is not None or not isinstance(t, ir.For) or int(s.step) != 1 \
                 or int(t.step) != 1 or s.kind != "serial" or t.kind != "serial":
             return False
-        st = t.body.stmts[0] if isinstance(t.body, ir.Block) and len(t.body.stmts) == 1 \
-            else t.body
+        st = loops.sole_stmt(t.body)
         if not isinstance(st, ir.Store) or not isinstance(st.value, ir.Load) \
                 or st.value.array == st.array:
             return False
@@ -103,10 +102,5 @@ class TransposeMixin:
 
 def _trip(s: ir.For):
     """``s.hi - s.lo`` when it is a constant (``16 * i0 + 16`` minus ``16 * i0``)."""
-    hi, lo = loops.affine(s.hi, lambda n: True), loops.affine(s.lo, lambda n: True)
-    if hi is None or lo is None:
-        return None
-    diff = {n: c - lo[0].get(n, 0) for n, c in hi[0].items()}
-    if any(diff.values()) or any(n not in hi[0] and c for n, c in lo[0].items()):
-        return None
-    return hi[1] - lo[1]
+    f = loops.affine(ir.Binary("sub", s.hi, s.lo, "int64"), lambda n: True)
+    return f[1] if f is not None and not f[0] else None

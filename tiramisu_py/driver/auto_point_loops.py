@@ -379,6 +379,17 @@ class PointLoops:
         self.jam_stencil_rows(stmt)
 
     # -- dot products' rows in the lanes -----------------------------------
+    def dot_rows(self, stmt, band):
+        """``stmt`` is a dot product per row (:meth:`jam_rows`' statement):
+        a reduction, untagged, not reassociated, its loops the band's (in
+        order) but the innermost, which the element it writes leaves out."""
+        st = self.state()[stmt]
+        loops = _names(st)
+        return stmt in self.deps.reductions and not st.tags \
+            and self.vector_reduction_loop(stmt) is None \
+            and 2 <= len(loops) <= len(band) + 1 and loops[:-1] == band[:len(loops) - 1] \
+            and space.written_vars(self.model, stmt) == [[x] for x in loops[:-1]]
+
     def transposed_rows(self, names, band):
         """A lone dot product per row, ``y[b][i] += A[b][i][j] * x[b][j]``
         (:meth:`jam_rows`' statement: the row loop ``i`` and the reduction
@@ -395,21 +406,16 @@ class PointLoops:
                                                            and self.opt["unroll"]):
             return False
         stmt = names[0]
-        st = self.state()[stmt]
-        loops = _names(st)
-        if stmt not in self.deps.reductions or st.tags or len(loops) < 2 \
-                or loops[:-1] != band[:len(loops) - 1] \
-                or self.vector_reduction_loop(stmt) is not None \
-                or space.has_data_dependent_loop(self.model, stmt) \
-                or space.written_vars(self.model, stmt) != [[x] for x in loops[:-1]]:
+        if not self.dot_rows(stmt, band) or space.has_data_dependent_loop(self.model, stmt):
             return False
+        loops = _names(self.state()[stmt])
         row, red, lanes = loops[-2], loops[-1], self.lanes(stmt)
         for lp in (row, red):
             ext = extent_of(self.f, stmt, lp)
             if ext is None or ext % lanes or ext < (2 if lp == row else 1) * lanes:
                 return False
         strided = [a for a in self.model.by_name[stmt].accesses
-                   if not a.write and not a.implicit and row in _indexed_by(a)
+                   if not a.write and not a.implicit
                    and any(row in space.loop_names(e) for e in a.index[:-1])]
         if len(strided) != 1 or [repr(e) for e in strided[0].index[-2:]] != [row, red] \
                 or any({row, red} & space.loop_names(e) for e in strided[0].index[:-2]) \

@@ -540,11 +540,7 @@ class AutoScheduler(PointLoops):
         blocks of that loop, its statements one after the other in a block.
         True if kept."""
         st = self.state()
-        rows = [n for n in names if n in self.deps.reductions and not st[n].tags
-                and self.vector_reduction_loop(n) is None       # reassociated instead
-                and 2 <= len(st[n].loops) <= len(band) + 1
-                and _names(st[n])[:-1] == band[:len(st[n].loops) - 1]
-                and space.written_vars(self.model, n) == [[x] for x in _names(st[n])[:-1]]]
+        rows = [n for n in names if self.dot_rows(n, band)]
         if not rows or not self.opt["unroll"]:
             return False
         lead = _names(st[rows[0]])[:-1]
