@@ -248,14 +248,23 @@ def gather(local, axis=0, root=0, comm=None):
     return np.concatenate(parts, axis=axis)
 
 
+ABORT_GRACE_S = 0.5     # seconds a failing rank's output has to reach mpiexec
+
+
 def abort_on_error(fn):
     """Runs ``fn()``; an exception prints its traceback and calls
     ``MPI_Abort`` (every rank stops, no hang waiting for the failed one)."""
     try:
         return fn()
     except BaseException:
+        import sys
+        import time
         import traceback
         traceback.print_exc()
-        import sys
+        sys.stdout.flush()
         sys.stderr.flush()
+        # the launcher forwards each rank's output through its own processes,
+        # which MPI_Abort kills: without a moment to forward it, MPICH's
+        # mpiexec lost the traceback in 1 run of 12 (the user saw only rc 1)
+        time.sleep(ABORT_GRACE_S)
         comm_world().Abort(1)
