@@ -1,6 +1,9 @@
 """The polybench suite: PolyBench/C 4.2.1's 30 kernels (examples/polybench),
 each as (a) the plain algorithm, (b) its hand schedule, (c) the plain
-algorithm after ``f.auto_schedule()``.
+algorithm after ``f.auto_schedule()``, and (d) after
+``f.auto_schedule(reassociate=True)`` where that schedules it differently
+(a reduction reassociated, as the hand schedules of cholesky, durbin and
+trisolv do).
 
     tiramisu-py bench polybench [--size MINI|SMALL|MEDIUM|LARGE] [--kernels gemm,lu,...]
                                 [--beyond] [--threads 2] [--repeats N] [--json PATH]
@@ -39,8 +42,9 @@ DEFAULT_SIZE = "SMALL"
 # the check at these sizes; at larger ones the plain variant's result is
 # (it is checked against NumPy at MINI and SMALL by tests/examples/test_polybench.py)
 REFERENCE_SIZES = ("MINI", "SMALL")
-PLAIN, HAND, AUTO = "plain", "tiramisu_py[hand]", "tiramisu_py[auto]"
-VARIANT_OF = {PLAIN: "plain", HAND: "hand", AUTO: "auto"}
+PLAIN, HAND, AUTO, AUTO_RE = "plain", "tiramisu_py[hand]", "tiramisu_py[auto]", \
+    "tiramisu_py[auto+re]"
+VARIANT_OF = {PLAIN: "plain", HAND: "hand", AUTO: "auto", AUTO_RE: "auto+re"}
 
 
 def registry(beyond=False) -> dict:
@@ -96,6 +100,8 @@ def _case(kernel, size, seed):
         if kernel.schedule is not None:
             impls[HAND] = impl("hand")
         impls[AUTO] = impl("auto")
+        if reassociates(kernel, size):
+            impls[AUTO_RE] = impl("auto+re")
         if size in REFERENCE_SIZES:
             expected.update(kernel.comparable(kernel.reference(arrays, s), s))
         else:
@@ -109,6 +115,14 @@ def _case(kernel, size, seed):
                 lambda out: pb.max_error(kernel.comparable(out, s), expected), interleave=True)
 
 
+def reassociates(kernel, size) -> bool:
+    """True when ``auto_schedule(reassociate=True)`` schedules ``kernel``
+    otherwise than ``auto_schedule()``."""
+    s = pb.sizes(kernel, size)
+    return [str(c) for c in kernel.build(s).auto_schedule(reassociate=True)] \
+        != [str(c) for c in kernel.build(s).auto_schedule()]
+
+
 def auto_seconds(names, size, beyond=False) -> dict:
     """Seconds ``auto_schedule()`` takes per kernel (in this process: it is
     analysis, not timing-sensitive)."""
@@ -118,7 +132,8 @@ def auto_seconds(names, size, beyond=False) -> dict:
 
 
 def speedups(report: dict) -> dict:
-    """``{threads: {kernel: {"plain_ms", "hand", "auto"}}}`` from a harness report."""
+    """``{threads: {kernel: {"plain_ms", "hand", "auto", "auto_re"}}}`` from a
+    harness report (``auto_re`` None where reassociation changes nothing)."""
     out = {}
     for n in map(str, report["threads"]):
         rows = out.setdefault(n, {})
@@ -128,7 +143,8 @@ def speedups(report: dict) -> dict:
             rows[c["name"].split()[0]] = {
                 "plain_ms": base * 1e3 if base else None,
                 "hand": base / t[HAND] if base and t.get(HAND) else None,
-                "auto": base / t[AUTO] if base and t.get(AUTO) else None}
+                "auto": base / t[AUTO] if base and t.get(AUTO) else None,
+                "auto_re": base / t[AUTO_RE] if base and t.get(AUTO_RE) else None}
     return out
 
 
@@ -148,16 +164,18 @@ def format_speedups(report: dict, table: dict, auto_s: dict) -> str:
     for n, rows in table.items():
         what = "Beyond PolyBench" if report["arguments"].get("beyond") else "PolyBench"
         lines += [f"{what} {report['arguments']['size']}, {n} thread{'s' * (n != '1')}",
-                  f"{'kernel':16} {'plain ms':>10} {'hand':>8} {'auto':>8} {'auto s':>7}"
-                  f"  max err (plain, hand, auto)"]
+                  f"{'kernel':16} {'plain ms':>10} {'hand':>8} {'auto':>8} {'auto+re':>8} "
+                  f"{'auto s':>7}  max err (plain, hand, auto, auto+re)"]
         for name, r in rows.items():
             e = ", ".join(f"{errors[name].get(v):.0e}" if errors[name].get(v) is not None
-                          else "-" for v in ("plain", "hand", "auto"))
+                          else "-" for v in ("plain", "hand", "auto", "auto+re"))
             ms = f"{r['plain_ms']:10.3f}" if r["plain_ms"] else f"{'failed':>10}"
             a = f"{auto_s[name]:7.2f}" if name in auto_s else f"{'-':>7}"
-            lines.append(f"{name:16} {ms} {x(r['hand']):>8} {x(r['auto']):>8} {a}  {e}")
+            lines.append(f"{name:16} {ms} {x(r['hand']):>8} {x(r['auto']):>8} "
+                         f"{x(r.get('auto_re')):>8} {a}  {e}")
         lines.append(f"{'geomean':16} {'':10} {x(geomean(r['hand'] for r in rows.values())):>8} "
-                     f"{x(geomean(r['auto'] for r in rows.values())):>8}")
+                     f"{x(geomean(r['auto'] for r in rows.values())):>8} "
+                     f"{x(geomean(r.get('auto_re') or r['auto'] for r in rows.values())):>8}")
     if not auto_s:
         lines.append("auto: not run")
     failures = [f"  {c['name']} / {i}: {r['failure']}" for c in report["cases"]
@@ -166,8 +184,9 @@ def format_speedups(report: dict, table: dict, auto_s: dict) -> str:
         lines += ["failures:"] + failures
     against = ("the NumPy reference" if report["arguments"]["size"] in REFERENCE_SIZES
                else "the plain variant's result")
-    lines.append(f"hand, auto: speedup over plain (median times, same run); "
-                 f"max err: relative to {against}")
+    lines.append(f"hand, auto: speedup over plain (median times, same run); auto+re: "
+                 f"auto_schedule(reassociate=True) where it schedules otherwise (its geomean: "
+                 f"auto elsewhere); max err: relative to {against}")
     return "\n".join(lines)
 
 

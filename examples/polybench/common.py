@@ -33,7 +33,7 @@ from schedules.blocks.blis import blis, default_params
 
 F64 = tp.float64
 DATASETS = ("MINI", "SMALL", "MEDIUM", "LARGE")
-VARIANTS = ("plain", "hand", "auto")
+VARIANTS = ("plain", "hand", "auto", "auto+re")
 RTOL, ATOL = 1e-9, 1e-9
 
 
@@ -83,15 +83,17 @@ def sizes(kernel: Kernel, dataset: str) -> dict:
     return dict(kernel.sizes[dataset])
 
 
-def auto_schedule(f: tp.Function):
-    """Applies ``f.auto_schedule()``: returns (the commands it applied, seconds)."""
+def auto_schedule(f: tp.Function, reassociate=False):
+    """Applies ``f.auto_schedule(reassociate=...)``: returns (the commands it
+    applied, seconds)."""
     t0 = time.perf_counter()
-    commands = f.auto_schedule()
+    commands = f.auto_schedule(reassociate=reassociate)
     return commands, time.perf_counter() - t0
 
 
 def function(kernel: Kernel, dataset: str, variant: str) -> tp.Function:
-    """The Function of ``variant`` ("plain", "hand" or "auto") at ``dataset``."""
+    """The Function of ``variant`` at ``dataset``: "plain", "hand", "auto" or
+    "auto+re" (``auto_schedule(reassociate=True)``)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
     s = sizes(kernel, dataset)
@@ -100,8 +102,8 @@ def function(kernel: Kernel, dataset: str, variant: str) -> tp.Function:
         if kernel.schedule is None:
             raise ValueError(f"{kernel.name} has no hand schedule")
         kernel.schedule(f, s)
-    elif variant == "auto":
-        auto_schedule(f)
+    elif variant in ("auto", "auto+re"):
+        auto_schedule(f, reassociate=variant == "auto+re")
     return f
 
 

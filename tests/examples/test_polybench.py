@@ -7,8 +7,9 @@
   Function with a deliberately wrong loop order gives a different answer, so
   the checks above would catch a schedule that breaks a dependence;
 - (c), ``auto_schedule()``, where the language has it (skipped otherwise);
-- a smoke run of ``tiramisu-py bench polybench`` at MINI on three kernels
-  (no timing is asserted)."""
+- a smoke run of ``tiramisu-py bench polybench`` at MINI on three kernels,
+  with ``auto_schedule(reassociate=True)`` where it differs (no timing is
+  asserted)."""
 import io
 import os
 
@@ -129,6 +130,9 @@ def test_bench_polybench_smoke(tmp_path, capsys):
             assert per_n["2"]["failure"] is None, (case["name"], impl)
             assert per_n["2"]["error"] < 1e-9, (case["name"], impl)
     assert report["auto_schedule_s"] and all(r["auto"] for r in rows.values())
+    # auto+re where reassociation schedules it otherwise: trisolv's dot products
+    assert rows["trisolv"]["auto_re"] > 0 and rows["jacobi-2d"]["auto_re"] is None, rows
+    assert "auto+re" in out
 
 
 def test_bench_beyond_polybench_smoke(capsys):

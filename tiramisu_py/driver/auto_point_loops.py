@@ -17,15 +17,60 @@ from ..base.errors import IllegalScheduleError
 from ..commands.atomic import restore as _restore, snapshot as _snapshot
 from ..commands.state import extent_of
 from ..lang.expr import Access, walk
+from ..poly import dataflow
 from ..poly.footprint import footprint_widths
 from ..poly.padding import padded_reads
 from .auto_steps import Code as _Code, StmtRef as _StmtRef, loop_names as _names, statement
 
+VECTOR_SUMS = 4             # vectors of partial sums of a reassociated reduction
 STENCIL_ROWS = 4            # rows of a stencil computed per vector strip (:meth:`stencil_rows`)
 
 
 class PointLoops:
     """The per-statement steps of the search (mixed into AutoScheduler)."""
+
+    # -- storage ------------------------------------------------------------
+    def private_accumulators(self):
+        """An update that reads its accumulator's array at other elements
+        (trisolv's ``x[i] -= L[i][j] * x[j]``, cholesky's ``A[i][j] -=
+        A[i][k] * A[j][k]``) is no reduction: nothing tells the element it
+        accumulates apart from those it reads.  Its computation stored in a
+        one-element buffer of its own (``store_in(f.buffer('x0_acc', (1,),
+        ...), [0])``) makes it one: a register to the C compiler, vectors of
+        partial sums where reassociation is allowed.  Tried where the
+        computation's loops all carry a dependence (one slot serves every
+        iteration: nothing is lost to parallelism), kept when the update is
+        then a reduction, the array's memory keeps its meaning
+        (:func:`~tiramisu_py.poly.dataflow.memory_view`: every other read,
+        and the array's final content, sees the same writes -- a finishing
+        statement such as trisolv's ``x[i] = x0[i] / L[i][i]`` writes the
+        array) and the schedule is legal."""
+        for m in list(self.model.stmts):
+            comp = getattr(m.stmt, "parent", None)
+            if self.out_of_time():
+                return
+            if not m.stmt.is_update or m.name in self.deps.reductions \
+                    or {m.name, comp.name} & self.touched or comp.buffer is None \
+                    or getattr(comp, "_auto_buffer", False) \
+                    or f"{comp.name}_acc" in self.f.buffers \
+                    or space.parallel_loops(self.model, self.deps, self.state(), comp.name):
+                continue
+            array = comp.buffer.name
+            before = dataflow.memory_view(self.model, array)
+            if before is None:
+                continue
+
+            def same_memory(model, deps, update=m.name, array=array, before=before):
+                after = dataflow.memory_view(model, array)
+                # (each model has an isl context of its own: compared in the new one)
+                return update in deps.reductions and after is not None \
+                    and all(type(a)(str(b), context=model.ctx).is_equal(a)
+                            for a, b in zip(after, before))
+            acc = _Code(f"f.buffer({comp.name + '_acc'!r}, (1,), "
+                        f"f.computations[{comp.name!r}].dtype)")
+            if self.apply_checked([self.step(comp.name, "store_in", acc, [0])],
+                                  accept=same_memory):
+                self.local_sums.add(m.name)      # in a local scalar: no local copy to make
 
     # -- register blocks ----------------------------------------------------
     def block_plan(self, names, band):
@@ -134,11 +179,12 @@ class PointLoops:
                 yield self.step(copy, "store_in", tile, at)
         return self.apply_checked(steps())
 
-    def apply_checked(self, steps):
+    def apply_checked(self, steps, accept=None):
         """Applies ``steps`` (made lazily: a copy one step makes is named by
         the next) one at a time, then checks the schedule: kept, the model
         analysed again (a copy is a new statement), or the Function restored.
-        True if kept."""
+        ``accept(model, deps)``: a further condition on the new model.  True
+        if kept."""
         snap = _snapshot(self.f)
         done = []
         try:
@@ -146,6 +192,8 @@ class PointLoops:
                 step.apply(self.f)
                 done.append(step)
             model, deps, _ = legality.analyse(self.f)
+            if accept is not None and not accept(model, deps):
+                raise ValueError("not accepted")
             legality.check(model, deps, self.f._commands)
         except (IllegalScheduleError, ValueError, TypeError, KeyError, isl.Error):
             _restore(snap)
@@ -268,7 +316,7 @@ class PointLoops:
         bit for bit), so the element stays in a register instead of being
         loaded and stored at every step (a C compiler cannot keep it there
         when it cannot prove the arrays apart, e.g. in an OpenMP region)."""
-        if self.out_of_time() or stmt not in self.deps.reductions or stmt in self.lane_sums:
+        if self.out_of_time() or stmt not in self.deps.reductions or stmt in self.local_sums:
             return
         if space.has_data_dependent_loop(self.model, stmt):
             return                      # data-dependent bounds: left as written
@@ -312,12 +360,24 @@ class PointLoops:
         """A reduction allowed to reassociate, vectorised along its innermost
         reduction loop (:meth:`vector_reduction_loop`: a row's sum, a dot
         product's ``j``): partial sums in the lanes, combined after the loop
-        (``vectorize(..., allow_reassociation=True)``).  True if kept."""
+        (``vectorize(..., allow_reassociation=True)``); where the loop is
+        long enough, :data:`VECTOR_SUMS` vectors of them, so that the adds
+        do not wait on each other (``split(j, 4 L)``, its inner part
+        vectorised, the 4 vectors unrolled).  True if kept."""
         red = self.vector_reduction_loop(stmt)
-        if red is None or not self.attempt(
-                [self.step(stmt, "vectorize", red, self.lanes(stmt), allow_reassociation=True)]):
+        if red is None:
             return False
-        self.lane_sums.add(stmt)        # its sums are in vector registers: no local copy
+        lanes, ext = self.lanes(stmt), extent_of(self.f, stmt, red)
+        loops = set(_names(self.state()[stmt]))
+        several = [self.step(stmt, "split", red, VECTOR_SUMS * lanes, names=(red + "0", red + "v")),
+                   self.step(stmt, "vectorize", red + "v", lanes, allow_reassociation=True),
+                   self.step(stmt, "unroll", red + "v0")]
+        if not ((ext is None or ext >= VECTOR_SUMS * lanes)
+                and not {red + "0", red + "v", red + "v0", red + "v1"} & loops
+                and self.attempt(several)) and not self.attempt(
+                    [self.step(stmt, "vectorize", red, lanes, allow_reassociation=True)]):
+            return False
+        self.local_sums.add(stmt)        # its sums are in vector registers: no local copy
         return True
 
     # -- point loops --------------------------------------------------------

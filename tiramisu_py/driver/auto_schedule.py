@@ -128,7 +128,7 @@ class AutoScheduler(PointLoops):
         # alone) is not a schedule given: its group is still scheduled
         self.touched = {c.stmt for c in f._commands if c.op != "allow_reassociation"}
         self.reassociable = {c.stmt for c in f._commands if c.op == "allow_reassociation"}
-        self.lane_sums = set()          # reductions vectorised with partial sums in the lanes
+        self.local_sums = set()          # reductions summing in registers already (lanes, a scalar)
         self.tile_of = {}               # statement -> {band loop: tile size}
         self.pinned = set()             # loops a later step names (not collapsed)
 
@@ -170,6 +170,7 @@ class AutoScheduler(PointLoops):
     def run(self):
         if any(st.at is not None for st in self.state().values()):
             return self.applied          # compute_at programs: left as written
+        self.private_accumulators()
         if self.opt["fuse"]:
             self.fuse()
         groups = {}

@@ -255,6 +255,41 @@ def value_violations(model, buffer, sched, broken, live_out) -> isl.UnionMap:
     return out
 
 
+def memory_view(model, buffer):
+    """What ``buffer``'s memory holds in program order, as far as the program
+    can tell: (``flow`` { write -> read } of the reads that name no
+    computation's value, ``unwritten`` those reads' instances that may see
+    initial content, ``last`` { element -> write }: the last write of each
+    element, what the caller finds after the kernel), or None when a write
+    is not exact (then nothing can be compared).  Two models of one program
+    whose views of a buffer are equal give its memory the same meaning: a
+    ``store_in`` that moves a computation's values out of an array keeps
+    every other reader and the array's final content when the views agree."""
+    reads, must = [], []
+    for m in model.stmts:
+        for a in m.accesses:
+            if a.buffer.name != buffer:
+                continue
+            amap, exact = model.access_map(m, a)
+            if a.write:
+                if not exact or m.bound_params:
+                    return None
+                must.append(amap)
+            elif a.value_of is None:
+                reads.append(amap)
+    sched = model.schedule_map(initial_state(model))
+    empty = isl.UnionMap("{}", context=model.ctx)
+    flow = unwritten = empty
+    if reads and must:
+        results = _solve(_distinct(reads), _union(must), None, sched)
+        flow = _union([r.get_may_dependence() for r in results])
+        unwritten = _union([r.get_may_no_source() for r in results])
+    elif reads:
+        unwritten = _union(reads)
+    last = _last_writes(model, buffer, sched) if must else empty
+    return flow, unwritten.domain(), last
+
+
 def _accesses_of(model, buffer):
     """:func:`_accesses`, cached on the model."""
     cache = model.__dict__.setdefault("_accesses", {})
