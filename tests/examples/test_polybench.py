@@ -167,7 +167,7 @@ def test_speedup_table_from_a_report():
             sp.PLAIN: {"2": {"median_s": 2e-3, "error": 0.0, "failure": None}},
             sp.HAND: {"2": {"median_s": 2e-3, "error": 0.0, "failure": None}}}}]}
     table = sp.speedups(report)
-    assert table["2"]["gemm"] == {"plain_ms": 4.0, "hand": 4.0, "auto": None}
+    assert table["2"]["gemm"] == {"plain_ms": 4.0, "hand": 4.0, "auto": None, "auto_re": None}
     assert sp.geomean(r["hand"] for r in table["2"].values()) == pytest.approx(2.0)
     text = sp.format_speedups(report, table, {})
     assert "gemm                  4.000    4.00x        -" in text

@@ -2,10 +2,11 @@
 other elements (trisolv's ``x[i] -= L[i][j] * x[j]``) a one-element buffer of
 its own (``store_in``), which makes it a reduction: kept only where every
 other read of the array, and its final content, see the same writes as
-before (a finishing statement writes the array) and no loop of the
-computation runs in parallel.  Results: bit for bit the unscheduled kernel's
+before (a finishing statement writes the array).  Results: bit for bit the unscheduled kernel's
 without reassociation; with ``reassociate=True`` four vectors of partial sums
-(NumPy's result within rounding).  No timing is asserted."""
+(NumPy's result within rounding).  Where a loop of the computation runs in
+parallel, the buffer has a slot per iteration (trmm).  No timing is
+asserted."""
 from __future__ import annotations
 
 import numpy as np
@@ -85,9 +86,47 @@ def test_storage_that_would_change_what_the_array_holds_is_not_moved():
         np.testing.assert_array_equal(f.compile()(**a), build().compile()(**a))
 
 
-def test_a_parallel_computation_keeps_its_array():
-    """``y[i]`` summed from the array's other half: ``i`` runs in parallel,
-    which one slot for every ``i`` would forbid, so the array stays."""
+def trmm(M=48, N=40):
+    """PolyBench's trmm: ``B[i][j] = alpha (B[i][j] + sum_{k > i} A[k][i] B[k][j])``,
+    the sum read from rows below, which it has not written yet."""
+    f = tp.Function("trmm", params=dict(M=M, N=N))
+    i, j = f.var("i", 0, "M"), f.var("j", 0, "N")
+    k = f.var("k", i + 1, "M")
+    A = f.input("A", ("M", "M"), tp.float64)
+    B = f.buffer("B", ("M", "N"), tp.float64, output=True)
+    with f.nest(i, j):
+        acc = f.computation("acc", [i, j], B[i, j]).store_in(B, [i, j])
+        acc[i, j] += A[k, i] * B[k, j]
+        f.computation("scale", [i, j], 1.5 * acc[i, j]).store_in(B, [i, j])
+    return f
+
+
+def test_parallel_columns_keep_a_slot_each_and_the_sum_becomes_a_product():
+    """trmm's columns run in parallel: one slot for all of them would
+    forbid it, so the sums get a buffer of the computation's shape, and the
+    update, a reduction now, runs its columns in vectors (at PolyBench's
+    LARGE size it is tiled and register-blocked as a GEMM)."""
+    f = trmm()
+    steps = [str(s) for s in f.auto_schedule()]
+    assert steps[0] == ("f.computations['acc'].store_in(f.buffer('acc_acc', (48, 40), "
+                        "f.computations['acc'].dtype))"), steps
+    # (at this size, in cache: not tiled; the rows' columns in vectors, k outside them)
+    assert "f.computations['acc'].update.reorder('k', 'j')" in steps, steps
+    assert any(s.startswith("f.computations['acc'].update.vectorize('j'") for s in steps), steps
+    rng = np.random.default_rng(0)
+    a = {"A": rng.standard_normal((48, 48)), "B": rng.standard_normal((48, 40))}
+    want = a["B"].copy()
+    for i in range(48):
+        want[i] = 1.5 * (a["B"][i] + a["A"][i + 1:, i] @ a["B"][i + 1:])
+    for target in ("c", "llvm"):
+        b = {"A": a["A"], "B": a["B"].copy()}
+        f.compile(target)(**b)
+        np.testing.assert_allclose(b["B"], want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_parallel_computation_keeps_its_array_when_nothing_writes_it_back():
+    """``y[i]`` summed from the array's other half, its sums the output: a
+    buffer of its own would leave ``y`` unwritten, so the array stays."""
     f = tp.Function("halves", params=dict(N=256))
     i, j = f.var("i", 0, "N"), f.var("j", 0, "N")
     A = f.input("A", ("N", "N"), tp.float64)

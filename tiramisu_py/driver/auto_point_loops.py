@@ -16,7 +16,7 @@ from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
 from ..commands.atomic import restore as _restore, snapshot as _snapshot
 from ..commands.state import extent_of
-from ..lang.expr import Access, walk
+from ..lang.expr import Access, Const, walk
 from ..poly import dataflow
 from ..poly.footprint import footprint_widths
 from ..poly.padding import padded_reads
@@ -52,8 +52,10 @@ class PointLoops:
             if not m.stmt.is_update or m.name in self.deps.reductions \
                     or {m.name, comp.name} & self.touched or comp.buffer is None \
                     or getattr(comp, "_auto_buffer", False) \
-                    or f"{comp.name}_acc" in self.f.buffers \
-                    or space.parallel_loops(self.model, self.deps, self.state(), comp.name):
+                    or f"{comp.name}_acc" in self.f.buffers:
+                continue
+            store = self.accumulator_store(comp)
+            if store is None:
                 continue
             array = comp.buffer.name
             before = dataflow.memory_view(self.model, array)
@@ -66,11 +68,33 @@ class PointLoops:
                 return update in deps.reductions and after is not None \
                     and all(type(a)(str(b), context=model.ctx).is_equal(a)
                             for a, b in zip(after, before))
-            acc = _Code(f"f.buffer({comp.name + '_acc'!r}, (1,), "
-                        f"f.computations[{comp.name!r}].dtype)")
-            if self.apply_checked([self.step(comp.name, "store_in", acc, [0])],
-                                  accept=same_memory):
+            if self.apply_checked([self.step(comp.name, "store_in", *store)],
+                                  accept=same_memory) and store[1:] == ([0],):
                 self.local_sums.add(m.name)      # in a local scalar: no local copy to make
+
+    def accumulator_store(self, comp):
+        """The ``store_in`` arguments of :meth:`private_accumulators` for
+        computation ``comp``: one element where none of its loops runs in
+        parallel (one slot serves every iteration), else one per iteration of
+        its domain's bounding box, sizes known (trmm's ``B[i][j] += A[k][i] *
+        B[k][j]``: its columns in parallel); else None."""
+        ref = f"f.computations[{comp.name!r}]"
+        if not space.parallel_loops(self.model, self.deps, self.state(), comp.name):
+            return _Code(f"f.buffer({comp.name + '_acc'!r}, (1,), {ref}.dtype)"), [0]
+        try:
+            box = self.model.bounding_box(self.model.by_name[comp.name])
+        except ValueError:
+            return None
+        if not all(isinstance(e, Const) and (lo is None or isinstance(lo, Const))
+                   for lo, e in box):
+            return None
+        buffer = _Code(f"f.buffer({comp.name + '_acc'!r}, "
+                       f"{tuple(int(e.value) for _, e in box)}, {ref}.dtype)")
+        if all(lo is None for lo, _ in box):
+            return (buffer,)            # indexed by its loops (store_in's default)
+        index = ", ".join(f"{ref}.vars[{k}]" + (f" - {int(lo.value)}" if lo is not None else "")
+                          for k, (lo, _) in enumerate(box))
+        return buffer, _Code(f"[{index}]")
 
     # -- register blocks ----------------------------------------------------
     def block_plan(self, names, band):
