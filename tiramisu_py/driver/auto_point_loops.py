@@ -16,8 +16,7 @@ from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
 from ..commands.atomic import restore as _restore, snapshot as _snapshot
 from ..commands.state import extent_of
-from ..lang.expr import Access, Const, walk
-from ..poly import dataflow
+from ..lang.expr import Access, walk
 from ..poly.footprint import footprint_widths
 from ..poly.padding import padded_reads
 from .auto_steps import Code as _Code, StmtRef as _StmtRef, loop_names as _names, statement
@@ -28,73 +27,6 @@ STENCIL_ROWS = 4            # rows of a stencil computed per vector strip (:meth
 
 class PointLoops:
     """The per-statement steps of the search (mixed into AutoScheduler)."""
-
-    # -- storage ------------------------------------------------------------
-    def private_accumulators(self):
-        """An update that reads its accumulator's array at other elements
-        (trisolv's ``x[i] -= L[i][j] * x[j]``, cholesky's ``A[i][j] -=
-        A[i][k] * A[j][k]``) is no reduction: nothing tells the element it
-        accumulates apart from those it reads.  Its computation stored in a
-        one-element buffer of its own (``store_in(f.buffer('x0_acc', (1,),
-        ...), [0])``) makes it one: a register to the C compiler, vectors of
-        partial sums where reassociation is allowed.  Tried where the
-        computation's loops all carry a dependence (one slot serves every
-        iteration: nothing is lost to parallelism), kept when the update is
-        then a reduction, the array's memory keeps its meaning
-        (:func:`~tiramisu_py.poly.dataflow.memory_view`: every other read,
-        and the array's final content, sees the same writes -- a finishing
-        statement such as trisolv's ``x[i] = x0[i] / L[i][i]`` writes the
-        array) and the schedule is legal."""
-        for m in list(self.model.stmts):
-            comp = getattr(m.stmt, "parent", None)
-            if self.out_of_time():
-                return
-            if not m.stmt.is_update or m.name in self.deps.reductions \
-                    or {m.name, comp.name} & self.touched or comp.buffer is None \
-                    or getattr(comp, "_auto_buffer", False) \
-                    or f"{comp.name}_acc" in self.f.buffers:
-                continue
-            store = self.accumulator_store(comp)
-            if store is None:
-                continue
-            array = comp.buffer.name
-            before = dataflow.memory_view(self.model, array)
-            if before is None:
-                continue
-
-            def same_memory(model, deps, update=m.name, array=array, before=before):
-                after = dataflow.memory_view(model, array)
-                # (each model has an isl context of its own: compared in the new one)
-                return update in deps.reductions and after is not None \
-                    and all(type(a)(str(b), context=model.ctx).is_equal(a)
-                            for a, b in zip(after, before))
-            if self.apply_checked([self.step(comp.name, "store_in", *store)],
-                                  accept=same_memory) and store[1:] == ([0],):
-                self.local_sums.add(m.name)      # in a local scalar: no local copy to make
-
-    def accumulator_store(self, comp):
-        """The ``store_in`` arguments of :meth:`private_accumulators` for
-        computation ``comp``: one element where none of its loops runs in
-        parallel (one slot serves every iteration), else one per iteration of
-        its domain's bounding box, sizes known (trmm's ``B[i][j] += A[k][i] *
-        B[k][j]``: its columns in parallel); else None."""
-        ref = f"f.computations[{comp.name!r}]"
-        if not space.parallel_loops(self.model, self.deps, self.state(), comp.name):
-            return _Code(f"f.buffer({comp.name + '_acc'!r}, (1,), {ref}.dtype)"), [0]
-        try:
-            box = self.model.bounding_box(self.model.by_name[comp.name])
-        except ValueError:
-            return None
-        if not all(isinstance(e, Const) and (lo is None or isinstance(lo, Const))
-                   for lo, e in box):
-            return None
-        buffer = _Code(f"f.buffer({comp.name + '_acc'!r}, "
-                       f"{tuple(int(e.value) for _, e in box)}, {ref}.dtype)")
-        if all(lo is None for lo, _ in box):
-            return (buffer,)            # indexed by its loops (store_in's default)
-        index = ", ".join(f"{ref}.vars[{k}]" + (f" - {int(lo.value)}" if lo is not None else "")
-                          for k, (lo, _) in enumerate(box))
-        return buffer, _Code(f"[{index}]")
 
     # -- register blocks ----------------------------------------------------
     def block_plan(self, names, band):

@@ -92,6 +92,7 @@ from ..base.errors import IllegalScheduleError
 from ..commands.state import extent_of, state_of
 from ..poly import footprint
 from .auto_point_loops import PointLoops, l2_bytes
+from .auto_storage import Storage
 from .auto_steps import Applied, Step, StmtRef as _StmtRef, loop_names as _names, \
     statement as _statement
 from .compile import default_target
@@ -108,7 +109,7 @@ JAM_ROWS = 8                           # rows of a dot product unrolled inside i
 PARALLEL_PER_CORE = 4                  # iterations per core a parallel loop should have
 
 
-class AutoScheduler(PointLoops):
+class AutoScheduler(Storage, PointLoops):
     """The search of the module's doc over one Function.  ``options``
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
     non-time band loop, instead of the cache rule), ``time_tile``,

@@ -1,0 +1,100 @@
+"""Step 0 of :mod:`tiramisu_py.driver.auto_schedule`: storage that frees the
+schedule.  A computation moved into a buffer of its own (``store_in``) where
+its storage keeps the program from being scheduled as it could be: an update
+that reads its accumulator's array at other elements
+(:meth:`Storage.private_accumulators`: trisolv, cholesky, trmm) is no
+reduction until its sums live apart from the array.  (Expanding a computation
+folded into a smaller temporary, symm's ``temp2[j]`` for ``t[i, j]``, was
+tried: PolyBench LARGE symm kept its speed, 7.7x over plain, so it is not
+done.)  A move is kept only where the array's memory keeps its meaning
+(:func:`~tiramisu_py.poly.dataflow.memory_view`) and the whole schedule is
+legal.  A mixin of :class:`~tiramisu_py.driver.auto_schedule.AutoScheduler`
+(its ``apply_checked``, ``step``, ``model``, ``deps``, ``touched``)."""
+from __future__ import annotations
+
+from ..analysis import schedule_space as space
+from ..lang.expr import Const
+from ..poly import dataflow
+from .auto_steps import Code as _Code
+
+
+class Storage:
+    """The storage steps of the search (mixed into AutoScheduler)."""
+
+    def private_accumulators(self):
+        """An update that reads its accumulator's array at other elements
+        (trisolv's ``x[i] -= L[i][j] * x[j]``, cholesky's ``A[i][j] -=
+        A[i][k] * A[j][k]``) is no reduction: nothing tells the element it
+        accumulates apart from those it reads.  Its computation stored in a
+        buffer of its own makes it one: one element (``store_in(f.buffer(
+        'x0_acc', (1,), ...), [0])``: a register to the C compiler, vectors
+        of partial sums where reassociation is allowed) where the
+        computation's loops all carry a dependence (nothing is lost to
+        parallelism), else a slot per iteration of its bounding box, sizes
+        known (trmm's ``B[i][j] += A[k][i] * B[k][j]``, its columns in
+        parallel).  Kept when the update is then a reduction, the array's
+        memory keeps its meaning (every other read, and the array's final
+        content, sees the same writes: a finishing statement such as
+        trisolv's ``x[i] = x0[i] / L[i][i]`` writes the array) and the
+        schedule is legal."""
+        for m in list(self.model.stmts):
+            comp = getattr(m.stmt, "parent", None)
+            if self.out_of_time():
+                return
+            if not m.stmt.is_update or m.name in self.deps.reductions \
+                    or not self.movable(comp, "_acc"):
+                continue
+            if space.parallel_loops(self.model, self.deps, self.state(), comp.name):
+                store = self.box_store(comp, "_acc")
+            else:
+                ref = f"f.computations[{comp.name!r}]"
+                store = (_Code(f"f.buffer({comp.name + '_acc'!r}, (1,), {ref}.dtype)"), [0])
+            if store is not None and self.moved(comp, store, lambda deps, u=m.name:
+                                                u in deps.reductions) and store[1:] == ([0],):
+                self.local_sums.add(m.name)      # in a local scalar: no local copy to make
+
+    def movable(self, comp, suffix):
+        """True when ``comp`` (and its updates) are the search's to move: in
+        a buffer the user chose, none of them given a command, the new
+        buffer's name free."""
+        names = {comp.name} | {u.name for u in comp.updates}
+        return comp.buffer is not None and not getattr(comp, "_auto_buffer", False) \
+            and not names & self.touched and comp.name + suffix not in self.f.buffers
+
+    def box_store(self, comp, suffix):
+        """``store_in`` arguments giving ``comp`` a buffer ``<comp><suffix>``
+        with a slot per iteration of its domain's bounding box, indexed by its
+        loops; None unless the box's bounds are constants."""
+        ref = f"f.computations[{comp.name!r}]"
+        try:
+            box = self.model.bounding_box(self.model.by_name[comp.name])
+        except ValueError:
+            return None
+        if not all(isinstance(e, Const) and (lo is None or isinstance(lo, Const))
+                   for lo, e in box):
+            return None
+        shape = tuple(int(e.value) for _, e in box)
+        buffer = _Code(f"f.buffer({comp.name + suffix!r}, {shape}, {ref}.dtype)")
+        if all(lo is None for lo, _ in box):
+            return (buffer,)            # indexed by its loops (store_in's default)
+        index = ", ".join(f"{ref}.vars[{k}]" + (f" - {int(lo.value)}" if lo is not None else "")
+                          for k, (lo, _) in enumerate(box))
+        return buffer, _Code(f"[{index}]")
+
+    def moved(self, comp, store, accept):
+        """``comp.store_in(*store)``, kept when ``accept(deps)`` holds of the
+        new analysis, the array it leaves keeps its meaning
+        (:func:`~tiramisu_py.poly.dataflow.memory_view`, its final content
+        included) and the schedule is legal.  True if kept."""
+        array = comp.buffer.name
+        before = dataflow.memory_view(self.model, array)
+        if before is None:
+            return False
+
+        def same_memory(model, deps):
+            after = dataflow.memory_view(model, array)
+            # (each model has an isl context of its own: compared in the new one)
+            return accept(deps) and after is not None \
+                and all(type(a)(str(b), context=model.ctx).is_equal(a)
+                        for a, b in zip(after, before))
+        return self.apply_checked([self.step(comp.name, "store_in", *store)], accept=same_memory)
