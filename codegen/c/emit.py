@@ -35,6 +35,7 @@ from .syntax import (BINOPS, CTYPES, LIBM, P_ADD, P_EQ, P_MUL, P_OR, P_PRIMARY, 
 from .dot import DotMixin
 from .omp_regions import RegionsMixin
 from .invariant import InvariantMixin
+from .reduce import OPS, ReductionMixin, omp_op
 from .speculate import InteriorMixin, Speculation, speculated
 from .transpose import TransposeMixin
 from .widen import WidenMixin
@@ -54,19 +55,9 @@ def _safe_divisor(b) -> bool:
     return v != 0 and (v != -1 or b.dtype == "uint8")
 
 
-def _omp_op(op: str, dt: str, em: "CPrinter") -> str:
-    """The OpenMP reduction identifier of ``op`` on ``dt``: the built-in one,
-    or for float min/max a declared one that keeps NaN (OpenMP's ``max``
-    does not)."""
-    if op in ("max", "min") and ir.is_float(dt):
-        em.helper(f"tp_{op}_{SUFFIX[dt]}")
-        return em.helper(f"tp_omp_{op}_{SUFFIX[dt]}")
-    return {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}[op]
-
-
 # ------------------------------------------------------------------ printer
 class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixin,
-               InteriorMixin):
+               ReductionMixin, InteriorMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
     it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
@@ -443,42 +434,6 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
         self.out(ind, "}")
         return True
 
-    def vector_reduction(self, s: ir.For, ind: int, pragma: str = "simd") -> bool:
-        """``for k: A[idx] = A[idx] op e`` with ``idx`` invariant in ``k``:
-        a scalar accumulator under ``#pragma omp simd|parallel for reduction``."""
-        body = loops.sole_stmt(s.body)
-        ops = {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}
-        if not isinstance(body, ir.Store) or not isinstance(body.value, ir.Binary) \
-                or body.value.op not in ops:
-            return False
-        old = body.value.a
-        if not isinstance(old, ir.Load) or old.array != body.array or \
-                self.access(old.array, old.index) != self.access(body.array, body.index):
-            return False
-        if any(isinstance(n, ir.Var) and n.name == s.var
-               for i in body.index for n in ir.walk_exprs(i)):
-            return False
-        step = int(s.step)
-        dt = body.value.dtype
-        target = self.access(body.array, body.index)
-        acc = f"tp_acc_{s.var}"
-        self.out(ind, "{")
-        self.out(ind + 1, f"{CTYPES[dt]} {acc} = {target};")
-        self.out(ind + 1, f"#pragma omp {pragma} reduction({_omp_op(body.value.op, dt, self)}: {acc})")
-        self.out(ind + 1, self.for_header(s, step))
-        update = ir.Binary(body.value.op, ir.Var(acc, dt), body.value.b, dt)
-        saved = (self.omp, self.in_parallel)
-        self.omp = "simd" if pragma == "simd" else "parallel"
-        self.in_parallel = self.in_parallel or pragma != "simd"
-        self.loop_depth += 1
-        self.out(ind + 2, f"{acc} = {self.expr(update)};")
-        self.loop_depth -= 1
-        self.omp, self.in_parallel = saved
-        self.out(ind + 1, "}")
-        self.out(ind + 1, f"{target} = {acc};")
-        self.out(ind, "}")
-        return True
-
     def reduction_clause(self, s: ir.For) -> tuple:
         """OpenMP array-section reductions for ``attrs['reduction']`` =
         [(array, op)]: every thread accumulates into a private copy of the
@@ -490,11 +445,10 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
         items = s.attrs.get("reduction") or []
         if not items:
             return "", [], []
-        ops = {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}
         arrays = {a.name: a for a in self.fn.arrays}
         parts, aliases, views = [], [], []
         for name, op in items:
-            if op not in ops:
+            if op not in OPS:
                 raise ValueError(f"C backend: no OpenMP reduction for {op!r}")
             a = arrays.get(name) or self.temps.get(name)
             if a is None:
@@ -510,7 +464,7 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
                     views.append(f"{t} *restrict {raw} = ({t} *){name};")
                 ext = "".join(f"[{self.expr(d)}]" for d in a.shape[1:])
                 aliases.append(f"{t} (*restrict {name}){ext} = ({t} (*){ext}){raw};")
-            parts.append(f"reduction({_omp_op(op, dtype, self)}: {raw}[0:{size}])")
+            parts.append(f"reduction({omp_op(op, dtype, self)}: {raw}[0:{size}])")
         return " " + " ".join(parts), aliases, views
 
     def allocate(self, s: ir.Allocate, ind: int) -> None:

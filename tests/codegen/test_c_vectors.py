@@ -262,3 +262,37 @@ def test_a_transposing_square_copy_goes_through_registers(monkeypatch, dtype, n,
     assert "transposed through registers" not in plain.source
     np.testing.assert_array_equal(got, np.asarray(plain(A=A, x=x)))
     np.testing.assert_allclose(got, np.einsum("bij,bj->bi", A, x), rtol=1e-5)
+
+
+def two_row_sums():
+    """``s[i] += A[i][j] x[j]`` and ``t[i] += B[i][j] x[j]`` fused in one
+    vector loop over ``j``, reassociation allowed (gesummv's row)."""
+    f = tp.Function("two_sums", params={"N": 8, "M": 64})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    A, B = f.input("A", ("N", "M"), tp.float64), f.input("B", ("N", "M"), tp.float64)
+    x = f.input("x", ("M",), tp.float64)
+    with f.nest(i):
+        s = f.computation("s", [i], 0.0, dtype=tp.float64)
+        t = f.computation("t", [i], 0.0, dtype=tp.float64)
+        with f.nest(j):
+            s[i] += A[i, j] * x[j]
+            t[i] += B[i, j] * x[j]
+    for c in (s, t):
+        c.update.vectorize("j", 8, allow_reassociation=True)
+    return f
+
+
+def test_two_reductions_in_one_vector_loop_each_get_an_accumulator():
+    """Each sum in a local accumulator under one ``omp simd reduction``
+    (they had stayed scalar, loaded and stored at every element).  (A
+    statement reading an array the loop reduces into, which the printer
+    would leave in memory, is refused by the legality check before.)"""
+    rng = np.random.default_rng(0)
+    a = {"A": rng.standard_normal((8, 64)), "B": rng.standard_normal((8, 64)),
+         "x": rng.standard_normal(64)}
+    k = two_row_sums().compile("c")
+    assert re.search(r"reduction\(\+: tp_acc_\w+_0, tp_acc_\w+_1\)", k.source), k.source
+    assert "kept scalar" not in k.source
+    out = k(**a)
+    np.testing.assert_allclose(out["s"], a["A"] @ a["x"], rtol=1e-12)
+    np.testing.assert_allclose(out["t"], a["B"] @ a["x"], rtol=1e-12)

@@ -21,7 +21,7 @@ from ..poly.footprint import footprint_widths
 from ..poly.padding import padded_reads
 from .auto_steps import Code as _Code, StmtRef as _StmtRef, loop_names as _names, statement
 
-VECTOR_SUMS = 4             # vectors of partial sums of a reassociated reduction
+VECTOR_SUMS = 4             # registers of partial sums of a reassociated reduction
 STENCIL_ROWS = 4            # rows of a stencil computed per vector strip (:meth:`stencil_rows`)
 
 
@@ -316,22 +316,17 @@ class PointLoops:
         """A reduction allowed to reassociate, vectorised along its innermost
         reduction loop (:meth:`vector_reduction_loop`: a row's sum, a dot
         product's ``j``): partial sums in the lanes, combined after the loop
-        (``vectorize(..., allow_reassociation=True)``); where the loop is
-        long enough, :data:`VECTOR_SUMS` vectors of them, so that the adds
-        do not wait on each other (``split(j, 4 L)``, its inner part
-        vectorised, the 4 vectors unrolled).  True if kept."""
+        (``vectorize(..., allow_reassociation=True)``), :data:`VECTOR_SUMS`
+        vectors of them where the loop is that long (``vectorize(j, 4 L)``:
+        a vector of partial sums 4 registers wide, whose adds do not wait on
+        each other).  True if kept."""
         red = self.vector_reduction_loop(stmt)
         if red is None:
             return False
         lanes, ext = self.lanes(stmt), extent_of(self.f, stmt, red)
-        loops = set(_names(self.state()[stmt]))
-        several = [self.step(stmt, "split", red, VECTOR_SUMS * lanes, names=(red + "0", red + "v")),
-                   self.step(stmt, "vectorize", red + "v", lanes, allow_reassociation=True),
-                   self.step(stmt, "unroll", red + "v0")]
-        if not ((ext is None or ext >= VECTOR_SUMS * lanes)
-                and not {red + "0", red + "v", red + "v0", red + "v1"} & loops
-                and self.attempt(several)) and not self.attempt(
-                    [self.step(stmt, "vectorize", red, lanes, allow_reassociation=True)]):
+        widths = [VECTOR_SUMS * lanes] if ext is None or ext >= VECTOR_SUMS * lanes else []
+        if not any(self.attempt([self.step(stmt, "vectorize", red, w, allow_reassociation=True)])
+                   for w in widths + [lanes]):
             return False
         self.local_sums.add(stmt)        # its sums are in vector registers: no local copy
         return True
