@@ -1,12 +1,12 @@
 """``auto_schedule`` gives an update that reads its accumulator's array at
-other elements (trisolv's ``x[i] -= L[i][j] * x[j]``) a one-element buffer of
-its own (``store_in``), which makes it a reduction: kept only where every
-other read of the array, and its final content, see the same writes as
-before (a finishing statement writes the array).  Results: bit for bit the unscheduled kernel's
-without reassociation; with ``reassociate=True`` four registers of partial sums
-(NumPy's result within rounding).  Where a loop of the computation runs in
-parallel, the buffer has a slot per iteration (trmm).  No timing is
-asserted."""
+other elements (trisolv's ``x[i] -= L[i][j] * x[j]``) a buffer of its own
+(``store_in``), which makes it a reduction: kept only where every other read
+of the array, and its final content, see the same writes as before (a
+finishing statement writes the array).  Results: bit for bit the unscheduled
+kernel's without reassociation; with ``reassociate=True`` four registers of
+partial sums (NumPy's result within rounding).  Where a loop of the
+computation runs in parallel, the buffer has a slot per iteration (trmm), no
+larger than the array it leaves.  No timing is asserted."""
 from __future__ import annotations
 
 import numpy as np
@@ -136,3 +136,21 @@ def test_a_parallel_computation_keeps_its_array_when_nothing_writes_it_back():
     steps = [str(s) for s in f.auto_schedule()]
     assert not any("store_in" in s for s in steps), steps
     assert any(".parallelize('i" in s for s in steps), steps
+
+
+def test_a_slot_per_iteration_never_takes_more_memory_than_the_array():
+    """A computation over ``i, j`` folded into a row ``r[j]``: a slot per
+    iteration would hold N times the row, so none is offered (trmm's sums
+    take exactly B's size)."""
+    from tiramisu_py.driver.auto_schedule import AutoScheduler
+    f = tp.Function("folded", params=dict(N=32, M=16))
+    i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "M")
+    A = f.input("A", ("N", "M"), tp.float64)
+    r = f.buffer("r", ("M",), tp.float64, output=True)
+    with f.nest(i, j):
+        c = f.computation("c", [i, j], A[i, j]).store_in(r, [j])
+        c[i, j] += r[k] * A[i, k]
+    auto = AutoScheduler(f)
+    assert auto.box_store(f.computations["c"], "_acc") is None
+    t = trmm()
+    assert AutoScheduler(t).box_store(t.computations["acc"], "_acc") is not None

@@ -12,7 +12,11 @@ legal.  A mixin of :class:`~tiramisu_py.driver.auto_schedule.AutoScheduler`
 (its ``apply_checked``, ``step``, ``model``, ``deps``, ``touched``)."""
 from __future__ import annotations
 
+import math
+
 from ..analysis import schedule_space as space
+from ..lang import affine
+from ..lang.affine import NonAffine
 from ..lang.expr import Const
 from ..poly import dataflow
 from .auto_steps import Code as _Code
@@ -64,7 +68,8 @@ class Storage:
     def box_store(self, comp, suffix):
         """``store_in`` arguments giving ``comp`` a buffer ``<comp><suffix>``
         with a slot per iteration of its domain's bounding box, indexed by its
-        loops; None unless the box's bounds are constants."""
+        loops; None unless the box's bounds are constants and it holds no more
+        elements than the array it leaves (sizes known)."""
         ref = f"f.computations[{comp.name!r}]"
         try:
             box = self.model.bounding_box(self.model.by_name[comp.name])
@@ -74,6 +79,9 @@ class Storage:
                    for lo, e in box):
             return None
         shape = tuple(int(e.value) for _, e in box)
+        sizes = [_known(d, self.f.fixed) for d in comp.buffer.shape]
+        if None in sizes or math.prod(shape) > math.prod(sizes):
+            return None
         buffer = _Code(f"f.buffer({comp.name + suffix!r}, {shape}, {ref}.dtype)")
         if all(lo is None for lo, _ in box):
             return (buffer,)            # indexed by its loops (store_in's default)
@@ -98,3 +106,13 @@ class Storage:
                 and all(type(a)(str(b), context=model.ctx).is_equal(a)
                         for a, b in zip(after, before))
         return self.apply_checked([self.step(comp.name, "store_in", *store)], accept=same_memory)
+
+
+def _known(e, fixed):
+    """The value of the size ``e`` with the params ``fixed``; None when it
+    is not a constant then."""
+    try:
+        form = affine.linear(e, values=fixed)
+    except NonAffine:
+        return None
+    return form.get(1, 0) if affine.is_const(form) else None
