@@ -490,7 +490,8 @@ def conv2d_then(activation, input, weight, bias, stride, padding, dilation, grou
     on ``conv2d_now``'s fresh result (the same values: max/min are exact)."""
     args = (input, weight, bias, stride, padding, dilation, groups)
     if glue.direct(args) and not isinstance(padding, str):
-        return glue.fresh_outputs(_conv2d(*args, algo=algo, activation=activation), args)
+        return glue.fresh_outputs(_conv2d(*glue.unwrapped(args), algo=algo,
+                                          activation=activation), args)
     return A.activate(conv2d_now(*args, algo=algo), activation)
 _grad_input_now = glue.eager(conv2d_grad_input, _grad_input)
 _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)

@@ -14,8 +14,8 @@ key runs ``solver.run(problem, arrays)`` at once: the same solver, problem
 and kernel as the full path would give, and the same result.
 
 Never memoised: an argument that is not a NumPy array or a CPU torch
-tensor (device arrays, lists, subclasses, a tensor that requires grad), a
-call while torch compiles (the
+tensor (device arrays, lists, subclasses other than a Parameter, a tensor
+that requires grad while grad mode is on), a call while torch compiles (the
 memo would be traced), and a call whose parse changed an argument (a copy,
 a transposed view: that work is the parse's own).  The memo holds at most
 :data:`LIMIT` entries (it is cleared when full); a record is dropped when
@@ -39,13 +39,16 @@ _PLANS: dict = {}
 
 def layout(x, compiling=None):
     """``(type, shape, strides, dtype)`` of a NumPy array or of a CPU torch
-    tensor that requires no grad (None while torch compiles: ``compiling``,
-    asked of torch when None); None for anything else."""
+    tensor (a Parameter too) that records no gradient: it requires none, or
+    grad mode is off (a converted module's weights under ``torch.no_grad``);
+    None while torch compiles (``compiling``, asked of torch when None) and
+    for anything else."""
     kind = type(x)
     if kind is np.ndarray:
         return kind, x.shape, x.strides, x.dtype
     torch = sys.modules.get("torch")
-    if torch is not None and kind is torch.Tensor and x.is_cpu and not x.requires_grad:
+    if torch is not None and (kind is torch.Tensor or kind is torch.nn.Parameter) and x.is_cpu \
+            and not (x.requires_grad and torch.is_grad_enabled()):
         if compiling is None:
             compiling = torch.compiler.is_compiling()
         if not compiling:

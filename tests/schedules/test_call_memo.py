@@ -97,7 +97,7 @@ def test_refused_calls_are_refused_every_time(parses):
         schedules.gemm(a, b, target=["llvm"])
 
 
-def test_torch_tensors_memoised_unless_they_require_grad(parses):
+def test_torch_tensors_memoised_unless_they_record_a_gradient(parses):
     torch = pytest.importorskip("torch", reason="torch is an optional extra")
     a, b = (torch.from_numpy(x) for x in mats(6, 7, 9))
     out = schedules.gemm(a, b)
@@ -105,6 +105,10 @@ def test_torch_tensors_memoised_unless_they_require_grad(parses):
     assert isinstance(out2, torch.Tensor) and parses[0] == 1
     torch.testing.assert_close(out2, out, rtol=0, atol=0)
     assert call_memo.layout(a.requires_grad_()) is None
+    with torch.no_grad():                      # records nothing: memoised, Parameters too
+        assert call_memo.layout(a) is not None
+        assert call_memo.layout(torch.nn.Parameter(b)) is not None
+    assert call_memo.layout(torch.nn.Parameter(b)) is None
     class Sub(np.ndarray):
         pass
     assert call_memo.layout(np.zeros((2, 2)).view(Sub)) is None        # a subclass

@@ -230,3 +230,33 @@ def test_a_repeated_op_call_runs_its_plan_with_the_same_bits(monkeypatch, tmp_pa
         call(x2, w, b, [1, 1], [1, 1], [1, 1], 8, **kw)
         assert len(made) == 4
     tuning.close()
+
+
+def test_a_converted_conv_under_no_grad_runs_its_plan_on_plain_tensors(monkeypatch, tmp_path):
+    """A converted ``nn.Conv2d`` called again under ``torch.no_grad`` with an
+    input of the same layout runs the plan made at its first call (its
+    weights are Parameters that require grad: the memo had refused them, and
+    every call parsed and planned again), and the implementation sees plain
+    tensors (a Parameter's every method goes through torch's subclass
+    dispatch); the results are torch's."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import schedules.nn
+    from schedules import plans
+    from schedules.core import call_memo
+    from tiramisu_py import tuning
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
+    tuning.close()
+    call_memo._PLANS.clear()
+    made = []
+    real = plans.conv
+    monkeypatch.setattr(plans, "conv", lambda *a, **k: made.append(
+        (a[0], {type(t) for t in a[1:4]})) or real(*a, **k))
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+    module = schedules.nn.Conv2d.from_torch(conv)
+    assert module.weight.requires_grad
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(1, 16, 7, 7)
+            torch.testing.assert_close(module(x), conv(x), rtol=1e-5, atol=1e-5)
+    assert made == [("conv2d", {torch.Tensor})], made
