@@ -186,13 +186,11 @@ def test_a_recorded_eager_forward_skips_the_ops_dispatch_with_the_ops_gradients(
 
 
 # ------------------------------------------------------------ the ops' plans
-@pytest.mark.parametrize("op", ["conv2d", "conv_relu_maxpool"])
-def test_a_repeated_op_call_runs_its_plan_with_the_same_bits(monkeypatch, tmp_path, op):
-    """A float32 op call of a layout planned before skips the parse, the find
-    step and the kernel lookups (schedules.plans); another layout, a
-    non-contiguous input, a changed environment or tuning store plans
-    again; the results are the full path's bit for bit."""
-    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+@pytest.fixture
+def plans_made(monkeypatch, tmp_path):
+    """A fresh tuning store and call memo; the list of the conv plans made
+    (``(op, {types of input, weight, bias})`` each)."""
+    pytest.importorskip("torch", reason="torch is an optional extra")
     import schedules.torch_ops  # noqa: F401  (registers the ops)
     from schedules import plans
     from schedules.core import call_memo
@@ -202,7 +200,22 @@ def test_a_repeated_op_call_runs_its_plan_with_the_same_bits(monkeypatch, tmp_pa
     call_memo._PLANS.clear()
     made = []
     real = plans.conv
-    monkeypatch.setattr(plans, "conv", lambda *a, **k: made.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(plans, "conv", lambda *a, **k: made.append(
+        (a[0], {type(t) for t in a[1:4]})) or real(*a, **k))
+    yield made
+    tuning.close()
+
+
+@pytest.mark.parametrize("op", ["conv2d", "conv_relu_maxpool"])
+def test_a_repeated_op_call_runs_its_plan_with_the_same_bits(monkeypatch, plans_made, op):
+    """A float32 op call of a layout planned before skips the parse, the find
+    step and the kernel lookups (schedules.plans); another layout, a
+    non-contiguous input, a changed environment or tuning store plans
+    again; the results are the full path's bit for bit."""
+    import torch
+    from schedules.core import call_memo
+    from tiramisu_py import tuning
+    made = plans_made
     call = getattr(torch.ops.tiramisu, op)
     kw = {"pool": 2} if op == "conv_relu_maxpool" else {}
     torch.manual_seed(0)
@@ -232,25 +245,16 @@ def test_a_repeated_op_call_runs_its_plan_with_the_same_bits(monkeypatch, tmp_pa
     tuning.close()
 
 
-def test_a_converted_conv_under_no_grad_runs_its_plan_on_plain_tensors(monkeypatch, tmp_path):
+def test_a_converted_conv_under_no_grad_runs_its_plan_on_plain_tensors(plans_made):
     """A converted ``nn.Conv2d`` called again under ``torch.no_grad`` with an
     input of the same layout runs the plan made at its first call (its
     weights are Parameters that require grad: the memo had refused them, and
     every call parsed and planned again), and the implementation sees plain
     tensors (a Parameter's every method goes through torch's subclass
     dispatch); the results are torch's."""
-    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import torch
     import schedules.nn
-    from schedules import plans
-    from schedules.core import call_memo
-    from tiramisu_py import tuning
-    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path))
-    tuning.close()
-    call_memo._PLANS.clear()
-    made = []
-    real = plans.conv
-    monkeypatch.setattr(plans, "conv", lambda *a, **k: made.append(
-        (a[0], {type(t) for t in a[1:4]})) or real(*a, **k))
+    made = plans_made
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
     module = schedules.nn.Conv2d.from_torch(conv)
