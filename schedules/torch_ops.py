@@ -466,7 +466,7 @@ class _Conv2dRecorded(torch.autograd.Function):
         inputs = (input, weight, bias, stride, padding, dilation, groups)
         _conv2d_setup(ctx, inputs, {"algo": algo}, None)
         ctx.n_inputs = 8                                  # (algo gets no gradient)
-        return glue.fresh_outputs(_conv2d(*inputs, algo=algo), inputs)
+        return glue.fresh_outputs(_conv2d(*glue.unwrapped(inputs), algo=algo), inputs)
 
     @staticmethod
     def backward(ctx, g):

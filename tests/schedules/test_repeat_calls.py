@@ -251,7 +251,9 @@ def test_a_converted_conv_under_no_grad_runs_its_plan_on_plain_tensors(plans_mad
     weights are Parameters that require grad: the memo had refused them, and
     every call parsed and planned again), and the implementation sees plain
     tensors (a Parameter's every method goes through torch's subclass
-    dispatch); the results are torch's."""
+    dispatch); so does a training call (the forward of its
+    ``autograd.Function`` runs with grad mode off); the results and
+    gradients are torch's."""
     import torch
     import schedules.nn
     made = plans_made
@@ -263,4 +265,11 @@ def test_a_converted_conv_under_no_grad_runs_its_plan_on_plain_tensors(plans_mad
         for _ in range(3):
             x = torch.randn(1, 16, 7, 7)
             torch.testing.assert_close(module(x), conv(x), rtol=1e-5, atol=1e-5)
+    assert made == [("conv2d", {torch.Tensor})], made
+    for _ in range(2):                  # recorded (autograd.Function): the same plan
+        x = torch.randn(1, 16, 7, 7)
+        module(x).square().sum().backward()
+        conv(x).square().sum().backward()
+        torch.testing.assert_close(module.weight.grad, conv.weight.grad, rtol=1e-4, atol=1e-4)
+        module.zero_grad(), conv.zero_grad()
     assert made == [("conv2d", {torch.Tensor})], made
