@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from .. import ir
 from .syntax import CTYPES, SUFFIX
+from .widen import reads_var
 
 OPS = {"add": "+", "sub": "+", "mul": "*", "max": "max", "min": "min"}
 
@@ -43,8 +44,9 @@ class ReductionMixin:
     """:meth:`vector_reduction` for the C printer."""
 
     def reduction_stores(self, s: ir.For):
-        """The Stores of ``s``'s body when each is ``A[idx] = A[idx] op e``
-        with ``idx`` free of ``s``'s variable, their elements distinct and no
+        """``(stores, targets)``: the Stores of ``s``'s body and the C of the
+        elements they update, when each is ``A[idx] = A[idx] op e`` with
+        ``idx`` free of ``s``'s variable, their elements distinct and no
         ``e`` reading an array they store to; else None."""
         body = s.body.stmts if isinstance(s.body, ir.Block) else [s.body]
         targets = []
@@ -53,31 +55,31 @@ class ReductionMixin:
                     or st.value.op not in OPS:
                 return None
             old = st.value.a
+            target = self.access(st.array, st.index)
             if not isinstance(old, ir.Load) or old.array != st.array or \
-                    self.access(old.array, old.index) != self.access(st.array, st.index):
+                    self.access(old.array, old.index) != target:
                 return None
-            if any(isinstance(n, ir.Var) and n.name == s.var
-                   for i in st.index for n in ir.walk_exprs(i)):
+            if any(reads_var(i, s.var) for i in st.index):
                 return None
-            targets.append(self.access(st.array, st.index))
+            targets.append(target)
         if not body or len(set(targets)) != len(targets):
             return None
         stored = {st.array for st in body}
         if any(isinstance(n, ir.Load) and n.array in stored
                for st in body for n in ir.walk_exprs(st.value.b)):
             return None
-        return body
+        return body, targets
 
     def vector_reduction(self, s: ir.For, ind: int, pragma: str = "simd") -> bool:
         """``s`` as accumulators under ``#pragma omp simd|parallel for
         reduction`` (see the module); False when its body is not such
         stores."""
-        body = self.reduction_stores(s)
-        if body is None:
+        found = self.reduction_stores(s)
+        if found is None:
             return False
+        body, targets = found
         accs = [f"tp_acc_{s.var}" if len(body) == 1 else f"tp_acc_{s.var}_{k}"
                 for k in range(len(body))]
-        targets = [self.access(st.array, st.index) for st in body]
         clauses = {}
         for st, acc in zip(body, accs):
             clauses.setdefault(omp_op(st.value.op, st.value.dtype, self), []).append(acc)
