@@ -489,9 +489,10 @@ def conv2d_then(activation, input, weight, bias, stride, padding, dilation, grou
     (:func:`schedules.torch_glue.eager`'s conditions) and can, else in place
     on ``conv2d_now``'s fresh result (the same values: max/min are exact)."""
     args = (input, weight, bias, stride, padding, dilation, groups)
-    if glue.direct(args) and not isinstance(padding, str):
-        return glue.fresh_outputs(_conv2d(*glue.unwrapped(args), algo=algo,
-                                          activation=activation), args)
+    tensors = glue.direct_tensors(args)
+    if tensors is not None and not isinstance(padding, str):
+        return glue.fresh_outputs(_conv2d(*glue.unwrapped(args, tensors), algo=algo,
+                                          activation=activation), args, tensors)
     return A.activate(conv2d_now(*args, algo=algo), activation)
 _grad_input_now = glue.eager(conv2d_grad_input, _grad_input)
 _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
