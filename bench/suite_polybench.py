@@ -80,8 +80,8 @@ def _case(kernel, size, seed):
     args = {n: np.array(a, copy=True) for n, a in arrays.items()}
     written = [n for n in kernel.outputs if n in args]
 
-    def impl(variant):
-        compiled = pb.function(kernel, size, variant).compile()
+    def impl(f):
+        compiled = f.compile()
 
         def call():
             returned = compiled(**args)
@@ -96,12 +96,15 @@ def _case(kernel, size, seed):
         return call
 
     def setup():
-        impls = {PLAIN: impl("plain")}
+        impls = {PLAIN: impl(pb.function(kernel, size, "plain"))}
         if kernel.schedule is not None:
-            impls[HAND] = impl("hand")
-        impls[AUTO] = impl("auto")
-        if reassociates(kernel, size):
-            impls[AUTO_RE] = impl("auto+re")
+            impls[HAND] = impl(pb.function(kernel, size, "hand"))
+        auto = pb.function(kernel, size, "auto")
+        impls[AUTO] = impl(auto)
+        # with reassociation only where it schedules the kernel otherwise
+        reassociated = pb.function(kernel, size, "auto+re")
+        if reassociated.schedule_commands() != auto.schedule_commands():
+            impls[AUTO_RE] = impl(reassociated)
         if size in REFERENCE_SIZES:
             expected.update(kernel.comparable(kernel.reference(arrays, s), s))
         else:
@@ -113,14 +116,6 @@ def _case(kernel, size, seed):
 
     return Case(f"{kernel.name} {size}", 0.0, setup,
                 lambda out: pb.max_error(kernel.comparable(out, s), expected), interleave=True)
-
-
-def reassociates(kernel, size) -> bool:
-    """True when ``auto_schedule(reassociate=True)`` schedules ``kernel``
-    otherwise than ``auto_schedule()``."""
-    s = pb.sizes(kernel, size)
-    return [str(c) for c in kernel.build(s).auto_schedule(reassociate=True)] \
-        != [str(c) for c in kernel.build(s).auto_schedule()]
 
 
 def auto_seconds(names, size, beyond=False) -> dict:
