@@ -4,7 +4,9 @@ backend (Dynamo's DDP graph split, the rewrite, AOTAutograd), train
 under ``torch.nn.parallel.DistributedDataParallel`` (gloo, 2 processes on
 this host): after 5 seeded SGD steps their weights and BatchNorm statistics
 equal torch DDP's to float32 rounding, and both ranks hold the same weights."""
+import gc
 import socket
+import time
 
 import pytest
 
@@ -61,7 +63,14 @@ def _train(rank, port, out):
             states[variant] = _state(model)
             if variant == "compiled":
                 states["replaced"] = schedules.dynamo.compile_report(model).counts()
+            # DDP's reducer freed here, while the group is registered: freed
+            # as _train returns, its last reference destroys the gloo group
+            # holding the GIL while gloo's worker thread waits for the GIL to
+            # free a finished allreduce (a deadlock in torch, seen once here)
+            del ddp, opt, model
+            gc.collect()
         torch.save(states, f"{out}/rank{rank}.pt")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -72,8 +81,18 @@ def _free_port():
         return s.getsockname()[1]
 
 
+TIMEOUT_S = 300      # ~15 s here: a rank that hangs fails the test instead of the run
+
+
 def test_converted_and_compiled_models_train_under_ddp_as_torch(tmp_path):
-    mp.spawn(_train, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    context = mp.spawn(_train, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=False)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=1):         # raises if a rank failed
+        if time.monotonic() > deadline:
+            for p in context.processes:
+                p.kill()
+            pytest.fail(f"the DDP ranks did not finish in {TIMEOUT_S} s "
+                        f"(exit codes {[p.exitcode for p in context.processes]})")
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)]
     start = _state(_model())
     for states in ranks:
