@@ -90,6 +90,7 @@ class PolyModel:
         self.f = f
         self.ctx = isl.Context()
         self._bcount = 0                  # bound placeholders made so far
+        self._parsed = {}                 # (isl class, text) -> object: each text parsed once
         self.stmts = [self._stmt_model(s) for s in f.statements]
         self.by_name = {m.name: m for m in self.stmts}
         self.has_accesses = False
@@ -124,7 +125,17 @@ class PolyModel:
         return f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}] : {cons} }}"
 
     def domain(self, m: StmtModel) -> isl.Set:
-        return isl.Set(self.domain_text(m), context=self.ctx)
+        return self.parse(isl.Set, self.domain_text(m))
+
+    def parse(self, kind, text):
+        """``kind(text)`` in the model's context, parsed once per text (isl
+        objects are values: no operation changes one in place).  The analyses
+        ask for the same access relations and schedules many times."""
+        key = (kind, text)
+        obj = self._parsed.get(key)
+        if obj is None:
+            obj = self._parsed[key] = kind(text, context=self.ctx)
+        return obj
 
     def union_domain(self, state=None) -> isl.UnionSet:
         ats = self.compute_ats(state) if state else {}
@@ -173,8 +184,9 @@ class PolyModel:
         for m in self.stmts:
             dims = state[m.name].dims()
             dims += ["0"] * (depth - len(dims))
-            smap = isl.UnionMap(f"{self.prefix()}{{ {m.name}[{', '.join(self.tuple_vars(m, state))}]"
-                                f" -> [{', '.join(dims)}] }}", context=self.ctx)
+            text = (f"{self.prefix()}{{ {m.name}[{', '.join(self.tuple_vars(m, state))}]"
+                    f" -> [{', '.join(dims)}] }}")
+            smap = self.parse(isl.UnionMap, text)
             u = smap if u is None else u.union(smap)
         return u
 
@@ -189,7 +201,7 @@ class PolyModel:
                     continue
                 if not affine.is_const(form):
                     cons.append(f"{affine.to_text(form)} >= 0")
-        return isl.Set(f"{self.prefix()}{{ : {' and '.join(cons) or 'true'} }}", context=self.ctx)
+        return self.parse(isl.Set, f"{self.prefix()}{{ : {' and '.join(cons) or 'true'} }}")
 
     def access_map(self, m: StmtModel, a: AccessInfo):
         """The access relation of ``a`` as an isl Map, and whether it is exact.
@@ -227,8 +239,8 @@ class PolyModel:
         ``a``'s guards hold, under the constraints ``cons`` on the ``o``s."""
         outs = ", ".join(f"o{k}" for k in range(rank))
         dom = " and ".join(self.domain_constraints(m) + self.guard_constraints(a) + cons) or "true"
-        return isl.Map(f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}] -> "
-                       f"{target}[{outs}] : {dom} }}", context=self.ctx)
+        return self.parse(isl.Map, f"{self.prefix()}{{ {m.name}[{', '.join(v.name for v in m.vars)}]"
+                                   f" -> {target}[{outs}] : {dom} }}")
 
     # ------------------------------------------------------------ building
     def _stmt_model(self, s) -> StmtModel:
