@@ -167,6 +167,22 @@ class _Simplifier:
                 return q, r
         return None
 
+    def multiples_out(self, e, m):
+        """``(q, r)`` with ``e = m * q + r``, ``m * q`` the terms whose
+        coefficients are multiples of ``m`` and ``r`` the others (both with
+        terms), or None:
+        ``floordiv(e, m) = q + floordiv(r, m)`` and ``floormod(e, m) =
+        floormod(r, m)`` whatever ``r``'s range (a strided read ``2 * x + kx``
+        stored de-interleaved by ``% 2`` and ``// 2`` moves with ``x``)."""
+        a = _affine(e)
+        if not self._cannot_wrap(e, a):
+            return None
+        q = _Affine({k: [c // m, x] for k, (c, x) in a.terms.items() if c % m == 0})
+        r = _Affine({k: [c, x] for k, (c, x) in a.terms.items() if c % m}, a.const)
+        if not q.terms or not r.terms:
+            return None
+        return q, r
+
     def _cannot_wrap(self, e, a: _Affine) -> bool:
         """Integer arithmetic wraps (NumPy, ``-fwrapv``), and ``m * q + r``
         splits only a sum that does not: ``e``'s range is proven inside its
@@ -188,6 +204,12 @@ class _Simplifier:
                 parts = self.divmod_parts(e.a, int(e.b.value))
                 if parts is not None:
                     return _build(parts[0] if e.op == "floordiv" else parts[1], e.dtype)
+                parts = self.multiples_out(e.a, int(e.b.value))
+                if parts is not None:
+                    q, r = parts
+                    rest = ir.Binary(e.op, _build(r, e.dtype), e.b, e.dtype)
+                    return rest if e.op == "floormod" else \
+                        ir.Binary("add", _build(q, e.dtype), rest, e.dtype)
             if e.dtype in _INT and e.op in ("add", "sub") and _folds_constants(e):
                 return _build(_affine(e), e.dtype)
             return e

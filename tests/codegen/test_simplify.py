@@ -107,6 +107,21 @@ def test_clamped_loops_still_give_a_range():
     assert_exact(loops, e, got)
 
 
+@pytest.mark.parametrize("stride", [2, 3])
+def test_multiples_of_the_divisor_leave_the_division(stride):
+    # a strided read 2 * x + kx of a copy stored de-interleaved ([.. % 2][.. // 2]):
+    # kx spans more than the divisor, so no range proof; the multiple of it
+    # leaves: floordiv -> x + floordiv(kx, 2) (x contiguous), floormod -> floormod(kx, 2)
+    loops = [("x", c(-3), c(6)), ("kx", c(0), c(stride + 1))]
+    e = b("add", b("mul", c(stride), Var("x")), Var("kx"))
+    div, mod = b("floordiv", e, c(stride)), b("floormod", e, c(stride))
+    got_div, got_mod = simplified_index(loops, div), simplified_index(loops, mod)
+    assert repr(got_div) == repr(b("add", Var("x"), b("floordiv", Var("kx"), c(stride))))
+    assert repr(got_mod) == repr(b("floormod", Var("kx"), c(stride)))
+    assert_exact(loops, div, got_div)
+    assert_exact(loops, mod, got_mod)
+
+
 @pytest.mark.parametrize("m", [3, 4, 7])
 def test_unproven_ranges_are_left_alone(m):
     # jv spans 5 values: p % m is not jv for m < 5; nothing may be rewritten wrongly
