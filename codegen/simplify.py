@@ -175,8 +175,8 @@ class _Simplifier:
         floormod(r, m)`` whatever ``r``'s range (a strided read ``2 * x + kx``
         stored de-interleaved by ``% 2`` and ``// 2`` moves with ``x``)."""
         a = _affine(e)
-        if not self._cannot_wrap(e, a):
-            return None
+        if e.dtype != "int64" or not self._cannot_wrap(e, a):
+            return None      # (index arithmetic only: a narrower part could wrap where e does not)
         q = _Affine({k: [c // m, x] for k, (c, x) in a.terms.items() if c % m == 0})
         r = _Affine({k: [c, x] for k, (c, x) in a.terms.items() if c % m}, a.const)
         if not q.terms or not r.terms:
