@@ -155,33 +155,30 @@ class _Simplifier:
         self.ranges = {}      # iterator -> inclusive (lo, hi)
         self.offsets = {}     # iterator -> (affine lo, Var of its offset from lo)
 
-    def divmod_parts(self, e, m):
-        """``(q, r)`` with ``e = m * q + r`` and ``0 <= r < m`` proven, or None."""
-        a = _affine(e)
-        if not self._cannot_wrap(e, a):
+    def divided(self, e: ir.Binary):
+        """``floordiv(x, m)`` / ``floormod(x, m)`` (``e``) rewritten, or None.
+        With ``x = m * q + r`` and ``0 <= r < m`` proven: ``q`` / ``r``.
+        Else, for index arithmetic (int64; a narrower part could wrap where
+        ``x`` does not), the terms of ``x`` whose coefficients are multiples
+        of ``m`` (``m * q``) leave, whatever the rest ``r``'s range:
+        ``q + floordiv(r, m)`` / ``floormod(r, m)`` (a strided read ``2 * x +
+        kx`` of a copy stored de-interleaved by ``% 2`` and ``// 2`` moves
+        with ``x``)."""
+        x, m = e.a, int(e.b.value)
+        a = _affine(x)
+        if not self._cannot_wrap(x, a):
             return None
         for form in (a, _expand(a, self.offsets)):
             q, r = _split_mod(form, m)
             rng = _range(r, self.ranges)
             if rng is not None and 0 <= rng[0] and rng[1] < m:
-                return q, r
-        return None
-
-    def multiples_out(self, e, m):
-        """``(q, r)`` with ``e = m * q + r``, ``m * q`` the terms whose
-        coefficients are multiples of ``m`` and ``r`` the others (both with
-        terms), or None:
-        ``floordiv(e, m) = q + floordiv(r, m)`` and ``floormod(e, m) =
-        floormod(r, m)`` whatever ``r``'s range (a strided read ``2 * x + kx``
-        stored de-interleaved by ``% 2`` and ``// 2`` moves with ``x``)."""
-        a = _affine(e)
-        if e.dtype != "int64" or not self._cannot_wrap(e, a):
-            return None      # (index arithmetic only: a narrower part could wrap where e does not)
-        q = _Affine({k: [c // m, x] for k, (c, x) in a.terms.items() if c % m == 0})
-        r = _Affine({k: [c, x] for k, (c, x) in a.terms.items() if c % m}, a.const)
-        if not q.terms or not r.terms:
+                return _build(q if e.op == "floordiv" else r, e.dtype)
+        q = _Affine({k: [c // m, t] for k, (c, t) in a.terms.items() if c % m == 0})
+        r = _Affine({k: [c, t] for k, (c, t) in a.terms.items() if c % m}, a.const)
+        if e.dtype != "int64" or not q.terms or not r.terms:
             return None
-        return q, r
+        rest = ir.Binary(e.op, _build(r, e.dtype), e.b, e.dtype)
+        return rest if e.op == "floormod" else ir.Binary("add", _build(q, e.dtype), rest, e.dtype)
 
     def _cannot_wrap(self, e, a: _Affine) -> bool:
         """Integer arithmetic wraps (NumPy, ``-fwrapv``), and ``m * q + r``
@@ -201,15 +198,9 @@ class _Simplifier:
                 e = ir.Binary(e.op, a, b, e.dtype)
             if e.dtype in _INT and e.op in ("floordiv", "floormod") \
                     and isinstance(e.b, ir.Const) and int(e.b.value) > 0:
-                parts = self.divmod_parts(e.a, int(e.b.value))
-                if parts is not None:
-                    return _build(parts[0] if e.op == "floordiv" else parts[1], e.dtype)
-                parts = self.multiples_out(e.a, int(e.b.value))
-                if parts is not None:
-                    q, r = parts
-                    rest = ir.Binary(e.op, _build(r, e.dtype), e.b, e.dtype)
-                    return rest if e.op == "floormod" else \
-                        ir.Binary("add", _build(q, e.dtype), rest, e.dtype)
+                done = self.divided(e)
+                if done is not None:
+                    return done
             if e.dtype in _INT and e.op in ("add", "sub") and _folds_constants(e):
                 return _build(_affine(e), e.dtype)
             return e
