@@ -308,7 +308,7 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
 
             def rel(cons):
                 text = f"{{ [{', '.join(a)}] -> [{', '.join(b)}] : {' and '.join(cons) or 'true'} }}"
-                r = isl.Map(text, context=model.ctx)
+                r = model.parse(isl.Map, text)
                 return m.intersect(sched[s].apply_range(r).apply_range(sched[t].reverse()))
 
             # one launch: the same host iterations (launches are ordered)
@@ -333,8 +333,12 @@ def plan(model, deps, state, commands) -> GpuPlan | None:
             if buf in mma_ops.get(s, ()) or buf in mma_ops.get(t, ()):
                 diff = "true"         # ldmatrix reads a tile row in another lane (gpu_mma)
             for q in range(2 * (nh + nb), depth):
-                bad = rel(same_block + [f"a{i} = b{i}" for i in range(2 * (nh + nb), q)]
-                          + [f"a{q} != b{q}", diff])
+                equal = same_block + [f"a{i} = b{i}" for i in range(2 * (nh + nb), q)]
+                # the pairs that first differ at q or later: none (most pieces, or
+                # past the last position that needs a barrier), none at q either
+                if rel(equal + [diff]).is_empty():
+                    break
+                bad = rel(equal + [f"a{q} != b{q}", diff])
                 if bad.is_empty():
                     continue
                 first_thread = min(shapes[x][2] if shapes[x][2] is not None else 10 ** 9
