@@ -32,7 +32,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 @pytest.fixture(scope="session", autouse=True)
 def _session_cache(tmp_path_factory):
     old = os.environ.get("TIRAMISU_PY_CACHE")
-    os.environ["TIRAMISU_PY_CACHE"] = str(tmp_path_factory.mktemp("tp_cache"))
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # one cache for the run, shared by its workers (the cache is safe for
+        # concurrent processes): a kernel one worker built, the other loads
+        base = base.parent
+    cache = base / "tp_cache"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    os.environ["TIRAMISU_PY_CACHE"] = str(cache)
     yield
     if old is None:
         os.environ.pop("TIRAMISU_PY_CACHE", None)
