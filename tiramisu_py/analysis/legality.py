@@ -32,6 +32,7 @@ from ..poly.dataflow import (exact_writes, reads_initial, shares_named_values,
 from ..base import provenance
 from ..base.errors import IllegalScheduleError, Violation
 from ..poly.model import build_model
+from ..poly.order import common_constants, without_positions
 from ..lang.schedule import initial_state, replay
 
 def analyse(f):
@@ -115,7 +116,10 @@ class Dependences:
             key = (s, t, _sched_key(state, s), _sched_key(state, t), depth)
             lt = self._lex_cache.get(key)
             if lt is None:
-                lt = self._lex_cache[key] = per_stmt[s].lex_lt_map(per_stmt[t])
+                a, b = per_stmt[s], per_stmt[t]
+                common = common_constants([a, b])         # the same order without them
+                lt = self._lex_cache[key] = without_positions(a, common).lex_lt_map(
+                    without_positions(b, common))
             r = m.intersect(lt).to_union_map()
             out = r if out is None else out.union(r)
         return out

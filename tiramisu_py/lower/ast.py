@@ -17,6 +17,7 @@ from ..lang.expr import Access, Var, walk
 from ..lang.program import Computation
 from ..lang.schedule import gpu_tags
 from ..poly.model import resolve
+from ..poly.order import without_common_constants
 from .collapsed import expand
 from .expr import ExprLowering, LoweringError, cast
 
@@ -53,7 +54,7 @@ class AstLowering:
         sched = m.schedule_map(self.state).intersect_domain(m.union_domain(self.state))
         if self.gpu is not None:
             sched = self.with_gpu_values(sched)
-        sched, kept = _without_common_constants(sched)
+        sched, kept = without_common_constants(sched)
         if kept is not None:            # the loops keep their positions' names (c<p>)
             ids = isl.IdList.alloc(m.ctx, len(kept))
             for p in kept:
@@ -511,38 +512,6 @@ class AstLowering:
                         f"({'; '.join(self.model.f.schedule_commands()) or 'program order'}) "
                         "moves it inside") from None
         return self.ex.index(ld, env)
-
-
-def _without_common_constants(sched):
-    """(``sched`` without the schedule positions that every statement fixes to
-    one same constant, positions kept) or (``sched``, None) when there are
-    none.  Such a position orders nothing and isl would generate no loop for
-    it, so the AST is the same; isl's AST generation takes about half the time
-    without them (a 2d+1 schedule's positions are mostly constants)."""
-    maps = []
-    sched.foreach_map(maps.append)
-    if not maps:
-        return sched, None
-    n = maps[0].dim(isl.dim_type.out)
-    common = []
-    for p in range(n):
-        value = None
-        for mp in maps:
-            v = mp.plain_get_val_if_fixed(isl.dim_type.out, p)
-            if v.is_nan() or value is not None and not v.eq(value):
-                break
-            value = v
-        else:
-            common.append(p)
-    if not common:
-        return sched, None
-    out = None
-    for mp in maps:
-        for p in reversed(common):
-            mp = mp.project_out(isl.dim_type.out, p, 1)
-        u = mp.to_union_map()
-        out = u if out is None else out.union(u)
-    return out, [p for p in range(n) if p not in common]
 
 
 def _block_children(n):

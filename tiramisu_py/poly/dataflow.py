@@ -29,6 +29,7 @@ import islpy as isl
 from ..lang import affine
 from ..lang.affine import NonAffine
 from ..lang.schedule import initial_state
+from .order import without_common_constants
 
 
 def _accesses(model, buffer):
@@ -51,6 +52,7 @@ def _accesses(model, buffer):
 
 def _solve(reads, must_u, may_u, sched):
     """[(UnionFlow of one read access)] under the schedule map ``sched``."""
+    sched = without_common_constants(sched)[0]          # the same order
     out = []
     for sink in reads:
         info = isl.UnionAccessInfo.from_sink(_as_union(sink))
@@ -151,7 +153,7 @@ def _find_meaning(model, buffer):
             folded.append(p)
     if not folded:
         return None
-    sched = model.schedule_map(initial_state(model))
+    sched = without_common_constants(model.schedule_map(initial_state(model)))[0]
     flows, events, memory = [], [], []
     for m, a in [r for rs in named.values() for r in rs]:
         amap, _ = model.access_map(m, a)
@@ -366,6 +368,7 @@ def _last_writes(model, buffer, sched) -> isl.UnionMap:
     writes = _union(_accesses_of(model, buffer)[1])
     if writes is None:
         return isl.UnionMap("{}", context=model.ctx)
+    sched = without_common_constants(sched)[0]          # the same order
     latest = writes.reverse().apply_range(sched).lexmax()
     return latest.apply_range(sched.reverse()).intersect_range(writes.domain())
 
