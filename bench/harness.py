@@ -150,10 +150,12 @@ MAX_CALLS = 1000     # ...or this many
 
 # TIRAMISU_PY_BENCH_SMOKE=1 (the test suite's runs of the suites, which check
 # results and reports, never times): no pause, no wait for a quiet host, one
-# warm call, ``repeats`` timed calls; the numbers mean nothing
+# warm call, ``repeats`` timed calls, the host's ceilings probed for their
+# minimum rounds only, bandwidth on 4 MB; the numbers mean nothing
 SMOKE = os.environ.get("TIRAMISU_PY_BENCH_SMOKE", "") not in ("", "0")
 if SMOKE:
     SETTLE_S = QUIET_S = WARM_S = MIN_TIMED_S = 0.0
+    peak.PROBE_S, peak.BYTES = 0.0, 4 << 20
 
 
 def measure(case: Case, repeats: int, threads: int, progress: Progress,

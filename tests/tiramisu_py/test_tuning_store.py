@@ -71,7 +71,7 @@ CHILD = textwrap.dedent("""
         deadline = time.time() + 60
         while sum(f.startswith(name + "-") for f in os.listdir(base)) < procs:
             assert time.time() < deadline, "barrier timeout"
-            time.sleep(0.001)
+            time.sleep(0.01)
 
     chosen = []
     with warnings.catch_warnings(record=True) as caught:
