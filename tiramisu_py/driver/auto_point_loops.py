@@ -19,7 +19,8 @@ from ..commands.state import extent_of
 from ..lang.expr import Access, walk
 from ..poly.footprint import footprint_widths
 from ..poly.padding import padded_reads
-from .auto_steps import Code as _Code, StmtRef as _StmtRef, loop_names as _names, statement
+from .auto_steps import StmtRef as _StmtRef, loop_names as _names, new_buffer, statement, \
+    store_index
 
 VECTOR_SUMS = 4             # registers of partial sums of a reassociated reduction
 STENCIL_ROWS = 4            # rows of a stencil computed per vector strip (:meth:`stencil_rows`)
@@ -128,10 +129,8 @@ class PointLoops:
                 buf = text.split("[")[0]
                 copy = f"{stmt}_{buf}_packed"
                 yield self.step(stmt, "cache_at", text, col + "0", name=copy)
-                ref = f"f.computations[{copy!r}]"
-                tile = _Code(f"f.buffer({copy + '_tile'!r}, ({sizes[red]}, {sizes[col]}), "
-                             f"f.buffers[{buf!r}].dtype)")
-                at = _Code(f"[{ref}.vars[1] % {sizes[red]}, {ref}.vars[0] % {sizes[col]}]")
+                tile = new_buffer(copy + "_tile", (sizes[red], sizes[col]), ("buffers", buf))
+                at = store_index(copy, [(1, "%", sizes[red]), (0, "%", sizes[col])])
                 yield self.step(copy, "store_in", tile, at)
         return self.apply_checked(steps())
 
@@ -436,7 +435,6 @@ class PointLoops:
         buf, nd = a.buffer.name, len(a.index)
         text = f"{buf}[{', '.join(repr(e) for e in a.index)}]"
         copy = f"{stmt}_{buf}_t"
-        ref = f"f.computations[{copy!r}]"
 
         def steps():
             yield self.step(stmt, "split", row, lanes)
@@ -444,9 +442,8 @@ class PointLoops:
             yield self.step(stmt, "reorder", row + "0", red + "0", red + "1", row + "1")
             yield self.step(stmt, "cache_at", text, red + "0", name=copy)
             yield self.step(copy, "store_in",
-                            _Code(f"f.buffer({copy + '_tile'!r}, ({lanes}, {lanes}), "
-                                  f"f.buffers[{buf!r}].dtype)"),
-                            _Code(f"[{ref}.vars[{nd - 1}] % {lanes}, {ref}.vars[{nd - 2}] % {lanes}]"))
+                            new_buffer(copy + "_tile", (lanes, lanes), ("buffers", buf)),
+                            store_index(copy, [(nd - 1, "%", lanes), (nd - 2, "%", lanes)]))
             yield self.step(stmt, "vectorize", row + "1", lanes)
             yield self.step(stmt, "unroll", red + "1")
         return self.apply_checked(steps())

@@ -57,6 +57,9 @@ The search (per top-level group of statements, in program order):
    reassociation: bit for bit the program's order); the rows of a dot
    product (``x[i] += A[i][j] * y[j]``) run 8 at a time, unrolled inside
    ``j`` (:meth:`AutoScheduler.jam_rows`, before step 3).
+5. **Storage**: a temporary the group writes and reads in one iteration of
+   its shared loops lives in a buffer of one iteration's elements
+   (:meth:`Storage.shrink_to_blocks`: softmax's exponentials).
 
 Every step is given through the verbs users call and kept only if the exact
 legality check (:func:`tiramisu_py.analysis.legality.check`) accepts the whole
@@ -186,6 +189,7 @@ class AutoScheduler(Storage, PointLoops):
                     self.complete(names)
                 else:
                     self.schedule_group(names)
+                    self.shrink_to_blocks(names, l2_bytes())
             except (IllegalScheduleError, ValueError, TypeError, KeyError, isl.Error) as e:
                 # what was kept is legal (each step was checked); say why the rest was not
                 self.applied.notes.append(f"{', '.join(names)}: left as it is after "

@@ -17,13 +17,72 @@ class StmtRef:
 
 class Code:
     """An argument printed as Python over ``f`` and evaluated so when the
-    step is given (a buffer to declare, indices over a copy's loops)."""
+    step is given (a buffer to declare, indices over a copy's loops).
+    ``data``: the same as plain data (:func:`new_buffer`, :func:`store_index`),
+    what a tuning record holds; :func:`code_of` makes the Code again from it,
+    checked, so that a record never holds text to evaluate."""
 
-    def __init__(self, text):
-        self.text = text
+    def __init__(self, text, data=None):
+        self.text, self.data = text, data
 
     def __repr__(self):
         return self.text
+
+
+_DTYPE_OF = ("computations", "buffers")
+_OPS = ("", "-", "%")
+
+
+def new_buffer(name, shape, dtype_of):
+    """``f.buffer(name, shape, f.<kind>[owner].dtype)``: ``dtype_of`` is
+    ``(kind, owner)``, kind "computations" or "buffers"."""
+    kind, owner = dtype_of
+    return Code(f"f.buffer({name!r}, {tuple(shape)}, f.{kind}[{owner!r}].dtype)",
+                {"buffer": name, "shape": list(shape), "dtype_of": [kind, owner]})
+
+
+def store_index(comp, terms):
+    """The index ``[...]`` over ``f.computations[comp].vars``: each term 0,
+    or ``(k, op, c)``: ``vars[k]`` alone (op ""), ``vars[k] - c`` or
+    ``vars[k] % c``."""
+    ref = f"f.computations[{comp!r}]"
+    text = ["0" if t == 0 else f"{ref}.vars[{t[0]}]" + (f" {t[1]} {t[2]}" if t[1] else "")
+            for t in terms]
+    return Code(f"[{', '.join(text)}]",
+                {"index_of": comp, "terms": [0 if t == 0 else list(t) for t in terms]})
+
+
+def code_of(data):
+    """The Code a record's ``data`` describes; ValueError when it is not
+    what :func:`new_buffer` or :func:`store_index` make."""
+    def name(x):
+        if not (isinstance(x, str) and x.isidentifier()):
+            raise ValueError(f"not a name: {x!r}")
+        return x
+
+    def count(x, least=0):
+        if type(x) is not int or x < least:
+            raise ValueError(f"not an int >= {least}: {x!r}")
+        return x
+    if isinstance(data, dict) and set(data) == {"buffer", "shape", "dtype_of"}:
+        kind = data["dtype_of"]
+        if not (isinstance(kind, list) and len(kind) == 2 and kind[0] in _DTYPE_OF) \
+                or not isinstance(data["shape"], list) or not data["shape"]:
+            raise ValueError(f"not a recorded buffer: {data!r}")
+        return new_buffer(name(data["buffer"]), [count(n, 1) for n in data["shape"]],
+                          (kind[0], name(kind[1])))
+    if isinstance(data, dict) and set(data) == {"index_of", "terms"} \
+            and isinstance(data["terms"], list):
+        terms = []
+        for t in data["terms"]:
+            if t == 0 and type(t) is int:
+                terms.append(0)
+            elif isinstance(t, list) and len(t) == 3 and t[1] in _OPS:
+                terms.append((count(t[0]), t[1], count(t[2])))
+            else:
+                raise ValueError(f"not a recorded index term: {t!r}")
+        return store_index(name(data["index_of"]), terms)
+    raise ValueError(f"not recorded code: {data!r}")
 
 
 def loop_names(st):

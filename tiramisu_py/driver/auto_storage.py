@@ -8,8 +8,13 @@ folded into a smaller temporary, symm's ``temp2[j]`` for ``t[i, j]``, was
 tried: PolyBench LARGE symm kept its speed, 7.7x over plain, so it is not
 done.)  A move is kept only where the array's memory keeps its meaning
 (:func:`~tiramisu_py.poly.dataflow.memory_view`) and the whole schedule is
-legal.  A mixin of :class:`~tiramisu_py.driver.auto_schedule.AutoScheduler`
-(its ``apply_checked``, ``step``, ``model``, ``deps``, ``touched``)."""
+legal.  And after a group is scheduled, a temporary that the group's
+statements write and read inside one iteration of the loops they share
+(softmax's exponentials, in blocks of rows) is stored in a buffer that one
+iteration fills (:meth:`Storage.shrink_to_blocks`): it stays in cache instead
+of going to memory and back.  A mixin of
+:class:`~tiramisu_py.driver.auto_schedule.AutoScheduler` (its
+``apply_checked``, ``step``, ``model``, ``deps``, ``touched``, ``state``)."""
 from __future__ import annotations
 
 import math
@@ -18,8 +23,8 @@ from ..analysis import schedule_space as space
 from ..lang import affine
 from ..lang.affine import NonAffine
 from ..lang.expr import Const
-from ..poly import dataflow
-from .auto_steps import Code as _Code
+from ..poly import dataflow, footprint
+from .auto_steps import new_buffer, store_index
 
 
 class Storage:
@@ -51,11 +56,54 @@ class Storage:
             if space.parallel_loops(self.model, self.deps, self.state(), comp.name):
                 store = self.box_store(comp, "_acc")
             else:
-                ref = f"f.computations[{comp.name!r}]"
-                store = (_Code(f"f.buffer({comp.name + '_acc'!r}, (1,), {ref}.dtype)"), [0])
+                store = (new_buffer(comp.name + "_acc", (1,), ("computations", comp.name)), [0])
             if store is not None and self.moved(comp, store, lambda deps, u=m.name:
                                                 u in deps.reductions) and store[1:] == ([0],):
                 self.local_sums.add(m.name)      # in a local scalar: no local copy to make
+
+    def shrink_to_blocks(self, names, cache_bytes):
+        """A temporary of the group ``names`` (an array compile allocates, its
+        computation with no update and no command of the user's), read only
+        by statements of the group that share its outer loops, stored in a
+        buffer ``<name>_block`` the size of what one iteration of those loops
+        writes: a dimension covered whole indexed from its lower bound, the
+        others modulo their width (one iteration's elements never share a
+        slot).  Only where the array (of known size) exceeds ``cache_bytes``
+        and the block is at most a quarter of it; kept when the schedule is
+        legal (a parallel loop's iterations get blocks of their own)."""
+        st = self.state()
+        for comp in self.f.computations.values():
+            buf = comp.buffer
+            if comp.name not in names or comp.updates or comp.name in self.touched \
+                    or not getattr(comp, "_auto_buffer", False) or buf is None \
+                    or buf.kind != "temp" or comp.name + "_block" in self.f.buffers:
+                continue
+            readers = {m.name for m in self.model.stmts for a in m.accesses
+                       if a.buffer.name == buf.name and not a.write}
+            if not readers or not readers <= set(names):
+                continue
+            depth = _shared_depth([st[n] for n in readers | {comp.name}])
+            sizes = [_known(d, self.f.fixed) for d in buf.shape]
+            if depth == 0 or None in sizes:
+                continue
+            widths = footprint.block_widths(self.model, st, comp.name, depth)
+            if None in widths or 4 * math.prod(widths) > math.prod(sizes) \
+                    or math.prod(sizes) * space.element_bytes(self.model, comp.name) <= cache_bytes:
+                continue
+            try:
+                box = self.model.bounding_box(self.model.by_name[comp.name])
+            except ValueError:
+                continue
+            index = []
+            for k, (w, (lo, ext)) in enumerate(zip(widths, box)):
+                whole = isinstance(ext, Const) and ext.value == w \
+                    and (lo is None or isinstance(lo, Const))
+                start = int(lo.value) if whole and lo is not None else 0
+                index.append(0 if w == 1 else (k, "-", start) if start else (k, "", 0) if whole
+                             else (k, "%", w))
+            buffer = new_buffer(comp.name + "_block", widths, ("computations", comp.name))
+            self.apply_checked([self.step(comp.name, "store_in", buffer,
+                                          store_index(comp.name, index))])
 
     def movable(self, comp, suffix):
         """True when ``comp`` (and its updates) are the search's to move: in
@@ -70,7 +118,6 @@ class Storage:
         with a slot per iteration of its domain's bounding box, indexed by its
         loops; None unless the box's bounds are constants and it holds no more
         elements than the array it leaves (sizes known)."""
-        ref = f"f.computations[{comp.name!r}]"
         try:
             box = self.model.bounding_box(self.model.by_name[comp.name])
         except ValueError:
@@ -82,12 +129,11 @@ class Storage:
         sizes = [_known(d, self.f.fixed) for d in comp.buffer.shape]
         if None in sizes or math.prod(shape) > math.prod(sizes):
             return None
-        buffer = _Code(f"f.buffer({comp.name + suffix!r}, {shape}, {ref}.dtype)")
+        buffer = new_buffer(comp.name + suffix, shape, ("computations", comp.name))
         if all(lo is None for lo, _ in box):
             return (buffer,)            # indexed by its loops (store_in's default)
-        index = ", ".join(f"{ref}.vars[{k}]" + (f" - {int(lo.value)}" if lo is not None else "")
-                          for k, (lo, _) in enumerate(box))
-        return buffer, _Code(f"[{index}]")
+        return buffer, store_index(comp.name, [(k, "-", int(lo.value)) if lo is not None
+                                               else (k, "", 0) for k, (lo, _) in enumerate(box)])
 
     def moved(self, comp, store, accept):
         """``comp.store_in(*store)``, kept when ``accept(deps)`` holds of the
@@ -106,6 +152,16 @@ class Storage:
                 and all(type(a)(str(b), context=model.ctx).is_equal(a)
                         for a, b in zip(after, before))
         return self.apply_checked([self.step(comp.name, "store_in", *store)], accept=same_memory)
+
+
+def _shared_depth(states):
+    """The loops the schedules ``states`` share, outermost first: as many as
+    have the same position and name in each (the same loop of one nest)."""
+    first, depth = states[0], 0
+    while all(len(s.loops) > depth and s.consts[depth] == first.consts[depth]
+              and s.loops[depth].name == first.loops[depth].name for s in states):
+        depth += 1
+    return depth
 
 
 def _known(e, fixed):

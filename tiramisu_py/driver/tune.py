@@ -53,7 +53,7 @@ from ..tuning.kinds import RecordKind
 from ..tuning.search import Bar, check_budget, check_clock, check_repeats
 from ..runtime.shapes import eval_size
 from .auto_schedule import AutoScheduler
-from .auto_steps import Code, Step, StmtRef as _StmtRef
+from .auto_steps import Code, Step, StmtRef as _StmtRef, code_of
 from .compile import compile_function, default_target
 from .warm import algorithm_lines
 
@@ -67,7 +67,7 @@ DEFAULT_SPACE = (
 )
 VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse", "cache_at",
                    "parallelize", "vectorize", "unroll", "after", "tile_band",
-                   "accumulate_locally", "collapse"})
+                   "accumulate_locally", "collapse", "store_in"})
 RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
 
 
@@ -82,12 +82,20 @@ def record_key(f, target, params=None) -> str:
 
 
 # -------------------------------------------------------------- commands as data
+def encoded(steps) -> list:
+    """``steps`` (Steps) as a record holds them: plain data (JSON), each
+    statement by name, each buffer and index as data (:func:`code_of`)."""
+    return [_encode(s) for s in steps]
+
+
 def _encode(step: Step):
     def arg(a):
         if isinstance(a, list) and a and isinstance(a[0], _StmtRef):
             return {"stmts": [r.name for r in a]}
         if isinstance(a, _StmtRef):
             return {"stmt": a.name}
+        if isinstance(a, Code):
+            return {"code": a.data}
         return a
     return {"stmt": step.stmt, "verb": step.verb, "args": [arg(a) for a in step.args],
             "kwargs": step.kwargs}
@@ -102,6 +110,8 @@ def _decode(f, item) -> Step:
             return [_StmtRef(f, n) for n in a["stmts"]]
         if isinstance(a, dict) and "stmt" in a:
             return _StmtRef(f, a["stmt"])
+        if isinstance(a, dict) and "code" in a:
+            return code_of(a["code"])          # rebuilt from checked data, never text
         return a
     return Step(f, item["stmt"], item["verb"], *[arg(a) for a in item["args"]],
                 **dict(item.get("kwargs") or {}))
@@ -241,9 +251,9 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
             else:
                 raise TypeError(f"tune: a candidate is a dict of options or a callable, "
                                 f"not {type(cand).__name__}")
-            if any(isinstance(a, Code) for s in steps for a in [*s.args, *s.kwargs.values()]):
-                raise ValueError("its steps give code to evaluate (a packed copy's layout), "
-                                 "which a record does not hold")
+            if any(isinstance(a, Code) and a.data is None
+                   for s in steps for a in [*s.args, *s.kwargs.values()]):
+                raise ValueError("its steps give code to evaluate, which a record does not hold")
             sig = tuple(str(s) for s in steps)
             if sig in seen:
                 done += 1
@@ -272,7 +282,7 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     show(verdict.why)
     bar.end()
     kept = best[1] if verdict.kept else []
-    value = {"name": f.name, "steps": [_encode(s) for s in kept],
+    value = {"name": f.name, "steps": encoded(kept),
              "time": verdict.best_s if verdict.kept else verdict.default_s,
              "sizes": params, "target": target, "verdict": verdict.as_dict(),
              "candidate": [str(s) for s in best[1]]}
@@ -352,10 +362,18 @@ def _decode_text(item):
     if not isinstance(item, dict):
         return repr(item)
     args = [a["stmts"] if isinstance(a, dict) and "stmts" in a else
-            a["stmt"] if isinstance(a, dict) and "stmt" in a else a
+            a["stmt"] if isinstance(a, dict) and "stmt" in a else
+            _code_text(a["code"]) if isinstance(a, dict) and "code" in a else a
             for a in item.get("args", [])]
     kw = [f"{k}={v!r}" for k, v in (item.get("kwargs") or {}).items()]
     return f"{item.get('stmt') or 'f'}.{item.get('verb')}({', '.join([*map(repr, args), *kw])})"
+
+
+def _code_text(data):
+    try:
+        return code_of(data)
+    except ValueError:
+        return data
 
 
 def _name(value):

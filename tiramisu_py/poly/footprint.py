@@ -1,7 +1,9 @@
 """What one iteration of the loops a compute_at copy sits in reads (its
 footprint, exact with isl): the widths that shape a ``cache_shared`` tile or
-a ``cache_local`` array, and the strides that compress the latter; and the
-extent and range of a statement's loop under a schedule."""
+a ``cache_local`` array, and the strides that compress the latter; the
+widths of what one iteration of a statement's outer loops covers of its own
+dimensions; and the extent and range of a statement's loop under a
+schedule."""
 from __future__ import annotations
 
 import islpy as isl
@@ -66,6 +68,21 @@ def footprint_moves(f, copy_name, level):
         lo = per_iter.dim_min(d)
         out.append(any(aff.involves_dims(isl.dim_type.param, nparam + level, 1)
                        for _, aff in lo.get_pieces()))
+    return out
+
+
+def block_widths(model, state, stmt, depth):
+    """Per dimension of ``stmt``'s domain, the largest width (over
+    iterations and param values) that one iteration of its ``depth``
+    outermost loops under the schedule ``state`` covers; None where that is
+    unbounded."""
+    outer = _to_loops(model, stmt, [lp.expr for lp in state[stmt].loops[:depth]])
+    deltas = outer.apply_range(outer.reverse()).deltas()
+    out = []
+    for d in range(deltas.dim(isl.dim_type.set)):
+        pw = deltas.dim_max(d)
+        v = pw.max_val() if pw.n_piece() else None
+        out.append(None if v is None or not v.is_int() else int(v.to_python()) + 1)
     return out
 
 

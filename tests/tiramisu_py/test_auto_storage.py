@@ -1,0 +1,87 @@
+"""``auto_schedule`` stores a temporary that its group writes and reads in
+one iteration of the loops they share in a buffer of one iteration's
+elements (softmax's exponentials, 8 rows at a time: ``e_block``), only where
+the whole array would not stay in the L2: the result is bit for bit the
+unscheduled kernel's, the printed steps (and a tuning record of them) replay
+to the same code, and a temporary read outside its group, or one that fits
+in the cache, keeps its array.  No timing is asserted."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from examples.beyond_polybench import build_softmax, softmax_reference
+from tiramisu_py.driver import tune
+
+SIZES = dict(N=64, M=128)                     # e: 64 KiB of float64
+
+
+@pytest.fixture
+def small_l2(monkeypatch):
+    """A host whose L2 (16 KiB) the exponentials exceed, 8 lanes, 2 cores."""
+    from codegen import target
+    monkeypatch.setattr(target, "cores", lambda: 2)
+    monkeypatch.setattr(target, "vector_bits", lambda: 512)
+    monkeypatch.setattr(target, "cache_sizes", lambda: {(2, "Unified"): 16 << 10})
+
+
+def test_softmax_exponentials_live_in_a_block_of_rows(small_l2):
+    f = build_softmax(SIZES)
+    steps = f.auto_schedule()
+    text = [str(s) for s in steps]
+    e = "f.computations['e']"
+    assert f"{e}.store_in(f.buffer('e_block', (8, 128), {e}.dtype), " \
+           f"[{e}.vars[0] % 8, {e}.vars[1]])" in text
+    plain = build_softmax(SIZES).compile()
+    k = f.compile()
+    assert "e_block" in k.source and "(*restrict e)" not in k.source
+    X = np.random.default_rng(0).standard_normal((SIZES["N"], SIZES["M"]))
+    out = k(X=X)
+    np.testing.assert_array_equal(out, plain(X=X))         # the program's order, bit for bit
+    np.testing.assert_allclose(out, softmax_reference({"X": X})["out"], rtol=1e-12)
+    g = build_softmax(SIZES)
+    exec("\n".join(text), {"f": g})                          # the printed schedule, pasted
+    assert g.compile().source == k.source
+    record = json.loads(json.dumps({"steps": tune.encoded(steps)}))   # as the store keeps it
+    assert "f.buffer" not in json.dumps(record)                        # data, not code
+    h = build_softmax(SIZES)
+    tune.apply_record(h, record)
+    assert h.schedule_commands() == f.schedule_commands()
+
+
+@pytest.mark.parametrize("code", [
+    {"buffer": "e_block", "shape": [8, "__import__('os')"], "dtype_of": ["computations", "e"]},
+    {"buffer": "x); import os; (", "shape": [8], "dtype_of": ["computations", "e"]},
+    {"buffer": "b", "shape": [8], "dtype_of": ["globals", "e"]},
+    {"index_of": "e", "terms": [[0, "+", 1]]},
+    {"index_of": "e", "terms": [[0, "%", True]]},
+    {"index_of": "e", "terms": ["f.computations['e'].vars[0]"]},
+    "f.buffer('e_block', (8,), f.computations['e'].dtype)"])
+def test_a_damaged_record_of_a_buffer_or_index_is_refused(code):
+    f = build_softmax(SIZES)
+    with pytest.raises(ValueError, match="not"):
+        tune.apply_record(f, {"steps": [{"stmt": "e", "verb": "store_in",
+                                         "args": [{"code": code}], "kwargs": {}}]})
+
+
+def test_a_temporary_that_fits_in_the_cache_keeps_its_array(small_l2):
+    f = build_softmax(dict(N=16, M=64))                      # e: 8 KiB
+    assert not [s for s in f.auto_schedule() if s.verb == "store_in"]
+
+
+def test_a_temporary_read_by_a_later_nest_keeps_its_array(small_l2):
+    """``e`` read again by a statement after the row loop (its own nest): a
+    block of rows would no longer hold what that statement reads."""
+    import tiramisu_py as tp
+    f = build_softmax(SIZES)
+    i, j = f.var("i2", 0, "N"), f.var("j2", 0, "M")
+    e = f.computations["e"]
+    total = f.computation("total", [], 0.0, dtype=tp.float64)
+    total[()] += e[i, j]
+    assert not [s for s in f.auto_schedule() if s.verb == "store_in" and s.stmt == "e"]
+    X = np.random.default_rng(1).standard_normal((SIZES["N"], SIZES["M"]))
+    got = f.compile()(X=X)
+    ex = np.exp(X - X.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(got["total"], ex.sum(), rtol=1e-12)
