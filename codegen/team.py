@@ -157,12 +157,12 @@ def free_cores():
     read at most every INTERVAL s."""
     if _forced:
         return _forced[-1]
-    cores = target.cores()
     now = time.monotonic()
     with _lock:
         at = _state["at"]
         if at is not None and now - at < INTERVAL:
             return _state["free"]
+        cores = target.cores()
         busy, mine = _host_busy(), time.process_time()
         if busy is None:
             return None
@@ -239,22 +239,23 @@ def choose_fewer(timing: Timing, syncs: int) -> bool:
 
 def call(func, args, timing: Timing, syncs: int = 0):
     """``func(*args)`` with the team this call should have (the module
-    docstring); ``timing`` is the kernel's, updated; ``syncs``: its team's
-    meetings a call."""
+    docstring); ``timing`` is the kernel's, updated where the team is sized
+    (``syncs``, its team's meetings a call, above 0)."""
     after_fork.before_call()
+    if not (ADAPT and syncs):
+        return func(*args)      # no team to size: nothing reads its time
     t0 = time.perf_counter()
     busy = restore = None
-    if ADAPT and syncs:
-        omp = _openmp()
-        if omp is not None:
-            team = omp[0]()
-            free = free_cores() if team > 1 else None
-            if free is not None and free < team:
-                _warn_spinning()
-                busy = choose_fewer(timing, syncs)
-                if busy:
-                    omp[1](free)
-                    restore = (omp[1], team)
+    omp = _openmp()
+    if omp is not None:
+        team = omp[0]()
+        free = free_cores() if team > 1 else None
+        if free is not None and free < team:
+            _warn_spinning()
+            busy = choose_fewer(timing, syncs)
+            if busy:
+                omp[1](free)
+                restore = (omp[1], team)
     try:
         return func(*args)
     finally:

@@ -108,6 +108,29 @@ def test_kernel_without_backward_refuses_grad():
         torch.testing.assert_close(k(x), x.detach() ** 2)
 
 
+def test_a_call_after_a_fast_one_still_records_its_gradient():
+    """The same shapes called first without a gradient (the call's plan is
+    kept: the fast path), then on an input that requires one: the result
+    carries the op's gradient, and under no_grad the fast path again."""
+    f = tp.Function("square_fast", params=["N"])
+    i = f.var("i", 0, "N")
+    A = f.input("A", ("N",), tp.float64)
+    f.computation("B", [i], A[i] * A[i])
+    k = f.compile()
+    k.torch_op("tp_test::square_fast", backward=lambda ctx, g: (2 * ctx.saved[0] * g,),
+               setup_context=lambda ctx, inputs, output: setattr(ctx, "saved", inputs))
+    x = torch.randn(5, dtype=torch.float64)
+    torch.testing.assert_close(k(x), x ** 2)
+    torch.testing.assert_close(k(x), x ** 2)                 # the kept plan
+    xg = x.clone().requires_grad_()
+    y = k(xg)
+    assert y.requires_grad
+    y.sum().backward()
+    torch.testing.assert_close(xg.grad, 2 * x)
+    with torch.no_grad():
+        assert not k(xg).requires_grad
+
+
 def test_shape_not_derivable_is_a_clear_error():
     """The fake implementation runs the kernel's own inference: an extent
     that fits no param value fails there (meta tensors, as under compile)."""

@@ -12,15 +12,20 @@ output is writable when NumPy or torch allocated it (NumPy: and its flag
 says so), else when the kernel maps all its pages writable."""
 from __future__ import annotations
 
+import math
 import sys
 
+import cffi
 import numpy as np
 
 from ..lang import affine
 from ..lang.affine import NonAffine
 from .device_arrays import refuse_lazy_view
-from .memory import check_monotone, memory_writable, torch_output, value_range
+from .memory import HUGE_PAGE, check_monotone, memory_writable, torch_output, value_range
 from .shapes import eval_size, names_in, shape_text
+
+
+_FFI = cffi.FFI()                  # (buffer addresses only: no declarations)
 
 
 class _Arg:
@@ -181,14 +186,16 @@ class Kernel:
     # ------------------------------------------------------------------ call
     def __call__(self, *args, **kwargs):
         torch = sys.modules.get("torch")
-        if torch is not None and _through_op(torch, args, kwargs):
-            from . import torch_bridge      # torch is loaded already
-            return torch_bridge.call(self, args, kwargs)
-        signature = _signature(self, args, kwargs, torch)
+        compiling = torch is not None and torch.compiler.is_compiling()
+        # (a tensor that requires grad while grad mode is on: no signature)
+        signature = None if compiling else _signature(self, args, kwargs, torch)
         if signature is not None:
             plan = self._plans.get(signature[0])
             if plan is not None:
                 return plan.run(self, signature[1])
+        if torch is not None and _through_op(torch, args, kwargs, compiling):
+            from . import torch_bridge      # torch is loaded already
+            return torch_bridge.call(self, args, kwargs)
         if len(args) > len(self.inputs):
             self._too_many_positional(args)
         given = {}
@@ -411,52 +418,60 @@ class _Plan:
     allocate.  A later call of the same signature runs with these, its
     per-array checks (contiguity, alignment, device) made by
     :func:`_signature` itself."""
-    __slots__ = ("scalars", "shapes", "use_torch", "made")
+    __slots__ = ("scalars", "shapes", "made", "order", "single", "empty")
 
     def __init__(self, kernel, scalars, values, use_torch):
-        self.scalars, self.use_torch = list(scalars), use_torch
+        self.scalars = list(scalars)
         self.shapes = [kernel._extents(b, values) for b in kernel.outputs]
-        # torch outputs: (name, shape, torch dtype, zero-filled), found once
-        self.made = [(b.name, shape, getattr(sys.modules["torch"], b.dtype.name),
-                      b.name in kernel.zeroed_outputs)
+        # torch outputs: (name, shape, torch dtype, zero-filled, large enough to
+        # advise huge pages), found once
+        torch = sys.modules["torch"] if use_torch else None
+        self.empty = torch.empty if use_torch else None
+        self.made = [(b.name, shape, getattr(torch, b.dtype.name), b.name in kernel.zeroed_outputs,
+                      math.prod(shape) * b.dtype.bits // 8 >= 2 * HUGE_PAGE)
                      for b, shape in zip(kernel.outputs, self.shapes)] if use_torch else None
+        self.order = [b.name for b in kernel.inputs + kernel.outputs]
+        self.single = kernel.outputs[0].name if len(kernel.outputs) == 1 else None
 
     def run(self, kernel, addresses):
         results = {}
         if self.made is not None:
-            for name, shape, dtype, zero in self.made:
-                obj = results[name] = torch_output(shape, dtype, zero)
+            for name, shape, dtype, zero, large in self.made:
+                # (too small for huge pages: torch.empty, its sizes unpacked: 0.5 us faster)
+                obj = results[name] = torch_output(shape, dtype, zero) if large or zero or not shape \
+                    else self.empty(*shape, dtype=dtype)
                 addresses[name] = obj.data_ptr()
         else:
             for b, shape in zip(kernel.outputs, self.shapes):
                 obj = results[b.name] = kernel._new_output(b, shape, False)
-                addresses[b.name] = obj.__array_interface__["data"][0]
-        kernel._run_native(self.scalars, [addresses[b.name] for b in kernel.inputs + kernel.outputs])
-        return next(iter(results.values())) if len(results) == 1 else results
+                addresses[b.name] = _address(obj)
+        kernel._run_native(self.scalars, [addresses[n] for n in self.order])
+        return results[self.single] if self.single is not None else results
 
 
 def _signature(kernel, args, kwargs, torch):
     """``(key, addresses)`` of a call passing only inputs, each a C-contiguous,
     aligned NumPy array of native byte order or CPU torch tensor (not a lazy
-    view), to a kernel whose checks read no array's values: ``key`` the
+    view, recording no gradient), to a kernel whose checks read no array's values: ``key`` the
     names, kinds, shapes and dtypes (what a :class:`_Plan` is valid for),
     ``addresses`` name -> data address.  None for any other call (it takes
     the checked path)."""
-    names = kernel.__dict__.get("_input_names")
-    if names is None:           # (the inputs' names; None: the checks read values)
-        names = kernel.__dict__["_input_names"] = None \
+    known = kernel.__dict__.get("_input_names")
+    if known is None:           # the inputs' names (a set; None: the checks read values)
+        known = kernel.__dict__["_input_names"] = (None, ()) \
             if kernel.checker.value_arrays or kernel.checker.csr_pairs \
-            else frozenset(b.name for b in kernel.inputs)
-    if names is None or len(args) > len(kernel.inputs):
+            else (frozenset(b.name for b in kernel.inputs), tuple(b.name for b in kernel.inputs))
+    names, order = known
+    if names is None or len(args) > len(order):
         return None
     tensor = torch.Tensor if torch is not None else None
     key, addresses = [], {}
-    items = (*zip((b.name for b in kernel.inputs), args), *kwargs.items()) if args \
-        else kwargs.items()
+    items = zip(order, args) if not kwargs else (*zip(order, args), *kwargs.items())
     for name, a in items:
         kind = type(a)
         if kind is tensor:
-            if not a.is_cpu or a.is_neg() or a.is_conj() or not a.is_contiguous():
+            if not a.is_cpu or a.is_neg() or a.is_conj() or not a.is_contiguous() \
+                    or (a.requires_grad and torch.is_grad_enabled()):
                 return None
             address = a.data_ptr()
             if address % a.element_size():
@@ -464,7 +479,7 @@ def _signature(kernel, args, kwargs, torch):
         elif kind is np.ndarray:
             if not (a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative):
                 return None
-            address = a.__array_interface__["data"][0]
+            address = _address(a)
         else:
             return None
         if name in addresses:
@@ -476,11 +491,23 @@ def _signature(kernel, args, kwargs, torch):
     return tuple(key), addresses
 
 
-def _through_op(torch, args, kwargs):
+def _address(a):
+    """The data address of the C-contiguous NumPy array ``a`` (through
+    cffi's buffer view: half the time of ``__array_interface__``, which
+    builds a dict); a dtype without a buffer format (ml_dtypes' bfloat16)
+    through the latter."""
+    try:
+        return int(_FFI.cast("intptr_t", _FFI.from_buffer(a)))
+    except (TypeError, ValueError, BufferError):
+        return a.__array_interface__["data"][0]
+
+
+def _through_op(torch, args, kwargs, compiling):
     """A call on torch tensors goes through the kernel's torch op inside
-    torch.compile (tracing the argument checks would fail) and when an input
-    requires grad (the result must carry its gradient, or the call fails)."""
-    if torch.compiler.is_compiling():
+    torch.compile (``compiling``: tracing the argument checks would fail) and
+    when an input requires grad (the result must carry its gradient, or the
+    call fails)."""
+    if compiling:
         return any(isinstance(a, torch.Tensor) for a in (*args, *kwargs.values()))
     if not torch.is_grad_enabled():
         return False
