@@ -61,11 +61,16 @@ def unwrapped(args, tensors=None):
     tensors (960 x 7x7, no_grad); detaching two costs ~1 us.  For a call
     that records no gradient (:func:`direct`); ``tensors``: its tensors
     (:func:`direct_tensors`), when known."""
-    if not any(type(t) is _PARAMETER for t in (_tensors(args) if tensors is None else tensors)):
+    if _PARAMETER not in map(type, _tensors(args) if tensors is None else tensors):
         return args
-    return [a.detach() if type(a) is _PARAMETER else
-            [t.detach() if type(t) is _PARAMETER else t for t in a] if type(a) is list else a
-            for a in args]
+    out = list(args)
+    for k, a in enumerate(args):
+        kind = type(a)
+        if kind is _PARAMETER:
+            out[k] = a.detach()
+        elif kind is list and _PARAMETER in map(type, a):
+            out[k] = [t.detach() if type(t) is _PARAMETER else t for t in a]
+    return out
 
 
 def overloads(ints, string):

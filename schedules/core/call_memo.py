@@ -37,23 +37,14 @@ _ENV = ENVIRONMENT + ("TIRAMISU_PY_TARGET",)
 _PLANS: dict = {}
 
 
-def layout(x, compiling=None):
+def layout(x):
     """``(type, shape, strides, dtype)`` of a NumPy array or of a CPU torch
     tensor (a Parameter too) that records no gradient: it requires none, or
     grad mode is off (a converted module's weights under ``torch.no_grad``);
-    None while torch compiles (``compiling``, asked of torch when None) and
-    for anything else."""
-    kind = type(x)
-    if kind is np.ndarray:
-        return kind, x.shape, x.strides, x.dtype
-    torch = sys.modules.get("torch")
-    if torch is not None and (kind is torch.Tensor or kind is torch.nn.Parameter) and x.is_cpu \
-            and not (x.requires_grad and torch.is_grad_enabled()):
-        if compiling is None:
-            compiling = torch.compiler.is_compiling()
-        if not compiling:
-            return kind, x.shape, x.stride(), x.dtype
-    return None
+    None while torch compiles and for anything else (what :func:`key` takes
+    of each array)."""
+    k = key(None, (x,))
+    return None if k is None else k[1]
 
 
 def key(op, arrays, *rest):
@@ -62,15 +53,28 @@ def key(op, arrays, *rest):
     memoised, see :func:`layout`)."""
     parts = [op]
     torch = sys.modules.get("torch")
-    compiling = torch is not None and torch.compiler.is_compiling()
-    for x in arrays:
+    compiling = grad = None                 # (asked of torch once, when a tensor needs it)
+    for x in arrays:                        # (inlined: a call per array cost ~1 us)
+        kind = type(x)
+        if kind is np.ndarray:
+            parts.append((kind, x.shape, x.strides, x.dtype))
+            continue
         if x is None:               # (an optional argument left out)
             parts.append(None)
             continue
-        shape = layout(x, compiling)
-        if shape is None:
+        if torch is None or not (kind is torch.Tensor or kind is torch.nn.Parameter) \
+                or not x.is_cpu:
             return None
-        parts.append(shape)
+        if compiling is None:
+            compiling = torch.compiler.is_compiling()
+        if compiling:
+            return None
+        if x.requires_grad:
+            if grad is None:
+                grad = torch.is_grad_enabled()
+            if grad:
+                return None
+        parts.append((kind, x.shape, x.stride(), x.dtype))
     return (*parts, *rest, *environ.values(_ENV))
 
 
