@@ -85,3 +85,18 @@ def test_a_temporary_read_by_a_later_nest_keeps_its_array(small_l2):
     got = f.compile()(X=X)
     ex = np.exp(X - X.max(axis=1, keepdims=True))
     np.testing.assert_allclose(got["total"], ex.sum(), rtol=1e-12)
+
+
+def test_tune_times_and_records_a_candidate_with_a_block(small_l2, tmp_path, monkeypatch):
+    """``tp.tune`` takes the auto-scheduler's candidate with its block (no
+    longer refused as code to evaluate), and its record replays it."""
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path / "cache"))
+    f = build_softmax(SIZES)
+    out = tune.tune(f, space=[{}], budget=30, repeats=1, progress=False, dry_run=True)
+    assert not out["rejected"], out["rejected"]
+    assert any(s.verb == "store_in" and s.stmt == "e" for s in out["candidate"])
+    record = json.loads(json.dumps({"steps": tune.encoded(out["candidate"])}))
+    g = build_softmax(SIZES)
+    tune.apply_record(g, record)
+    X = np.random.default_rng(2).standard_normal((SIZES["N"], SIZES["M"]))
+    np.testing.assert_array_equal(g.compile()(X=X), build_softmax(SIZES).compile()(X=X))

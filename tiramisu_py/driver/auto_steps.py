@@ -44,10 +44,12 @@ def new_buffer(name, shape, dtype_of):
 def store_index(comp, terms):
     """The index ``[...]`` over ``f.computations[comp].vars``: each term 0,
     or ``(k, op, c)``: ``vars[k]`` alone (op ""), ``vars[k] - c`` or
-    ``vars[k] % c``."""
+    ``vars[k] % c`` (``c`` > 0; for "-" any int: a negative one prints as
+    ``+``)."""
     ref = f"f.computations[{comp!r}]"
-    text = ["0" if t == 0 else f"{ref}.vars[{t[0]}]" + (f" {t[1]} {t[2]}" if t[1] else "")
-            for t in terms]
+    text = ["0" if t == 0 else f"{ref}.vars[{t[0]}]" + (
+        "" if not t[1] else f" + {-t[2]}" if t[1] == "-" and t[2] < 0 else f" {t[1]} {t[2]}")
+        for t in terms]
     return Code(f"[{', '.join(text)}]",
                 {"index_of": comp, "terms": [0 if t == 0 else list(t) for t in terms]})
 
@@ -61,8 +63,8 @@ def code_of(data):
         return x
 
     def count(x, least=0):
-        if type(x) is not int or x < least:
-            raise ValueError(f"not an int >= {least}: {x!r}")
+        if type(x) is not int or (least is not None and x < least):
+            raise ValueError(f"not an int{'' if least is None else f' >= {least}'}: {x!r}")
         return x
     if isinstance(data, dict) and set(data) == {"buffer", "shape", "dtype_of"}:
         kind = data["dtype_of"]
@@ -78,7 +80,7 @@ def code_of(data):
             if t == 0 and type(t) is int:
                 terms.append(0)
             elif isinstance(t, list) and len(t) == 3 and t[1] in _OPS:
-                terms.append((count(t[0]), t[1], count(t[2])))
+                terms.append((count(t[0]), t[1], count(t[2], 1 if t[1] == "%" else None)))
             else:
                 raise ValueError(f"not a recorded index term: {t!r}")
         return store_index(name(data["index_of"]), terms)
