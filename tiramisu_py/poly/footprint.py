@@ -26,13 +26,7 @@ def footprint_widths(f, copy_name):
     for k in range(depth):
         m = m.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
     m = m.intersect_domain(dom).intersect_range(dom)
-    deltas = m.deltas()
-    out = []
-    for d in range(n):
-        pw = deltas.dim_max(depth + d)
-        v = pw.max_val() if pw.n_piece() else None
-        out.append(None if v is None or not v.is_int() else int(v.to_python()) + 1)
-    return out
+    return _widths(m.deltas(), range(depth, depth + n))
 
 
 def _per_iteration(f, copy_name):
@@ -78,8 +72,14 @@ def block_widths(model, state, stmt, depth):
     unbounded."""
     outer = _to_loops(model, stmt, [lp.expr for lp in state[stmt].loops[:depth]])
     deltas = outer.apply_range(outer.reverse()).deltas()
+    return _widths(deltas, range(deltas.dim(isl.dim_type.set)))
+
+
+def _widths(deltas, dims):
+    """Per dimension ``dims`` of the difference set ``deltas``, its largest
+    value plus one (the width it spans), or None when unbounded."""
     out = []
-    for d in range(deltas.dim(isl.dim_type.set)):
+    for d in dims:
         pw = deltas.dim_max(d)
         v = pw.max_val() if pw.n_piece() else None
         out.append(None if v is None or not v.is_int() else int(v.to_python()) + 1)
