@@ -82,13 +82,15 @@ class Storage:
                        if a.buffer.name == buf.name and not a.write}
             if not readers or not readers <= set(names):
                 continue
-            depth = _shared_depth([st[n] for n in readers | {comp.name}])
             sizes = [_known(d, self.f.fixed) for d in buf.shape]
-            if depth == 0 or None in sizes:
+            if None in sizes \
+                    or math.prod(sizes) * space.element_bytes(self.model, comp.name) <= cache_bytes:
+                continue                    # (fits in the cache: no isl work for it)
+            depth = _shared_depth([st[n] for n in readers | {comp.name}])
+            if depth == 0:
                 continue
             widths = footprint.block_widths(self.model, st, comp.name, depth)
-            if None in widths or 4 * math.prod(widths) > math.prod(sizes) \
-                    or math.prod(sizes) * space.element_bytes(self.model, comp.name) <= cache_bytes:
+            if None in widths or 4 * math.prod(widths) > math.prod(sizes):
                 continue
             try:
                 box = self.model.bounding_box(self.model.by_name[comp.name])
