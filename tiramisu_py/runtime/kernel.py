@@ -40,7 +40,7 @@ class _Arg:
                 raise TypeError(f"argument {name!r} has non-native byte order ({obj.dtype.str}); "
                                 f"pass {name}.astype({obj.dtype.name!r})")
             self.shape, self.dtype = obj.shape, obj.dtype.name
-            self.address = obj.__array_interface__["data"][0]
+            self.address = _address(obj)
             self.nbytes = obj.nbytes
         elif type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr"):
             self.is_torch = True
@@ -312,8 +312,7 @@ class Kernel:
         distributed runtime checks all the steps of a call at once with
         ``kernel.checker``, then runs the steps through here)."""
         self._run_native([int(values[p]) for p in self.params],
-                         [arrays[b.name].__array_interface__["data"][0]
-                          for b in self.inputs + self.outputs])
+                         [_address(arrays[b.name]) for b in self.inputs + self.outputs])
 
     # -------------------------------------------------------------- helpers
     def _too_many_positional(self, args):
@@ -492,10 +491,10 @@ def _signature(kernel, args, kwargs, torch):
 
 
 def _address(a):
-    """The data address of the C-contiguous NumPy array ``a`` (through
-    cffi's buffer view: half the time of ``__array_interface__``, which
-    builds a dict); a dtype without a buffer format (ml_dtypes' bfloat16)
-    through the latter."""
+    """The data address of the NumPy array ``a`` (through cffi's buffer
+    view: half the time of ``__array_interface__``, which builds a dict); an
+    array with no such view (not C-contiguous, or a dtype without a buffer
+    format: ml_dtypes' bfloat16) through the latter."""
     try:
         return int(_FFI.cast("intptr_t", _FFI.from_buffer(a)))
     except (TypeError, ValueError, BufferError):
