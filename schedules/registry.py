@@ -68,6 +68,7 @@ from .solvers.conv_cuda import CudaDirect
 from .solvers.conv_dense import Direct, Im2col, SpatialPack
 from .solvers.conv_depthwise import Depthwise
 from .solvers.conv_fused import FusedDirect, FusedWinograd
+from .solvers.conv_pointwise import Pointwise
 from .solvers.conv_sparse import SparseCSR
 from .solvers.conv_sparse_cuda import CudaSparseCSR
 from .solvers.gemm_blis import Blis
@@ -84,8 +85,8 @@ from .solvers.rnn_train import TrainLayer, TrainWavefront
 _RNN = {cell: [Layer(cell), Wavefront(cell), CudaWavefront(cell)] for cell in ("lstm", "gru")}
 
 SOLVERS = {
-    "conv2d": [Direct(), Depthwise(), Im2col(), SpatialPack(), SparseCSR("conv2d"), CudaDirect(),
-               CudaSparseCSR()],
+    "conv2d": [Direct(), Depthwise(), Pointwise(), Im2col(), SpatialPack(), SparseCSR("conv2d"),
+               CudaDirect(), CudaSparseCSR()],
     "conv_relu_maxpool": [FusedDirect(), FusedWinograd(), SparseCSR("conv_relu_maxpool")],
     "resize_conv_relu_maxpool": [ResizeDirect(), ResizeSparse()],
     "gemm": [RowsT(), Rows(), Blis("gemm"), DotGemm("gemm"), CudaTiled(), CudaTensorCore()],
