@@ -10,8 +10,9 @@ maximum over a ``pool x pool`` window (``pool=1``: the plain unpack), with
 ReLU when asked.  The NCHWc output is computed with ``compute_at`` inside the
 consumer's tile of rows, into one tile-sized buffer sized to stay in L2 and
 reused by every tile, and pooled or unpacked right away: no full-size NCHWc
-output is ever written to memory.  With at least two images per core the
-image loop is the parallel one, each thread has its own tile, and the padded,
+output is ever written to memory.  With at least two images per core (or
+one per core and small weights, :func:`images_in_parallel`) the image loop
+is the parallel one, each thread has its own tile, and the padded,
 packed input is made per image too (a nested ``compute_at``: the packing is
 computed at the convolution, itself computed at the consumer), so there is
 no full-size packed copy of the input either.
@@ -70,6 +71,21 @@ def register_tile(s: ConvShape) -> tuple:
     if rest and weights > host().l2 // 2 and -(-s.wo // rest[0][1]) < -(-s.wo // xb):
         return rest[0]
     return v, xb
+
+
+def images_in_parallel(s: ConvShape) -> bool:
+    """Whether the default parallel loop is the images' (each thread whole
+    images, no barrier per tile): with two images a core, or one a core
+    (every core an equal share) where the weights, ``Ci*Kh*Kw*Co`` floats,
+    fit in half of L2, since each thread then streams all of them for its
+    image.  Batch 2 on 2 cores: VGG's 3 -> 64 block 4.3 ms against 7.7-11.5
+    sharing each tile's channels, its 64 -> 128 18.0 against 19.2-26.6,
+    ResNet-18's 64@56 2.36 against 2.58, its stem 3.1 against 3.9; its
+    256@14 (2.4 MB of weights) 4.3 against 2.2."""
+    cores = host().cores
+    weights = s.ci // s.groups * s.kh * s.kw * s.co * 4
+    return s.n >= 2 * cores or (s.n >= cores and s.n % cores == 0
+                                and weights <= host().l2 // 2)
 
 
 def packed_input(f, X, s: ConvShape, n, per_image: bool, source=None, band=None):
@@ -161,8 +177,8 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
     NCHWc convolution, with ReLU if ``relu`` (``activation``: "relu" or
     "relu6" the same way, :func:`~schedules.blocks.conv_common.epilogue`); the convolution is computed per
     tile of ``rows`` output rows.  ``parallel``: "n" (whole images per
-    thread; default with at least two images per core) or "c" (channels inside
-    each tile).  ``pack_per_image``: pack the input per image (default: when
+    thread; the default where :func:`images_in_parallel`) or "c" (channels
+    inside each tile).  ``pack_per_image``: pack the input per image (default: when
     the image loop is parallel) instead of one full-size copy.  ``source``
     (a producer of the input, :func:`packed_input`): the packed input is
     then computed per tile instead, only the band of rows one tile's
@@ -172,7 +188,7 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
     computation."""
     if parallel not in (None, "n", "c"):
         raise ValueError(f"{f.name}: parallel must be 'n' or 'c', got {parallel!r}")
-    per_image = (parallel or ("n" if s.n >= 2 * host().cores else "c")) == "n"
+    per_image = parallel == "n" if parallel else images_in_parallel(s)
     if pack_per_image is None:
         pack_per_image = per_image
     rows = rows or rows_per_tile(s, pool)
@@ -192,7 +208,7 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
     out = f.computation("out", [n, c, py, px], epilogue(best, "relu" if relu else activation))
     out.split("py", rows, names=("py0", "py1"))
     out.reorder("pn_", "py0", "c", "py1", "px")
-    # with >= 2 images per core each thread runs whole images: one parallel
+    # with images in parallel each thread runs whole images: one parallel
     # region per call, and each thread gets its own conv tile (privatised);
     # else the channels of each tile are shared (two regions per tile, which
     # cost ~25% at 56x56 when idle threads sleep, OMP_WAIT_POLICY=passive)

@@ -192,17 +192,23 @@ def test_winograd_refuses_what_it_cannot_compute():
         schedules.conv_relu_maxpool_function(s, algo="winograd", vb=16)
 
 
-def test_fused_block_keeps_only_a_tile_of_the_conv():
+@pytest.mark.parametrize("parallel", ["c", "n"])
+def test_fused_block_keeps_only_a_tile_of_the_conv(parallel):
+    """One tile of conv rows, shared by the threads (channels in parallel)
+    or one per thread (images in parallel: a small one on its stack)."""
     s = ConvShape(2, 8, 12, 10, 32, 3, 3, 1, 1)
-    f = schedules.conv_relu_maxpool_function(s, pool=2, rows=2)
+    f = schedules.conv_relu_maxpool_function(s, pool=2, rows=2, parallel=parallel)
     kern = f.compile(target="c")
-    allocs = [line for line in kern.source.splitlines() if "tp_alloc((" in line]
+    lines = kern.source.splitlines()
+    allocs = [line for line in lines if "tp_alloc((" in line or "float conv_tile[" in line]
     tile = [line for line in allocs if "conv_tile" in line]
     from schedules.blocks.nchwc import register_tile
     vb = register_tile(s)[0]                    # 32 with AVX-512, 16 with AVX2
     # 2 pooled rows = 4 conv rows (all channel blocks), not the whole image
-    assert tile and f"{{{32 // vb}, 4, 10, {vb}}}" in tile[0], allocs
-    assert not any("out_blocked" in line for line in allocs)
+    dims = (f"{{{32 // vb}, 4, 10, {vb}}}" if parallel == "c"
+            else f"conv_tile[{32 // vb}][4][10][{vb}]")
+    assert tile and dims in tile[0], allocs
+    assert not any("out_blocked" in line for line in lines if "tp_alloc((" in line)
     x, w, b = rand(2, 8, 12, 10), rand(32, 8, 3, 3), rand(32)
     np.testing.assert_allclose(kern(data=x, weight=w, bias=b), ref_block(x, w, b, 2),
                                rtol=1e-4, atol=1e-4)
