@@ -393,6 +393,11 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups, *, bias=T
             data=x, grad=g)
         return gw.reshape(weight_size), _bias_grad(g, bias)
     if dt == "float32" and s.groups == 1 and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+        if conv_grad.blocked_applies(s):
+            # the taps' sums in registers over every pixel, no column matrix
+            gw = _kernel(("grad_weight_blocked", s),
+                         lambda: conv_grad.blocked_grad_weight(s))(data=x, grad=g)
+            return gw, _bias_grad(g, bias)
         # the im2col of each chunk of images, one GEMM per chunk
         return conv_grad.grad_weight(g, x, s, api.gemm, api.batched_gemm), _bias_grad(g, bias)
     r = _kernel(("grad_weight", s, dt), lambda: BW.conv_grad_weight(s, dt))(data=x, grad=g)
