@@ -304,6 +304,20 @@ def _phases(g, weight, s: ConvShape, conv2d):
     return gx
 
 
+def _padded_channel(f, X, s: ConvShape):
+    """``x_padded[c, n, y, x]``: the zero-padded input, channel-major, stored
+    one channel's images at a time (``x_channel``, for the caller to compute
+    per channel, each thread its own), not a full padded copy: fresh memory
+    that size cost its page faults per call."""
+    pc, pn = f.var("pc", 0, s.ci), f.var("pn", 0, s.n)
+    py, px = f.var("py", 0, s.hp), f.var("px", 0, s.wp)
+    inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
+    xp = f.computation("x_padded", [pc, pn, py, px],
+                       tp.select(inside, X[pn, pc, py - s.ph, px - s.pw], 0.0))
+    xp.store_in(f.buffer("x_channel", (s.n, s.hp, s.wp), tp.float32), [pn, py, px])
+    return xp
+
+
 def depthwise_grad_weight(s: ConvShape):
     """``grad_weight[c, ky, kx] = sum_{n, y, x} grad[n, c, y, x] * data[n,
     c, y * sh + ky * dh - ph, x * sw + kx * dw - pw]`` of a depthwise
@@ -316,14 +330,7 @@ def depthwise_grad_weight(s: ConvShape):
     G = f.input("grad", (s.n, s.co, s.ho, s.wo), tp.float32)
     c, ky, kx = f.var("c", 0, s.co), f.var("ky", 0, s.kh), f.var("kx", 0, s.kw)
     n, y, x = f.var("n", 0, s.n), f.var("y", 0, s.ho), f.var("x", 0, s.wo)
-    pn, pc = f.var("pn", 0, s.n), f.var("pc", 0, s.ci)
-    py, px = f.var("py", 0, s.hp), f.var("px", 0, s.wp)
-    inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
-    xp = f.computation("x_padded", [pc, pn, py, px],
-                       tp.select(inside, X[pn, pc, py - s.ph, px - s.pw], 0.0))
-    # one channel's padded images at a time (each thread its own), not a
-    # full padded copy: fresh memory that size cost its page faults per call
-    xp.store_in(f.buffer("x_channel", (s.n, s.hp, s.wp), tp.float32), [pn, py, px])
+    xp = _padded_channel(f, X, s)
     dw = f.computation("grad_weight", [c, ky, kx], 0.0)
     dw[c, ky, kx] += G[n, c, y, x] * xp[c, n, y * s.sh + ky * s.dh, x * s.sw + kx * s.dw]
     lanes = host().lanes(4)
@@ -382,12 +389,7 @@ def blocked_grad_weight(s: ConvShape, vb=None):
     gb, gn, gy, gx, gv = (f.var(nm, 0, e) for nm, e in
                           (("gb", cob), ("gn", s.n), ("gy", s.ho), ("gx", s.wo), ("gv", vb)))
     gp = f.computation("grad_packed", [gb, gn, gy, gx, gv], G[gn, gb * vb + gv, gy, gx])
-    pc, pn = f.var("pc", 0, s.ci), f.var("pn", 0, s.n)
-    py, px = f.var("py", 0, s.hp), f.var("px", 0, s.wp)
-    inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
-    xp = f.computation("x_padded", [pc, pn, py, px],
-                       tp.select(inside, X[pn, pc, py - s.ph, px - s.pw], 0.0))
-    xp.store_in(f.buffer("x_channel", (s.n, s.hp, s.wp), tp.float32), [pn, py, px])
+    xp = _padded_channel(f, X, s)
     b, c, ky, kx, v = (f.var(nm, 0, e) for nm, e in
                        (("b", cob), ("c", s.ci), ("ky", s.kh), ("kx", s.kw), ("v", vb)))
     n, y, x = f.var("n", 0, s.n), f.var("y", 0, s.ho), f.var("x", 0, s.wo)
