@@ -388,9 +388,13 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups, *, bias=T
             gw = part if gw is None else gw.add_(part)
         return gw.reshape(weight_size), _bias_grad(g, bias)
     if dt == "float32" and s.groups == s.ci == s.co and min(s.n, s.ci, s.ho, s.wo) > 0:
-        # depthwise: the taps' sums vectorised over the columns
-        gw = _kernel(("depthwise_grad_weight", s), lambda: conv_grad.depthwise_grad_weight(s))(
-            data=x, grad=g)
+        if conv_grad.vector_of(s.co):
+            # depthwise, channels in the lanes: the taps' sums in registers
+            gw = _kernel(("depthwise_grad_weight_blocked", s),
+                         lambda: conv_grad.blocked_depthwise_grad_weight(s))(data=x, grad=g)
+        else:       # depthwise, other channel counts: the columns in vectors
+            gw = _kernel(("depthwise_grad_weight", s),
+                         lambda: conv_grad.depthwise_grad_weight(s))(data=x, grad=g)
         return gw.reshape(weight_size), _bias_grad(g, bias)
     if dt == "float32" and s.groups == 1 and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
         if conv_grad.blocked_applies(s):

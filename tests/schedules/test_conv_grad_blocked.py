@@ -1,7 +1,8 @@
-"""The blocked weight gradient of a dense conv (the taps' sums in registers
-over every pixel, no column matrix): torch's gradient for strides, padding,
-dilation, small and large kernels, and taken by the op's backward where it
-applies (enough pixels, Co a multiple of a vector), the GEMMs elsewhere."""
+"""The blocked weight gradients (the taps' sums in registers over every
+pixel, channels in the lanes): of a dense conv (no column matrix) and of a
+depthwise one (no lanes summed, vector loads at any stride); torch's
+gradient for strides, padding, dilation, small and large kernels, and taken
+by the op's backward where they apply, the other kernels elsewhere."""
 from __future__ import annotations
 
 import pytest
@@ -60,3 +61,41 @@ def test_the_ops_backward_takes_it_and_matches_torch(monkeypatch):
     assert [(s.n, s.ci, s.co, s.sh) for s in built] == [(2, 6, 16, 2)]
     for ours, want in zip(*grads):
         torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-4)
+
+
+# (n, c, h, w, k, stride, padding): MobileNet's 3x3 at stride 1 and 2, a
+# 5x5 kernel (a row of taps at a time), 8 channels (half a 512-bit vector)
+DEPTHWISE = [(2, 32, 9, 10, 3, 1, 1), (1, 16, 11, 8, 3, 2, 1), (2, 16, 9, 9, 5, 1, 2),
+             (3, 8, 7, 7, 3, 2, 0)]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: "x".join(map(str, c)))
+def test_blocked_depthwise_kernel_is_torchs_gradient(case):
+    n, c, h, w, k, stride, padding = case
+    s = ConvShape(n, c, h, w, c, k, k, stride, padding, 1, c)
+    g = torch.Generator().manual_seed(2)
+    x, gy = torch.randn(n, c, h, w, generator=g), torch.randn(n, c, s.ho, s.wo, generator=g)
+    ours = conv_grad.blocked_depthwise_grad_weight(s).compile()(data=x, grad=gy)
+    want = torch.nn.grad.conv2d_weight(x, (c, 1, k, k), gy, stride, padding, 1, c)
+    torch.testing.assert_close(ours.reshape(want.shape), want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_ops_backward_takes_the_depthwise_kernel_by_channels(monkeypatch):
+    """A depthwise conv of 16 channels takes the blocked kernel, one of 12
+    (no vector divides it) the columns-in-vectors one; both torch's."""
+    built = []
+    real = conv_grad.blocked_depthwise_grad_weight
+    monkeypatch.setattr(conv_grad, "blocked_depthwise_grad_weight",
+                        lambda s: built.append(s.co) or real(s))
+    assert conv_grad.vector_of(16) and not conv_grad.vector_of(12)
+    g = torch.Generator().manual_seed(3)
+    for c in (16, 12):
+        x, w = torch.randn(2, c, 10, 9, generator=g), torch.randn(c, 1, 3, 3, generator=g)
+        grads = []
+        for conv in (torch.ops.tiramisu.conv2d, torch.conv2d):
+            ws = w.clone().requires_grad_()
+            y = conv(x, ws, None, [2, 2], [1, 1], [1, 1], c)
+            y.backward(torch.ones_like(y))
+            grads.append(ws.grad)
+        torch.testing.assert_close(*grads, rtol=1e-4, atol=1e-4)
+    assert built == [16]

@@ -316,11 +316,19 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
         torch.testing.assert_close(ours, ref, atol=1e-4, rtol=1e-4)
     # the grad input through the forward solvers (strided: the gradient
     # spread out first) unless its padding would be negative; the grad
-    # weight of one group: GEMMs (over the im2col for k > 1), a depthwise
-    # conv's its own kernel (any stride), the reference kernel for other groups
+    # weight of one group: the blocked kernel (Co a multiple of a vector,
+    # enough pixels) or GEMMs (over the im2col for k > 1), a depthwise
+    # conv's own kernels (channels in the lanes where a vector divides
+    # them; any stride), the reference kernel for other groups
     assert ("grad_input" in used) == (padding > dilation * (k - 1))
     assert ("grad_weight" in used) == (groups != 1 and not groups == ci == co)
-    assert ("depthwise_grad_weight" in used) == (groups == ci == co)
+    lanes = bool(conv_grad.vector_of(co))
+    pointwise = (k, stride, padding, groups) == (1, 1, 0, 1) and n <= 2
+    blocked = (groups == 1 and lanes and not pointwise
+               and n * y.shape[2] * y.shape[3] >= conv_grad.BLOCKED_PIXELS)
+    assert ("grad_weight_blocked" in used) == blocked
+    assert ("depthwise_grad_weight_blocked" in used) == (groups == ci == co and lanes)
+    assert ("depthwise_grad_weight" in used) == (groups == ci == co and not lanes)
     # a strided, undilated conv: one convolution per phase of the input's pixels
     assert ("phases" in used) == (stride > 1 and dilation == 1 and k > 1
                                   and padding <= dilation * (k - 1))
