@@ -377,7 +377,8 @@ def _grad_weight(g, x, weight_size, stride, padding, dilation, groups, *, bias=T
     s = _conv("conv2d_grad_weight", x.shape, weight_size, stride, padding,
               dilation, groups)
     if dt == "float32" and (s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.groups) == (1, 1, 1, 1, 0, 0, 1) \
-            and 0 < s.n <= 2 and min(s.ci, s.co, s.ho, s.wo) > 0:
+            and 0 < s.n <= 2 and min(s.ci, s.co, s.ho, s.wo) > 0 \
+            and not conv_grad.blocked_applies(s):
         # a pointwise conv of one or two images: per image grad (Co x P) @
         # input^T, the input (Ci x P) read transposed in place by the
         # library's GEMM (no copy; with more images one GEMM over the chunk's

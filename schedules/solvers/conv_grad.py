@@ -32,6 +32,7 @@ from tiramisu_py.runtime.memory import torch_output
 from ..blocks.conv_common import vector_loop, window_first
 from ..core.kernels import kernel
 from ..core.prepared import own, prepared
+from ..core.sizes import largest_divisor
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -304,17 +305,21 @@ def _phases(g, weight, s: ConvShape, conv2d):
     return gx
 
 
-def _padded_channel(f, X, s: ConvShape):
+def _padded_channel(f, X, s: ConvShape, block=1):
     """``x_padded[c, n, y, x]``: the zero-padded input, channel-major, stored
-    one channel's images at a time (``x_channel``, for the caller to compute
-    per channel, each thread its own), not a full padded copy: fresh memory
-    that size cost its page faults per call."""
+    ``block`` channels' images at a time (``x_channel``, for the caller to
+    compute per block of channels, each thread its own), not a full padded
+    copy: fresh memory that size cost its page faults per call."""
     pc, pn = f.var("pc", 0, s.ci), f.var("pn", 0, s.n)
     py, px = f.var("py", 0, s.hp), f.var("px", 0, s.wp)
     inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
     xp = f.computation("x_padded", [pc, pn, py, px],
                        tp.select(inside, X[pn, pc, py - s.ph, px - s.pw], 0.0))
-    xp.store_in(f.buffer("x_channel", (s.n, s.hp, s.wp), tp.float32), [pn, py, px])
+    if block == 1:
+        xp.store_in(f.buffer("x_channel", (s.n, s.hp, s.wp), tp.float32), [pn, py, px])
+    else:
+        xp.store_in(f.buffer("x_channel", (block, s.n, s.hp, s.wp), tp.float32),
+                    [pc % block, pn, py, px])
     return xp
 
 
@@ -366,20 +371,24 @@ def _packed_grad(f, G, s: ConvShape, vb):
     return gp
 
 
-def _sums_in_registers(u, s: ConvShape, outer, pixels, vb):
+def _sums_in_registers(u, s: ConvShape, outer, pixels, vb, channels=()):
     """The weight-gradient update ``u`` scheduled as sums in registers: the
-    loops ``outer``, then the pixels summed over, inside them every tap
+    loops ``outer``, then the pixels summed over, inside them the loops
+    ``channels`` (a block of input channels, unrolled) and every tap
     (unrolled) of a kernel of at most 12 (else a row: ``ky`` before the
     pixels), the VB channels of ``v`` a vector."""
-    every_tap = s.kh * s.kw <= 12
-    u.reorder(*(outer + pixels + ("ky", "kx", "v") if every_tap
-                else outer + ("ky",) + pixels + ("kx", "v")))
+    every_tap = s.kh * s.kw <= TAPS
+    u.reorder(*(outer + pixels + channels + ("ky", "kx", "v") if every_tap
+                else outer + ("ky",) + pixels + channels + ("kx", "v")))
+    for loop in channels:
+        u.unroll(loop)
     if every_tap:
         u.unroll("ky", s.kh)
     u.unroll("kx", s.kw)
     u.vectorize("v", vb)
 
 
+TAPS = 12                   # the sums a register block holds per vector of channels
 BLOCKED_PIXELS = 256    # the blocked kernel's least pixels (images x Ho x Wo) to sum over
 
 
@@ -388,11 +397,23 @@ def blocked_applies(s: ConvShape) -> bool:
     the GEMMs of :func:`grad_weight`): one group, Co a multiple of a vector
     (or half of one) and at least :data:`BLOCKED_PIXELS` pixels over the
     images -- fewer sum too briefly to pay for a block's setup (512@7, 3x3,
-    two images: 5.1 ms against the GEMMs' 3.0; sixteen images 19.2 / 19.3).
+    two images: 5.1 ms against the GEMMs' 3.0; sixteen images 19.2 / 19.3)
+    -- and, for a block of several input channels (:func:`channel_block`),
+    their padded images in half of L2 (16 -> 96 1x1 at 112x112, two images,
+    9.8 ms against 1.1; 144 -> 24 at 56x56 0.50 against 0.90, torch 0.49).
     Batch 2 on this host's 2 cores: 64@56 3x3 2.2 ms against 3.2 (torch
     2.5), 256@14 2.4 / 2.8, the 7x7 stride-2 stem 2.5 / 5.1 (torch 2.7),
     MobileNet's 3x3 stride-2 stem 0.38 / 1.13."""
-    return s.groups == 1 and vector_of(s.co) > 0 and s.n * s.ho * s.wo >= BLOCKED_PIXELS
+    block = channel_block(s) * s.n * s.hp * s.wp * 4        # a block's padded input, bytes
+    return (s.groups == 1 and vector_of(s.co) > 0 and s.n * s.ho * s.wo >= BLOCKED_PIXELS
+            and (channel_block(s) == 1 or block <= host().l2 // 2))
+
+
+def channel_block(s: ConvShape) -> int:
+    """Input channels per register block of :func:`blocked_grad_weight`: a
+    kernel of few taps (a 1x1 has one) sums a block of them, a divisor of
+    Ci, for :data:`TAPS` sums in all."""
+    return largest_divisor(s.ci, max(1, TAPS // (s.kh * s.kw)))
 
 
 def blocked_grad_weight(s: ConvShape, vb=None):
@@ -415,8 +436,9 @@ def blocked_grad_weight(s: ConvShape, vb=None):
     f = tp.Function("conv_grad_weight_blocked", params={})
     X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
     G = f.input("grad", (s.n, s.co, s.ho, s.wo), tp.float32)
+    cib = channel_block(s)
     gp = _packed_grad(f, G, s, vb)
-    xp = _padded_channel(f, X, s)
+    xp = _padded_channel(f, X, s, cib)
     b, c, ky, kx, v = (f.var(nm, 0, e) for nm, e in
                        (("b", cob), ("c", s.ci), ("ky", s.kh), ("kx", s.kw), ("v", vb)))
     n, y, x = f.var("n", 0, s.n), f.var("y", 0, s.ho), f.var("x", 0, s.wo)
@@ -424,17 +446,20 @@ def blocked_grad_weight(s: ConvShape, vb=None):
     acc[b, c, ky, kx, v] += gp[b, n, y, x, v] * xp[c, n, y * s.sh + ky * s.dh,
                                                    x * s.sw + kx * s.dw]
     u = acc.update
-    _sums_in_registers(u, s, ("b", "c"), ("n", "y", "x"), vb)
+    if cib > 1:
+        u.split("c", cib, names=("c0", "c1"))
+    _sums_in_registers(u, s, ("b", "c0" if cib > 1 else "c"), ("n", "y", "x"), vb,
+                       ("c1",) if cib > 1 else ())
     acc.vectorize("v", vb)
     co, ci, oy, ox = (f.var(nm, 0, e) for nm, e in
                       (("co", s.co), ("ci", s.ci), ("oy", s.kh), ("ox", s.kw)))
     out = f.computation("grad_weight", [co, ci, oy, ox], acc[co // vb, ci, oy, ox, co % vb])
-    par = "b" if cob >= host().cores else "c"
-    u.parallelize(par)
+    outer_c = "c0" if cib > 1 else "c"
+    u.parallelize("b" if cob >= host().cores else outer_c)
     acc.parallelize("b")
     gp.parallelize("gb" if cob >= host().cores else "gn")
     out.parallelize("co")
-    xp.compute_at(u, "c")
+    xp.compute_at(u, outer_c)
     return f
 
 

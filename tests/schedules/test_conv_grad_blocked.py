@@ -16,8 +16,10 @@ import schedules.torch_ops  # noqa: E402,F401  (registers torch.ops.tiramisu)
 
 # (n, ci, h, w, co, k, stride, padding, dilation): a 3x3 kernel (every tap in
 # registers), a 7x7 stride-2 stem (a row of taps at a time), a dilated 2x2
+# (3 input channels a block), a 1x1 (12 a block) and a 1x1 of 14 (7 a block)
 CASES = [(2, 5, 9, 11, 16, 3, 1, 1, 1), (1, 3, 20, 18, 32, 7, 2, 3, 1),
-         (3, 4, 10, 10, 8, 2, 1, 1, 2)]
+         (3, 6, 10, 10, 8, 2, 1, 1, 2), (2, 24, 7, 9, 16, 1, 1, 0, 1),
+         (1, 14, 6, 6, 16, 1, 2, 0, 1)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
@@ -39,6 +41,10 @@ def test_where_the_blocked_kernel_applies():
     assert conv_grad.blocked_applies(ConvShape(16, 512, 7, 7, 512, 3, 3, 1, 1))
     assert not conv_grad.blocked_applies(ConvShape(2, 8, 16, 16, 12, 3, 3, 1, 1))   # Co 12
     assert not conv_grad.blocked_applies(ConvShape(2, 8, 16, 16, 16, 3, 3, 1, 1, 1, 2))
+    # a block of input channels whose padded images overflow half of L2
+    assert conv_grad.channel_block(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0)) == 8
+    assert not conv_grad.blocked_applies(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0))
+    assert conv_grad.blocked_applies(ConvShape(2, 144, 56, 56, 24, 1, 1, 1, 0))
     with pytest.raises(ValueError, match="blocked_grad_weight: needs groups=1 and Co a multiple"):
         conv_grad.blocked_grad_weight(ConvShape(2, 8, 16, 16, 12, 3, 3, 1, 1))
 

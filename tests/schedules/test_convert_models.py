@@ -323,10 +323,10 @@ def test_conv_backward_runs_through_the_forward_solvers(conf, monkeypatch):
     assert ("grad_input" in used) == (padding > dilation * (k - 1))
     assert ("grad_weight" in used) == (groups != 1 and not groups == ci == co)
     lanes = bool(conv_grad.vector_of(co))
-    pointwise = (k, stride, padding, groups) == (1, 1, 0, 1) and n <= 2
-    blocked = (groups == 1 and lanes and not pointwise
-               and n * y.shape[2] * y.shape[3] >= conv_grad.BLOCKED_PIXELS)
-    assert ("grad_weight_blocked" in used) == blocked
+    from schedules.problems.conv import ConvShape
+    shape = ConvShape(n, ci, h, h, co, k, k, stride, padding, dilation, groups)
+    assert ("grad_weight_blocked" in used) == (conv_grad.blocked_applies(shape)
+                                               and lanes and groups == 1)
     assert ("depthwise_grad_weight_blocked" in used) == (groups == ci == co and lanes)
     assert ("depthwise_grad_weight" in used) == (groups == ci == co and not lanes)
     # a strided, undilated conv: one convolution per phase of the input's pixels
