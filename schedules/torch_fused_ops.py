@@ -65,8 +65,7 @@ def folded(weight, bias, gamma, beta, mean, var, eps):
     if torch.compiler.is_compiling() or any(t.is_inference() for t in given) or (
             torch.is_grad_enabled() and any(t.requires_grad for t in given)):
         return fold(*parts, eps)
-    return prepared("folded_batchnorm", [None if t is None else t.detach() for t in parts],
-                    lambda arrays: _made(arrays, eps), extra=(eps,))
+    return prepared("folded_batchnorm", parts, lambda arrays: _made(arrays, eps), extra=(eps,))
 
 
 def _made(arrays, eps):
