@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..blocks import rnn_grad
+from ..blocks import outer_gemm, rnn_grad
 from ..blocks.blis import default_params
 from ..blocks.blis import kernel as gemm_kernel
 from ..blocks.rnn_common import RnnSolver
@@ -59,8 +59,9 @@ def _gemm(a, b, target, transposed=False):
 def _layer_backward_float32(cell, T, B, K, H, args, target):
     """One float32 layer's backward (the outputs of :func:`_backward_kernel`):
     the products without recurrence as library GEMMs over all steps (the
-    pre-activations ``x @ w_ih^T`` and ``h @ w_hh^T``, then the input's and
-    the weights' gradients from the gates' ones), the reverse-time
+    pre-activations ``x @ w_ih^T`` and ``h @ w_hh^T``, the input's gradient
+    from the gates' ones; the weights' as sums of outer products over the
+    steps, :mod:`schedules.blocks.outer_gemm`), the reverse-time
     recurrence in :func:`rnn_grad.layer_recurrence`'s kernel."""
     G = GATES[cell]
     x2 = args["x"].reshape(T * B, K)
@@ -72,8 +73,9 @@ def _layer_backward_float32(cell, T, B, K, H, args, target):
     dzx = out["dzx"].reshape(T * B, G * H)
     dzh = dzx if cell == "lstm" else out["dzh"].reshape(T * B, G * H)
     out["dx"] = _gemm(dzx, args["w_ih"], target).reshape(T, B, K)
-    out["dw_ih"] = _gemm(dzx.T, x2, target)
-    out["dw_hh"] = _gemm(dzh.T, h2, target)
+    # the weights' gradients: sums over the steps of outer products, read as stored
+    out["dw_ih"] = outer_gemm.product(np.ascontiguousarray(dzx), np.ascontiguousarray(x2), target)
+    out["dw_hh"] = outer_gemm.product(np.ascontiguousarray(dzh), np.ascontiguousarray(h2), target)
     return out
 
 

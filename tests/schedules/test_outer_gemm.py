@@ -1,0 +1,44 @@
+"""``a^T @ b`` as sums of outer products (the weight gradients of a linear
+layer and an LSTM layer): NumPy's product for every blocking case, and
+``tiramisu::linear``'s backward taking it where it may run directly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedules.blocks import outer_gemm
+
+
+# (k, m, n): one chunk; chunks of K with a remainder (kc=8); rows not a
+# multiple of the row block; fewer columns than a vector; between one and two
+@pytest.mark.parametrize("k,m,n,kc", [(5, 16, 32, 256), (19, 8, 40, 8), (7, 13, 5, 256),
+                                      (3, 4, 20, 2), (1, 1, 1, 256)])
+def test_outer_products_are_numpys_product(k, m, n, kc):
+    rng = np.random.default_rng(k * m * n)
+    a, b = rng.standard_normal((k, m), np.float32), rng.standard_normal((k, n), np.float32)
+    c = outer_gemm.function(k, m, n, kc=kc).compile()(a=a, b=b)
+    np.testing.assert_allclose(c, a.T.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outer_gemm.product(a, b), c, rtol=1e-6, atol=1e-6)
+
+
+def test_linear_backward_takes_it_where_it_runs_directly(monkeypatch):
+    torch = pytest.importorskip("torch", reason="tiramisu::linear is a torch op")
+    import schedules.torch_fused_ops  # noqa: F401  (registers torch.ops.tiramisu.linear)
+    used = []
+    real = outer_gemm.product
+    monkeypatch.setattr(outer_gemm, "product", lambda a, b: used.append(a.shape) or real(a, b))
+    g = torch.Generator().manual_seed(0)
+    x, w, bias = (torch.randn(*s, generator=g) for s in ((3, 5, 12), (20, 12), (20,)))
+    grads = []
+    for linear in (torch.ops.tiramisu.linear, torch.nn.functional.linear):
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, bias))
+        linear(xs, ws, bs).pow(2).sum().backward()
+        grads.append((xs.grad, ws.grad, bs.grad))
+    assert used == [(15, 20)]                   # the gradient's rows: 3 x 5
+    for ours, want in zip(*grads):
+        torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-4)
+    # a gradient of the gradient: the op's backward through the GEMM op, recorded
+    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    gw, = torch.autograd.grad(torch.ops.tiramisu.linear(xs, ws).sum(), ws, create_graph=True)
+    gw.sum().backward()
+    assert used == [(15, 20)] and xs.grad is not None
