@@ -34,7 +34,6 @@ from tiramisu_py.runtime.torch_bridge import contiguous
 from . import api
 from . import torch_glue as glue
 from . import torch_ops as T
-from .blocks import outer_gemm
 from .core.prepared import own, prepared
 from .problems.conv import ConvProblem
 
@@ -177,22 +176,9 @@ def _linear_backward(ctx, g):
     g2 = g.reshape(-1, weight.shape[0])
     need = ctx.needs_input_grad
     gx = T.gemm_now(g2, weight).reshape(input.shape) if need[0] else None
-    gw = _weight_grad(g2, input.reshape(-1, weight.shape[1])) if need[1] else None
+    gw = T.outer_sum(g2, input.reshape(-1, weight.shape[1])) if need[1] else None
     gb = g2.sum(0) if ctx.has_bias and need[2] else None
     return (gx, gw, gb)[:ctx.n_inputs]
-
-
-def _weight_grad(g2, x2):
-    """``g2^T @ x2`` (the rows: every leading dimension): float32 CPU tensors
-    of a call that may run directly (:func:`schedules.torch_glue.direct`:
-    nothing traced, no gradient of the gradient recorded) as sums of outer
-    products over the rows, both read as stored
-    (:mod:`schedules.blocks.outer_gemm`: 64 rows x 8000 x 256 1.2 ms against
-    the library GEMM's 1.6 on the transpose's copy, torch 1.6), else the GEMM."""
-    if glue.direct([g2, x2]) and g2.dtype == x2.dtype == torch.float32 \
-            and min(g2.shape[0], g2.shape[1], x2.shape[1]) > 0:
-        return outer_gemm.product(contiguous(g2), contiguous(x2))
-    return T.gemm_now(g2.t(), x2)
 
 
 linear = glue.op("linear", "(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor",

@@ -120,6 +120,39 @@ def grad_weight(g, x, s: ConvShape, gemm, batched_gemm=None):
     return gw.reshape(s.co, s.ci, s.kh, s.kw)
 
 
+def weight_grad(g, x, s: ConvShape, kernel, gemm, batched_gemm):
+    """The float32 weights' gradient of a convolution of shape ``s`` (torch
+    tensors ``g`` and ``x``, contiguous) by the fastest kernel that takes it,
+    compiled by ``kernel(key, build)``; None for a grouped one that is not
+    depthwise, or an empty shape (the caller's plain kernel).  Depthwise:
+    :func:`blocked_depthwise_grad_weight` where a vector divides the
+    channels, else :func:`depthwise_grad_weight`; one group:
+    :func:`blocked_grad_weight` where it applies, a pointwise conv of one or
+    two images per image ``grad (Co x P) @ input^T`` (the input read
+    transposed in place by the library's GEMM; with more images one GEMM
+    over a chunk's columns is 2-3.6x faster at batch 16), else
+    :func:`grad_weight`'s GEMMs over the im2col."""
+    if min(s.n, s.ci, s.co, s.ho, s.wo) == 0:
+        return None
+    if s.groups == s.ci == s.co:
+        if vector_of(s.co):
+            return kernel(("depthwise_grad_weight_blocked", s),
+                          lambda: blocked_depthwise_grad_weight(s))(data=x, grad=g)
+        return kernel(("depthwise_grad_weight", s), lambda: depthwise_grad_weight(s))(data=x,
+                                                                                       grad=g)
+    if s.groups != 1:
+        return None
+    if blocked_applies(s):
+        return kernel(("grad_weight_blocked", s), lambda: blocked_grad_weight(s))(data=x, grad=g)
+    if (s.kh, s.kw, s.sh, s.sw, s.ph, s.pw) == (1, 1, 1, 1, 0, 0) and s.n <= 2:
+        p, gw = s.ho * s.wo, None
+        for i in range(s.n):
+            part = gemm(g[i].reshape(s.co, p), x[i].reshape(s.ci, p).t())
+            gw = part if gw is None else gw.add_(part)
+        return gw
+    return grad_weight(g, x, s, gemm, batched_gemm)
+
+
 def _per_image(g, x, s: ConvShape, batched_gemm, chunk):
     """:func:`grad_weight` as one product per image, ``cols[n] (K x P) @
     grad[n]^T (P x Co)``, the images of a chunk one batched GEMM (the

@@ -21,7 +21,10 @@ def test_outer_products_are_numpys_product(k, m, n, kc):
     np.testing.assert_allclose(outer_gemm.product(a, b), c, rtol=1e-6, atol=1e-6)
 
 
-def test_linear_backward_takes_it_where_it_runs_directly(monkeypatch):
+@pytest.mark.parametrize("op", ["linear", "gemm"])
+def test_linear_backward_takes_it_where_it_runs_directly(monkeypatch, op):
+    """``tiramisu::linear``'s weight gradient, and ``tiramisu::gemm``'s of its
+    second operand (``convert``'s ``nn.Linear``: ``x @ weight.t()``)."""
     torch = pytest.importorskip("torch", reason="tiramisu::linear is a torch op")
     import schedules.torch_fused_ops  # noqa: F401  (registers torch.ops.tiramisu.linear)
     used = []
@@ -29,8 +32,13 @@ def test_linear_backward_takes_it_where_it_runs_directly(monkeypatch):
     monkeypatch.setattr(outer_gemm, "product", lambda a, b: used.append(a.shape) or real(a, b))
     g = torch.Generator().manual_seed(0)
     x, w, bias = (torch.randn(*s, generator=g) for s in ((3, 5, 12), (20, 12), (20,)))
+    def call(x, w, b=None):
+        if op == "linear":
+            return torch.ops.tiramisu.linear(x, w, b)
+        y = torch.ops.tiramisu.gemm(x.reshape(-1, x.shape[-1]), w.t()).reshape(*x.shape[:-1], -1)
+        return y if b is None else y + b
     grads = []
-    for linear in (torch.ops.tiramisu.linear, torch.nn.functional.linear):
+    for linear in (call, torch.nn.functional.linear):
         xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, bias))
         linear(xs, ws, bs).pow(2).sum().backward()
         grads.append((xs.grad, ws.grad, bs.grad))
@@ -39,6 +47,7 @@ def test_linear_backward_takes_it_where_it_runs_directly(monkeypatch):
         torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-4)
     # a gradient of the gradient: the op's backward through the GEMM op, recorded
     xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
-    gw, = torch.autograd.grad(torch.ops.tiramisu.linear(xs, ws).sum(), ws, create_graph=True)
+    gw, = torch.autograd.grad(call(xs, ws).sum(), ws, create_graph=True)
+    assert used == [(15, 20)] and gw.requires_grad
     gw.sum().backward()
-    assert used == [(15, 20)] and xs.grad is not None
+    assert xs.grad is not None
