@@ -10,7 +10,8 @@ are the vector and nothing is packed: each image is read as ``[Ci][H*W]``
 accumulated, ``COB`` channels (unrolled) x ``PB`` pixels (vectors) in
 registers, into a tile-sized buffer that stays in L1, then written back
 with the activation.  At 24 -> 144 channels, 56x56, two images, 0.34 ms
-against spatial_pack's 0.68 (the table in ``docs/performance.md``).
+against spatial_pack's 0.68 on a 2-core AVX-512 host; MobileNetV2's 1x1
+layers at batch 2 8.6 ms against the best of the other two's 12.6.
 
 Numerics: every output starts at its bias and adds the ``Ci`` products in
 order, one by one: ``direct``'s sum for a 1x1 kernel, bit for bit, so
