@@ -37,7 +37,7 @@ def test_bits_equal_direct_on_every_parallel_loop_and_tile(shape):
     """Bias first, then the Ci products in order: direct's sum bit for bit,
     whatever the tile of pixels (with and without a partial one), the
     register block or the parallel loop; torch's values within rounding."""
-    for bias in (True, False):
+    for bias in (True, False) if shape == SHAPES[0] else (True,):
         p, (x, wt, b) = _problem(*shape, bias=bias)
         _, args = ConvProblem.from_call("conv2d", x, wt, b, 1, 0, 1, 1)
         want = DIRECT.run(p, args)
