@@ -120,10 +120,10 @@ def grad_weight(g, x, s: ConvShape, gemm, batched_gemm=None):
     return gw.reshape(s.co, s.ci, s.kh, s.kw)
 
 
-def weight_grad(g, x, s: ConvShape, kernel, gemm, batched_gemm):
+def weight_grad(g, x, s: ConvShape, compiled, gemm, batched_gemm):
     """The float32 weights' gradient of a convolution of shape ``s`` (torch
     tensors ``g`` and ``x``, contiguous) by the fastest kernel that takes it,
-    compiled by ``kernel(key, build)``; None for a grouped one that is not
+    compiled by ``compiled(key, build)``; None for a grouped one that is not
     depthwise, or an empty shape (the caller's plain kernel).  Depthwise:
     :func:`blocked_depthwise_grad_weight` where a vector divides the
     channels, else :func:`depthwise_grad_weight`; one group:
@@ -136,14 +136,14 @@ def weight_grad(g, x, s: ConvShape, kernel, gemm, batched_gemm):
         return None
     if s.groups == s.ci == s.co:
         if vector_of(s.co):
-            return kernel(("depthwise_grad_weight_blocked", s),
+            return compiled(("depthwise_grad_weight_blocked", s),
                           lambda: blocked_depthwise_grad_weight(s))(data=x, grad=g)
-        return kernel(("depthwise_grad_weight", s), lambda: depthwise_grad_weight(s))(data=x,
+        return compiled(("depthwise_grad_weight", s), lambda: depthwise_grad_weight(s))(data=x,
                                                                                        grad=g)
     if s.groups != 1:
         return None
     if blocked_applies(s):
-        return kernel(("grad_weight_blocked", s), lambda: blocked_grad_weight(s))(data=x, grad=g)
+        return compiled(("grad_weight_blocked", s), lambda: blocked_grad_weight(s))(data=x, grad=g)
     if (s.kh, s.kw, s.sh, s.sw, s.ph, s.pw) == (1, 1, 1, 1, 0, 0) and s.n <= 2:
         p, gw = s.ho * s.wo, None
         for i in range(s.n):
