@@ -193,6 +193,7 @@ def test_bad_arguments_are_refused_naming_them(kwargs, named):
 
 
 def test_torch_op_refuses_what_torch_refuses():
+    import schedules.torch_fused_ops  # noqa: F401  (registers the op: not another test's import)
     x, w = torch.zeros(1, 3, 9, 9), torch.zeros(4, 3, 3, 3)
     with pytest.raises(RuntimeError, match="mode"):
         torch.ops.tiramisu.resize_conv_relu_maxpool(x, [12, 12], w, mode="area")
