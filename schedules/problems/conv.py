@@ -268,6 +268,13 @@ class ConvArgs:
     device: object = None
     unbatched: bool = False
 
+    def inputs(self, data=None) -> dict:
+        """The keywords of the input and the bias every conv kernel takes:
+        ``data`` (``x``, or the caller's view of it) and ``bias`` (none
+        without a bias)."""
+        data = self.x if data is None else data
+        return {"data": data} if self.b is None else {"data": data, "bias": self.b}
+
     def zeros(self, p: "ConvProblem"):
         """The result of a degenerate problem: zeros (an empty array)."""
         return A.zeros(self.x, p.output_shape, self.b)

@@ -192,6 +192,4 @@ class CudaDirect(ConvSolver):
 
     def _run(self, p, args):
         k = cuda_kernel(("conv2d", "cuda", p.shape, p.bias), lambda: self.build(p, {}))
-        if args.b is not None:
-            return k(data=args.x, weight=args.w, bias=args.b)
-        return k(data=args.x, weight=args.w)
+        return k(weight=args.w, **args.inputs())

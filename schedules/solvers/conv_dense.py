@@ -173,11 +173,6 @@ def _chosen(params):
     return (tuple(sorted(params.items())),) if params else ()
 
 
-def _data(args):
-    """The input and bias keywords every dense kernel takes."""
-    return {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
-
-
 def _float32_only(p, why):
     """``why`` (the base checks), or the reason a float32-only solver refuses ``p``."""
     if why is True and p.dtype != "float32":
@@ -214,7 +209,7 @@ class Direct(ConvSolver):
 
     @staticmethod
     def _call(k, args):
-        return k(weight=args.w, **_data(args))
+        return k(weight=args.w, **args.inputs())
 
 
 class Im2col(PerGroupSolver):
@@ -237,7 +232,7 @@ class Im2col(PerGroupSolver):
         s = p.shape
         k = _kernel(self, p, self.tuned(p, values))
         # the weight as the GEMM's Co x Ci*Kh*Kw matrix (-1 fails when Co = 0)
-        out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **_data(args))
+        out = k(w2=args.w.reshape(s.co, s.ci * s.kh * s.kw), **args.inputs())
         return out.reshape(s.n, s.co, s.ho, s.wo)
 
 
@@ -281,4 +276,4 @@ class SpatialPack(PerGroupSolver):
     def _group(self, p, params):
         k = _kernel(self, p, params, (p.activation,) if p.activation else ())
         vb = params.get("vb") or register_tile(p.shape)[0]
-        return lambda args: k(w_packed=packed_weight(args.w, vb), **_data(args))
+        return lambda args: k(w_packed=packed_weight(args.w, vb), **args.inputs())

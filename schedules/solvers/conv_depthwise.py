@@ -129,9 +129,4 @@ class Depthwise(ConvSolver):
         """The kernel found once."""
         k = kernel(("conv2d", self.name, p.shape, p.bias)
                    + ((p.activation,) if p.activation else ()), lambda: self.build(p, {}), p.target)
-
-        def call(args):
-            if args.b is not None:
-                return k(weight=args.w, data=args.x, bias=args.b)
-            return k(weight=args.w, data=args.x)
-        return call
+        return lambda args: k(weight=args.w, **args.inputs())

@@ -80,11 +80,6 @@ def _kernel(solver, p, params):
                   lambda: solver.build(p, params), p.target)
 
 
-def _data(args):
-    """The input and bias keywords both kernels take."""
-    return {"data": args.x, "bias": args.b} if args.b is not None else {"data": args.x}
-
-
 class FusedDirect(PerGroupSolver):
     """The dense fused block on the CPU (:func:`function`, ``algo="direct"``)
     on the weight packed once (:func:`schedules.weights.conv.packed_weight`),
@@ -109,7 +104,7 @@ class FusedDirect(PerGroupSolver):
 
     def _group(self, p, params):
         k, vb = _kernel(self, p, params), register_tile(p.shape)[0]
-        return lambda args: k(w_packed=packed_weight(args.w, vb), **_data(args))
+        return lambda args: k(w_packed=packed_weight(args.w, vb), **args.inputs())
 
 
 class FusedWinograd(PerGroupSolver):
@@ -137,4 +132,4 @@ class FusedWinograd(PerGroupSolver):
         return function(p.shape, p.pool, bias=p.bias, algo="winograd", **params)
 
     def run_group(self, p, args, values=None):
-        return _kernel(self, p, self.tuned(p, values))(weight=args.w, **_data(args))
+        return _kernel(self, p, self.tuned(p, values))(weight=args.w, **args.inputs())

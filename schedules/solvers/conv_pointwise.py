@@ -168,8 +168,7 @@ class Pointwise(ConvSolver):
         pixels = s.ho * s.wo
 
         def call(args):
-            x, w = args.x.reshape(s.n, s.ci, pixels), args.w.reshape(s.co, s.ci)
-            out = (k(weight=w, data=x, bias=args.b) if args.b is not None
-                   else k(weight=w, data=x))
+            out = k(weight=args.w.reshape(s.co, s.ci),
+                    **args.inputs(args.x.reshape(s.n, s.ci, pixels)))
             return out.reshape(s.n, s.co, s.ho, s.wo)
         return call

@@ -65,10 +65,7 @@ class SparseCSR(PerGroupSolver):
         k = kernel(("sparse_conv", s, p.bias, p.pool, p.relu, *_key(params)),
                    lambda: self.build(p, params), p.target)
         rowptr, colidx, val = csr.conv_layout(**layout(s, params))
-        kw = dict(data=args.x, rowptr=rowptr, colidx=colidx, val=val)
-        if args.b is not None:
-            kw["bias"] = args.b
-        return k(**kw)
+        return k(rowptr=rowptr, colidx=colidx, val=val, **args.inputs())
 
 
 def _key(params):

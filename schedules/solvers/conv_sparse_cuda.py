@@ -130,7 +130,4 @@ class CudaSparseCSR(ConvSolver):
                                  lambda: tuple(torch.tensor(a, device=dev) for a in arrays))
         rowptr, colidx, val = arrays
         k = cuda_kernel(("sparse_conv2d", "cuda", s, p.bias), lambda: self.build(p, {}))
-        kw = dict(data=args.x, rowptr=rowptr, colidx=colidx, val=val)
-        if args.b is not None:
-            kw["bias"] = args.b
-        return k(**kw)
+        return k(rowptr=rowptr, colidx=colidx, val=val, **args.inputs())

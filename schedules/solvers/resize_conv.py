@@ -88,10 +88,7 @@ class ResizeDirect(_Resize):
     def run(self, p, args):
         k = kernel((OP, self.name, p.shape, p.src_h, p.src_w, p.mode, p.pool, p.bias),
                    lambda: self.build(p, self.params(p)), p.target)
-        kw = dict(data=args.x, weight=args.w, **self.tables(p))
-        if args.b is not None:
-            kw["bias"] = args.b
-        return k(**kw)
+        return k(weight=args.w, **self.tables(p), **args.inputs())
 
 
 class ResizeSparse(_Resize):
@@ -117,7 +114,4 @@ class ResizeSparse(_Resize):
                        source=lambda f: _source(f, s, (p.src_h, p.src_w), p.mode), name=OP),
                    p.target)
         rowptr, colidx, val = csr.conv_layout(**csr_conv.layout(s, plan))
-        kw = dict(data=args.x, rowptr=rowptr, colidx=colidx, val=val, **self.tables(p))
-        if args.b is not None:
-            kw["bias"] = args.b
-        return k(**kw)
+        return k(rowptr=rowptr, colidx=colidx, val=val, **self.tables(p), **args.inputs())
