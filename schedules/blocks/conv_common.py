@@ -54,6 +54,23 @@ def padded(f, X, s: ConvShape, name="xp"):
     return xp
 
 
+def packed_channels(f, X, s: ConvShape, vb):
+    """``x_packed[n][C/VB][Hp][Wp][VB]``: the input zero-padded, VB channels
+    a vector (vectorised over them), stored one (image, block of channels)
+    at a time in ``x_block`` ``[Hp][Wp][VB]``, for the caller to compute
+    per image and block (the depthwise convolution and its weights'
+    gradient: channels in the lanes, no transpose left for a kernel)."""
+    pn, pb, py, px, pv = (f.var(nm, 0, e) for nm, e in
+                          (("pn", s.n), ("pb", s.ci // vb), ("py", s.hp), ("px", s.wp),
+                           ("pv", vb)))
+    inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
+    xpk = f.computation("x_packed", [pn, pb, py, px, pv],
+                        tp.select(inside, X[pn, pb * vb + pv, py - s.ph, px - s.pw], 0.0))
+    xpk.vectorize("pv", vb)
+    xpk.store_in(f.buffer("x_block", (s.hp, s.wp, vb), tp.float32), [py, px, pv])
+    return xpk
+
+
 def taps(f, s: ConvShape, y, x, names=("ky", "kx")):
     """The loops ``(ky, kx)`` over the kernel taps of output ``(y, x)`` that
     read the input, not its padding: ``0 <= y * sh + ky * dh - ph < h``

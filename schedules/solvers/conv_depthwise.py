@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import tiramisu_py as tp
 
-from ..blocks.conv_common import ConvSolver, conv_inputs, epilogue, taps
+from ..blocks.conv_common import ConvSolver, conv_inputs, epilogue, packed_channels, taps
 from ..blocks.nchwc import register_block
 from ..core.kernels import kernel
 from ..host import host
@@ -47,16 +47,12 @@ def function(s: ConvShape, bias=True, vb=None, xb=None, activation=None):
         raise ValueError(f"depthwise: the channels ({s.co}) must be a multiple of vb ({vb})")
     f, X, Wt, B = conv_inputs("conv2d_depthwise", s, bias)
     nb = s.co // vb
-    hp, wp = s.hp, s.wp
     # the NCHW output, written per (image, block of VB channels)
     n, c0, c1 = f.var("n", 0, s.n), f.var("c0", 0, nb), f.var("c1", 0, vb)
     y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
-    # packed input [n][C/VB][Hp][Wp][VB], padded with zeros
-    pn, pb, py, px, pv = (f.var(nm, 0, e) for nm, e in
-                          (("pn", s.n), ("pb", nb), ("py", hp), ("px", wp), ("pv", vb)))
-    inside = (py >= s.ph) & (py < s.h + s.ph) & (px >= s.pw) & (px < s.w + s.pw)
-    xpk = f.computation("x_packed", [pn, pb, py, px, pv],
-                        tp.select(inside, X[pn, pb * vb + pv, py - s.ph, px - s.pw], 0.0))
+    # packed input [n][C/VB][Hp][Wp][VB], padded with zeros, one block per (image,
+    # block), made right before the block is written back, reused by every block
+    xpk = packed_channels(f, X, s, vb)
     # weights [C/VB][Kh][Kw][VB]
     wb, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
                       (("wb", nb), ("wky", s.kh), ("wkx", s.kw), ("wv", vb)))
@@ -82,11 +78,8 @@ def function(s: ConvShape, bias=True, vb=None, xb=None, activation=None):
     u.unroll("bx1", xb)
     u.vectorize("bv", vb)
     outc.vectorize("bv", vb)
-    xpk.vectorize("pv", vb)
-    # one tile [Ho][Wo][VB] and one packed input block [Hp][Wp][VB] per (image,
-    # block), made right before the block is written back, reused by every block
+    # one tile [Ho][Wo][VB] per (image, block), reused by every block
     outc.store_in(f.buffer("tile", (s.ho, s.wo, vb), tp.float32), [by, bx, bv])
-    xpk.store_in(f.buffer("x_block", (hp, wp, vb), tp.float32), [py, px, pv])
     out.reorder("n", "c0", "y", "x", "c1")
     outc.compute_at(out, "c0")
     xpk.compute_at(outc.update, "c0")

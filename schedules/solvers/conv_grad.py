@@ -30,7 +30,7 @@ import threading
 import tiramisu_py as tp
 from tiramisu_py.runtime.memory import torch_output
 
-from ..blocks.conv_common import vector_loop, window_first
+from ..blocks.conv_common import packed_channels, vector_loop, window_first
 from ..core.kernels import kernel
 from ..core.prepared import own, prepared
 from ..core.sizes import largest_divisor
@@ -520,24 +520,18 @@ def blocked_depthwise_grad_weight(s: ConvShape, vb=None):
     f = tp.Function("conv_depthwise_grad_weight_blocked", params={})
     X = f.input("data", (s.n, s.ci, s.h, s.w), tp.float32)
     G = f.input("grad", (s.n, s.co, s.ho, s.wo), tp.float32)
-    xb, xn, xy, xx, xv = (f.var(nm, 0, e) for nm, e in
-                          (("xb", nb), ("xn", s.n), ("xy", s.hp), ("xx", s.wp), ("xv", vb)))
-    inside = (xy >= s.ph) & (xy < s.h + s.ph) & (xx >= s.pw) & (xx < s.w + s.pw)
-    xpk = f.computation("x_packed", [xb, xn, xy, xx, xv],
-                        tp.select(inside, X[xn, xb * vb + xv, xy - s.ph, xx - s.pw], 0.0))
-    xpk.store_in(f.buffer("x_block", (s.hp, s.wp, vb), tp.float32), [xy, xx, xv])
+    xpk = packed_channels(f, X, s, vb)
     gpk = _packed_grad(f, G, s, vb)
     gpk.store_in(f.buffer("grad_block", (s.ho, s.wo, vb), tp.float32), gpk.vars[2:])
     b, n, ky, kx, v = (f.var(nm, 0, e) for nm, e in
                        (("b", nb), ("n", s.n), ("ky", s.kh), ("kx", s.kw), ("v", vb)))
     y, x = f.var("y", 0, s.ho), f.var("x", 0, s.wo)
     acc = f.computation("sums", [b, ky, kx, v], 0.0)
-    acc[b, ky, kx, v] += gpk[b, n, y, x, v] * xpk[b, n, y * s.sh + ky * s.dh,
+    acc[b, ky, kx, v] += gpk[b, n, y, x, v] * xpk[n, b, y * s.sh + ky * s.dh,
                                                  x * s.sw + kx * s.dw, v]
     u = acc.update
     _sums_in_registers(u, s, ("b", "n"), ("y", "x"), vb)
     acc.vectorize("v", vb)
-    xpk.vectorize("xv", vb)
     c, oy, ox = f.var("c", 0, s.co), f.var("oy", 0, s.kh), f.var("ox", 0, s.kw)
     out = f.computation("grad_weight", [c, oy, ox], acc[c // vb, oy, ox, c % vb])
     u.parallelize("b")
