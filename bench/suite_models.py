@@ -24,7 +24,8 @@ rest; what it replaced is printed once per model and mode; ``--quick``: the
 rewrite and AOTAutograd without Inductor), ``torch`` and ``torch.compile``
 (``torch.compile(model)``, torch's defaults: the seq2seq's LSTM a graph
 break; a model it fails on is reported with the error and left out;
-``--quick`` leaves it out: its compile takes longer than the smoke test).  Training under Inductor draws its own dropout masks (VGG's and
+``--quick`` leaves it out: its compile takes longer than the smoke test).
+Training under Inductor draws its own dropout masks (VGG's and
 MobileNet's check column shows it), as for ``torch.compile``.  Defaults:
 2 threads and 3 timed calls per implementation (``--threads`` / ``--repeats``
 override; the two compiled rows' compiles, one per case, are much of the

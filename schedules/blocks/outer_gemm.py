@@ -32,7 +32,7 @@ def function(k: int, m: int, n: int, kc=KC):
     i, j, s = f.var("i", 0, m), f.var("j", 0, n), f.var("s", 0, k)
     c = f.computation("c", [i, j], 0.0)
     c[i, j] += a[s, i] * b[s, j]
-    mb = largest_divisor(m, 8) if m >= 8 else m
+    mb = largest_divisor(m, 8)          # (m itself below 8)
     nb = 2 * lanes if n >= 2 * lanes else lanes if n >= lanes else n
     u = c.update
     u.split("i", mb, names=("i0", "i1"))

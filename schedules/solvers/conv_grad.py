@@ -11,7 +11,10 @@ backward; the float64 and odd cases run the reference kernels of
   gradient, scattered to every ``stride``-th pixel; a strided dilated
   conv's, and a strided depthwise conv's, convolves the gradient spread
   out by the stride;
-* the weights' gradient is one GEMM per chunk of images of the columns and
+* the weights' gradient (:func:`weight_grad` chooses by shape): the
+  blocked kernels, the taps' sums in registers with channels in the
+  vector lanes (:func:`blocked_grad_weight`, :func:`blocked_depthwise_grad_weight`),
+  else one GEMM per chunk of images of the columns and
   the gradient (:func:`grad_weight`: which operand is read how), where
   ``cols (Ci*Kh*Kw x M)`` holds the receptive fields of the chunk's ``M``
   pixels (the im2col of the input, :func:`im2col`, a kernel of its own:
@@ -441,9 +444,10 @@ def blocked_applies(s: ConvShape) -> bool:
     Batch 2 on this host's 2 cores: 64@56 3x3 2.2 ms against 3.2 (torch
     2.5), 256@14 2.4 / 2.8, the 7x7 stride-2 stem 2.5 / 5.1 (torch 2.7),
     MobileNet's 3x3 stride-2 stem 0.38 / 1.13."""
-    block = channel_block(s) * s.n * s.hp * s.wp * 4        # a block's padded input, bytes
+    cib = channel_block(s)
+    block = cib * s.n * s.hp * s.wp * 4             # a block's padded input, bytes
     return (s.groups == 1 and vector_of(s.co) > 0 and s.n * s.ho * s.wo >= BLOCKED_PIXELS
-            and (channel_block(s) == 1 or block <= host().l2 // 2))
+            and (cib == 1 or block <= host().l2 // 2))
 
 
 def channel_block(s: ConvShape) -> int:
