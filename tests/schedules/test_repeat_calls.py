@@ -273,3 +273,27 @@ def test_a_converted_conv_under_no_grad_runs_its_plan_on_plain_tensors(plans_mad
         torch.testing.assert_close(module.weight.grad, conv.weight.grad, rtol=1e-4, atol=1e-4)
         module.zero_grad(), conv.zero_grad()
     assert made == [("conv2d", {torch.Tensor})], made
+
+
+def test_the_op_called_with_parameters_plans_on_plain_tensors(plans_made):
+    """``torch.ops.tiramisu.conv2d`` called with a module's Parameters (grad
+    mode off, or below autograd in a recorded call) hands its implementation
+    plain tensors over the same storage, as the eager path does: the plan is
+    made for (and the kernel's fast path taken on) plain tensors; the
+    results and gradients are torch's."""
+    import torch
+    made = plans_made
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+    w, b = conv.weight, conv.bias
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 8, 6, 6)
+            torch.testing.assert_close(torch.ops.tiramisu.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1),
+                                       conv(x), rtol=1e-5, atol=1e-5)
+    assert made == [("conv2d", {torch.Tensor})], made
+    x = torch.randn(2, 8, 6, 6)
+    out = torch.ops.tiramisu.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1)
+    gw, = torch.autograd.grad(out.square().sum(), [w])
+    torch.testing.assert_close(gw, torch.autograd.grad(conv(x).square().sum(), [w])[0],
+                               rtol=1e-4, atol=1e-4)
