@@ -25,7 +25,7 @@ from .registry import SOLVERS
 
 # ------------------------------------------------------------------ convolutions
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, algo="auto",
-           target=None, activation=None):
+           target=None, activation=None, residual=None):
     """2-D convolution with ``torch.nn.functional.conv2d``'s signature,
     defaults and results: NCHW, or unbatched CHW, float32 (NumPy arrays or
     CPU torch tensors; the result has the same kind); ``stride``,
@@ -43,9 +43,14 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     weight: :mod:`schedules.solvers.conv_sparse_cuda`; per group), the
     result on the input's device.  ``activation``: "relu" or "relu6" applied
     to the result (in the kernel's epilogue where the solver has one, on the
-    host), or None."""
+    host), or None.  ``residual``: an array of the result's shape (and the
+    input's kind and dtype) added to it before the activation -- ``act(conv2d(...)
+    + residual)``, a residual block's tail -- in the kernel's epilogue where
+    the solver has one ("spatial_pack", "pointwise"), else after it; None:
+    nothing added."""
     p, args = ConvProblem.from_call("conv2d", input, weight, bias, stride, padding, dilation,
-                                    groups, algo=algo, target=target, activation=activation)
+                                    groups, algo=algo, target=target, activation=activation,
+                                    residual=residual)
     return solve(SOLVERS["conv2d"], p, args, algo, call="conv2d")
 
 

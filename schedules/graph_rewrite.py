@@ -10,9 +10,12 @@ every intermediate value has one user:
 * ``conv2d -> relu -> max_pool2d`` (a square non-overlapping floor-mode
   window): ``tiramisu::conv_relu_maxpool`` (inference and training);
 * inference only (no gradient recorded): ``conv2d [-> batch_norm (eval,
-  running statistics)] [-> relu / relu6 / hardtanh(0, 6)]`` with at least
-  one link: ``tiramisu::conv2d_folded`` (the BatchNorm folded into the
-  weight and bias, cached per value; the activation the kernel's epilogue);
+  running statistics)] [-> add(_, residual)] [-> relu / relu6 / hardtanh(0,
+  6)]`` with at least one link: ``tiramisu::conv2d_folded`` (the BatchNorm
+  folded into the weight and bias, cached per value; the residual -- a
+  tensor of the same shape, the add ``+``, ``+=``, ``torch.add`` or
+  ``Tensor.add``/``add_`` without ``alpha`` -- and the activation the
+  kernel's epilogue);
 * ``conv2d``: ``tiramisu::conv2d`` (with its backward kernels);
 * ``linear``: ``tiramisu::linear``; ``mm``: ``tiramisu::gemm``; ``matmul``
   (``@``) and ``bmm``: ``tiramisu::matmul``;
@@ -20,8 +23,8 @@ every intermediate value has one user:
   training; Dynamo traces ``nn.LSTM`` / ``nn.GRU`` with
   ``torch._dynamo.config.allow_rnn = True``): ``tiramisu::lstm`` / ``gru``.
 
-A training-mode BatchNorm, the residual ``add``, pooling other than the
-fused block's and the pointwise operators stay Inductor's (it fuses them into
+A training-mode BatchNorm, the residual ``add`` of a training graph, pooling
+other than the fused block's and the pointwise operators stay Inductor's (it fuses them into
 loops around our calls).  :func:`rewrite` returns a :class:`GraphReport`."""
 from __future__ import annotations
 
@@ -111,11 +114,12 @@ def _conv_relu_maxpool(input, weight, bias, stride, padding, dilation, groups, p
                                  _pair(dilation), groups, pool=pool)
 
 
-def _conv2d_folded(input, weight, bias, bn, stride, padding, dilation, groups, activation):
+def _conv2d_folded(input, weight, bias, bn, stride, padding, dilation, groups, activation,
+                   residual=None):
     gamma, beta, mean, var, eps = bn if bn is not None else (None,) * 4 + (0.0,)
     return ops.conv2d_folded(input, weight, bias, gamma, beta, mean, var, float(eps),
                              _pair(stride), _pair(padding), _pair(dilation), groups,
-                             activation=activation)
+                             residual=residual, activation=activation)
 
 
 def _rnn(kind, input, hx, params, num_layers, batch_first):
@@ -183,6 +187,31 @@ def _activation(node):
         if a["min_val"] == 0 and a["max_val"] == 6:
             return "relu6"
     return None
+
+
+ADD = (operator.add, operator.iadd, torch.add)
+IN_PLACE_ADD = (operator.iadd, "add_")          # (they write their first operand)
+
+
+def _residual(node, operand):
+    """The other operand of ``node`` where it is ``operand + residual`` (a
+    residual of ``operand``'s shape, float32 on the CPU, not ``operand``
+    itself; an in-place add writing ``operand``), else None."""
+    if node is None or not (node.op == "call_function" and node.target in ADD
+                            or node.op == "call_method" and node.target in ("add", "add_")):
+        return None
+    if node.kwargs or len(node.args) != 2 or operand not in node.args:
+        return None
+    other = node.args[1] if node.args[0] is operand else node.args[0]
+    if node.target in IN_PLACE_ADD and node.args[0] is not operand:
+        return None
+    if not isinstance(other, torch.fx.Node) or other is operand or _float32_cpu(other):
+        return None
+    mine, theirs = _value(operand), _value(other)
+    if mine is None or mine.dim() != theirs.dim() or not all(
+            statically_known_true(a == b) for a, b in zip(mine.shape, theirs.shape)):
+        return None
+    return other
 
 
 def _only_user(node):
@@ -279,13 +308,18 @@ class _Rewriter:
             fold = self._foldable(node, bn)
             chain = [node] + ([bn] if fold is not None else [])
             tail = _only_user(chain[-1]) if len(chain) > 1 else after
+            residual = _residual(tail, chain[-1])
+            if residual is not None:
+                chain.append(tail)
+                tail = _only_user(tail)
             act = _activation(tail)
-            if fold is not None or act is not None:
+            if fold is not None or act is not None or residual is not None:
                 chain += [tail] if act is not None else []
                 what = " + ".join(["conv2d"] + (["batch_norm (folded)"] if fold else [])
+                                  + (["add"] if residual is not None else [])
                                   + ([act] if act else []))
                 return self.replace(chain, _conv2d_folded,
-                                    args[:3] + [fold] + conf + [act],
+                                    args[:3] + [fold] + conf + [act, residual],
                                     f"{what} -> tiramisu::conv2d_folded")
         self.replace([node], _conv2d, args, "conv2d -> tiramisu::conv2d")
 

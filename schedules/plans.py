@@ -12,29 +12,32 @@ the parse would change an argument (a copy, an unbatched input, a "same"
 padding's extra zeros) or where no kernel runs (a degenerate problem)."""
 from __future__ import annotations
 
-from .core import arrays as A
+from .blocks.conv_common import epilogue_after
 from .core.find import find
 from .problems.conv import ConvArgs, ConvProblem
 from .registry import SOLVERS
 
 
 def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto",
-         activation=None, pool=1):
+         activation=None, pool=1, residual=None):
     """The plan of ``op`` ("conv2d" or "conv_relu_maxpool") on these
     arguments (as :func:`schedules.conv2d` takes them; ``pool`` for the
-    fused block), or None (see the module)."""
+    fused block), or None (see the module).  With a ``residual`` the plan
+    is ``(input, weight, bias, residual) -> result``."""
     extra = {"pool": pool, "gpu": False} if op == "conv_relu_maxpool" else \
-        {"activation": activation}
+        {"activation": activation, "residual": residual}
     p, args = ConvProblem.from_call(op, input, weight, bias, stride, padding, dilation, groups,
                                     algo=algo, **extra)
     if args.x is not input or args.w is not weight or args.b is not bias or args.unbatched \
-            or args.csr is not None or p.degenerate or p.device != "cpu":
+            or args.r is not residual or args.csr is not None or p.degenerate \
+            or p.device != "cpu":
         return None
     solver = find(p, SOLVERS[op], args, algo, call=op)
-    run = solver.runner(p)
-    after = p.activation if p.activation not in solver.activations else None
+    ran = solver.problem_run(p)
+    run = solver.runner(ran)
+    fused = ran == p and (p.activation is None or p.activation in solver.activations)
 
-    def plan(x, w, b):
-        out = run(ConvArgs(x, w, b))
-        return out if after is None else A.activate(out, after)
+    def plan(x, w, b, r=None):
+        out = run(ConvArgs(x, w, b, r=r if ran.residual else None))
+        return out if fused else epilogue_after(out, p, ran, r, solver.activations)
     return plan

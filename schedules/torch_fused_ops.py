@@ -7,7 +7,7 @@ the ``torch.compile`` backend (:mod:`schedules.dynamo`) run them::
     torch.ops.tiramisu.linear(input, weight, bias=None)              # aten::linear
     torch.ops.tiramisu.conv2d_folded(input, weight, bias, bn_weight, bn_bias, running_mean,
                                      running_var, eps, stride, padding, dilation, groups, *,
-                                     activation=None)               # forward only
+                                     residual=None, activation=None)  # forward only
     torch.ops.tiramisu.resize_conv_relu_maxpool(input, size, weight, bias=None, pool=2, *,
                                                 mode="bilinear", stride=1, padding=0,
                                                 dilation=1, algo="auto")  # float32, forward only
@@ -16,13 +16,14 @@ the ``torch.compile`` backend (:mod:`schedules.dynamo`) run them::
 solvers, the weight read as torch stores it (never transposed into a copy,
 also where Inductor hands the op contiguous tensors); its backward is two
 GEMMs and a sum.  ``conv2d_folded`` is ``act(batch_norm(conv2d(input,
-weight, bias), running_mean, running_var, bn_weight, bn_bias, eps))`` of an
-eval-mode BatchNorm (``running_mean`` None: no BatchNorm), ``act`` "relu",
-"relu6" or None: one convolution with ``W * s`` and ``(b - mean) * s +
+weight, bias), running_mean, running_var, bn_weight, bn_bias, eps) +
+residual)`` of an eval-mode BatchNorm (``running_mean`` None: no
+BatchNorm), ``residual`` a tensor of the result's shape or None (a residual
+block's shortcut), ``act`` "relu", "relu6" or None: one convolution with ``W * s`` and ``(b - mean) * s +
 beta``, ``s = bn_weight / sqrt(running_var + eps)`` folded in float64 and
 rounded once (:func:`folded`: made once per value of the six tensors by the
-prepared-weights cache, never stale), the activation inside the kernel
-where the solver has it (:func:`folded_conv`).  Inference only: asking it
+prepared-weights cache, never stale), the residual and the activation
+inside the kernel where the solver has them (:func:`folded_conv`).  Inference only: asking it
 for a gradient raises."""
 from __future__ import annotations
 
@@ -83,22 +84,24 @@ class _Folded(tuple):
     nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in self))
 
 
-def folded_conv(x, weight, bias, stride, padding, dilation, groups, activation, algo="auto"):
-    """``activation(conv2d(x, weight, bias, ...))`` (NCHW ``x``; stride,
-    padding, dilation as lists): ReLU inside the kernel (the fused block
-    with ``pool=1``) where that takes the conv, else in the conv kernel's
+def folded_conv(x, weight, bias, stride, padding, dilation, groups, activation, algo="auto",
+                residual=None):
+    """``activation(conv2d(x, weight, bias, ...) + residual)`` (NCHW ``x``;
+    stride, padding, dilation as lists; ``residual`` None: nothing added):
+    without a residual, ReLU inside the kernel (the fused block with
+    ``pool=1``) where that takes the conv; else in the conv kernel's
     epilogue where the op's implementation runs directly and its solver has
     one (:func:`schedules.torch_ops.conv2d_then`), else (and under autocast,
-    where conv2d runs in the autocast dtype) applied in place to the conv's
-    fresh output."""
-    in_kernel = (activation == "relu" and algo == "auto" and groups == 1
+    where conv2d runs in the autocast dtype) added and applied in place to
+    the conv's fresh output."""
+    in_kernel = (activation == "relu" and algo == "auto" and groups == 1 and residual is None
                  and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
                  and not isinstance(padding, str) and weight.dtype == torch.float32
                  and not torch.is_autocast_enabled("cpu"))     # (conv2d: the autocast dtype)
     if in_kernel:
         return T.conv_relu_maxpool_now(x, weight, bias, [1, 1], padding, [1, 1], 1, pool=1)
     return T.conv2d_then(activation, x, weight, bias, list(stride), padding, list(dilation),
-                         groups, algo)
+                         groups, algo, residual)
 
 
 # ------------------------------------------------------------------ conv2d_folded
@@ -113,28 +116,42 @@ def _folded_problem(input, weight, stride, padding, dilation, groups, activation
 
 
 def _conv2d_folded(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps,
-                   stride, padding, dilation, groups, *, activation=None):
+                   stride, padding, dilation, groups, *, residual=None, activation=None):
     glue.float_dtype("conv2d_folded", input, weight, bias, bn_weight, bn_bias, running_mean,
-                     running_var)
-    _folded_problem(input, weight, stride, padding, dilation, groups, activation)
+                     running_var, residual)
+    s = _folded_problem(input, weight, stride, padding, dilation, groups, activation)
+    _check_residual(s, input, residual)
     with torch.no_grad():
         if running_mean is not None:
             weight, bias = folded(weight, bias, bn_weight, bn_bias, running_mean, running_var,
                                   eps)
-        return folded_conv(input, weight, bias, stride, padding, dilation, groups, activation)
+        return folded_conv(input, weight, bias, stride, padding, dilation, groups, activation,
+                           residual=residual)
 
 
 def _conv2d_folded_fake(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps,
-                        stride, padding, dilation, groups, *, activation=None):
+                        stride, padding, dilation, groups, *, residual=None, activation=None):
     s = _folded_problem(input, weight, stride, padding, dilation, groups, activation)
+    _check_residual(s, input, residual)
     return input.new_empty((s.n, s.co if s.ci else 0, s.ho, s.wo))
+
+
+def _check_residual(s, input, residual):
+    """A residual of the result's shape and the input's dtype, or none."""
+    if residual is None:
+        return
+    shape = (s.n, s.co if s.ci else 0, s.ho, s.wo)
+    torch._check(tuple(residual.shape) == shape and residual.dtype == input.dtype,
+                 lambda: f"tiramisu::conv2d_folded: residual must be a {input.dtype} tensor of "
+                         f"the result's shape {shape}, got {residual.dtype} of shape "
+                         f"{tuple(residual.shape)}")
 
 
 conv2d_folded = glue.op(
     "conv2d_folded",
     "(Tensor input, Tensor weight, Tensor? bias, Tensor? bn_weight, Tensor? bn_bias, "
     "Tensor? running_mean, Tensor? running_var, float eps, SymInt[2] stride, SymInt[2] padding, "
-    "SymInt[2] dilation, SymInt groups, *, str? activation=None) -> Tensor",
+    "SymInt[2] dilation, SymInt groups, *, Tensor? residual=None, str? activation=None) -> Tensor",
     _conv2d_folded, _conv2d_folded_fake)
 
 

@@ -249,23 +249,28 @@ def _grads(ctx, g, x, weight_shape, run):
 
 
 def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
-            *, algo="auto", activation=None):
-    """The op's implementation; ``activation`` ("relu" / "relu6", not in the
-    op's schema: :func:`conv2d_then` passes it when it calls this directly)
-    applied to the result, in the kernel where the solver can.  A float32
-    call of a layout planned before runs its plan (:func:`_planned`)."""
-    memo = call_memo.key("tiramisu::conv2d", (input, weight, bias),
+            *, algo="auto", activation=None, residual=None):
+    """The op's implementation; ``activation`` ("relu" / "relu6") and
+    ``residual`` (not in the op's schema: :func:`conv2d_then` passes them
+    when it calls this directly): ``act(conv + residual)``, in the kernel
+    where the solver can.  A float32 call of a layout planned before runs
+    its plan (:func:`_planned`)."""
+    memo = call_memo.key("tiramisu::conv2d", (input, weight, bias, residual),
                          *_conf_key(stride, padding, dilation), groups, algo, activation)
     plan = call_memo.get(memo)
     if plan is not None:
-        return plan(input, weight, bias)
+        return plan(input, weight, bias, residual)
+    if residual is not None and not (input.dim() == residual.dim() == 4
+                                     and input.dtype == residual.dtype == torch.float32):
+        out = _conv2d(input, weight, bias, stride, padding, dilation, groups, algo=algo)
+        return A.activate(out.add_(residual), activation)
     dt = _dtype("conv2d", input, weight, bias, reduced=True)
     _algo("conv2d", algo)
     given = (input, weight, bias)
     x, weight, bias = contiguous(input), contiguous(weight), contiguous(bias)
     s = _conv("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
     if s.ci == 0 or s.n == 0:                     # aten's empty result
-        return x.new_zeros(_out(x, s))
+        return x.new_zeros(_out(x, s)) if residual is None else residual.clone()
     if x.dim() == 3:
         return _conv2d(x[None], weight, bias, stride, padding, dilation, groups, algo=algo,
                        activation=activation)[0]
@@ -273,14 +278,15 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
         up = [None if t is None else t.float() for t in (x, weight, bias)]
         out = _conv2d(*up, stride, padding, dilation, groups, algo=algo).to(x.dtype)
         return A.activate(out, activation)
+    extra = {"activation": activation, "residual": residual}
     if dt == "float32" and _square(s) and _same(given, (x, weight, bias)):
-        return _planned(memo, "conv2d", x, weight, bias, s, groups, algo, activation=activation)
+        return _planned(memo, "conv2d", x, weight, bias, s, groups, algo, **extra)
     if dt != "float64" and _square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
-                          dilation=s.dh, groups=groups, algo=algo, activation=activation)
+                          dilation=s.dh, groups=groups, algo=algo, **extra)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
-    return A.activate(k(data=x, weight=weight, **({"bias": bias} if bias is not None else {})),
-                      activation)
+    out = k(data=x, weight=weight, **({"bias": bias} if bias is not None else {}))
+    return A.activate(out if residual is None else out.add_(residual), activation)
 
 
 def _conf_key(*conf):
@@ -294,7 +300,8 @@ def _same(given, used):
 
 
 def _planned(memo, op, x, weight, bias, s, groups, algo, **extra):
-    """``op``'s result on the arguments, by its plan (:func:`schedules.plans.conv`),
+    """``op``'s result on the arguments (``extra``: the activation and the
+    residual, or the pool), by its plan (:func:`schedules.plans.conv`),
     remembered under ``memo`` for the next call of this layout; by the
     library's call where there is no plan."""
     plan = plans.conv(op, x, weight, bias, s.sh, s.ph, s.dh, groups, algo, **extra)
@@ -302,7 +309,8 @@ def _planned(memo, op, x, weight, bias, s, groups, algo, **extra):
         call = api.conv2d if op == "conv2d" else api.conv_relu_maxpool
         return call(x, weight, bias, s.sh, s.ph, s.dh, groups, algo=algo, **extra)
     call_memo.put(memo, plan)
-    return plan(x, weight, bias)
+    return plan(x, weight, bias, *([extra["residual"]] if extra.get("residual") is not None
+                                   else []))
 
 
 def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
@@ -483,17 +491,20 @@ def _conv2d_recorded(input, weight, bias=None, stride=(1, 1), padding=(0, 0), di
 conv2d_now = glue.eager(conv2d, glue.overloads(_conv2d, _conv2d_str), _conv2d_recorded)
 
 
-def conv2d_then(activation, input, weight, bias, stride, padding, dilation, groups, algo):
-    """``activation`` ("relu", "relu6" or None) of ``conv2d_now``'s result:
-    in the conv kernel's epilogue where the implementation runs directly
-    (:func:`schedules.torch_glue.eager`'s conditions) and can, else in place
-    on ``conv2d_now``'s fresh result (the same values: max/min are exact)."""
+def conv2d_then(activation, input, weight, bias, stride, padding, dilation, groups, algo,
+                residual=None):
+    """``activation`` ("relu", "relu6" or None) of ``conv2d_now``'s result
+    plus ``residual`` (of the result's shape, or None): in the kernel's
+    epilogue where the implementation runs directly (:func:`schedules.torch_glue.eager`'s
+    conditions) and can, else in place on ``conv2d_now``'s fresh result."""
     args = (input, weight, bias, stride, padding, dilation, groups)
-    tensors = glue.direct_tensors(args)
+    tensors = glue.direct_tensors(args if residual is None else args + (residual,))
     if tensors is not None and not isinstance(padding, str):
         return glue.fresh_outputs(_conv2d(*glue.unwrapped(args, tensors), algo=algo,
-                                          activation=activation), args, tensors)
-    return A.activate(conv2d_now(*args, algo=algo), activation)
+                                          activation=activation, residual=residual),
+                                  args, tensors)
+    out = conv2d_now(*args, algo=algo)
+    return A.activate(out if residual is None else out.add_(residual), activation)
 _grad_input_now = glue.eager(conv2d_grad_input, _grad_input)
 _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
 

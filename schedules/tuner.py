@@ -124,11 +124,11 @@ def _result(out):
 
 def _timer(solver, p, args, repeats, clock):
     def run(values):
-        out = solver.run(p, args, values)          # compile + warm up
+        out = solver.result(p, args, values)       # compile + warm up
         best = float("inf")
         for _ in range(repeats):
             t0 = clock()
-            solver.run(p, args, values)
+            solver.result(p, args, values)
             best = min(best, clock() - t0)       # noise only slows a run down
         return best, _result(out)
     return run
@@ -177,7 +177,7 @@ def _tune_one(solver, p, args, label, deadline, repeats, bar, clock, dry_run):
             break
     if best:
         bar.show(bar_label, total, total, best_t, "A/B against the defaults")
-    verdict = decide(lambda: solver.run(p, args, {}), lambda: solver.run(p, args, best),
+    verdict = decide(lambda: solver.result(p, args, {}), lambda: solver.result(p, args, best),
                      default_t, best_t, clock)
     bar.show(bar_label, total, total, best_t, verdict.why)
     cut = "budget spent" in notes

@@ -5,6 +5,8 @@ once per group (:func:`by_group`), and the base of every convolution solver
 (:class:`ConvSolver`: what a call returns around the kernel's result)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import tiramisu_py as tp
 
 from ..core import arrays as A
@@ -30,10 +32,19 @@ def conv_inputs(name, s: ConvShape, bias, dtype=tp.float32, packed_vb=None):
     return f, X, Wt, B
 
 
-def epilogue(value, activation):
-    """``value`` (an expression of the convolution's result) with
-    ``activation`` ("relu", "relu6" or None) applied: NaN-propagating
+def residual_input(f, s: ConvShape, dtype=tp.float32):
+    """The input ``residual`` of a conv kernel with a residual epilogue: an
+    array of the result's shape (N x Co x Ho x Wo)."""
+    return f.input("residual", (s.n, s.co, s.ho, s.wo), dtype)
+
+
+def epilogue(value, activation, residual=None):
+    """``value`` (an expression of the convolution's result) plus
+    ``residual`` (an expression of the residual at the same point, or None)
+    with ``activation`` ("relu", "relu6" or None) applied: NaN-propagating
     ``max`` / ``min``, as torch's ``relu`` / ``relu6`` keep a NaN."""
+    if residual is not None:
+        value = value + residual
     if activation is None:
         return value
     value = tp.max(value, 0.0)
@@ -156,16 +167,37 @@ class ConvSolver(Solver):
 
     def solve(self, p, args):
         """torch's empty result for a degenerate problem (no kernel run),
-        else :meth:`run`'s with the activation its kernels do not apply
-        (:func:`schedules.core.arrays.activate`), without the batch axis for
-        an unbatched input."""
-        if p.degenerate:
-            out = args.zeros(p)
-        else:
-            out = self.run(p, args)
-            if p.activation is not None and p.activation not in self.activations:
-                A.activate(out, p.activation)
+        else :meth:`run`'s with the residual and the activation its kernels
+        do not apply (:func:`epilogue_after`), without the batch axis for an
+        unbatched input."""
+        out = args.zeros(p) if p.degenerate else self.result(p, args)
         return out[0] if args.unbatched else out
+
+    def result(self, p, args, values=None):
+        """:meth:`run`'s result of :meth:`problem_run` with the residual and
+        the activation its kernels do not apply (:func:`epilogue_after`)."""
+        ran = self.problem_run(p)
+        given = args if ran.residual else replace(args, r=None)
+        out = self.run(ran, given) if values is None else self.run(ran, given, values)
+        return epilogue_after(out, p, ran, args.r, self.activations)
+
+    def problem_run(self, p):
+        """The problem its kernels run for ``p``: ``p``, or without its
+        epilogue (:meth:`~schedules.problems.conv.ConvProblem.plain`) where
+        ``p`` has a residual and the kernels add none."""
+        return p.plain() if p.residual and not self.residual else p
+
+
+def epilogue_after(out, p, ran, residual, activations):
+    """``out``, the result of a kernel of problem ``ran`` applying
+    ``activations``, completed to ``p``'s epilogue in place: ``residual``
+    added where ``ran`` has none, then ``p.activation`` where the kernel did
+    not apply it (:func:`schedules.core.arrays.activate`)."""
+    if p.residual and not ran.residual:
+        A.add_into(out, residual)
+    if p.activation is not None and (ran.activation is None or ran.activation not in activations):
+        A.activate(out, p.activation)
+    return out
 
 
 class PerGroupSolver(ConvSolver):

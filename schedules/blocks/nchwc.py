@@ -171,7 +171,8 @@ def rows_per_tile(s: ConvShape, pool: int) -> int:
 
 
 def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parallel=None,
-                vb=None, xb=None, pack_per_image=None, source=None, activation=None):
+                vb=None, xb=None, pack_per_image=None, source=None, activation=None,
+                residual=None):
     """``out[n, c, py, px]`` (NCHW) = max over the ``pool x pool`` window
     (non-overlapping, floor mode; ``pool=1``: the convolution itself) of the
     NCHWc convolution, with ReLU if ``relu`` (``activation``: "relu" or
@@ -184,8 +185,10 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
     then computed per tile instead, only the band of rows one tile's
     convolution reads, into a band-sized buffer ``x_band`` (rows stored
     modulo the band: the halo rows are recomputed per tile), so no
-    image-sized copy of the produced input exists.  Returns the consumer
-    computation."""
+    image-sized copy of the produced input exists.  ``residual`` (``pool``
+    1): the input added to each result before the activation
+    (:func:`~schedules.blocks.conv_common.residual_input`).  Returns the
+    consumer computation."""
     if parallel not in (None, "n", "c"):
         raise ValueError(f"{f.name}: parallel must be 'n' or 'c', got {parallel!r}")
     per_image = parallel == "n" if parallel else images_in_parallel(s)
@@ -205,7 +208,9 @@ def tiled_block(f, X, Wt, B, s: ConvShape, pool=1, relu=False, rows=None, parall
         for dx in range(pool):
             v = outc[n, c // vb, py * pool + dy, px * pool + dx, c % vb]
             best = v if best is None else tp.max(best, v)
-    out = f.computation("out", [n, c, py, px], epilogue(best, "relu" if relu else activation))
+    out = f.computation("out", [n, c, py, px],
+                        epilogue(best, "relu" if relu else activation,
+                                 None if residual is None else residual[n, c, py, px]))
     out.split("py", rows, names=("py0", "py1"))
     out.reorder("pn_", "py0", "c", "py1", "px")
     # with images in parallel each thread runs whole images: one parallel

@@ -104,6 +104,13 @@ def activate(out, activation):
     return np.clip(out, 0.0, high, out=out) if high is not None else np.maximum(out, 0.0, out=out)
 
 
+def add_into(out, r):
+    """``out += r`` in place (NumPy or torch, of one kind); returns ``out``."""
+    if is_torch(out):
+        return out.add_(r)
+    return np.add(out, r, out=out)
+
+
 def broadcast(x, shape):
     """``x`` (NumPy or torch) broadcast to ``shape`` (NumPy's and torch's
     rule), C-contiguous: copied where it stretches, ``x`` itself where its

@@ -175,5 +175,5 @@ def _auto(p, solvers, args, call, repeats):
     if len(cands) == 1 or p.degenerate or _first():
         return cands[0]
     by_name = {s.name: s for s in cands}
-    best = choose(key(p, cands), list(by_name), lambda n: by_name[n].run(p, args), repeats)
+    best = choose(key(p, cands), list(by_name), lambda n: by_name[n].result(p, args), repeats)
     return by_name[best]

@@ -37,6 +37,8 @@ class Solver:
     weight = None       # the weight kind it takes ("dense", "csr"); None: any
     activations = ()    # the activations its kernels apply in their epilogue (the others:
     #                     applied after the run, schedules.core.arrays.activate)
+    residual = False    # whether its kernels add a conv's residual in their epilogue (else
+    #                     added after a run of the problem without epilogue)
 
     def applicable(self, p):
         """True, or the reason (a phrase after the solver's name, such as
@@ -100,6 +102,13 @@ class Solver:
         once per process, the arguments laid out as it takes them) with the
         params of :meth:`tuned` (``values``: a tuner's candidate)."""
         raise NotImplementedError
+
+    def result(self, p, args, values=None):
+        """:meth:`run`'s result completed to ``p``'s (what the find step and
+        the tuner time): the result itself, unless a base computes part of
+        ``p`` around its kernels (a convolution's residual and activation
+        where they are not in the kernel's epilogue)."""
+        return self.run(p, args) if values is None else self.run(p, args, values)
 
     def solve(self, p, args):
         """What the public call returns (the last step of

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -162,8 +162,9 @@ def _plain(args):
     return tuple(out)
 
 
-def _call_key(op, input, weight, bias, settings):
-    """The key of :data:`_CALLS` for a call whose arrays are all C-contiguous
+def _call_key(op, arrays, settings):
+    """The key of :data:`_CALLS` for a call whose ``arrays`` (the input, the
+    weight, the bias and the residual; None: not given) are all C-contiguous
     NumPy arrays of native byte order or all contiguous, strided CPU torch
     tensors (exactly those types, dense weight) and whose other arguments
     are plain (:func:`_plain`): the op, the arrays' kinds, shapes and dtypes,
@@ -172,26 +173,44 @@ def _call_key(op, input, weight, bias, settings):
     plain = _plain(settings)
     if plain is None or settings[4] == "sparse":
         return None
-    kind = type(input)
+    kind = type(arrays[0])
     if kind is np.ndarray:
         if not all(type(a) is np.ndarray and a.flags.c_contiguous and a.dtype.isnative
-                   for a in (input, weight, bias) if a is not None):
+                   for a in arrays if a is not None):
             return None
     elif kind.__module__ == "torch" and kind.__name__ == "Tensor":
         strided = sys.modules["torch"].strided
         if not all(type(a) is kind and a.is_cpu and a.layout is strided and a.is_contiguous()
-                   for a in (input, weight, bias) if a is not None):
+                   for a in arrays if a is not None):
             return None
     else:
         return None
     return (op, kind, plain, os.environ.get("TIRAMISU_PY_TARGET"),
-            *((None, None) if a is None else (a.shape, a.dtype) for a in (input, weight, bias)))
+            *((None, None) if a is None else (a.shape, a.dtype) for a in arrays))
 
 
 def _remember(memo, key, value):
     if len(memo) >= MEMO_LIMIT:
         memo.clear()
     memo[key] = value
+
+
+def _residual(r, p, x, unbatched, device, name):
+    """The residual ``r`` checked: of the input's kind, dtype and device, of
+    the result's shape (unbatched: without the batch axis), C-contiguous and
+    batched as the input is."""
+    shape = p.output_shape[1:] if unbatched else p.output_shape
+    if A.is_torch(r) != A.is_torch(x):
+        raise TypeError(f"{name}: residual must be of the input's kind ({type(x).__name__}), got "
+                        f"{type(r).__name__}")
+    if device is None:
+        r = A.typed_array(r, "residual", len(shape), (p.dtype,))
+    else:
+        r = A.float32_on(r, "residual", len(shape), device)
+    if tuple(r.shape) != tuple(shape):
+        raise ValueError(f"{name}: residual must have the result's shape {tuple(shape)}, got "
+                         f"{tuple(r.shape)}")
+    return r[None] if unbatched else r
 
 
 def pair(v, name, least, op="conv2d"):
@@ -260,20 +279,26 @@ class ConvArgs:
     :class:`schedules.blocks.conv_common.ConvSolver`; a "same" padding its
     odd extra zeros, :func:`same_extra`), the dense weight ``w`` (None for a CSR
     weight on the GPU), ``b``, the CSR weight ``csr`` (None for a dense
-    weight) and ``device`` (the input's torch device, None on the host)."""
+    weight), ``device`` (the input's torch device, None on the host) and
+    ``r`` (the residual added before the activation, of the result's shape,
+    or None)."""
     x: object
     w: object
     b: object
     csr: object = None
     device: object = None
     unbatched: bool = False
+    r: object = None
 
     def inputs(self, data=None) -> dict:
-        """The keywords of the input and the bias every conv kernel takes:
-        ``data`` (``x``, or the caller's view of it) and ``bias`` (none
-        without a bias)."""
+        """The keywords of the input, the bias and the residual every conv
+        kernel takes: ``data`` (``x``, or the caller's view of it), ``bias``
+        (none without a bias) and ``residual`` (none without one)."""
         data = self.x if data is None else data
-        return {"data": data} if self.b is None else {"data": data, "bias": self.b}
+        given = {"data": data} if self.b is None else {"data": data, "bias": self.b}
+        if self.r is not None:
+            given["residual"] = self.r
+        return given
 
     def zeros(self, p: "ConvProblem"):
         """The result of a degenerate problem: zeros (an empty array)."""
@@ -290,7 +315,8 @@ class ConvArgs:
                         None if self.w is None else A.contiguous(self.w[rows]),
                         None if self.b is None else A.contiguous(self.b[rows]),
                         None if self.csr is None else self.csr.rows(g * co, (g + 1) * co),
-                        self.device)
+                        self.device, False,
+                        None if self.r is None else A.contiguous(self.r[:, rows]))
 
 
 @dataclass(frozen=True)
@@ -307,7 +333,10 @@ class ConvProblem:
     ``activation`` (conv2d only): "relu" or "relu6" applied to the result, in
     the kernel's epilogue where the solver has one (``Solver.activations``),
     else in place after it (:func:`schedules.core.arrays.activate`); None:
-    the convolution itself."""
+    the convolution itself.  ``residual`` (conv2d only): an array of the
+    result's shape (``ConvArgs.r``) is added to it before the activation, in
+    the kernel's epilogue where the solver has one (``Solver.residual``),
+    else after a kernel run without the activation (:meth:`plain`)."""
     op: str
     shape: ConvShape
     bias: bool
@@ -318,6 +347,7 @@ class ConvProblem:
     pool: int = 1
     dtype: str = "float32"   # conv2d on the CPU also "bfloat16", "float16" (float32 sums)
     activation: str | None = None   # conv2d: "relu" / "relu6" applied to the result, or None
+    residual: bool = False          # conv2d: a residual added before the activation
 
     VERSION = 2              # the key's layout: bump when a field changes meaning (2: dtype)
 
@@ -357,13 +387,20 @@ class ConvProblem:
                 "bias": self.bias, "target": self.target, "device": self.device,
                 "weight": self.weight,
                 "density<=": self.density_bucket, "pool": self.pool, "dtype": self.dtype,
-                **({"activation": self.activation} if self.activation else {})}
+                **({"activation": self.activation} if self.activation else {}),
+                **({"residual": True} if self.residual else {})}
+
+    def plain(self):
+        """The problem without its epilogue (no activation, no residual): what
+        a solver without a residual epilogue runs before the residual is
+        added and the activation applied (:class:`schedules.blocks.conv_common.ConvSolver`)."""
+        return replace(self, activation=None, residual=False)
 
     # ------------------------------------------------------------ parsing
     @classmethod
     def from_call(cls, op, input, weight, bias, stride, padding, dilation, groups, *,
                   algo="auto", target=None, pool=1, name=None, names=("input", "weight"),
-                  gpu=True, size=None, activation=None):
+                  gpu=True, size=None, activation=None, residual=None):
         """``(problem, args)`` of a call of ``op`` with torch's arguments,
         checked: ValueError/TypeError starting with ``name`` (the public
         call's name, default ``op``) and naming the argument (``names``:
@@ -375,20 +412,25 @@ class ConvProblem:
         only); ``weight`` dense, or sparse (:class:`schedules.CSRWeights`,
         torch sparse-CSR, scipy CSR).  ``size``: the (height, width) the input
         is resized to before the convolution (the resize block's problem).
-        ``activation``: see the class (conv2d on the host)."""
+        ``activation``, ``residual``: see the class (conv2d; the residual an
+        array of the result's shape, of the input's kind, dtype and device)."""
         name = name or op
-        key = _call_key(op, input, weight, bias, (stride, padding, dilation, groups, algo, target,
-                                                  pool, name, names, gpu, size, activation))
+        key = _call_key(op, (input, weight, bias, residual),
+                        (stride, padding, dilation, groups, algo, target, pool, name, names, gpu,
+                         size, activation))
         known = _CALLS.get(key) if key is not None else None
         if known is not None:               # checked before: the same problem of other values
             p, unbatched, (eh, ew) = known
             x = input[None] if unbatched else input
             return p, ConvArgs(A.pad_end(x, eh, ew) if eh or ew else x, weight, bias, None, None,
-                               unbatched)
+                               unbatched, None if residual is None
+                               else residual[None] if unbatched else residual)
         if activation not in ACTIVATIONS or (activation and op != "conv2d"):
             raise ValueError(f"{name}: activation must be one of "
                              f"{', '.join(map(repr, ACTIVATIONS))}, got {activation!r}"
                              if op == "conv2d" else f"{name}: takes no activation")
+        if residual is not None and op != "conv2d":
+            raise ValueError(f"{name}: takes no residual")
         sparse = is_sparse(weight)
         # (a torch sparse tensor raises on the device probe: the input decides)
         _check_sparse_weight(weight, sparse, names[1])
@@ -447,7 +489,9 @@ class ConvProblem:
         # the form the solvers read: structural zeros absent ("csr") or not
         p = cls(op, s, args.b is not None, target_of(target), "cuda" if cuda else "cpu",
                 "csr" if as_csr_form else "dense", density, pool,
-                "float32" if cuda else A.dtype_name(args.x), activation)
+                "float32" if cuda else A.dtype_name(args.x), activation, residual is not None)
+        if residual is not None:
+            args.r = _residual(residual, p, args.x, unbatched, dev, name)
         if key is not None and not cuda and csr is None:
             _remember(_CALLS, key, (p, unbatched, extra))
         return p, args
@@ -460,7 +504,7 @@ class ConvProblem:
         one = ConvShape(s.n, s.ci // g, s.h, s.w, s.co // g, s.kh, s.kw, s.stride, s.padding,
                         s.dilation, 1)
         return ConvProblem(self.op, one, self.bias, self.target, self.device, self.weight,
-                           self.density, self.pool, self.dtype, self.activation)
+                           self.density, self.pool, self.dtype, self.activation, self.residual)
 
     @classmethod
     def from_meta(cls, op, xshape, wshape, stride, padding, dilation, groups, check=None):

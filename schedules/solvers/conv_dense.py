@@ -28,7 +28,8 @@ from __future__ import annotations
 import tiramisu_py as tp
 
 from ..blocks.blis import blis, default_params
-from ..blocks.conv_common import ConvSolver, PerGroupSolver, conv_inputs, padded, taps
+from ..blocks.conv_common import (ConvSolver, PerGroupSolver, conv_inputs, padded,
+                                  residual_input, taps)
 from ..blocks.nchwc import register_tile, tiled_block
 from ..core.kernels import kernel
 from ..host import host
@@ -125,7 +126,7 @@ def im2col(s: ConvShape, bias=True):
 
 # ------------------------------------------------------------------ spatial pack
 def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=None,
-                 packed=False, activation=None):
+                 packed=False, activation=None, residual=False):
     """NCHWc blocking (:mod:`schedules.blocks.nchwc`): ``vb`` output channels per
     register (a multiple of the SIMD lanes), ``xb`` output columns per
     register block, ``rows`` output rows per tile (computed blocked into an
@@ -135,13 +136,14 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=
     the kernel takes the weight packed (``w_packed``,
     :func:`schedules.weights.conv.pack_weight` with ``vb``) instead of
     packing ``weight`` at every call.  ``activation``: "relu" / "relu6"
-    applied as each tile is unpacked (:func:`~schedules.blocks.conv_common.epilogue`)."""
+    applied as each tile is unpacked (:func:`~schedules.blocks.conv_common.epilogue`),
+    after the input ``residual`` is added where ``residual``."""
     if s.groups != 1:
         raise ValueError("spatial_pack: groups must be 1")
     vb = vb or register_tile(s)[0]
     f, X, Wt, B = conv_inputs("conv2d_spatial_pack", s, bias, packed_vb=vb if packed else None)
     tiled_block(f, X, Wt, B, s, pool=1, rows=rows, parallel=parallel, vb=vb, xb=xb,
-                activation=activation)
+                activation=activation, residual=residual_input(f, s) if residual else None)
     return f
 
 
@@ -248,6 +250,7 @@ class SpatialPack(PerGroupSolver):
     name = "spatial_pack"
     weight = "dense"
     activations = ("relu", "relu6")
+    residual = True
 
     def applicable(self, p):
         return _float32_only(p, super().applicable(p))
@@ -265,7 +268,8 @@ class SpatialPack(PerGroupSolver):
 
     def build(self, p, params):
         extra = {"activation": p.activation} if p.activation else {}
-        return spatial_pack(p.shape, bias=p.bias, **params, packed=True, **extra)
+        return spatial_pack(p.shape, bias=p.bias, **params, packed=True, residual=p.residual,
+                            **extra)
 
     def run_group(self, p, args, values=None):
         return self._group(p, self.tuned(p, values))(args)
@@ -274,6 +278,7 @@ class SpatialPack(PerGroupSolver):
         return self._group(p, self.tuned(p))
 
     def _group(self, p, params):
-        k = _kernel(self, p, params, (p.activation,) if p.activation else ())
+        k = _kernel(self, p, params, ((p.activation,) if p.activation else ())
+                    + (("residual",) if p.residual else ()))
         vb = params.get("vb") or register_tile(p.shape)[0]
         return lambda args: k(w_packed=packed_weight(args.w, vb), **args.inputs())

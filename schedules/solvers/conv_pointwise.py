@@ -58,13 +58,15 @@ def defaults(s: ConvShape) -> dict:
     return {"cob": cob, "pb": pb, "parallel": "n" if s.n >= 2 * cores or few_tiles else "p"}
 
 
-def function(s: ConvShape, bias=True, cob=None, pb=None, parallel=None, activation=None):
+def function(s: ConvShape, bias=True, cob=None, pb=None, parallel=None, activation=None,
+             residual=False):
     """The scheduled pointwise convolution of shape ``s``: inputs ``data``
     ``[N][Ci][H*W]`` and ``weight`` ``[Co][Ci]`` (views of NCHW and of the
     1x1 weight), output ``[N][Co][H*W]``; ``cob``, ``pb``, ``parallel``
     (one of :data:`PARALLEL`) default to :func:`defaults`; ``activation``
     ("relu" / "relu6", or None) applied as each tile is written back
-    (:func:`~schedules.blocks.conv_common.epilogue`)."""
+    (:func:`~schedules.blocks.conv_common.epilogue`), after the input
+    ``residual`` ``[N][Co][H*W]`` is added where ``residual``."""
     if not applies(s):
         raise ValueError(f"pointwise: {refusal(s)}")
     d = defaults(s)
@@ -77,13 +79,14 @@ def function(s: ConvShape, bias=True, cob=None, pb=None, parallel=None, activati
     X = f.input("data", (s.n, s.ci, pixels), tp.float32)
     W = f.input("weight", (s.co, s.ci), tp.float32)
     B = f.input("bias", (s.co,), tp.float32) if bias else None
+    R = f.input("residual", (s.n, s.co, pixels), tp.float32) if residual else None
     result = f.buffer("out", (s.n, s.co, pixels), tp.float32, output=True)
     main = pixels - pixels % pb
     if main:
-        out = _pixels(f, (X, W, B, result), s, 0, main, pb, cob, activation, "")
+        out = _pixels(f, (X, W, B, R, result), s, 0, main, pb, cob, activation, "")
         out.parallelize("on" if parallel == "n" else "op0")
     if main < pixels:       # the last pixels, one tile of constant width (vectors, not scalars)
-        out = _pixels(f, (X, W, B, result), s, main, pixels - main, pixels - main, cob,
+        out = _pixels(f, (X, W, B, R, result), s, main, pixels - main, pixels - main, cob,
                       activation, "_tail")
         if s.n > 1:
             out.parallelize("on_tail")
@@ -95,9 +98,10 @@ def _pixels(f, arrays, s: ConvShape, first, count, pb, cob, activation, suffix):
     and channel, in tiles of ``pb`` pixels (``count`` a multiple of it):
     the sums of a tile (``[Co][PB]``, each row started at its bias) in
     registers (``cob`` channels unrolled x ``pb`` pixels in vectors, Ci in
-    order), written back with ``activation``.  Returns the writing
+    order), written back with the residual (``R``, or None) and
+    ``activation``.  Returns the writing
     computation (loops ``on``, ``op0``, ``oc``, ``op1`` with ``suffix``)."""
-    X, W, B, result = arrays
+    X, W, B, R, result = arrays
 
     def name(v):
         return v + suffix
@@ -106,7 +110,9 @@ def _pixels(f, arrays, s: ConvShape, first, count, pb, cob, activation, suffix):
     acc = f.computation(name("acc"), [n, co, p], B[co] if B is not None else 0.0)
     acc[n, co, p] += W[co, ci] * X[n, ci, first + p]
     on, oc, op = f.var(name("on"), 0, s.n), f.var(name("oc"), 0, s.co), f.var(name("op"), 0, count)
-    out = f.computation(name("written"), [on, oc, op], epilogue(acc[on, oc, op], activation))
+    out = f.computation(name("written"), [on, oc, op],
+                        epilogue(acc[on, oc, op], activation,
+                                 None if R is None else R[on, oc, first + op]))
     out.store_in(result, [on, oc, first + op])
     out.split(name("op"), pb, names=(name("op0"), name("op1")))
     out.reorder(name("on"), name("op0"), name("oc"), name("op1"))
@@ -132,6 +138,7 @@ class Pointwise(ConvSolver):
     name = "pointwise"
     weight = "dense"
     activations = ("relu", "relu6")
+    residual = True
 
     def applicable(self, p):
         why = super().applicable(p)
@@ -152,7 +159,8 @@ class Pointwise(ConvSolver):
                 "parallel": list(PARALLEL)}
 
     def build(self, p, params):
-        return function(p.shape, bias=p.bias, activation=p.activation, **params)
+        return function(p.shape, bias=p.bias, activation=p.activation, residual=p.residual,
+                        **params)
 
     def run(self, p, args, values=None):
         return self._runner(p, self.tuned(p, values))(args)
@@ -162,13 +170,16 @@ class Pointwise(ConvSolver):
         return self._runner(p, self.tuned(p))
 
     def _runner(self, p, params):
-        key = ("conv2d", self.name, p.shape, p.bias, p.activation, tuple(sorted(params.items())))
+        key = ("conv2d", self.name, p.shape, p.bias, p.activation, tuple(sorted(params.items())),
+               *(("residual",) if p.residual else ()))
         k = kernel(key, lambda: self.build(p, params), p.target)
         s = p.shape
         pixels = s.ho * s.wo
 
         def call(args):
-            out = k(weight=args.w.reshape(s.co, s.ci),
-                    **args.inputs(args.x.reshape(s.n, s.ci, pixels)))
+            given = args.inputs(args.x.reshape(s.n, s.ci, pixels))
+            if args.r is not None:
+                given["residual"] = args.r.reshape(s.n, s.co, pixels)
+            out = k(weight=args.w.reshape(s.co, s.ci), **given)
             return out.reshape(s.n, s.co, s.ho, s.wo)
         return call

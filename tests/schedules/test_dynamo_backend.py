@@ -228,3 +228,74 @@ def test_kept_recurrent_and_refused_options():
     with pytest.raises(Exception, match="runs no autograd pass"):
         torch.compile(nn.Linear(2, 2), backend="tiramisu",
                       options={"inner": "eager"})(torch.randn(1, 2))
+
+
+class _Residual(nn.Module):
+    """A residual block's tail in four spellings of the add: ``out += x``,
+    ``x + out`` (the conv's value second), ``torch.add`` and ``Tensor.add_``."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        out = self.bn(self.conv(x))
+        if self.how == "iadd":
+            out += x
+        elif self.how == "radd":
+            out = x + out
+        elif self.how == "torch.add":
+            out = torch.add(out, x)
+        else:
+            out = out.add_(x)
+        return self.relu(out)
+
+
+@pytest.mark.parametrize("how", ["iadd", "radd", "torch.add", "add_"])
+def test_the_residual_add_runs_in_the_conv_in_inference(how):
+    """conv -> batch_norm -> add(x) -> relu is one ``conv2d_folded`` with the
+    residual in inference (its report names the add); in training the add
+    stays the compiler's."""
+    torch.manual_seed(0)
+    model = _Residual(how)
+    model.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 8, 6, 6)
+    compiled = torch.compile(model.eval(), backend="tiramisu", fullgraph=True, options=AOT)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x.clone()), model(x.clone()), rtol=1e-5, atol=1e-5)
+    text = str(dynamo.compile_report(model))
+    assert "conv2d + batch_norm (folded) + add + relu -> tiramisu::conv2d_folded" in text, text
+    assert "add" not in dynamo.compile_report(model).graphs[0].left, text
+    torch._dynamo.reset()
+    dynamo.clear_reports()
+    ours = copy.deepcopy(model).train()
+    loss, grads = _grads(ours, x, torch.compile(ours, backend="tiramisu", options=AOT))
+    ref_loss, ref_grads = _grads(model, x)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+    assert dynamo.compile_report(ours).counts() == {"tiramisu::conv2d": 1}
+
+
+def test_an_add_that_is_not_a_residual_is_left():
+    """``out + out`` (the conv's value twice), an add with ``alpha`` and one
+    broadcasting a bias-like tensor stay the compiler's."""
+    conv = nn.Conv2d(4, 4, 3, padding=1).eval()
+    shift = torch.randn(1, 4, 1, 1)
+    def twice(x):
+        y = conv(x)
+        return y + y
+    for fn in (twice,
+               lambda x: torch.add(conv(x), x, alpha=2),
+               lambda x: conv(x) + shift):
+        torch._dynamo.reset()
+        dynamo.clear_reports()
+        x = torch.randn(1, 4, 5, 5)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(fn, backend="tiramisu", options=AOT)(x),
+                                       fn(x), rtol=1e-5, atol=1e-5)
+        text = "\n".join(map(str, dynamo.compile_report().graphs))
+        assert "+ add" not in text, text
