@@ -1,7 +1,9 @@
 """Model-level fusion for :func:`schedules.nn.convert` (imports torch): which
 ``Conv2d -> BatchNorm2d -> ReLU/ReLU6`` chains of a model may run as one
 convolution, the modules that stand in for the folded BatchNorm and
-activation, and the report of what ``convert`` did.
+activation, the chains with a residual add that a parent's rewritten
+forward runs as one conv call (:func:`find_tails`), and the report of what
+``convert`` did.
 
 **Finding chains.**  The model's forward is traced with ``torch.fx``
 (:func:`find_chains`): a chain is an ``nn.Conv2d`` whose output is used only
@@ -30,6 +32,7 @@ current statistics; the parameters and buffers are never modified, so
 """
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -173,6 +176,154 @@ def _sequential_chains(model):
     return groups
 
 
+# ------------------------------------------------------------------ chains in a parent's forward
+ADDS = (operator.add, operator.iadd, torch.add)
+IN_PLACE = (operator.iadd, "add_")      # (they write their first operand: the chain's value)
+
+
+class TailChain(FusionGroup):
+    """``conv [-> bn] [-> add(residual)] [-> act]`` of one parent module's
+    forward, which :func:`find_tails` rewrites to one call of the conv
+    (``conv(x, residual=r, tail=True)``): the conv runs the whole chain
+    (:meth:`schedules.nn.Conv2d.forward`).  ``add``: None (no residual),
+    "add" (``a + b``, ``torch.add``) or "add_" (``+=``, ``Tensor.add_``:
+    the chain's value written)."""
+
+    def __init__(self, conv, bn=None, act=None, add=None):
+        super().__init__(conv, bn, act)
+        self.add = add
+
+    def names(self, names):
+        parts = [names[id(m)] for m in (self.conv, self.bn) if m is not None]
+        parts += ["add"] if self.add else []
+        parts += [names[id(self.act)]] if self.act is not None else []
+        return " + ".join(parts)
+
+
+class _Children(torch.fx.Tracer):
+    """Traces a module's own forward: every submodule is a leaf."""
+
+    def is_leaf_module(self, m, module_qualified_name):
+        return True
+
+
+def find_tails(model: nn.Module, chains: dict) -> list:
+    """``[(parent, graph_module, [TailChain])]``: the modules of ``model``
+    whose own forward (traced with its children as leaves, the same code in
+    training and eval mode) has a conv chain with a residual ``add`` (``+``,
+    ``+=``, ``torch.add``, ``Tensor.add``/``add_`` without ``alpha``), or an
+    activation module that the whole-model chains (``chains``, from
+    :func:`find_chains`) could not take because it is called more than once;
+    ``graph_module``'s code is the forward with each such chain one call of
+    its conv.  The convs taken leave ``chains``."""
+    uses = Counter(id(m) for _, m in model.named_modules(remove_duplicate=False))
+    found = []
+    for parent in model.modules():
+        if isinstance(parent, (nn.Sequential, nn.ModuleList, nn.ModuleDict)) or not any(
+                type(m) is nn.Conv2d for m in parent.children()):
+            continue
+        gm = _own_trace(parent)
+        if gm is None:
+            continue
+        tails = _rewrite_tails(gm, chains, uses)
+        if tails:
+            found.append((parent, gm, tails))
+            for t in tails:
+                chains.pop(id(t.conv), None)
+    return found
+
+
+def _own_trace(parent):
+    """``parent``'s forward traced with its children as leaves, or None where
+    it does not trace or its code differs between training and eval mode
+    (each module's own mode restored)."""
+    modes = [(m, m.training) for m in parent.modules()]
+    try:
+        codes = []
+        for mode in (True, False):
+            parent.train(mode)
+            graph = _Children().trace(parent)
+            codes.append(torch.fx.GraphModule(parent, graph))
+    except Exception:  # noqa: BLE001 -- any tracing failure: the forward stays as it is
+        return None
+    finally:
+        for m, mode in modes:
+            m.training = mode
+    return codes[1] if codes[0].code == codes[1].code else None
+
+
+def _rewrite_tails(gm, chains, uses):
+    """The chains of ``gm``'s graph that :func:`find_tails` takes, each
+    rewritten in place to one call of its conv; the graph recompiled."""
+    graph, mods = gm.graph, dict(gm.named_children())
+    calls = Counter(n.target for n in graph.nodes if n.op == "call_module")
+
+    def module_after(value):
+        """The child module that alone consumes ``value`` (with its node)."""
+        user = _only(value)
+        if user is None or user.op != "call_module" or len(user.args) != 1 or user.kwargs:
+            return None, None
+        return mods.get(user.target), user
+
+    tails = []
+    for node in list(graph.nodes):
+        conv = mods.get(node.target) if node.op == "call_module" else None
+        if type(conv) is not nn.Conv2d or calls[node.target] != 1 or uses[id(conv)] != 1 \
+                or len(node.args) != 1 or node.kwargs:
+            continue
+        chain, value = [node], node
+        bn, user = module_after(value)
+        if _foldable_bn(conv, bn) and calls[user.target] == 1 and uses[id(bn)] == 1:
+            chain.append(user)
+            value = user
+        else:
+            bn = None
+        add, residual = _residual_add(_only(value), value)
+        if add is not None:
+            value = _only(value)
+            chain.append(value)
+        act, user = module_after(value)
+        if type(act) in ACTIVATIONS:
+            chain.append(user)
+        else:
+            act = None
+        known = chains.get(id(conv))
+        shared_act = act is not None and (known is None or known.act is not act)
+        if add is None and not shared_act:
+            continue                          # (the whole-model chain does as well)
+        with graph.inserting_before(chain[-1]):
+            new = graph.call_module(node.target, (node.args[0],),
+                                    {"residual": residual, "tail": True})
+        chain[-1].replace_all_uses_with(new)
+        for n in reversed(chain):
+            graph.erase_node(n)
+        tails.append(TailChain(conv, bn, act, add))
+    if tails:
+        graph.lint()
+        gm.recompile()
+    return tails
+
+
+def _only(node):
+    return next(iter(node.users)) if node is not None and len(node.users) == 1 else None
+
+
+def _residual_add(node, value):
+    """``(kind, other)`` where ``node`` is ``value + other`` (see
+    :class:`TailChain`), else ``(None, None)``."""
+    if node is None or not (node.op == "call_function" and node.target in ADDS
+                            or node.op == "call_method" and node.target in ("add", "add_")):
+        return None, None
+    if node.kwargs or len(node.args) != 2 or value not in node.args:
+        return None, None
+    other = node.args[1] if node.args[0] is value else node.args[0]
+    if not isinstance(other, torch.fx.Node) or other is value:
+        return None, None
+    if node.target in IN_PLACE:
+        return ("add_", other) if node.args[0] is value else (None, None)
+    return "add", other
+
+
 @dataclass
 class ConvertReport:
     """What :func:`schedules.nn.convert` did to a model (also
@@ -199,5 +350,5 @@ class ConvertReport:
         return "\n".join(lines)
 
 
-__all__ = ["FusionGroup", "FoldedBatchNorm2d", "FusedReLU", "FusedReLU6", "STAND_INS",
-           "find_chains", "ConvertReport"]
+__all__ = ["FusionGroup", "TailChain", "FoldedBatchNorm2d", "FusedReLU", "FusedReLU6",
+           "STAND_INS", "find_chains", "find_tails", "ConvertReport"]

@@ -22,7 +22,7 @@ from schedules import torch_glue as glue
 from schedules import api
 from schedules.problems.rnn import dropout_masks, dropout_p
 from schedules.registry import FUSED_ALGOS
-from schedules.fusion import STAND_INS, ConvertReport, find_chains
+from schedules.fusion import STAND_INS, ConvertReport, find_chains, find_tails
 from schedules.torch_fused_ops import folded_conv
 from schedules.weights.csr import CSRWeights
 
@@ -79,7 +79,12 @@ class Conv2d(nn.Conv2d):
 
     algo = "auto"
 
-    def forward(self, input):
+    def forward(self, input, residual=None, tail=False):
+        """The convolution of ``input``; ``tail`` (a call written by
+        :func:`convert` into a parent's forward, :func:`schedules.fusion.find_tails`):
+        the whole chain this conv heads, ``residual`` its shortcut."""
+        if tail:
+            return self._run_tail(input, residual, self.__dict__["_tail"])
         x, padding = _padded(self, input)
         group = self.__dict__.get("_fusion")         # set by convert: see schedules.fusion
         if group is not None and group.active():
@@ -89,17 +94,43 @@ class Conv2d(nn.Conv2d):
         return T.conv2d_now(x, self.weight, self.bias, list(self.stride), padding,
                             list(self.dilation), self.groups, algo=self.algo)
 
-    def _fused(self, x, group, pad):
+    def _run_tail(self, input, residual, chain):
+        """``act(bn(conv(input)) + residual)`` of a :class:`schedules.fusion.TailChain`:
+        one folded convolution with the residual and the activation in its
+        epilogue where the chain is active (eval mode) and the residual has
+        the result's shape and dtype (a float32 batch); else each link as
+        the parent's forward ran it (the BatchNorm and activation modules
+        called, the add in place or not, as written)."""
+        x, padding = _padded(self, input)
+        if chain.active():
+            fits = x.dim() == 4 and (residual is None or (
+                residual.dtype == x.dtype == torch.float32
+                and tuple(residual.shape) == _result_shape(self, x, padding)))
+            if fits:
+                return self._fused(x, chain, padding, residual)
+            weight, bias = chain.folded(self.weight, self.bias)
+            y = folded_conv(x, weight, bias, list(self.stride), padding, list(self.dilation),
+                            self.groups, None, self.algo)
+        else:
+            y = T.conv2d_now(x, self.weight, self.bias, list(self.stride), padding,
+                             list(self.dilation), self.groups, algo=self.algo)
+            y = y if chain.bn is None else chain.bn(y)
+        if chain.add is not None:
+            y = y.add_(residual) if chain.add == "add_" else torch.add(y, residual)
+        return y if chain.act is None else chain.act(y)
+
+    def _fused(self, x, group, pad, residual=None):
         """The chain's conv with its BatchNorm folded into the weight and bias
         and its activation as the epilogue: ReLU inside the kernel (the
         fused block with ``pool=1``) where that takes the conv, else in the
         conv kernel's epilogue where the op's implementation runs directly
         and its solver has one (:func:`schedules.torch_ops.conv2d_then`),
         else (and under autocast, where conv2d runs in the autocast dtype)
-        applied in place to the conv's fresh output."""
+        applied in place to the conv's fresh output; ``residual`` added
+        before the activation."""
         weight, bias = group.folded(self.weight, self.bias)
         return folded_conv(x, weight, bias, list(self.stride), pad, list(self.dilation),
-                           self.groups, group.activation, self.algo)
+                           self.groups, group.activation, self.algo, residual=residual)
 
     @classmethod
     def from_torch(cls, module: nn.Conv2d, algo="auto"):
@@ -111,6 +142,17 @@ class Conv2d(nn.Conv2d):
                   padding_mode=module.padding_mode, device="meta", dtype=module.weight.dtype)
         new.algo = algo
         return _adopt(new, module)
+
+
+def _result_shape(conv, x, padding):
+    """The shape of ``conv``'s result on the batch ``x`` (``padding`` ints,
+    "valid" or "same"), by torch's formula."""
+    if padding == "same":
+        return (x.shape[0], conv.out_channels, *x.shape[2:])
+    pad = (0, 0) if padding == "valid" else padding
+    return (x.shape[0], conv.out_channels,
+            *((size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s in
+              zip(x.shape[2:], pad, conv.dilation, conv.kernel_size, conv.stride)))
 
 
 def _torch_padding(padding, kernel_size, dilation):
@@ -484,16 +526,23 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None
       activation are in eval mode: the BatchNorm folded into the conv's
       weight and bias, the activation its epilogue; in training mode the
       three run apart, exactly as torch's (``train()`` un-folds, ``eval()``
-      folds again; parameters, buffers and ``state_dict`` are untouched).
+      folds again; parameters, buffers and ``state_dict`` are untouched);
+    * each such chain with a residual ``add`` before the activation, or
+      whose activation module is called more than once, in a module's own
+      forward: that forward rewritten so the chain is one call of the conv
+      (:func:`schedules.fusion.find_tails`; the shortcut in the kernel's
+      epilogue in eval mode).
 
     Returns ``model``; what was converted, fused and left to torch is
     ``model.tiramisu_report`` (a :class:`schedules.fusion.ConvertReport`),
     printed with ``verbose=True``; ``report``: a list that also receives one
     ``"name: Torch -> schedules.nn.Ours"`` line per module converted."""
     chains, how, functions = find_chains(model) if fuse else ({}, "no fusion", {})
+    tails = find_tails(model, chains) if fuse else []
     lines = report
     report = ConvertReport(functions=dict(functions), how=how)
-    _convert(model, fuse, algo, chains, report, "")
+    _convert(model, fuse, algo, {**chains, **{id(t.conv): t for _, _, ts in tails for t in ts}},
+             report, "")
     if lines is not None:
         lines += [f"{name}: {torch_type} -> {ours}" for name, torch_type, ours in report.converted]
     live = [g for g in chains.values() if isinstance(g.conv, Conv2d)]
@@ -502,6 +551,15 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None
     for g in live:
         g.conv.__dict__["_fusion"] = g
         report.fused.append((g.names(names), _chain_text(g)))
+    in_tails = set()
+    for parent, code, chains_of in tails:
+        if not all(isinstance(t.conv, Conv2d) for t in chains_of):
+            continue                    # (a conv left to torch: the forward stays as written)
+        for t in chains_of:
+            t.conv.__dict__["_tail"] = t
+            report.fused.append((t.names(names), _chain_text(t)))
+            in_tails |= {id(m) for m in (t.bn, t.act) if m is not None}
+        parent.forward = type(code).forward.__get__(parent)
     # (MaxPool2d subclasses torch's: each module is listed once, by its name)
     ours = tuple(STAND_INS.values()) + (Linear, Conv2d, ConvReLUMaxPool2d, SparseConv2d,
                                         MaxPool2d, _Recurrent, nn.Identity)
@@ -509,7 +567,7 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None
     report.left_to_torch += [(n, type(m).__name__, LEFT.get(type(m), "no schedules.nn module"))
                              for n, m in model.named_modules()
                              if n and not m._modules and not isinstance(m, ours)
-                             and n not in listed]
+                             and n not in listed and id(m) not in in_tails]
     model.tiramisu_report = report
     if verbose:
         print(report)
@@ -563,6 +621,7 @@ def _stand_ins(model, groups):
 
 def _chain_text(group):
     parts = ["BatchNorm2d folded into the weight and bias" if group.bn is not None else "",
+             "the residual add" if getattr(group, "add", None) else "",
              f"{group.activation} as the epilogue" if group.activation else ""]
     return " + ".join(p for p in parts if p) + " (eval mode; apart in training mode)"
 

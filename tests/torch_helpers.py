@@ -16,3 +16,19 @@ def dispatch_recorder():
             return func(*args, **(kwargs or {}))
 
     return Seen()
+
+
+ADDS = ("iadd", "radd", "torch.add", "add_")
+
+
+def residual_add(how, out, shortcut):
+    """``out + shortcut`` spelt as ``how`` (one of :data:`ADDS`): ``+=``,
+    the shortcut first, ``torch.add``, ``Tensor.add_``; what a residual
+    block's forward writes (each spelling a different node of a traced graph)."""
+    import torch
+    if how == "iadd":
+        out += shortcut
+        return out
+    if how == "radd":
+        return shortcut + out
+    return torch.add(out, shortcut) if how == "torch.add" else out.add_(shortcut)

@@ -24,6 +24,7 @@ from torch import nn  # noqa: E402
 
 from bench import suite_models  # noqa: E402
 from schedules import dynamo  # noqa: E402
+from torch_helpers import ADDS, residual_add  # noqa: E402
 
 ROOT = Path(CHECKOUT)
 AOT = {"inner": "aot_eager"}
@@ -242,19 +243,10 @@ class _Residual(nn.Module):
         self.relu = nn.ReLU(inplace=True)
 
     def forward(self, x):
-        out = self.bn(self.conv(x))
-        if self.how == "iadd":
-            out += x
-        elif self.how == "radd":
-            out = x + out
-        elif self.how == "torch.add":
-            out = torch.add(out, x)
-        else:
-            out = out.add_(x)
-        return self.relu(out)
+        return self.relu(residual_add(self.how, self.bn(self.conv(x)), x))
 
 
-@pytest.mark.parametrize("how", ["iadd", "radd", "torch.add", "add_"])
+@pytest.mark.parametrize("how", ADDS)
 def test_the_residual_add_runs_in_the_conv_in_inference(how):
     """conv -> batch_norm -> add(x) -> relu is one ``conv2d_folded`` with the
     residual in inference (its report names the add); in training the add
