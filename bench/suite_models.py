@@ -12,7 +12,12 @@ build), random weights and BatchNorm statistics from a fixed seed:
 * ``mobilenet_v2``: MobileNetV2 (inverted residuals: 1x1 expand, 3x3
   depthwise, 1x1 project; ReLU6), 3x224x224;
 * ``seq2seq``: Embedding(8000, 256) -> LSTM(256, 2 layers of 256,
-  batch_first) -> Linear(256, 8000) over 32 tokens.
+  batch_first) -> Linear(256, 8000) over 32 tokens;
+* ``resnext_block``: two ResNeXt-50 32x4d bottlenecks (1x1, 3x3 of 32
+  groups, 1x1, BatchNorm, residual adds): conv2_x's (256 channels at
+  56x56, 32 groups of 4) and conv3_x's first (stride 2 to 512 channels at
+  28x28, 32 groups of 8, a downsample conv), input 256x56x56
+  (``--quick``: channels / 8, 16x16).
 
 Each at batch 2 and 16, in inference (eval mode, ``torch.no_grad``) and
 forward + backward (train mode: the loss's gradients of all parameters;
@@ -42,7 +47,7 @@ import functools
 from bench.harness import Case
 
 BATCHES = (2, 16)
-MODELS = ("vgg", "resnet18", "mobilenet_v2", "seq2seq")
+MODELS = ("vgg", "resnet18", "mobilenet_v2", "seq2seq", "resnext_block")
 _reported = set()
 
 
@@ -168,13 +173,52 @@ def seq2seq(quick=False):
     return Seq2Seq()
 
 
+def _bottleneck():
+    from torch import nn
+
+    class Bottleneck(nn.Module):
+        """ResNeXt's block: 1x1 to ``width``, 3x3 of 32 groups, 1x1 to ``co``."""
+
+        def __init__(self, ci, width, co, stride):
+            super().__init__()
+            self.conv1 = nn.Conv2d(ci, width, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.conv2 = nn.Conv2d(width, width, 3, stride, 1, groups=32, bias=False)
+            self.bn2 = nn.BatchNorm2d(width)
+            self.conv3 = nn.Conv2d(width, co, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(co)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = None
+            if stride != 1 or ci != co:
+                self.downsample = nn.Sequential(nn.Conv2d(ci, co, 1, stride, bias=False),
+                                                nn.BatchNorm2d(co))
+
+        def forward(self, x):
+            identity = x if self.downsample is None else self.downsample(x)
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            out += identity
+            return self.relu(out)
+
+    return Bottleneck
+
+
+def resnext_block(quick=False):
+    from torch import nn
+    block, d = _bottleneck(), (8 if quick else 1)
+    widths = (32, 64) if quick else (128, 256)          # (quick: 32 groups of 1 and 2)
+    return nn.Sequential(block(256 // d, widths[0], 256 // d, 1),
+                         block(256 // d, widths[1], 512 // d, 2))
+
+
 def model(name, quick=False):
     """The torch model ``name`` (random weights and BatchNorm statistics,
     seed 0) and a function of the batch giving its input."""
     import torch
     torch.manual_seed(0)
     m = {"vgg": vgg, "resnet18": resnet18, "mobilenet_v2": mobilenet_v2,
-         "seq2seq": seq2seq}[name](quick)
+         "seq2seq": seq2seq, "resnext_block": resnext_block}[name](quick)
     for mod in m.modules():
         if isinstance(mod, torch.nn.BatchNorm2d):
             mod.running_mean.uniform_(-0.1, 0.1)
@@ -182,6 +226,9 @@ def model(name, quick=False):
             torch.nn.init.uniform_(mod.weight, 0.5, 1.5)
     if name == "seq2seq":
         return m, lambda b: torch.randint(0, m.embed.num_embeddings, (b, 8 if quick else 32))
+    if name == "resnext_block":
+        channels, size = (32, 16) if quick else (256, 56)
+        return m, lambda b: torch.randn(b, channels, size, size)
     size = 32 if quick else 224
     return m, lambda b: torch.randn(b, 3, size, size)
 

@@ -187,11 +187,12 @@ class TailChain(FusionGroup):
     (``conv(x, residual=r, tail=True)``): the conv runs the whole chain
     (:meth:`schedules.nn.Conv2d.forward`).  ``add``: None (no residual),
     "add" (``a + b``, ``torch.add``) or "add_" (``+=``, ``Tensor.add_``:
-    the chain's value written)."""
+    the chain's value written); ``function``: the add's name in the traced
+    forward (the report's count of functional calls)."""
 
-    def __init__(self, conv, bn=None, act=None, add=None):
+    def __init__(self, conv, bn=None, act=None, add=None, function=None):
         super().__init__(conv, bn, act)
-        self.add = add
+        self.add, self.function = add, function
 
     def names(self, names):
         parts = [names[id(m)] for m in (self.conv, self.bn) if m is not None]
@@ -279,9 +280,11 @@ def _rewrite_tails(gm, chains, uses):
         else:
             bn = None
         add, residual = _residual_add(_only(value), value)
+        function = None
         if add is not None:
             value = _only(value)
             chain.append(value)
+            function = getattr(value.target, "__name__", value.target)
         act, user = module_after(value)
         if type(act) in ACTIVATIONS:
             chain.append(user)
@@ -297,7 +300,7 @@ def _rewrite_tails(gm, chains, uses):
         chain[-1].replace_all_uses_with(new)
         for n in reversed(chain):
             graph.erase_node(n)
-        tails.append(TailChain(conv, bn, act, add))
+        tails.append(TailChain(conv, bn, act, add, function))
     if tails:
         graph.lint()
         gm.recompile()

@@ -121,13 +121,8 @@ class Conv2d(nn.Conv2d):
 
     def _fused(self, x, group, pad, residual=None):
         """The chain's conv with its BatchNorm folded into the weight and bias
-        and its activation as the epilogue: ReLU inside the kernel (the
-        fused block with ``pool=1``) where that takes the conv, else in the
-        conv kernel's epilogue where the op's implementation runs directly
-        and its solver has one (:func:`schedules.torch_ops.conv2d_then`),
-        else (and under autocast, where conv2d runs in the autocast dtype)
-        applied in place to the conv's fresh output; ``residual`` added
-        before the activation."""
+        and its activation (after ``residual``, where given) as the epilogue
+        (:func:`schedules.torch_fused_ops.folded_conv`)."""
         weight, bias = group.folded(self.weight, self.bias)
         return folded_conv(x, weight, bias, list(self.stride), pad, list(self.dilation),
                            self.groups, group.activation, self.algo, residual=residual)
@@ -559,6 +554,9 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None
             t.conv.__dict__["_tail"] = t
             report.fused.append((t.names(names), _chain_text(t)))
             in_tails |= {id(m) for m in (t.bn, t.act) if m is not None}
+            if report.functions.get(t.function):        # (the add is the conv's now)
+                report.functions[t.function] -= 1
+                report.functions = {k: v for k, v in report.functions.items() if v}
         parent.forward = type(code).forward.__get__(parent)
     # (MaxPool2d subclasses torch's: each module is listed once, by its name)
     ours = tuple(STAND_INS.values()) + (Linear, Conv2d, ConvReLUMaxPool2d, SparseConv2d,

@@ -88,18 +88,13 @@ def folded_conv(x, weight, bias, stride, padding, dilation, groups, activation, 
                 residual=None):
     """``activation(conv2d(x, weight, bias, ...) + residual)`` (NCHW ``x``;
     stride, padding, dilation as lists; ``residual`` None: nothing added):
-    without a residual, ReLU inside the kernel (the fused block with
-    ``pool=1``) where that takes the conv; else in the conv kernel's
-    epilogue where the op's implementation runs directly and its solver has
-    one (:func:`schedules.torch_ops.conv2d_then`), else (and under autocast,
-    where conv2d runs in the autocast dtype) added and applied in place to
-    the conv's fresh output."""
-    in_kernel = (activation == "relu" and algo == "auto" and groups == 1 and residual is None
-                 and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
-                 and not isinstance(padding, str) and weight.dtype == torch.float32
-                 and not torch.is_autocast_enabled("cpu"))     # (conv2d: the autocast dtype)
-    if in_kernel:
-        return T.conv_relu_maxpool_now(x, weight, bias, [1, 1], padding, [1, 1], 1, pool=1)
+    in the conv kernel's epilogue where the op's implementation runs
+    directly and its solver has one (:func:`schedules.torch_ops.conv2d_then`;
+    spatial_pack's and pointwise's apply a ReLU as they write each tile, as
+    the fused block with ``pool=1`` does, which 1x1 convolutions ran slower:
+    3.0 against 2.4 ms at 256 -> 128, 56x56, two images), else (and under
+    autocast, where conv2d runs in the autocast dtype) added and applied in
+    place to the conv's fresh output."""
     return T.conv2d_then(activation, x, weight, bias, list(stride), padding, list(dilation),
                          groups, algo, residual)
 

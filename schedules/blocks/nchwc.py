@@ -55,6 +55,17 @@ def register_block(vb: int, extent: int, spare: int = 0) -> int:
 TAP_BROADCASTS = 2
 
 
+def group_vectors(s: ConvShape) -> list:
+    """The channel blocks (VB) an NCHWc kernel of a grouped ``s`` may take:
+    each block inside one group (VB divides the group's output channels):
+    two vectors, one, or half of one; empty where none does (and for
+    ``groups=1``, which takes any)."""
+    lanes, cog = host().lanes(4), s.co // max(1, s.groups)
+    if s.groups == 1:
+        return []
+    return [v for v in (2 * lanes, lanes, lanes // 2) if v >= 4 and cog % v == 0]
+
+
 def register_tile(s: ConvShape) -> tuple:
     """``(vb, xb)``, the default register block of :func:`blocked_conv`:
     two vectors of output channels (half the broadcasts per product of one),
@@ -62,9 +73,11 @@ def register_tile(s: ConvShape) -> tuple:
     vector covers a row in fewer column blocks: each block of a row streams
     those weights again (512 -> 512 at 14 columns: one vector x 14 columns,
     one pass, not two vectors x 7 from L3 twice, 3% faster on Zen 4; at 64
-    or 128 channels two vectors were 13-17% faster)."""
+    or 128 channels two vectors were 13-17% faster).  Grouped: the blocks
+    of :func:`group_vectors`."""
     lanes = host().lanes(4)
-    options = [v for v in (2 * lanes, lanes) if s.co % v == 0] or [s.co]
+    options = group_vectors(s) if s.groups > 1 else \
+        [v for v in (2 * lanes, lanes) if s.co % v == 0] or [s.co]
     tiles = [(v, register_block(v, s.wo, TAP_BROADCASTS)) for v in options]
     (v, xb), rest = tiles[0], tiles[1:]
     weights = s.ci // s.groups * s.kh * s.kw * v * 4
@@ -135,24 +148,27 @@ def blocked_conv(f, X, Wt, B, s: ConvShape, vb=None, xb=None, per_image=False, s
     xpk, cb = packed_input(f, X, s, f.var("pn", 0, s.n), per_image, source, band)
     if not per_image and not band:
         xpk.parallelize("pn" if s.n >= host().cores else "icb")
-    # weights [Co/VB][Ci][Kh][Kw][VB]: given so, or packed here at every call
+    # weights [Co/VB][Ci/groups][Kh][Kw][VB]: given so, or packed here at every call
+    cig = s.ci // s.groups
     if len(Wt.shape) == 5:
         wpk = Wt
     else:
         wo_, wc, wy, wx, wv = (f.var(nm, 0, e) for nm, e in
-                               (("wb", cob), ("wci", s.ci), ("wky", s.kh), ("wkx", s.kw),
+                               (("wb", cob), ("wci", cig), ("wky", s.kh), ("wkx", s.kw),
                                 ("wv", vb)))
         wpk = f.computation("w_packed", [wo_, wc, wy, wx, wv], Wt[wo_ * vb + wv, wc, wy, wx])
         wpk.parallelize("wb" if cob >= 2 * host().cores else "wci")
     # output [n][Co/VB][Ho][Wo][VB], XB columns x VB channels in registers
     n, ob = f.var("n", 0, s.n), f.var("ob", 0, cob)
     y, x, v = f.var("y", 0, s.ho), f.var("x", 0, s.wo), f.var("v", 0, vb)
-    ci = f.var("ci", 0, s.ci)
+    ci = f.var("ci", 0, cig)
+    # the input channel: of the block's group (each block inside one group)
+    chan = ci if s.groups == 1 else (ob // (s.co // s.groups // vb)) * cig + ci
     ky, kx = taps(f, s, y, x)
     with f.nest(n, ob, y):      # each output row is initialised, then accumulated
         outc = f.computation("out_blocked", [n, ob, y, x, v], B[ob * vb + v] if B is not None else 0.0)
-        outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, ci // cb, y * s.sh + ky * s.dh,
-                                                              x * s.sw + kx * s.dw, ci % cb]
+        outc[n, ob, y, x, v] += wpk[ob, ci, ky, kx, v] * xpk[n, chan // cb, y * s.sh + ky * s.dh,
+                                                              x * s.sw + kx * s.dw, chan % cb]
     if xb is None:
         xb = register_block(vb, s.wo, TAP_BROADCASTS)
     u = outc.update

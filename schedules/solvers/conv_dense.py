@@ -30,7 +30,7 @@ import tiramisu_py as tp
 from ..blocks.blis import blis, default_params
 from ..blocks.conv_common import (ConvSolver, PerGroupSolver, conv_inputs, padded,
                                   residual_input, taps)
-from ..blocks.nchwc import register_tile, tiled_block
+from ..blocks.nchwc import group_vectors, register_tile, tiled_block
 from ..core.kernels import kernel
 from ..host import host
 from ..problems.conv import ConvShape
@@ -138,8 +138,9 @@ def spatial_pack(s: ConvShape, bias=True, vb=None, xb=None, parallel=None, rows=
     packing ``weight`` at every call.  ``activation``: "relu" / "relu6"
     applied as each tile is unpacked (:func:`~schedules.blocks.conv_common.epilogue`),
     after the input ``residual`` is added where ``residual``."""
-    if s.groups != 1:
-        raise ValueError("spatial_pack: groups must be 1")
+    if s.groups != 1 and not group_vectors(s):
+        raise ValueError("spatial_pack: groups must be 1, or each group's output channels a "
+                         f"multiple of {host().lanes(4) // 2}")
     vb = vb or register_tile(s)[0]
     f, X, Wt, B = conv_inputs("conv2d_spatial_pack", s, bias, packed_vb=vb if packed else None)
     tiled_block(f, X, Wt, B, s, pool=1, rows=rows, parallel=parallel, vb=vb, xb=xb,
@@ -240,11 +241,14 @@ class Im2col(PerGroupSolver):
 
 class SpatialPack(PerGroupSolver):
     """:func:`spatial_pack` on the weight packed once
-    (:func:`schedules.weights.conv.packed_weight`), run per group (a
-    schedule of one group).  With ``groups > 1`` it runs one kernel per
-    group, not checked bit for bit against direct's grouped loop nest (a
-    one-channel group can round apart), so "auto" offers it for
-    ``groups=1`` only.  Its kernels apply a ReLU / ReLU6 as they unpack each
+    (:func:`schedules.weights.conv.packed_weight`).  Grouped where a block
+    of channels fits in a group (:func:`~schedules.blocks.nchwc.group_vectors`:
+    ResNeXt's 32 groups of 8 or more channels) one kernel of every group,
+    each block reading its group's input channels: direct's sums in direct's
+    order, so "auto" offers it; other groupings run one kernel per group
+    (not checked bit for bit against direct's grouped loop nest: a
+    one-channel group can round apart), which "auto" does not offer.  Its
+    kernels apply a ReLU / ReLU6 and add a residual as they unpack each
     tile."""
     op = "conv2d"
     name = "spatial_pack"
@@ -256,12 +260,21 @@ class SpatialPack(PerGroupSolver):
         return _float32_only(p, super().applicable(p))
 
     def numerics_for(self, p):
-        return self.numerics if p.shape.groups == 1 else "per_group"
+        return self.numerics if p.shape.groups == 1 or group_vectors(p.shape) else "per_group"
+
+    def run(self, p, args, values=None):
+        if group_vectors(p.shape):            # grouped, one kernel
+            return self.run_group(p, args, values)
+        return super().run(p, args, values)
+
+    def runner(self, p):
+        return self.group_runner(p) if group_vectors(p.shape) else super().runner(p)
 
     def space(self, p):
         lanes = host().lanes(4)
         s = p.shape
-        return {"vb": [v for v in (lanes, 2 * lanes) if s.co % v == 0],
+        return {"vb": group_vectors(s) if s.groups > 1 else
+                [v for v in (lanes, 2 * lanes) if s.co % v == 0],
                 "xb": [x for x in (2, 4, 6, 7, 8, 14) if x <= max(1, s.wo)],
                 "rows": [r for r in (1, 2, 4, 8, 16) if r <= max(1, s.ho)],
                 "parallel": ["n", "c"]}

@@ -122,8 +122,8 @@ def test_in_eval_mode_the_shortcut_reaches_the_kernel(monkeypatch):
     seen, real = [], torch_ops.conv2d_then
     monkeypatch.setattr(torch_ops, "conv2d_then", lambda *a: seen.append(
         (a[0], a[9] is not None)) or real(*a))
-    # (conv1's ReLU runs in the fused block with pool=1, not through conv2d_then)
-    for how, want in (("iadd", [("relu", True)]), ("broadcast", [(None, False)])):
+    for how, want in (("iadd", [("relu", False), ("relu", True)]),
+                      ("broadcast", [("relu", False), (None, False)])):
         seen.clear()
         ours = snn.convert(_stats(Tail(how))).eval()
         with torch.no_grad():
