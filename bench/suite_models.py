@@ -75,6 +75,15 @@ def vgg(quick=False):
                          nn.Dropout(), nn.Linear(hidden, 10 if quick else 1000))
 
 
+def _downsample(ci, co, stride):
+    """A residual block's shortcut: None (the identity), or a strided 1x1
+    conv and BatchNorm where the shape changes."""
+    from torch import nn
+    if stride == 1 and ci == co:
+        return None
+    return nn.Sequential(nn.Conv2d(ci, co, 1, stride, bias=False), nn.BatchNorm2d(co))
+
+
 def _basic_block():
     from torch import nn
 
@@ -86,10 +95,7 @@ def _basic_block():
             self.relu = nn.ReLU(inplace=True)
             self.conv2 = nn.Conv2d(co, co, 3, 1, 1, bias=False)
             self.bn2 = nn.BatchNorm2d(co)
-            self.downsample = None
-            if stride != 1 or ci != co:
-                self.downsample = nn.Sequential(nn.Conv2d(ci, co, 1, stride, bias=False),
-                                                nn.BatchNorm2d(co))
+            self.downsample = _downsample(ci, co, stride)
 
         def forward(self, x):
             identity = x if self.downsample is None else self.downsample(x)
@@ -188,10 +194,7 @@ def _bottleneck():
             self.conv3 = nn.Conv2d(width, co, 1, bias=False)
             self.bn3 = nn.BatchNorm2d(co)
             self.relu = nn.ReLU(inplace=True)
-            self.downsample = None
-            if stride != 1 or ci != co:
-                self.downsample = nn.Sequential(nn.Conv2d(ci, co, 1, stride, bias=False),
-                                                nn.BatchNorm2d(co))
+            self.downsample = _downsample(ci, co, stride)
 
         def forward(self, x):
             identity = x if self.downsample is None else self.downsample(x)
