@@ -143,10 +143,10 @@ def weight_grad(g, x, s: ConvShape, compiled, gemm, batched_gemm):
                           lambda: blocked_depthwise_grad_weight(s))(data=x, grad=g)
         return compiled(("depthwise_grad_weight", s), lambda: depthwise_grad_weight(s))(data=x,
                                                                                        grad=g)
-    if s.groups != 1:
-        return None
     if blocked_applies(s):
         return compiled(("grad_weight_blocked", s), lambda: blocked_grad_weight(s))(data=x, grad=g)
+    if s.groups != 1:
+        return None
     if (s.kh, s.kw, s.sh, s.sw, s.ph, s.pw) == (1, 1, 1, 1, 0, 0) and s.n <= 2:
         p, gw = s.ho * s.wo, None
         for i in range(s.n):
@@ -393,11 +393,19 @@ def depthwise_grad_weight(s: ConvShape):
     return f
 
 
-def vector_of(channels) -> int:
+def vector_of(channels, least=8) -> int:
     """The channels per vector of the blocked gradient kernels: the SIMD
-    lanes, or half of them (at least 8), that divide ``channels``; 0: none."""
+    lanes, or half or a quarter of them (at least ``least``), that divide
+    ``channels``; 0: none."""
     lanes = host().lanes(4)
-    return next((v for v in (lanes, lanes // 2) if v >= 8 and channels % v == 0), 0)
+    return next((v for v in (lanes, lanes // 2, lanes // 4) if v >= least and channels % v == 0),
+                0)
+
+
+def group_vector(s: ConvShape) -> int:
+    """:func:`vector_of` a group's output channels (a grouped convolution's
+    blocks each inside one group: 4 channels and up)."""
+    return vector_of(s.co // s.groups, 8 if s.groups == 1 else 4)
 
 
 def _packed_grad(f, G, s: ConvShape, vb):
@@ -434,8 +442,8 @@ BLOCKED_PIXELS = 256    # the blocked kernel's least pixels (images x Ho x Wo) t
 
 def blocked_applies(s: ConvShape) -> bool:
     """Whether :func:`blocked_grad_weight` takes ``s`` (and, measured, beats
-    the GEMMs of :func:`grad_weight`): one group, Co a multiple of a vector
-    (or half of one) and at least :data:`BLOCKED_PIXELS` pixels over the
+    the GEMMs of :func:`grad_weight`): a group's Co a multiple of a vector
+    (or of half of one; grouped, of a quarter) and at least :data:`BLOCKED_PIXELS` pixels over the
     images -- fewer sum too briefly to pay for a block's setup (512@7, 3x3,
     two images: 5.1 ms against the GEMMs' 3.0; sixteen images 19.2 / 19.3)
     -- and, for a block of several input channels (:func:`channel_block`),
@@ -446,32 +454,34 @@ def blocked_applies(s: ConvShape) -> bool:
     MobileNet's 3x3 stride-2 stem 0.38 / 1.13."""
     cib = channel_block(s)
     block = cib * s.n * s.hp * s.wp * 4             # a block's padded input, bytes
-    return (s.groups == 1 and vector_of(s.co) > 0 and s.n * s.ho * s.wo >= BLOCKED_PIXELS
+    return (group_vector(s) > 0 and s.n * s.ho * s.wo >= BLOCKED_PIXELS
             and (cib == 1 or block <= host().l2 // 2))
 
 
 def channel_block(s: ConvShape) -> int:
     """Input channels per register block of :func:`blocked_grad_weight`: a
     kernel of few taps (a 1x1 has one) sums a block of them, a divisor of
-    Ci, for :data:`TAPS` sums in all."""
-    return largest_divisor(s.ci, max(1, TAPS // (s.kh * s.kw)))
+    group's Ci, for :data:`TAPS` sums in all."""
+    return largest_divisor(s.ci // s.groups, max(1, TAPS // (s.kh * s.kw)))
 
 
 def blocked_grad_weight(s: ConvShape, vb=None):
     """``grad_weight[co, ci, ky, kx] = sum_{n, y, x} grad[n, co, y, x] *
     data[n, ci, y * sh + ky * dh - ph, x * sw + kx * dw - pw]`` of a dense
-    convolution of one group, no column matrix: the gradient packed
+    convolution, no column matrix (grouped: ``ci`` of the block's group,
+    each block of channels inside one): the gradient packed
     ``[Co/VB][N][Ho][Wo][VB]`` (VB output channels a vector, ``vb``,
-    dividing Co), and per (block of channels, input channel) that channel's
+    dividing a group's Co), and per (block of channels, input channel) that channel's
     padded images (``x_channel``, each thread its own) and the sums of the
     taps kept in registers over every pixel -- VB channels x the taps
     (every tap of a kernel of at most 12, else a row of them), one vector
     load of the gradient and one broadcast of the input per tap and pixel,
     then written out ``Co x Ci x Kh x Kw``.  Blocks of channels in parallel
     (input channels where there are fewer blocks than cores)."""
-    vb = vb or vector_of(s.co)
-    if not vb or s.co % vb or s.groups != 1:
-        raise ValueError(f"blocked_grad_weight: needs groups=1 and Co a multiple of the vector "
+    vb = vb or group_vector(s)
+    cog, cig = s.co // s.groups, s.ci // s.groups
+    if not vb or cog % vb:
+        raise ValueError(f"blocked_grad_weight: needs a group's Co a multiple of the vector "
                          f"(got {s.co} channels, groups={s.groups}, vb={vb})")
     cob = s.co // vb
     f = tp.Function("conv_grad_weight_blocked", params={})
@@ -481,10 +491,11 @@ def blocked_grad_weight(s: ConvShape, vb=None):
     gp = _packed_grad(f, G, s, vb)
     xp = _padded_channel(f, X, s, cib)
     b, c, ky, kx, v = (f.var(nm, 0, e) for nm, e in
-                       (("b", cob), ("c", s.ci), ("ky", s.kh), ("kx", s.kw), ("v", vb)))
+                       (("b", cob), ("c", cig), ("ky", s.kh), ("kx", s.kw), ("v", vb)))
     n, y, x = f.var("n", 0, s.n), f.var("y", 0, s.ho), f.var("x", 0, s.wo)
+    chan = c if s.groups == 1 else (b // (cog // vb)) * cig + c      # (the block's group)
     acc = f.computation("sums", [b, c, ky, kx, v], 0.0)
-    acc[b, c, ky, kx, v] += gp[b, n, y, x, v] * xp[c, n, y * s.sh + ky * s.dh,
+    acc[b, c, ky, kx, v] += gp[b, n, y, x, v] * xp[chan, n, y * s.sh + ky * s.dh,
                                                    x * s.sw + kx * s.dw]
     u = acc.update
     if cib > 1:
@@ -493,7 +504,7 @@ def blocked_grad_weight(s: ConvShape, vb=None):
                        ("c1",) if cib > 1 else ())
     acc.vectorize("v", vb)
     co, ci, oy, ox = (f.var(nm, 0, e) for nm, e in
-                      (("co", s.co), ("ci", s.ci), ("oy", s.kh), ("ox", s.kw)))
+                      (("co", s.co), ("ci", cig), ("oy", s.kh), ("ox", s.kw)))
     out = f.computation("grad_weight", [co, ci, oy, ox], acc[co // vb, ci, oy, ox, co % vb])
     outer_c = "c0" if cib > 1 else "c"
     u.parallelize("b" if cob >= host().cores else outer_c)

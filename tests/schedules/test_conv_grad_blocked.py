@@ -14,38 +14,44 @@ torch = pytest.importorskip("torch", reason="compares with torch's weight gradie
 import schedules.torch_ops  # noqa: E402,F401  (registers torch.ops.tiramisu)
 
 
-# (n, ci, h, w, co, k, stride, padding, dilation): a 3x3 kernel (every tap in
+# (n, ci, h, w, co, k, stride, padding, dilation, groups): a 3x3 kernel (every tap in
 # registers), a 7x7 stride-2 stem (a row of taps at a time), a dilated 2x2
-# (3 input channels a block), a 1x1 (12 a block) and a 1x1 of 14 (7 a block)
-CASES = [(2, 5, 9, 11, 16, 3, 1, 1, 1), (1, 3, 20, 18, 32, 7, 2, 3, 1),
-         (3, 6, 10, 10, 8, 2, 1, 1, 2), (2, 24, 7, 9, 16, 1, 1, 0, 1),
-         (1, 14, 6, 6, 16, 1, 2, 0, 1)]
+# (3 input channels a block), a 1x1 (12 a block) and a 1x1 of 14 (7 a block);
+# grouped: ResNeXt's 32 groups of 4 and of 8 channels (strided), 2 groups of 3 -> 16
+CASES = [(2, 5, 9, 11, 16, 3, 1, 1, 1, 1), (1, 3, 20, 18, 32, 7, 2, 3, 1, 1),
+         (3, 6, 10, 10, 8, 2, 1, 1, 2, 1), (2, 24, 7, 9, 16, 1, 1, 0, 1, 1),
+         (1, 14, 6, 6, 16, 1, 2, 0, 1, 1), (2, 128, 9, 9, 128, 3, 1, 1, 1, 32),
+         (1, 256, 10, 11, 256, 3, 2, 1, 1, 32), (2, 6, 8, 8, 32, 3, 1, 1, 1, 2)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
 def test_blocked_kernel_is_torchs_gradient(case):
-    n, ci, h, w, co, k, stride, padding, dilation = case
-    s = ConvShape(n, ci, h, w, co, k, k, stride, padding, dilation)
+    n, ci, h, w, co, k, stride, padding, dilation, groups = case
+    s = ConvShape(n, ci, h, w, co, k, k, stride, padding, dilation, groups)
     g = torch.Generator().manual_seed(0)
     x, gy = torch.randn(n, ci, h, w, generator=g), torch.randn(n, co, s.ho, s.wo, generator=g)
     ours = conv_grad.blocked_grad_weight(s).compile()(data=x, grad=gy)
-    want = torch.nn.grad.conv2d_weight(x, (co, ci, k, k), gy, stride, padding, dilation)
+    want = torch.nn.grad.conv2d_weight(x, (co, ci // groups, k, k), gy, stride, padding,
+                                       dilation, groups)
     torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-4)
 
 
 def test_where_the_blocked_kernel_applies():
-    """Enough pixels over the images (else a block sums too briefly), one
-    group, Co a multiple of a vector (or of half of one, at least 8)."""
+    """Enough pixels over the images (else a block sums too briefly), a
+    group's Co a multiple of a vector (or of half of one, at least 8;
+    grouped, of a quarter, at least 4)."""
     assert conv_grad.blocked_applies(ConvShape(2, 64, 56, 56, 64, 3, 3, 1, 1))
     assert not conv_grad.blocked_applies(ConvShape(2, 512, 7, 7, 512, 3, 3, 1, 1))   # 98 px
     assert conv_grad.blocked_applies(ConvShape(16, 512, 7, 7, 512, 3, 3, 1, 1))
     assert not conv_grad.blocked_applies(ConvShape(2, 8, 16, 16, 12, 3, 3, 1, 1))   # Co 12
-    assert not conv_grad.blocked_applies(ConvShape(2, 8, 16, 16, 16, 3, 3, 1, 1, 1, 2))
+    assert conv_grad.blocked_applies(ConvShape(2, 8, 16, 16, 16, 3, 3, 1, 1, 1, 2))
+    assert conv_grad.blocked_applies(ConvShape(2, 128, 56, 56, 128, 3, 3, 1, 1, 1, 32))
+    assert not conv_grad.blocked_applies(ConvShape(2, 64, 16, 16, 64, 3, 3, 1, 1, 1, 32))
     # a block of input channels whose padded images overflow half of L2
     assert conv_grad.channel_block(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0)) == 8
     assert not conv_grad.blocked_applies(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0))
     assert conv_grad.blocked_applies(ConvShape(2, 144, 56, 56, 24, 1, 1, 1, 0))
-    with pytest.raises(ValueError, match="blocked_grad_weight: needs groups=1 and Co a multiple"):
+    with pytest.raises(ValueError, match="blocked_grad_weight: needs a group's Co a multiple"):
         conv_grad.blocked_grad_weight(ConvShape(2, 8, 16, 16, 12, 3, 3, 1, 1))
 
 
