@@ -437,6 +437,7 @@ def _sums_in_registers(u, s: ConvShape, outer, pixels, vb, channels=()):
 
 
 TAPS = 12                   # the sums a register block holds per vector of channels
+FRESH_BYTES = 128 << 10     # glibc's first mmap threshold: larger blocks are fresh pages
 BLOCKED_PIXELS = 256    # the blocked kernel's least pixels (images x Ho x Wo) to sum over
 
 
@@ -455,7 +456,26 @@ def blocked_applies(s: ConvShape) -> bool:
     cib = channel_block(s)
     block = cib * s.n * s.hp * s.wp * 4             # a block's padded input, bytes
     return (group_vector(s) > 0 and s.n * s.ho * s.wo >= BLOCKED_PIXELS
-            and (cib == 1 or block <= host().l2 // 2))
+            and (cib == 1 or block <= host().l2 // 2) and not _gemms_win(s, block))
+
+
+def _gemms_win(s: ConvShape, block) -> bool:
+    """Whether the GEMMs beat the blocked kernel on a 1x1 convolution of
+    one group, unpadded, at most two images (a stride-1 one's per-image
+    GEMMs, a strided one's im2col GEMMs).  The blocked kernel makes each
+    block of input channels' images once per block of output channels, in
+    a buffer allocated in the loop (above :data:`FRESH_BYTES`, fresh pages
+    from the system each time): the GEMMs win at stride 1 with more than
+    four blocks of output channels and such a buffer (32 -> 192 at 56x56,
+    two images: 7.3 ms against 0.78; 128 -> 256 12-17 against 2.9; 144 ->
+    24, three blocks: 0.64 against 1.05), and at any stride with a large
+    weight (256 -> 512 at 28x28: 2.9 against 2.4; stride 2 at 56x56: 4.6
+    against 3.1)."""
+    if (s.kh, s.kw, s.ph, s.pw) != (1, 1, 0, 0) or s.n > 2 or s.groups != 1:
+        return False
+    blocks = s.co // group_vector(s)
+    return ((s.sh, s.sw) == (1, 1) and blocks > 4 and block >= FRESH_BYTES) \
+        or s.co * s.ci >= 1 << 17
 
 
 def channel_block(s: ConvShape) -> int:

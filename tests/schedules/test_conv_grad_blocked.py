@@ -51,6 +51,13 @@ def test_where_the_blocked_kernel_applies():
     assert conv_grad.channel_block(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0)) == 8
     assert not conv_grad.blocked_applies(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0))
     assert conv_grad.blocked_applies(ConvShape(2, 144, 56, 56, 24, 1, 1, 1, 0))
+    # a pointwise conv's GEMMs where each of many blocks of output channels would
+    # make a block of input images in fresh memory, or the weight is large
+    assert not conv_grad.blocked_applies(ConvShape(2, 32, 56, 56, 192, 1, 1, 1, 0))
+    assert conv_grad.blocked_applies(ConvShape(2, 32, 28, 28, 192, 1, 1, 1, 0))
+    assert not conv_grad.blocked_applies(ConvShape(2, 256, 28, 28, 512, 1, 1, 1, 0))
+    assert not conv_grad.blocked_applies(ConvShape(2, 256, 56, 56, 512, 1, 1, 2, 0))
+    assert conv_grad.blocked_applies(ConvShape(2, 64, 56, 56, 128, 1, 1, 2, 0))
     with pytest.raises(ValueError, match="blocked_grad_weight: needs a group's Co a multiple"):
         conv_grad.blocked_grad_weight(ConvShape(2, 8, 16, 16, 12, 3, 3, 1, 1))
 
