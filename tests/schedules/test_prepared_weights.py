@@ -475,15 +475,16 @@ def test_owned_sources_are_found_by_identity_and_never_reused_for_another():
 
 
 def test_folded_batchnorm_conv_packs_each_fold_once_and_sees_changes():
-    """A converted Conv2d + BatchNorm2d + ReLU in eval mode: the fold is
-    compared with the module's tensors, the packed weight made from the
-    folded one (owned by the cache) is found by identity; a BatchNorm
-    statistic written through ``.data`` is seen, every time (the new folded
-    weight is a new source, even at the old one's address)."""
+    """A converted Conv2d + BatchNorm2d + ReLU in eval mode (spatial_pack's
+    kernel, which packs its weight): the fold is compared with the module's
+    tensors, the packed weight made from the folded one (owned by the
+    cache) is found by identity; a BatchNorm statistic written through
+    ``.data`` is seen, every time (the new folded weight is a new source,
+    even at the old one's address)."""
     import schedules.nn
     m = torch.nn.Sequential(torch.nn.Conv2d(4, 16, 3, padding=1), torch.nn.BatchNorm2d(16),
                             torch.nn.ReLU()).eval()
-    ours = schedules.nn.convert(__import__("copy").deepcopy(m)).eval()
+    ours = schedules.nn.convert(__import__("copy").deepcopy(m), algo="spatial_pack").eval()
     x = torch.randn(2, 4, 8, 8)
     with torch.no_grad():
         for step in range(4):
