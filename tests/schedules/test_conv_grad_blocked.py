@@ -118,3 +118,42 @@ def test_the_ops_backward_takes_the_depthwise_kernel_by_channels(monkeypatch):
             grads.append(ws.grad)
         torch.testing.assert_close(*grads, rtol=1e-4, atol=1e-4)
     assert built == [16]
+
+
+# (n, c, h, w, k, stride, padding): MobileNet's 3x3 stride 2 (even and odd maps),
+# a 5x5 of padding 2, stride 3 (a phase of one tap), a 2x2 (a phase no tap reaches)
+DEPTHWISE_INPUT = [(2, 16, 12, 12, 3, 2, 1), (1, 32, 9, 11, 3, 2, 1), (2, 16, 10, 10, 5, 2, 2),
+                   (1, 16, 8, 7, 3, 3, 1), (1, 16, 7, 7, 1, 2, 0)]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_INPUT, ids=lambda c: "x".join(map(str, c)))
+def test_blocked_depthwise_input_gradient_is_torchs(case):
+    n, c, h, w, k, stride, padding = case
+    s = ConvShape(n, c, h, w, c, k, k, stride, padding, 1, c)
+    g = torch.Generator().manual_seed(4)
+    wt, gy = torch.randn(c, 1, k, k, generator=g), torch.randn(n, c, s.ho, s.wo, generator=g)
+    ours = conv_grad.blocked_depthwise_grad_input(s).compile()(grad=gy, weight=wt)
+    want = torch.nn.grad.conv2d_input((n, c, h, w), wt, gy, stride, padding, 1, c)
+    torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="blocked_depthwise_grad_input: needs a strided"):
+        conv_grad.blocked_depthwise_grad_input(ConvShape(n, c, h, w, c, k, k, 1, padding, 1, c))
+
+
+def test_the_ops_backward_takes_the_depthwise_input_kernel(monkeypatch):
+    """A strided depthwise conv of 16 channels: its input's gradient by the
+    blocked kernel; of 12 channels, the spread-out gradient convolved."""
+    built = []
+    real = conv_grad.blocked_depthwise_grad_input
+    monkeypatch.setattr(conv_grad, "blocked_depthwise_grad_input",
+                        lambda s: built.append(s.ci) or real(s))
+    g = torch.Generator().manual_seed(5)
+    for c in (16, 12):
+        x, w = torch.randn(2, c, 11, 10, generator=g), torch.randn(c, 1, 3, 3, generator=g)
+        grads = []
+        for conv in (torch.ops.tiramisu.conv2d, torch.conv2d):
+            xs = x.clone().requires_grad_()
+            y = conv(xs, w, None, [2, 2], [1, 1], [1, 1], c)
+            y.backward(torch.ones_like(y))
+            grads.append(xs.grad)
+        torch.testing.assert_close(*grads, rtol=1e-5, atol=1e-5)
+    assert built == [16]
