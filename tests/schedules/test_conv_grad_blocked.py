@@ -109,15 +109,23 @@ def test_the_ops_backward_takes_the_depthwise_kernel_by_channels(monkeypatch):
     assert conv_grad.vector_of(16) and not conv_grad.vector_of(12)
     g = torch.Generator().manual_seed(3)
     for c in (16, 12):
-        x, w = torch.randn(2, c, 10, 9, generator=g), torch.randn(c, 1, 3, 3, generator=g)
-        grads = []
-        for conv in (torch.ops.tiramisu.conv2d, torch.conv2d):
-            ws = w.clone().requires_grad_()
-            y = conv(x, ws, None, [2, 2], [1, 1], [1, 1], c)
-            y.backward(torch.ones_like(y))
-            grads.append(ws.grad)
-        torch.testing.assert_close(*grads, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(*_strided_depthwise_grads(c, (2, c, 10, 9), g, "weight"),
+                                   rtol=1e-4, atol=1e-4)
     assert built == [16]
+
+
+def _strided_depthwise_grads(c, shape, g, wrt):
+    """The gradient (of the input or of the weight, ``wrt``) of a 3x3
+    stride-2 depthwise conv of ``c`` channels by ``tiramisu::conv2d`` and by
+    torch."""
+    x, w = torch.randn(*shape, generator=g), torch.randn(c, 1, 3, 3, generator=g)
+    grads = []
+    for conv in (torch.ops.tiramisu.conv2d, torch.conv2d):
+        xs, ws = x.clone().requires_grad_(wrt == "input"), w.clone().requires_grad_(wrt == "weight")
+        y = conv(xs, ws, None, [2, 2], [1, 1], [1, 1], c)
+        y.backward(torch.ones_like(y))
+        grads.append(xs.grad if wrt == "input" else ws.grad)
+    return grads
 
 
 # (n, c, h, w, k, stride, padding): MobileNet's 3x3 stride 2 (even and odd maps),
@@ -148,12 +156,6 @@ def test_the_ops_backward_takes_the_depthwise_input_kernel(monkeypatch):
                         lambda s: built.append(s.ci) or real(s))
     g = torch.Generator().manual_seed(5)
     for c in (16, 12):
-        x, w = torch.randn(2, c, 11, 10, generator=g), torch.randn(c, 1, 3, 3, generator=g)
-        grads = []
-        for conv in (torch.ops.tiramisu.conv2d, torch.conv2d):
-            xs = x.clone().requires_grad_()
-            y = conv(xs, w, None, [2, 2], [1, 1], [1, 1], c)
-            y.backward(torch.ones_like(y))
-            grads.append(xs.grad)
-        torch.testing.assert_close(*grads, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(*_strided_depthwise_grads(c, (2, c, 11, 10), g, "input"),
+                                   rtol=1e-5, atol=1e-5)
     assert built == [16]
