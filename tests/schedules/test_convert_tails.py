@@ -129,3 +129,19 @@ def test_in_eval_mode_the_shortcut_reaches_the_kernel(monkeypatch):
         with torch.no_grad():
             ours(torch.randn(2, 8, 6, 6))
         assert seen == want, (how, seen)
+
+
+def test_the_rewritten_forward_compiles_whole():
+    """``torch.compile(converted, fullgraph=True)`` traces the rewritten
+    forward and the tail's conv call: torch's values in both modes."""
+    torch._dynamo.reset()
+    model = _stats(Tail("iadd"))
+    ours = snn.convert(copy.deepcopy(model))
+    x = torch.randn(4, 8, 6, 6)
+    for mode in ("eval", "train"):
+        getattr(model, mode)(), getattr(ours, mode)()
+        compiled = torch.compile(ours, fullgraph=True, backend="aot_eager")
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x.clone()), model(x.clone()), rtol=2e-5,
+                                       atol=2e-5)
+    torch._dynamo.reset()
