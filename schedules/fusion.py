@@ -261,7 +261,7 @@ def _rewrite_tails(gm, chains, uses):
 
     def module_after(value):
         """The child module that alone consumes ``value`` (with its node)."""
-        user = _only(value)
+        user = only_user(value)
         if user is None or user.op != "call_module" or len(user.args) != 1 or user.kwargs:
             return None, None
         return mods.get(user.target), user
@@ -279,10 +279,10 @@ def _rewrite_tails(gm, chains, uses):
             value = user
         else:
             bn = None
-        add, residual = _residual_add(_only(value), value)
+        add, residual = residual_add(only_user(value), value)
         function = None
         if add is not None:
-            value = _only(value)
+            value = only_user(value)
             chain.append(value)
             function = getattr(value.target, "__name__", value.target)
         act, user = module_after(value)
@@ -307,13 +307,18 @@ def _rewrite_tails(gm, chains, uses):
     return tails
 
 
-def _only(node):
+def only_user(node):
+    """The one user of the FX node ``node``, else None (none, several, or no node)."""
     return next(iter(node.users)) if node is not None and len(node.users) == 1 else None
 
 
-def _residual_add(node, value):
-    """``(kind, other)`` where ``node`` is ``value + other`` (see
-    :class:`TailChain`), else ``(None, None)``."""
+def residual_add(node, value):
+    """``(kind, other)`` where the FX node ``node`` is ``value + other``
+    (``+``, ``+=``, ``torch.add``, ``Tensor.add``/``add_`` without ``alpha``;
+    ``other`` a node that is not ``value``; an in-place add writing
+    ``value``), ``kind`` "add" or "add_" (see :class:`TailChain`), else
+    ``(None, None)``.  Also the ``torch.compile`` backend's match
+    (:mod:`schedules.graph_rewrite`)."""
     if node is None or not (node.op == "call_function" and node.target in ADDS
                             or node.op == "call_method" and node.target in ("add", "add_")):
         return None, None
@@ -354,4 +359,5 @@ class ConvertReport:
 
 
 __all__ = ["FusionGroup", "TailChain", "FoldedBatchNorm2d", "FusedReLU", "FusedReLU6",
-           "STAND_INS", "find_chains", "find_tails", "ConvertReport"]
+           "STAND_INS", "find_chains", "find_tails", "only_user", "residual_add",
+           "ConvertReport"]

@@ -38,6 +38,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from . import torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
 from . import torch_fused_ops  # noqa: F401
+from .fusion import only_user, residual_add
 
 F = torch.nn.functional
 ops = torch.ops.tiramisu
@@ -189,33 +190,18 @@ def _activation(node):
     return None
 
 
-ADD = (operator.add, operator.iadd, torch.add)
-IN_PLACE_ADD = (operator.iadd, "add_")          # (they write their first operand)
-
-
 def _residual(node, operand):
-    """The other operand of ``node`` where it is ``operand + residual`` (a
-    residual of ``operand``'s shape, float32 on the CPU, not ``operand``
-    itself; an in-place add writing ``operand``), else None."""
-    if node is None or not (node.op == "call_function" and node.target in ADD
-                            or node.op == "call_method" and node.target in ("add", "add_")):
-        return None
-    if node.kwargs or len(node.args) != 2 or operand not in node.args:
-        return None
-    other = node.args[1] if node.args[0] is operand else node.args[0]
-    if node.target in IN_PLACE_ADD and node.args[0] is not operand:
-        return None
-    if not isinstance(other, torch.fx.Node) or other is operand or _float32_cpu(other):
+    """The other operand of ``node`` where it is ``operand + residual``
+    (:func:`schedules.fusion.residual_add`) with a residual of ``operand``'s
+    shape, float32 on the CPU, else None."""
+    other = residual_add(node, operand)[1]
+    if other is None or _float32_cpu(other):
         return None
     mine, theirs = _value(operand), _value(other)
     if mine is None or mine.dim() != theirs.dim() or not all(
             statically_known_true(a == b) for a, b in zip(mine.shape, theirs.shape)):
         return None
     return other
-
-
-def _only_user(node):
-    return next(iter(node.users)) if len(node.users) == 1 else None
 
 
 def _pool_of(node):
@@ -294,12 +280,12 @@ class _Rewriter:
             return self.keep(node, why)
         conf = [a[k] for k in ("stride", "padding", "dilation", "groups")]
         args = [a["input"], a["weight"], a["bias"]] + conf
-        after = _only_user(node)
+        after = only_user(node)
         act, pool = _activation(after), None
         if act == "relu" and not isinstance(a["padding"], str):
-            pool = _pool_of(_only_user(after))
+            pool = _pool_of(only_user(after))
         if pool is not None:
-            pooling = _only_user(after)
+            pooling = only_user(after)
             return self.replace([node, after, pooling], _conv_relu_maxpool, args + [pool],
                                 f"conv2d + relu + max_pool2d({pool}) -> "
                                 "tiramisu::conv_relu_maxpool")
@@ -307,11 +293,11 @@ class _Rewriter:
             bn = after if after is not None and _kind(after) == "batch_norm" else None
             fold = self._foldable(node, bn)
             chain = [node] + ([bn] if fold is not None else [])
-            tail = _only_user(chain[-1]) if len(chain) > 1 else after
+            tail = only_user(chain[-1]) if len(chain) > 1 else after
             residual = _residual(tail, chain[-1])
             if residual is not None:
                 chain.append(tail)
-                tail = _only_user(tail)
+                tail = only_user(tail)
             act = _activation(tail)
             if fold is not None or act is not None or residual is not None:
                 chain += [tail] if act is not None else []

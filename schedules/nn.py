@@ -20,6 +20,7 @@ from torch import nn
 import schedules.torch_ops as T  # (registers torch.ops.tiramisu)
 from schedules import torch_glue as glue
 from schedules import api
+from schedules.problems.conv import ConvProblem
 from schedules.problems.rnn import dropout_masks, dropout_p
 from schedules.registry import FUSED_ALGOS
 from schedules.fusion import STAND_INS, ConvertReport, find_chains, find_tails
@@ -98,14 +99,14 @@ class Conv2d(nn.Conv2d):
         """``act(bn(conv(input)) + residual)`` of a :class:`schedules.fusion.TailChain`:
         one folded convolution with the residual and the activation in its
         epilogue where the chain is active (eval mode) and the residual has
-        the result's shape and dtype (a float32 batch); else each link as
-        the parent's forward ran it (the BatchNorm and activation modules
-        called, the add in place or not, as written)."""
+        the result's shape and dtype (a float32 batch, int padding); else
+        each link as the parent's forward ran it (the BatchNorm and
+        activation modules called, the add in place or not, as written)."""
         x, padding = _padded(self, input)
         if chain.active():
             fits = x.dim() == 4 and (residual is None or (
-                residual.dtype == x.dtype == torch.float32
-                and tuple(residual.shape) == _result_shape(self, x, padding)))
+                residual.dtype == x.dtype == torch.float32 and not isinstance(padding, str)
+                and tuple(residual.shape) == self._result_shape(x, padding)))
             if fits:
                 return self._fused(x, chain, padding, residual)
             weight, bias = chain.folded(self.weight, self.bias)
@@ -127,6 +128,12 @@ class Conv2d(nn.Conv2d):
         return folded_conv(x, weight, bias, list(self.stride), pad, list(self.dilation),
                            self.groups, group.activation, self.algo, residual=residual)
 
+    def _result_shape(self, x, padding):
+        """The shape of this conv's result on the batch ``x`` (int ``padding``)."""
+        s = ConvProblem.from_meta("conv2d", x.shape, self.weight.shape, self.stride, padding,
+                                  self.dilation, self.groups)
+        return (s.n, s.co, s.ho, s.wo)
+
     @classmethod
     def from_torch(cls, module: nn.Conv2d, algo="auto"):
         if not isinstance(module, nn.Conv2d):
@@ -137,17 +144,6 @@ class Conv2d(nn.Conv2d):
                   padding_mode=module.padding_mode, device="meta", dtype=module.weight.dtype)
         new.algo = algo
         return _adopt(new, module)
-
-
-def _result_shape(conv, x, padding):
-    """The shape of ``conv``'s result on the batch ``x`` (``padding`` ints,
-    "valid" or "same"), by torch's formula."""
-    if padding == "same":
-        return (x.shape[0], conv.out_channels, *x.shape[2:])
-    pad = (0, 0) if padding == "valid" else padding
-    return (x.shape[0], conv.out_channels,
-            *((size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s in
-              zip(x.shape[2:], pad, conv.dilation, conv.kernel_size, conv.stride)))
 
 
 def _torch_padding(padding, kernel_size, dilation):
@@ -556,8 +552,8 @@ def convert(model: nn.Module, fuse=True, algo="auto", verbose=False, report=None
             in_tails |= {id(m) for m in (t.bn, t.act) if m is not None}
             if report.functions.get(t.function):        # (the add is the conv's now)
                 report.functions[t.function] -= 1
-                report.functions = {k: v for k, v in report.functions.items() if v}
         parent.forward = type(code).forward.__get__(parent)
+    report.functions = {k: v for k, v in report.functions.items() if v}
     # (MaxPool2d subclasses torch's: each module is listed once, by its name)
     ours = tuple(STAND_INS.values()) + (Linear, Conv2d, ConvReLUMaxPool2d, SparseConv2d,
                                         MaxPool2d, _Recurrent, nn.Identity)

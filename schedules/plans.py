@@ -35,9 +35,8 @@ def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto"
     solver = find(p, SOLVERS[op], args, algo, call=op)
     ran = solver.problem_run(p)
     run = solver.runner(ran)
-    fused = ran == p and (p.activation is None or p.activation in solver.activations)
 
     def plan(x, w, b, r=None):
         out = run(ConvArgs(x, w, b, r=r if ran.residual else None))
-        return out if fused else epilogue_after(out, p, ran, r, solver.activations)
+        return epilogue_after(out, p, ran, r, solver.activations)
     return plan

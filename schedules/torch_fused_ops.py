@@ -127,19 +127,20 @@ def _conv2d_folded(input, weight, bias, bn_weight, bn_bias, running_mean, runnin
 def _conv2d_folded_fake(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps,
                         stride, padding, dilation, groups, *, residual=None, activation=None):
     s = _folded_problem(input, weight, stride, padding, dilation, groups, activation)
-    _check_residual(s, input, residual)
-    return input.new_empty((s.n, s.co if s.ci else 0, s.ho, s.wo))
+    return input.new_empty(_check_residual(s, input, residual))
 
 
 def _check_residual(s, input, residual):
-    """A residual of the result's shape and the input's dtype, or none."""
-    if residual is None:
-        return
+    """The result's shape, checked against the residual's (of the input's
+    dtype), where there is one."""
     shape = (s.n, s.co if s.ci else 0, s.ho, s.wo)
+    if residual is None:
+        return shape
     torch._check(tuple(residual.shape) == shape and residual.dtype == input.dtype,
                  lambda: f"tiramisu::conv2d_folded: residual must be a {input.dtype} tensor of "
                          f"the result's shape {shape}, got {residual.dtype} of shape "
                          f"{tuple(residual.shape)}")
+    return shape
 
 
 conv2d_folded = glue.op(

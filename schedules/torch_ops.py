@@ -309,8 +309,7 @@ def _planned(memo, op, x, weight, bias, s, groups, algo, **extra):
         call = api.conv2d if op == "conv2d" else api.conv_relu_maxpool
         return call(x, weight, bias, s.sh, s.ph, s.dh, groups, algo=algo, **extra)
     call_memo.put(memo, plan)
-    return plan(x, weight, bias, *([extra["residual"]] if extra.get("residual") is not None
-                                   else []))
+    return plan(x, weight, bias, extra.get("residual"))
 
 
 def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1),

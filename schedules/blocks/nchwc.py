@@ -60,9 +60,9 @@ def group_vectors(s: ConvShape) -> list:
     each block inside one group (VB divides the group's output channels):
     two vectors, one, or half of one; empty where none does (and for
     ``groups=1``, which takes any)."""
-    lanes, cog = host().lanes(4), s.co // max(1, s.groups)
     if s.groups == 1:
         return []
+    lanes, cog = host().lanes(4), s.co // s.groups
     return [v for v in (2 * lanes, lanes, lanes // 2) if v >= 4 and cog % v == 0]
 
 

@@ -128,12 +128,13 @@ def grad_weight(g, x, s: ConvShape, gemm, batched_gemm=None):
 def weight_grad(g, x, s: ConvShape, compiled, gemm, batched_gemm):
     """The float32 weights' gradient of a convolution of shape ``s`` (torch
     tensors ``g`` and ``x``, contiguous) by the fastest kernel that takes it,
-    compiled by ``compiled(key, build)``; None for a grouped one that is not
-    depthwise, or an empty shape (the caller's plain kernel).  Depthwise:
-    :func:`blocked_depthwise_grad_weight` where a vector divides the
-    channels, else :func:`depthwise_grad_weight`; one group:
-    :func:`blocked_grad_weight` where it applies, a pointwise conv of one or
-    two images per image ``grad (Co x P) @ input^T`` (the input read
+    compiled by ``compiled(key, build)``; None for a grouped one neither
+    depthwise nor taken by the blocked kernel, or an empty shape (the
+    caller's plain kernel).  Depthwise: :func:`blocked_depthwise_grad_weight`
+    where a vector divides the channels, else :func:`depthwise_grad_weight`;
+    :func:`blocked_grad_weight` where it applies (grouped too); one group: a
+    pointwise conv of one or two images per image ``grad (Co x P) @
+    input^T`` (the input read
     transposed in place by the library's GEMM; with more images one GEMM
     over a chunk's columns is 2-3.6x faster at batch 16), else
     :func:`grad_weight`'s GEMMs over the im2col."""
