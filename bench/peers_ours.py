@@ -6,6 +6,11 @@ examples/beyond_polybench.py), compiled by the default target, run three ways:
 
   tiramisu_py            the plain algorithm, no schedule
   tiramisu_py[auto]      after ``f.auto_schedule()``
+  tiramisu_py[tuned]     after ``tp.tune(f, budget=TUNE_BUDGET)`` (60 s): the
+                         tuner's record, which ``compile()`` then uses (kept
+                         in the tuning store: a later run reuses it, its
+                         prep time then ~0; ``tiramisu-py tune --forget
+                         peer_`` to tune again)
   tiramisu_py[auto+re]   after ``f.auto_schedule(reassociate=True)``, where
                          the kernel has a reduction that it vectorises
                          (softmax's row max and sum, the matrix-vector
@@ -25,8 +30,9 @@ import numpy as np
 import tiramisu_py as tp
 from examples import beyond_polybench
 
-NAMES = ("tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[auto+re]", "tiramisu_py[library]",
-         "tiramisu_py[hand]")
+NAMES = ("tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[tuned]", "tiramisu_py[auto+re]",
+         "tiramisu_py[library]", "tiramisu_py[hand]")
+TUNE_BUDGET = 60.0
 REASSOCIATED = ("softmax", "bmv", "layernorm")          # the kernels auto_schedule(reassociate=True) changes
 F32 = tp.float32
 
@@ -90,14 +96,16 @@ def impls(kernel, s, arrays, opts):
     from bench.peers_kernels import empty_outputs
     outs = empty_outputs(kernel, s)
 
-    def compiled(auto, reassociate=False, hand=False):
+    def compiled(auto, reassociate=False, hand=False, tuned=False):
         def make():
             f = build(kernel, s)
+            if tuned:
+                tp.tune(f, budget=opts.get("tune_budget") or TUNE_BUDGET, progress=False)
             if auto:
                 f.auto_schedule(reassociate=reassociate)
             if hand:
                 hand_layernorm(f)
-            k = f.compile()
+            k = f.compile(tuned=tuned)        # the plain row: as written, whatever is recorded
             if kernel == "jacobi2d":
                 work = {n: a.copy() for n, a in arrays.items()}
 
@@ -112,7 +120,8 @@ def impls(kernel, s, arrays, opts):
                 return call
             return lambda: (k(**arrays, **outs), outs)[1]
         return make
-    out = {"tiramisu_py": compiled(False), "tiramisu_py[auto]": compiled(True)}
+    out = {"tiramisu_py": compiled(False), "tiramisu_py[auto]": compiled(True),
+           "tiramisu_py[tuned]": compiled(False, tuned=True)}
     if kernel in REASSOCIATED:
         out["tiramisu_py[auto+re]"] = compiled(True, reassociate=True)
     if kernel in ("gemm", "conv2d"):

@@ -10,7 +10,8 @@ layer norm's rows 4096x1024; float32).
 
 Each side runs in its own process (a worker of bench/peers_kernels.py):
 ours in this interpreter (the plain algorithm, ``auto_schedule()``, the
-operator library where it has the kernel: bench/peers_ours.py); the peers in
+operator library where it has the kernel, ``tp.tune``'s record:
+bench/peers_ours.py); the peers in
 ``--peers-python`` (default ``$TIRAMISU_PY_PEERS_PYTHON``, else this
 interpreter): Halide's Mullapudi2016, Adams2019 and Li2018
 (bench/peers_halide.py) and TVM's MetaSchedule (``--trials``, default 64;
@@ -35,8 +36,9 @@ each implementation runs 0.1 s of calls at least, their median); the table
 gives the median over rounds.  Both processes get ``--threads`` threads
 (default: the host's cores) through OMP_NUM_THREADS, HL_NUM_THREADS,
 TVM_NUM_THREADS and torch, and ``OMP_WAIT_POLICY=passive`` unless it is set.
-The last lines of each kernel compare ``tiramisu_py[auto]`` (and
-``tiramisu_py[auto+re]``, ``auto_schedule(reassociate=True)``, where the
+The last lines of each kernel compare ``tiramisu_py[auto]``,
+``tiramisu_py[tuned]`` (``tp.tune``'s record, 60 s of search; cached in the
+tuning store from the first run on) (and ``tiramisu_py[auto+re]``, ``auto_schedule(reassociate=True)``, where the
 kernel has it) with the best peer (normalised; > 1: ours is faster), and
 the layer norm's ``tiramisu_py[auto+re]`` with its hand schedule
 (``tiramisu_py[hand]``, same process).  The load average before and after
@@ -57,7 +59,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS_ENV = "TIRAMISU_PY_PEERS_PYTHON"
 AUTO = "tiramisu_py[auto]"
 # the rows compared with the best peer: the JSON key of each comparison
-VERSUS = {"auto_vs_best_peer": AUTO, "reassociated_vs_best_peer": "tiramisu_py[auto+re]"}
+VERSUS = {"auto_vs_best_peer": AUTO, "tuned_vs_best_peer": "tiramisu_py[tuned]",
+          "reassociated_vs_best_peer": "tiramisu_py[auto+re]"}
+QUICK_TUNE_BUDGET = 2.0       # --quick: tp.tune's seconds (a smoke test)
 HAND = "tiramisu_py[hand]"     # a hand schedule (the layer norm's): auto+re judged against it
 
 
@@ -121,7 +125,8 @@ def main(args) -> dict:
     threads = (args.threads or [os.cpu_count() or 1])[0]
     rounds = args.repeats or 5          # --repeats given to no suite: its documented default
     python = args.peers_python or os.environ.get(PEERS_ENV) or sys.executable
-    opts = {"trials": args.trials, "cache": args.peers_cache}
+    opts = {"trials": args.trials, "cache": args.peers_cache,
+            "tune_budget": QUICK_TUNE_BUDGET if args.quick else None}
     env = _env(threads)
     log = tempfile.NamedTemporaryFile("w", prefix="tiramisu-peers-", suffix=".log", delete=False)
     info = harness.machine_info()

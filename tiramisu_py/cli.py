@@ -28,7 +28,7 @@ import numpy as np
 
 from .base.types import float32
 from .driver.tune import RECORDS as TUNE_RECORDS
-from .driver.tune import tune as run_tune
+from .driver.tune import report as tune_report, tune as run_tune
 from .function import Function
 from .runtime.shapes import eval_size, shape_text
 from .tuning import grain, kinds
@@ -220,6 +220,8 @@ def tune(args, sub=None):
     if not r["cached"] and not r["recorded"]:
         use = "dry run: nothing recorded"
     print(f"# {f.name}: {how}{said}; {use}")
+    if r["tried"]:
+        print("\n".join(f"# {line}" for line in tune_report(r).splitlines()[:-1]))
     if r["kept"]:
         print("\n".join(map(str, r["steps"])))
     elif r["candidate"]:

@@ -218,6 +218,7 @@ def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
         (hidden / mod / "__init__.py").write_text(f"raise ImportError('{mod} hidden', "
                                                   f"name='{mod}')\n")
     monkeypatch.setenv("PYTHONPATH", str(hidden))
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path / "cache"))    # tp.tune's record
     json_path = tmp_path / "peers.json"
     assert cli.main(["bench", "peers", "--quick", "--kernels", "gemm,layernorm",
                      "--threads", "1", "--peers-python", sys.executable,
@@ -227,7 +228,7 @@ def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
     assert k["name"] == "gemm 64" and report["threads"] == 1 and report["rounds"] == 5
     assert set(report["processes"]) == {"ours", "peers"}
     assert "apache-tvm" in report["processes"]["peers"]["versions"]
-    ours = {"tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[library]"}
+    ours = {"tiramisu_py", "tiramisu_py[auto]", "tiramisu_py[tuned]", "tiramisu_py[library]"}
     assert ours <= set(k["impls"])
     for impl in ours:
         assert k["impls"][impl]["error"] < 1e-5 and k["impls"][impl]["median_s"] > 0

@@ -62,9 +62,11 @@ class PointLoops:
         if pack is None:
             return None
         regs = host.vector_registers()
-        nv = 4 if regs >= 32 else 2
-        return {"row": row, "col": col, "red": red, "reds": reds, "nv": nv,
-                "mr": self.block_rows(stmt, col, reds, band, regs, nv), "pack": pack}
+        nv = self.knob("nv", 4 if regs >= 32 else 2)
+        self.used.setdefault("extents", (extent_of(self.f, stmt, row), extent_of(self.f, stmt, col)))
+        mr = self.knob("mr", self.block_rows(stmt, col, reds, band, regs, nv))
+        return {"row": row, "col": col, "red": red, "reds": reds, "nv": nv, "mr": mr,
+                "pack": pack}
 
     def block_rows(self, stmt, col, reds, band, regs, nv):
         """Rows of the register block.  A GEMM-like block (its reduction loop
@@ -323,7 +325,8 @@ class PointLoops:
         if red is None:
             return False
         lanes, ext = self.lanes(stmt), extent_of(self.f, stmt, red)
-        widths = [VECTOR_SUMS * lanes] if ext is None or ext >= VECTOR_SUMS * lanes else []
+        sums = self.knob("sums", VECTOR_SUMS)
+        widths = [sums * lanes] if sums > 1 and (ext is None or ext >= sums * lanes) else []
         if not any(self.attempt([self.step(stmt, "vectorize", red, w, allow_reassociation=True)])
                    for w in widths + [lanes]):
             return False

@@ -118,14 +118,27 @@ class AutoScheduler(Storage, PointLoops):
     non-time band loop, instead of the cache rule), ``time_tile``,
     ``vectorize``, ``unroll``, ``fuse``, ``pad`` (bools), ``schedule`` (the parallel
     loops' OpenMP schedule, C target only), ``reassociate`` (every
-    reduction may be reassociated: :meth:`PointLoops.reduction_vector`)."""
+    reduction may be reassociated: :meth:`PointLoops.reduction_vector`),
+    and the sizes the rules otherwise fix: ``mr``, ``nv`` (a register
+    block's rows and vectors), ``jam`` (:data:`JAM_ROWS`), ``sums``
+    (:data:`~tiramisu_py.driver.auto_point_loops.VECTOR_SUMS`),
+    ``block_vectors`` (:data:`BLOCK_VECTORS`).  ``used`` holds, after
+    :meth:`run`, each of those options (and ``tile``, ``time_tile``) that a
+    rule consulted, with the value it took: the knobs that matter to this
+    Function (what :mod:`tiramisu_py.driver.tune_space` varies)."""
 
     def __init__(self, f, target="cpu", budget=None, options=None):
         self.f, self.target = f, target
         self.deadline = time.perf_counter() + (DEFAULT_BUDGET if budget is None else budget)
         self.opt = {"tile": None, "time_tile": TIME_TILE, "vectorize": True, "unroll": True,
-                    "fuse": True, "pad": True, "schedule": None, "reassociate": False}
+                    "fuse": True, "pad": True, "schedule": None, "reassociate": False,
+                    "mr": None, "nv": None, "jam": None, "sums": None, "block_vectors": None}
+        unknown = set(options or {}) - set(self.opt)
+        if unknown:
+            raise ValueError(f"auto_schedule: unknown option(s) {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(sorted(self.opt))}")
         self.opt.update(options or {})
+        self.used = {}
         self.model, self.deps, _ = legality.analyse(f)
         self.applied = Applied()
         # a reduction the user allowed to reassociate (``allow_reassociation()``
@@ -162,6 +175,13 @@ class AutoScheduler(Storage, PointLoops):
 
     def state(self):
         return state_of(self.f)
+
+    def knob(self, name, default):
+        """The option ``name`` if given, else ``default``; either way noted
+        in :attr:`used` (the knobs this Function's schedule depends on)."""
+        value = default if self.opt.get(name) is None else self.opt[name]
+        self.used.setdefault(name, value)
+        return value
 
     def lanes(self, stmt):
         """The host's SIMD lanes for the element ``stmt`` writes."""
@@ -415,7 +435,7 @@ class AutoScheduler(Storage, PointLoops):
         l2 = l2_bytes()
         lanes = self.lanes(stmt)
         if self.opt["tile"] is not None:
-            size = self.opt["tile"]
+            size = self.knob("tile", None)
         else:
             space_dims = len(band) - (1 if time_loop else 0)
             # a tile's footprint in each array: t^(its dimensions, at most the band's)
@@ -426,9 +446,10 @@ class AutoScheduler(Storage, PointLoops):
                 if arrays * t ** dims * e <= l2 // 4:
                     size = t
         size = max(lanes, size - size % lanes)
+        self.used.setdefault("tile", size)
         out = [size] * len(band)
         if time_loop:
-            out[0] = self.opt["time_tile"]
+            out[0] = self.knob("time_tile", TIME_TILE)
         if block:
             # whole register blocks per tile: rows a multiple of MR, columns of NV vectors
             width = block["nv"] * lanes
@@ -531,7 +552,7 @@ class AutoScheduler(Storage, PointLoops):
         """The iterations of a parallel block of ``stmt``'s stride-1
         ``loop``: :data:`BLOCK_VECTORS` vectors; None when ``loop`` (of known
         extent) has fewer than two blocks per core."""
-        size = BLOCK_VECTORS * self.lanes(stmt)
+        size = self.knob("block_vectors", BLOCK_VECTORS) * self.lanes(stmt)
         ext = extent_of(self.f, stmt, loop)
         return None if ext is not None and ext < 2 * size * host.cores() else size
 
@@ -552,14 +573,15 @@ class AutoScheduler(Storage, PointLoops):
         lead = _names(st[rows[0]])[:-1]
         loop = lead[-1]
         ext = extent_of(self.f, names[0], loop)
-        if (ext is not None and ext < 2 * JAM_ROWS) \
+        jam = self.knob("jam", JAM_ROWS)
+        if (ext is not None and ext < 2 * jam) \
                 or not all(_names(st[n])[:len(lead)] == lead for n in names):
             return False
         rows = [n for n in rows if _names(st[n])[:-1] == lead
                 and space.strided_reads(self.model, n, loop)]   # else: rows in lanes
         if not rows:
             return False
-        steps = [self.step(n, "split", loop, JAM_ROWS) for n in names]
+        steps = [self.step(n, "split", loop, jam) for n in names]
         steps += [self.step(n, "after", _StmtRef(self.f, p), loop + "0")
                   for p, n in zip(names, names[1:])]
         for n in rows:

@@ -5,10 +5,13 @@ algorithm on the same host then uses it.
 
 Candidates (``space``): each is a dict of auto-scheduler options
 (:class:`tiramisu_py.driver.auto_schedule.AutoScheduler`: tile sizes, time
-tile, vectorise or not, unroll or not, fuse or not, the parallel loops'
-OpenMP schedule), or a callable ``fn(g)`` that gives commands to a copy
-``g`` of ``f`` (any schedule a user wants timed).  :data:`DEFAULT_SPACE` is
-used without one.  The defaults are ``f`` as written (what ``compile()``
+tile, register blocks, vectorise or not, unroll or not, fuse or not, the
+parallel loops' OpenMP schedule), or a callable ``fn(g)`` that gives
+commands to a copy ``g`` of ``f`` (any schedule a user wants timed).
+Without one, the knobs the auto-scheduler's rules consult on ``f`` are
+varied around the values they chose, the candidates ordered by a cost
+model of the host (:mod:`tiramisu_py.driver.tune_space`), the auto schedule
+first.  The defaults are ``f`` as written (what ``compile()``
 runs without a record), timed first.  Each candidate is scheduled on a
 copy, compiled (the legality check: an illegal one is rejected, counted,
 never timed), called once to warm up and timed (median of ``repeats``
@@ -46,6 +49,8 @@ import time
 
 import numpy as np
 
+from codegen import CompileError
+
 from ..base.errors import IllegalScheduleError
 from ..tuning import database, keys
 from ..tuning.confirm import decide, recorded
@@ -53,6 +58,7 @@ from ..tuning.kinds import RecordKind
 from ..tuning.search import Bar, check_budget, check_clock, check_repeats
 from ..runtime.shapes import eval_size
 from .auto_schedule import AutoScheduler
+from . import tune_space
 from .auto_steps import Code, Step, StmtRef as _StmtRef, code_of
 from .compile import compile_function, default_target
 from .warm import algorithm_lines
@@ -60,11 +66,8 @@ from .warm import algorithm_lines
 KIND = "auto_tune"
 FORMAT = 2                  # 2: records hold only confirmed wins (1: unconfirmed, unused)
 USE_TUNED = os.environ.get("TIRAMISU_PY_USE_TUNED", "1") != "0"
-DEFAULT_SPACE = (
-    {}, {"tile": 32}, {"tile": 64}, {"tile": 128}, {"tile": 256}, {"time_tile": 8},
-    {"time_tile": 32}, {"unroll": False}, {"vectorize": False}, {"fuse": False},
-    {"pad": False}, {"schedule": "dynamic"}, {"tile": 32, "unroll": False},
-)
+FINALISTS = 4              # the search's fastest, timed again in turns
+FINAL_ROUNDS = 3
 VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse", "cache_at",
                    "parallelize", "vectorize", "unroll", "after", "tile_band",
                    "accumulate_locally", "collapse", "store_in"})
@@ -180,7 +183,8 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     by name (default: random, shaped by ``params``); ``space``: candidates,
     each a dict of auto-scheduler options (``tile``, ``time_tile``,
     ``vectorize``, ``unroll``, ``fuse``, ``schedule``) or a callable that
-    schedules a copy (default :data:`DEFAULT_SPACE`); illegal candidates are
+    schedules a copy (default: :func:`tiramisu_py.driver.tune_space.candidates`,
+    ranked by its cost model); illegal candidates are
     rejected by the legality check.  ``budget``: seconds, after which no
     candidate starts.  The search's fastest is timed again against ``f`` as
     written, interleaved, and kept only if it wins beyond the noise
@@ -193,7 +197,10 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     search's fastest, "kept": bool, "verdict": Verdict (default and best
     ms, the A/B ratio and its quartiles, "kept" or why not; ``.line()``
     says it), "time": seconds, "key": key, "timed": n, "rejected": [why,
-    ...], "cached": bool, "recorded": bool}`` (:mod:`tiramisu_py.driver.tune`)."""
+    ...], "tried": [{"candidate", "predicted" (the model's cost relative to
+    the auto schedule; None for a space given), "ms" (None if not timed),
+    "note"}, ...] in the order tried (:func:`report` prints it), "cached":
+    bool, "recorded": bool}`` (:mod:`tiramisu_py.driver.tune`)."""
     target = target or default_target()
     if target not in ("cpu", "c", "llvm"):
         raise ValueError(f"tune: target must be 'cpu', 'c' or 'llvm', not {target!r}")
@@ -220,12 +227,19 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         steps = apply_record(f.copy(), old)
         return {"steps": steps, "candidate": steps, "kept": bool(steps),
                 "verdict": recorded(old), "time": old.get("time"),
-                "key": key, "timed": 0, "rejected": [], "cached": True, "recorded": False}
-    space = list(DEFAULT_SPACE if space is None else space)
-    if not space:
+                "key": key, "timed": 0, "rejected": [], "tried": [], "cached": True,
+                "recorded": False}
+    if space is None:
+        ranked = tune_space.candidates(f, target)
+    else:
+        ranked = [(c, None) for c in space]
+    if not ranked:
         raise ValueError("tune: space is empty")
     if target == "llvm":
-        space = [c for c in space if not (isinstance(c, dict) and c.get("schedule"))]
+        ranked = [(c, p) for c, p in ranked if not (isinstance(c, dict) and c.get("schedule"))]
+    space = [c for c, _ in ranked]
+    tried = [{"candidate": _candidate_text(c), "predicted": p, "ms": None, "note": "not tried "
+              "(budget spent)"} for c, p in ranked]
     clock = clock or time.perf_counter
     args = _arguments(f, params, inputs)
     bar = Bar(sys.stderr if progress else None)
@@ -235,7 +249,7 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     start = time.perf_counter()
     as_written = _caller(compile_function(f, target), args, params)
     default_t = _time(as_written, repeats, clock)          # the defaults: f as written
-    best, rejected, timed, seen, done = None, [], 0, set(), 0
+    best, rejected, timed, seen, done, results = None, [], 0, {}, 0, []
     for k, cand in enumerate(space):
         if k and time.perf_counter() - start > budget:
             show("(budget spent)")
@@ -256,26 +270,33 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
                 raise ValueError("its steps give code to evaluate, which a record does not hold")
             sig = tuple(str(s) for s in steps)
             if sig in seen:
+                tried[k]["note"] = f"the same schedule as candidate {seen[sig]}"
                 done += 1
                 continue
-            seen.add(sig)
+            seen[sig] = k
             kernel = compile_function(g, target)
-        except (IllegalScheduleError, ValueError) as e:
+        except (IllegalScheduleError, ValueError, CompileError) as e:
             rejected.append(f"candidate {k}: {str(e).splitlines()[0]}")
+            tried[k]["note"] = "rejected: " + str(e).splitlines()[0]
             done += 1
             show("(rejected)")
             continue
         call = _caller(kernel, args, params)
         t = _time(call, repeats, clock)
+        tried[k].update(ms=t * 1e3, note="timed")
         RUNS["timed"] += 1
         timed += 1
-        if best is None or t < best[0]:
-            best = (t, steps, call)
+        results.append((t, k, steps, call))
         done += 1
+        fastest = min(results, key=lambda r: r[0])
+        best = (fastest[0], fastest[2], fastest[3])
         show()
     if best is None:
         bar.end()
         raise ValueError(f"tune: no legal candidate for {f.name!r}: " + "; ".join(rejected))
+    if len(results) > 1:
+        show("(the fastest again, in turns)")
+        best = _final(results, tried, repeats, clock)
     if best[0] < default_t:
         show("(A/B against the defaults)")
     verdict = decide(as_written, best[2], default_t, best[0], clock)
@@ -291,7 +312,42 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         store.put(KIND, record_key(f, target), value)
     return {"steps": kept, "candidate": best[1], "kept": verdict.kept, "verdict": verdict,
             "time": value["time"], "key": key, "timed": timed, "rejected": rejected,
-            "cached": False, "recorded": not dry_run}
+            "tried": tried, "cached": False, "recorded": not dry_run}
+
+
+def _final(results, tried, repeats, clock):
+    """The search's :data:`FINALISTS` fastest timed again in turns,
+    :data:`FINAL_ROUNDS` rounds (one quick median a candidate in the search
+    picks by noise among near-equals): ``(median, steps, call)`` of the
+    fastest."""
+    finalists = sorted(results, key=lambda r: r[0])[:FINALISTS]
+    times = {k: [t] for t, k, _, _ in finalists}
+    for _ in range(FINAL_ROUNDS):
+        for _, k, _, call in finalists:
+            times[k].append(_time(call, repeats, clock))
+    med = {k: statistics.median(ts) for k, ts in times.items()}
+    for k, m in med.items():
+        tried[k].update(ms=m * 1e3, note=f"finalist ({FINAL_ROUNDS + 1} medians)")
+    _, k, steps, call = min(finalists, key=lambda r: med[r[1]])
+    return med[k], steps, call
+
+
+def _candidate_text(c) -> str:
+    if isinstance(c, dict):
+        return ", ".join(f"{k}={v!r}" for k, v in c.items()) or "auto_schedule's own"
+    return getattr(c, "__name__", None) or repr(c)
+
+
+def report(result) -> str:
+    """What :func:`tune` tried, a line a candidate: its options, the cost
+    model's prediction, the measured time or why none; then the verdict."""
+    rows = [f"{'candidate':44} {'predicted':>9} {'ms':>9}  note"]
+    for t in result["tried"]:
+        pred = "-" if t["predicted"] is None else f"{t['predicted']:.2f}"
+        ms = "-" if t["ms"] is None else f"{t['ms']:.3f}"
+        rows.append(f"{t['candidate'][:44]:44} {pred:>9} {ms:>9}  {t['note']}")
+    rows.append(result["verdict"].line() if result["verdict"] is not None else "no verdict")
+    return "\n".join(rows)
 
 
 def _user_steps(g, commands):
@@ -409,4 +465,4 @@ def tuned_function(f, target):
     return g, describe(value)
 
 
-__all__ = ["tune", "tuned_function", "record_key", "describe", "KIND", "RECORDS"]
+__all__ = ["tune", "tuned_function", "record_key", "describe", "report", "KIND", "RECORDS"]
