@@ -229,7 +229,8 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
                 "verdict": recorded(old), "time": old.get("time"),
                 "key": key, "timed": 0, "rejected": [], "tried": [], "cached": True,
                 "recorded": False}
-    if space is None:
+    modelled = space is None
+    if modelled:
         ranked = tune_space.candidates(f, target)
     else:
         ranked = [(c, None) for c in space]
@@ -296,7 +297,16 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         raise ValueError(f"tune: no legal candidate for {f.name!r}: " + "; ".join(rejected))
     if len(results) > 1:
         show("(the fastest again, in turns)")
-        best = _final(results, tried, repeats, clock)
+        best, med = _final(results, tried, repeats, clock)
+        auto = next((r for r in results if r[1] == 0), None)
+        if modelled and auto is not None and best[2] is not auto[3]:
+            # the space's first is auto_schedule's own: another is kept only if
+            # it confirmably beats it too (noise must not pick a slower one)
+            show("(A/B against the auto schedule)")
+            auto_t = med.get(0, auto[0])
+            if not decide(auto[3], best[2], auto_t, best[0], clock).kept:
+                tried[0]["note"] += "; kept: no other confirmably faster"
+                best = (auto_t, auto[2], auto[3])
     if best[0] < default_t:
         show("(A/B against the defaults)")
     verdict = decide(as_written, best[2], default_t, best[0], clock)
@@ -319,7 +329,7 @@ def _final(results, tried, repeats, clock):
     """The search's :data:`FINALISTS` fastest timed again in turns,
     :data:`FINAL_ROUNDS` rounds (one quick median a candidate in the search
     picks by noise among near-equals): ``(median, steps, call)`` of the
-    fastest."""
+    fastest, and ``{candidate index: median}``."""
     finalists = sorted(results, key=lambda r: r[0])[:FINALISTS]
     times = {k: [t] for t, k, _, _ in finalists}
     for _ in range(FINAL_ROUNDS):
@@ -329,7 +339,7 @@ def _final(results, tried, repeats, clock):
     for k, m in med.items():
         tried[k].update(ms=m * 1e3, note=f"finalist ({FINAL_ROUNDS + 1} medians)")
     _, k, steps, call = min(finalists, key=lambda r: med[r[1]])
-    return med[k], steps, call
+    return (med[k], steps, call), med
 
 
 def _candidate_text(c) -> str:
