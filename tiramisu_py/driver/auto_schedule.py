@@ -3,7 +3,9 @@ from the exact dependences, applied through the language's own commands and
 returned as them (:class:`Step`: each prints as the Python a user would write,
 ``f.computations['C'].update.tile('i', 'j', 'k', 32, 32, 64)``).
 
-The search (per top-level group of statements, in program order):
+The search (per top-level group of statements, in program order; first, a
+nest whose loops all carry inside a serial loop is turned inside out where that
+makes a parallel loop: cholesky's columns, :mod:`.auto_interchange`):
 
 1. **Fusion** where it pays: a single-statement nest too shallow to tile
    that shares an array with the previous one joins its outermost loop
@@ -94,6 +96,7 @@ from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
 from ..commands.state import extent_of, state_of
 from ..poly import footprint
+from .auto_interchange import Interchange
 from .auto_point_loops import PointLoops, l2_bytes
 from .auto_storage import Storage
 from .auto_steps import Applied, Step, StmtRef as _StmtRef, loop_names as _names, \
@@ -112,7 +115,7 @@ JAM_ROWS = 8                           # rows of a dot product unrolled inside i
 PARALLEL_PER_CORE = 4                  # iterations per core a parallel loop should have
 
 
-class AutoScheduler(Storage, PointLoops):
+class AutoScheduler(Storage, PointLoops, Interchange):
     """The search of the module's doc over one Function.  ``options``
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
     non-time band loop, instead of the cache rule), ``time_tile``,
@@ -194,6 +197,7 @@ class AutoScheduler(Storage, PointLoops):
     def run(self):
         if any(st.at is not None for st in self.state().values()):
             return self.applied          # compute_at programs: left as written
+        self.inner_parallel()
         self.private_accumulators()
         if self.opt["fuse"]:
             self.fuse()
