@@ -337,7 +337,9 @@ class AutoScheduler(Storage, PointLoops, Interchange):
         statement runs after the ones before it in a nest of its own
         (``after(prev, None)``), to be tiled there with its reduction loop,
         and the ones after it follow in a nest of theirs, fused as they were
-        at the group's shared loops.  Returns the parts (the statements
+        at the group's shared loops; where that order is illegal, it runs
+        last, after all the others (symm's ``C[k][j] += alpha B[i][j]
+        A[i][k]``, whose element row ``i = k`` finished first).  Returns the parts (the statements
         before, the deep one, the ones after; empty ones left out) if kept,
         else None."""
         st = self.state()
@@ -358,6 +360,10 @@ class AutoScheduler(Storage, PointLoops, Interchange):
                           for p, n in zip(after, after[1:])]
             if steps and self.attempt(steps):
                 return [part for part in (before, [deep], after) if part]
+            others = before + after
+            if after and self.attempt([self.step(deep, "after", _StmtRef(self.f, others[-1]),
+                                                 None)]):
+                return [others, [deep]]      # last, where a later statement adds to its array
             return None
         return None
 
