@@ -29,7 +29,11 @@ rest; what it replaced is printed once per model and mode; ``--quick``: the
 rewrite and AOTAutograd without Inductor), ``torch`` and ``torch.compile``
 (``torch.compile(model)``, torch's defaults: the seq2seq's LSTM a graph
 break; a model it fails on is reported with the error and left out;
-``--quick`` leaves it out: its compile takes longer than the smoke test).
+``--quick`` leaves it out: its compile takes longer than the smoke test);
+in inference also both compiled with ``options={"freezing": True}``
+(``torch.compile[frozen]``, ``tiramisu_py[compile,frozen]``: the weights
+taken as constants, Inductor's freezing and the backend's, which compares
+no weight bytes per call; not with ``--quick``).
 Training under Inductor draws its own dropout masks (VGG's and
 MobileNet's check column shows it), as for ``torch.compile``.  Defaults:
 2 threads and 3 timed calls per implementation (``--threads`` / ``--repeats``
@@ -47,6 +51,7 @@ import functools
 from bench.harness import Case
 
 BATCHES = (2, 16)
+FROZEN = {"freezing": True}
 MODELS = ("vgg", "resnet18", "mobilenet_v2", "seq2seq", "resnext_block")
 _reported = set()
 
@@ -297,6 +302,12 @@ def _case(name, batch, train, quick):
             impls["torch.compile"] = lambda: _step(compiled(), x, train)()
         backend = functools.cache(lambda: _backend(m, name, train, quick))
         impls["tiramisu_py[compile]"] = lambda: _step(backend(), x, train)()
+        if not quick and not train:
+            # freezing (Inductor's option, and the backend's): weights as constants
+            frozen = functools.cache(lambda: torch.compile(copy.deepcopy(m), options=FROZEN))
+            impls["torch.compile[frozen]"] = lambda: _step(frozen(), x, train)()
+            ours_frozen = functools.cache(lambda: _backend(m, name, train, quick, FROZEN))
+            impls["tiramisu_py[compile,frozen]"] = lambda: _step(ours_frozen(), x, train)()
         return impls
 
     def check(out):
@@ -322,7 +333,7 @@ def _own_forward(model):
     return model
 
 
-def _backend(m, name, train, quick):
+def _backend(m, name, train, quick, options=None):
     """A copy of ``m`` compiled with the "tiramisu" backend (``--quick``:
     AOTAutograd without Inductor's code generation), its forward a code
     object of its own (:func:`_own_forward`); the LSTM model with Dynamo's
@@ -331,7 +342,7 @@ def _backend(m, name, train, quick):
     import torch
     import schedules.dynamo
     compiled = torch.compile(_own_forward(copy.deepcopy(m)), backend="tiramisu",
-                             options={"inner": "aot_eager"} if quick else None)
+                             options={"inner": "aot_eager"} if quick else options)
 
     class Compiled(torch.nn.Module):
         def __init__(self):
@@ -341,12 +352,13 @@ def _backend(m, name, train, quick):
         def forward(self, x):
             with torch._dynamo.config.patch(allow_rnn=True):
                 out = self.compiled(x)
-            key = (name, "backend", train)
+            key = (name, "backend", train, bool(options))
             if key not in _reported:
                 _reported.add(key)
                 counts = schedules.dynamo.compile_report(self.compiled).counts()
                 print(f"{name} ({'training' if train else 'inference'}, "
-                      f"tiramisu_py[compile]): {counts or 'NOTHING REPLACED (Dynamo ran eager?)'}",
+                      f"tiramisu_py[compile{',frozen' if options else ''}]): "
+                      f"{counts or 'NOTHING REPLACED (Dynamo ran eager?)'}",
                       flush=True)
             return out
     return Compiled()

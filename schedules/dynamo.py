@@ -21,7 +21,14 @@ options={...})``): ``"inner"``, the compiler after the rewrite:
 "inductor" (the default), "aot_eager" (AOTAutograd, no code generation) or
 "eager" (the rewritten graph as it is: inference only); the other keys are
 Inductor's config (as ``options`` of the "inductor" backend); ``mode=`` as
-Inductor's.
+Inductor's.  ``"freezing": True`` is Inductor's freezing and the library's
+too: in an inference graph the model's parameters and buffers are taken as
+constants (:func:`schedules.core.prepared.own`): the weights the library
+prepares from them (BatchNorm folded into a conv's weight, packed) are found
+by identity and version alone, with no comparison of their bytes on each
+call, so a write that bumps no version (``param.data.mul_(2)``, a write
+through ``.numpy()``) is not seen, as Inductor's freezing does not see one;
+an in-place op on the parameter itself (an optimizer's step) still is.
 
 What was replaced: :func:`compile_report` (``compile_report(model)``: the
 graphs whose inputs include the model's parameters) and the logger
@@ -35,6 +42,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .core.prepared import own
 from .graph_rewrite import GraphReport, rewrite
 
 NAME = "tiramisu"
@@ -59,6 +67,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
                          "use 'aot_eager' or 'inductor' where gradients are recorded")
     report = rewrite(gm, training)
     _remember(report, tensors)
+    if options.get("freezing") and not training:
+        own(*_parameters_and_buffers(gm, example_inputs))
     log.info("torch.compile backend %r:\n%s", NAME, report)
     if inner == "eager":
         return gm.forward
@@ -68,6 +78,23 @@ def backend(gm: torch.fx.GraphModule, example_inputs, options=None, mode=None):
     if mode not in (None, "default"):
         options = {**torch._inductor.list_mode_options(mode), **options}
     return compile_fx(gm, example_inputs, config_patches=options or None)
+
+
+def _parameters_and_buffers(gm, example_inputs):
+    """The inputs of ``gm`` that Dynamo took from a module's parameters or
+    buffers (their placeholders' sources)."""
+    from torch._dynamo.source import ParamBufferSource, UnspecializedParamBufferSource
+    kinds = (ParamBufferSource, UnspecializedParamBufferSource)
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = []
+    for node, t in zip(places, example_inputs):
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        while source is not None and not isinstance(source, kinds):
+            source = getattr(source, "base", None)
+        if isinstance(t, torch.Tensor) and (source is not None
+                                            or isinstance(t, torch.nn.Parameter)):
+            out.append(t)
+    return out
 
 
 def _remember(report, tensors):

@@ -291,3 +291,33 @@ def test_an_add_that_is_not_a_residual_is_left():
                                        fn(x), rtol=1e-5, atol=1e-5)
         text = "\n".join(map(str, dynamo.compile_report().graphs))
         assert "+ add" not in text, text
+
+
+def test_freezing_takes_the_parameters_as_constants(monkeypatch):
+    """``options={"freezing": True}`` (Inductor's key): in inference the
+    folded weights are found by identity and version, with no bytes
+    compared per call (without it: compared every call); an in-place op on
+    a parameter (a new version) is still seen."""
+    from schedules.core import prepared
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    model[1].running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 4, 6, 6)
+    compared = []
+    real = prepared._all_same
+    monkeypatch.setattr(prepared, "_all_same", lambda pairs: (compared.append(len(pairs)),
+                                                              real(pairs))[1])
+    with torch.no_grad():
+        plain = torch.compile(copy.deepcopy(model), backend="tiramisu", options=AOT)
+        plain(x)
+        compared.clear()
+        plain(x)
+        assert any(compared)                       # as written: the bytes compared
+        frozen = torch.compile(model, backend="tiramisu", options={**AOT, "freezing": True})
+        torch.testing.assert_close(frozen(x), model(x), rtol=1e-5, atol=1e-5)
+        compared.clear()
+        torch.testing.assert_close(frozen(x), model(x), rtol=1e-5, atol=1e-5)
+        assert not any(compared), compared         # frozen: identity and version alone
+        model[0].weight.mul_(2)                    # a new version: seen
+        torch.testing.assert_close(frozen(x), model(x), rtol=1e-5, atol=1e-5)
+    assert "conv2d_folded" in str(dynamo.compile_report(model))
