@@ -64,6 +64,7 @@ class PointLoops:
         regs = host.vector_registers()
         nv = self.knob("nv", 4 if regs >= 32 else 2)
         self.used.setdefault("extents", (extent_of(self.f, stmt, row), extent_of(self.f, stmt, col)))
+        self.used.setdefault("lanes", self.lanes(stmt))
         mr = self.knob("mr", self.block_rows(stmt, col, reds, band, regs, nv))
         return {"row": row, "col": col, "red": red, "reds": reds, "nv": nv, "mr": mr,
                 "pack": pack}

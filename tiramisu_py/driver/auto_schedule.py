@@ -128,7 +128,9 @@ class AutoScheduler(Storage, PointLoops, Interchange):
     ``block_vectors`` (:data:`BLOCK_VECTORS`).  ``used`` holds, after
     :meth:`run`, each of those options (and ``tile``, ``time_tile``) that a
     rule consulted, with the value it took: the knobs that matter to this
-    Function (what :mod:`tiramisu_py.driver.tune_space` varies)."""
+    Function (what :mod:`tiramisu_py.driver.tune_space` varies); with a
+    register block also ``extents`` (its rows' and columns' loop lengths,
+    None where unknown) and ``lanes``."""
 
     def __init__(self, f, target="cpu", budget=None, options=None):
         self.f, self.target = f, target

@@ -68,7 +68,7 @@ def _variants(used, target):
                 yield {"tile": t}
     if "mr" in used:
         rows, cols = used.get("extents", (None, None))
-        lanes = host.vector_bits() // 32
+        lanes = used.get("lanes", 1)
         for mr, nv in BLOCKS:
             if mr * nv + nv + 1 > regs or (mr, nv) == (used["mr"], used["nv"]) \
                     or not _whole(rows, mr) \
@@ -107,9 +107,9 @@ def predicted(opts, used) -> float:
         cost *= _tile(opts["tile"], dims) / _tile(used["tile"], dims)
     if "time_tile" in opts:
         cost *= _time_tile(opts["time_tile"]) / _time_tile(used["time_tile"])
-    for name, default in (("jam", "jam"), ("sums", "sums")):
+    for name in ("jam", "sums"):
         if name in opts:
-            cost *= _chains(opts[name]) / _chains(used[default])
+            cost *= _chains(opts[name]) / _chains(used[name])
     if "block_vectors" in opts:
         cost *= (1 + 2 / opts["block_vectors"]) / (1 + 2 / used["block_vectors"])
     for name, factor in SWITCH_COST.items():
