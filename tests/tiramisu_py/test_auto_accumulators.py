@@ -159,7 +159,7 @@ def test_a_slot_per_iteration_never_takes_more_memory_than_the_array():
 def test_cholesky_columns_run_in_parallel_after_the_interchange():
     """Cholesky's row loop and its dot products' column loop both carry:
     the nest of the dot products (sharing ``j``) is interchanged, moved after
-    the diagonal, its ``i`` parallel (tiramisu_py/driver/auto_interchange.py):
+    the diagonal, its ``i`` parallel (tiramisu_py/driver/auto_nests.py):
     bit for bit the unscheduled kernel's result on C (within rounding on
     LLVM, whose FMA contraction depends on the loop's form), and the
     printed commands replay.  Trisolv's columns (one row of work per

@@ -5,7 +5,7 @@ returned as them (:class:`Step`: each prints as the Python a user would write,
 
 The search (per top-level group of statements, in program order; first, a
 nest whose loops all carry inside a serial loop is turned inside out where that
-makes a parallel loop: cholesky's columns, :mod:`.auto_interchange`):
+makes a parallel loop: cholesky's columns, :mod:`.auto_nests`):
 
 1. **Fusion** where it pays: a single-statement nest too shallow to tile
    that shares an array with the previous one joins its outermost loop
@@ -96,7 +96,7 @@ from ..analysis import legality, schedule_space as space
 from ..base.errors import IllegalScheduleError
 from ..commands.state import extent_of, state_of
 from ..poly import footprint
-from .auto_interchange import Interchange
+from .auto_nests import Nests
 from .auto_point_loops import PointLoops, l2_bytes
 from .auto_storage import Storage
 from .auto_steps import Applied, Step, StmtRef as _StmtRef, loop_names as _names, \
@@ -115,7 +115,7 @@ JAM_ROWS = 8                           # rows of a dot product unrolled inside i
 PARALLEL_PER_CORE = 4                  # iterations per core a parallel loop should have
 
 
-class AutoScheduler(Storage, PointLoops, Interchange):
+class AutoScheduler(Storage, PointLoops, Nests):
     """The search of the module's doc over one Function.  ``options``
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
     non-time band loop, instead of the cache rule), ``time_tile``,
@@ -329,45 +329,6 @@ class AutoScheduler(Storage, PointLoops, Interchange):
                     self.point_loops(n, move=False)
         for n in names:
             self.register_accumulate(n)
-
-    def distribute_deep(self, names):
-        """When one statement of the group has a deeper tileable nest than the
-        loops the group has in common (3 or more loops with reuse across
-        them: PolyBench's gemm, ``C *= beta`` fused in ``i`` with ``C += A
-        B`` over ``i, k, j``; 2mm's products, initialised in ``i, j``;
-        covariance's Gram update between its zeros and its finish), that
-        statement runs after the ones before it in a nest of its own
-        (``after(prev, None)``), to be tiled there with its reduction loop,
-        and the ones after it follow in a nest of theirs, fused as they were
-        at the group's shared loops; where that order is illegal, it runs
-        last, after all the others (symm's ``C[k][j] += alpha B[i][j]
-        A[i][k]``, whose element row ``i = k`` finished first).  Returns the parts (the statements
-        before, the deep one, the ones after; empty ones left out) if kept,
-        else None."""
-        st = self.state()
-        band = self.common_band(names)
-        for k, deep in enumerate(names):
-            loops = _names(st[deep])
-            depth = min(4, len(loops), space.data_dependent_from(self.model, deep))
-            if depth < 3 or len(band) >= depth \
-                    or not self.reuse_needs_tiles(deep, loops[:depth]):
-                continue
-            before, after = names[:k], names[k + 1:]
-            steps = [self.step(deep, "after", _StmtRef(self.f, before[-1]), None)] if before \
-                else []
-            if after:
-                steps.append(self.step(after[0], "after", _StmtRef(self.f, deep), None))
-                shared = band[-1] if band else None
-                steps += [self.step(n, "after", _StmtRef(self.f, p), shared)
-                          for p, n in zip(after, after[1:])]
-            if steps and self.attempt(steps):
-                return [part for part in (before, [deep], after) if part]
-            others = before + after
-            if after and self.attempt([self.step(deep, "after", _StmtRef(self.f, others[-1]),
-                                                 None)]):
-                return [others, [deep]]      # last, where a later statement adds to its array
-            return None
-        return None
 
     def complete(self, names):
         """A group the user scheduled: only the missing tags."""

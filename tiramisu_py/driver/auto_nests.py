@@ -1,6 +1,10 @@
-"""The auto-scheduler's interchange for parallelism (a mixin of
-:class:`~tiramisu_py.driver.auto_schedule.AutoScheduler`, run before its
-other steps): a loop nest inside a serial outer loop turned inside out so
+"""The auto-scheduler's changes to the nests themselves (a mixin of
+:class:`~tiramisu_py.driver.auto_schedule.AutoScheduler`): the interchange
+for parallelism (:meth:`Nests.inner_parallel`, run before the other steps)
+and the distribution of a deep statement into a nest of its own
+(:meth:`Nests.distribute_deep`, the band step's first move).
+
+The interchange: a loop nest inside a serial outer loop turned inside out so
 that the outer loop's iterations become a parallel inner loop.
 
 Cholesky's row ``i`` runs its dot products ``A[i][j] -= A[i][k] * A[j][k]``
@@ -16,8 +20,8 @@ from ..analysis import schedule_space as space
 from .auto_steps import StmtRef, loop_names
 
 
-class Interchange:
-    """:meth:`inner_parallel` (module doc)."""
+class Nests:
+    """:meth:`inner_parallel` and :meth:`distribute_deep` (module doc)."""
 
     def inner_parallel(self):
         """Each top-level group of statements (one outer loop, none touched
@@ -80,5 +84,45 @@ class Interchange:
             return False
         return True
 
+    def distribute_deep(self, names):
+        """When one statement of the group has a deeper tileable nest than the
+        loops the group has in common (3 or more loops with reuse across
+        them: PolyBench's gemm, ``C *= beta`` fused in ``i`` with ``C += A
+        B`` over ``i, k, j``; 2mm's products, initialised in ``i, j``;
+        covariance's Gram update between its zeros and its finish), that
+        statement runs after the ones before it in a nest of its own
+        (``after(prev, None)``), to be tiled there with its reduction loop,
+        and the ones after it follow in a nest of theirs, fused as they were
+        at the group's shared loops; where that order is illegal, it runs
+        last, after all the others (symm's ``C[k][j] += alpha B[i][j]
+        A[i][k]``, whose element row ``i = k`` finished first).  Returns the parts (the statements
+        before, the deep one, the ones after; empty ones left out) if kept,
+        else None."""
+        st = self.state()
+        band = self.common_band(names)
+        for k, deep in enumerate(names):
+            loops = loop_names(st[deep])
+            depth = min(4, len(loops), space.data_dependent_from(self.model, deep))
+            if depth < 3 or len(band) >= depth \
+                    or not self.reuse_needs_tiles(deep, loops[:depth]):
+                continue
+            before, after = names[:k], names[k + 1:]
+            steps = [self.step(deep, "after", StmtRef(self.f, before[-1]), None)] if before \
+                else []
+            if after:
+                steps.append(self.step(after[0], "after", StmtRef(self.f, deep), None))
+                shared = band[-1] if band else None
+                steps += [self.step(n, "after", StmtRef(self.f, p), shared)
+                          for p, n in zip(after, after[1:])]
+            if steps and self.attempt(steps):
+                return [part for part in (before, [deep], after) if part]
+            others = before + after
+            if after and self.attempt([self.step(deep, "after", StmtRef(self.f, others[-1]),
+                                                 None)]):
+                return [others, [deep]]      # last, where a later statement adds to its array
+            return None
+        return None
 
-__all__ = ["Interchange"]
+
+
+__all__ = ["Nests"]
