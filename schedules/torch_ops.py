@@ -263,7 +263,7 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
     if residual is not None and not (input.dim() == residual.dim() == 4
                                      and input.dtype == residual.dtype == torch.float32):
         out = _conv2d(input, weight, bias, stride, padding, dilation, groups, algo=algo)
-        return A.activate(out.add_(residual), activation)
+        return A.add_activate(out, residual, activation)
     dt = _dtype("conv2d", input, weight, bias, reduced=True)
     _algo("conv2d", algo)
     given = (input, weight, bias)
@@ -286,7 +286,7 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
                           dilation=s.dh, groups=groups, algo=algo, **extra)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
     out = k(data=x, weight=weight, **({"bias": bias} if bias is not None else {}))
-    return A.activate(out if residual is None else out.add_(residual), activation)
+    return A.add_activate(out, residual, activation)
 
 
 def _conf_key(*conf):
@@ -503,7 +503,7 @@ def conv2d_then(activation, input, weight, bias, stride, padding, dilation, grou
                                           activation=activation, residual=residual),
                                   args, tensors)
     out = conv2d_now(*args, algo=algo)
-    return A.activate(out if residual is None else out.add_(residual), activation)
+    return A.add_activate(out, residual, activation)
 _grad_input_now = glue.eager(conv2d_grad_input, _grad_input)
 _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
 

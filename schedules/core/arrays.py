@@ -111,6 +111,12 @@ def add_into(out, r):
     return np.add(out, r, out=out)
 
 
+def add_activate(out, residual, activation):
+    """``activation(out + residual)`` in place (``residual`` None: nothing
+    added; :func:`add_into`, then :func:`activate`); returns ``out``."""
+    return activate(out if residual is None else add_into(out, residual), activation)
+
+
 def broadcast(x, shape):
     """``x`` (NumPy or torch) broadcast to ``shape`` (NumPy's and torch's
     rule), C-contiguous: copied where it stretches, ``x`` itself where its
