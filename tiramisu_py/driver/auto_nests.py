@@ -33,18 +33,12 @@ class Nests:
         loops interchanged, the nest moved after the group's other
         statements (sharing the outer loop), and its new inner loop
         parallelised, if the whole is legal and that loop has the work of a
-        parallel region (:meth:`too_little_work`).  True if any was kept."""
-        groups = {}
-        for name, st in self.state().items():
-            groups.setdefault(st.consts[0], []).append(name)
-        kept = False
-        for key in sorted(groups):
-            names = groups[key]
+        parallel region (:meth:`too_little_work`)."""
+        for names in self.top_groups():
             if self.out_of_time():
                 break
             if len(names) > 2 and not any(n in self.touched for n in names):
-                kept = self.interchange_nest(names) or kept
-        return kept
+                self.interchange_nest(names)
 
     def interchange_nest(self, names):
         st = self.state()
@@ -56,14 +50,13 @@ class Nests:
             loops = loop_names(st[n])
             if len(loops) >= 2:
                 nests.setdefault((st[n].consts[1], loops[1]), []).append(n)
+        def par(n):
+            return set(space.parallel_loops(self.model, self.deps, st, n))
         for (_, inner), nest in nests.items():
             others = [n for n in names if n not in nest]
             if not others or len(nest) < 2:
                 continue
-            if any(outer in space.parallel_loops(self.model, self.deps, st, n)
-                   or inner in space.parallel_loops(self.model, self.deps, st, n)
-                   for n in nest) \
-                    or any(space.parallel_loops(self.model, self.deps, st, n) for n in others):
+            if any({outer, inner} & par(n) for n in nest) or any(par(n) for n in others):
                 continue          # the other rules' case: a loop already parallel (LU's upper row)
             if self.try_interchange(nest, others, outer, inner):
                 return True
@@ -122,7 +115,6 @@ class Nests:
                 return [others, [deep]]      # last, where a later statement adds to its array
             return None
         return None
-
 
 
 __all__ = ["Nests"]

@@ -181,6 +181,14 @@ class AutoScheduler(Storage, PointLoops, Nests):
     def state(self):
         return state_of(self.f)
 
+    def top_groups(self):
+        """The statements by top-level group (their outermost position), in
+        program order."""
+        groups = {}
+        for name, st in self.state().items():
+            groups.setdefault(st.consts[0], []).append(name)
+        return [groups[key] for key in sorted(groups)]
+
     def knob(self, name, default):
         """The option ``name`` if given, else ``default``; either way noted
         in :attr:`used` (the knobs this Function's schedule depends on)."""
@@ -203,13 +211,9 @@ class AutoScheduler(Storage, PointLoops, Nests):
         self.private_accumulators()
         if self.opt["fuse"]:
             self.fuse()
-        groups = {}
-        for name, st in self.state().items():
-            groups.setdefault(st.consts[0], []).append(name)
-        for key in sorted(groups):
+        for names in self.top_groups():
             if self.out_of_time():
                 break
-            names = groups[key]
             try:
                 if any(n in self.touched for n in names):
                     self.complete(names)
@@ -408,7 +412,7 @@ class AutoScheduler(Storage, PointLoops, Nests):
         l2 = l2_bytes()
         lanes = self.lanes(stmt)
         if self.opt["tile"] is not None:
-            size = self.knob("tile", None)
+            size = self.opt["tile"]
         else:
             space_dims = len(band) - (1 if time_loop else 0)
             # a tile's footprint in each array: t^(its dimensions, at most the band's)

@@ -184,8 +184,9 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
 
     ``params``: the sizes to time with (every free param); ``inputs``: arrays
     by name (default: random, shaped by ``params``); ``space``: candidates,
-    each a dict of auto-scheduler options (``tile``, ``time_tile``,
-    ``vectorize``, ``unroll``, ``fuse``, ``schedule``) or a callable that
+    each a dict of auto-scheduler options (``tile``, ``time_tile``, ``mr``,
+    ``nv``, ``jam``, ``sums``, ``block_vectors``, ``vectorize``, ``unroll``,
+    ``fuse``, ``pad``, ``schedule``) or a callable that
     schedules a copy (default: :func:`tiramisu_py.driver.tune_space.candidates`,
     ranked by its cost model); illegal candidates are
     rejected by the legality check.  ``budget``: seconds, after which no
@@ -292,9 +293,9 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
         RUNS["timed"] += 1
         timed += 1
         results.append((t, k, steps, call))
+        if best is None or t < best[0]:
+            best = (t, steps, call)
         done += 1
-        fastest = min(results, key=lambda r: r[0])
-        best = (fastest[0], fastest[2], fastest[3])
         show()
     if best is None:
         bar.end()
