@@ -10,7 +10,7 @@ from ..regions import SPIN_MAX, SPIN_MIN
 from .syntax import CTYPES, SUFFIX
 from .dot import DOT_SOURCE
 from .vecmath import c_bits_helpers, c_helper
-from .transpose import zip_helper
+from .transpose import rounds_helper
 from .widen import vector_helper
 
 
@@ -22,7 +22,7 @@ def helper_source(name: str) -> str:
     if name.startswith("tp_vec_"):
         return vector_helper(name)
     if name.startswith("tp_zip_"):
-        return zip_helper(name)
+        return rounds_helper(name)
     if name == "tp_dot":
         return DOT_SOURCE
     if name == "tp_barrier":

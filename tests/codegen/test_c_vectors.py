@@ -252,8 +252,10 @@ def test_a_transposing_square_copy_goes_through_registers(monkeypatch, dtype, n,
     k = rows_in_lanes(dtype, n, m, w).compile()
     whole = w >= 4 and n % w == 0 and m % w == 0   # else min() bounds: the loops stay
     assert k.source.count("copy transposed through registers") == int(whole)
-    assert k.source.count(f"tp_zip_lo_{transpose.SUF[dtype.name]}x{w}(") \
-        == (w // 2 * (w.bit_length() - 1) + 1 if whole else 0)      # the calls and the helper
+    rounds = w.bit_length() - 1
+    assert sum(k.source.count(f"tp_zip{n}_lo_{transpose.SUF[dtype.name]}x{w}(")
+               for n in range(rounds)) == ((w // 2 + 1) * rounds if whole else 0)   # calls, helpers
+    assert k.source.count("__builtin_prefetch(") == (w if whole else 0)
     got = np.asarray(k(A=A, x=x))
     from tiramisu_py.driver import warm
     monkeypatch.setattr(warm, "ENABLED", False)      # printed again, not the kept kernel
@@ -262,6 +264,25 @@ def test_a_transposing_square_copy_goes_through_registers(monkeypatch, dtype, n,
     assert "transposed through registers" not in plain.source
     np.testing.assert_array_equal(got, np.asarray(plain(A=A, x=x)))
     np.testing.assert_allclose(got, np.einsum("bij,bj->bi", A, x), rtol=1e-5)
+
+
+@pytest.mark.parametrize("w,q", [(16, 4), (8, 2), (8, 4), (4, 2), (4, 4), (16, 8)])
+def test_the_transpose_rounds_move_each_column_into_one_register(w, q):
+    """The shuffles of :func:`codegen.c.transpose.rounds` (in-lane rounds,
+    then whole 128-bit lanes), run on a ``w x w`` matrix with NumPy, leave
+    column ``c`` in register ``order[c]``, its rows in lane order."""
+    from codegen.c.transpose import rounds
+    plan, order = rounds(w, q)
+    assert len(plan) == w.bit_length() - 1
+    regs = [row for row in np.arange(w * w).reshape(w, w)]
+    for n, (lo, hi) in enumerate(plan):
+        d, new = 1 << n, list(regs)
+        for m in (m for m in range(w) if not m & d):
+            both = np.concatenate([regs[m], regs[m + d]])
+            new[m], new[m + d] = both[list(lo)], both[list(hi)]
+        regs = new
+    for c in range(w):
+        np.testing.assert_array_equal(regs[order[c]], np.arange(w) * w + c)
 
 
 def two_row_sums():
