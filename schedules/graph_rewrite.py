@@ -36,9 +36,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from . import torch_ops  # noqa: F401  (registers torch.ops.tiramisu)
-from . import torch_fused_ops  # noqa: F401
+from . import (
+    torch_fused_ops,  # noqa: F401
+    torch_ops,  # noqa: F401  (registers torch.ops.tiramisu)
+)
 from .fusion import only_user, residual_add
+from .torch_rnn_ops import rnn_recorded
 
 F = torch.nn.functional
 ops = torch.ops.tiramisu
@@ -125,11 +128,10 @@ def _conv2d_folded(input, weight, bias, bn, stride, padding, dilation, groups, a
 
 def _rnn(kind, input, hx, params, num_layers, batch_first):
     x = input.transpose(0, 1) if batch_first else input
-    if kind == "lstm":
-        y, hn, cn = ops.lstm(x, list(params), num_layers, hx[0], hx[1])
-        return (y.transpose(0, 1) if batch_first else y), hn, cn
-    y, hn = ops.gru(x, list(params), num_layers, hx)
-    return (y.transpose(0, 1) if batch_first else y), hn
+    state = tuple(hx) if kind == "lstm" else (hx,)
+    op = getattr(ops, f"{kind}_train" if rnn_recorded(x, params, state) else kind)
+    y, hn, *rest = op(x, list(params), num_layers, *state)   # (_train: and the states kept)
+    return ((y.transpose(0, 1) if batch_first else y), hn, *rest[:len(state) - 1])
 
 
 def _pair(v):

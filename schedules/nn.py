@@ -18,13 +18,14 @@ import torch
 from torch import nn
 
 import schedules.torch_ops as T  # (registers torch.ops.tiramisu)
-from schedules import torch_glue as glue
 from schedules import api
+from schedules import torch_glue as glue
+from schedules.fusion import STAND_INS, ConvertReport, find_chains, find_tails
 from schedules.problems.conv import ConvProblem
 from schedules.problems.rnn import dropout_masks, dropout_p
 from schedules.registry import FUSED_ALGOS
-from schedules.fusion import STAND_INS, ConvertReport, find_chains, find_tails
 from schedules.torch_fused_ops import folded_conv
+from schedules.torch_rnn_ops import rnn_recorded
 from schedules.weights.csr import CSRWeights
 
 ops = torch.ops.tiramisu
@@ -391,6 +392,8 @@ class _Recurrent(nn.Module):
         if p and self.num_layers > 1:   # torch's masks, from torch's generator
             per = len(weights) // self.num_layers
             masks = dropout_masks(x, self.num_layers, [weights[:per]], p)
+        if rnn_recorded(x, weights, state):    # a gradient recorded: the states kept for it
+            return self._op_train(x, weights, self.num_layers, *state, dropout_masks=masks)[:-1]
         return self._op(x, weights, self.num_layers, *state, dropout_masks=masks)
 
     def _stacked(self, x, state):
@@ -415,7 +418,7 @@ class LSTM(_Recurrent):
 
     def forward(self, input, hx=None):
         h0, c0 = (None, None) if hx is None else hx
-        self._op = ops.lstm
+        self._op, self._op_train = ops.lstm, ops.lstm_train
         y, (hn, cn) = self._run(input, h0, c0)
         return y, (hn, cn)
 
@@ -426,7 +429,7 @@ class GRU(_Recurrent):
     _torch = nn.GRU
 
     def forward(self, input, hx=None):
-        self._op = ops.gru
+        self._op, self._op_train = ops.gru, ops.gru_train
         y, (hn,) = self._run(input, hx)
         return y, hn
 

@@ -17,6 +17,7 @@ only)::
                                      # (and .padding: "valid" / "same")
     torch.ops.tiramisu.lstm(input, params, num_layers, h0, c0, dropout_masks) -> (y, h_n, c_n)
     torch.ops.tiramisu.gru(input, params, num_layers, h0, dropout_masks) -> (y, h_n)
+    torch.ops.tiramisu.lstm_train / gru_train: the same and the h states (L, T + 1, B, H) kept
     torch.ops.tiramisu.lstm_backward / gru_backward: their backward (an op, for torch.compile)
 
 ``stride``, ``padding``, ``dilation`` are lists of 1 or 2 ints as aten takes
@@ -30,8 +31,8 @@ naming the argument), and an unknown ``algo`` is refused (ValueError).
 Each op has a backward made of compiled kernels, themselves ops
 (``gemm`` twice; ``matmul`` twice, summed over broadcast batch dimensions;
 ``conv2d_grad_input``, ``conv2d_grad_weight``; ``conv_relu_maxpool_grad`` then the two conv
-ones; ``lstm``/``gru``: the forward recomputed keeping every layer's states, then
-backpropagation through time, :mod:`schedules.solvers.rnn_train`), float32 and float64.
+ones; ``lstm``/``gru``: the forward recomputed keeping every layer's states, ``_train``'s
+kept, then backpropagation through time, :mod:`schedules.solvers.rnn_train`), float32 and float64.
 ``conv2d_grad_input`` of a float32 conv runs as the forward convolution of
 the output's gradient (spread out by the stride) with the flipped,
 group-transposed weight (:func:`schedules.solvers.conv_grad.grad_input`),
@@ -61,7 +62,7 @@ from tiramisu_py.runtime.torch_bridge import contiguous
 
 from . import api, plans
 from . import torch_glue as glue
-from .torch_rnn_ops import gru, gru_backward, lstm, lstm_backward
+from .torch_rnn_ops import gru, gru_backward, gru_train, lstm, lstm_backward, lstm_train
 from .blocks import outer_gemm
 from .core import arrays as A
 from .core import call_memo
@@ -713,5 +714,5 @@ _op("sparse_conv2d.padding", _SPARSE.format(padding="str padding=\"valid\""),
 OPS = {"gemm": gemm, "matmul": matmul, "conv2d": conv2d, "conv2d_grad_input": conv2d_grad_input,
        "conv2d_grad_weight": conv2d_grad_weight, "conv_relu_maxpool": conv_relu_maxpool,
        "conv_relu_maxpool_grad": conv_relu_maxpool_grad, "sparse_conv2d": sparse_conv2d,
-       "lstm": lstm, "gru": gru,
+       "lstm": lstm, "gru": gru, "lstm_train": lstm_train, "gru_train": gru_train,
        "lstm_backward": lstm_backward, "gru_backward": gru_backward}

@@ -18,6 +18,14 @@ from .torch_glue import no_double_backward as _no_double_backward
 from .torch_glue import op as _op
 
 
+def rnn_recorded(x, weights, state=()):
+    """Whether a call of ``lstm`` / ``gru`` on these tensors records a
+    gradient (grad mode on, one of them requiring grad): ``lstm_train`` /
+    ``gru_train`` then run instead, keeping the states for the backward."""
+    return torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, *weights, *state))
+
+
 def _rnn_layers(op, weights, num_layers):
     per = len(weights) // num_layers if num_layers > 0 else 0
     torch._check(num_layers >= 1 and per in (2, 4) and per * num_layers == len(weights),
@@ -76,42 +84,60 @@ def _gru_fake(x, weights, num_layers, h0=None, dropout_masks=None):
     return _rnn_fake("gru", x, weights, num_layers, 3)
 
 
-def _rnn_setup(ctx, inputs, output):
+def _rnn_setup(ctx, inputs, output, states=None):
     """Saves the inputs (``save_for_backward``: changed in place before the
-    backward, they are refused by torch, never used stale)."""
+    backward, they are refused by torch, never used stale) and the forward's
+    h ``states`` where it kept them (``lstm_train`` / ``gru_train``)."""
     x, weights, num_layers, h0, *rest = list(inputs) + [None] * 3
     masks = rest[1] if len(inputs) == 6 else rest[0]   # (lstm has c0 before the masks)
     c0 = rest[0] if len(inputs) == 6 else None
     ctx.num_layers, ctx.has = num_layers, (h0 is not None, c0 is not None, len(masks or ()))
-    ctx.n_weights = len(weights)
-    ctx.save_for_backward(x, *weights, *(t for t in (h0, c0) if t is not None), *(masks or ()))
+    ctx.n_weights, ctx.kept = len(weights), states is not None
+    ctx.save_for_backward(x, *weights, *(t for t in (h0, c0) if t is not None), *(masks or ()),
+                          *((states,) if states is not None else ()))
+
+
+def _rnn_train_setup(ctx, inputs, output):
+    ctx.mark_non_differentiable(output[-1])
+    _rnn_setup(ctx, inputs, output, output[-1])
 
 
 def _rnn_saved(ctx):
-    """``(x, weights, h0, c0, masks)`` as :func:`_rnn_setup` saved them."""
+    """``(x, weights, h0, c0, masks, states)`` as :func:`_rnn_setup` saved them."""
     saved = list(ctx.saved_tensors)
+    states = saved.pop() if ctx.kept else None
     x, weights, rest = saved[0], saved[1:1 + ctx.n_weights], saved[1 + ctx.n_weights:]
     has_h, has_c, n_masks = ctx.has
     h0 = rest.pop(0) if has_h else None
     c0 = rest.pop(0) if has_c else None
-    return x, weights, h0, c0, (rest if n_masks else None)
+    return x, weights, h0, c0, (rest if n_masks else None), states
 
 
-def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
+def _batching(x):
+    """``x`` 2-d (T, I): batch 1 in the middle, as the forward takes it;
+    returns ``(unbatched, batch)``, ``batch(t)`` the tensor detached (and
+    given that batch axis)."""
+    unbatched = x.dim() == 2
+    if unbatched:
+        return True, lambda t: None if t is None else _detached(t).unsqueeze(-2)
+    return False, _detached
+
+
+def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks, states=None):
     """The implementation of ``tiramisu::lstm_backward`` / ``gru_backward``:
-    the forward recomputed keeping every layer's states, then
     backpropagation through time (:func:`schedules.solvers.rnn_train.gradients`,
-    compiled kernels).  Returns ``(dx, dparams, dh0, dc0)``."""
+    compiled kernels) from the h ``states`` that ``lstm_train`` / ``gru_train``
+    kept, or the forward recomputed keeping them where none are given.
+    Returns ``(dx, dparams, dh0, dc0)``."""
     layers = _rnn_layers(op, weights, num_layers)
-    unbatched = x.dim() == 2            # (T, I): batch 1 in the middle, as the forward
-    batch = (lambda t: None if t is None else _detached(t).unsqueeze(-2)) if unbatched else \
-        (lambda t: None if t is None else _detached(t))       # noqa: E731
+    unbatched, batch = _batching(x)
     bx, blayers, bh0, bc0 = batch(x), [[_detached(w) for w in layer] for layer in layers], \
         batch(h0), batch(c0)
     dx, dW, dh0, dc0 = rnn_train.gradients(
         op, bx, blayers, bh0, bc0, *(batch(g) for g in (dy, dhn, dcn)),
         [batch(m) for m in dropout_masks] if dropout_masks else None,
-        solve=rnn_train.states_solver(SOLVERS[op], op, bx, blayers, bh0, bc0))
+        solve=rnn_train.states_solver(SOLVERS[op], op, bx, blayers, bh0, bc0),
+        states=None if states is None else batch(states))
     per = len(layers[0])
     dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
     out = [torch.from_numpy(a) if a is not None else None for a in (dx, dh0, dc0)]
@@ -120,15 +146,39 @@ def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks):
     return out[0], dws, out[1], out[2]
 
 
+def _rnn_train(op, x, weights, num_layers, h0, c0, dropout_masks):
+    """The implementation of ``tiramisu::lstm_train`` / ``gru_train``: the
+    forward keeping each layer's h states (:func:`schedules.solvers.rnn_train.forward_states`),
+    ``(y, h_n, c_n, states)``, ``states`` (L, T + 1, *batch, H)."""
+    layers = _rnn_layers(op, weights, num_layers)
+    _rnn_fake(op, x, weights, num_layers, 4 if op == "lstm" else 3)
+    unbatched, batch = _batching(x)
+    bx, blayers, bh0, bc0 = batch(x), [[_detached(w) for w in layer] for layer in layers], \
+        batch(h0), batch(c0)
+    masks = [batch(m) for m in dropout_masks] if dropout_masks else None
+    if masks:
+        torch._check(len(masks) == num_layers - 1,
+                     lambda: f"tiramisu::{op}_train: dropout_masks: expected num_layers - 1 = "
+                             f"{num_layers - 1} masks, got {len(masks)}")
+    out = rnn_train.forward_states(op, bx, blayers, bh0, bc0, masks,
+                                   solve=rnn_train.states_solver(SOLVERS[op], op, bx, blayers,
+                                                                 bh0, bc0))
+    y, hn, cn, states = (None if a is None else torch.from_numpy(a) for a in out)
+    if unbatched:
+        y, hn, cn, states = (None if a is None else a.squeeze(-2) for a in (y, hn, cn, states))
+    return y, hn, cn, states
+
+
 def _lstm_backward_impl(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
-                        dropout_masks=None):
+                        dropout_masks=None, states=None):
     return _rnn_grads("lstm", grad_y, grad_hn, grad_cn, input, params, num_layers, h0, c0,
-                      dropout_masks)
+                      dropout_masks, states)
 
 
-def _gru_backward_impl(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
+def _gru_backward_impl(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None,
+                       states=None):
     return _rnn_grads("gru", grad_y, grad_hn, None, input, params, num_layers, h0, None,
-                      dropout_masks)[:3]
+                      dropout_masks, states)[:3]
 
 
 def _rnn_grads_fake(input, params, num_layers):
@@ -138,17 +188,18 @@ def _rnn_grads_fake(input, params, num_layers):
 
 
 def _lstm_backward_fake(grad_y, grad_hn, grad_cn, input, params, num_layers, h0=None, c0=None,
-                        dropout_masks=None):
+                        dropout_masks=None, states=None):
     dx, dws, dh0 = _rnn_grads_fake(input, params, num_layers)
     return dx, dws, dh0, dh0.new_empty(dh0.shape)
 
 
-def _gru_backward_fake(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None):
+def _gru_backward_fake(grad_y, grad_hn, input, params, num_layers, h0=None, dropout_masks=None,
+                       states=None):
     return _rnn_grads_fake(input, params, num_layers)
 
 
 _GRADS = "Tensor? grad_y, Tensor? grad_hn, {c}Tensor input, Tensor[] params, int num_layers, " \
-         "Tensor? h0=None, {c0}Tensor[]? dropout_masks=None"
+         "Tensor? h0=None, {c0}Tensor[]? dropout_masks=None, Tensor? states=None"
 _NO_CONTEXT = lambda ctx, inputs, output: None       # noqa: E731
 lstm_backward = _op("lstm_backward",
                     "(" + _GRADS.format(c="Tensor? grad_cn, ", c0="Tensor? c0=None, ")
@@ -160,16 +211,20 @@ gru_backward = _op("gru_backward", "(" + _GRADS.format(c="", c0="") + ") -> (Ten
 
 
 def _rnn_backward(op):
-    """The backward of ``tiramisu::lstm`` / ``gru``: one op of its own
-    (``lstm_backward`` / ``gru_backward``, so that ``torch.compile`` traces
-    it), given the saved inputs."""
-    def backward(ctx, dy, dhn, dcn=None):
-        x, weights, h0, c0, masks = _rnn_saved(ctx)
+    """The backward of ``tiramisu::lstm`` / ``gru`` and of ``lstm_train`` /
+    ``gru_train``: one op of its own (``lstm_backward`` / ``gru_backward``,
+    so that ``torch.compile`` traces it), given the saved inputs and, from
+    the ``_train`` ops, the h states their forward kept (the states' own
+    gradient, an output autograd does not differentiate, is ignored)."""
+    def backward(ctx, dy, dhn, *rest):
+        dcn = rest[0] if op == "lstm" else None
+        x, weights, h0, c0, masks, states = _rnn_saved(ctx)
         if op == "lstm":
             dx, dws, dh0, dc0 = lstm_backward(dy, dhn, dcn, x, weights, ctx.num_layers, h0, c0,
-                                              masks)
+                                              masks, states)
         else:
-            (dx, dws, dh0), dc0 = gru_backward(dy, dhn, x, weights, ctx.num_layers, h0, masks), None
+            (dx, dws, dh0), dc0 = gru_backward(dy, dhn, x, weights, ctx.num_layers, h0, masks,
+                                               states), None
         need = ctx.needs_input_grad
         grads = [dx if need[0] else None, list(dws), None,
                  dh0 if h0 is not None and need[3] else None]
@@ -181,10 +236,40 @@ def _rnn_backward(op):
     return backward
 
 
-# backward: backpropagation through time in compiled kernels (schedules.solvers.rnn_train)
-lstm = _op("lstm", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
-           "Tensor? c0=None, Tensor[]? dropout_masks=None) -> (Tensor, Tensor, Tensor)", _lstm,
-           _lstm_fake, _rnn_backward("lstm"), _rnn_setup)
-gru = _op("gru", "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, "
-          "Tensor[]? dropout_masks=None) -> (Tensor, Tensor)", _gru, _gru_fake,
-          _rnn_backward("gru"), _rnn_setup)
+def _lstm_train(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
+    return _rnn_train("lstm", x, weights, num_layers, h0, c0, dropout_masks)
+
+
+def _gru_train(x, weights, num_layers, h0=None, dropout_masks=None):
+    y, hn, _, states = _rnn_train("gru", x, weights, num_layers, h0, None, dropout_masks)
+    return y, hn, states
+
+
+def _states_fake(x, hn):
+    return hn.new_empty((hn.shape[0], x.shape[0] + 1, *hn.shape[1:]))
+
+
+def _lstm_train_fake(x, weights, num_layers, h0=None, c0=None, dropout_masks=None):
+    y, hn = _rnn_fake("lstm", x, weights, num_layers, 4)
+    return y, hn, hn.new_empty(hn.shape), _states_fake(x, hn)
+
+
+def _gru_train_fake(x, weights, num_layers, h0=None, dropout_masks=None):
+    y, hn = _rnn_fake("gru", x, weights, num_layers, 3)
+    return y, hn, _states_fake(x, hn)
+
+
+# backward: backpropagation through time in compiled kernels (schedules.solvers.rnn_train);
+# lstm / gru recompute the forward in it, lstm_train / gru_train keep their states for it
+_LSTM_ARGS = ("(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, Tensor? c0=None, "
+              "Tensor[]? dropout_masks=None)")
+_GRU_ARGS = "(Tensor input, Tensor[] params, int num_layers, Tensor? h0=None, " \
+            "Tensor[]? dropout_masks=None)"
+lstm = _op("lstm", _LSTM_ARGS + " -> (Tensor, Tensor, Tensor)", _lstm, _lstm_fake,
+           _rnn_backward("lstm"), _rnn_setup)
+gru = _op("gru", _GRU_ARGS + " -> (Tensor, Tensor)", _gru, _gru_fake, _rnn_backward("gru"),
+          _rnn_setup)
+lstm_train = _op("lstm_train", _LSTM_ARGS + " -> (Tensor, Tensor, Tensor, Tensor)", _lstm_train,
+                 _lstm_train_fake, _rnn_backward("lstm"), _rnn_train_setup)
+gru_train = _op("gru_train", _GRU_ARGS + " -> (Tensor, Tensor, Tensor)", _gru_train,
+                _gru_train_fake, _rnn_backward("gru"), _rnn_train_setup)

@@ -141,12 +141,7 @@ class RnnProblem:
             if sparse and not W.sparse:
                 raise ValueError("sparse=True: make the RNNWeights with sparse=True")
         else:
-            first = weights[0] if isinstance(weights, (list, tuple)) and weights else None
-            w_ih = first[0] if isinstance(first, (list, tuple)) and first else None
-            if len(getattr(w_ih, "shape", ())) == 2 and w_ih.shape[1] != I:
-                raise ValueError(f"x: input size {I} (its last dimension), but weights[0][0] "
-                                 f"(w_ih of layer 0) expects {w_ih.shape[1]}: pass x of shape "
-                                 f"(T, B, {w_ih.shape[1]})")
+            check_input_size(weights, I)
             W = rnn_weights(weights, cell, sparse=sparse, input_size=I)
         L, H = len(W.layers), W.hidden
         h0a = _state(h0, "h0", L, B, H, torch_in, dtype)
@@ -236,6 +231,17 @@ def dropout_p(dropout, training):
     if not isinstance(training, bool):
         raise TypeError(f"training: expected a bool, got {type(training).__name__}")
     return float(dropout) if training else 0.0
+
+
+def check_input_size(weights, I):
+    """Refuses an input size ``I`` that layer 0's ``w_ih`` of the lists
+    ``weights`` does not take, naming both."""
+    first = weights[0] if isinstance(weights, (list, tuple)) and weights else None
+    w_ih = first[0] if isinstance(first, (list, tuple)) and first else None
+    if len(getattr(w_ih, "shape", ())) == 2 and w_ih.shape[1] != I:
+        raise ValueError(f"x: input size {I} (its last dimension), but weights[0][0] "
+                         f"(w_ih of layer 0) expects {w_ih.shape[1]}: pass x of shape "
+                         f"(T, B, {w_ih.shape[1]})")
 
 
 def is_float64(x):
@@ -342,6 +348,7 @@ def train_check(cell, x, weights, h0, c0):
     if xa.ndim != 3 or min(xa.shape) < 1:
         raise ValueError(f"x: expected (T, B, I) with T, B, I >= 1, got shape {xa.shape}")
     T, B, I = xa.shape
+    check_input_size(weights, I)
     if not isinstance(weights, (list, tuple)) or not weights:
         raise TypeError(f"weights: expected a non-empty list per layer of [w_ih, w_hh, b_ih, "
                         f"b_hh] (like {cell.upper()}.all_weights)")

@@ -11,9 +11,12 @@ output gradient); within a layer, the reverse-time recurrence is one kernel.
 :func:`run` is what ``schedules.lstm`` / ``gru`` call when a gradient may be
 asked (torch inputs that require grad) or the dtype is float64: it returns
 the results attached to the inputs by a ``torch.autograd.Function`` whose
-backward runs :func:`backward`.  :func:`gradients` recomputes the forward
-and runs the backward (the backward of ``torch.ops.tiramisu.lstm`` / ``gru``,
-which keep their schemas' three / two results).
+backward runs :func:`backward`.  :func:`forward_states` is the forward of
+``torch.ops.tiramisu.lstm_train`` / ``gru_train`` (their results and every
+layer's h states, an output of theirs that autograd keeps); :func:`gradients`
+runs the backward from those states, or recomputes the forward where none
+are given (the backward of ``torch.ops.tiramisu.lstm`` / ``gru``, which keep
+their schemas' three / two results).
 """
 from __future__ import annotations
 
@@ -192,24 +195,46 @@ def _zeros_or(g, shape, dtype):
     return np.zeros(shape, dtype) if g is None else train_array(g, "grad", dtype)
 
 
+def forward_states(cell, x, weights, h0, c0, masks=None, target=None, solve=None):
+    """The forward of a training call keeping what its backward needs:
+    ``(y, h_n, c_n, states)`` as NumPy arrays, ``states`` (L, T + 1, B, H)
+    each layer's h states (its first the layer's h0).  ``solve``: the
+    library's forward, as :func:`run` takes it (float32); else, and in
+    float64, the plain kernels of :func:`forward`."""
+    layers, xa, h0a, c0a = train_check(cell, x, weights, h0, c0)
+    m = None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+    if solve is None or is_float64(xa):
+        y, hn, cn, saved = forward(cell, layers, xa, h0a, c0a, m, target)
+    else:
+        train = {"masks": m}
+        y, hn, cn = (None if a is None else train_array(a, "result") for a in solve(train))
+        saved = train["states"]
+    return y, hn, cn, np.stack([h for _, h in saved])
+
+
 def gradients(cell, x, weights, h0, c0, dy, dhn, dcn, masks=None, target=None,
-              schedule="layer", solve=None):
-    """The gradients of the stack's inputs (NumPy), recomputing the forward
-    (``solve``: the library's, as :func:`run` takes it; else the plain
-    kernels of :func:`forward`): ``(dx, dW, dh0, dc0)`` as :func:`backward`;
-    ``dy``/``dhn``/``dcn`` may be None (zero)."""
+              schedule="layer", solve=None, states=None):
+    """The gradients of the stack's inputs (NumPy): ``(dx, dW, dh0, dc0)`` as
+    :func:`backward`; ``dy``/``dhn``/``dcn`` may be None (zero).  ``states``:
+    the h states :func:`forward_states` kept; None: the forward recomputed
+    (``solve`` as there)."""
     layers, xa, h0a, c0a = train_check(cell, x, weights, h0, c0)
     schedule = check_schedule(schedule, layers)
     m = None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
-    if solve is None or is_float64(xa):
-        y, hn, _, saved = forward(cell, layers, xa, h0a, c0a, m, target)
-    else:
-        train = {"masks": m}
-        y, hn = (train_array(a, "result") for a in solve(train)[:2])
-        saved = train["states"]
+    if states is None:
+        states = forward_states(cell, x, weights, h0, c0, masks, target, solve)[3]
+    states = train_array(states, "states", str(xa.dtype))
+    L, T1, B, H = len(layers), xa.shape[0] + 1, xa.shape[1], layers[0][1].shape[1]
+    if states.shape != (L, T1, B, H):
+        raise ValueError(f"states: expected shape {(L, T1, B, H)} (the h states of each layer, "
+                         f"h0 first), got {states.shape}")
+    saved, inp = [], xa
+    for l in range(L):                   # each layer's input: the one below's output, masked
+        saved.append((inp, states[l]))
+        inp = states[l][1:] if m is None or l == L - 1 else states[l][1:] * m[l]
     dt = str(xa.dtype)
-    return backward(cell, layers, saved, c0a, _zeros_or(dy, y.shape, dt),
-                    _zeros_or(dhn, hn.shape, dt), _zeros_or(dcn, hn.shape, dt), m, target,
+    return backward(cell, layers, saved, c0a, _zeros_or(dy, (T1 - 1, B, H), dt),
+                    _zeros_or(dhn, (L, B, H), dt), _zeros_or(dcn, (L, B, H), dt), m, target,
                     schedule)
 
 

@@ -293,9 +293,10 @@ def test_numpy_input_with_weights_that_require_grad_keeps_the_graph():
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_op_backward_recomputes_a_float32_forward_with_the_library_solvers(monkeypatch, cell):
-    """The backward op's recomputed forward is the library's (the plain
-    training forward nest never runs for float32): the gradients stay torch's."""
+def test_the_float32_training_forward_is_the_library_solvers(monkeypatch, cell):
+    """A converted module's training forward (``lstm_train``/``gru_train``,
+    keeping the states) is the library's (the plain training forward nest
+    never runs for float32): the gradients stay torch's."""
     def refuse(*a, **k):
         raise AssertionError("the plain training forward ran")
     monkeypatch.setattr(rnn_train, "_forward_kernel", refuse)
@@ -332,3 +333,63 @@ def _same_gradients(mod, ours, x):
     torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-4, atol=1e-5)
     for p, q in zip(ours.parameters(), mod.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+
+
+def _op_call(op, cell, x, ws, h0=None, masks=None):
+    """``torch.ops.tiramisu.<op>`` of a 2-layer stack (LSTM: c0 = h0)."""
+    f = getattr(torch.ops.tiramisu, op)
+    state = (h0, h0) if cell == "lstm" else (h0,)
+    return f(x, list(ws), 2, *state, dropout_masks=masks)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_train_ops_keep_the_states_and_their_backward_recomputes_nothing(monkeypatch, cell):
+    """``lstm_train``/``gru_train``: the results of ``lstm``/``gru`` and each
+    layer's h states (h0 first, the top layer's the output, the last h_n);
+    their backward runs no forward and gives the recomputing op's gradients;
+    a converted module in training runs one forward a step."""
+    torch.manual_seed(7)
+    m = MODULES[cell](6, 5, num_layers=2)
+    ws = [w.detach().clone().requires_grad_(True) for layer in m.all_weights for w in layer]
+    x, h0 = torch.randn(4, 3, 6, requires_grad=True), torch.randn(2, 3, 5)
+    mask = torch.empty(4, 3, 5).bernoulli_(0.5).mul_(2)
+    calls = []
+    real = rnn_train.forward_states
+    monkeypatch.setattr(rnn_train, "forward_states", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for masks in (None, [mask]):
+        *got, states = _op_call(f"{cell}_train", cell, x, ws, h0, masks)
+        want = _op_call(cell, cell, x, ws, h0, masks)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+        assert states.shape == (2, 5, 3, 5) and not states.requires_grad
+        torch.testing.assert_close(states[:, 0], h0, rtol=0, atol=0)
+        torch.testing.assert_close(states[1, 1:], got[0], rtol=0, atol=0)
+        torch.testing.assert_close(states[:, -1], got[1], rtol=0, atol=0)
+        grads = torch.autograd.grad(sum((o ** 2).sum() for o in got), [x, *ws])
+        calls.clear()
+        theirs = torch.autograd.grad(sum((o ** 2).sum() for o in want), [x, *ws])
+        assert len(calls) == 1                  # the recomputing op's backward: a forward
+        for g, w in zip(grads, theirs):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    ours = tnn.convert(torch.nn.Sequential(copy.deepcopy(m)))[0]
+    calls.clear()
+    ours(x)[0].square().sum().backward()
+    assert len(calls) == 1                      # the forward's; the backward's states are kept
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_train_ops_gradcheck_with_masks_and_unbatched(cell):
+    """float64 gradcheck through ``lstm_train``/``gru_train``'s kept states,
+    dropout masks given, and unbatched (T, I) input with (L, H) states."""
+    torch.manual_seed(8)
+    m = MODULES[cell](2, 3, 2).double()
+    x = torch.randn(3, 2, 2, dtype=torch.float64, requires_grad=True)
+    ws = [w.detach().clone().requires_grad_(True) for layer in m.all_weights for w in layer]
+    mask = torch.empty(3, 2, 3, dtype=torch.float64).bernoulli_(0.5).mul_(2)
+    fn = lambda x, *ws: _op_call(f"{cell}_train", cell, x, ws, masks=[mask])[:-1]  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x, *ws))
+    xu, h0 = x[:, 0].detach().requires_grad_(), torch.randn(2, 3, dtype=torch.float64)
+    fu = lambda x, *ws: _op_call(f"{cell}_train", cell, x, ws, h0)  # noqa: E731
+    out = fu(xu, *ws)
+    assert out[0].shape == (3, 3) and out[1].shape == (2, 3) and out[-1].shape == (2, 4, 3)
+    assert torch.autograd.gradcheck(lambda *a: fu(*a)[:-1], (xu, *ws), fast_mode=True)
