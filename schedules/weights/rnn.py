@@ -15,6 +15,7 @@ from tiramisu_py.runtime.memory import seal
 
 from ..core.arrays import dtype_name, is_torch
 from ..core.prepared import prepared
+from ..core.transpose import gate_blocked
 from ..host import host
 from .csr import csr_to_dense
 from .window import windowed
@@ -262,6 +263,9 @@ class RNNWeights:
         G, H = self.gates, self.hidden
         m = self._dense(m)
         Hp = padded(H, hb)
+        if Hp == H and storage(self.wdtype) == m.dtype == np.float32:     # (no padding)
+            return gate_blocked(np.ascontiguousarray(m), G, hb,
+                                np.empty((H // hb, m.shape[1], G, hb), np.float32))
         w = np.zeros((G, Hp, m.shape[1]), storage(self.wdtype))
         w[:, :H] = m.reshape(G, H, -1)
         return np.ascontiguousarray(w.reshape(G, Hp // hb, hb, -1).transpose(1, 3, 0, 2))

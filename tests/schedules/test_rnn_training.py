@@ -393,3 +393,15 @@ def test_train_ops_gradcheck_with_masks_and_unbatched(cell):
     out = fu(xu, *ws)
     assert out[0].shape == (3, 3) and out[1].shape == (2, 3) and out[-1].shape == (2, 4, 3)
     assert torch.autograd.gradcheck(lambda *a: fu(*a)[:-1], (xu, *ws), fast_mode=True)
+
+
+@pytest.mark.parametrize("G,H,K,hb", [(4, 64, 24, 16), (3, 48, 7, 16), (4, 64, 33, 32)])
+def test_gate_blocked_is_numpys_layout(G, H, K, hb):
+    """The recurrent weights' packed layout made by the tiled transposes of
+    :func:`schedules.core.transpose.gate_blocked` is NumPy's transpose."""
+    from schedules.core.transpose import gate_blocked
+    m = np.random.default_rng(0).random((G * H, K), dtype=np.float32)
+    out = gate_blocked(m, G, hb, np.empty((H // hb, K, G, hb), np.float32))
+    np.testing.assert_array_equal(out, m.reshape(G, H // hb, hb, K).transpose(1, 3, 0, 2))
+    with pytest.raises(ValueError, match="cannot hold"):
+        gate_blocked(m, G, hb, np.empty((H // hb, K, G, hb + 1), np.float32))
