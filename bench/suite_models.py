@@ -20,8 +20,13 @@ build), random weights and BatchNorm statistics from a fixed seed:
   (``--quick``: channels / 8, 16x16).
 
 Each at batch 2 and 16, in inference (eval mode, ``torch.no_grad``) and
-forward + backward (train mode: the loss's gradients of all parameters;
-dropout masks drawn from the same seed for every implementation).
+a training step (train mode: forward, the loss's gradients of all
+parameters, and a plain SGD update of each, learning rate :data:`LR`, so
+that every step runs on new weights as training does -- the library's
+prepared weights are made again each step; dropout masks drawn from the
+same seed for every implementation; each implementation steps a copy of
+the model of its own, and its first step, from the same weights as
+everyone's, is the one checked).
 Implementations: ``tiramisu_py`` (``convert(copy.deepcopy(model))``: its
 report is printed once per model), ``tiramisu_py[compile]`` (``torch.compile(model,
 backend="tiramisu")``: the library's ops in Dynamo's graph, Inductor for the
@@ -39,7 +44,7 @@ MobileNet's check column shows it), as for ``torch.compile``.  Defaults:
 2 threads and 3 timed calls per implementation (``--threads`` / ``--repeats``
 override; the two compiled rows' compiles, one per case, are much of the
 suite's time).  FLOP counts: 2 x the multiply-adds of the convolutions, linear
-layers and LSTM gates (forward; x3 for forward + backward).  The check
+layers and LSTM gates (forward; x3 for a training step).  The check
 column is the max abs difference of the output (inference) or the loss
 (training) from torch eager's.
 """
@@ -51,6 +56,7 @@ import functools
 from bench.harness import Case
 
 BATCHES = (2, 16)
+LR = 1e-3           # the training step's SGD learning rate
 FROZEN = {"freezing": True}
 MODELS = ("vgg", "resnet18", "mobilenet_v2", "seq2seq", "resnext_block")
 _reported = set()
@@ -287,7 +293,7 @@ def _case(name, batch, train, quick):
     @functools.cache
     def reference():
         m, _, x = built()
-        return _step(m, x, train)()
+        return _step(copy.deepcopy(m), x, train)()
 
     def setup():
         import torch
@@ -296,7 +302,10 @@ def _case(name, batch, train, quick):
         # models and ran eager, both compiled rows silently (a case compiles its own)
         torch._dynamo.reset()
         m, ours, x = built()
-        impls = {"tiramisu_py": _step(ours, x, train), "torch": _step(m, x, train)}
+        # (training updates the weights: each implementation steps a copy of its own, so
+        # that every first call, the one checked, starts from the same weights)
+        impls = {"tiramisu_py": _step(ours, x, train),
+                 "torch": _step(copy.deepcopy(m) if train else m, x, train)}
         if not quick:
             compiled = functools.cache(lambda: torch.compile(copy.deepcopy(m)))
             impls["torch.compile"] = lambda: _step(compiled(), x, train)()
@@ -313,7 +322,7 @@ def _case(name, batch, train, quick):
     def check(out):
         return float((out.double() - reference().double()).abs().max())
 
-    mode = "fwd+bwd" if train else "inference"
+    mode = "train" if train else "inference"
     return Case(f"{name} b{batch} {mode}", forward_flops(name, batch, quick) * (3 if train else 1),
                 setup, check)
 
@@ -365,8 +374,11 @@ def _backend(m, name, train, quick, options=None):
 
 
 def _step(m, x, train):
-    """One timed call: the output in eval mode under no_grad, or the loss
-    of a forward + backward in train mode (gradients cleared first)."""
+    """One timed call: the output in eval mode under no_grad, or in train
+    mode a training step: gradients cleared, forward, backward and a plain
+    SGD update of every parameter (:data:`LR`), so that each step's weights
+    are new ones, as in training (the library's prepared weights made again
+    each step); returns the loss (of the weights before the update)."""
     import torch
 
     def infer():
@@ -374,13 +386,17 @@ def _step(m, x, train):
         with torch.no_grad():
             return m(x)
 
-    def fwd_bwd():
+    def step():
         m.train()
         torch.manual_seed(2)                       # the same dropout masks for everyone
         for p in m.parameters():
             p.grad = None
         loss = m(x).float().square().mean()
         loss.backward()
+        with torch.no_grad():
+            for p in m.parameters():
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-LR)
         return loss.detach()
 
-    return fwd_bwd if train else infer
+    return step if train else infer

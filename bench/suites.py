@@ -35,7 +35,7 @@ contention  the library's calls quiet and beside 1 and 4 busy processes, against
        the same conditions (bench/suite_contention.py; not part of "all").
 models whole models converted by schedules.nn.convert and compiled with the "tiramisu"
        torch.compile backend (VGG-11, ResNet-18, MobileNetV2, an Embedding-LSTM-Linear
-       seq2seq) against torch eager and torch.compile, inference and forward + backward,
+       seq2seq) against torch eager and torch.compile, inference and a training step (fwd+bwd+SGD),
        batch 2 and 16, 2 threads (bench/suite_models.py; not part of "all").
 peers  auto_schedule() against Halide's three autoschedulers and TVM's MetaSchedule on seven
        kernels, each side in its own process (--peers-python: the one with halide and tvm),
@@ -257,7 +257,7 @@ def parser(prog: str) -> argparse.ArgumentParser:
                    help="only these sizes of each suite, by index (gemm 0-2, conv/fused 0-3, "
                         "rnn 0-6: lstm/gru (a), (b), (c), sparse lstm (a); models 0-15: "
                         "vgg, resnet18, mobilenet_v2, seq2seq x batch 2, 16 x inference, "
-                        "fwd+bwd)")
+                        "train; 16-19 resnext_block)")
     p.add_argument("--dtype", default="fp32", choices=tuple(DTYPES),
                    help="the dtype of the gemm (fp32, bf16, fp16, int8), conv and rnn suites "
                         "(fp32, bf16, fp16); the reduced ones need torch (default fp32)")

@@ -242,7 +242,7 @@ def test_models_suite_is_registered():
     from bench import suites
     args = suites.parser("tiramisu-py bench").parse_args(["models", "--quick", "--shapes", "13"])
     (case,) = suites.cases(args.suite, args.quick, args.shapes)
-    assert case.name == "seq2seq b2 fwd+bwd" and "models" not in suites.SUITES   # not in "all"
+    assert case.name == "seq2seq b2 train" and "models" not in suites.SUITES   # not in "all"
     from bench import harness
     assert harness.run_args(args, threads=(2,), repeats=3)["repeats"] == 3     # models' defaults
     again = suites.parser("p").parse_args(["models", "--repeats", "7", "--threads", "1"])
@@ -253,11 +253,11 @@ def test_models_bench_suite_smoke():
     from bench import suite_models
     cases = suite_models.cases(quick=True)
     assert len(cases) == 20 and cases[0].name == "vgg b2 inference"
-    assert cases[-1].name == "resnext_block b16 fwd+bwd"
+    assert cases[-1].name == "resnext_block b16 train"
     assert all(c.flops > 0 for c in cases)
     grouped = next(c for c in cases if c.name == "resnext_block b2 inference")
     assert grouped.check(grouped.setup()["tiramisu_py"]()) < 1e-4
-    case = next(c for c in cases if c.name == "seq2seq b2 fwd+bwd")
+    case = next(c for c in cases if c.name == "seq2seq b2 train")
     impls = case.setup()
     assert set(impls) == {"tiramisu_py", "torch", "tiramisu_py[compile]"}
     assert case.check(impls["tiramisu_py"]()) < 1e-4
