@@ -32,6 +32,19 @@ memory-bound (:data:`COMPARE_THREADS` threads read both), against packing
 them again on every call (the cost this cache removes).  Arrays on a GPU are not cached
 (prepared on every call).
 
+**Weights that training updates.**  A torch weight that an optimizer steps
+in place reaches every lookup in a new version: its entries could never be
+found again, and their copies (a whole model's weights, written into fresh
+memory at each step) were most of the cost (ResNet-18 at batch 2: a
+training step with an SGD update 306 ms against torch's 155).  So where
+the sources of a lookup were found in a new version at :data:`VOLATILE`
+lookups in a row, the value is made from read-only views of them and not
+kept (no copy, no comparison), except at every :data:`REPROBE`-th such
+lookup, whose value is kept as any other: a weight that stops changing is
+found again from there on (and the entry of the values before a change,
+which no lookup can find, is dropped at once).  A value made so is only as
+good as the call that made it: no one keeps it.
+
 **The cache's own arrays.**  A prepared value that later calls pass back
 as a source (BatchNorm folded into a conv's weight, then packed for the
 conv's kernel: :mod:`schedules.torch_fused_ops`) is registered by :func:`own`: no
@@ -39,9 +52,9 @@ one else holds it, so while it is alive and unchanged in version the
 entries made from it are found by identity alone, with no copy kept and no
 comparison (the values it was made from are compared once, where it is
 made).  A registered array that dies frees its address for others: it is
-then an ordinary source again.  An inference tensor is never registered nor
-found by identity alone (no version would see its in-place writes): it is
-always compared.
+then an ordinary source again, and the entries made from it are dropped.
+An inference tensor is never registered nor found by identity alone (no
+version would see its in-place writes): it is always compared.
 
 **Memory.**  Least recently used entries are evicted while the entries hold
 more than ``LIMIT_BYTES`` (the copies plus the prepared forms as their
@@ -78,7 +91,12 @@ LIMIT_ENTRIES = 256
 PREPARATIONS: Counter = Counter()
 
 _entries: OrderedDict = OrderedDict()      # key -> (copies, value)
+_latest: OrderedDict = OrderedDict()       # (kind, extra, places) -> the key of the last lookup
+_changes: dict = {}             # (kind, extra, places) -> lookups in a row that found a change
+VOLATILE = 2                    # sources changed at this many lookups in a row: values not kept,
+REPROBE = 16                    # but at every this many (kept, so a source now stable is cached)
 _owned: dict = {}               # address, shape, strides, dtype -> (weakref, serial) of own()
+_owned_keys: dict = {}          # serial of an owned array -> the keys of the entries made from it
 _serials = itertools.count(1)
 _lock = threading.RLock()
 COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -129,15 +147,22 @@ def prepared(kind, sources, make, extra=()):
     owned = [None if p is None or p.unversioned else _owner(p) for p in probes]
     key = (kind, extra, tuple(None if p is None else p.ident + (o,) if o else p.ident
                               for p, o in zip(probes, owned)))
+    places = (kind, extra, tuple(None if p is None else p.place for p in probes))
     with _lock:
         entry = _entries.get(key)
         if entry is not None:
             copies, value = entry
             if _all_same([(p, c) for p, c, o in zip(probes, copies, owned) if not o]):
                 _entries.move_to_end(key)
+                _changes.pop(places, None)
                 return value
             del _entries[key]
+        streak = _changed(places, key, entry is not None)
     PREPARATIONS[kind] += 1
+    if entry is None and streak >= VOLATILE and streak % REPROBE:
+        # a new version at every lookup (a weight that training updates at each step): made
+        # from read-only views of the sources and not kept, so neither copied nor compared
+        return make([None if p is None else _readonly(p.view()) for p in probes])
     views = [None if p is None else p.view() for p in probes]
     # (an owned source is kept by its owner: the entry holds no copy of it)
     copies = [None if v is None or o else _Copy(v) for v, o in zip(views, owned)]
@@ -147,8 +172,41 @@ def prepared(kind, sources, make, extra=()):
             c.made()
     with _lock:
         _entries[key] = (copies, value)
+        for o in owned:
+            if o:
+                _owned_keys.setdefault(o, []).append(key)
         _evict(limit)
     return value
+
+
+def _changed(places, key, stale):
+    """After a miss of ``key`` (``stale``: its entry was found with other
+    values): how many lookups in a row have found the sources at ``places``
+    (the same arrays, kind and extra) changed, by values or version (0: the
+    first lookup, or the same version again); the entry of their last
+    values, which no later lookup finds, is dropped."""
+    last = _latest.pop(places, None)
+    _latest[places] = key
+    while len(_latest) > 4 * LIMIT_ENTRIES:
+        _latest.popitem(last=False)
+    if not stale and (last is None or last == key):
+        _changes.pop(places, None)
+        return 0
+    if last is not None and last != key:
+        _entries.pop(last, None)
+    _changes[places] = streak = _changes.get(places, 0) + 1
+    if len(_changes) > 4 * LIMIT_ENTRIES:
+        _changes.clear()
+    return streak
+
+
+def _readonly(view):
+    """A read-only NumPy view of ``view`` (False stays False)."""
+    if view is False:
+        return view
+    out = view.view()
+    out.setflags(write=False)
+    return out
 
 
 def own(*arrays):
@@ -159,10 +217,20 @@ def own(*arrays):
         probe = _probe(a)
         if probe is None or probe is False or probe.unversioned:
             continue
-        k = probe.place
-        ref = weakref.ref(a, lambda r, k=k: _owned.pop(k, None) if _owned.get(k, (None,))[0] is r
-                          else None)
-        _owned[k] = (ref, next(_serials))
+        k, serial = probe.place, next(_serials)
+        _owned[k] = (weakref.ref(a, lambda r, k=k, serial=serial: _dead(r, k, serial)), serial)
+
+
+def _dead(ref, place, serial):
+    """An owned array died: its place is free, and the entries made from it,
+    which no lookup can find any more (its serial number is in their keys),
+    are dropped (a training step's flipped weights, made anew at each step,
+    had kept their packed forms until the cache's limit)."""
+    with _lock:
+        if _owned.get(place, (None,))[0] is ref:
+            del _owned[place]
+        for key in _owned_keys.pop(serial, ()):
+            _entries.pop(key, None)
 
 
 def _owner(probe):
@@ -175,6 +243,8 @@ def clear():
     """Empties the cache (the counters stay)."""
     with _lock:
         _entries.clear()
+        _latest.clear()
+        _changes.clear()
 
 
 def cached_bytes() -> int:

@@ -248,12 +248,21 @@ def flipped(weight, groups):
     """The weight of the convolution that maps an output gradient to the
     input gradient (:func:`_transposed_flip`), a torch tensor made once per
     value of ``weight`` (never stale)."""
-    import numpy as np
-    import torch
 
-    def make(arrays):
-        return _transposed_flip(torch.from_numpy(np.array(arrays[0])), groups)
+    def make(arrays):       # (flipped into a new tensor: the read-only array is only read)
+        return _transposed_flip(_tensor_of(arrays[0]), groups)
     return prepared("flipped_weight", [weight], make, extra=(groups,))
+
+
+def _tensor_of(array):
+    """A torch tensor over the read-only NumPy ``array`` (no copy), for a
+    function that reads it only (torch warns of every non-writable array)."""
+    import warnings
+
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
 
 
 def grad_input(g, weight, s: ConvShape, conv2d, compiled=None):
@@ -302,11 +311,9 @@ def phase_weights(weight, groups, stride):
     rw::stride]`` rotated by 180 degrees and group-transposed as in
     :func:`flipped` (``None`` for a phase no tap reaches), made once per
     value of ``weight`` and owned by the prepared-weights cache."""
-    import numpy as np
-    import torch
 
     def make(arrays):
-        w = torch.from_numpy(np.array(arrays[0]))
+        w = _tensor_of(arrays[0])
         subs = (w[:, :, rh::stride, rw::stride] for rh in range(stride) for rw in range(stride))
         return _Phases(_transposed_flip(sub, groups) if sub.numel() else None for sub in subs)
     return prepared("phase_weights", [weight], make, extra=(groups, stride))

@@ -148,6 +148,47 @@ def test_mostly_zero_sources_keep_a_sparse_copy_and_stay_exact(monkeypatch):
         assert made("t_sparse", call)[1] == 1 and made("t_sparse", call)[1] == 0
 
 
+def test_a_weight_updated_at_every_call_is_made_not_kept_then_cached_again():
+    """A torch weight that a new version reaches at every lookup (an
+    optimizer's step) has its value made each time from read-only views and
+    not kept (no copy, no entry) from its second change in a row on, but at
+    every REPROBE-th; each value is the fresh make's; once the weight stops
+    changing it is cached again within REPROBE lookups."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    w = torch.from_numpy(RNG.standard_normal(64).astype(np.float32))
+    seen = []
+
+    def call():
+        return P.prepared("t_volatile", [w], lambda c: (seen.append(c[0].flags.writeable),
+                                                        c[0].sum())[1])
+    kept = lambda: sum(k[0] == "t_volatile" for k in P._entries)      # noqa: E731
+    for step in range(2 * P.REPROBE):
+        with torch.no_grad():
+            w.add_(0.5)                              # a new version, new values
+        value, n = made("t_volatile", call)
+        assert n == 1 and value == w.numpy().sum()
+        volatile = step >= P.VOLATILE and step % P.REPROBE
+        assert kept() == (0 if volatile else 1)
+    assert not any(seen)                             # read-only copies or views only
+    ns = [made("t_volatile", call)[1] for _ in range(P.REPROBE + 1)]
+    assert sum(ns) <= P.REPROBE and ns[-1] == 0 and kept() == 1
+    with torch.no_grad():
+        w.data.mul_(2)                               # a write no version sees: still compared
+    value, n = made("t_volatile", call)
+    assert n == 1 and value == w.numpy().sum()
+
+
+def test_the_entries_made_from_an_owned_array_go_with_it():
+    """An owned source's entries (found by identity alone) are dropped when
+    it dies: no lookup can find them any more."""
+    a = RNG.standard_normal(32).astype(np.float32)
+    P.own(a)
+    P.prepared("t_owned", [a], lambda c: 1)
+    assert any(k[0] == "t_owned" for k in P._entries)
+    del a
+    assert not any(k[0] == "t_owned" for k in P._entries)
+
+
 def test_make_gets_read_only_copies():
     a = np.arange(4, dtype=np.float32)
     got = P.prepared("t_copy", [a], lambda c: c)
