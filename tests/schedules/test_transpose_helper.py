@@ -1,5 +1,6 @@
 """``schedules.core.transpose.transposed_into``: the C helper's tiles of
-16 x 16 give NumPy's transpose exactly, at every shape (edges of partial
+16 x 16 (through registers, the edges element by element) give NumPy's
+transpose exactly, at every shape (edges of partial
 tiles, one row, empty), into a wider matrix whose other columns it leaves
 alone; what the helper does not take (other dtypes, strided arrays) is
 NumPy's copy; a matrix too small for the transpose is refused."""
@@ -10,7 +11,8 @@ from schedules.core import transpose
 
 
 @pytest.mark.parametrize("rows,cols,width", [(100, 1024, 112), (1, 5, 3), (17, 33, 20),
-                                             (16, 16, 16), (0, 8, 4), (5, 0, 7)])
+                                             (16, 16, 16), (0, 8, 4), (5, 0, 7), (48, 37, 50),
+                                             (32, 64, 32)])
 def test_transposed_into_is_numpys_transpose(rows, cols, width):
     rng = np.random.default_rng(rows * 1000 + cols)
     src = rng.standard_normal((rows, cols), dtype=np.float32)
@@ -30,3 +32,16 @@ def test_the_helper_is_built_here_and_other_layouts_fall_back():
     np.testing.assert_array_equal(transpose.transposed_into(strided, out)[:, :4], strided.T)
     with pytest.raises(ValueError, match="cannot hold"):
         transpose.transposed_into(np.zeros((4, 6), np.float32), np.zeros((6, 3), np.float32))
+
+
+@pytest.mark.parametrize("co,ci,k", [(64, 3, 7), (70, 5, 3), (8, 4, 1), (48, 32, 3)])
+def test_pack_weight_is_numpys_nchwc_layout(co, ci, k):
+    """The conv weight packed by the tiled transposes (a block of 16 output
+    channels each, the last zero-padded) is NumPy's ``[Co/16][Ci][Kh][Kw][16]``."""
+    from schedules.weights.conv import pack_weight
+    w = np.random.default_rng(co).standard_normal((co, ci, k, k), dtype=np.float32)
+    cob = -(-co // 16)
+    ref = np.zeros((cob * 16, ci, k, k), np.float32)
+    ref[:co] = w
+    np.testing.assert_array_equal(pack_weight(w, 16),
+                                  ref.reshape(cob, 16, ci, k, k).transpose(0, 2, 3, 4, 1))
