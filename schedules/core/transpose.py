@@ -20,10 +20,11 @@ def _tile_source():
     lines = ["    v16 " + ", ".join(f"r0_{k} = tp_ld(s + {k} * cols)" for k in range(16)) + ";"]
     for n, (lo, hi) in enumerate(plan):
         d = 1 << n
+        lo, hi = (", ".join(map(str, idx)) for idx in (lo, hi))
         for m in (m for m in range(16) if not m & d):
             a, b = f"r{n}_{m}", f"r{n}_{m + d}"
-            lines.append(f"    v16 r{n + 1}_{m} = __builtin_shuffle({a}, {b}, (i16){{{', '.join(map(str, lo))}}}), "
-                         f"r{n + 1}_{m + d} = __builtin_shuffle({a}, {b}, (i16){{{', '.join(map(str, hi))}}});")
+            lines.append(f"    v16 r{n + 1}_{m} = __builtin_shuffle({a}, {b}, (i16){{{lo}}}), "
+                         f"r{n + 1}_{m + d} = __builtin_shuffle({a}, {b}, (i16){{{hi}}});")
     lines += [f"    tp_st(t + {c} * ld, r{len(plan)}_{order[c]});" for c in range(16)]
     return "\n".join(lines)
 
