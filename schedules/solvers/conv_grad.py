@@ -39,6 +39,7 @@ from ..blocks.conv_common import packed_channels, vector_loop, window_first
 from ..core.kernels import kernel
 from ..core.prepared import own, prepared
 from ..core.sizes import largest_divisor
+from ..core.transpose import flipped_items
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -237,9 +238,19 @@ def _transposed_flip(w, groups):
     ``(Ci/g, Co/g)``, each kernel rotated by 180 degrees: ``(Ci, Co/g, Kh,
     Kw)``, contiguous and owned by the prepared-weights cache (the conv's
     packing of it is found by identity)."""
+    import numpy as np
+    import torch
     co, cig, kh, kw = w.shape
-    w = w.reshape(groups, co // groups, cig, kh, kw).transpose(1, 2)
-    out = w.flip(-1, -2).reshape(groups * cig, co // groups, kh, kw).contiguous()
+    cog = co // groups
+    if w.dtype == torch.float32 and w.is_contiguous():     # per group, in one pass
+        src = w.numpy().reshape(groups, cog, cig, kh * kw)
+        out = np.empty((groups, cig, cog, kh * kw), np.float32)
+        for g in range(groups):
+            flipped_items(src[g], out[g])
+        out = torch.from_numpy(out.reshape(groups * cig, cog, kh, kw))
+    else:
+        out = w.reshape(groups, cog, cig, kh, kw).transpose(1, 2).flip(-1, -2) \
+            .reshape(groups * cig, cog, kh, kw).contiguous()
     own(out)
     return out
 
@@ -315,7 +326,8 @@ def phase_weights(weight, groups, stride):
     def make(arrays):
         w = _tensor_of(arrays[0])
         subs = (w[:, :, rh::stride, rw::stride] for rh in range(stride) for rw in range(stride))
-        return _Phases(_transposed_flip(sub, groups) if sub.numel() else None for sub in subs)
+        return _Phases(_transposed_flip(sub.contiguous(), groups) if sub.numel() else None
+                       for sub in subs)
     return prepared("phase_weights", [weight], make, extra=(groups, stride))
 
 
