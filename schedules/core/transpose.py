@@ -57,25 +57,27 @@ void tp_transpose_f32(const float *src, int64_t rows, int64_t cols, float *dst, 
             dst[j * ld + i] = src[i * cols + j];
 }
 
-/* dst[(j * rows + i) * k + q] = src[(i * cols + j) * k + k - 1 - q]: a rows x cols
+/* per group g: dst[g][j][i][q] = src[g][i][j][k - 1 - q], each group a rows x cols
    matrix of items of k floats transposed, each item reversed, in tiles of 16 x 16 items */
-void tp_flip_items_f32(const float *src, int64_t rows, int64_t cols, int64_t k, float *dst)
+void tp_flip_items_f32(const float *src, int64_t groups, int64_t rows, int64_t cols, int64_t k,
+                       float *dst)
 {
-    for (int64_t i0 = 0; i0 < rows; i0 += 16)
-        for (int64_t j0 = 0; j0 < cols; j0 += 16)
-            for (int64_t j = j0; j < j0 + 16 && j < cols; j++)
-                for (int64_t i = i0; i < i0 + 16 && i < rows; i++) {
-                    const float *s = src + (i * cols + j) * k + k - 1;
-                    float *d = dst + (j * rows + i) * k;
-                    for (int64_t q = 0; q < k; q++)
-                        d[q] = s[-q];
-                }
+    for (int64_t g = 0; g < groups; g++, src += rows * cols * k, dst += rows * cols * k)
+        for (int64_t i0 = 0; i0 < rows; i0 += 16)
+            for (int64_t j0 = 0; j0 < cols; j0 += 16)
+                for (int64_t j = j0; j < j0 + 16 && j < cols; j++)
+                    for (int64_t i = i0; i < i0 + 16 && i < rows; i++) {
+                        const float *s = src + (i * cols + j) * k + k - 1;
+                        float *d = dst + (j * rows + i) * k;
+                        for (int64_t q = 0; q < k; q++)
+                            d[q] = s[-q];
+                    }
 }
 """.replace("TILE", _tile_source())
 DECLARATION = ("void tp_transpose_f32(uintptr_t src, int64_t rows, int64_t cols, uintptr_t dst, "
                "int64_t ld);\n"
-               "void tp_flip_items_f32(uintptr_t src, int64_t rows, int64_t cols, int64_t k, "
-               "uintptr_t dst);")
+               "void tp_flip_items_f32(uintptr_t src, int64_t groups, int64_t rows, int64_t cols, "
+               "int64_t k, uintptr_t dst);")
 
 _HELPER = CHelper("tp_transpose_f32", SOURCE, DECLARATION)
 
@@ -130,20 +132,20 @@ def gate_blocked(m, gates, hb, out):
 
 
 def flipped_items(m, out):
-    """``out[j, i, q] = m[i, j, k - 1 - q]`` for a C-contiguous float32
-    ``m`` (rows, cols, k) and ``out`` (cols, rows, k): a matrix of items
-    transposed, each item reversed (a convolution's weight, per group, to
-    the one of its input's gradient: channels swapped, kernels rotated by
-    180 degrees), in tiles of 16 x 16 items (torch's flip and copy read and
-    wrote a 512x512x3x3 weight twice, 2.5 ms).  Returns ``out``."""
-    rows, cols, k = m.shape
-    if out.shape != (cols, rows, k):
+    """``out[g, j, i, q] = m[g, i, j, k - 1 - q]`` for a C-contiguous float32
+    ``m`` (groups, rows, cols, k) and ``out`` (groups, cols, rows, k): per
+    group a matrix of items transposed, each item reversed (a convolution's
+    weight to the one of its input's gradient: channels swapped, kernels
+    rotated by 180 degrees), in tiles of 16 x 16 items (torch's flip and copy
+    read and wrote a 512x512x3x3 weight twice, 2.5 ms).  Returns ``out``."""
+    groups, rows, cols, k = m.shape
+    if out.shape != (groups, cols, rows, k):
         raise ValueError(f"flipped_items: out of shape {out.shape} cannot hold {m.shape} "
                          "transposed")
     lib = _HELPER.lib()
     if lib is None or m.dtype != np.float32 or out.dtype != np.float32 \
             or not (m.flags.c_contiguous and out.flags.c_contiguous):
-        out[...] = m.transpose(1, 0, 2)[:, :, ::-1]
+        out[...] = m.transpose(0, 2, 1, 3)[..., ::-1]
     elif m.size:
-        lib.tp_flip_items_f32(m.ctypes.data, rows, cols, k, out.ctypes.data)
+        lib.tp_flip_items_f32(m.ctypes.data, groups, rows, cols, k, out.ctypes.data)
     return out

@@ -242,11 +242,9 @@ def _transposed_flip(w, groups):
     import torch
     co, cig, kh, kw = w.shape
     cog = co // groups
-    if w.dtype == torch.float32 and w.is_contiguous():     # per group, in one pass
-        src = w.numpy().reshape(groups, cog, cig, kh * kw)
-        out = np.empty((groups, cig, cog, kh * kw), np.float32)
-        for g in range(groups):
-            flipped_items(src[g], out[g])
+    if w.dtype == torch.float32 and w.is_contiguous():     # in one pass
+        out = flipped_items(w.numpy().reshape(groups, cog, cig, kh * kw),
+                            np.empty((groups, cig, cog, kh * kw), np.float32))
         out = torch.from_numpy(out.reshape(groups * cig, cog, kh, kw))
     else:
         out = w.reshape(groups, cog, cig, kh, kw).transpose(1, 2).flip(-1, -2) \

@@ -47,16 +47,18 @@ def test_pack_weight_is_numpys_nchwc_layout(co, ci, k):
                                   ref.reshape(cob, 16, ci, k, k).transpose(0, 2, 3, 4, 1))
 
 
-@pytest.mark.parametrize("rows,cols,k", [(64, 3, 49), (20, 37, 9), (16, 16, 1), (3, 5, 6)])
-def test_flipped_items_is_numpys_transpose_of_reversed_items(rows, cols, k):
-    """A matrix of items of k floats transposed with each item reversed (a
-    conv weight to its input gradient's, per group) is NumPy's; strided
-    input falls back to NumPy's copy."""
-    m = np.random.default_rng(rows + k).standard_normal((rows, cols, k), dtype=np.float32)
-    want = m.transpose(1, 0, 2)[:, :, ::-1]
+@pytest.mark.parametrize("groups,rows,cols,k", [(1, 64, 3, 49), (2, 20, 37, 9), (1, 16, 16, 1),
+                                               (3, 3, 5, 6), (96, 1, 1, 9)])
+def test_flipped_items_is_numpys_transpose_of_reversed_items(groups, rows, cols, k):
+    """Per group a matrix of items of k floats transposed with each item
+    reversed (a conv weight to its input gradient's) is NumPy's; another
+    dtype falls back to NumPy's copy."""
+    m = np.random.default_rng(rows + k).standard_normal((groups, rows, cols, k),
+                                                        dtype=np.float32)
+    want = m.transpose(0, 2, 1, 3)[..., ::-1]
     np.testing.assert_array_equal(
-        transpose.flipped_items(m, np.empty((cols, rows, k), np.float32)), want)
+        transpose.flipped_items(m, np.empty((groups, cols, rows, k), np.float32)), want)
     np.testing.assert_array_equal(
-        transpose.flipped_items(m[:, :, :], np.empty((cols, rows, k), np.float64)), want)
+        transpose.flipped_items(m, np.empty((groups, cols, rows, k), np.float64)), want)
     with pytest.raises(ValueError, match="cannot hold"):
-        transpose.flipped_items(m, np.empty((cols, rows, k + 1), np.float32))
+        transpose.flipped_items(m, np.empty((groups, cols, rows, k + 1), np.float32))
