@@ -21,7 +21,9 @@ every intermediate value has one user:
   (``@``) and ``bmm``: ``tiramisu::matmul``;
 * ``lstm`` / ``gru`` (one direction, no projection, no dropout while
   training; Dynamo traces ``nn.LSTM`` / ``nn.GRU`` with
-  ``torch._dynamo.config.allow_rnn = True``): ``tiramisu::lstm`` / ``gru``.
+  ``torch._dynamo.config.allow_rnn = True``): ``tiramisu::lstm`` / ``gru``
+  (where gradients are recorded ``lstm_train`` / ``gru_train``, which keep
+  the states for the backward).
 
 A training-mode BatchNorm, the residual ``add`` of a training graph, pooling
 other than the fused block's and the pointwise operators stay Inductor's (it fuses them into
@@ -366,7 +368,8 @@ class _Rewriter:
             return self.keep(node, why)
         state = a["hx"] if kind == "lstm" else hx[0]
         self.replace([node], _rnn, [kind, a["input"], state, a["params"], layers,
-                                    a["batch_first"]], f"{kind} -> tiramisu::{kind}")
+                                    a["batch_first"]],
+                     f"{kind} -> tiramisu::{kind}{'_train' if self.training else ''}")
 
 
 def _ours(node):

@@ -101,7 +101,7 @@ MODELS = {
     "mobilenet_v2": (2, {"tiramisu::conv2d_folded": 16, "tiramisu::linear": 1},
                      {"tiramisu::conv2d": 16, "tiramisu::linear": 1}),
     "seq2seq": (2, {"tiramisu::lstm": 1, "tiramisu::linear": 1},
-                {"tiramisu::lstm": 1, "tiramisu::linear": 1}),
+                {"tiramisu::lstm_train": 1, "tiramisu::linear": 1}),
 }
 
 
