@@ -97,6 +97,7 @@ VOLATILE = 2                    # sources changed at this many lookups in a row:
 REPROBE = 16                    # but at every this many (kept, so a source now stable is cached)
 _owned: dict = {}               # address, shape, strides, dtype -> (weakref, serial) of own()
 _owned_keys: dict = {}          # serial of an owned array -> the keys of the entries made from it
+_graveyard: list = []           # serials of owned arrays that died, their entries not yet dropped
 _serials = itertools.count(1)
 _lock = threading.RLock()
 COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -149,6 +150,7 @@ def prepared(kind, sources, make, extra=()):
                               for p, o in zip(probes, owned)))
     places = (kind, extra, tuple(None if p is None else p.place for p in probes))
     with _lock:
+        _bury()
         entry = _entries.get(key)
         if entry is not None:
             copies, value = entry
@@ -174,7 +176,7 @@ def prepared(kind, sources, make, extra=()):
         _entries[key] = (copies, value)
         for o in owned:
             if o:
-                _owned_keys.setdefault(o, []).append(key)
+                _owned_keys.setdefault(o, set()).add(key)
         _evict(limit)
     return value
 
@@ -224,12 +226,18 @@ def own(*arrays):
 def _dead(ref, place, serial):
     """An owned array died: its place is free, and the entries made from it,
     which no lookup can find any more (its serial number is in their keys),
-    are dropped (a training step's flipped weights, made anew at each step,
-    had kept their packed forms until the cache's limit)."""
-    with _lock:
-        if _owned.get(place, (None,))[0] is ref:
-            del _owned[place]
-        for key in _owned_keys.pop(serial, ()):
+    are dropped at the next lookup (a training step's flipped weights, made
+    anew at each step, had kept their packed forms until the cache's limit;
+    not here: a collection may run this while the entries are iterated)."""
+    if _owned.get(place, (None,))[0] is ref:
+        _owned.pop(place, None)
+    _graveyard.append(serial)
+
+
+def _bury():
+    """Drops the entries of the owned arrays that died (under the lock)."""
+    while _graveyard:
+        for key in _owned_keys.pop(_graveyard.pop(), ()):
             _entries.pop(key, None)
 
 
@@ -245,6 +253,7 @@ def clear():
         _entries.clear()
         _latest.clear()
         _changes.clear()
+        _owned_keys.clear()
 
 
 def cached_bytes() -> int:

@@ -179,13 +179,14 @@ def test_a_weight_updated_at_every_call_is_made_not_kept_then_cached_again():
 
 
 def test_the_entries_made_from_an_owned_array_go_with_it():
-    """An owned source's entries (found by identity alone) are dropped when
-    it dies: no lookup can find them any more."""
+    """An owned source's entries (found by identity alone) are dropped after
+    it dies (at the next lookup): no lookup can find them any more."""
     a = RNG.standard_normal(32).astype(np.float32)
     P.own(a)
     P.prepared("t_owned", [a], lambda c: 1)
     assert any(k[0] == "t_owned" for k in P._entries)
     del a
+    P.prepared("t_next", [np.zeros(2, np.float32)], lambda c: 1)     # (dropped at a lookup)
     assert not any(k[0] == "t_owned" for k in P._entries)
 
 
