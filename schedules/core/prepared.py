@@ -159,7 +159,7 @@ def prepared(kind, sources, make, extra=()):
                 _changes.pop(places, None)
                 return value
             del _entries[key]
-        streak = _changed(places, key, entry is not None)
+        streak = _changed(places, key)
     PREPARATIONS[kind] += 1
     if entry is None and streak >= VOLATILE and streak % REPROBE:
         # a new version at every lookup (a weight that training updates at each step): made
@@ -181,25 +181,40 @@ def prepared(kind, sources, make, extra=()):
     return value
 
 
-def _changed(places, key, stale):
-    """After a miss of ``key`` (``stale``: its entry was found with other
-    values): how many lookups in a row have found the sources at ``places``
-    (the same arrays, kind and extra) changed, by values or version (0: the
-    first lookup, or the same version again); the entry of their last
-    values, which no later lookup finds, is dropped."""
+def _changed(places, key):
+    """After a miss of ``key``: how many lookups in a row have found the
+    sources at ``places`` (the same places, kind and extra) in later
+    versions of the same tensors (0: the first lookup, the same version
+    again, or other arrays at those places); the entry of their last
+    versions, which no later lookup finds, is dropped."""
     last = _latest.pop(places, None)
     _latest[places] = key
     while len(_latest) > 4 * LIMIT_ENTRIES:
         _latest.popitem(last=False)
-    if not stale and (last is None or last == key):
+    if last is None or last == key or not _later(key, last):
         _changes.pop(places, None)
         return 0
-    if last is not None and last != key:
-        _entries.pop(last, None)
+    _entries.pop(last, None)
     _changes[places] = streak = _changes.get(places, 0) + 1
     if len(_changes) > 4 * LIMIT_ENTRIES:
         _changes.clear()
     return streak
+
+
+def _later(key, last):
+    """Whether the sources of ``key`` are those of ``last`` in later torch
+    versions (an in-place update: no version lower, one higher, the same
+    owners), not other arrays that took their places."""
+    later = False
+    for new, old in zip(key[2], last[2]):
+        if new is None or old is None or len(new) < 5:    # (a NumPy array: no version)
+            if new != old:
+                return False
+            continue
+        if new[4] is None or old[4] is None or new[4] < old[4] or new[5:] != old[5:]:
+            return False
+        later = later or new[4] > old[4]
+    return later
 
 
 def _readonly(view):

@@ -178,6 +178,23 @@ def test_a_weight_updated_at_every_call_is_made_not_kept_then_cached_again():
     assert n == 1 and value == w.numpy().sum()
 
 
+def test_only_later_versions_of_the_same_tensors_count_as_a_training_step():
+    """A lookup counts toward the made-not-kept rule only where its sources
+    are the last lookup's in later versions: another tensor that took the
+    same place (a lower version, another owner) or a NumPy array (no
+    version) starts again, so its first value is kept."""
+    place = (1024, (20, 5, 3, 3), (45, 9, 3, 1), "float32")
+    key = lambda *ids: ("k", (), ids)                  # noqa: E731
+    assert P._later(key(place + (4,)), key(place + (3,)))
+    assert not P._later(key(place + (0,)), key(place + (3,)))         # another tensor there
+    assert not P._later(key(place + (3,)), key(place + (3,)))
+    assert not P._later(key(place + (4, 2)), key(place + (3, 1)))     # another owner
+    array = (2048, (4,), (4,), "<f4")                  # a NumPy array's identity: no version
+    assert P._later(key(array, place + (4,)), key(array, place + (3,)))
+    assert not P._later(key(array, place + (3,)), key(array, place + (3,)))
+    assert P._later(key(None, place + (4,)), key(None, place + (3,)))
+
+
 def test_the_entries_made_from_an_owned_array_go_with_it():
     """An owned source's entries (found by identity alone) are dropped after
     it dies (at the next lookup): no lookup can find them any more."""
