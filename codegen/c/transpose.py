@@ -64,16 +64,24 @@ def rounds(w: int, q: int):
                          for odd in (0, 1)))
     regs = [[(r, c) for c in range(w)] for r in range(w)]
     for n, (lo, hi) in enumerate(out):
-        d, new = 1 << n, list(regs)
-        for m in (m for m in range(w) if not m & d):
-            both = regs[m] + regs[m + d]
-            new[m], new[m + d] = [both[k] for k in lo], [both[k] for k in hi]
+        new = list(regs)
+        for a, b in pairs(w, n):
+            both = regs[a] + regs[b]
+            new[a], new[b] = [both[k] for k in lo], [both[k] for k in hi]
         regs = new
     order = {}
     for k, reg in enumerate(regs):
         assert len({c for _, c in reg}) == 1 and [r for r, _ in reg] == list(range(w)), (w, q)
         order[reg[0][1]] = k
     return out, tuple(order[c] for c in range(w))
+
+
+def pairs(w: int, n: int):
+    """The registers round ``n`` of :func:`rounds` shuffles together: ``(m,
+    m + 2**n)`` for each ``m`` of ``0..w-1`` without bit ``n``; the first
+    gets the round's ``lo``, the second its ``hi``."""
+    d = 1 << n
+    return [(m, m + d) for m in range(w) if not m & d]
 
 
 def lane_elems(dt: str, w: int) -> int:
@@ -145,11 +153,10 @@ class TransposeMixin:
             self.out(ind + 1, f"{{ const int64_t {s.var} = {lo_s} + {k}, {t.var} = {lo_t} + "
                               f"{AHEAD * w}; __builtin_prefetch(&{self.access(ld.array, ld.index)}, 0, 1); }}")
         for n in range(len(plan)):
-            d = 1 << n
-            for m in (m for m in range(w) if not m & d):
-                a, b = f"{r}_{n}_{m}", f"{r}_{n}_{m + d}"
-                self.out(ind + 1, f"tp_{v} {r}_{n + 1}_{m} = tp_zip{n}_lo_{v}({a}, {b}), "
-                                  f"{r}_{n + 1}_{m + d} = tp_zip{n}_hi_{v}({a}, {b});")
+            for i, j in pairs(w, n):
+                a, b = f"{r}_{n}_{i}", f"{r}_{n}_{j}"
+                self.out(ind + 1, f"tp_{v} {r}_{n + 1}_{i} = tp_zip{n}_lo_{v}({a}, {b}), "
+                                  f"{r}_{n + 1}_{j} = tp_zip{n}_hi_{v}({a}, {b});")
         for k in range(w):        # column k: t = lo + k, s from its lo
             self.out(ind + 1, f"{{ const int64_t {s.var} = {lo_s}, {t.var} = {lo_t} + {k}; "
                               f"tp_vst_{v}(&{self.access(st.array, st.index)}, {r}_{len(plan)}_{order[k]}); }}")

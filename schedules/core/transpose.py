@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from codegen import CHelper
-from codegen.c.transpose import rounds
+from codegen.c.transpose import pairs, rounds
 
 
 def _tile_source():
@@ -19,12 +19,11 @@ def _tile_source():
     plan, order = rounds(16, 4)
     lines = ["    v16 " + ", ".join(f"r0_{k} = tp_ld(s + {k} * cols)" for k in range(16)) + ";"]
     for n, (lo, hi) in enumerate(plan):
-        d = 1 << n
         lo, hi = (", ".join(map(str, idx)) for idx in (lo, hi))
-        for m in (m for m in range(16) if not m & d):
-            a, b = f"r{n}_{m}", f"r{n}_{m + d}"
-            lines.append(f"    v16 r{n + 1}_{m} = __builtin_shuffle({a}, {b}, (i16){{{lo}}}), "
-                         f"r{n + 1}_{m + d} = __builtin_shuffle({a}, {b}, (i16){{{hi}}});")
+        for i, j in pairs(16, n):
+            a, b = f"r{n}_{i}", f"r{n}_{j}"
+            lines.append(f"    v16 r{n + 1}_{i} = __builtin_shuffle({a}, {b}, (i16){{{lo}}}), "
+                         f"r{n + 1}_{j} = __builtin_shuffle({a}, {b}, (i16){{{hi}}});")
     lines += [f"    tp_st(t + {c} * ld, r{len(plan)}_{order[c]});" for c in range(16)]
     return "\n".join(lines)
 
