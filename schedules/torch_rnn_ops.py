@@ -113,14 +113,18 @@ def _rnn_saved(ctx):
     return x, weights, h0, c0, (rest if n_masks else None), states
 
 
-def _batching(x):
-    """``x`` 2-d (T, I): batch 1 in the middle, as the forward takes it;
-    returns ``(unbatched, batch)``, ``batch(t)`` the tensor detached (and
-    given that batch axis)."""
+def _batched(op, x, weights, num_layers, h0, c0):
+    """The arguments of a training call as :mod:`schedules.solvers.rnn_train`
+    takes them: ``(unbatched, batch, (x, layers, h0, c0), solve)``; a 2-d
+    ``x`` (T, I) given batch 1 in the middle, as the forward takes it
+    (``batch(t)``: the tensor detached, and given that axis), ``solve`` the
+    library's forward (:func:`schedules.solvers.rnn_train.states_solver`)."""
     unbatched = x.dim() == 2
-    if unbatched:
-        return True, lambda t: None if t is None else _detached(t).unsqueeze(-2)
-    return False, _detached
+    batch = (lambda t: None if t is None else _detached(t).unsqueeze(-2)) if unbatched \
+        else _detached
+    args = (batch(x), [[_detached(w) for w in layer] for layer in
+                       _rnn_layers(op, weights, num_layers)], batch(h0), batch(c0))
+    return unbatched, batch, args, rnn_train.states_solver(SOLVERS[op], op, *args)
 
 
 def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks, states=None):
@@ -129,16 +133,12 @@ def _rnn_grads(op, dy, dhn, dcn, x, weights, num_layers, h0, c0, dropout_masks, 
     compiled kernels) from the h ``states`` that ``lstm_train`` / ``gru_train``
     kept, or the forward recomputed keeping them where none are given.
     Returns ``(dx, dparams, dh0, dc0)``."""
-    layers = _rnn_layers(op, weights, num_layers)
-    unbatched, batch = _batching(x)
-    bx, blayers, bh0, bc0 = batch(x), [[_detached(w) for w in layer] for layer in layers], \
-        batch(h0), batch(c0)
+    unbatched, batch, args, solve = _batched(op, x, weights, num_layers, h0, c0)
     dx, dW, dh0, dc0 = rnn_train.gradients(
-        op, bx, blayers, bh0, bc0, *(batch(g) for g in (dy, dhn, dcn)),
+        op, *args, *(batch(g) for g in (dy, dhn, dcn)),
         [batch(m) for m in dropout_masks] if dropout_masks else None,
-        solve=rnn_train.states_solver(SOLVERS[op], op, bx, blayers, bh0, bc0),
-        states=None if states is None else batch(states))
-    per = len(layers[0])
+        solve=solve, states=None if states is None else batch(states))
+    per = len(args[1][0])
     dws = [torch.from_numpy(g) for layer in dW for g in layer[:per]]
     out = [torch.from_numpy(a) if a is not None else None for a in (dx, dh0, dc0)]
     if unbatched:
@@ -150,19 +150,14 @@ def _rnn_train(op, x, weights, num_layers, h0, c0, dropout_masks):
     """The implementation of ``tiramisu::lstm_train`` / ``gru_train``: the
     forward keeping each layer's h states (:func:`schedules.solvers.rnn_train.forward_states`),
     ``(y, h_n, c_n, states)``, ``states`` (L, T + 1, *batch, H)."""
-    layers = _rnn_layers(op, weights, num_layers)
     _rnn_fake(op, x, weights, num_layers, 4 if op == "lstm" else 3)
-    unbatched, batch = _batching(x)
-    bx, blayers, bh0, bc0 = batch(x), [[_detached(w) for w in layer] for layer in layers], \
-        batch(h0), batch(c0)
+    unbatched, batch, args, solve = _batched(op, x, weights, num_layers, h0, c0)
     masks = [batch(m) for m in dropout_masks] if dropout_masks else None
     if masks:
         torch._check(len(masks) == num_layers - 1,
                      lambda: f"tiramisu::{op}_train: dropout_masks: expected num_layers - 1 = "
                              f"{num_layers - 1} masks, got {len(masks)}")
-    out = rnn_train.forward_states(op, bx, blayers, bh0, bc0, masks,
-                                   solve=rnn_train.states_solver(SOLVERS[op], op, bx, blayers,
-                                                                 bh0, bc0))
+    out = rnn_train.forward_states(op, *args, masks, solve=solve)
     y, hn, cn, states = (None if a is None else torch.from_numpy(a) for a in out)
     if unbatched:
         y, hn, cn, states = (None if a is None else a.squeeze(-2) for a in (y, hn, cn, states))

@@ -158,7 +158,7 @@ class RnnProblem:
         backward's schedules (:mod:`schedules.solvers.rnn_train`); dense
         weights, ``dtype`` "float32" or "float64"."""
         layers, xa, h0a, c0a = train_check(cell, x, weights, h0, c0)
-        m = None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+        m = train_masks(xa, masks)
         T, B, I = xa.shape
         p = cls(f"{cell}_train", len(layers), I, layers[0][1].shape[1], T, B, False,
                 target_of(target), dtype=str(xa.dtype))
@@ -336,6 +336,12 @@ def train_array(a, name, dtype=None):
         raise TypeError(f"{name}: expected {dtype} (x is {dtype}: give x, the weights and the "
                         f"states one dtype, float32 or float64), got {a.dtype}")
     return np.ascontiguousarray(a)
+
+
+def train_masks(xa, masks):
+    """The dropout ``masks`` (one per layer but the last, or None) as NumPy
+    arrays of the checked input ``xa``'s dtype."""
+    return None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
 
 
 def train_check(cell, x, weights, h0, c0):

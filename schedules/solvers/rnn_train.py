@@ -31,7 +31,7 @@ from ..blocks.rnn_common import RnnSolver
 from ..core.arrays import is_torch
 from ..core.find import find
 from ..core.kernels import kernel
-from ..problems.rnn import RnnProblem, is_float64, train_array, train_check
+from ..problems.rnn import RnnProblem, is_float64, train_array, train_check, train_masks
 from ..weights.rnn import GATES
 
 
@@ -201,8 +201,14 @@ def forward_states(cell, x, weights, h0, c0, masks=None, target=None, solve=None
     each layer's h states (its first the layer's h0).  ``solve``: the
     library's forward, as :func:`run` takes it (float32); else, and in
     float64, the plain kernels of :func:`forward`."""
-    layers, xa, h0a, c0a = train_check(cell, x, weights, h0, c0)
-    m = None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+    checked = train_check(cell, x, weights, h0, c0)
+    return _forward_states(cell, checked, train_masks(checked[1], masks), target, solve)
+
+
+def _forward_states(cell, checked, m, target, solve):
+    """:func:`forward_states` of the checked arguments ``(layers, x, h0, c0)``
+    (:func:`~schedules.problems.rnn.train_check`) and masks ``m``."""
+    layers, xa, h0a, c0a = checked
     if solve is None or is_float64(xa):
         y, hn, cn, saved = forward(cell, layers, xa, h0a, c0a, m, target)
     else:
@@ -218,11 +224,12 @@ def gradients(cell, x, weights, h0, c0, dy, dhn, dcn, masks=None, target=None,
     :func:`backward`; ``dy``/``dhn``/``dcn`` may be None (zero).  ``states``:
     the h states :func:`forward_states` kept; None: the forward recomputed
     (``solve`` as there)."""
-    layers, xa, h0a, c0a = train_check(cell, x, weights, h0, c0)
+    checked = train_check(cell, x, weights, h0, c0)
+    layers, xa, _, c0a = checked
     schedule = check_schedule(schedule, layers)
-    m = None if not masks else [train_array(k, "dropout mask", str(xa.dtype)) for k in masks]
+    m = train_masks(xa, masks)
     if states is None:
-        states = forward_states(cell, x, weights, h0, c0, masks, target, solve)[3]
+        states = _forward_states(cell, checked, m, target, solve)[3]
     states = train_array(states, "states", str(xa.dtype))
     L, T1, B, H = len(layers), xa.shape[0] + 1, xa.shape[1], layers[0][1].shape[1]
     if states.shape != (L, T1, B, H):
