@@ -24,7 +24,7 @@ from schedules.fusion import STAND_INS, ConvertReport, find_chains, find_tails
 from schedules.problems.conv import ConvProblem
 from schedules.problems.rnn import dropout_masks, dropout_p
 from schedules.registry import FUSED_ALGOS
-from schedules.torch_fused_ops import folded_conv
+from schedules.torch_fused_ops import conv2d_folded_now, folded_conv
 from schedules.torch_rnn_ops import rnn_recorded
 from schedules.weights.csr import CSRWeights
 
@@ -126,10 +126,11 @@ class Conv2d(nn.Conv2d):
     def _fused(self, x, group, pad, residual=None):
         """The chain's conv with its BatchNorm folded into the weight and bias
         and its activation (after ``residual``, where given) as the epilogue
-        (:func:`schedules.torch_fused_ops.folded_conv`)."""
-        weight, bias = group.folded(self.weight, self.bias)
-        return folded_conv(x, weight, bias, list(self.stride), pad, list(self.dilation),
-                           self.groups, group.activation, self.algo, residual=residual)
+        (:func:`schedules.torch_fused_ops.conv2d_folded_now`)."""
+        bn = group.bn
+        return conv2d_folded_now(x, self.weight, self.bias, None if bn is None else (
+            bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps), list(self.stride), pad,
+            list(self.dilation), self.groups, group.activation, self.algo, residual)
 
     def _result_shape(self, x, padding):
         """The shape of this conv's result on the batch ``x`` (int ``padding``)."""

@@ -27,15 +27,18 @@ inside the kernel where the solver has them (:func:`folded_conv`).  Inference on
 for a gradient raises."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
 from tiramisu_py.runtime.torch_bridge import contiguous
 
-from . import api
+from . import api, plans
 from . import torch_glue as glue
 from . import torch_ops as T
-from .core.prepared import own, prepared
+from .core import call_memo
+from .core.prepared import Slot, own, prepared
 from .problems.conv import ConvProblem
 
 ACTIVATIONS = (None, "relu", "relu6")
@@ -56,17 +59,19 @@ def fold(weight, bias, gamma, beta, mean, var, eps):
             shift.to(weight.dtype))
 
 
-def folded(weight, bias, gamma, beta, mean, var, eps):
+def folded(weight, bias, gamma, beta, mean, var, eps, slot=None):
     """:func:`fold`, differentiable where a gradient is recorded (or while
     compiling, or on inference tensors), else made once per value of the six
     tensors (:func:`schedules.core.prepared.prepared`: never stale,
-    ``.data`` writes included)."""
+    ``.data`` writes included; ``slot``: the call site's
+    :class:`~schedules.core.prepared.Slot`)."""
     parts = (weight, bias, gamma, beta, mean, var)
     given = [t for t in parts if t is not None]
     if torch.compiler.is_compiling() or any(t.is_inference() for t in given) or (
             torch.is_grad_enabled() and any(t.requires_grad for t in given)):
         return fold(*parts, eps)
-    return prepared("folded_batchnorm", parts, lambda arrays: _made(arrays, eps), extra=(eps,))
+    return prepared("folded_batchnorm", parts, lambda arrays: _made(arrays, eps), extra=(eps,),
+                    slot=slot)
 
 
 def _made(arrays, eps):
@@ -100,6 +105,80 @@ def folded_conv(x, weight, bias, stride, padding, dilation, groups, activation, 
 
 
 # ------------------------------------------------------------------ conv2d_folded
+def conv2d_folded_now(input, weight, bias, bn, stride, padding, dilation, groups, activation,
+                      algo="auto", residual=None, *, op=False):
+    """``activation(batch_norm(conv2d(input, weight, bias, ...)) + residual)``
+    with the BatchNorm ``bn`` = ``(bn_weight, bn_bias, running_mean,
+    running_var, eps)`` folded (None: no BatchNorm): :func:`folded`, then
+    :func:`folded_conv`.  ``op``: the op's call (its arguments checked, the
+    fold made under ``no_grad``); else a converted module's (the fold
+    differentiable where a gradient is recorded).
+
+    A call that records no gradient (and, a module's, where the op's
+    dispatch would add nothing: :func:`schedules.torch_glue.eager`'s
+    conditions) on the layout of one before (every
+    tensor's type, shape, strides and dtype, the other arguments and the
+    environment: :mod:`schedules.core.call_memo`) runs that call's plan:
+    the fold found in the prepared-weights cache (never stale) and the
+    convolution's plan (:func:`schedules.plans.conv`), none of the checks,
+    parses and wrappers between (whose outcome the layout decides): a
+    960-channel 7x7 depthwise call 121 -> ~60 us (the kernel ~31)."""
+    gamma, beta, mean, var, eps = (None,) * 4 + (0.0,) if bn is None else bn
+    tensors = (input, weight, bias, gamma, beta, mean, var, residual)
+    # (a module's call: only where the op's dispatch would add nothing, as glue.eager's)
+    memo = None if isinstance(padding, str) or not (op or glue.direct(tensors)) else \
+        call_memo.key("tiramisu::conv2d_folded", tensors, *T.conf_key(stride, padding, dilation),
+                      groups, eps, activation, algo, op)
+    plan = call_memo.get(memo)
+    if plan is not None:
+        return plan(*tensors)
+    if op:
+        glue.float_dtype("conv2d_folded", input, weight, bias, gamma, beta, mean, var, residual)
+        s = _folded_problem(input, weight, stride, padding, dilation, groups, activation)
+        _check_residual(s, input, residual)
+    with torch.no_grad() if op else contextlib.nullcontext():
+        if mean is not None:
+            weight, bias = folded(weight, bias, gamma, beta, mean, var, eps)
+        out = folded_conv(input, weight, bias, stride, padding, dilation, groups, activation,
+                          algo, residual)
+    if memo is not None:
+        call_memo.put(memo, _plan(input, weight, bias, residual, stride, padding, dilation,
+                                  groups, activation, algo, eps))
+    return out
+
+
+def _plan(x, weight, bias, residual, stride, padding, dilation, groups, activation, algo, eps):
+    """The plan of :func:`conv2d_folded_now` for arguments of this layout
+    (``weight``, ``bias``: the folded ones), or None where the convolution
+    has none (it then takes the whole path at every call)."""
+    if x.dtype != torch.float32 or x.dim() != 4 or weight.dtype != torch.float32:
+        return None
+    s = ConvProblem.from_meta("conv2d", x.shape, weight.shape, stride, padding, dilation, groups)
+    if not T.square(s):
+        return None
+    args = glue.unwrapped((x, weight, bias, residual))
+    conv = plans.conv("conv2d", *args[:3], s.sh, s.ph, s.dh, groups, algo,
+                      activation=activation, residual=residual)
+    if conv is None:
+        return None
+    parameter, slots = torch.nn.Parameter, {}
+
+    def plan(x, weight, bias, gamma, beta, mean, var, residual):
+        if mean is not None:
+            # (the layers of one layout share the plan: a slot per layer, by its weight's place)
+            slot = slots.get(weight.data_ptr())
+            if slot is None:
+                if len(slots) >= 64:
+                    slots.clear()
+                slot = slots[weight.data_ptr()] = Slot()
+            weight, bias = folded(weight, bias, gamma, beta, mean, var, eps, slot)
+        else:                       # (a Parameter's every call goes through its subclass)
+            weight = weight.detach() if type(weight) is parameter else weight
+            bias = bias.detach() if type(bias) is parameter else bias
+        return glue.fresh_outputs(conv(x, weight, bias, residual), ())
+    return plan
+
+
 def _folded_problem(input, weight, stride, padding, dilation, groups, activation):
     torch._check(activation in ACTIVATIONS,
                  lambda: f"tiramisu::conv2d_folded: activation must be one of "
@@ -112,16 +191,9 @@ def _folded_problem(input, weight, stride, padding, dilation, groups, activation
 
 def _conv2d_folded(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps,
                    stride, padding, dilation, groups, *, residual=None, activation=None):
-    glue.float_dtype("conv2d_folded", input, weight, bias, bn_weight, bn_bias, running_mean,
-                     running_var, residual)
-    s = _folded_problem(input, weight, stride, padding, dilation, groups, activation)
-    _check_residual(s, input, residual)
-    with torch.no_grad():
-        if running_mean is not None:
-            weight, bias = folded(weight, bias, bn_weight, bn_bias, running_mean, running_var,
-                                  eps)
-        return folded_conv(input, weight, bias, stride, padding, dilation, groups, activation,
-                           residual=residual)
+    return conv2d_folded_now(input, weight, bias,
+                             (bn_weight, bn_bias, running_mean, running_var, eps), stride,
+                             padding, dilation, groups, activation, residual=residual, op=True)
 
 
 def _conv2d_folded_fake(input, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps,

@@ -94,7 +94,8 @@ def _out(x, s: ConvShape, pool=1):
     return shape[1:] if x.dim() == 3 else shape
 
 
-def _square(s: ConvShape):
+def square(s: ConvShape):
+    """Whether ``s``'s stride, padding and dilation are each one int for both axes."""
     return s.sh == s.sw and s.ph == s.pw and s.dh == s.dw
 
 
@@ -257,7 +258,7 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
     where the solver can.  A float32 call of a layout planned before runs
     its plan (:func:`_planned`)."""
     memo = call_memo.key("tiramisu::conv2d", (input, weight, bias, residual),
-                         *_conf_key(stride, padding, dilation), groups, algo, activation)
+                         *conf_key(stride, padding, dilation), groups, algo, activation)
     plan = call_memo.get(memo)
     if plan is not None:
         return plan(input, weight, bias, residual)
@@ -275,14 +276,14 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
     if x.dim() == 3:
         return _conv2d(x[None], weight, bias, stride, padding, dilation, groups, algo=algo,
                        activation=activation)[0]
-    if dt in ("bfloat16", "float16") and not _square(s):    # float32 sums, rounded once
+    if dt in ("bfloat16", "float16") and not square(s):    # float32 sums, rounded once
         up = [None if t is None else t.float() for t in (x, weight, bias)]
         out = _conv2d(*up, stride, padding, dilation, groups, algo=algo).to(x.dtype)
         return A.activate(out, activation)
     extra = {"activation": activation, "residual": residual}
-    if dt == "float32" and _square(s) and _same(given, (x, weight, bias)):
+    if dt == "float32" and square(s) and _same(given, (x, weight, bias)):
         return _planned(memo, "conv2d", x, weight, bias, s, groups, algo, **extra)
-    if dt != "float64" and _square(s):
+    if dt != "float64" and square(s):
         return api.conv2d(x, weight, bias, stride=s.sh, padding=s.ph,
                           dilation=s.dh, groups=groups, algo=algo, **extra)
     k = _kernel(("conv", s, dt, bias is not None), lambda: BW.conv_forward(s, dt, bias is not None))
@@ -290,7 +291,7 @@ def _conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1
     return A.add_activate(out, residual, activation)
 
 
-def _conf_key(*conf):
+def conf_key(*conf):
     """Stride, padding and dilation as a memo's key takes them (lists as tuples)."""
     return [tuple(v) if type(v) is list else v for v in conf]
 
@@ -375,7 +376,7 @@ def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
     g, weight = contiguous(g), contiguous(weight)
     s = _conv("conv2d_grad_input", input_size, weight.shape, stride,
               padding, dilation, groups)
-    if dt == "float32" and _square(s) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+    if dt == "float32" and square(s) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
         # the convolution of the output's gradient (spread out by a stride)
         # with the flipped, group-transposed weight, by the forward solvers
         gx = conv_grad.grad_input(g, weight, s, api.conv2d, _kernel)
@@ -513,7 +514,7 @@ _grad_weight_now = glue.eager(conv2d_grad_weight, _grad_weight)
 def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1,
            *, pool=2, algo="auto"):
     memo = call_memo.key("tiramisu::conv_relu_maxpool", (input, weight, bias),
-                         *_conf_key(stride, padding, dilation), groups, pool, algo)
+                         *conf_key(stride, padding, dilation), groups, pool, algo)
     plan = call_memo.get(memo)
     if plan is not None:
         return plan(input, weight, bias)
@@ -527,9 +528,9 @@ def _fused(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1,
     if x.dim() == 3:
         return _fused(x[None], weight, bias, stride, padding, dilation, groups, pool=pool,
                       algo=algo)[0]
-    if dt == "float32" and _square(s) and _same(given, (x, weight, bias)):
+    if dt == "float32" and square(s) and _same(given, (x, weight, bias)):
         return _planned(memo, "conv_relu_maxpool", x, weight, bias, s, groups, algo, pool=pool)
-    if dt == "float32" and _square(s):
+    if dt == "float32" and square(s):
         return api.conv_relu_maxpool(x, weight, bias, s.sh, s.ph, s.dh, groups, pool=pool,
                                      algo=algo)
     bias = x.new_zeros((s.co,)) if bias is None else bias
@@ -597,7 +598,7 @@ def _fused_grad(g, x, weight, bias, stride, padding, dilation, groups, pool):
     dt = _dtype("conv_relu_maxpool_grad", g, x, weight, bias)
     g, x, weight, bias = (contiguous(t) for t in (g, x, weight, bias))
     s = _fused_conv(x, weight, stride, padding, dilation, groups, pool)
-    if dt == "float32" and _square(s) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
+    if dt == "float32" and square(s) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
         # the convolution again by the forward solvers (the fused block's
         # sums, in its order: the same maxima), then the windows' gradients
         z = api.conv2d(x, weight, bias, s.sh, s.ph, s.dh, groups)

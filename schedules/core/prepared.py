@@ -82,7 +82,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import sparse_copy
+from . import environ, sparse_copy
 
 ENV = "TIRAMISU_PY_PREPARED_MB"
 DEFAULT_MB = 1024
@@ -130,15 +130,22 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool)
 
 
-def prepared(kind, sources, make, extra=()):
+def prepared(kind, sources, make, extra=(), slot=None):
     """``make(arrays)`` for the arrays ``sources`` (a sequence of NumPy arrays
     or torch tensors; ``None`` items allowed), reused while each array holds
     the values it held when it was made (see the module's rule); ``arrays``:
     read-only NumPy copies of ``sources``, in order.  ``extra``: the other
     arguments the value depends on (hashable).  Sources that cannot be cached
     (a GPU tensor, an object that is not an array) are passed as they are
-    and the value is made on every call."""
+    and the value is made on every call.  ``slot``: the caller's
+    :class:`Slot` for this call site (the same ``kind`` and ``extra`` at
+    every lookup through it), which finds the entry of its last lookup again
+    at less cost."""
     limit = limit_bytes()
+    if slot is not None and slot.key is not None:
+        value = _again(slot, sources)
+        if value is not _MISS:
+            return value
     probes = [_probe(s) for s in sources]
     if any(p is False for p in probes):
         PREPARATIONS[kind] += 1
@@ -157,6 +164,8 @@ def prepared(kind, sources, make, extra=()):
             if _all_same([(p, c) for p, c, o in zip(probes, copies, owned) if not o]):
                 _entries.move_to_end(key)
                 _changes.pop(places, None)
+                if slot is not None:
+                    slot.remember(key, places, probes, entry, owned)
                 return value
             del _entries[key]
         streak = _changed(places, key)
@@ -173,12 +182,83 @@ def prepared(kind, sources, make, extra=()):
         if c is not None:
             c.made()
     with _lock:
-        _entries[key] = (copies, value)
+        _entries[key] = entry = (copies, value)
+        if slot is not None:
+            slot.remember(key, places, probes, entry, owned)
         for o in owned:
             if o:
                 _owned_keys.setdefault(o, set()).add(key)
         _evict(limit)
     return value
+
+
+class Slot:
+    """A call site's memory of its last lookup (``prepared(..., slot=)``):
+    the entry found or made, and what identified its sources (data address,
+    shape, strides, dtype, version).  A lookup of sources identified alike
+    (read with seven attribute reads a source: a full probe takes twice as
+    many, and the key's making as much again) whose entry the cache still
+    holds compares their values with the copies as any lookup does, and
+    returns the value; anything else takes the whole lookup.  Kept only for
+    sources that are all plain contiguous CPU torch tensors with a version
+    (none owned, none an inference tensor, no sparse copy)."""
+    __slots__ = ("key", "places", "marks", "entry", "spans")
+
+    def __init__(self):
+        self.key = None
+
+    def remember(self, key, places, probes, entry, owned):
+        global _PLAIN
+        copies = entry[0]
+        if not _PLAIN:
+            torch = _torch()
+            _PLAIN = (torch.Tensor, torch.nn.Parameter) if torch is not None else ()
+        ok = not any(owned) and all(
+            p is None or (p.contiguous and not p.unversioned and c is not None
+                          and c.sparse is None and type(p.source) in _PLAIN)
+            for p, c in zip(probes, copies))
+        self.key = key if ok else None
+        if ok:
+            self.places, self.entry = places, entry
+            self.marks = [None if p is None else p.ident for p in probes]
+            self.spans = [None if p is None else (c.address, p.nbytes)
+                          for p, c in zip(probes, copies)]
+
+
+_MISS = object()
+_PLAIN = ()                     # torch.Tensor, torch.nn.Parameter, once torch is loaded
+
+
+def _again(slot, sources):
+    """The value of ``slot``'s entry where ``sources`` are those it
+    remembers, in the same versions and holding the same values, else
+    :data:`_MISS` (under the lock: a slot is remembered under it)."""
+    with _lock:
+        marks = slot.marks
+        if slot.key is None or len(sources) != len(marks):
+            return _MISS
+        spans = []
+        for s, m, span in zip(sources, marks, slot.spans):
+            if s is None or m is None:
+                if s is not m:
+                    return _MISS
+                continue
+            try:    # (a GPU tensor, a lazy negation: not alike; a subclass may raise)
+                if s.data_ptr() != m[0] or s._version != m[4] or s.shape != m[1] \
+                        or s.stride() != m[2] or s.dtype != m[3] or not s.is_cpu or s.is_neg():
+                    return _MISS
+            except (AttributeError, RuntimeError, TypeError):
+                return _MISS
+            spans.append((m[0],) + span)
+        _bury()
+        if _entries.get(slot.key) is not slot.entry:
+            slot.key = None
+            return _MISS
+        if not _equal_spans(spans):
+            return _MISS
+        _entries.move_to_end(slot.key)
+        _changes.pop(slot.places, None)
+        return slot.entry[1]
 
 
 def _changed(places, key):
@@ -292,7 +372,7 @@ def limit_bytes() -> int:
     global _env_limit
     if LIMIT_BYTES is not None:
         return LIMIT_BYTES
-    text = os.environ.get(ENV)
+    text = environ.get(ENV)
     if text != _env_limit[0]:
         try:
             mb = DEFAULT_MB if text is None or not text.strip() else float(text)

@@ -117,8 +117,10 @@ def test_a_forward_that_depends_on_the_mode_or_the_data_stays_as_written(kind):
 def test_in_eval_mode_the_shortcut_reaches_the_kernel(monkeypatch):
     """A shortcut of the result's shape goes into the conv call with the
     activation (the residual epilogue); one that broadcasts is added after
-    a conv without them."""
+    a conv without them (each call the whole path: no layout's plan remembered)."""
     from schedules import torch_ops
+    from schedules.core import call_memo
+    monkeypatch.setattr(call_memo, "get", lambda key: None)
     seen, real = [], torch_ops.conv2d_then
     monkeypatch.setattr(torch_ops, "conv2d_then", lambda *a: seen.append(
         (a[0], a[9] is not None)) or real(*a))

@@ -8,6 +8,7 @@ call, whose result equals an uncached reference bit for bit.  The LRU bounds;
 CSRWeights copies what it is given and sums duplicate columns.  Nothing is
 timed."""
 from repo_paths import ROOT
+import copy
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
@@ -616,3 +617,79 @@ def test_inference_tensors_are_never_owned():
     with torch.inference_mode():
         a.add_(1.0)
     assert P.prepared("t_inf", [a], lambda c: float(c[0].sum())) == 128.0
+
+
+# ------------------------------------------------------------------ a call site's slot
+def test_a_slot_finds_its_entry_again_and_never_stale():
+    """``prepared(..., slot=)``: the sources of the slot's last lookup are
+    found again without a new value; a write the version cannot see
+    (``.data``), an in-place op, another tensor of the same layout in the
+    same place of the call, and an entry dropped from the cache are each
+    seen: the value is that of the values passed, as without the slot."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    P.clear()
+    slot = P.Slot()
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    b = torch.randn(6)
+
+    def call(*sources):
+        return made("t_slot", lambda: P.prepared("t_slot", list(sources),
+                                                 lambda c: float(c[0].sum() + c[1].sum()),
+                                                 slot=slot))
+
+    expect = lambda *s: float(np.float32(s[0].detach().numpy().sum() + s[1].numpy().sum()))
+    assert call(w, b)[1] == 1 and slot.key is not None
+    assert call(w, b) == (expect(w, b), 0)
+    assert call(w.detach(), b)[1] == 0                   # (a detached view: the same place)
+    w.data.mul_(2.0)                                     # .data: the version unchanged
+    assert call(w, b) == (expect(w, b), 1)
+    with torch.no_grad():
+        b.add_(1.0)                                      # in place: a new version
+    assert call(w, b) == (expect(w, b), 1)
+    other = torch.randn(6, 4)                            # another weight, the same layout
+    assert call(other, b) == (expect(other, b), 1)
+    assert call(w, b) == (expect(w, b), 0)               # (the cache's entry, found whole)
+    P.clear()                                            # its entry gone: a whole lookup
+    assert call(w, b) == (expect(w, b), 1)
+    assert call(w, b)[1] == 0
+
+
+def test_a_slot_is_not_kept_for_sources_it_cannot_identify():
+    """NumPy sources (no version) and inference tensors (none either) are
+    looked up whole through a slot: it remembers nothing."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    slot = P.Slot()
+    a = RNG.standard_normal(5).astype(np.float32)
+    P.prepared("t_slot_np", [a], lambda c: 1, slot=slot)
+    assert slot.key is None
+    with torch.inference_mode():
+        t = torch.randn(5)
+    P.prepared("t_slot_inf", [t], lambda c: 1, slot=slot)
+    assert slot.key is None
+
+
+def test_folded_layers_of_one_layout_each_get_their_own_fold():
+    """Converted conv + BatchNorm layers of one layout share the folded
+    conv's plan (the call memo's): each layer's result is its own, and a
+    BatchNorm statistic written through ``.data`` after the plan ran is
+    seen by the next call (torch's values)."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import schedules.nn
+    nn = torch.nn
+    torch.manual_seed(3)
+    model = nn.Sequential(*(m for _ in range(3) for m in (nn.Conv2d(8, 8, 3, padding=1),
+                                                          nn.BatchNorm2d(8), nn.ReLU())))
+    for m in model:
+        if isinstance(m, nn.BatchNorm2d):
+            nn.init.uniform_(m.weight, 0.5, 1.5)
+            m.running_var.uniform_(0.5, 1.5)
+    model.eval()
+    ours = schedules.nn.convert(copy.deepcopy(model)).eval()
+    x = torch.randn(2, 8, 9, 9)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
+        for m in (model, ours):
+            m[4].running_var.data.mul_(4.0)
+            m[3].weight.data.add_(0.5)
+        torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
