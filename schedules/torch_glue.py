@@ -25,7 +25,8 @@ def op(name, schema, impl, fake, backward=None, setup_context=None):
     it runs in the autocast dtype if it is one of :data:`REDUCED_OPS`, else in
     float32."""
     def owned(*args, **kwargs):     # (below autograd: a Parameter's detach loses nothing)
-        return fresh_outputs(impl(*unwrapped(args), **kwargs), args)
+        tensors = _tensors(args)    # (walked once for both)
+        return fresh_outputs(impl(*unwrapped(args, tensors), **kwargs), args, tensors)
     owned.__name__, owned.__doc__ = impl.__name__, impl.__doc__
     return define(f"{NS}::{name}", schema, owned, fake, backward, setup_context,
                   autocast="reduced" if name in REDUCED_OPS else "float32")
