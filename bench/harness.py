@@ -16,9 +16,10 @@ short pause and untimed calls for :data:`WARM_S`: an idle virtual CPU runs slow
 for a few milliseconds), one implementation after the other:
 interleaving single calls let the thread pools of one library (OpenBLAS
 spinning after a call) slow down the next one.  A case whose implementations
-are all ours (``Case.interleave``: PolyBench's variants) is timed in rounds,
-one call of each per round, so that a slow spell of a shared host falls on
-all of them alike.  Reported: median and minimum
+spin no pool after a call (``Case.interleave``: PolyBench's variants, all
+ours; the models', torch's OpenMP threads under the children's
+``OMP_WAIT_POLICY=passive``) is timed in rounds, one call of each per round,
+so that a slow spell of a shared host falls on all of them alike.  Reported: median and minimum
 seconds, GFLOP/s from the median,
 and the ratio of GFLOP/s to torch (eager) in the same run, or to numpy where a
 case has no torch implementation (> 1: faster).
@@ -58,8 +59,8 @@ class Case:
     setup: Callable[[], dict[str, Callable[[], Any]]]
     check: Callable[[Any], float] | None = None
     # the implementations' timed calls in rounds, one call of each per round
-    # (all of them ours: no spinning thread pool of another library to slow
-    # the next one), so that a slow spell of a shared host hits them alike
+    # (no thread pool left spinning to slow the next one), so that a slow
+    # spell of a shared host hits them alike
     interleave: bool = False
     # implementation -> the measured ceiling of its "peak" column (a key of
     # peak.ceilings: "vnni_gops", "bf16_gflops"); the FMA peak where absent

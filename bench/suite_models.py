@@ -40,8 +40,10 @@ in inference also both compiled with ``options={"freezing": True}``
 taken as constants, Inductor's freezing and the backend's, which compares
 no weight bytes per call; not with ``--quick``).
 Training under Inductor draws its own dropout masks (VGG's and
-MobileNet's check column shows it), as for ``torch.compile``.  Defaults:
-2 threads and 3 timed calls per implementation (``--threads`` / ``--repeats``
+MobileNet's check column shows it), as for ``torch.compile``.  The
+implementations of a case are timed in rounds, one call of each per round
+(the harness's ``interleave``: a slow spell of the host falls on all).
+Defaults: 2 threads and 3 timed calls per implementation (``--threads`` / ``--repeats``
 override; the two compiled rows' compiles, one per case, are much of the
 suite's time).  FLOP counts: 2 x the multiply-adds of the convolutions, linear
 layers and LSTM gates (forward; x3 for a training step).  The check
@@ -323,8 +325,11 @@ def _case(name, batch, train, quick):
         return float((out.double() - reference().double()).abs().max())
 
     mode = "train" if train else "inference"
+    # timed in rounds, one call of each implementation per round: this 2-core VM's speed
+    # drifts up to 2x within minutes, which back-to-back timing put into the ratios (a
+    # compiled MobileNetV2 b2 read 27 ms after its converted 22; 18.7 against 18.0 in rounds)
     return Case(f"{name} b{batch} {mode}", forward_flops(name, batch, quick) * (3 if train else 1),
-                setup, check)
+                setup, check, interleave=True)
 
 
 def _own_forward(model):

@@ -19,10 +19,14 @@ compiled with the "tiramisu" backend calls) and torch's ``F.conv2d`` -- and
 the same kernel called on its own (``Kernel.__call__``, the solver the find
 step chose): the difference is the library's cost above the kernel call
 (whose own cost is the plain-call rows above, on a 16-element kernel).
+Then that conv as the models call it, a BatchNorm folded in and the ReLU6
+in the kernel: a converted chain, ``torch.ops.tiramisu.conv2d_folded`` and
+torch's modules, against the same kernel's own call.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 import numpy as np
@@ -113,11 +117,53 @@ def _depthwise(torch, calls, rounds):
     print("depthwise conv 960 x 7x7, 3x3, batch 1 (no_grad):")
     with torch.no_grad():
         times = [(name, _median_us(fn, calls, rounds)) for name, fn in rows]
+    _print(times)
+    _folded(torch, calls, rounds, x, conv)
+
+
+def _print(times):
+    """The rows, the first the kernel's own call: the others' cost above it."""
     alone = times[0][1]
     for name, us in times:
         extra = f"  (+{us - alone:.1f} us above the kernel call)" if name.startswith(
             ("schedules", "converted", "torch.ops")) else ""
         print(f"  {name:44s} {us:8.1f} us{extra}")
+
+
+def _folded(torch, calls, rounds, x, conv):
+    """The same conv as the models run it: a BatchNorm folded in and a ReLU6
+    applied by the kernel (the chain ``convert`` fuses, the op the backend's
+    graph calls)."""
+    import schedules.nn
+    from schedules.core.find import find
+    from schedules.problems.conv import ConvProblem
+    from schedules.registry import SOLVERS
+    from schedules.torch_fused_ops import folded
+    nn = torch.nn
+    bn = nn.BatchNorm2d(960)
+    with torch.no_grad():
+        bn.weight.uniform_(0.5, 1.5)
+        bn.running_var.uniform_(0.5, 1.5)
+        bn.running_mean.uniform_(-0.1, 0.1)
+    chain = nn.Sequential(conv, bn, nn.ReLU6()).eval()
+    converted = schedules.nn.convert(copy.deepcopy(chain)).eval()
+    with torch.no_grad():
+        fw, fb = folded(conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean,
+                        bn.running_var, bn.eps)
+    p, args = ConvProblem.from_call("conv2d", x, fw, fb, 1, 1, 1, 960, activation="relu6")
+    solver = find(p, SOLVERS["conv2d"], args, call="conv2d")
+    run = solver.runner(solver.problem_run(p))
+    op = torch.ops.tiramisu.conv2d_folded
+    conv_args = (x, conv.weight, conv.bias, bn.weight, bn.bias, bn.running_mean,
+                 bn.running_var, bn.eps, [1, 1], [1, 1], [1, 1], 960)
+    rows = [("kernel alone (" + solver.name + ", ReLU6 epilogue)", lambda: run(args)),
+            ("converted conv + BatchNorm + ReLU6", lambda: converted(x)),
+            ("torch.ops.tiramisu.conv2d_folded",
+             lambda: op(*conv_args, activation="relu6")),
+            ("torch conv + BatchNorm + ReLU6 (eval)", lambda: chain(x))]
+    print("the same conv, BatchNorm folded, ReLU6 (no_grad):")
+    with torch.no_grad():
+        _print([(name, _median_us(fn, calls, rounds)) for name, fn in rows])
 
 
 if __name__ == "__main__":
