@@ -172,6 +172,11 @@ def _plan(x, weight, bias, residual, stride, padding, dilation, groups, activati
                     slots.clear()
                 slot = slots[weight.data_ptr()] = Slot()
             weight, bias = folded(weight, bias, gamma, beta, mean, var, eps, slot)
+            # (the fold's layout is the plan's unless it was made apart: an inference
+            # tensor's fold keeps an expanded weight's strides, the cache's copies do not)
+            if not (weight.is_contiguous() and (bias is None or bias.is_contiguous())):
+                return folded_conv(x, weight, bias, stride, padding, dilation, groups,
+                                   activation, algo, residual)
         else:                       # (a Parameter's every call goes through its subclass)
             weight = weight.detach() if type(weight) is parameter else weight
             bias = bias.detach() if type(bias) is parameter else bias

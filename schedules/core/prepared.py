@@ -182,7 +182,7 @@ def prepared(kind, sources, make, extra=(), slot=None):
         if c is not None:
             c.made()
     with _lock:
-        _entries[key] = entry = (copies, value)
+        _entries[key] = entry = _Entry(copies, value)
         if slot is not None:
             slot.remember(key, places, probes, entry, owned)
         for o in owned:
@@ -209,7 +209,7 @@ class Slot:
 
     def remember(self, key, places, probes, entry, owned):
         global _PLAIN
-        copies = entry[0]
+        copies = entry.copies
         if not _PLAIN:
             torch = _torch()
             _PLAIN = (torch.Tensor, torch.nn.Parameter) if torch is not None else ()
@@ -218,11 +218,26 @@ class Slot:
                           and c.sparse is None and type(p.source) in _PLAIN)
             for p, c in zip(probes, copies))
         self.key = key if ok else None
-        if ok:
-            self.places, self.entry = places, entry
+        if ok:      # (the entry by a weak reference: the cache alone keeps it alive)
+            self.places, self.entry = places, weakref.ref(entry)
             self.marks = [None if p is None else p.ident for p in probes]
             self.spans = [None if p is None else (c.address, p.nbytes)
                           for p, c in zip(probes, copies)]
+
+
+class _Entry:
+    """An entry of the cache: the copies kept of its sources and its value
+    (unpacked as a pair; weakly referenced by a :class:`Slot`)."""
+    __slots__ = ("copies", "value", "__weakref__")
+
+    def __init__(self, copies, value):
+        self.copies, self.value = copies, value
+
+    def __iter__(self):
+        return iter((self.copies, self.value))
+
+    def __getitem__(self, i):
+        return (self.copies, self.value)[i]
 
 
 _MISS = object()
@@ -251,14 +266,15 @@ def _again(slot, sources):
                 return _MISS
             spans.append((m[0],) + span)
         _bury()
-        if _entries.get(slot.key) is not slot.entry:
+        entry = slot.entry()
+        if entry is None or _entries.get(slot.key) is not entry:
             slot.key = None
             return _MISS
-        if not _equal_spans(spans):
+        if not _equal_spans(spans):       # (the copies' addresses: alive while the entry is)
             return _MISS
         _entries.move_to_end(slot.key)
         _changes.pop(slot.places, None)
-        return slot.entry[1]
+        return entry.value
 
 
 def _changed(places, key):

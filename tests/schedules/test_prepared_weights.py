@@ -693,3 +693,49 @@ def test_folded_layers_of_one_layout_each_get_their_own_fold():
             m[4].running_var.data.mul_(4.0)
             m[3].weight.data.add_(0.5)
         torch.testing.assert_close(ours(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_slot_keeps_no_entry_alive():
+    """A slot refers to its entry weakly: an entry the cache drops (cleared,
+    evicted) is freed, with its copies and value, whatever slot remembers it."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import gc
+    import weakref
+
+    class Value:
+        pass
+    slot, w = P.Slot(), torch.randn(64)
+    value = weakref.ref(P.prepared("t_slot_alive", [w], lambda c: Value(), slot=slot))
+    assert slot.key is not None and value() is not None
+    P.clear()
+    gc.collect()
+    assert value() is None
+    assert P.prepared("t_slot_alive", [w], lambda c: 7, slot=slot) == 7
+
+
+def test_a_folded_plan_takes_a_fold_of_another_layout_whole():
+    """The fold of an expanded (stride-0) weight is contiguous from the cache
+    and keeps the weight's strides when made apart (inference tensors): a
+    plan made by one call runs the other's fold through the whole path, not
+    its kernel (which refused it), with torch's values."""
+    torch = pytest.importorskip("torch", reason="torch is an optional extra")
+    import torch.nn.functional as F
+
+    import schedules.torch_fused_ops  # noqa: F401  (registers the op)
+
+    def params(inference, seed):
+        with torch.inference_mode(inference):
+            torch.manual_seed(seed)
+            w = torch.randn(8, 1, 3, 3).expand(8, 8, 3, 3)
+            b, g, beta, mean = (torch.randn(8) for _ in range(4))
+            var = torch.rand(8) + 0.5
+        return w, b, g, beta, mean, var
+
+    x = torch.randn(2, 8, 10, 10)
+    for p in (params(True, 1), params(False, 2), params(False, 2), params(True, 3)):
+        w, b, g, beta, mean, var = p
+        got = torch.ops.tiramisu.conv2d_folded(x, w, b, g, beta, mean, var, 1e-5, [1, 1],
+                                               [1, 1], [1, 1], 1, activation="relu")
+        want = F.relu(F.batch_norm(F.conv2d(x, w, b, 1, 1), mean, var, g, beta, False, 0.0,
+                                   1e-5))
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
