@@ -9,13 +9,22 @@ kernel's lookups and runs the solver's kernel at once.
 hence the same kernel and the same bits) and returns a callable
 ``(input, weight, bias) -> result`` for arrays of that layout, or None where
 the parse would change an argument (a copy, an unbatched input, a "same"
-padding's extra zeros) or where no kernel runs (a degenerate problem)."""
+padding's extra zeros) or where no kernel runs (a degenerate problem).
+
+:func:`flipped_conv` is the convolution of an input's gradient (the output's
+gradient with the weight flipped): where the find step picks
+``spatial_pack`` for it, later calls of its layout flip and pack the weight
+in one pass and run that kernel on it."""
 from __future__ import annotations
 
+from . import api
 from .blocks.conv_common import epilogue_after
+from .core import call_memo
 from .core.find import find
 from .problems.conv import ConvArgs, ConvProblem
 from .registry import SOLVERS
+from .solvers import conv_grad
+from .solvers.conv_dense import SpatialPack
 
 
 def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto",
@@ -40,3 +49,47 @@ def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto"
         out = run(ConvArgs(x, w, b, r=r if ran.residual else None))
         return epilogue_after(out, p, ran, r, solver.activations)
     return plan
+
+
+def flipped_conv(x, weight, padding, dilation, groups):
+    """``conv2d(x, flipped(weight))``, stride 1 (the input's gradient of a
+    conv of ``weight``, :func:`schedules.solvers.conv_grad.grad_input`'s
+    transposed convolution): the library's call on the flipped weight
+    (:func:`~schedules.solvers.conv_grad.flipped`); then, for a float32
+    one-group call on a layout whose call took ``spatial_pack``, that
+    kernel at once on the weight flipped and packed in one pass
+    (:func:`~schedules.solvers.conv_grad.flipped_packed`: a training step
+    made the flipped weight and its packing, two passes, for every conv),
+    remembered per layout in the call memo (the same solver, kernel and
+    bits as the library's call)."""
+    memo = call_memo.key("flipped_conv", (x, weight), padding, dilation, groups)
+    plan = call_memo.get(memo)
+    if plan is not None:
+        return plan(x, weight)
+    w = conv_grad.flipped(weight, groups)
+    out = api.conv2d(x, w, None, stride=1, padding=padding, dilation=dilation, groups=groups)
+    if memo is not None:
+        call_memo.put(memo, _flipped_plan(x, w, padding, dilation, groups))
+    return out
+
+
+def _flipped_plan(x, w, padding, dilation, groups):
+    """The plan of :func:`flipped_conv` for this layout (``w``: the flipped
+    weight its first call made)."""
+    def whole(x, weight):
+        w = conv_grad.flipped(weight, groups)
+        return api.conv2d(x, w, None, stride=1, padding=padding, dilation=dilation,
+                          groups=groups)
+    if groups != 1 or x.dtype != w.dtype or str(x.dtype) not in ("float32", "torch.float32"):
+        return whole
+    p, args = ConvProblem.from_call("conv2d", x, w, None, 1, padding, dilation, groups)
+    if args.x is not x or args.w is not w or args.unbatched or p.degenerate or p.device != "cpu":
+        return whole
+    solver = find(p, SOLVERS["conv2d"], args, "auto", call="conv2d")
+    if not isinstance(solver, SpatialPack) or solver.problem_run(p) is not p:
+        return whole
+    vb, run = solver.packed_runner(p)
+
+    def packed(x, weight):
+        return run(ConvArgs(x, None, None), conv_grad.flipped_packed(weight, vb))
+    return packed

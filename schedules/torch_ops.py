@@ -379,7 +379,7 @@ def _grad_input(g, weight, input_size, stride, padding, dilation, groups):
     if dt == "float32" and square(s) and min(s.n, s.ci, s.co, s.ho, s.wo) > 0:
         # the convolution of the output's gradient (spread out by a stride)
         # with the flipped, group-transposed weight, by the forward solvers
-        gx = conv_grad.grad_input(g, weight, s, api.conv2d, _kernel)
+        gx = conv_grad.grad_input(g, weight, s, api.conv2d, _kernel, plans.flipped_conv)
         if gx is not None:
             return gx
     return _kernel(("grad_input", s, dt), lambda: BW.conv_grad_input(s, dt))(grad=g, weight=weight)

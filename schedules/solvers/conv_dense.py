@@ -291,7 +291,18 @@ class SpatialPack(PerGroupSolver):
         return self._group(p, self.tuned(p))
 
     def _group(self, p, params):
+        vb, run = self._packed(p, params)
+        return lambda args: run(args, packed_weight(args.w, vb))
+
+    def packed_runner(self, p):
+        """``(vb, run)`` for a one-group ``p``: ``run(args, w_packed)`` runs the
+        kernel :meth:`runner` would on a weight its caller packed in blocks
+        of ``vb`` output channels (``args.w`` unread: the input gradient's
+        weight, flipped and packed in one pass, :func:`schedules.plans.flipped_conv`)."""
+        return self._packed(p, self.tuned(p))
+
+    def _packed(self, p, params):
         k = _kernel(self, p, params, ((p.activation,) if p.activation else ())
                     + (("residual",) if p.residual else ()))
         vb = params.get("vb") or register_tile(p.shape)[0]
-        return lambda args: k(w_packed=packed_weight(args.w, vb), **args.inputs())
+        return vb, lambda args, packed: k(w_packed=packed, **args.inputs())

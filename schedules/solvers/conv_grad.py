@@ -39,7 +39,7 @@ from ..blocks.conv_common import packed_channels, vector_loop, window_first
 from ..core.kernels import kernel
 from ..core.prepared import own, prepared
 from ..core.sizes import largest_divisor
-from ..core.transpose import flipped_items
+from ..core.transpose import flip_packed, flipped_items
 from ..host import host
 from ..problems.conv import ConvShape
 
@@ -263,6 +263,15 @@ def flipped(weight, groups):
     return prepared("flipped_weight", [weight], make, extra=(groups,))
 
 
+def flipped_packed(weight, vb):
+    """:func:`flipped` of a one-group ``weight`` already packed for the
+    NCHWc conv in blocks of ``vb`` (:func:`schedules.core.transpose.flip_packed`:
+    one pass, no flipped weight made), a NumPy array made once per value of
+    ``weight`` (never stale)."""
+    return prepared("flipped_nchwc_weight", [weight], lambda a: flip_packed(a[0], vb),
+                    extra=(vb,))
+
+
 def _tensor_of(array):
     """A torch tensor over the read-only NumPy ``array`` (no copy), for a
     function that reads it only (torch warns of every non-writable array)."""
@@ -274,14 +283,17 @@ def _tensor_of(array):
         return torch.from_numpy(array)
 
 
-def grad_input(g, weight, s: ConvShape, conv2d, compiled=None):
+def grad_input(g, weight, s: ConvShape, conv2d, compiled=None, flipped_conv=None):
     """The input's gradient of a float32 convolution of shape ``s`` (square
     stride, padding and dilation) from the output's gradient ``g`` (a
     contiguous torch tensor) by ``conv2d`` (the library's), or None where
     the transposed convolution would need a negative padding (``padding >
     dilation * (kernel - 1)``).  A strided, undilated depthwise conv whose
     channels fill vectors: :func:`blocked_depthwise_grad_input`, compiled
-    by ``compiled(key, build)``."""
+    by ``compiled(key, build)``.  ``flipped_conv(x, weight, padding,
+    dilation, groups)``: the stride-1 convolution of ``x`` with the flipped
+    weight (:func:`schedules.plans.flipped_conv`); None: ``conv2d`` on
+    :func:`flipped`."""
     st, d = s.sh, s.dh
     if compiled is not None and st > 1 and s.sw == st and d == s.dw == 1 \
             and s.groups == s.ci == s.co and vector_of(s.ci):
@@ -290,14 +302,18 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled=None):
     q = (d * (s.kh - 1) - s.ph, d * (s.kw - 1) - s.pw)
     if min(q) < 0:
         return None
-    w = flipped(weight, s.groups)
+
+    def through(x, padding, dilation):          # (the flipped weight made where it is used)
+        if flipped_conv is not None:
+            return flipped_conv(x, weight, padding, dilation, s.groups)
+        return conv2d(x, flipped(weight, s.groups), None, stride=1, padding=padding,
+                      dilation=dilation, groups=s.groups)
     if st == 1:
-        return conv2d(g, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
+        return through(g, q, d)
     if (s.kh, s.kw, s.ph, s.pw) == (1, 1, 0, 0):
         # pointwise: every stride-th pixel has its gradient, the others 0
         out = g.new_zeros((s.n, s.ci, s.h, s.w))
-        out[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = conv2d(
-            g, w, None, stride=1, padding=0, dilation=1, groups=s.groups)
+        out[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = through(g, 0, 1)
         return out
     if d == 1 and s.dw == 1 and s.sw == st and not s.groups == s.ci == s.co:
         return _phases(g, weight, s, conv2d)
@@ -311,7 +327,7 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled=None):
     rw = (s.w + s.pw - q[1] - 1) % st
     spread = g.new_zeros((s.n, s.co, (s.ho - 1) * st + 1 + rh, (s.wo - 1) * st + 1 + rw))
     spread[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = g
-    return conv2d(spread, w, None, stride=1, padding=q, dilation=d, groups=s.groups)
+    return through(spread, q, d)
 
 
 def phase_weights(weight, groups, stride):

@@ -159,3 +159,35 @@ def test_the_ops_backward_takes_the_depthwise_input_kernel(monkeypatch):
         torch.testing.assert_close(*_strided_depthwise_grads(c, (2, c, 11, 10), g, "input"),
                                    rtol=1e-5, atol=1e-5)
     assert built == [16]
+
+
+def test_the_input_gradient_packs_its_flipped_weight_in_one_pass(monkeypatch):
+    """Where spatial_pack runs a one-group conv's input gradient, the calls of
+    a layout after its first flip and pack the weight in one pass (no flipped
+    weight made: ``schedules.plans.flipped_conv``): the first call's bits,
+    torch's gradient, and a weight written through ``.data`` seen."""
+    from schedules import plans
+    from schedules.core import call_memo
+    from schedules.core import prepared as P
+    from schedules.solvers.conv_dense import SpatialPack
+    monkeypatch.setattr(call_memo, "_PLANS", {})                 # (no plan from another test)
+    monkeypatch.setattr(plans, "find", lambda *a, **k: SpatialPack())
+    torch.manual_seed(5)
+    w, g, size = torch.randn(32, 16, 3, 3), torch.randn(2, 32, 11, 11), [2, 16, 11, 11]
+
+    def call():
+        return torch.ops.tiramisu.conv2d_grad_input(g, w, size, [1, 1], [1, 1], [1, 1], 1)
+
+    def made(kind, f):
+        before = P.PREPARATIONS[kind]
+        return f(), P.PREPARATIONS[kind] - before
+    first, flips = made("flipped_weight", call)
+    (second, packs), flips_after = made("flipped_weight", lambda: made("flipped_nchwc_weight",
+                                                                        call))
+    assert (flips, packs, flips_after) == (1, 1, 0)
+    assert torch.equal(first, second)
+    want = torch.nn.grad.conv2d_input(size, w, g, 1, 1)
+    torch.testing.assert_close(second, want, rtol=1e-4, atol=1e-4)
+    w.data.mul_(-0.5)                                # (no version bump: compared and seen)
+    torch.testing.assert_close(call(), torch.nn.grad.conv2d_input(size, w, g, 1, 1),
+                               rtol=1e-4, atol=1e-4)

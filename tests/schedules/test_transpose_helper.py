@@ -62,3 +62,20 @@ def test_flipped_items_is_numpys_transpose_of_reversed_items(groups, rows, cols,
         transpose.flipped_items(m, np.empty((groups, cols, rows, k), np.float64)), want)
     with pytest.raises(ValueError, match="cannot hold"):
         transpose.flipped_items(m, np.empty((groups, cols, rows, k + 1), np.float32))
+
+
+@pytest.mark.parametrize("co,ci,k,vb", [(64, 64, 3, 16), (64, 3, 7, 16), (40, 24, 3, 16),
+                                        (96, 200, 1, 32), (8, 5, 3, 16), (0, 4, 3, 16)])
+def test_flip_packed_is_the_flipped_weight_packed(co, ci, k, vb, monkeypatch):
+    """A weight flipped for its input's gradient and packed in one pass is
+    the flipped weight (:func:`flipped_items`) packed by ``pack_weight``,
+    bit for bit: the input channels' last block zero-padded; NumPy's
+    copies where the helper is not built give the same."""
+    from schedules.weights.conv import pack_weight
+    w = np.random.default_rng(co + ci).standard_normal((co, ci, k, k), dtype=np.float32)
+    flipped = transpose.flipped_items(w.reshape(1, co, ci, k * k),
+                                      np.empty((1, ci, co, k * k), np.float32))
+    want = pack_weight(flipped.reshape(ci, co, k, k), vb)
+    np.testing.assert_array_equal(transpose.flip_packed(w, vb), want)
+    monkeypatch.setattr(transpose._HELPER, "lib", lambda: None)
+    np.testing.assert_array_equal(transpose.flip_packed(w, vb), want)
