@@ -17,7 +17,6 @@ gradient with the weight flipped): where the find step picks
 in one pass and run that kernel on it."""
 from __future__ import annotations
 
-from . import api
 from .blocks.conv_common import epilogue_after
 from .core import call_memo
 from .core.find import find
@@ -51,11 +50,11 @@ def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto"
     return plan
 
 
-def flipped_conv(x, weight, padding, dilation, groups):
+def flipped_conv(x, weight, padding, dilation, groups, conv2d):
     """``conv2d(x, flipped(weight))``, stride 1 (the input's gradient of a
     conv of ``weight``, :func:`schedules.solvers.conv_grad.grad_input`'s
-    transposed convolution): the library's call on the flipped weight
-    (:func:`~schedules.solvers.conv_grad.flipped`); then, for a float32
+    transposed convolution): ``conv2d`` (the library's call) on the flipped
+    weight (:func:`~schedules.solvers.conv_grad.flipped`); then, for a float32
     one-group call on a layout whose call took ``spatial_pack``, that
     kernel at once on the weight flipped and packed in one pass
     (:func:`~schedules.solvers.conv_grad.flipped_packed`: a training step
@@ -67,19 +66,18 @@ def flipped_conv(x, weight, padding, dilation, groups):
     if plan is not None:
         return plan(x, weight)
     w = conv_grad.flipped(weight, groups)
-    out = api.conv2d(x, w, None, stride=1, padding=padding, dilation=dilation, groups=groups)
+    out = conv2d(x, w, None, stride=1, padding=padding, dilation=dilation, groups=groups)
     if memo is not None:
-        call_memo.put(memo, _flipped_plan(x, w, padding, dilation, groups))
+        call_memo.put(memo, _flipped_plan(x, w, padding, dilation, groups, conv2d))
     return out
 
 
-def _flipped_plan(x, w, padding, dilation, groups):
+def _flipped_plan(x, w, padding, dilation, groups, conv2d):
     """The plan of :func:`flipped_conv` for this layout (``w``: the flipped
     weight its first call made)."""
     def whole(x, weight):
         w = conv_grad.flipped(weight, groups)
-        return api.conv2d(x, w, None, stride=1, padding=padding, dilation=dilation,
-                          groups=groups)
+        return conv2d(x, w, None, stride=1, padding=padding, dilation=dilation, groups=groups)
     if groups != 1 or x.dtype != w.dtype or str(x.dtype) not in ("float32", "torch.float32"):
         return whole
     p, args = ConvProblem.from_call("conv2d", x, w, None, 1, padding, dilation, groups)

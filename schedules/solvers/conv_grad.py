@@ -291,9 +291,9 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled=None, flipped_conv=None
     dilation * (kernel - 1)``).  A strided, undilated depthwise conv whose
     channels fill vectors: :func:`blocked_depthwise_grad_input`, compiled
     by ``compiled(key, build)``.  ``flipped_conv(x, weight, padding,
-    dilation, groups)``: the stride-1 convolution of ``x`` with the flipped
-    weight (:func:`schedules.plans.flipped_conv`); None: ``conv2d`` on
-    :func:`flipped`."""
+    dilation, groups, conv2d)``: the stride-1 convolution of ``x`` with the
+    flipped weight (:func:`schedules.plans.flipped_conv`); None: ``conv2d``
+    on :func:`flipped`."""
     st, d = s.sh, s.dh
     if compiled is not None and st > 1 and s.sw == st and d == s.dw == 1 \
             and s.groups == s.ci == s.co and vector_of(s.ci):
@@ -305,7 +305,7 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled=None, flipped_conv=None
 
     def through(x, padding, dilation):          # (the flipped weight made where it is used)
         if flipped_conv is not None:
-            return flipped_conv(x, weight, padding, dilation, s.groups)
+            return flipped_conv(x, weight, padding, dilation, s.groups, conv2d)
         return conv2d(x, flipped(weight, s.groups), None, stride=1, padding=padding,
                       dilation=dilation, groups=s.groups)
     if st == 1:
