@@ -201,7 +201,8 @@ class Slot:
     holds compares their values with the copies as any lookup does, and
     returns the value; anything else takes the whole lookup.  Kept only for
     sources that are all plain contiguous CPU torch tensors with a version
-    (none owned, none an inference tensor, no sparse copy)."""
+    (none owned, none an inference tensor, no sparse copy).  The entry is
+    referred to weakly: the cache alone keeps it (its bound, :func:`clear`)."""
     __slots__ = ("key", "places", "marks", "entry", "spans")
 
     def __init__(self):
