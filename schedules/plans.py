@@ -78,10 +78,11 @@ def _flipped_plan(x, w, padding, dilation, groups, conv2d):
     def whole(x, weight):
         w = conv_grad.flipped(weight, groups)
         return conv2d(x, w, None, stride=1, padding=padding, dilation=dilation, groups=groups)
-    if groups != 1 or x.dtype != w.dtype or str(x.dtype) not in ("float32", "torch.float32"):
+    if groups != 1:
         return whole
     p, args = ConvProblem.from_call("conv2d", x, w, None, 1, padding, dilation, groups)
-    if args.x is not x or args.w is not w or args.unbatched or p.degenerate or p.device != "cpu":
+    if args.x is not x or args.w is not w or args.unbatched or p.degenerate \
+            or p.device != "cpu" or p.dtype != "float32":
         return whole
     solver = find(p, SOLVERS["conv2d"], args, "auto", call="conv2d")
     if not isinstance(solver, SpatialPack) or solver.problem_run(p) is not p:

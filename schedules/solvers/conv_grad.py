@@ -283,7 +283,7 @@ def _tensor_of(array):
         return torch.from_numpy(array)
 
 
-def grad_input(g, weight, s: ConvShape, conv2d, compiled=None, flipped_conv=None):
+def grad_input(g, weight, s: ConvShape, conv2d, compiled, flipped_conv):
     """The input's gradient of a float32 convolution of shape ``s`` (square
     stride, padding and dilation) from the output's gradient ``g`` (a
     contiguous torch tensor) by ``conv2d`` (the library's), or None where
@@ -292,10 +292,9 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled=None, flipped_conv=None
     channels fill vectors: :func:`blocked_depthwise_grad_input`, compiled
     by ``compiled(key, build)``.  ``flipped_conv(x, weight, padding,
     dilation, groups, conv2d)``: the stride-1 convolution of ``x`` with the
-    flipped weight (:func:`schedules.plans.flipped_conv`); None: ``conv2d``
-    on :func:`flipped`."""
+    flipped weight (:func:`schedules.plans.flipped_conv`)."""
     st, d = s.sh, s.dh
-    if compiled is not None and st > 1 and s.sw == st and d == s.dw == 1 \
+    if st > 1 and s.sw == st and d == s.dw == 1 \
             and s.groups == s.ci == s.co and vector_of(s.ci):
         return compiled(("depthwise_grad_input_blocked", s),
                         lambda: blocked_depthwise_grad_input(s))(grad=g, weight=weight)
@@ -304,10 +303,7 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled=None, flipped_conv=None
         return None
 
     def through(x, padding, dilation):          # (the flipped weight made where it is used)
-        if flipped_conv is not None:
-            return flipped_conv(x, weight, padding, dilation, s.groups, conv2d)
-        return conv2d(x, flipped(weight, s.groups), None, stride=1, padding=padding,
-                      dilation=dilation, groups=s.groups)
+        return flipped_conv(x, weight, padding, dilation, s.groups, conv2d)
     if st == 1:
         return through(g, q, d)
     if (s.kh, s.kw, s.ph, s.pw) == (1, 1, 0, 0):
