@@ -461,7 +461,7 @@ def _packed_grad(f, G, s: ConvShape, vb):
 def _sums_in_registers(u, s: ConvShape, outer, pixels, vb, channels=()):
     """The weight-gradient update ``u`` scheduled as sums in registers: the
     loops ``outer``, then the pixels summed over, inside them the loops
-    ``channels`` (a block of input channels, unrolled) and every tap
+    ``channels`` (blocks of output or input channels, unrolled) and every tap
     (unrolled) of a kernel of at most 12 (else a row: ``ky`` before the
     pixels), the VB channels of ``v`` a vector."""
     every_tap = s.kh * s.kw <= TAPS
@@ -524,7 +524,19 @@ def channel_block(s: ConvShape) -> int:
     return largest_divisor(s.ci // s.groups, max(1, TAPS // (s.kh * s.kw)))
 
 
-def blocked_grad_weight(s: ConvShape, vb=None):
+def out_pairs(s: ConvShape, vb) -> bool:
+    """Whether :func:`blocked_grad_weight` sums two blocks of output channels
+    at once (twice the taps' sums in registers, each input value broadcast
+    once for both): a kernel of 7 to 12 taps (one input channel a block,
+    every tap summed over the pixels at once), an even count of blocks in
+    each group.  Batch 2, 3x3, 2 cores: 64@56 2.36 ms against 2.99, 128@28
+    2.59 / 2.94, 256@14 3.38 / 3.84, 32@112 2.88 / 4.49; four blocks spilled
+    the sums (3.9 ms at 64@56); a 5x5's rows of taps ran slower paired (3.3
+    / 2.7 ms at 64 -> 96 @28), a 7x7 stem even."""
+    return 6 < s.kh * s.kw <= TAPS and (s.co // s.groups // vb) % 2 == 0
+
+
+def blocked_grad_weight(s: ConvShape, vb=None, pair=None):
     """``grad_weight[co, ci, ky, kx] = sum_{n, y, x} grad[n, co, y, x] *
     data[n, ci, y * sh + ky * dh - ph, x * sw + kx * dw - pw]`` of a dense
     convolution, no column matrix (grouped: ``ci`` of the block's group,
@@ -534,9 +546,11 @@ def blocked_grad_weight(s: ConvShape, vb=None):
     padded images (``x_channel``, each thread its own) and the sums of the
     taps kept in registers over every pixel -- VB channels x the taps
     (every tap of a kernel of at most 12, else a row of them), one vector
-    load of the gradient and one broadcast of the input per tap and pixel,
-    then written out ``Co x Ci x Kh x Kw``.  Blocks of channels in parallel
-    (input channels where there are fewer blocks than cores)."""
+    load of the gradient and one broadcast of the input per tap and pixel
+    (with ``pair``, default :func:`out_pairs`: two blocks of channels summed
+    at once, two loads of the gradient per broadcast), then written out ``Co
+    x Ci x Kh x Kw``.  Blocks of channels in parallel (input channels where
+    there are fewer blocks than cores)."""
     vb = vb or group_vector(s)
     cog, cig = s.co // s.groups, s.ci // s.groups
     if not vb or cog % vb:
@@ -557,16 +571,20 @@ def blocked_grad_weight(s: ConvShape, vb=None):
     acc[b, c, ky, kx, v] += gp[b, n, y, x, v] * xp[chan, n, y * s.sh + ky * s.dh,
                                                    x * s.sw + kx * s.dw]
     u = acc.update
+    pair = out_pairs(s, vb) if pair is None else pair
     if cib > 1:
         u.split("c", cib, names=("c0", "c1"))
-    _sums_in_registers(u, s, ("b", "c0" if cib > 1 else "c"), ("n", "y", "x"), vb,
-                       ("c1",) if cib > 1 else ())
+    if pair:
+        u.split("b", 2, names=("b0", "b1"))
+    outer_b = "b0" if pair else "b"
+    _sums_in_registers(u, s, (outer_b, "c0" if cib > 1 else "c"), ("n", "y", "x"), vb,
+                       ("b1",) * pair + (("c1",) if cib > 1 else ()))
     acc.vectorize("v", vb)
     co, ci, oy, ox = (f.var(nm, 0, e) for nm, e in
                       (("co", s.co), ("ci", cig), ("oy", s.kh), ("ox", s.kw)))
     out = f.computation("grad_weight", [co, ci, oy, ox], acc[co // vb, ci, oy, ox, co % vb])
     outer_c = "c0" if cib > 1 else "c"
-    u.parallelize("b" if cob >= host().cores else outer_c)
+    u.parallelize(outer_b if cob >> pair >= host().cores else outer_c)
     acc.parallelize("b")
     gp.parallelize("gb" if cob >= host().cores else "gn")
     out.parallelize("co")

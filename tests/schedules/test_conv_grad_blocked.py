@@ -36,6 +36,35 @@ def test_blocked_kernel_is_torchs_gradient(case):
     torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-4)
 
 
+# two blocks of output channels summed at once (conv_grad.out_pairs): a 3x3 of two
+# blocks, strided and dilated, and grouped with two blocks in each of two groups
+PAIRED = [(2, 5, 9, 11, 32, 3, 1, 1, 1, 1), (1, 8, 13, 12, 64, 3, 2, 1, 1, 2),
+          (2, 4, 10, 10, 32, 3, 1, 2, 2, 1)]
+
+
+@pytest.mark.parametrize("case", PAIRED, ids=lambda c: "x".join(map(str, c)))
+def test_paired_blocks_are_torchs_gradient(case):
+    n, ci, h, w, co, k, stride, padding, dilation, groups = case
+    s = ConvShape(n, ci, h, w, co, k, k, stride, padding, dilation, groups)
+    assert conv_grad.out_pairs(s, conv_grad.group_vector(s))
+    g = torch.Generator().manual_seed(1)
+    x, gy = torch.randn(n, ci, h, w, generator=g), torch.randn(n, co, s.ho, s.wo, generator=g)
+    want = torch.nn.grad.conv2d_weight(x, (co, ci // groups, k, k), gy, stride, padding,
+                                       dilation, groups)
+    for pair in (True, False):
+        ours = conv_grad.blocked_grad_weight(s, pair=pair).compile()(data=x, grad=gy)
+        torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-4)
+
+
+def test_which_kernels_pair_blocks():
+    """Kernels of 7 to 12 taps, an even count of blocks in each group."""
+    assert conv_grad.out_pairs(ConvShape(2, 64, 56, 56, 64, 3, 3, 1, 1), 16)
+    assert not conv_grad.out_pairs(ConvShape(2, 64, 56, 56, 48, 3, 3, 1, 1), 16)   # 3 blocks
+    assert not conv_grad.out_pairs(ConvShape(2, 3, 224, 224, 64, 7, 7, 2, 3), 16)  # 49 taps
+    assert not conv_grad.out_pairs(ConvShape(2, 64, 28, 28, 64, 1, 1, 1, 0), 16)   # 1 tap
+    assert not conv_grad.out_pairs(ConvShape(2, 128, 56, 56, 128, 3, 3, 1, 1, 1, 32), 4)
+
+
 def test_where_the_blocked_kernel_applies():
     """Enough pixels over the images (else a block sums too briefly), a
     group's Co a multiple of a vector (or of half of one, at least 8;
