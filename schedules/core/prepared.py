@@ -73,16 +73,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import itertools
-import os
 import sys
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
-from . import environ, sparse_copy
+from . import environ, sparse_copy, workers
 
 ENV = "TIRAMISU_PY_PREPARED_MB"
 DEFAULT_MB = 1024
@@ -100,12 +97,10 @@ _owned_keys: dict = {}          # serial of an owned array -> the keys of the en
 _graveyard: list = []           # serials of owned arrays that died, their entries not yet dropped
 _serials = itertools.count(1)
 _lock = threading.RLock()
-COMPARE_THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                             else (os.cpu_count() or 1)))
+COMPARE_THREADS = workers.THREADS
 # a lookup comparing more bytes than this in all splits them over the threads (below it one
 # thread reads as fast: measured 28-30 GB/s either way from 0.6 to 9 MB)
 SPLIT_BYTES = 16 << 20
-_pool = None
 
 
 def _memcmp():
@@ -119,15 +114,6 @@ def _memcmp():
 
 
 _MEMCMP = _memcmp()
-
-
-def _forget_pool():             # a forked child has none of the parent's threads
-    global _pool
-    _pool = None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool)
 
 
 def prepared(kind, sources, make, extra=(), slot=None):
@@ -550,7 +536,6 @@ def _equal_spans(spans, sparse=()):
     in all, in :data:`COMPARE_THREADS` runs of about equal bytes (spans cut
     anywhere, sparse copies between chunks; ctypes and cffi release the GIL
     during each call)."""
-    global _pool
     parts = [(s, 0, s.chunks, s.chunk_bytes(0, s.chunks), a) for a, s in sparse]
     total = sum(n for _, _, n in spans) + sum(p[3] for p in parts)
     if total <= SPLIT_BYTES or COMPARE_THREADS == 1:
@@ -579,10 +564,7 @@ def _equal_spans(spans, sparse=()):
                 run, room = [], share
     if run:
         runs.append(run)
-    with _lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(COMPARE_THREADS, thread_name_prefix="tp-prepared")
-    return all(_pool.map(_run_equal, runs))
+    return all(workers.pool().map(_run_equal, runs))
 
 
 def _run_equal(run):

@@ -11,6 +11,8 @@ import numpy as np
 from codegen import CHelper
 from codegen.c.transpose import pairs, rounds
 
+from .workers import split
+
 
 def _tile_source():
     """C of one 16 x 16 tile transposed through registers: 16 vector loads,
@@ -56,6 +58,20 @@ void tp_transpose_f32(const float *src, int64_t rows, int64_t cols, float *dst, 
             dst[j * ld + i] = src[i * cols + j];
 }
 
+/* dst[b][j][v] = src[b * vb + v][j] for b0 <= b < b1 (src: rows x cols), zero where
+   b * vb + v >= rows: the rows in blocks of vb, each block transposed */
+void tp_pack_blocks_f32(const float *src, int64_t rows, int64_t cols, int64_t vb, float *dst,
+                        int64_t b0, int64_t b1)
+{
+    for (int64_t b = b0; b < b1; b++) {
+        int64_t n = rows - b * vb < vb ? rows - b * vb : vb;
+        float *d = dst + b * cols * vb;
+        if (n < vb)
+            memset(d, 0, sizeof(float) * cols * vb);
+        tp_transpose_f32(src + b * vb * cols, n, cols, d, vb);
+    }
+}
+
 /* per group g: dst[g][j][i][q] = src[g][i][j][k - 1 - q], each group a rows x cols
    matrix of items of k floats transposed, each item reversed, in tiles of 16 x 16 items */
 void tp_flip_items_f32(const float *src, int64_t groups, int64_t rows, int64_t cols, int64_t k,
@@ -73,15 +89,16 @@ void tp_flip_items_f32(const float *src, int64_t groups, int64_t rows, int64_t c
                     }
 }
 
-/* dst[b][o][q][v] = src[o][b * vb + v][k - 1 - q], zero where b * vb + v >= cin: a weight
-   (cout, cin, k) flipped for its input's gradient (channels swapped, kernels rotated by
-   180 degrees) straight into the NCHWc blocks [cin / vb][cout][k][vb] its conv reads */
+/* dst[b][o][q][v] = src[o][b * vb + v][k - 1 - q], zero where b * vb + v >= cin, for
+   o0 <= o < o1: a weight (cout, cin, k) flipped for its input's gradient (channels swapped,
+   kernels rotated by 180 degrees) straight into the NCHWc blocks [cin / vb][cout][k][vb]
+   its conv reads */
 void tp_flip_pack_f32(const float *src, int64_t cout, int64_t cin, int64_t k, int64_t vb,
-                      float *dst)
+                      float *dst, int64_t o0, int64_t o1)
 {
     int64_t nb = (cin + vb - 1) / vb;
     for (int64_t b = 0; b < nb; b++)
-        for (int64_t o = 0; o < cout; o++) {
+        for (int64_t o = o0; o < o1; o++) {
             float *d = dst + (b * cout + o) * k * vb;
             const float *s = src + (o * cin + b * vb) * k + k - 1;
             int64_t n = cin - b * vb < vb ? cin - b * vb : vb;
@@ -96,10 +113,12 @@ void tp_flip_pack_f32(const float *src, int64_t cout, int64_t cin, int64_t k, in
 """.replace("TILE", _tile_source())
 DECLARATION = ("void tp_transpose_f32(uintptr_t src, int64_t rows, int64_t cols, uintptr_t dst, "
                "int64_t ld);\n"
+               "void tp_pack_blocks_f32(uintptr_t src, int64_t rows, int64_t cols, int64_t vb, "
+               "uintptr_t dst, int64_t b0, int64_t b1);\n"
                "void tp_flip_items_f32(uintptr_t src, int64_t groups, int64_t rows, int64_t cols, "
                "int64_t k, uintptr_t dst);\n"
                "void tp_flip_pack_f32(uintptr_t src, int64_t cout, int64_t cin, int64_t k, "
-               "int64_t vb, uintptr_t dst);")
+               "int64_t vb, uintptr_t dst, int64_t o0, int64_t o1);")
 
 _HELPER = CHelper("tp_transpose_f32", SOURCE, DECLARATION)
 
@@ -123,6 +142,33 @@ def transposed_into(src, out):
         out[:, :rows] = src.T
     elif src.size:
         f(src.ctypes.data, rows, cols, out.ctypes.data, out.shape[1])
+    return out
+
+
+# the tiles move bytes at memory speed: two threads win on large weights only (a 256x256x3x3
+# weight, 4.7 MB: 0.11 ms by one thread, 0.17 by two; 512x512x3x3, 19 MB: 1.14 against 0.80)
+PACK_SPLIT_BYTES = 16 << 20
+
+
+def packed_blocks(m, vb):
+    """``out[b, j, v] = m[b * vb + v, j]`` for a float32 ``m`` (rows x cols):
+    its rows in blocks of ``vb``, each block transposed (``out``: ``ceil(rows
+    / vb) x cols x vb``, the last block's missing rows zero), in one C call
+    per range of blocks, the blocks split over the host's cores
+    (:func:`schedules.core.workers.split`).  Returns ``out``."""
+    rows, cols = m.shape
+    nb = -(-rows // vb)
+    out = np.empty((nb, cols, vb), np.float32)
+    lib = _HELPER.lib()
+    src = np.ascontiguousarray(m, np.float32)
+    if lib is None:
+        padded = np.zeros((nb * vb, cols), np.float32)
+        padded[:rows] = src
+        out[...] = padded.reshape(nb, vb, cols).transpose(0, 2, 1)
+    elif out.size:
+        a, b = src.ctypes.data, out.ctypes.data
+        split(lambda b0, b1: lib.tp_pack_blocks_f32(a, rows, cols, vb, b, b0, b1), nb,
+              src.nbytes + out.nbytes, PACK_SPLIT_BYTES)
     return out
 
 
@@ -181,7 +227,8 @@ def flip_packed(w, vb):
     (:func:`schedules.weights.conv.pack_weight` of the flipped weight, the
     input channels zero-padded to whole blocks), in one pass over ``w``
     instead of a flip and a packing (a training step made both for every
-    conv: 22 of ResNet-18's 190 ms at batch 2)."""
+    conv: 22 of ResNet-18's 190 ms at batch 2); output channels split over
+    the host's cores (:func:`schedules.core.workers.split`)."""
     cout, cin, kh, kw = w.shape
     k, nb = kh * kw, -(-cin // vb)
     out = np.empty((nb, cout, kh, kw, vb), np.float32)
@@ -192,5 +239,7 @@ def flip_packed(w, vb):
         flipped[:cin] = src.reshape(cout, cin, k).transpose(1, 0, 2)[..., ::-1]
         out[...] = flipped.reshape(nb, vb, cout, kh, kw).transpose(0, 2, 3, 4, 1)
     elif out.size:
-        lib.tp_flip_pack_f32(src.ctypes.data, cout, cin, k, vb, out.ctypes.data)
+        a, b = src.ctypes.data, out.ctypes.data
+        split(lambda o0, o1: lib.tp_flip_pack_f32(a, cout, cin, k, vb, b, o0, o1), cout,
+              src.nbytes + out.nbytes)
     return out

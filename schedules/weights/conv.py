@@ -8,26 +8,20 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.prepared import prepared
-from ..core.transpose import transposed_into
+from ..core.transpose import packed_blocks
 
 
 def pack_weight(w, vb: int):
     """The weight ``w`` (a float32 ``Co x Ci x Kh x Kw`` NumPy array) as
     ``[Co/VB][Ci][Kh][Kw][VB]``, the output channels zero-padded to whole
     blocks of ``vb``: each block of ``vb`` output channels one tiled
-    transpose (:func:`schedules.core.transpose.transposed_into`; NumPy's
-    strided copy took 24 of a ResNet-18 training step's 200 ms at batch 2,
-    every weight packed again after each update)."""
+    transpose (:func:`schedules.core.transpose.packed_blocks`, the blocks
+    split over the host's cores; NumPy's strided copy took 24 of a
+    ResNet-18 training step's 200 ms at batch 2, every weight packed again
+    after each update)."""
     co, ci, kh, kw = w.shape
-    cob, inner = -(-co // vb), ci * kh * kw
-    out = np.empty((cob, inner, vb), np.float32)
-    rows = np.ascontiguousarray(w, np.float32).reshape(co, inner)
-    for b in range(cob):
-        block = rows[b * vb:(b + 1) * vb]
-        if block.shape[0] < vb:                     # the last block's padding channels
-            out[b] = 0.0
-        transposed_into(block, out[b])
-    return out.reshape(cob, ci, kh, kw, vb)
+    rows = np.ascontiguousarray(w, np.float32).reshape(co, ci * kh * kw)
+    return packed_blocks(rows, vb).reshape(-(-co // vb), ci, kh, kw, vb)
 
 
 def packed_weight(w, vb: int):

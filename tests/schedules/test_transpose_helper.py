@@ -34,17 +34,25 @@ def test_the_helper_is_built_here_and_other_layouts_fall_back():
         transpose.transposed_into(np.zeros((4, 6), np.float32), np.zeros((6, 3), np.float32))
 
 
-@pytest.mark.parametrize("co,ci,k", [(64, 3, 7), (70, 5, 3), (8, 4, 1), (48, 32, 3)])
-def test_pack_weight_is_numpys_nchwc_layout(co, ci, k):
+@pytest.mark.parametrize("co,ci,k", [(64, 3, 7), (70, 5, 3), (8, 4, 1), (48, 32, 3), (0, 4, 3)])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_pack_weight_is_numpys_nchwc_layout(co, ci, k, threads, monkeypatch):
     """The conv weight packed by the tiled transposes (a block of 16 output
-    channels each, the last zero-padded) is NumPy's ``[Co/16][Ci][Kh][Kw][16]``."""
+    channels each, the last zero-padded) is NumPy's ``[Co/16][Ci][Kh][Kw][16]``,
+    in one thread or its blocks split over three (below any size), and
+    NumPy's copies where the helper is not built give the same."""
+    from schedules.core import workers
     from schedules.weights.conv import pack_weight
+    monkeypatch.setattr(workers, "THREADS", threads)
+    monkeypatch.setattr(transpose, "PACK_SPLIT_BYTES", 1)
     w = np.random.default_rng(co).standard_normal((co, ci, k, k), dtype=np.float32)
     cob = -(-co // 16)
     ref = np.zeros((cob * 16, ci, k, k), np.float32)
     ref[:co] = w
-    np.testing.assert_array_equal(pack_weight(w, 16),
-                                  ref.reshape(cob, 16, ci, k, k).transpose(0, 2, 3, 4, 1))
+    want = ref.reshape(cob, 16, ci, k, k).transpose(0, 2, 3, 4, 1)
+    np.testing.assert_array_equal(pack_weight(w, 16), want)
+    monkeypatch.setattr(transpose._HELPER, "lib", lambda: None)
+    np.testing.assert_array_equal(pack_weight(w, 16), want)
 
 
 @pytest.mark.parametrize("groups,rows,cols,k", [(1, 64, 3, 49), (2, 20, 37, 9), (1, 16, 16, 1),
@@ -69,13 +77,18 @@ def test_flipped_items_is_numpys_transpose_of_reversed_items(groups, rows, cols,
 def test_flip_packed_is_the_flipped_weight_packed(co, ci, k, vb, monkeypatch):
     """A weight flipped for its input's gradient and packed in one pass is
     the flipped weight (:func:`flipped_items`) packed by ``pack_weight``,
-    bit for bit: the input channels' last block zero-padded; NumPy's
-    copies where the helper is not built give the same."""
+    bit for bit: the input channels' last block zero-padded, its output
+    channels in one thread or split over three; NumPy's copies where the
+    helper is not built give the same."""
+    from schedules.core import workers
     from schedules.weights.conv import pack_weight
     w = np.random.default_rng(co + ci).standard_normal((co, ci, k, k), dtype=np.float32)
     flipped = transpose.flipped_items(w.reshape(1, co, ci, k * k),
                                       np.empty((1, ci, co, k * k), np.float32))
     want = pack_weight(flipped.reshape(ci, co, k, k), vb)
+    np.testing.assert_array_equal(transpose.flip_packed(w, vb), want)
+    monkeypatch.setattr(workers, "THREADS", 3)
+    monkeypatch.setattr(workers, "SPLIT_BYTES", 1)
     np.testing.assert_array_equal(transpose.flip_packed(w, vb), want)
     monkeypatch.setattr(transpose._HELPER, "lib", lambda: None)
     np.testing.assert_array_equal(transpose.flip_packed(w, vb), want)
