@@ -12,9 +12,10 @@ the parse would change an argument (a copy, an unbatched input, a "same"
 padding's extra zeros) or where no kernel runs (a degenerate problem).
 
 :func:`flipped_conv` is the convolution of an input's gradient (the output's
-gradient with the weight flipped): where the find step picks
-``spatial_pack`` for it, later calls of its layout flip and pack the weight
-in one pass and run that kernel on it."""
+gradient with the weight flipped, or a strided conv's phase sub-kernel
+flipped): where the find step picks ``spatial_pack`` for it, later calls
+of its layout flip and pack the weight in one pass and run that kernel on
+it."""
 from __future__ import annotations
 
 from .blocks.conv_common import epilogue_after
@@ -50,34 +51,43 @@ def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto"
     return plan
 
 
-def flipped_conv(x, weight, padding, dilation, groups, conv2d):
+def flipped_conv(x, weight, padding, dilation, groups, conv2d, stride=1, phase=(0, 0)):
     """``conv2d(x, flipped(weight))``, stride 1 (the input's gradient of a
     conv of ``weight``, :func:`schedules.solvers.conv_grad.grad_input`'s
-    transposed convolution): ``conv2d`` (the library's call) on the flipped
-    weight (:func:`~schedules.solvers.conv_grad.flipped`); then, for a float32
+    transposed convolution; for a conv of a ``stride`` above 1, the
+    convolution of ``phase``'s sub-kernel,
+    :func:`~schedules.solvers.conv_grad.phase_weight`): ``conv2d`` (the
+    library's call) on the flipped weight
+    (:func:`~schedules.solvers.conv_grad.flipped`); then, for a float32
     one-group call on a layout whose call took ``spatial_pack``, that
     kernel at once on the weight flipped and packed in one pass
     (:func:`~schedules.solvers.conv_grad.flipped_packed`: a training step
     made the flipped weight and its packing, two passes, for every conv),
     remembered per layout in the call memo (the same solver, kernel and
     bits as the library's call)."""
-    memo = call_memo.key("flipped_conv", (x, weight), padding, dilation, groups)
+    memo = call_memo.key("flipped_conv", (x, weight), padding, dilation, groups, stride, phase)
     plan = call_memo.get(memo)
     if plan is not None:
         return plan(x, weight)
-    w = conv_grad.flipped(weight, groups)
+
+    def flipped(weight):
+        if stride == 1:
+            return conv_grad.flipped(weight, groups)
+        return conv_grad.phase_weight(weight, groups, stride, phase)
+    w = flipped(weight)
     out = conv2d(x, w, None, stride=1, padding=padding, dilation=dilation, groups=groups)
     if memo is not None:
-        call_memo.put(memo, _flipped_plan(x, w, padding, dilation, groups, conv2d))
+        call_memo.put(memo, _flipped_plan(x, w, flipped, padding, dilation, groups, conv2d,
+                                          stride, phase))
     return out
 
 
-def _flipped_plan(x, w, padding, dilation, groups, conv2d):
+def _flipped_plan(x, w, flipped, padding, dilation, groups, conv2d, stride, phase):
     """The plan of :func:`flipped_conv` for this layout (``w``: the flipped
-    weight its first call made)."""
+    weight its first call made by ``flipped(weight)``)."""
     def whole(x, weight):
-        w = conv_grad.flipped(weight, groups)
-        return conv2d(x, w, None, stride=1, padding=padding, dilation=dilation, groups=groups)
+        return conv2d(x, flipped(weight), None, stride=1, padding=padding, dilation=dilation,
+                      groups=groups)
     if groups != 1:
         return whole
     p, args = ConvProblem.from_call("conv2d", x, w, None, 1, padding, dilation, groups)
@@ -90,5 +100,5 @@ def _flipped_plan(x, w, padding, dilation, groups, conv2d):
     vb, run = solver.packed_runner(p)
 
     def packed(x, weight):
-        return run(ConvArgs(x, None, None), conv_grad.flipped_packed(weight, vb))
+        return run(ConvArgs(x, None, None), conv_grad.flipped_packed(weight, vb, stride, phase))
     return packed

@@ -89,25 +89,32 @@ void tp_flip_items_f32(const float *src, int64_t groups, int64_t rows, int64_t c
                     }
 }
 
-/* dst[b][o][q][v] = src[o][b * vb + v][k - 1 - q], zero where b * vb + v >= cin, for
-   o0 <= o < o1: a weight (cout, cin, k) flipped for its input's gradient (channels swapped,
-   kernels rotated by 180 degrees) straight into the NCHWc blocks [cin / vb][cout][k][vb]
-   its conv reads */
-void tp_flip_pack_f32(const float *src, int64_t cout, int64_t cin, int64_t k, int64_t vb,
-                      float *dst, int64_t o0, int64_t o1)
+/* dst[b][o][a][c][v] = src[o][b * vb + v][rh + (th - 1 - a) * st][rw + (tw - 1 - c) * st],
+   zero where b * vb + v >= cin, for o0 <= o < o1 (th, tw: the taps rh, rh + st, ... below
+   kh and rw, rw + st, ... below kw): the sub-kernel of phase (rh, rw) of a weight (cout,
+   cin, kh, kw) of stride st flipped for its input's gradient (channels swapped, taps
+   rotated by 180 degrees; stride 1: the whole weight) straight into the NCHWc blocks
+   [cin / vb][cout][th][tw][vb] its conv reads */
+void tp_flip_pack_f32(const float *src, int64_t cout, int64_t cin, int64_t kh, int64_t kw,
+                      int64_t st, int64_t rh, int64_t rw, int64_t vb, float *dst,
+                      int64_t o0, int64_t o1)
 {
-    int64_t nb = (cin + vb - 1) / vb;
+    int64_t nb = (cin + vb - 1) / vb, th = (kh - rh + st - 1) / st, tw = (kw - rw + st - 1) / st;
+    int64_t k = kh * kw, t = th * tw;
     for (int64_t b = 0; b < nb; b++)
         for (int64_t o = o0; o < o1; o++) {
-            float *d = dst + (b * cout + o) * k * vb;
-            const float *s = src + (o * cin + b * vb) * k + k - 1;
+            float *d = dst + (b * cout + o) * t * vb;
+            const float *s = src + (o * cin + b * vb) * k;
             int64_t n = cin - b * vb < vb ? cin - b * vb : vb;
-            for (int64_t q = 0; q < k; q++) {
-                for (int64_t v = 0; v < n; v++)
-                    d[q * vb + v] = s[v * k - q];
-                for (int64_t v = n; v < vb; v++)
-                    d[q * vb + v] = 0.0f;
-            }
+            for (int64_t a = 0; a < th; a++)
+                for (int64_t c = 0; c < tw; c++) {
+                    const float *sj = s + (rh + (th - 1 - a) * st) * kw + rw + (tw - 1 - c) * st;
+                    float *dq = d + (a * tw + c) * vb;
+                    for (int64_t v = 0; v < n; v++)
+                        dq[v] = sj[v * k];
+                    for (int64_t v = n; v < vb; v++)
+                        dq[v] = 0.0f;
+                }
         }
 }
 """.replace("TILE", _tile_source())
@@ -117,8 +124,9 @@ DECLARATION = ("void tp_transpose_f32(uintptr_t src, int64_t rows, int64_t cols,
                "uintptr_t dst, int64_t b0, int64_t b1);\n"
                "void tp_flip_items_f32(uintptr_t src, int64_t groups, int64_t rows, int64_t cols, "
                "int64_t k, uintptr_t dst);\n"
-               "void tp_flip_pack_f32(uintptr_t src, int64_t cout, int64_t cin, int64_t k, "
-               "int64_t vb, uintptr_t dst, int64_t o0, int64_t o1);")
+               "void tp_flip_pack_f32(uintptr_t src, int64_t cout, int64_t cin, int64_t kh, "
+               "int64_t kw, int64_t st, int64_t rh, int64_t rw, int64_t vb, uintptr_t dst, "
+               "int64_t o0, int64_t o1);")
 
 _HELPER = CHelper("tp_transpose_f32", SOURCE, DECLARATION)
 
@@ -219,7 +227,7 @@ def flipped_items(m, out):
     return out
 
 
-def flip_packed(w, vb):
+def flip_packed(w, vb, stride=1, phase=(0, 0)):
     """The float32 weight ``w`` (cout, cin, kh, kw) of a convolution
     (``groups=1``) as the weight of its input's gradient -- channels swapped,
     kernels rotated by 180 degrees: (cin, cout, kh, kw) -- already in the
@@ -228,18 +236,29 @@ def flip_packed(w, vb):
     input channels zero-padded to whole blocks), in one pass over ``w``
     instead of a flip and a packing (a training step made both for every
     conv: 22 of ResNet-18's 190 ms at batch 2); output channels split over
-    the host's cores (:func:`schedules.core.workers.split`)."""
+    the host's cores (:func:`schedules.core.workers.split`).  With a
+    ``stride`` above 1: the sub-kernel of ``phase`` ``(rh, rw)`` only (the
+    taps ``rh, rh + stride, ...`` by ``rw, rw + stride, ...``), flipped and
+    packed so (``[cin / vb][cout][th][tw][vb]``: the sub-kernel of
+    :func:`schedules.solvers.conv_grad.phase_weight` packed), None where no
+    tap is in the phase."""
     cout, cin, kh, kw = w.shape
-    k, nb = kh * kw, -(-cin // vb)
-    out = np.empty((nb, cout, kh, kw, vb), np.float32)
+    rh, rw = phase
+    th, tw = len(range(rh, kh, stride)), len(range(rw, kw, stride))
+    if th == 0 or tw == 0:
+        return None
+    nb = -(-cin // vb)
+    out = np.empty((nb, cout, th, tw, vb), np.float32)
     lib = _HELPER.lib()
     src = np.ascontiguousarray(w, np.float32)
     if lib is None:
-        flipped = np.zeros((nb * vb, cout, k), np.float32)
-        flipped[:cin] = src.reshape(cout, cin, k).transpose(1, 0, 2)[..., ::-1]
-        out[...] = flipped.reshape(nb, vb, cout, kh, kw).transpose(0, 2, 3, 4, 1)
+        sub = src[:, :, rh::stride, rw::stride][:, :, ::-1, ::-1]
+        flipped = np.zeros((nb * vb, cout, th, tw), np.float32)
+        flipped[:cin] = sub.transpose(1, 0, 2, 3)
+        out[...] = flipped.reshape(nb, vb, cout, th, tw).transpose(0, 2, 3, 4, 1)
     elif out.size:
         a, b = src.ctypes.data, out.ctypes.data
-        split(lambda o0, o1: lib.tp_flip_pack_f32(a, cout, cin, k, vb, b, o0, o1), cout,
-              src.nbytes + out.nbytes)
+        split(lambda o0, o1: lib.tp_flip_pack_f32(a, cout, cin, kh, kw, stride, rh, rw, vb, b,
+                                                  o0, o1),
+              cout, src.nbytes + out.nbytes)
     return out

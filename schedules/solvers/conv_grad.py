@@ -6,7 +6,7 @@ backward; the float64 and odd cases run the reference kernels of
   (:func:`grad_input`) of the output's gradient with the flipped,
   group-transposed weight (:func:`flipped`, made once per weight): one for
   stride 1; for a strided, undilated conv one per phase of the input's
-  pixels with that phase's taps only (:func:`phase_weights`, the exact
+  pixels with that phase's taps only (:func:`phase_weight`, the exact
   multiply-adds); a pointwise strided conv's is the pointwise conv of the
   gradient, scattered to every ``stride``-th pixel; a strided depthwise
   conv's, channels in the lanes, sums each phase's taps in one kernel
@@ -263,13 +263,14 @@ def flipped(weight, groups):
     return prepared("flipped_weight", [weight], make, extra=(groups,))
 
 
-def flipped_packed(weight, vb):
-    """:func:`flipped` of a one-group ``weight`` already packed for the
-    NCHWc conv in blocks of ``vb`` (:func:`schedules.core.transpose.flip_packed`:
+def flipped_packed(weight, vb, stride=1, phase=(0, 0)):
+    """:func:`flipped` of a one-group ``weight`` (with a ``stride`` above 1:
+    its sub-kernel of ``phase``, :func:`phase_weight`) already packed for
+    the NCHWc conv in blocks of ``vb`` (:func:`schedules.core.transpose.flip_packed`:
     one pass, no flipped weight made), a NumPy array made once per value of
     ``weight`` (never stale)."""
-    return prepared("flipped_nchwc_weight", [weight], lambda a: flip_packed(a[0], vb),
-                    extra=(vb,))
+    return prepared("flipped_nchwc_weight", [weight],
+                    lambda a: flip_packed(a[0], vb, stride, phase), extra=(vb, stride, phase))
 
 
 def _tensor_of(array):
@@ -291,8 +292,9 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled, flipped_conv):
     dilation * (kernel - 1)``).  A strided, undilated depthwise conv whose
     channels fill vectors: :func:`blocked_depthwise_grad_input`, compiled
     by ``compiled(key, build)``.  ``flipped_conv(x, weight, padding,
-    dilation, groups, conv2d)``: the stride-1 convolution of ``x`` with the
-    flipped weight (:func:`schedules.plans.flipped_conv`)."""
+    dilation, groups, conv2d, stride=1, phase=(0, 0))``: the stride-1
+    convolution of ``x`` with the flipped weight or a phase's flipped
+    sub-kernel (:func:`schedules.plans.flipped_conv`)."""
     st, d = s.sh, s.dh
     if st > 1 and s.sw == st and d == s.dw == 1 \
             and s.groups == s.ci == s.co and vector_of(s.ci):
@@ -312,7 +314,7 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled, flipped_conv):
         out[:, :, :(s.ho - 1) * st + 1:st, :(s.wo - 1) * st + 1:st] = through(g, 0, 1)
         return out
     if d == 1 and s.dw == 1 and s.sw == st and not s.groups == s.ci == s.co:
-        return _phases(g, weight, s, conv2d)
+        return _phases(g, weight, s, conv2d, flipped_conv)
     # the gradient spread out by the stride, the rows and columns the stride
     # did not reach at the end added as zeros: a stride-1 convolution then
     # (a depthwise one's, its channels filling no vector, too: bound by
@@ -326,28 +328,32 @@ def grad_input(g, weight, s: ConvShape, conv2d, compiled, flipped_conv):
     return through(spread, q, d)
 
 
-def phase_weights(weight, groups, stride):
-    """The sub-kernels of a stride-``stride`` convolution's input gradient,
-    one per phase ``(rh, rw)`` (row-major): ``weight[:, :, rh::stride,
-    rw::stride]`` rotated by 180 degrees and group-transposed as in
-    :func:`flipped` (``None`` for a phase no tap reaches), made once per
-    value of ``weight`` and owned by the prepared-weights cache."""
+def phase_weight(weight, groups, stride, phase):
+    """The sub-kernel of ``phase`` ``(rh, rw)`` of a stride-``stride``
+    convolution's input gradient: ``weight[:, :, rh::stride, rw::stride]``
+    rotated by 180 degrees and group-transposed as in :func:`flipped`
+    (``None`` for a phase no tap reaches), made once per value of
+    ``weight`` and owned by the prepared-weights cache (each phase its own:
+    a phase whose convolution runs on its sub-kernel packed in one pass
+    makes none, :func:`schedules.plans.flipped_conv`)."""
+    rh, rw = phase
 
     def make(arrays):
-        w = _tensor_of(arrays[0])
-        subs = (w[:, :, rh::stride, rw::stride] for rh in range(stride) for rw in range(stride))
-        return _Phases(_transposed_flip(sub.contiguous(), groups) if sub.numel() else None
-                       for sub in subs)
-    return prepared("phase_weights", [weight], make, extra=(groups, stride))
+        sub = _tensor_of(arrays[0])[:, :, rh::stride, rw::stride]
+        return _transposed_flip(sub.contiguous(), groups) if sub.numel() else None
+    return prepared("phase_weight", [weight], make, extra=(groups, stride, phase))
 
 
-class _Phases(list):
-    """The phase sub-kernels, sized for the prepared-weights cache."""
-    nbytes = property(lambda self: sum(t.numel() * t.element_size() for t in self
-                                       if t is not None))
+def phase_taps(s: ConvShape):
+    """The taps ``(th, tw)`` of each phase ``(rh, rw)`` of a stride-``s.sh``
+    convolution's input gradient, row-major (:func:`phase_weight`):
+    ``rh, rh + stride, ...`` below Kh by ``rw, rw + stride, ...`` below Kw."""
+    st = s.sh
+    return [(len(range(rh, s.kh, st)), len(range(rw, s.kw, st)))
+            for rh in range(st) for rw in range(st)]
 
 
-def _phases(g, weight, s: ConvShape, conv2d):
+def _phases(g, weight, s: ConvShape, conv2d, flipped_conv):
     """The input gradient of a strided, undilated convolution as ``stride**2``
     stride-1 convolutions of ``g``, one per phase ``(rh, rw)`` of the input's
     pixels (those ``i`` with ``(i + padding) % stride == r``), each with the
@@ -355,9 +361,12 @@ def _phases(g, weight, s: ConvShape, conv2d):
     gradient spread out by the stride multiplies zeros ``stride**2 - 1``
     times in ``stride**2``.  Input pixel ``i = j * stride + r - padding``
     of a phase is its convolution's output ``j`` (padding ``taps - 1``:
-    every ``j`` a tap reaches); pixels no tap reaches are 0."""
+    every ``j`` a tap reaches); pixels no tap reaches are 0.  Each phase's
+    convolution by ``flipped_conv`` (:func:`schedules.plans.flipped_conv`:
+    where it runs ``spatial_pack``, on the sub-kernel flipped and packed in
+    one pass, no sub-kernel made)."""
     st = s.sh
-    subs = phase_weights(weight, s.groups, st)
+    taps = phase_taps(s)
 
     def axis(r, pad, size, out, taps):
         """(first input pixel of the phase, its pixels, the output index of
@@ -368,17 +377,17 @@ def _phases(g, weight, s: ConvShape, conv2d):
         return first, count, j0, max(0, min(count, out + taps - 1 - j0)) if taps else 0
 
     parts = []
-    for idx, sub in enumerate(subs):
+    for idx, (th, tw) in enumerate(taps):
         rh, rw = divmod(idx, st)
-        th, tw = (0, 0) if sub is None else sub.shape[2:]
+        th, tw = (0, 0) if th == 0 or tw == 0 else (th, tw)
         parts.append((axis(rh, s.ph, s.h, s.ho, th), axis(rw, s.pw, s.w, s.wo, tw)))
     short = any(count != have for part in parts for _, count, _, have in part)
     gx = (g.new_zeros if short else g.new_empty)((s.n, s.ci, s.h, s.w))
-    for sub, ((fh, _, jh, nh), (fw, _, jw, nw)) in zip(subs, parts):
-        if sub is None or nh == 0 or nw == 0:
+    for idx, ((th, tw), ((fh, _, jh, nh), (fw, _, jw, nw))) in enumerate(zip(taps, parts)):
+        if th == 0 or tw == 0 or nh == 0 or nw == 0:
             continue
-        y = conv2d(g, sub, None, stride=1, padding=(sub.shape[2] - 1, sub.shape[3] - 1),
-                   dilation=1, groups=s.groups)
+        y = flipped_conv(g, weight, (th - 1, tw - 1), 1, s.groups, conv2d, stride=st,
+                         phase=divmod(idx, st))
         gx[:, :, fh:fh + (nh - 1) * st + 1:st, fw:fw + (nw - 1) * st + 1:st] = \
             y[:, :, jh:jh + nh, jw:jw + nw]
     return gx

@@ -220,3 +220,42 @@ def test_the_input_gradient_packs_its_flipped_weight_in_one_pass(monkeypatch):
     w.data.mul_(-0.5)                                # (no version bump: compared and seen)
     torch.testing.assert_close(call(), torch.nn.grad.conv2d_input(size, w, g, 1, 1),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k,stride,padding", [(3, 2, 1), (5, 3, 2), (2, 2, 0)])
+def test_a_strided_input_gradient_packs_each_phase_in_one_pass(k, stride, padding,
+                                                               monkeypatch):
+    """A strided conv's input gradient by phases (one stride-1 conv per phase
+    of the input's pixels with that phase's taps): after a layout's first
+    call, each phase's sub-kernel is flipped and packed in one pass from the
+    weight (no sub-kernel made), the first call's bits and torch's
+    gradient; a ``.data`` write is seen."""
+    from schedules import plans
+    from schedules.core import call_memo
+    from schedules.core import prepared as P
+    from schedules.solvers.conv_dense import SpatialPack
+    monkeypatch.setattr(call_memo, "_PLANS", {})
+    monkeypatch.setattr(plans, "find", lambda *a, **k: SpatialPack())
+    torch.manual_seed(6)
+    s = ConvShape(2, 24, 13, 12, 32, k, k, stride, padding)
+    w, g = torch.randn(32, 24, k, k), torch.randn(2, 32, s.ho, s.wo)
+    size = [2, 24, 13, 12]
+
+    def call():
+        return torch.ops.tiramisu.conv2d_grad_input(g, w, size, [stride] * 2, [padding] * 2,
+                                                    [1, 1], 1)
+
+    def made(kind, f):
+        before = P.PREPARATIONS[kind]
+        return f(), P.PREPARATIONS[kind] - before
+    first, subs = made("phase_weight", call)
+    (second, packs), subs_after = made("phase_weight", lambda: made("flipped_nchwc_weight",
+                                                                     call))
+    phases = sum(1 for th, tw in conv_grad.phase_taps(s) if th and tw)
+    assert (subs, packs, subs_after) == (phases, phases, 0)
+    assert torch.equal(first, second)
+    want = torch.nn.grad.conv2d_input(size, w, g, stride, padding)
+    torch.testing.assert_close(second, want, rtol=1e-4, atol=1e-4)
+    w.data.mul_(-0.5)
+    torch.testing.assert_close(call(), torch.nn.grad.conv2d_input(size, w, g, stride, padding),
+                               rtol=1e-4, atol=1e-4)

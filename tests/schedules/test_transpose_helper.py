@@ -92,3 +92,28 @@ def test_flip_packed_is_the_flipped_weight_packed(co, ci, k, vb, monkeypatch):
     np.testing.assert_array_equal(transpose.flip_packed(w, vb), want)
     monkeypatch.setattr(transpose._HELPER, "lib", lambda: None)
     np.testing.assert_array_equal(transpose.flip_packed(w, vb), want)
+
+
+@pytest.mark.parametrize("co,ci,k,stride,vb", [(32, 24, 3, 2, 16), (16, 40, 5, 3, 32),
+                                               (8, 5, 2, 2, 16), (4, 3, 7, 2, 16), (8, 4, 1, 2, 16)])
+def test_flip_packed_phases_are_the_phase_weights_packed(co, ci, k, stride, vb, monkeypatch):
+    """Each phase's sub-kernel of a strided weight (its taps ``r, r +
+    stride, ...``) flipped and packed in one pass is the sub-kernel of
+    ``phase_weight`` packed by ``pack_weight``, bit for bit, and None where
+    no tap is in the phase; NumPy's copies where the helper is not built
+    give the same."""
+    torch = pytest.importorskip("torch", reason="phase_weight makes torch tensors")
+    from schedules.solvers.conv_grad import phase_weight
+    from schedules.weights.conv import pack_weight
+    w = np.random.default_rng(co + k).standard_normal((co, ci, k, k), dtype=np.float32)
+    subs = [phase_weight(torch.from_numpy(w.copy()), 1, stride, divmod(i, stride))
+            for i in range(stride * stride)]
+    for helper in (True, False):
+        if not helper:
+            monkeypatch.setattr(transpose._HELPER, "lib", lambda: None)
+        for idx, sub in enumerate(subs):
+            got = transpose.flip_packed(w, vb, stride, divmod(idx, stride))
+            if sub is None:
+                assert got is None
+            else:
+                np.testing.assert_array_equal(got, pack_weight(sub.numpy(), vb))
