@@ -190,6 +190,13 @@ def test_the_ops_backward_takes_the_depthwise_input_kernel(monkeypatch):
     assert built == [16]
 
 
+def _made(kind, f):
+    """``f()`` and the values of ``kind`` the prepared-weights cache made in it."""
+    from schedules.core import prepared as P
+    before = P.PREPARATIONS[kind]
+    return f(), P.PREPARATIONS[kind] - before
+
+
 def test_the_input_gradient_packs_its_flipped_weight_in_one_pass(monkeypatch):
     """Where spatial_pack runs a one-group conv's input gradient, the calls of
     a layout after its first flip and pack the weight in one pass (no flipped
@@ -197,7 +204,6 @@ def test_the_input_gradient_packs_its_flipped_weight_in_one_pass(monkeypatch):
     torch's gradient, and a weight written through ``.data`` seen."""
     from schedules import plans
     from schedules.core import call_memo
-    from schedules.core import prepared as P
     from schedules.solvers.conv_dense import SpatialPack
     monkeypatch.setattr(call_memo, "_PLANS", {})                 # (no plan from another test)
     monkeypatch.setattr(plans, "find", lambda *a, **k: SpatialPack())
@@ -207,11 +213,8 @@ def test_the_input_gradient_packs_its_flipped_weight_in_one_pass(monkeypatch):
     def call():
         return torch.ops.tiramisu.conv2d_grad_input(g, w, size, [1, 1], [1, 1], [1, 1], 1)
 
-    def made(kind, f):
-        before = P.PREPARATIONS[kind]
-        return f(), P.PREPARATIONS[kind] - before
-    first, flips = made("flipped_weight", call)
-    (second, packs), flips_after = made("flipped_weight", lambda: made("flipped_nchwc_weight",
+    first, flips = _made("flipped_weight", call)
+    (second, packs), flips_after = _made("flipped_weight", lambda: _made("flipped_nchwc_weight",
                                                                         call))
     assert (flips, packs, flips_after) == (1, 1, 0)
     assert torch.equal(first, second)
@@ -232,7 +235,6 @@ def test_a_strided_input_gradient_packs_each_phase_in_one_pass(k, stride, paddin
     gradient; a ``.data`` write is seen."""
     from schedules import plans
     from schedules.core import call_memo
-    from schedules.core import prepared as P
     from schedules.solvers.conv_dense import SpatialPack
     monkeypatch.setattr(call_memo, "_PLANS", {})
     monkeypatch.setattr(plans, "find", lambda *a, **k: SpatialPack())
@@ -245,11 +247,8 @@ def test_a_strided_input_gradient_packs_each_phase_in_one_pass(k, stride, paddin
         return torch.ops.tiramisu.conv2d_grad_input(g, w, size, [stride] * 2, [padding] * 2,
                                                     [1, 1], 1)
 
-    def made(kind, f):
-        before = P.PREPARATIONS[kind]
-        return f(), P.PREPARATIONS[kind] - before
-    first, subs = made("phase_weight", call)
-    (second, packs), subs_after = made("phase_weight", lambda: made("flipped_nchwc_weight",
+    first, subs = _made("phase_weight", call)
+    (second, packs), subs_after = _made("phase_weight", lambda: _made("flipped_nchwc_weight",
                                                                      call))
     phases = sum(1 for th, tw in conv_grad.phase_taps(s) if th and tw)
     assert (subs, packs, subs_after) == (phases, phases, 0)
