@@ -77,6 +77,11 @@ void tp_pack_blocks_f32(const float *src, int64_t rows, int64_t cols, int64_t vb
 void tp_flip_items_f32(const float *src, int64_t groups, int64_t rows, int64_t cols, int64_t k,
                        float *dst)
 {
+    if (k == 1) {       /* (a pointwise weight's) each group a plain transpose, in tiles */
+        for (int64_t g = 0; g < groups; g++, src += rows * cols, dst += rows * cols)
+            tp_transpose_f32(src, rows, cols, dst, rows);
+        return;
+    }
     for (int64_t g = 0; g < groups; g++, src += rows * cols * k, dst += rows * cols * k)
         for (int64_t i0 = 0; i0 < rows; i0 += 16)
             for (int64_t j0 = 0; j0 < cols; j0 += 16)
