@@ -43,9 +43,11 @@ Training under Inductor draws its own dropout masks (VGG's and
 MobileNet's check column shows it), as for ``torch.compile``.  The
 implementations of a case are timed in rounds, one call of each per round
 (the harness's ``interleave``: a slow spell of the host falls on all).
-Defaults: 2 threads and 3 timed calls per implementation (``--threads`` / ``--repeats``
-override; the two compiled rows' compiles, one per case, are much of the
-suite's time).  FLOP counts: 2 x the multiply-adds of the convolutions, linear
+Defaults: 2 threads and 5 timed calls per implementation (``--threads`` / ``--repeats``
+override; the compiled rows' compiles, one per case, are much of the
+suite's ~10 minutes on 2 cores; 3 calls let one slow spell of a shared VM
+decide a training row: MobileNetV2 b2 read 0.60x torch in one run of 3,
+0.76x in the next of 5).  FLOP counts: 2 x the multiply-adds of the convolutions, linear
 layers and LSTM gates (forward; x3 for a training step).  The check
 column is the max abs difference of the output (inference) or the loss
 (training) from torch eager's.

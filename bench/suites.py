@@ -344,8 +344,8 @@ def _run_one(args: argparse.Namespace) -> dict:
         return suite_polybench.main(args)
     if args.suite == "paper":
         return suite_paper.main(args)
-    # models: 2 threads, 3 timed calls by default (its compiles are most of its ~20 minutes)
-    defaults = dict(threads=(2,), repeats=3) if args.suite == "models" else {}
+    # models: 2 threads, 5 timed calls by default (its compiles are much of its ~10 minutes)
+    defaults = dict(threads=(2,), repeats=5) if args.suite == "models" else {}
     report = harness.run(cases, dict(suite=args.suite, quick=args.quick, shapes=args.shapes,
                                      dtype=args.dtype),
                          **harness.run_args(args, **defaults))
