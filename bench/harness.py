@@ -17,8 +17,9 @@ for a few milliseconds), one implementation after the other:
 interleaving single calls let the thread pools of one library (OpenBLAS
 spinning after a call) slow down the next one.  A case whose implementations
 spin no pool after a call (``Case.interleave``: PolyBench's variants, all
-ours; the models', torch's OpenMP threads under the children's
-``OMP_WAIT_POLICY=passive``) is timed in rounds, one call of each per round,
+ours; the models', every OpenMP pool under the children's
+``OMP_WAIT_POLICY=passive`` with ``GOMP_SPINCOUNT`` bounded, see
+:func:`_child_env`) is timed in rounds, one call of each per round,
 so that a slow spell of a shared host falls on all of them alike.  Reported: median and minimum
 seconds, GFLOP/s from the median,
 and the ratio of GFLOP/s to torch (eager) in the same run, or to numpy where a
@@ -305,11 +306,27 @@ def _child(job):
         json.dump({"results": results, "ceiling": ceiling}, f)
 
 
-def _run_child(threads, **job):
+def _child_env(threads):
+    """The environment of a measuring child: ``threads`` for every library,
+    ``OMP_WAIT_POLICY=passive`` and ``GOMP_SPINCOUNT`` at tiramisu_py's bound
+    (:data:`codegen.team.SPINCOUNT`, tens of microseconds of polling): an
+    idle OpenMP thread, torch's or ours, polls that long after a parallel
+    call and then sleeps, so no pool spins into the next implementation's
+    call and none pays a full wake-up at each of its own (fully passive,
+    torch's 2-layer LSTM at batch 2 took 12 ms against 5.5; GOMP_SPINCOUNT,
+    where set, rules over the policy's).  Set here, whatever the calling
+    shell or an import set: the parent's import of :mod:`codegen.team`
+    bounds it only where neither variable was set."""
+    from codegen.team import SPINCOUNT
     path = [os.path.abspath(p or os.curdir) for p in sys.path]    # the child imports what we do
-    env = dict(os.environ, OMP_WAIT_POLICY="passive", PYTHONPATH=os.pathsep.join(path),
-               **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                            "MKL_NUM_THREADS")})
+    return dict(os.environ, OMP_WAIT_POLICY="passive", GOMP_SPINCOUNT=str(SPINCOUNT),
+                PYTHONPATH=os.pathsep.join(path),
+                **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                             "MKL_NUM_THREADS")})
+
+
+def _run_child(threads, **job):
+    env = _child_env(threads)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "results.json")
         code = "import sys; from bench.harness import _child; _child(sys.argv[1])"

@@ -242,3 +242,16 @@ def test_cli_bench_quick_peers_without_the_peers(tmp_path, monkeypatch):
     for impl in ("tiramisu_py[auto+re]", "tiramisu_py[hand]"):
         assert norm["impls"][impl]["error"] < 1e-5 and norm["impls"][impl]["median_s"] > 0
     assert norm["reassociated_vs_hand"] > 0
+
+
+def test_children_bound_the_openmp_wait_whatever_the_shell_set(monkeypatch):
+    """A measuring child's every OpenMP pool waits passively after a bounded
+    spin (tiramisu_py's), with each library's thread count: not what the
+    calling shell or an import happened to set."""
+    from codegen.team import SPINCOUNT
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "infinite")
+    env = harness._child_env(3)
+    assert env["OMP_WAIT_POLICY"] == "passive" and env["GOMP_SPINCOUNT"] == str(SPINCOUNT)
+    assert all(env[v] == "3" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                       "MKL_NUM_THREADS"))
