@@ -10,7 +10,8 @@ consecutive values of a row of ``A`` (broadcasts), and adds MB x two
 vectors of products to the accumulators of one block of C, kept in
 registers over a chunk of KC steps: no copy, no packing.  Blocks of rows of
 C in parallel; chunks of K one after the other (each C element sums its
-products in K's order, one by one).
+products in K's order, one by one); with one chunk, each block of C zeroed
+right before its sums, in the same loop nest.
 """
 from __future__ import annotations
 
@@ -53,7 +54,19 @@ def function(k: int, m: int, n: int, kc=KC):
             u.vectorize("j1", nb)
     u.unroll("i1", mb)
     u.parallelize("i0")
-    c.parallelize("i")
+    if k > kc:
+        c.parallelize("i")
+        return f
+    # one chunk: each block of C zeroed just before its sums (the block's lines
+    # hot): C crosses memory once, not zeroed in a pass of its own then read
+    # back (4096 x 25088 from 2 rows, VGG's first FC layer: 27 ms against 40)
+    c.split("i", mb, names=("i0", "i1"))
+    c.split("j", nb, names=("j0", "j1"))
+    c.reorder("i0", "j0", "i1", "j1")
+    if nb > 1:
+        c.vectorize("j1", nb)
+    c.parallelize("i0")
+    u.after(c, "j0")
     return f
 
 

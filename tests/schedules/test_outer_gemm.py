@@ -10,9 +10,12 @@ from schedules.blocks import outer_gemm
 
 
 # (k, m, n): one chunk; chunks of K with a remainder (kc=8); rows not a
-# multiple of the row block; fewer columns than a vector; between one and two
+# multiple of the row block; fewer columns than a vector; between one and two;
+# one chunk of several blocks of rows and columns, the last ones partial (each
+# block of C zeroed right before its sums)
 @pytest.mark.parametrize("k,m,n,kc", [(5, 16, 32, 256), (19, 8, 40, 8), (7, 13, 5, 256),
-                                      (3, 4, 20, 2), (1, 1, 1, 256)])
+                                      (3, 4, 20, 2), (1, 1, 1, 256), (2, 44, 100, 256),
+                                      (4, 24, 70, 256)])
 def test_outer_products_are_numpys_product(k, m, n, kc):
     rng = np.random.default_rng(k * m * n)
     a, b = rng.standard_normal((k, m), np.float32), rng.standard_normal((k, n), np.float32)
