@@ -564,7 +564,8 @@ def _equal_spans(spans, sparse=()):
                 run, room = [], share
     if run:
         runs.append(run)
-    return all(workers.pool().map(_run_equal, runs))
+    # (every run waited for: none reads the copies after the caller may drop them)
+    return all(list(workers.pool().map(_run_equal, runs)))
 
 
 def _run_equal(run):

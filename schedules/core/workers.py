@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 THREADS = max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                      else (os.cpu_count() or 1)))
@@ -45,8 +45,9 @@ def split(part, n: int, nbytes: int, least: int = 0) -> None:
     ``least`` (default :data:`SPLIT_BYTES`: a loop that computes as much as
     it moves; one that only moves bytes pays for the threads later) or one
     thread is all there is, else :data:`THREADS` ranges of about equal
-    length at once (the first in this thread).  An exception of any range
-    is raised once all ranges are done."""
+    length at once (the first in this thread).  Returns once every range
+    is done (the callers' C loops write into arrays they hold only until
+    then), raising the first exception, this thread's range's first."""
     parts = min(THREADS, n) if nbytes >= (least or SPLIT_BYTES) else 1
     if parts <= 1:
         if n > 0:
@@ -54,8 +55,12 @@ def split(part, n: int, nbytes: int, least: int = 0) -> None:
         return
     bounds = [n * i // parts for i in range(parts + 1)]
     futures = [pool().submit(part, lo, hi) for lo, hi in zip(bounds[1:-1], bounds[2:])]
+    error = None
     try:
         part(bounds[0], bounds[1])
-    finally:
-        for f in futures:
-            f.result()
+    except BaseException as e:          # (raised once the other ranges are done)
+        error = e
+    wait(futures)
+    error = error or next((f.exception() for f in futures if f.exception()), None)
+    if error is not None:
+        raise error

@@ -45,3 +45,23 @@ def test_an_exception_of_any_range_is_raised_after_all_ranges_ran(monkeypatch):
     with pytest.raises(ValueError, match="range"):
         workers.split(part, 9, nbytes=workers.SPLIT_BYTES)
     assert sorted(done) == [0, 3, 6]
+
+
+def test_split_returns_only_when_every_range_is_done(monkeypatch):
+    """A range that raises early does not let ``split`` return while the
+    others still run (the C loops write into arrays the caller holds only
+    until then), and this thread's own error is the one raised."""
+    import time
+    monkeypatch.setattr(workers, "THREADS", 4)
+    finished = []
+
+    def part(lo, hi):
+        if lo == 0:
+            raise ValueError("the caller's range")
+        if lo == 25:
+            raise KeyError("a worker's range")
+        time.sleep(0.2)
+        finished.append(lo)
+    with pytest.raises(ValueError, match="the caller's range"):
+        workers.split(part, 100, nbytes=workers.SPLIT_BYTES)
+    assert sorted(finished) == [50, 75]
