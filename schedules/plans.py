@@ -63,6 +63,7 @@ def flipped_conv(x, weight, padding, dilation, groups, conv2d, stride=1, phase=(
     kernel at once on the weight flipped and packed in one pass
     (:func:`~schedules.solvers.conv_grad.flipped_packed`: a training step
     made the flipped weight and its packing, two passes, for every conv),
+    elsewhere the conv's plan (:func:`conv`) on the flipped weight,
     remembered per layout in the call memo (the same solver, kernel and
     bits as the library's call)."""
     memo = call_memo.key("flipped_conv", (x, weight), padding, dilation, groups, stride, phase)
@@ -85,18 +86,21 @@ def flipped_conv(x, weight, padding, dilation, groups, conv2d, stride=1, phase=(
 def _flipped_plan(x, w, flipped, padding, dilation, groups, conv2d, stride, phase):
     """The plan of :func:`flipped_conv` for this layout (``w``: the flipped
     weight its first call made by ``flipped(weight)``)."""
-    def whole(x, weight):
-        return conv2d(x, flipped(weight), None, stride=1, padding=padding, dilation=dilation,
-                      groups=groups)
-    if groups != 1:
+    general = conv("conv2d", x, w, None, 1, padding, dilation, groups)
+    if general is None:
+        def whole(x, weight):
+            return conv2d(x, flipped(weight), None, stride=1, padding=padding,
+                          dilation=dilation, groups=groups)
         return whole
+
+    def planned(x, weight):         # (the conv's plan: no parse or find at each call)
+        return general(x, flipped(weight), None)
     p, args = ConvProblem.from_call("conv2d", x, w, None, 1, padding, dilation, groups)
-    if args.x is not x or args.w is not w or args.unbatched or p.degenerate \
-            or p.device != "cpu" or p.dtype != "float32":
-        return whole
+    if groups != 1 or p.dtype != "float32":
+        return planned
     solver = find(p, SOLVERS["conv2d"], args, "auto", call="conv2d")
     if not isinstance(solver, SpatialPack) or solver.problem_run(p) is not p:
-        return whole
+        return planned
     vb, run = solver.packed_runner(p)
 
     def packed(x, weight):

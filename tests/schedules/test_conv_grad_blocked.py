@@ -258,3 +258,34 @@ def test_a_strided_input_gradient_packs_each_phase_in_one_pass(k, stride, paddin
     w.data.mul_(-0.5)
     torch.testing.assert_close(call(), torch.nn.grad.conv2d_input(size, w, g, stride, padding),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("k,groups", [(1, 1), (3, 16)])
+def test_the_input_gradient_runs_the_convs_plan_elsewhere(k, groups, monkeypatch):
+    """Where another solver than spatial_pack runs the input gradient's conv
+    (a pointwise one, a depthwise one), the calls of a layout after its
+    first run the conv's plan on the flipped weight: no library call (no
+    parse or find), the first call's bits, torch's gradient, a ``.data``
+    write seen."""
+    from schedules import api
+    from schedules.core import call_memo
+    monkeypatch.setattr(call_memo, "_PLANS", {})
+    calls, real = [], api.conv2d
+    monkeypatch.setattr(api, "conv2d", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    torch.manual_seed(7)
+    w = torch.randn(16, 16 // groups, k, k)
+    g, size = torch.randn(2, 16, 9, 9), [2, 16, 9, 9]
+
+    def call():
+        return torch.ops.tiramisu.conv2d_grad_input(g, w, size, [1, 1], [k // 2] * 2, [1, 1],
+                                                    groups)
+    first = call()
+    assert len(calls) == 1
+    second = call()
+    assert len(calls) == 1 and torch.equal(first, second)
+    want = torch.nn.grad.conv2d_input(size, w, g, 1, k // 2, 1, groups)
+    torch.testing.assert_close(second, want, rtol=1e-4, atol=1e-4)
+    w.data.mul_(-0.5)
+    torch.testing.assert_close(call(), torch.nn.grad.conv2d_input(size, w, g, 1, k // 2, 1,
+                                                                  groups),
+                               rtol=1e-4, atol=1e-4)
