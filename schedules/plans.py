@@ -33,6 +33,15 @@ def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto"
     arguments (as :func:`schedules.conv2d` takes them; ``pool`` for the
     fused block), or None (see the module).  With a ``residual`` the plan
     is ``(input, weight, bias, residual) -> result``."""
+    found = _found(op, input, weight, bias, stride, padding, dilation, groups, algo,
+                   activation, pool, residual)
+    return None if found is None else _plan(found[0], found[1])
+
+
+def _found(op, input, weight, bias, stride, padding, dilation, groups, algo="auto",
+           activation=None, pool=1, residual=None):
+    """``(problem, solver)`` of :func:`conv`'s parse and find, or None where
+    the parse would change an argument or no kernel runs."""
     extra = {"pool": pool, "gpu": False} if op == "conv_relu_maxpool" else \
         {"activation": activation, "residual": residual}
     p, args = ConvProblem.from_call(op, input, weight, bias, stride, padding, dilation, groups,
@@ -41,7 +50,11 @@ def conv(op, input, weight, bias, stride, padding, dilation, groups, algo="auto"
             or args.r is not residual or args.csr is not None or p.degenerate \
             or p.device != "cpu":
         return None
-    solver = find(p, SOLVERS[op], args, algo, call=op)
+    return p, find(p, SOLVERS[op], args, algo, call=op)
+
+
+def _plan(p, solver):
+    """The plan running ``solver``'s kernel for problem ``p`` (:func:`conv`)."""
     ran = solver.problem_run(p)
     run = solver.runner(ran)
 
@@ -86,23 +99,23 @@ def flipped_conv(x, weight, padding, dilation, groups, conv2d, stride=1, phase=(
 def _flipped_plan(x, w, flipped, padding, dilation, groups, conv2d, stride, phase):
     """The plan of :func:`flipped_conv` for this layout (``w``: the flipped
     weight its first call made by ``flipped(weight)``)."""
-    general = conv("conv2d", x, w, None, 1, padding, dilation, groups)
-    if general is None:
+    found = _found("conv2d", x, w, None, 1, padding, dilation, groups)
+    if found is None:
         def whole(x, weight):
             return conv2d(x, flipped(weight), None, stride=1, padding=padding,
                           dilation=dilation, groups=groups)
         return whole
+    p, solver = found
+    if groups == 1 and p.dtype == "float32" and isinstance(solver, SpatialPack) \
+            and solver.problem_run(p) is p:
+        vb, run = solver.packed_runner(p)
+
+        def packed(x, weight):
+            return run(ConvArgs(x, None, None),
+                       conv_grad.flipped_packed(weight, vb, stride, phase))
+        return packed
+    general = _plan(p, solver)
 
     def planned(x, weight):         # (the conv's plan: no parse or find at each call)
         return general(x, flipped(weight), None)
-    p, args = ConvProblem.from_call("conv2d", x, w, None, 1, padding, dilation, groups)
-    if groups != 1 or p.dtype != "float32":
-        return planned
-    solver = find(p, SOLVERS["conv2d"], args, "auto", call="conv2d")
-    if not isinstance(solver, SpatialPack) or solver.problem_run(p) is not p:
-        return planned
-    vb, run = solver.packed_runner(p)
-
-    def packed(x, weight):
-        return run(ConvArgs(x, None, None), conv_grad.flipped_packed(weight, vb, stride, phase))
-    return packed
+    return planned

@@ -347,10 +347,12 @@ def phase_weight(weight, groups, stride, phase):
 def phase_taps(s: ConvShape):
     """The taps ``(th, tw)`` of each phase ``(rh, rw)`` of a stride-``s.sh``
     convolution's input gradient, row-major (:func:`phase_weight`):
-    ``rh, rh + stride, ...`` below Kh by ``rw, rw + stride, ...`` below Kw."""
+    ``rh, rh + stride, ...`` below Kh by ``rw, rw + stride, ...`` below Kw;
+    ``(0, 0)`` for a phase no tap reaches."""
     st = s.sh
-    return [(len(range(rh, s.kh, st)), len(range(rw, s.kw, st)))
+    taps = [(len(range(rh, s.kh, st)), len(range(rw, s.kw, st)))
             for rh in range(st) for rw in range(st)]
+    return [(th, tw) if th and tw else (0, 0) for th, tw in taps]
 
 
 def _phases(g, weight, s: ConvShape, conv2d, flipped_conv):
@@ -379,12 +381,11 @@ def _phases(g, weight, s: ConvShape, conv2d, flipped_conv):
     parts = []
     for idx, (th, tw) in enumerate(taps):
         rh, rw = divmod(idx, st)
-        th, tw = (0, 0) if th == 0 or tw == 0 else (th, tw)
         parts.append((axis(rh, s.ph, s.h, s.ho, th), axis(rw, s.pw, s.w, s.wo, tw)))
     short = any(count != have for part in parts for _, count, _, have in part)
     gx = (g.new_zeros if short else g.new_empty)((s.n, s.ci, s.h, s.w))
     for idx, ((th, tw), ((fh, _, jh, nh), (fw, _, jw, nw))) in enumerate(zip(taps, parts)):
-        if th == 0 or tw == 0 or nh == 0 or nw == 0:
+        if nh == 0 or nw == 0:          # (none where the phase has no tap)
             continue
         y = flipped_conv(g, weight, (th - 1, tw - 1), 1, s.groups, conv2d, stride=st,
                          phase=divmod(idx, st))
