@@ -96,7 +96,9 @@ class ModeDependent(Tail):
 class DataDependent(Tail):
     def forward(self, x):
         out = self.bn2(self.conv2(x))
-        if out.sum() > 0:
+        # (on the input: a training-mode BatchNorm's output sums to 0 up to rounding,
+        # which decided the branch apart for two convs rounding apart)
+        if x.sum() > 0:
             out = out + x
         return self.relu(out)
 
