@@ -345,10 +345,9 @@ def phase_weight(weight, groups, stride, phase):
 
 
 def phase_taps(s: ConvShape):
-    """The taps ``(th, tw)`` of each phase ``(rh, rw)`` of a stride-``s.sh``
-    convolution's input gradient, row-major (:func:`phase_weight`):
-    ``rh, rh + stride, ...`` below Kh by ``rw, rw + stride, ...`` below Kw;
-    ``(0, 0)`` for a phase no tap reaches."""
+    """The taps ``(th, tw)`` of each phase ``(rh, rw)`` of a stride-``s.sh`` conv's
+    input gradient, row-major (:func:`phase_weight`): ``rh, rh + stride, ...``
+    below Kh by ``rw, rw + stride, ...`` below Kw; ``(0, 0)`` where none."""
     st = s.sh
     taps = [(len(range(rh, s.kh, st)), len(range(rw, s.kw, st)))
             for rh in range(st) for rw in range(st)]
