@@ -221,8 +221,21 @@ class AsyncCopy(Store):
     and to the block after that barrier.  A plain Store on the CPU."""
 
 
+@dataclass(eq=False)
+class StreamStore(Store):
+    """A Store written past the caches (non-temporal, streaming: x86
+    ``movnt*``) where a CPU backend can: for a result too large to stay in
+    cache and not read again soon, it saves reading each line in before
+    writing it.  The writing thread's streamed stores are fenced (``sfence``)
+    before another thread or the caller may read them: at the end of each
+    iteration of the parallel loop around them and at the kernel's end.
+    A plain Store elsewhere (GPU, another ISA, a loop shape a backend does
+    not stream)."""
+
+
 def store_like(s: Store, array: str, index: tuple, value: Expr) -> Store:
-    """A Store of the same kind as ``s`` (an :class:`AsyncCopy` stays one)."""
+    """A Store of the same kind as ``s`` (an :class:`AsyncCopy` or
+    :class:`StreamStore` stays one)."""
     return type(s)(array, index, value)
 
 

@@ -118,8 +118,8 @@ def _replace_loads(e, keys, repl):
 
 def _replace_stmt(s, keys, repl):
     if isinstance(s, ir.Store):
-        return ir.Store(s.array, tuple(_replace_loads(i, keys, repl) for i in s.index),
-                        _replace_loads(s.value, keys, repl))
+        return ir.store_like(s, s.array, tuple(_replace_loads(i, keys, repl) for i in s.index),
+                             _replace_loads(s.value, keys, repl))
     if isinstance(s, ir.Let):
         return ir.Let(s.name, _replace_loads(s.value, keys, repl), _replace_stmt(s.body, keys, repl))
     return ir.rebuild(s, lambda c: _replace_stmt(c, keys, repl))

@@ -287,8 +287,8 @@ def jam(loop: ir.For, r: int, attr: str = "register_block") -> ir.Stmt:
                 inner = ir.Let(names[k], _subst(s.value, maps[k]), inner)
             return inner
         if isinstance(s, ir.Store):
-            return ir.Block([ir.Store(s.array, tuple(_subst(i, m) for i in s.index), _subst(s.value, m))
-                             for m in maps])
+            return ir.Block([ir.store_like(s, s.array, tuple(_subst(i, m) for i in s.index),
+                                           _subst(s.value, m)) for m in maps])
         raise TypeError(f"register blocking: unexpected {type(s).__name__}")
 
     main_hi = ir.Binary("sub", loop.hi, ir.Const(r - 1, "int64"), "int64")

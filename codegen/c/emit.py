@@ -37,6 +37,7 @@ from .omp_regions import RegionsMixin
 from .invariant import InvariantMixin
 from .reduce import OPS, ReductionMixin, omp_op
 from .speculate import InteriorMixin, Speculation, speculated
+from .stream import StreamMixin, carriable
 from .transpose import TransposeMixin
 from .widen import WidenMixin
 
@@ -57,7 +58,7 @@ def _safe_divisor(b) -> bool:
 
 # ------------------------------------------------------------------ printer
 class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixin,
-               ReductionMixin, InteriorMixin):
+               ReductionMixin, InteriorMixin, StreamMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
     it uses in :attr:`helpers` (their source: :func:`codegen.c.helpers.helper_source`).
@@ -94,6 +95,11 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
         self.uses_status = False
         self.temps: dict = {}            # name -> ir.Allocate of the temporaries in scope
         self.versioning: set = set()     # ids of the vector loops printed in two versions now
+        self.streaming: dict = {}        # id(StreamStore) -> the lane buffer: codegen.c.stream
+        self.carried = carriable(fn)     # arrays whose streamed lines a run may hold
+        self.runs: dict = {}             # array -> its run in this thread's scope
+        self.flushed = False             # in an innermost loop its runs were flushed before
+        self.nstreamed = 0               # vector loops streamed so far
 
     def helper(self, name: str) -> str:
         self.helpers.setdefault(name, None)
@@ -291,7 +297,9 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
         self.out(ind, pragma + omp_schedule_clause(s))
         self.out(ind, self.for_header(s, step))
         self.loop_depth += 1
+        runs = self.open_runs(s.body, ind + 1)      # codegen.c.stream
         self.body(s.body, ind + 1)
+        self.close_runs(s.body, ind + 1, runs)
         self.loop_depth -= 1
         self.out(ind, "}")
 
@@ -301,7 +309,8 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
 
     def stmt(self, s, ind: int) -> None:
         if isinstance(s, ir.Store):
-            self.out(ind, f"{self.access(s.array, s.index)} = {self.expr(s.value)};")
+            if not self.stream_store(s, ind):
+                self.out(ind, f"{self.access(s.array, s.index)} = {self.expr(s.value)};")
         elif isinstance(s, ir.Block):
             for st in s.stmts:
                 self.stmt(st, ind)
@@ -334,6 +343,15 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
             self.out(ind, "}")
 
     def loop(self, s: ir.For, ind: int) -> None:
+        if self.flush_before(s, ind):               # codegen.c.stream
+            self.flushed = True
+            try:
+                return self.print_loop(s, ind)
+            finally:
+                self.flushed = False
+        return self.print_loop(s, ind)
+
+    def print_loop(self, s: ir.For, ind: int) -> None:
         check_name(s.var, "loop")
         step = ir.check_loop(s, "C backend")
         if s.kind == "vector" and self.SPECULATE and id(s) not in self.versioning \
@@ -351,14 +369,17 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
             self.out(ind, f"/* parallel loop {s.var} runs on one thread: at most {w} statement "
                           f"instances between synchronisations, below the parallel grain {grain} */")
         saved = (self.omp, self.in_parallel, self.hoisted)
-        aliases, views = [], []
+        aliases, views, streamed = [], [], None
         if s.kind == "parallel" and self.omp == "simd":
             # OpenMP forbids a parallel region inside simd: run this loop serially
             self.out(ind, "/* parallel loop inside a simd loop: runs serially */")
             s = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=s.step)
+        outer_runs = None
         if s.kind == "parallel":
             sched = omp_schedule_clause(s)
+            outer_runs, self.runs = self.runs, {}   # a thread's runs: codegen.c.stream
             if s.attrs.get("reduction") and self.vector_reduction(s, ind, "parallel for" + sched):
+                self.runs = outer_runs
                 return
             clause, aliases, views = self.reduction_clause(s)
             if views:       # flat views of reduced temporaries, in a scope of their own
@@ -382,6 +403,8 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
                 self.out(ind, "/* vector reduction kept scalar: accumulator varies in the loop */")
             else:
                 self.hoist_invariant_loads(s, ind)      # codegen.c.invariant
+                if self.open_stream(s, ind):            # codegen.c.stream
+                    streamed, ind = s, ind + 1
                 self.out(ind, "#pragma omp simd")
                 self.omp = "simd"
         elif s.kind == "unrolled":
@@ -390,10 +413,17 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
         for line in aliases:          # views of the privatised reduction copies
             self.out(ind + 1, line)
         self.loop_depth += 1
+        if outer_runs is not None:
+            opened = self.open_runs(s.body, ind + 1)    # codegen.c.stream
         self.body(s.body, ind + 1)
+        if outer_runs is not None:
+            self.close_runs(s.body, ind + 1, opened)
+            self.runs = outer_runs
         self.loop_depth -= 1
         self.omp, self.in_parallel, self.hoisted = saved
         self.out(ind, "}")
+        if streamed is not None:
+            self.close_stream(streamed, ind - 1)
         if views:
             self.out(ind - 1, "}")
 
@@ -563,7 +593,13 @@ def emit_c(fn: ir.LoweredFunction) -> str:
     for n, v in fn.constants.items():
         body_lines.append(f"  const int64_t {n} = {int_literal(int(v), 'int64')[0]};")
     body_lines += ["  " + p for p in pre]
-    em.body(fn.body, 1)
+    if any(isinstance(x, ir.For) and x.kind == "parallel" for x in ir.walk_stmts(fn.body)):
+        em.body(fn.body, 1)
+        em.stream_fence(1)                      # codegen.c.stream
+    else:                                       # one thread: its runs span the kernel
+        runs = em.open_runs(fn.body, 1)
+        em.body(fn.body, 1)
+        em.close_runs(fn.body, 1, runs)
     if em.uses_status:
         body_lines.append("  int tp_status = 0;")
     body_lines += em.lines

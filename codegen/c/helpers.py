@@ -9,6 +9,7 @@ from .. import ir, vecmath
 from ..regions import SPIN_MAX, SPIN_MIN
 from .syntax import CTYPES, SUFFIX
 from .dot import DOT_SOURCE
+from .stream import STREAM_SOURCE
 from .vecmath import c_bits_helpers, c_helper
 from .transpose import rounds_helper
 from .widen import vector_helper
@@ -25,6 +26,8 @@ def helper_source(name: str) -> str:
         return rounds_helper(name)
     if name == "tp_dot":
         return DOT_SOURCE
+    if name == "tp_stream":
+        return STREAM_SOURCE
     if name == "tp_barrier":
         return _BARRIER_SOURCE
     if name in _HALF_SOURCE:

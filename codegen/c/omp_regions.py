@@ -51,8 +51,8 @@ class RegionsMixin:
             self.out(ind, f"tp_barrier_t {bar} = {{0, 0, 0}};")
         self.out(ind, "#pragma omp parallel")
         self.out(ind, "{")
-        saved = (self.omp, self.in_parallel)
-        self.omp, self.in_parallel = "parallel", True
+        saved = (self.omp, self.in_parallel, self.runs)
+        self.omp, self.in_parallel, self.runs = "parallel", True, {}
         for x in members:
             inner = regions.stepped_loops(x)
             if inner:
@@ -65,7 +65,7 @@ class RegionsMixin:
                 self.out(ind + 1, "}")
             else:
                 self.worksharing_loop(x, ind + 1, "#pragma omp for")
-        self.omp, self.in_parallel = saved
+        self.omp, self.in_parallel, self.runs = saved
         self.out(ind, "}")
         if stepped:
             self.out(ind - 1, "}")

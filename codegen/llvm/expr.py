@@ -20,6 +20,7 @@ from . import vecmath as llvm_vecmath
 from .half import f32_to_half, half_to_f32
 from .lower import (BITS, FCMP, INTRINSICS, LLT, MEMT, Arr, CannotWiden, Ctx, Func, Host,
                     Module, Val, common, kind, lit, may_trap, splat_lit, vt, zero)
+from .stream import StreamMixin
 from .window import window_load
 
 
@@ -65,7 +66,7 @@ def _int_literal_of(text: str):
 
 
 # ------------------------------------------------------------------ expressions
-class ExprLowering:
+class ExprLowering(StreamMixin):
     """Expressions, scalar or (``self.vec`` set) widened over the vector lanes."""
 
     def __init__(self, fn: ir.LoweredFunction, h: Host):
@@ -690,6 +691,8 @@ class ExprLowering:
         if uniform:                      # sequential semantics: the last lane's value wins
             last = f.op(f"extractelement <{w} x {mt}> {x}, i64 {w - 1}")
             f.emit(f"store {mt} {last}, ptr {self.addr(a, idx)}, align {al}")
+        elif self.contiguous(idx) and isinstance(s, ir.StreamStore) and w * ELSIZE[a.dtype] == 64:
+            self.stream_line(f"<{w} x {mt}>", x, self.addr(a, idx), al)
         elif self.contiguous(idx):
             f.emit(f"store <{w} x {mt}> {x}, ptr {self.addr(a, idx)}, align {al}")
         else:                            # scatter, lanes in order

@@ -290,6 +290,7 @@ class Module:
         self.decls: dict = {}
         self.funcs: list = []
         self.md: list = []
+        self.nt_md = None               # the !nontemporal node, once made
 
     def declare(self, name: str, ret: str, args) -> str:
         self.decls.setdefault(name, f"declare {ret} @{name}({', '.join(args)})")
@@ -298,6 +299,13 @@ class Module:
     def intrinsic(self, base: str, dtype: str, w, nargs=1, extra=()) -> tuple:
         t = vt(LLT[dtype], w)
         return self.declare(f"{base}.{mangle(dtype, w)}", t, [t] * nargs + list(extra)), t
+
+    def nontemporal(self) -> str:
+        """The metadata node of a ``!nontemporal`` store (one per module)."""
+        if self.nt_md is None:
+            self.nt_md = f"!{len(self.md)}"
+            self.md.append(f"{self.nt_md} = !{{i32 1}}")
+        return self.nt_md
 
     def loop_md(self, *props: str) -> str:
         n = len(self.md)

@@ -100,3 +100,55 @@ def test_tune_times_and_records_a_candidate_with_a_block(small_l2, tmp_path, mon
     tune.apply_record(g, record)
     X = np.random.default_rng(2).standard_normal((SIZES["N"], SIZES["M"]))
     np.testing.assert_array_equal(g.compile()(X=X), build_softmax(SIZES).compile()(X=X))
+
+
+@pytest.fixture
+def small_llc(monkeypatch):
+    """A host whose last-level cache (64 KiB) a 128 KiB output exceeds."""
+    from codegen import target
+    monkeypatch.setattr(target, "cores", lambda: 2)
+    monkeypatch.setattr(target, "vector_bits", lambda: 512)
+    monkeypatch.setattr(target, "cache_sizes", lambda: {(2, "Unified"): 16 << 10,
+                                                        (3, "Unified"): 64 << 10})
+
+
+def _scaled(n=128, m=256, read_again=False):
+    import tiramisu_py as tp
+    f = tp.Function("scaled", params={"N": n, "M": m})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    A = f.input("A", ("N", "M"), tp.float32)
+    f.computation("out", [i, j], A[i, j] * 2 + 1)
+    if read_again:
+        i2, j2 = f.var("i2", 0, "N"), f.var("j2", 0, "M")
+        total = f.computation("total", [], 0.0, dtype=tp.float32)
+        total[()] += f.computations["out"][i2, j2]
+    return f
+
+
+@pytest.mark.parametrize("target", ["c", "llvm"])
+def test_a_large_output_written_once_is_streamed_past_the_caches(small_llc, target):
+    f = _scaled()
+    steps = f.auto_schedule(target=target)
+    text = [str(s) for s in steps]
+    assert "f.computations['out'].store_nontemporal()" in text
+    A = np.random.default_rng(3).standard_normal((128, 256)).astype(np.float32)
+    k = f.compile(target=target)
+    np.testing.assert_array_equal(k(A=A), _scaled().compile(target=target)(A=A))
+    g = _scaled()
+    exec("\n".join(text), {"f": g})                          # the printed schedule, pasted
+    assert g.compile(target=target).source == k.source
+    from tiramisu_py.driver import tune_space
+    assert ({"stream": False}, tune_space.SWITCH_COST["stream"]) in \
+        tune_space.candidates(_scaled(), target)
+    from tiramisu_py.driver.auto_schedule import auto_schedule
+    h = _scaled()
+    auto_schedule(h, target=target, options={"stream": False})    # what tune varies
+    assert "store_nontemporal" not in " ".join(h.schedule_commands())
+
+
+def test_an_output_read_again_or_in_cache_is_not_streamed(small_llc):
+    for f in (_scaled(read_again=True), _scaled(n=16, m=64)):
+        assert not [s for s in f.auto_schedule() if s.verb == "store_nontemporal"]
+    from tiramisu_py.driver import tune_space
+    assert ({"stream": False}, tune_space.SWITCH_COST["stream"]) not in \
+        tune_space.candidates(_scaled(n=16, m=64), "c")

@@ -371,6 +371,21 @@ CASES = {
       }
     }
 """),
+    "store_nontemporal": ("two", 'C.vectorize("j", 6).store_nontemporal()',
+          "each row's lanes computed into a small buffer, then streamed to the row past the "
+          "caches; a fence after the stores", """
+    for (int64_t i = 0; i < 8; i++) {
+      { /* C: 6 lanes streamed past the caches (store_nontemporal) */
+        float tp_nt_C[6];
+        #pragma omp simd
+        for (int64_t j = 0; j < 6; j++) {
+          tp_nt_C[j] = A[i][j] + 1.0f;
+        }
+        tp_stream(&C[i][0], tp_nt_C, sizeof(tp_nt_C));
+      }
+    }
+    tp_stream_fence();
+"""),
     "accumulate_locally": ("rowsum", 's.update.accumulate_locally("k")',
           "the sum kept in a local over k, copied in and out (the order of its additions unchanged)", """
     for (int64_t i = 0; i < 4; i++) {

@@ -342,6 +342,26 @@ class Schedulable:
         return self._command("allow_reassociation", text=f"{self.name}.allow_reassociation()")
 
     @provenance.command
+    def store_nontemporal(self):
+        """Writes this computation's results past the caches (non-temporal,
+        streaming stores: x86 ``movntps``/``movnti``), where the CPU backends
+        can: each vector of results straight to memory, without first reading
+        the lines it fills.  For a result much larger than the last-level
+        cache that is not read again soon (a large output written once):
+        a write-bound loop then moves a third less memory.  Fenced before any
+        other thread or the caller reads the results, so the values are the
+        same; a result read back soon is slower (it is no longer in cache).
+        A hint: stores of a loop shape the backend does not stream (and on
+        the GPU) stay plain.  Applies to computations, not updates (an update
+        reads the element it writes)."""
+        text = f"{self.name}.store_nontemporal()"
+        if getattr(self, "is_update", False):
+            raise ValueError(f"{text}: applies to computations; {self.name} is an update "
+                             "(it reads the element it writes, which a streaming store "
+                             "has just sent past the cache)")
+        return self._command("nontemporal", text=text)
+
+    @provenance.command
     def after(self, other, loop=None):
         """Runs this statement right after ``other``, inside ``other``'s loops up
         to and including ``loop`` (``None``: after it, sharing no loop)."""

@@ -553,6 +553,12 @@ def l2_bytes() -> int:
     return host.cache_sizes().get((2, "Unified"), 1 << 20)
 
 
+def llc_bytes() -> int:
+    """The host's last-level cache in bytes (its L3; 8 L2s when it cannot
+    be read)."""
+    return host.cache_sizes().get((3, "Unified"), 8 * l2_bytes())
+
+
 def _indexed_by(a) -> set:
     """The loops whose iterators the access ``a``'s indices use."""
     return set().union(*(space.loop_names(e) for e in a.index))

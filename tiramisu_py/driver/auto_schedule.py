@@ -61,7 +61,11 @@ makes a parallel loop: cholesky's columns, :mod:`.auto_nests`):
    ``j`` (:meth:`AutoScheduler.jam_rows`, before step 3).
 5. **Storage**: a temporary the group writes and reads in one iteration of
    its shared loops lives in a buffer of one iteration's elements
-   (:meth:`Storage.shrink_to_blocks`: softmax's exponentials).
+   (:meth:`Storage.shrink_to_blocks`: softmax's exponentials); an
+   array larger than the last-level cache that one computation writes
+   element by element along its vectorised loop and nothing in the
+   Function reads is written past the caches (``store_nontemporal``,
+   :meth:`Storage.stream_outputs`: a 9-point stencil's output).
 
 Every step is given through the verbs users call and kept only if the exact
 legality check (:func:`tiramisu_py.analysis.legality.check`) accepts the whole
@@ -97,7 +101,7 @@ from ..base.errors import IllegalScheduleError
 from ..commands.state import extent_of, state_of
 from ..poly import footprint
 from .auto_nests import Nests
-from .auto_point_loops import PointLoops, l2_bytes
+from .auto_point_loops import PointLoops, l2_bytes, llc_bytes
 from .auto_storage import Storage
 from .auto_steps import Applied, Step, StmtRef as _StmtRef, loop_names as _names, \
     statement as _statement
@@ -119,7 +123,7 @@ class AutoScheduler(Storage, PointLoops, Nests):
     """The search of the module's doc over one Function.  ``options``
     (what :func:`tiramisu_py.tune` varies): ``tile`` (a size for every
     non-time band loop, instead of the cache rule), ``time_tile``,
-    ``vectorize``, ``unroll``, ``fuse``, ``pad`` (bools), ``schedule`` (the parallel
+    ``vectorize``, ``unroll``, ``fuse``, ``pad``, ``stream`` (bools), ``schedule`` (the parallel
     loops' OpenMP schedule, C target only), ``reassociate`` (every
     reduction may be reassociated: :meth:`PointLoops.reduction_vector`),
     and the sizes the rules otherwise fix: ``mr``, ``nv`` (a register
@@ -136,7 +140,8 @@ class AutoScheduler(Storage, PointLoops, Nests):
         self.f, self.target = f, target
         self.deadline = time.perf_counter() + (DEFAULT_BUDGET if budget is None else budget)
         self.opt = {"tile": None, "time_tile": TIME_TILE, "vectorize": True, "unroll": True,
-                    "fuse": True, "pad": True, "schedule": None, "reassociate": False,
+                    "fuse": True, "pad": True, "stream": None, "schedule": None,
+                    "reassociate": False,
                     "mr": None, "nv": None, "jam": None, "sums": None, "block_vectors": None}
         unknown = set(options or {}) - set(self.opt)
         if unknown:
@@ -220,6 +225,7 @@ class AutoScheduler(Storage, PointLoops, Nests):
                 else:
                     self.schedule_group(names)
                     self.shrink_to_blocks(names, l2_bytes())
+                    self.stream_outputs(names, llc_bytes())
             except (IllegalScheduleError, ValueError, TypeError, KeyError, isl.Error) as e:
                 # what was kept is legal (each step was checked); say why the rest was not
                 self.applied.notes.append(f"{', '.join(names)}: left as it is after "

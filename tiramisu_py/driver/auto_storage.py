@@ -18,11 +18,12 @@ of going to memory and back.  A mixin of
 from __future__ import annotations
 
 import math
+import re
 
 from ..analysis import schedule_space as space
 from ..lang import affine
 from ..lang.affine import NonAffine
-from ..lang.expr import Const
+from ..lang.expr import Const, Var
 from ..poly import dataflow, footprint
 from .auto_steps import new_buffer, store_index
 
@@ -107,6 +108,42 @@ class Storage:
             self.apply_checked([self.step(comp.name, "store_in", buffer,
                                           store_index(comp.name, index))])
 
+    def stream_outputs(self, names, cache_bytes):
+        """A computation of the group ``names`` that writes each element of
+        its array once (indexed by its own loops, in some order), that no
+        statement reads and no other writes, larger than ``cache_bytes``
+        (the host's last-level cache), its innermost loop vectorised along
+        the element's last index, writes past the caches
+        (``store_nontemporal``): its lines are not read in before they are
+        written (a write-bound loop moves a third less memory).  The knob
+        ``stream`` (False: never) is noted only where a computation
+        qualifies; kept when the schedule is legal."""
+        st = self.state()
+        for comp in self.f.computations.values():
+            buf = comp.buffer
+            if comp.name not in names or comp.updates or comp.name in self.touched \
+                    or buf is None or st[comp.name].nontemporal:
+                continue
+            m = self.model.by_name[comp.name]
+            accesses = [(x.name, a) for x in self.model.stmts for a in x.accesses
+                        if a.buffer.name == buf.name]
+            writes = [a for n, a in accesses if n == comp.name and a.write]
+            if len(writes) != 1 or len(accesses) != 1 or not _own_loops(writes[0].index, m.vars):
+                continue
+            sizes = [_known(d, self.f.fixed) for d in buf.shape]
+            if None in sizes \
+                    or math.prod(sizes) * space.element_bytes(self.model, comp.name) <= cache_bytes:
+                continue
+            s = st[comp.name]
+            inner = s.loops[-1].name if s.loops else None
+            tag = s.tags.get(inner)
+            last = writes[0].index[-1].name
+            if tag is None or tag.kind != "vector" \
+                    or not re.search(rf"\b{re.escape(last)}\b", s.loops[-1].expr):
+                continue
+            if self.knob("stream", True):
+                self.apply_checked([self.step(comp.name, "store_nontemporal")])
+
     def movable(self, comp, suffix):
         """True when ``comp`` (and its updates) are the search's to move: in
         a buffer the user chose, none of them given a command, the new
@@ -164,6 +201,14 @@ def _shared_depth(states):
               and s.loops[depth].name == first.loops[depth].name for s in states):
         depth += 1
     return depth
+
+
+def _own_loops(index, loop_vars) -> bool:
+    """Whether the write ``index`` is the statement's loop variables, each
+    once (every element written by one iteration)."""
+    names = [getattr(e, "name", None) for e in index]
+    return all(isinstance(e, Var) for e in index) and len(set(names)) == len(names) \
+        == len(loop_vars) and set(names) == {v.name for v in loop_vars}
 
 
 def _known(e, fixed):

@@ -7,7 +7,8 @@ consulted (:attr:`AutoScheduler.used`: a band's ``tile``, a time band's
 product's ``jam`` rows, a reassociated reduction's ``sums`` registers, a
 parallel block's ``block_vectors``) are the only ones varied, each around
 the value the rules chose, plus the switches every schedule has
-(``unroll``, ``vectorize``, ``fuse``, ``pad``; ``schedule="dynamic"`` on C).
+(``unroll``, ``vectorize``, ``fuse``, ``pad``; ``schedule="dynamic"`` on C;
+``stream`` where a large output is streamed past the caches).
 
 Each candidate gets a predicted cost relative to the auto schedule's
 (:func:`predicted`), from what the host says of itself (vector registers,
@@ -32,7 +33,8 @@ FMA_LATENCY = 4                     # cycles
 LOAD_SHARE = 0.25                   # what a load a multiply-add costs beside the ports (the L1's
                                     # bandwidth, shared with the tiles' copies and the next rows)
 SWITCHES = ({"unroll": False}, {"vectorize": False}, {"fuse": False}, {"pad": False})
-SWITCH_COST = {"unroll": 1.5, "vectorize": 4.0, "fuse": 1.2, "pad": 1.3, "schedule": 1.05}
+SWITCH_COST = {"unroll": 1.5, "vectorize": 4.0, "fuse": 1.2, "pad": 1.3, "schedule": 1.05,
+               "stream": 1.1}
 
 
 def probe(f, target, options=None) -> dict:
@@ -82,6 +84,8 @@ def _variants(used, target):
         if name in used:
             yield from ({name: v} for v in values if v != used[name])
     yield from SWITCHES
+    if used.get("stream"):              # a large output streamed past the caches: or not
+        yield {"stream": False}
     if target == "c":
         yield {"schedule": "dynamic"}
 

@@ -57,6 +57,7 @@ class StmtSchedule:
     distributed: str | None = None  # the declared loop distributed over MPI ranks
     pipelines: dict = field(default_factory=dict)   # loop -> (stages, copies, command index)
     tensor_core: tuple | None = None    # (k loop, i loop, j loop, command index): mma.sync
+    nontemporal: bool = False     # its stores bypass the caches (store_nontemporal)
 
     def find(self, name, command, stmt):
         for k, lp in enumerate(self.loops):
@@ -317,6 +318,10 @@ def _reassociate(state, s, c, index):
     s.reassociate = True
 
 
+def _nontemporal(state, s, c, index):
+    s.nontemporal = True
+
+
 def _after(state, s, c, index, other, loop):
     """Moves ``c.stmt`` right after ``other``, sharing ``other``'s loops up to
     and including ``loop`` (None: no shared loop)."""
@@ -376,11 +381,12 @@ def _compute_at(state, s, c, index, consumer, loop, group):
 _OPS = {"split": _split, "interchange": _interchange, "reorder": _reorder, "tile": _tile,
         "tile_band": _tile_band, "collapse": _collapse, "skew": _skew, "shift": _shift, "reverse": _reverse, "tag": _tag,
         "allow_reassociation": _reassociate, "accumulate": _accumulate, "after": _after,
+        "nontemporal": _nontemporal,
         "compute_at": _compute_at, "distribute": _distribute,
         "restricted": _restricted, "pipeline": _pipeline, "tensor_core": _tensor_core}
 
 
-TAG_OPS = ("tag", "allow_reassociation", "accumulate", "tensor_core")
+TAG_OPS = ("tag", "allow_reassociation", "accumulate", "tensor_core", "nontemporal")
 _ONE_NAME = ("a tag names one loop: split the statement's own loop first (its parts get "
              "names of their own) or declare it under another name")
 

@@ -453,6 +453,9 @@ class AstLowering:
             value = cast(self.ex.expr(s.value, env, s.dtype), s.dtype)
             if self.gpu is not None and m.name in self.gpu.async_stmts:
                 return ir.AsyncCopy(buf.name, tuple(self.ex.index(i, env) for i in idx), value)
+            if self.gpu is None and self.state[m.name].nontemporal:
+                return ir.StreamStore(buf.name, tuple(self.ex.index(i, env) for i in idx),
+                                      cast(value, buf.dtype))
         else:
             buf, idx = resolve(Access(s.parent, s.lhs))
             dt = T.arith(s.parent.dtype)      # a 16-bit float accumulates in float32
