@@ -98,7 +98,7 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
         self.streaming: dict = {}        # id(StreamStore) -> the lane buffer: codegen.c.stream
         self.carried = carriable(fn)     # arrays whose streamed lines a run may hold
         self.runs: dict = {}             # array -> its run in this thread's scope
-        self.flushed = False             # in an innermost loop its runs were flushed before
+        self.flushed: set = set()        # arrays whose runs were flushed before the loops printed
         self.nstreamed = 0               # vector loops streamed so far
 
     def helper(self, name: str) -> str:
@@ -343,12 +343,13 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
             self.out(ind, "}")
 
     def loop(self, s: ir.For, ind: int) -> None:
-        if self.flush_before(s, ind):               # codegen.c.stream
-            self.flushed = True
+        flushed = self.flush_before(s, ind)         # codegen.c.stream
+        if flushed:
+            self.flushed = self.flushed | flushed
             try:
                 return self.print_loop(s, ind)
             finally:
-                self.flushed = False
+                self.flushed = self.flushed - flushed
         return self.print_loop(s, ind)
 
     def print_loop(self, s: ir.For, ind: int) -> None:

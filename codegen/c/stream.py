@@ -98,7 +98,7 @@ typedef struct {
   __m512i pend;
 #endif
 } tp_stream_run;
-static inline void tp_stream_flush(tp_stream_run *st)
+static inline __attribute__((always_inline)) void tp_stream_flush(tp_stream_run *st)
 {
 #if defined(__AVX512F__)
   if (st->k)
@@ -110,7 +110,8 @@ static inline void tp_stream_flush(tp_stream_run *st)
 /* 64 bytes at dst (4-byte aligned) from src: whole lines streamed, the
    lanes of a partial line held in the run until the next call continues it
    (registers only: a misaligned row streams as fast as an aligned one) */
-static inline void tp_stream_line(tp_stream_run *st, void *dst, const void *src)
+static inline __attribute__((always_inline)) void tp_stream_line(tp_stream_run *st, void *dst,
+                                                          const void *src)
 {
 #if defined(__AVX512F__)
   char *d = (char *)dst;
@@ -182,43 +183,50 @@ def _at(e, var: str, value):
 def carriable(fn: ir.LoweredFunction) -> set:
     """The arrays whose streaming stores may be held in a run
     (``tp_stream_line``): 4- or 8-byte elements, never read in ``fn`` (a
-    held lane is not yet in memory)."""
-    stored, loaded = {}, set()
+    held lane is not yet in memory), not a temporary of the kernel (a run
+    is flushed after its scope, which may free it)."""
+    stored, loaded, temps = {}, set(), set()
     for x in ir.walk_stmts(fn.body):
         if isinstance(x, ir.StreamStore):
             stored[x.array] = x.value.dtype
+        elif isinstance(x, ir.Allocate):
+            temps.add(x.array)
         for e in ir.stmt_exprs(x):
             loaded |= {n.array for n in ir.walk_exprs(e) if isinstance(n, ir.Load)}
-    return {a for a, dt in stored.items() if a not in loaded and ELSIZE[dt] in (4, 8)}
+    return {a for a, dt in stored.items()
+            if a not in loaded and a not in temps and ELSIZE[dt] in (4, 8)}
 
 
-def _unrolled_rows(body, consts: dict, arrays: set) -> dict:
-    """``{array: [(var, lo, trip)]}`` for the vector loops in ``body`` that
-    stream 64-byte vectors to ``arrays``: the unrolled loops of constant bounds (at most
-    :data:`_MAX_RUNS` copies in all) around a store whose other indices than
-    the last use their variables (the store's rows)."""
+def line_store(loop, consts: dict):
+    """The store of a vector ``loop`` that streams 64-byte vectors (through a
+    run where its array has one), else None."""
+    plan = stream_plan(loop, consts) if isinstance(loop, ir.For) and loop.kind == "vector" else None
+    if plan is None or plan[1] * ELSIZE[plan[0].value.dtype] != 64:
+        return None
+    return plan[0]
+
+
+def _runs_needed(body, consts: dict, arrays: set) -> dict:
+    """``{array: runs}`` for the arrays of ``arrays`` that vector loops in
+    ``body`` stream in 64-byte vectors: as many runs (a power of two, at
+    most :data:`_MAX_RUNS`) as the copies of the unrolled loops of constant
+    bounds around such a store whose variables its row (the indices but the
+    last) uses: rows written in turn keep a run each."""
     found = {}
 
-    def walk(s, around):
-        plan = stream_plan(s, consts) if isinstance(s, ir.For) and s.kind == "vector" else None
-        if plan is not None and plan[0].array in arrays \
-                and plan[1] * ELSIZE[plan[0].value.dtype] == 64:
-            st = plan[0]
+    def walk(s, copies):
+        st = line_store(s, consts)
+        if st is not None and st.array in arrays:
             used = set().union(*(ir.free_vars(i) for i in st.index[:-1]))
-            radix = [r for r in around if r[0] in used]
-            if math.prod(t for _, _, t in radix) > _MAX_RUNS:
-                radix = []
-            if len(radix) > len(found.get(st.array, ())):
-                found[st.array] = radix
-            else:
-                found.setdefault(st.array, radix)
+            n = math.prod(t for v, t in copies if v in used)
+            found[st.array] = max(found.get(st.array, 1), 1 << (min(n, _MAX_RUNS) - 1).bit_length())
             return
         if isinstance(s, ir.For) and s.kind == "unrolled":
             lo, hi = ir.const_eval(s.lo, consts), ir.const_eval(s.hi, consts)
-            if lo is not None and hi is not None and 1 < hi - lo <= _MAX_RUNS and int(s.step) == 1:
-                around = around + [(s.var, lo, hi - lo)]
+            if lo is not None and hi is not None and hi - lo > 1 and int(s.step) == 1:
+                copies = copies + [(s.var, hi - lo)]
         for c in ir.stmt_children(s):
-            walk(c, around)
+            walk(c, copies)
     walk(body, [])
     return found
 
@@ -226,26 +234,27 @@ def _unrolled_rows(body, consts: dict, arrays: set) -> dict:
 class StreamMixin:
     """Needs :class:`codegen.c.emit.CPrinter` (``expr``, ``access``, ``out``,
     ``helper``, ``fn``); its state: ``streaming`` (the loop being streamed),
-    ``runs`` (array -> the runs in scope), ``flushed``, ``nstreamed`` (the
+    ``runs`` (array -> the runs in scope), ``flushed`` (arrays whose runs
+    the loops being printed flushed before them), ``nstreamed`` (the
     vector loops streamed so far: a scope that streamed none needs no fence)."""
 
     def open_runs(self, body, ind: int) -> dict:
         """At the top of a thread's scope (a parallel loop's iteration, a
         serial kernel): the runs of each array ``body`` streams that may be
-        held, one per copy of the unrolled loops its rows depend on (rows
-        written in turn each keep their run).  Returns the runs it replaces
-        (for :meth:`close_runs`)."""
-        saved = (self.runs, self.nstreamed)
-        self.runs = {}
-        for a, radix in sorted(_unrolled_rows(body, self.fn.constants, self.carried).items()):
-            count = math.prod(t for _, _, t in radix) if radix else 1
-            self.runs[a] = (f"tp_run_{a}", radix, count)
+        held (:func:`_runs_needed`).  Returns what it replaces (for
+        :meth:`close_runs`)."""
+        saved = (self.runs, self.nstreamed, self.flushed)
+        self.runs, self.flushed = {}, set()
+        for a, count in sorted(_runs_needed(body, self.fn.constants, self.carried).items()):
+            self.runs[a] = (f"tp_run_{a}", count)
             self.helper("tp_stream")
             self.out(ind, f"tp_stream_run tp_run_{a}[{count}] = {{{{0}}}};")
         return saved
 
     def flush_runs(self, a: str, ind: int) -> None:
-        name, _, count = self.runs[a]
+        """Every held lane of ``a``'s runs written (before a store to ``a``
+        that no run of it makes)."""
+        name, count = self.runs[a]
         if count == 1:
             self.out(ind, f"tp_stream_flush(&{name}[0]);")
         else:
@@ -256,18 +265,20 @@ class StreamMixin:
         the scope streamed)."""
         for a in self.runs:
             self.flush_runs(a, ind)
-        self.runs, before = saved
+        self.runs, before, self.flushed = saved
         if self.nstreamed > before:
             self.out(ind, "tp_stream_fence();")
 
     def run_of(self, st) -> str:
-        """The run (an lvalue's address) that streams ``st`` in this copy of
-        the unrolled loops."""
-        name, radix, count = self.runs[st.array]
-        known, k = self.known or {}, 0
-        for var, lo, trip in radix:
-            k = k * trip + (known[var] - lo if var in known else 0)
-        return f"&{name}[{k % count}]"
+        """The run (an lvalue's address) that streams ``st``: chosen by its
+        row (its next-to-last index, modulo the runs), so the lanes of one
+        row are only ever held by one run (another run writing them would be
+        overwritten by the first's later flush); the unrolled copies of a
+        row loop fold to a constant each."""
+        name, count = self.runs[st.array]
+        if count == 1 or len(st.index) < 2:
+            return f"&{name}[0]"
+        return f"&{name}[(uint64_t)({self.expr(st.index[-2])}) & {count - 1}]"
 
     def open_stream(self, s: ir.For, ind: int) -> bool:
         """Before the vector loop ``s``'s ``#pragma omp simd``: opens the
@@ -295,29 +306,38 @@ class StreamMixin:
         if line and st.array in self.runs:
             self.out(ind + 1, f"tp_stream_line({self.run_of(st)}, {first}, {name});")
         else:
+            if st.array in self.runs and st.array not in self.flushed:
+                self.flush_runs(st.array, ind + 1)  # what the runs hold goes first
             self.out(ind + 1, f"tp_stream({first}, {name}, sizeof({name}));")
         self.out(ind, "}")
 
-    def flush_before(self, s: ir.For, ind: int) -> bool:
-        """Before an innermost loop that stores plainly to an array with a
-        run (a partial tile): the run's held lanes written first (the loop
-        may write where they go).  True when it flushed."""
-        if self.flushed or not self.runs or loops.nested(s.body):
-            return False
-        plan = stream_plan(s, self.fn.constants) if s.kind == "vector" else None
-        arrays = sorted({x.array for x in ir.walk_stmts(s.body) if isinstance(x, ir.StreamStore)
-                         and x.array in self.runs and (plan is None or x is not plan[0])})
+    def flush_before(self, s: ir.For, ind: int) -> set:
+        """Before a loop that stores to an array with runs other than through
+        them (a partial tile, another computation's stores) and streams no
+        64-byte vectors of it inside (whose loops then see to it): the runs'
+        held lanes written first (the loop may write where they go).
+        Returns the arrays flushed (none need it again inside the loop)."""
+        if not self.runs:
+            return set()
+        plain = set()
+        lines = {st.array for st in (line_store(x, self.fn.constants) for x in ir.walk_stmts(s))
+                 if st is not None}
+        own = line_store(s, self.fn.constants)
+        for x in ir.walk_stmts(s.body):
+            if isinstance(x, ir.Store) and x.array in self.runs and x is not own:
+                plain.add(x.array)
+        arrays = sorted(plain - lines - self.flushed)
         for a in arrays:
             self.flush_runs(a, ind)
-        return bool(arrays)
+        return set(arrays)
 
     def stream_store(self, s: ir.Store, ind: int) -> bool:
         """Prints a streaming store of the loop being streamed into its lane
-        buffer (then True); before a plain one to an array with a run
-        outside a flushed loop, the run's flush."""
+        buffer (then True); before any other store to an array with runs
+        outside a loop flushed for it, the runs' flush."""
         found = self.streaming.get(id(s))
         if found is None:
-            if isinstance(s, ir.StreamStore) and s.array in self.runs and not self.flushed:
+            if s.array in self.runs and s.array not in self.flushed:
                 self.flush_runs(s.array, ind)
             return False
         name, lane, _ = found

@@ -4,7 +4,10 @@
 on both targets, whatever the output's alignment (rows starting at every
 4-byte offset of a line), with rows written in turn (an unrolled row loop:
 one run per row), partial tiles, a serial kernel, an output read again in
-the kernel (no run held), 8-byte and integer elements, a store not
+the kernel (no run held), another computation writing the streamed array
+after it (plainly, streamed in shorter vectors, or through other rows'
+runs: the runs are flushed first), a kernel's own temporary (no run: it is
+freed before the scope's flush), 8-byte and integer elements, a store not
 contiguous in its vector loop (kept plain); the fences end each parallel
 range and the kernel; the command refuses updates and replays when printed.
 No timing is asserted (bench peers measures the stencil)."""
@@ -72,8 +75,9 @@ def test_streamed_values_equal_the_plain_kernels_at_every_alignment(target, n, m
 def test_c_holds_a_run_per_row_and_fences(serial):
     src = elementwise(8, 64, rows=True, serial=serial).compile(target="c").source
     assert "tp_stream_run tp_run_out[4] = {{0}};" in src
-    for r in range(4):                          # the copy of row r holds run r
-        assert f"tp_stream_line(&tp_run_out[{r}], &out[4 * i0 + i1][16 * j0 + 0], tp_nt_out);" in src
+    # each row its run (the row modulo 4: a constant in each unrolled copy)
+    assert src.count("tp_stream_line(&tp_run_out[(uint64_t)(4 * i0 + i1) & 3], "
+                     "&out[4 * i0 + i1][16 * j0 + 0], tp_nt_out);") == 4
     assert "for (int tp_r = 0; tp_r < 4; tp_r++) tp_stream_flush(&tp_run_out[tp_r]);" in src
     body = src[src.index("int ew("):]
     assert body.count("tp_stream_fence();") == (1 if serial else 2)   # each range, the kernel
@@ -152,3 +156,54 @@ def test_passes_that_rebuild_a_store_keep_it_streaming():
     assert issubclass(ir.StreamStore, ir.Store)
     s = ir.StreamStore("out", (ir.Var("i"),), ir.Const(1.0, "float32"))
     assert type(ir.store_like(s, "x", s.index, s.value)) is ir.StreamStore
+
+
+@pytest.mark.parametrize("kind", ["plain", "short", "rows"])
+def test_another_computation_writing_the_array_after_it_wins(kind):
+    """``d`` overwrites all of ``O`` after the streamed ``c``: plainly, in
+    8-lane streamed vectors (no run), or streamed with ``c``'s rows
+    unrolled (other runs): what ``c``'s runs held is written before."""
+    f = tp.Function("k", params={"N": 4, "M": 32})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    A = f.input("A", ("N", "M"), tp.float32)
+    O = f.buffer("O", ("N", "M"), tp.float32, output=True)
+    c = f.computation("c", [i, j], A[i, j] + 1)
+    c.store_in(O, [i, j])
+    if kind == "rows":
+        c.split(i, 2)
+        c.split(j, 16)
+        c.interchange("i1", "j0")
+        c.unroll("i1")
+        c.vectorize("j1", 16)
+    else:
+        c.vectorize(j, 16)
+    c.store_nontemporal()
+    i2, j2 = f.var("i2", 0, "N"), f.var("j2", 0, "M")
+    d = f.computation("d", [i2, j2], A[i2, j2] - 3)
+    d.store_in(O, [i2, j2])
+    d.vectorize(j2, 8 if kind == "short" else 16)
+    if kind != "plain":
+        d.store_nontemporal()
+    A_ = np.arange(128, dtype=np.float32).reshape(4, 32)
+    for target in TARGETS:
+        k = f.compile(target=target)
+        for out in _outputs((4, 32), np.float32):
+            k(A=A_, O=out)
+            np.testing.assert_array_equal(out, A_ - np.float32(3))
+
+
+def test_a_temporary_is_streamed_without_a_run():
+    f = tp.Function("k", params={"N": 64, "M": 40})
+    i, j = f.var("i", 0, "N"), f.var("j", 0, "M")
+    A = f.input("A", ("N", "M"), tp.float32)
+    T = f.buffer("T", ("N", "M"), tp.float32)
+    c = f.computation("c", [i, j], A[i, j] + 1)
+    c.store_in(T, [i, j])
+    c.vectorize(j, 16)
+    c.store_nontemporal()
+    i2, j2 = f.var("i2", 0, "N"), f.var("j2", 0, "M")
+    f.computation("d", [i2, j2], A[i2, j2] * 2)
+    k = f.compile(target="c")
+    assert "tp_stream(&T" in k.source and "tp_stream_run tp_run_" not in k.source
+    A_ = np.ones((64, 40), np.float32)
+    np.testing.assert_array_equal(k(A=A_), A_ * 2)
