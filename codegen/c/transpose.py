@@ -1,5 +1,5 @@
-"""C backend: a square copy that transposes, through registers (mixed into
-the C emitter).
+"""C backend: a copy that transposes square blocks, through registers (mixed
+into the C emitter).
 
 A packed tile that a consumer reads down its other axis (``cache_at`` of
 ``A[b, i, j]`` stored ``[j % L][i % L]``, so that a dot product's rows run in
@@ -27,7 +27,10 @@ shuffles, 16 stores.  Each row load also prefetches that row two vectors
 ahead (into L2: ``__builtin_prefetch(p, 0, 1)``): a tile is one of ``L``
 rows streamed side by side, more than the hardware's stream prefetchers
 follow (batched matrix-vector 512 x 256 x 256 on a Zen 5 host: 7.2 -> 5.3
-ms).  Values are moved, never computed: the copy is the same bit for bit."""
+ms).  An outer loop of 2 to :data:`MAX_BLOCKS` times ``L`` iterations (a
+tile of several vectors of rows) is copied as that many ``L x L`` blocks,
+one after the other.  Values are moved, never computed: the copy is the
+same bit for bit."""
 from __future__ import annotations
 
 from functools import cache
@@ -39,6 +42,7 @@ SHUFFLE_INT = {"float32": "i32", "int32": "i32", "float64": "i64", "int64": "i64
 
 
 AHEAD = 2    # a row load prefetches its row this many vectors ahead
+MAX_BLOCKS = 4   # a copy of up to this many L x L blocks stacked along its outer loop
 
 
 @cache
@@ -115,11 +119,12 @@ class TransposeMixin:
     ntransposed = 0
 
     def transposed_copy(self, s: ir.For, ind: int) -> bool:
-        """``s`` and the one loop in it, both ``L`` iterations (the lanes of
-        one register, 4 or more), run a copy ``T[...] = S[...]`` of one FAST
+        """``s`` (``L``, or up to :data:`MAX_BLOCKS` times ``L``, iterations)
+        and the one loop in it (``L``: the lanes of one register, 4 or more)
+        run a copy ``T[...] = S[...]`` of one FAST
         dtype, ``S`` contiguous along the inner loop and ``T`` along
-        ``s``, the inner loop's bounds free of ``s``: printed as a register
-        transpose (module docstring).  True if printed."""
+        ``s``, the inner loop's bounds free of ``s``: printed as register
+        transposes of ``L x L`` blocks (module docstring).  True if printed."""
         t = loops.sole_stmt(s.body)
         if self.wide is not None or not isinstance(t, ir.For) or int(s.step) != 1 \
                 or int(t.step) != 1 or s.kind != "serial" or t.kind != "serial":
@@ -132,7 +137,8 @@ class TransposeMixin:
         if dt not in FAST or self.array_dtype(st.array) != dt:
             return False
         w = loops.host_lanes(8 * ir.ELSIZE[dt])
-        if w < 4 or _trip(s) != w or _trip(t) != w \
+        rows = _trip(s)
+        if w < 4 or rows is None or rows % w or not 1 <= rows // w <= MAX_BLOCKS or _trip(t) != w \
                 or reads_var(t.lo, s.var) or reads_var(t.hi, s.var) \
                 or not unit_stride(ld.index, t.var) or not unit_stride(st.index, s.var):
             return False
@@ -143,23 +149,28 @@ class TransposeMixin:
         plan, order = rounds(w, lane_elems(dt, w))
         self.ntransposed += 1
         r = f"tp_tr{self.ntransposed}"
-        self.out(ind, f"{{ /* loops {s.var}, {t.var}: a {w} x {w} copy transposed through "
-                      f"registers (GCC vector extensions) */")
+        self.out(ind, f"{{ /* loops {s.var}, {t.var}: a {rows} x {w} copy transposed through "
+                      f"registers, {w} x {w} at a time (GCC vector extensions) */")
         self.out(ind + 1, f"tp_{v} {', '.join(f'{r}_0_{k}' for k in range(w))};")
-        lo_s, lo_t = self.expr(s.lo), self.expr(t.lo)
-        for k in range(w):        # row k of the source: s = lo + k, t from its lo
-            self.out(ind + 1, f"{{ const int64_t {s.var} = {lo_s} + {k}, {t.var} = {lo_t}; "
-                              f"{r}_0_{k} = tp_vld_{v}(&{self.access(ld.array, ld.index)}); }}")
-            self.out(ind + 1, f"{{ const int64_t {s.var} = {lo_s} + {k}, {t.var} = {lo_t} + "
-                              f"{AHEAD * w}; __builtin_prefetch(&{self.access(ld.array, ld.index)}, 0, 1); }}")
-        for n in range(len(plan)):
-            for i, j in pairs(w, n):
-                a, b = f"{r}_{n}_{i}", f"{r}_{n}_{j}"
-                self.out(ind + 1, f"tp_{v} {r}_{n + 1}_{i} = tp_zip{n}_lo_{v}({a}, {b}), "
-                                  f"{r}_{n + 1}_{j} = tp_zip{n}_hi_{v}({a}, {b});")
-        for k in range(w):        # column k: t = lo + k, s from its lo
-            self.out(ind + 1, f"{{ const int64_t {s.var} = {lo_s}, {t.var} = {lo_t} + {k}; "
-                              f"tp_vst_{v}(&{self.access(st.array, st.index)}, {r}_{len(plan)}_{order[k]}); }}")
+        lo_t = self.expr(t.lo)
+        for q in range(rows // w):    # block q: the source's rows q * w ..
+            lo_s = self.expr(ir.Binary("add", s.lo, ir.Const(q * w, "int64"), "int64")) if q \
+                else self.expr(s.lo)
+            for k in range(w):        # row k of the block: s = lo + k, t from its lo
+                self.out(ind + 1, f"{{ const int64_t {s.var} = {lo_s} + {k}, {t.var} = {lo_t}; "
+                                  f"{r}_0_{k} = tp_vld_{v}(&{self.access(ld.array, ld.index)}); }}")
+                self.out(ind + 1, f"{{ const int64_t {s.var} = {lo_s} + {k}, {t.var} = {lo_t} + "
+                                  f"{AHEAD * w}; __builtin_prefetch(&{self.access(ld.array, ld.index)}, 0, 1); }}")
+            self.out(ind + 1, "{")
+            for n in range(len(plan)):
+                for i, j in pairs(w, n):
+                    a, b = f"{r}_{n}_{i}", f"{r}_{n}_{j}"
+                    self.out(ind + 2, f"tp_{v} {r}_{n + 1}_{i} = tp_zip{n}_lo_{v}({a}, {b}), "
+                                      f"{r}_{n + 1}_{j} = tp_zip{n}_hi_{v}({a}, {b});")
+            for k in range(w):        # column k: t = lo + k, s from the block's lo
+                self.out(ind + 2, f"{{ const int64_t {s.var} = {lo_s}, {t.var} = {lo_t} + {k}; "
+                                  f"tp_vst_{v}(&{self.access(st.array, st.index)}, {r}_{len(plan)}_{order[k]}); }}")
+            self.out(ind + 1, "}")
         self.out(ind, "}")
         return True
 

@@ -266,6 +266,50 @@ def test_a_transposing_square_copy_goes_through_registers(monkeypatch, dtype, n,
     np.testing.assert_allclose(got, np.einsum("bij,bj->bi", A, x), rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
+@pytest.mark.parametrize("blocks", [2, 4])
+def test_a_copy_of_stacked_square_blocks_goes_through_registers(monkeypatch, dtype, blocks):
+    """A transposing copy whose outer loop runs 2 or 4 times the lanes (the
+    tile of ``blocks`` vectors of rows, ``transposed_rows``) is printed as
+    that many register transposes; bit for bit the element-by-element copy."""
+    from codegen import loops
+    from codegen.c import transpose
+    w = loops.host_lanes(dtype.bits)
+    if w < 4:
+        pytest.skip(f"{w} lanes of {dtype.name}: the copy keeps its loops below 4")
+    n, m = 2 * blocks * w, 3 * w
+    npt = np.float32 if dtype == tp.float32 else np.float64
+
+    def build():
+        f = tp.Function("bmv", params={"NB": 3, "N": n, "M": m})
+        b, i, j = f.var("b", 0, "NB"), f.var("i", 0, "N"), f.var("j", 0, "M")
+        A, x = f.input("A", ("NB", "N", "M"), dtype), f.input("x", ("NB", "M"), dtype)
+        y = f.computation("y", [b, i], 0.0, dtype=dtype)
+        y[b, i] += A[b, i, j] * x[b, j]
+        u = y.update
+        u.split("i", blocks * w)
+        u.split("j", w)
+        u.split("i1", w)
+        u.reorder("i0", "j0", "j1", "i10", "i11")
+        c = u.cache_at("A[b, i, j]", "j0", name="At")
+        c.store_in(f.buffer("At_tile", (w, blocks * w), dtype), [c.vars[2] % w, c.vars[1] % (blocks * w)])
+        u.vectorize("i11", w)
+        u.unroll("j1")
+        u.unroll("i10")
+        return f
+    rng = np.random.default_rng(1)
+    A, x = rng.random((3, n, m)).astype(npt), rng.random((3, m)).astype(npt)
+    k = build().compile()
+    assert k.source.count(f"a {blocks * w} x {w} copy transposed through registers") == 1
+    assert k.source.count("__builtin_prefetch(") == blocks * w
+    got = np.asarray(k(A=A, x=x))
+    from tiramisu_py.driver import warm
+    monkeypatch.setattr(warm, "ENABLED", False)
+    monkeypatch.setattr(transpose.TransposeMixin, "transposed_copy", lambda self, s, ind: False)
+    np.testing.assert_array_equal(got, np.asarray(build().compile()(A=A, x=x)))
+    np.testing.assert_allclose(got, np.einsum("bij,bj->bi", A, x), rtol=1e-5)
+
+
 @pytest.mark.parametrize("w,q", [(16, 4), (8, 2), (8, 4), (4, 2), (4, 4), (16, 8)])
 def test_the_transpose_rounds_move_each_column_into_one_register(w, q):
     """The shuffles of :func:`codegen.c.transpose.rounds` (in-lane rounds,

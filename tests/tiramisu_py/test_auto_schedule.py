@@ -388,7 +388,8 @@ def test_reuse_that_fits_in_cache_untiled_is_not_tiled():
     the L2 the reuse needs no tiles, however large x is (512 rows of 256
     float32: 512 KB), the band stays whole (rows streamed), b parallel, and
     its rows run as a dot product's, each in the program's order: on C in
-    the lanes, the tile of A copied transposed (``transposed_rows``); on
+    the lanes, 4 vectors of them at once, the tile of A copied transposed
+    (``transposed_rows``); on
     LLVM 8 jammed inside j.  With a row beyond a quarter of the L2 it is
     tiled."""
     from examples.beyond_polybench import KERNELS
@@ -397,10 +398,12 @@ def test_reuse_that_fits_in_cache_untiled_is_not_tiled():
     l2 = target.cache_sizes().get((2, "Unified"), 1 << 20)
     upd = "f.computations['y'].update"
     lanes = target.vector_bits() // 64
-    wants = {"c": (f"{upd}.split('i', {lanes})", f"{upd}.split('j', {lanes})",
-                   f"{upd}.reorder('i0', 'j0', 'j1', 'i1')",
+    # (4 vectors of rows at once: 256 rows are a multiple of 4 lanes' worth)
+    wants = {"c": (f"{upd}.split('i', {4 * lanes})", f"{upd}.split('j', {lanes})",
+                   f"{upd}.split('i1', {lanes})", f"{upd}.reorder('i0', 'j0', 'j1', 'i10', 'i11')",
                    f"{upd}.cache_at('A[b, i, j]', 'j0', name='y_update_A_t')",
-                   f"{upd}.vectorize('i1', {lanes})", f"{upd}.unroll('j1')"),
+                   f"{upd}.vectorize('i11', {lanes})", f"{upd}.unroll('j1')",
+                   f"{upd}.unroll('i10')"),
              "llvm": (f"{upd}.split('i', 8)", f"{upd}.reorder('j', 'i1')", f"{upd}.unroll('i1')")}
     for small in (dict(NB=32, N=256, M=l2 // 4 // 8 // 32), dict(NB=512, N=256, M=256)):
         for tgt, want in wants.items():

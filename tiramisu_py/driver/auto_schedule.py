@@ -142,7 +142,8 @@ class AutoScheduler(Storage, PointLoops, Nests):
         self.opt = {"tile": None, "time_tile": TIME_TILE, "vectorize": True, "unroll": True,
                     "fuse": True, "pad": True, "stream": None, "schedule": None,
                     "reassociate": False,
-                    "mr": None, "nv": None, "jam": None, "sums": None, "block_vectors": None}
+                    "mr": None, "nv": None, "jam": None, "sums": None, "block_vectors": None,
+                    "row_vectors": None}
         unknown = set(options or {}) - set(self.opt)
         if unknown:
             raise ValueError(f"auto_schedule: unknown option(s) {', '.join(sorted(unknown))}; "

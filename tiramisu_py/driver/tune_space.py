@@ -80,7 +80,7 @@ def _variants(used, target):
             for t in (tile // 2, 2 * tile) if tile else ():
                 yield {"mr": mr, "nv": nv, "tile": t}
     for name, values in (("time_tile", (8, 32, 64)), ("jam", (4, 16)), ("sums", (1, 2, 8)),
-                         ("block_vectors", (4, 16))):
+                         ("block_vectors", (4, 16)), ("row_vectors", (1, 2))):
         if name in used:
             yield from ({name: v} for v in values if v != used[name])
     yield from SWITCHES
@@ -114,6 +114,8 @@ def predicted(opts, used) -> float:
     for name in ("jam", "sums"):
         if name in opts:
             cost *= _chains(opts[name]) / _chains(used[name])
+    if "row_vectors" in opts:
+        cost *= _chains(opts["row_vectors"]) / _chains(used["row_vectors"])
     if "block_vectors" in opts:
         cost *= (1 + 2 / opts["block_vectors"]) / (1 + 2 / used["block_vectors"])
     for name, factor in SWITCH_COST.items():
