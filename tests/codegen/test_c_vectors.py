@@ -217,22 +217,31 @@ def test_a_small_register_block_is_printed_as_vector_statements(rows, vectors, h
     np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5, atol=1e-5)
 
 
-def rows_in_lanes(dtype, n, m, w):
+def rows_in_lanes(dtype, n, m, w, blocks=1):
     """``y[b, i] += A[b, i, j] * x[b, j]`` with its rows in the lanes: the
-    ``w x w`` tile of A copied per ``j0`` transposed (``[j % w][i % w]``)."""
+    ``blocks * w x w`` tile of A copied per ``j0`` transposed (``[j % w][i %
+    (blocks * w)]``; ``blocks`` vectors of rows, unrolled inside ``j1``)."""
     f = tp.Function("rows_in_lanes", params={"NB": 3, "N": n, "M": m})
     b, i, j = f.var("b", 0, "NB"), f.var("i", 0, "N"), f.var("j", 0, "M")
     A, x = f.input("A", ("NB", "N", "M"), dtype), f.input("x", ("NB", "M"), dtype)
     y = f.computation("y", [b, i], 0.0, dtype=dtype)
     y[b, i] += A[b, i, j] * x[b, j]
     u = y.update
-    u.split("i", w)
+    u.split("i", blocks * w)
     u.split("j", w)
-    u.reorder("i0", "j0", "j1", "i1")
+    lanes = "i1"
+    if blocks > 1:
+        u.split("i1", w)
+        lanes = "i11"
+        u.reorder("i0", "j0", "j1", "i10", lanes)
+    else:
+        u.reorder("i0", "j0", "j1", lanes)
     c = u.cache_at("A[b, i, j]", "j0", name="At")
-    c.store_in(f.buffer("At_tile", (w, w), dtype), [c.vars[2] % w, c.vars[1] % w])
-    u.vectorize("i1", w)
+    c.store_in(f.buffer("At_tile", (w, blocks * w), dtype), [c.vars[2] % w, c.vars[1] % (blocks * w)])
+    u.vectorize(lanes, w)
     u.unroll("j1")
+    if blocks > 1:
+        u.unroll("i10")
     return f
 
 
@@ -280,33 +289,16 @@ def test_a_copy_of_stacked_square_blocks_goes_through_registers(monkeypatch, dty
     n, m = 2 * blocks * w, 3 * w
     npt = np.float32 if dtype == tp.float32 else np.float64
 
-    def build():
-        f = tp.Function("bmv", params={"NB": 3, "N": n, "M": m})
-        b, i, j = f.var("b", 0, "NB"), f.var("i", 0, "N"), f.var("j", 0, "M")
-        A, x = f.input("A", ("NB", "N", "M"), dtype), f.input("x", ("NB", "M"), dtype)
-        y = f.computation("y", [b, i], 0.0, dtype=dtype)
-        y[b, i] += A[b, i, j] * x[b, j]
-        u = y.update
-        u.split("i", blocks * w)
-        u.split("j", w)
-        u.split("i1", w)
-        u.reorder("i0", "j0", "j1", "i10", "i11")
-        c = u.cache_at("A[b, i, j]", "j0", name="At")
-        c.store_in(f.buffer("At_tile", (w, blocks * w), dtype), [c.vars[2] % w, c.vars[1] % (blocks * w)])
-        u.vectorize("i11", w)
-        u.unroll("j1")
-        u.unroll("i10")
-        return f
     rng = np.random.default_rng(1)
     A, x = rng.random((3, n, m)).astype(npt), rng.random((3, m)).astype(npt)
-    k = build().compile()
+    k = rows_in_lanes(dtype, n, m, w, blocks).compile()
     assert k.source.count(f"a {blocks * w} x {w} copy transposed through registers") == 1
     assert k.source.count("__builtin_prefetch(") == blocks * w
     got = np.asarray(k(A=A, x=x))
     from tiramisu_py.driver import warm
     monkeypatch.setattr(warm, "ENABLED", False)
     monkeypatch.setattr(transpose.TransposeMixin, "transposed_copy", lambda self, s, ind: False)
-    np.testing.assert_array_equal(got, np.asarray(build().compile()(A=A, x=x)))
+    np.testing.assert_array_equal(got, np.asarray(rows_in_lanes(dtype, n, m, w, blocks).compile()(A=A, x=x)))
     np.testing.assert_allclose(got, np.einsum("bij,bj->bi", A, x), rtol=1e-5)
 
 
