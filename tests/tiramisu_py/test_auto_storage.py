@@ -152,3 +152,21 @@ def test_an_output_read_again_or_in_cache_is_not_streamed(small_llc):
     from tiramisu_py.driver import tune_space
     assert ({"stream": False}, tune_space.SWITCH_COST["stream"]) not in \
         tune_space.candidates(_scaled(n=16, m=64), "c")
+
+
+def test_a_stencil_output_from_an_offset_domain_is_streamed(small_llc):
+    """The 5-point stencil's default buffer, its domain from 1: written at
+    ``[i - 1, j - 1]``, each element once."""
+    import tiramisu_py as tp
+
+    def stencil():
+        f = tp.Function("st", params={"N": 130, "M": 200})
+        i, j = f.var("i", 1, "N - 1"), f.var("j", 1, "M - 1")
+        A = f.input("A", ("N", "M"), tp.float32)
+        f.computation("out", [i, j], (A[i - 1, j] + A[i + 1, j] + A[i, j - 1] + A[i, j + 1]
+                                      + A[i, j]) / 5)
+        return f
+    f = stencil()
+    assert "f.computations['out'].store_nontemporal()" in [str(s) for s in f.auto_schedule()]
+    A = np.random.default_rng(4).standard_normal((130, 200)).astype(np.float32)
+    np.testing.assert_array_equal(f.compile()(A=A), stencil().compile()(A=A))

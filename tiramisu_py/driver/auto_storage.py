@@ -23,7 +23,7 @@ import re
 from ..analysis import schedule_space as space
 from ..lang import affine
 from ..lang.affine import NonAffine
-from ..lang.expr import Const, Var
+from ..lang.expr import Const
 from ..poly import dataflow, footprint
 from .auto_steps import new_buffer, store_index
 
@@ -110,7 +110,8 @@ class Storage:
 
     def stream_outputs(self, names, cache_bytes):
         """A computation of the group ``names`` that writes each element of
-        its array once (indexed by its own loops, in some order), that no
+        its array once (indexed by its own loops, in some order, each plus a
+        constant at most), that no
         statement reads and no other writes, larger than ``cache_bytes``
         (the host's last-level cache), its innermost loop vectorised along
         the element's last index, writes past the caches
@@ -128,7 +129,9 @@ class Storage:
             accesses = [(x.name, a) for x in self.model.stmts for a in x.accesses
                         if a.buffer.name == buf.name]
             writes = [a for n, a in accesses if n == comp.name and a.write]
-            if len(writes) != 1 or len(accesses) != 1 or not _own_loops(writes[0].index, m.vars):
+            loops = _own_loops(writes[0].index, m.vars, self.f.fixed) if len(writes) == 1 \
+                and len(accesses) == 1 else None
+            if loops is None:
                 continue
             sizes = [_known(d, self.f.fixed) for d in buf.shape]
             if None in sizes \
@@ -137,7 +140,7 @@ class Storage:
             s = st[comp.name]
             inner = s.loops[-1].name if s.loops else None
             tag = s.tags.get(inner)
-            last = writes[0].index[-1].name
+            last = loops[-1]
             if tag is None or tag.kind != "vector" \
                     or not re.search(rf"\b{re.escape(last)}\b", s.loops[-1].expr):
                 continue
@@ -203,12 +206,24 @@ def _shared_depth(states):
     return depth
 
 
-def _own_loops(index, loop_vars) -> bool:
-    """Whether the write ``index`` is the statement's loop variables, each
-    once (every element written by one iteration)."""
-    names = [getattr(e, "name", None) for e in index]
-    return all(isinstance(e, Var) for e in index) and len(set(names)) == len(names) \
-        == len(loop_vars) and set(names) == {v.name for v in loop_vars}
+def _own_loops(index, loop_vars, fixed):
+    """The loop each index of the write ``index`` is (``v`` or ``v + c``,
+    ``c`` constant: the default buffer of a domain that starts at 1), or
+    None unless they are the statement's loop variables, each once (every
+    element written by one iteration)."""
+    names = []
+    for e in index:
+        try:
+            form = affine.linear(e, values=fixed)
+        except NonAffine:
+            return None
+        terms = [(a, c) for a, c in form.items() if a != 1 and c]
+        if len(terms) != 1 or terms[0][1] != 1 or not isinstance(terms[0][0], str):
+            return None
+        names.append(terms[0][0])
+    if len(set(names)) != len(names) or set(names) != {v.name for v in loop_vars}:
+        return None
+    return names
 
 
 def _known(e, fixed):
