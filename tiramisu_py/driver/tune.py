@@ -52,6 +52,7 @@ import numpy as np
 from codegen import CompileError
 
 from ..base.errors import IllegalScheduleError
+from ..poly.model import build_model
 from ..tuning import database, keys
 from ..tuning.confirm import decide, recorded
 from ..tuning.kinds import RecordKind
@@ -136,13 +137,17 @@ def apply_record(f, value):
 
 
 # ------------------------------------------------------------------- inputs
-def _arguments(f, params, inputs, seed=0):
+def _arguments(f, params, inputs, model, seed=0):
+    """The arrays of a timed call: ``inputs`` as given, the others random
+    (zeros for integers), every output included (a computation's own
+    buffer too: left out, each call would allocate it, and a 64 MB
+    output's fresh pages had been most of a stencil's timed call)."""
     rng = np.random.default_rng(seed)
     values = dict(f.fixed)
     values.update(params)
     out = dict(inputs or {})
-    for b in f.buffers.values():
-        if b.kind not in ("input", "output") or b.name in out:
+    for b in [*model.inputs, *model.outputs]:
+        if b.name in out:
             continue
         shape = tuple(eval_size(s, values, b.name) for s in b.shape)
         dt = np.dtype(b.dtype.name if b.dtype.name != "bool" else "bool")
@@ -151,9 +156,23 @@ def _arguments(f, params, inputs, seed=0):
     return out
 
 
+def _read_outputs(model, args) -> set:
+    """The arrays of ``args`` that the kernel writes and also reads (an
+    output updated in place, jacobi-2d's ``A``): each call gets a fresh
+    copy.  An output only written (an update's read of the element its
+    computation initialised aside) is passed as it is: a copy of a
+    stencil's 64 MB output in each timed call was half of what was timed,
+    and its stores were timed on lines the copy had just brought into the
+    cache."""
+    read = {a.buffer.name for m in model.stmts for a in m.accesses
+            if not a.write and not a.implicit}
+    inputs = {b.name for b in model.inputs}
+    return {n for n in args if n not in inputs and n in read}
+
+
 def _caller(kernel, args, params, written):
-    """One call of ``kernel`` on ``args``, fresh copies of the arrays it may
-    write (``written``: its outputs, updated in place; an input, never
+    """One call of ``kernel`` on ``args``, fresh copies of the arrays it
+    writes and reads (``written``: :func:`_read_outputs`); an input, never
     written, is passed as it is: copying bmv's 134 MB matrix in every timed
     call had been most of what was timed)."""
     def call():
@@ -246,13 +265,14 @@ def tune(f, space=None, budget=60.0, params=None, inputs=None, target=None, repe
     tried = [{"candidate": _candidate_text(c), "predicted": p, "ms": None, "note": "not tried "
               "(budget spent)"} for c, p in ranked]
     clock = clock or time.perf_counter
-    args = _arguments(f, params, inputs)
+    model = build_model(f.copy())          # (compile's buffers, on a copy)
+    args = _arguments(f, params, inputs, model)
     bar = Bar(sys.stderr if progress else None)
 
     def show(note=""):
         bar.show(f.name, done, len(space), best and best[0], note)
     start = time.perf_counter()
-    written = {n for n in args if getattr(f.buffers.get(n), "kind", None) != "input"}
+    written = _read_outputs(model, args)
     as_written = _caller(compile_function(f, target), args, params, written)
     default_t = _time(as_written, repeats, clock)          # the defaults: f as written
     best, rejected, timed, seen, done, results = None, [], 0, {}, 0, []
