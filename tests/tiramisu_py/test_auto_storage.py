@@ -137,6 +137,10 @@ def test_a_large_output_written_once_is_streamed_past_the_caches(small_llc, targ
     g = _scaled()
     exec("\n".join(text), {"f": g})                          # the printed schedule, pasted
     assert g.compile(target=target).source == k.source
+    record = json.loads(json.dumps({"steps": tune.encoded(steps)}))   # as the store keeps it
+    r = _scaled()
+    tune.apply_record(r, record)                              # (the verb had been refused)
+    assert r.schedule_commands() == f.schedule_commands()
     from tiramisu_py.driver import tune_space
     assert ({"stream": False}, tune_space.SWITCH_COST["stream"]) in \
         tune_space.candidates(_scaled(), target)
@@ -170,3 +174,15 @@ def test_a_stencil_output_from_an_offset_domain_is_streamed(small_llc):
     assert "f.computations['out'].store_nontemporal()" in [str(s) for s in f.auto_schedule()]
     A = np.random.default_rng(4).standard_normal((130, 200)).astype(np.float32)
     np.testing.assert_array_equal(f.compile()(A=A), stencil().compile()(A=A))
+
+
+def test_a_users_candidate_that_streams_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIRAMISU_PY_CACHE", str(tmp_path / "cache"))
+
+    def streamed(g):
+        out = g.computations["out"]
+        out.vectorize("j", 16)
+        out.store_nontemporal()
+    r = tune.tune(_scaled(n=16, m=64), space=[streamed], budget=5, repeats=1, progress=False,
+                  dry_run=True, target="c")
+    assert "f.computations['out'].store_nontemporal()" in [str(s) for s in r["candidate"]]

@@ -71,7 +71,7 @@ FINALISTS = 4              # the search's fastest, timed again in turns
 FINAL_ROUNDS = 3
 VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse", "cache_at",
                    "parallelize", "vectorize", "unroll", "after", "tile_band",
-                   "accumulate_locally", "collapse", "store_in"})
+                   "accumulate_locally", "collapse", "store_in", "store_nontemporal"})
 RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
 
 
@@ -414,6 +414,8 @@ def _user_steps(g, commands):
             kw = {"allow_reassociation": True} if any(c.op == "allow_reassociation"
                                                       for c in cs) else {}
             out.append(Step(g, last.stmt, "accumulate_locally", last.args[0], **kw))
+        elif last.op == "nontemporal":
+            out.append(Step(g, last.stmt, "store_nontemporal"))
         elif len(cs) == 1 and last.op in VERBS:
             out.append(Step(g, last.stmt, last.op, *_command_args(g, last)))
         else:
