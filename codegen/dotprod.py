@@ -127,7 +127,8 @@ def _parts(st, j: str, k: str, kind: str, shapes: dict, consts: dict):
                     or _rows_of(lanes[0], size, j, k, shapes, consts)):
         return None
     zero = {k: ir.Const(0, "int64")}
-    return DotStore(st.array, st.index, _subst(pair[0], zero), _subst(lanes[0], zero))
+    return DotStore(st.array, st.index, ir.substitute(pair[0], zero),
+                    ir.substitute(lanes[0], zero))
 
 
 def _coefs(e, j: str, k: str):
@@ -157,9 +158,3 @@ def _rows_of(load, size: int, j: str, k: str, shapes: dict, consts: dict) -> boo
             any(ir.free_vars(i) & {j, k} for i in ix[:-2]):
         return False
     return _coefs(ix[-2], j, k) == (1, 0)
-
-
-def _subst(e, env: dict):
-    if isinstance(e, ir.Var) and e.name in env:
-        return env[e.name]
-    return ir.with_children(e, [_subst(c, env) for c in ir.expr_children(e)])

@@ -449,6 +449,16 @@ def with_children(e: Expr, kids) -> Expr:
     return e
 
 
+def substitute(e: Expr, env: dict) -> Expr:
+    """``e`` with each variable that ``env`` names replaced by its expression."""
+    if not env:
+        return e
+    if isinstance(e, Var):
+        return env.get(e.name, e)
+    kids = expr_children(e)
+    return with_children(e, (substitute(c, env) for c in kids)) if kids else e
+
+
 def stmt_children(s: Stmt) -> Sequence[Stmt]:
     if isinstance(s, (For, Let, Allocate)):
         return (s.body,)

@@ -235,15 +235,6 @@ def _independent(loop: ir.For) -> bool:
     return _disjoint(loop, spread=False)
 
 
-def _subst(e, m: dict):
-    if not m:
-        return e
-    if isinstance(e, ir.Var):
-        return m.get(e.name, e)
-    kids = ir.expr_children(e)
-    return ir.with_children(e, (_subst(c, m) for c in kids)) if kids else e
-
-
 def jam(loop: ir.For, r: int, attr: str = "register_block") -> ir.Stmt:
     """``loop`` advanced by ``r`` with its body's statements repeated for each of
     the ``r`` iterations where they stand, then the remaining ones one by one.
@@ -262,17 +253,17 @@ def jam(loop: ir.For, r: int, attr: str = "register_block") -> ir.Stmt:
             if (ir.free_vars(lo) | ir.free_vars(hi)) & dep:
                 if len(maps) != 1:
                     raise ValueError(f"register blocking: the bounds of {s.var} depend on {loop.var}")
-                lo, hi = _subst(lo, maps[0]), _subst(hi, maps[0])
+                lo, hi = ir.substitute(lo, maps[0]), ir.substitute(hi, maps[0])
             return ir.For(s.var, lo, hi, body(s.body, maps, ks, dep), kind=s.kind, step=s.step,
                           attrs=s.attrs)
         if isinstance(s, ir.If):
             if ir.free_vars(s.cond) & dep:
                 if len(maps) == 1:
-                    return ir.If(_subst(s.cond, maps[0]), body(s.then, maps, ks, dep),
+                    return ir.If(ir.substitute(s.cond, maps[0]), body(s.then, maps, ks, dep),
                                  None if s.else_ is None else body(s.else_, maps, ks, dep))
-                every = _subst(s.cond, maps[0])
+                every = ir.substitute(s.cond, maps[0])
                 for m in maps[1:]:
-                    every = ir.Binary("and", every, _subst(s.cond, m), "bool")
+                    every = ir.Binary("and", every, ir.substitute(s.cond, m), "bool")
                 return ir.If(every, body(s.then, maps, ks, dep),
                              ir.Block([body(s, [m], [k], dep) for m, k in zip(maps, ks)]))
             return ir.If(s.cond, body(s.then, maps, ks, dep),
@@ -284,11 +275,11 @@ def jam(loop: ir.For, r: int, attr: str = "register_block") -> ir.Stmt:
             new = [dict(m, **{s.name: ir.Var(n, s.value.dtype)}) for m, n in zip(maps, names)]
             inner = body(s.body, new, ks, dep | {s.name})
             for k in reversed(range(len(maps))):
-                inner = ir.Let(names[k], _subst(s.value, maps[k]), inner)
+                inner = ir.Let(names[k], ir.substitute(s.value, maps[k]), inner)
             return inner
         if isinstance(s, ir.Store):
-            return ir.Block([ir.store_like(s, s.array, tuple(_subst(i, m) for i in s.index),
-                                           _subst(s.value, m)) for m in maps])
+            return ir.Block([ir.store_like(s, s.array, tuple(ir.substitute(i, m) for i in s.index),
+                                           ir.substitute(s.value, m)) for m in maps])
         raise TypeError(f"register blocking: unexpected {type(s).__name__}")
 
     main_hi = ir.Binary("sub", loop.hi, ir.Const(r - 1, "int64"), "int64")

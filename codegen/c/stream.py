@@ -172,14 +172,6 @@ def stream_plan(loop: ir.For, consts: dict):
     return st, hi - lo
 
 
-def _at(e, var: str, value):
-    """``e`` with the variable ``var`` replaced by the expression ``value``."""
-    if isinstance(e, ir.Var) and e.name == var:
-        return value
-    kids = ir.expr_children(e)
-    return e if not kids else ir.with_children(e, (_at(k, var, value) for k in kids))
-
-
 def carriable(fn: ir.LoweredFunction) -> set:
     """The arrays whose streaming stores may be held in a run
     (``tp_stream_line``): 4- or 8-byte elements, never read in ``fn`` (a
@@ -302,7 +294,7 @@ class StreamMixin:
         st = loops.sole_stmt(s.body)
         name, _, line = self.streaming.pop(id(st))
         self.nstreamed += 1
-        first = f"&{self.access(st.array, tuple(_at(i, s.var, s.lo) for i in st.index))}"
+        first = f"&{self.access(st.array, tuple(ir.substitute(i, {s.var: s.lo}) for i in st.index))}"
         if line and st.array in self.runs:
             self.out(ind + 1, f"tp_stream_line({self.run_of(st)}, {first}, {name});")
         else:
@@ -319,13 +311,10 @@ class StreamMixin:
         Returns the arrays flushed (none need it again inside the loop)."""
         if not self.runs:
             return set()
-        plain = set()
         lines = {st.array for st in (line_store(x, self.fn.constants) for x in ir.walk_stmts(s))
                  if st is not None}
-        own = line_store(s, self.fn.constants)
-        for x in ir.walk_stmts(s.body):
-            if isinstance(x, ir.Store) and x.array in self.runs and x is not own:
-                plain.add(x.array)
+        plain = {x.array for x in ir.walk_stmts(s.body)
+                 if isinstance(x, ir.Store) and x.array in self.runs}
         arrays = sorted(plain - lines - self.flushed)
         for a in arrays:
             self.flush_runs(a, ind)
