@@ -327,7 +327,7 @@ class ParallelLowering:
         else:
             self.counted_loop(s.var, "%vs", "%ve", step,
                               lambda v: self.with_var(s.var, Val(v, "int64"), s.body))
-            self.stream_fence(s.body)                    # codegen.llvm.expr
+            self.stream_fence(s.body)                    # codegen.llvm.stream
         self.f.emit("ret void")
         self.m.funcs.append(self.f.text())
 

@@ -89,7 +89,7 @@ class Lowering(ParallelLowering, PromotionLowering, ReductionLowering, DotLoweri
             dims = [self._dim(d) for d in a.shape]
             self.arrays[a.name] = Arr(p, a.dtype, self.strides(dims), a.writable)
         self.stmt(isplit.split_invariant_loads(fn.body))   # codegen.isplit
-        self.stream_fence(fn.body)                         # codegen.llvm.expr
+        self.stream_fence(fn.body)                         # codegen.llvm.stream
         r = self.f.op(f"load i32, ptr {status}, align 4")
         self.f.emit(f"ret i32 {r}")
         self.m.funcs.insert(0, self.f.text())

@@ -128,21 +128,19 @@ class Storage:
             m = self.model.by_name[comp.name]
             accesses = [(x.name, a) for x in self.model.stmts for a in x.accesses
                         if a.buffer.name == buf.name]
-            writes = [a for n, a in accesses if n == comp.name and a.write]
-            loops = _own_loops(writes[0].index, m.vars, self.f.fixed) if len(writes) == 1 \
-                and len(accesses) == 1 else None
+            if len(accesses) != 1 or accesses[0][0] != comp.name or not accesses[0][1].write:
+                continue                    # (read, or written by another too)
+            loops = _own_loops(accesses[0][1].index, m.vars, self.f.fixed)
             if loops is None:
                 continue
             sizes = [_known(d, self.f.fixed) for d in buf.shape]
             if None in sizes \
                     or math.prod(sizes) * space.element_bytes(self.model, comp.name) <= cache_bytes:
                 continue
-            s = st[comp.name]
-            inner = s.loops[-1].name if s.loops else None
-            tag = s.tags.get(inner)
-            last = loops[-1]
+            inner = st[comp.name].loops[-1] if st[comp.name].loops else None
+            tag = st[comp.name].tags.get(inner.name) if inner else None
             if tag is None or tag.kind != "vector" \
-                    or not re.search(rf"\b{re.escape(last)}\b", s.loops[-1].expr):
+                    or not re.search(rf"\b{re.escape(loops[-1])}\b", inner.expr):
                 continue
             if self.knob("stream", True):
                 self.apply_checked([self.step(comp.name, "store_nontemporal")])

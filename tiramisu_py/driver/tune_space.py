@@ -111,11 +111,9 @@ def predicted(opts, used) -> float:
         cost *= _tile(opts["tile"], dims) / _tile(used["tile"], dims)
     if "time_tile" in opts:
         cost *= _time_tile(opts["time_tile"]) / _time_tile(used["time_tile"])
-    for name in ("jam", "sums"):
+    for name in ("jam", "sums", "row_vectors"):
         if name in opts:
             cost *= _chains(opts[name]) / _chains(used[name])
-    if "row_vectors" in opts:
-        cost *= _chains(opts["row_vectors"]) / _chains(used["row_vectors"])
     if "block_vectors" in opts:
         cost *= (1 + 2 / opts["block_vectors"]) / (1 + 2 / used["block_vectors"])
     for name, factor in SWITCH_COST.items():

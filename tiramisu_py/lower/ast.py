@@ -447,15 +447,14 @@ class AstLowering:
         call = n.user_get_expr()
         m = self.model.by_name[call.get_op_arg(0).get_id().get_name()]
         env = self.stmt_env(m, call, scope, n)
-        s = m.stmt
+        s, store = m.stmt, ir.Store
         if isinstance(s, Computation):
             buf, idx = resolve(Access(s, s.vars))
             value = cast(self.ex.expr(s.value, env, s.dtype), s.dtype)
             if self.gpu is not None and m.name in self.gpu.async_stmts:
                 return ir.AsyncCopy(buf.name, tuple(self.ex.index(i, env) for i in idx), value)
             if self.gpu is None and self.state[m.name].nontemporal:
-                return ir.StreamStore(buf.name, tuple(self.ex.index(i, env) for i in idx),
-                                      cast(value, buf.dtype))
+                store = ir.StreamStore
         else:
             buf, idx = resolve(Access(s.parent, s.lhs))
             dt = T.arith(s.parent.dtype)      # a 16-bit float accumulates in float32
@@ -463,7 +462,7 @@ class AstLowering:
             rhs = cast(self.ex.expr(s.value, env, dt), dt)
             value = ir.Binary(s.op, cast(old, dt), rhs, dt.name)
         value = cast(value, buf.dtype)
-        return ir.Store(buf.name, tuple(self.ex.index(i, env) for i in idx), value)
+        return store(buf.name, tuple(self.ex.index(i, env) for i in idx), value)
 
     # isl expressions -------------------------------------------------------------
     def aexpr(self, e, scope, at) -> ir.Expr:
