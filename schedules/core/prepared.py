@@ -181,15 +181,17 @@ def prepared(kind, sources, make, extra=(), slot=None):
 class Slot:
     """A call site's memory of its last lookup (``prepared(..., slot=)``):
     the entry found or made, and what identified its sources (data address,
-    shape, strides, dtype, version).  A lookup of sources identified alike
-    (read with seven attribute reads a source: a full probe takes twice as
-    many, and the key's making as much again) whose entry the cache still
-    holds compares their values with the copies as any lookup does, and
-    returns the value; anything else takes the whole lookup.  Kept only for
-    sources that are all plain contiguous CPU torch tensors with a version
-    (none owned, none an inference tensor, no sparse copy).  The entry is
-    referred to weakly: the cache alone keeps it (its bound, :func:`clear`)."""
-    __slots__ = ("key", "places", "marks", "entry", "spans")
+    shape, strides, dtype, version; an owned source's serial number).  A
+    lookup of sources identified alike (read with seven attribute reads a
+    source: a full probe takes twice as many, and the key's making as much
+    again) whose entry the cache still holds compares their values with the
+    copies as any lookup does (an owned source, still owned under the same
+    serial, is not compared, as no lookup compares it), and returns the
+    value; anything else takes the whole lookup.  Kept only for sources
+    that are all plain contiguous CPU torch tensors with a version (none an
+    inference tensor, no sparse copy).  The entry is referred to weakly:
+    the cache alone keeps it (its bound, :func:`clear`)."""
+    __slots__ = ("key", "places", "marks", "entry", "spans", "owners")
 
     def __init__(self):
         self.key = None
@@ -200,16 +202,16 @@ class Slot:
         if not _PLAIN:
             torch = _torch()
             _PLAIN = (torch.Tensor, torch.nn.Parameter) if torch is not None else ()
-        ok = not any(owned) and all(
-            p is None or (p.contiguous and not p.unversioned and c is not None
-                          and c.sparse is None and type(p.source) in _PLAIN)
-            for p, c in zip(probes, copies))
+        ok = all(p is None or (p.contiguous and not p.unversioned and (o or c is not None)
+                               and (c is None or c.sparse is None) and type(p.source) in _PLAIN)
+                 for p, c, o in zip(probes, copies, owned))
         self.key = key if ok else None
         if ok:      # (the entry by a weak reference: the cache alone keeps it alive)
             self.places, self.entry = places, weakref.ref(entry)
             self.marks = [None if p is None else p.ident for p in probes]
-            self.spans = [None if p is None else (c.address, p.nbytes)
-                          for p, c in zip(probes, copies)]
+            self.owners = list(owned)
+            self.spans = [None if p is None or o else (c.address, p.nbytes)
+                          for p, c, o in zip(probes, copies, owned)]
 
 
 class _Entry:
@@ -240,7 +242,7 @@ def _again(slot, sources):
         if slot.key is None or len(sources) != len(marks):
             return _MISS
         spans = []
-        for s, m, span in zip(sources, marks, slot.spans):
+        for s, m, span, serial in zip(sources, marks, slot.spans, slot.owners):
             if s is None or m is None:
                 if s is not m:
                     return _MISS
@@ -251,6 +253,11 @@ def _again(slot, sources):
                     return _MISS
             except (AttributeError, RuntimeError, TypeError):
                 return _MISS
+            if serial:      # (owned when remembered: found by identity while still owned so)
+                ref, now = _owned.get(m[:4], (None, None))
+                if now != serial or ref() is None:
+                    return _MISS
+                continue
             spans.append((m[0],) + span)
         _bury()
         entry = slot.entry()

@@ -50,6 +50,46 @@ def test_a_slot_finds_its_entry_again_and_never_stale():
     assert call(w, b)[1] == 0
 
 
+def test_a_slot_finds_owned_sources_by_identity_while_they_stay_owned():
+    """An owned source (:func:`~schedules.core.prepared.own`: a frozen
+    graph's parameter, the cache's own fold) is remembered by a slot and
+    found again by identity alone, as a whole lookup finds it (a ``.data``
+    write is not seen, as freezing documents); an in-place op (a new
+    version), another owner at the same place, and the owned array's death
+    are each a new lookup; a source not owned beside it is still compared."""
+    P.clear()
+    slot = P.Slot()
+    w, b = torch.randn(6, 4), torch.randn(6)
+    P.own(w)
+
+    def call(*sources):
+        before = P.PREPARATIONS["t_slot_owned"]
+        value = P.prepared("t_slot_owned", list(sources),
+                           lambda c: float(c[0].sum() + c[1].sum()), slot=slot)
+        return value, P.PREPARATIONS["t_slot_owned"] - before
+
+    expect = lambda: float(np.float32(w.numpy().sum() + b.numpy().sum()))
+    first = call(w, b)
+    assert first[1] == 1 and slot.key is not None and slot.owners[0] and not slot.owners[1]
+    assert call(w, b) == (first[0], 0)
+    w.data.mul_(2.0)                        # owned: found by identity, as any lookup finds it
+    assert call(w, b) == (first[0], 0)
+    b.data.add_(1.0)                        # not owned: compared, the write seen
+    assert call(w, b) == (expect(), 1)
+    with torch.no_grad():
+        w.add_(1.0)                         # a new version of the owned source
+    assert call(w, b) == (expect(), 1)
+    assert call(w, b)[1] == 0
+    P.own(w)                                # owned again: another serial, another entry
+    assert call(w, b) == (expect(), 1)
+    assert call(w, b)[1] == 0
+    del w
+    import gc
+    gc.collect()
+    w = torch.randn(6, 4)                   # (may take the dead one's place): not found by it
+    assert call(w, b) == (expect(), 1)
+
+
 def test_a_slot_is_not_kept_for_sources_it_cannot_identify():
     """NumPy sources (no version) and inference tensors (none either) are
     looked up whole through a slot: it remembers nothing."""
