@@ -62,7 +62,13 @@ def _balanced(extent, limit, multiple):
     return min(limit, _round_up(-(-extent // tiles), multiple))
 
 
-def default_params(n, m, k, machine=None, itemsize=4, batch=None) -> GemmParams:
+# a product with B given transposed and at most this many rows of A takes a register block of
+# 8 rows x 2 vectors on a host of 32 vector registers (see default_params)
+FEW_ROWS = 128
+
+
+def default_params(n, m, k, machine=None, itemsize=4, batch=None,
+                   b_transposed=False) -> GemmParams:
     """Tile sizes for an ``n x k`` by ``k x m`` product on this machine.
 
     The register block's MR x NR accumulators take about 3/4 of the SIMD
@@ -83,7 +89,16 @@ def default_params(n, m, k, machine=None, itemsize=4, batch=None) -> GemmParams:
     loop and no barrier a call (a barrier a product, 512 for 256 small ones,
     made a busy machine's descheduled thread cost each of them a scheduler
     slice).  ``itemsize``: bytes of an element (4: float32, 8: float64; the
-    lanes and the cache budgets follow it)."""
+    lanes and the cache budgets follow it).
+
+    With B given transposed (``b_transposed``: ``nn.Linear``'s weight as
+    stored) and at most :data:`FEW_ROWS` rows of A, the register block is 8
+    rows by 2 vectors (float32, hosts of 32 vector registers): its packing of B
+    reads NR rows of B^T at once, and with few rows of A to amortise it,
+    6 rows by 4 vectors measured 1.0-1.6x slower on 25 shapes of 24 to 128
+    rows (64 x 8000 x 256, a seq2seq's output layer at batch 2: 1.19x;
+    64 x 4096 x 512: 1.43x), never faster; with B as it is the two blocks
+    measured alike (0.95-1.12x), so it keeps 6 by 4."""
     h = machine or host()
     # an empty product (a zero extent) is tiled as a 1 x 1 x 1 one: its loops
     # run no iteration, the tiles only need to be valid
@@ -93,8 +108,11 @@ def default_params(n, m, k, machine=None, itemsize=4, batch=None) -> GemmParams:
     # take 3/4 of the registers (6 x 64 on AVX-512 measured ~7% faster than
     # 8 x 32: 4 loads and 6 broadcasts per 24 FMAs instead of 2 and 8 per 16)
     vectors = 4 if h.vector_registers >= 32 else 2
-    nr = vectors * lanes
     mr = max(2, min(8, h.vector_registers * 3 // 4 // vectors))
+    if b_transposed and n <= FEW_ROWS and h.vector_registers >= 32 and batch is None \
+            and itemsize == 4:
+        vectors, mr = 2, 8
+    nr = vectors * lanes
     nr = min(nr, _round_up(m, lanes))
     kc = _balanced(k, max(64, h.l1d * 3 // 8 // (itemsize * mr)), 8) if k > 64 else k
     nc_limit = max(nr, h.l2 // 4 // (itemsize * kc))
@@ -247,7 +265,8 @@ def function(n, m, k, batch=None, params: GemmParams | None = None, dtype=tp.flo
     """``C = A @ B`` (``batch``: batched; ``dtype``: float32 or float64;
     ``b_transposed``: B passed as its ``M x K`` transpose) with the BLIS
     schedule; change it or compile it (``.compile(target="llvm")``)."""
-    p = params or default_params(n, m, k, itemsize=dtype.bits // 8, batch=batch)
+    p = params or default_params(n, m, k, itemsize=dtype.bits // 8, batch=batch,
+                                 b_transposed=b_transposed)
     if p.parallel == "b" and batch is None:
         raise ValueError("gemm: parallel='b' runs a batch's products in parallel; this GEMM "
                          "has no batch")

@@ -29,7 +29,8 @@ class Blis(Solver):
 
     def params(self, p):
         return {"params": p.params or default_params(p.n, p.m, p.k, batch=p.batch,
-                                                     itemsize=DTYPES[p.dtype].bits // 8)}
+                                                     itemsize=DTYPES[p.dtype].bits // 8,
+                                                     b_transposed=p.trans_b)}
 
     def space(self, p):
         """The register block (``mr`` rows unrolled x ``nr`` columns, whole

@@ -56,7 +56,8 @@ def _gemm(a, b, target, transposed=False):
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     n, k = a.shape
     m = b.shape[0] if transposed else b.shape[1]
-    return gemm_kernel(n, m, k, default_params(n, m, k), target, b_transposed=transposed)(a, b)
+    return gemm_kernel(n, m, k, default_params(n, m, k, b_transposed=transposed), target,
+                       b_transposed=transposed)(a, b)
 
 
 def _layer_backward_float32(cell, T, B, K, H, args, target):

@@ -83,6 +83,31 @@ def test_params_follow_the_host():
     assert s.mc <= 16 and s.nc <= 32 and s.kc == 30 and s.parallel == "ic"
 
 
+def test_few_rows_of_a_transposed_b_take_eight_rows_by_two_vectors():
+    """With B given transposed (a linear layer's weight) and few rows of A,
+    the register block is 8 x 2 vectors on a host of 32 registers (float32);
+    with B as it is, many rows, float64 or 16 registers it is as before."""
+    avx512 = Host(vector_bits=512, vector_registers=32, l1d=48 << 10, l2=1 << 20,
+                  l3=32 << 20, cores=2)
+    avx2 = Host(vector_bits=256, vector_registers=16, l1d=32 << 10, l2=256 << 10,
+                l3=8 << 20, cores=4)
+    few = G.default_params(64, 8000, 256, avx512, b_transposed=True)
+    assert (few.mr, few.nr, few.vector) == (8, 32, 16)
+    assert few.mc % few.mr == 0 and few.nc % few.nr == 0 and few.mc >= 64
+    for kw in ({}, {"itemsize": 8, "b_transposed": True}):
+        assert G.default_params(64, 8000, 256, avx512, **kw).mr == 6
+    assert G.default_params(G.FEW_ROWS + 1, 8000, 256, avx512, b_transposed=True).mr == 6
+    assert G.default_params(64, 8000, 256, avx2, b_transposed=True) == \
+        G.default_params(64, 8000, 256, avx2)
+    # a linear layer's product at such a block: the values of the 6 x 4-vector block, bit for bit
+    a, w = rand(72, 200), rand(300, 200)
+    ours = G.kernel(72, 300, 200, G.default_params(72, 300, 200, b_transposed=True), "llvm",
+                    b_transposed=True)(a, w)
+    old = G.kernel(72, 300, 200, G.default_params(72, 300, 200), "llvm", b_transposed=True)(a, w)
+    np.testing.assert_array_equal(ours, old)
+    np.testing.assert_allclose(ours, a @ w.T, rtol=1e-4, atol=1e-4)
+
+
 def test_function_is_the_schedule_users_can_change():
     f = schedules.gemm_function(40, 48, 32, params=G.GemmParams(8, 16, 16, 16, 48, 16,
                                                                 micro="jr", pack_a=True))
