@@ -264,7 +264,7 @@ def _again(slot, sources):
         if entry is None or _entries.get(slot.key) is not entry:
             slot.key = None
             return _MISS
-        if not _equal_spans(spans):       # (the copies' addresses: alive while the entry is)
+        if spans and not _equal_spans(spans):     # (the copies' addresses: alive while the entry is)
             return _MISS
         _entries.move_to_end(slot.key)
         _changes.pop(slot.places, None)
