@@ -100,6 +100,17 @@ class GemmProblem:
         return p, (a, b.T if trans_b else b)
 
 
+def cpu_operands(a, b, dtype, trans_b):
+    """The operands :meth:`GemmProblem.from_call` returns for a CPU
+    ``"gemm"`` of ``dtype`` whose layouts it accepted (``trans_b``: its
+    choice for ``b``, by layout alone): each C-contiguous (a copy where it
+    is not), ``b`` as its ``M x K`` transpose, read as stored, where
+    ``trans_b`` -- the call memo's plan of a call whose parse converted
+    its operands (:func:`schedules.api.gemm`) converts them so again."""
+    return (A.typed_array(a, "a", 2, (dtype,)),
+            A.typed_array(b.T if trans_b else b, "b", 2, (dtype,)))
+
+
 def _refuse(cond, message):
     if not cond:
         raise ValueError(message())

@@ -11,7 +11,7 @@ import pytest
 
 import schedules
 from schedules.core import call_memo
-from schedules.problems.gemm import GemmProblem
+from schedules.problems.gemm import GemmProblem, cpu_operands
 from tiramisu_py import tuning
 
 RNG = np.random.default_rng(7)
@@ -66,9 +66,47 @@ def test_another_layout_dtype_or_argument_parses_again(parses):
     p = schedules.GemmParams(mr=4, nr=16, kc=24, mc=16, nc=32, vector=16)
     np.testing.assert_allclose(schedules.gemm(a, b, params=p), a @ b, rtol=1e-4, atol=1e-4)
     assert parses[0] == 4
-    bt = np.ascontiguousarray(b.T).T              # b as nn.Linear's weight.t(): a view, parsed
-    schedules.gemm(a, bt), schedules.gemm(a, bt)
-    assert parses[0] == 6
+    # b as nn.Linear's weight.t(): bf's layout (a Fortran array is C's transpose), whose
+    # plan converts it as the parse did (read as stored): no parse
+    bt = np.ascontiguousarray(b.T).T
+    np.testing.assert_allclose(schedules.gemm(a, bt), a @ b, rtol=1e-4, atol=1e-4)
+    assert parses[0] == 4
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_a_call_whose_parse_converts_its_operands_is_memoised_with_the_same_conversions(
+        parses, kind):
+    """Operands the parse converts by their layout alone (a transposed view
+    of A copied C-contiguous, B given as ``weight.t()`` read as stored, both
+    at once) parse once; later calls of those layouts convert them so again
+    (:func:`schedules.problems.gemm.cpu_operands`, what the parse returns:
+    the same data, shapes and strides) and give the full path's bits."""
+    torch = pytest.importorskip("torch") if kind == "torch" else None
+    wrap = (lambda x: torch.from_numpy(x)) if torch else (lambda x: x)
+    for n, k, m in ((5, 7, 9), (40, 33, 70)):
+        layouts = {"b.t()": lambda a, b: (a, wrap(np.ascontiguousarray(b.T)).T),
+                   "a.t()": lambda a, b: (wrap(np.ascontiguousarray(a.T)).T, b),
+                   "both": lambda a, b: (wrap(np.ascontiguousarray(a.T)).T,
+                                         wrap(np.ascontiguousarray(b.T)).T)}
+        for name, make in layouts.items():
+            before = parses[0]
+            results = []
+            for _ in range(3):
+                a, b = mats(n, k, m)
+                a, b = make(wrap(a), wrap(b))
+                results.append((schedules.gemm(a, b), a, b))
+            assert parses[0] == before + 1, name
+            p, args = GemmProblem.from_call("gemm", a, b, None, None)
+            assert p.trans_b == (name != "a.t()")
+            for got, want in zip(cpu_operands(a, b, p.dtype, p.trans_b), args):
+                assert type(got) is type(want) and got.shape == want.shape
+                assert (got.strides, got.dtype) == (want.strides, want.dtype) if torch is None \
+                    else (got.stride(), got.dtype) == (want.stride(), want.dtype)
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+            for out, a, b in results:
+                call_memo._PLANS.clear()
+                full = schedules.gemm(a, b)
+                np.testing.assert_array_equal(np.asarray(out), np.asarray(full))
 
 
 def test_the_environment_and_the_tuning_store_are_part_of_the_key(parses, monkeypatch, tmp_path):
