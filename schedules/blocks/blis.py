@@ -98,7 +98,9 @@ def default_params(n, m, k, machine=None, itemsize=4, batch=None,
     6 rows by 4 vectors measured 1.0-1.6x slower on 25 shapes of 24 to 128
     rows (64 x 8000 x 256, a seq2seq's output layer at batch 2: 1.19x;
     64 x 4096 x 512: 1.43x), never faster; with B as it is the two blocks
-    measured alike (0.95-1.12x), so it keeps 6 by 4."""
+    measured alike (0.95-1.12x), so it keeps 6 by 4.  KC is the default
+    block's (what was measured): the same sums in the same order, so the
+    same bits as the 6 by 4 block and as B passed untransposed."""
     h = machine or host()
     # an empty product (a zero extent) is tiled as a 1 x 1 x 1 one: its loops
     # run no iteration, the tiles only need to be valid
@@ -109,12 +111,14 @@ def default_params(n, m, k, machine=None, itemsize=4, batch=None,
     # 8 x 32: 4 loads and 6 broadcasts per 24 FMAs instead of 2 and 8 per 16)
     vectors = 4 if h.vector_registers >= 32 else 2
     mr = max(2, min(8, h.vector_registers * 3 // 4 // vectors))
+    kc = _balanced(k, max(64, h.l1d * 3 // 8 // (itemsize * mr)), 8) if k > 64 else k
     if b_transposed and n <= FEW_ROWS and h.vector_registers >= 32 and batch is None \
             and itemsize == 4:
+        # (KC stays the default block's: each C element's sums in the same order, the bits
+        # of a product the same whichever block runs it, B given transposed or not)
         vectors, mr = 2, 8
     nr = vectors * lanes
     nr = min(nr, _round_up(m, lanes))
-    kc = _balanced(k, max(64, h.l1d * 3 // 8 // (itemsize * mr)), 8) if k > 64 else k
     nc_limit = max(nr, h.l2 // 4 // (itemsize * kc))
     if batch and h.cores > 1 and batch >= h.cores and (batch % h.cores == 0
                                                        or batch >= 4 * h.cores):

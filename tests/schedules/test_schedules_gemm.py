@@ -99,13 +99,22 @@ def test_few_rows_of_a_transposed_b_take_eight_rows_by_two_vectors():
     assert G.default_params(G.FEW_ROWS + 1, 8000, 256, avx512, b_transposed=True).mr == 6
     assert G.default_params(64, 8000, 256, avx2, b_transposed=True) == \
         G.default_params(64, 8000, 256, avx2)
-    # a linear layer's product at such a block: the values of the 6 x 4-vector block, bit for bit
-    a, w = rand(72, 200), rand(300, 200)
-    ours = G.kernel(72, 300, 200, G.default_params(72, 300, 200, b_transposed=True), "llvm",
-                    b_transposed=True)(a, w)
-    old = G.kernel(72, 300, 200, G.default_params(72, 300, 200), "llvm", b_transposed=True)(a, w)
-    np.testing.assert_array_equal(ours, old)
-    np.testing.assert_allclose(ours, a @ w.T, rtol=1e-4, atol=1e-4)
+    assert few.kc == G.default_params(64, 8000, 256, avx512).kc
+    for k in (1000, 385, 640):                  # (the depth's blocks as the default block's)
+        assert G.default_params(40, 96, k, avx512, b_transposed=True).kc == \
+            G.default_params(40, 96, k, avx512).kc
+    # a linear layer's product at such a block: the bits of the 6 x 4-vector block, and of B
+    # passed untransposed, here too where K spans several blocks of depth (KC < K)
+    for n, m, k in ((72, 300, 200), (9, 17, 385), (64, 96, 512), (20, 48, 1000)):
+        a, w = rand(n, k), rand(m, k)
+        ours = G.kernel(n, m, k, G.default_params(n, m, k, b_transposed=True), "llvm",
+                        b_transposed=True)(a, w)
+        old = G.kernel(n, m, k, G.default_params(n, m, k), "llvm", b_transposed=True)(a, w)
+        np.testing.assert_array_equal(ours, old)
+        if n > 16:          # (BLIS either way; up to 16 rows B^T runs rows_t, numerics of its own)
+            np.testing.assert_array_equal(schedules.gemm(a, w.T),
+                                          schedules.gemm(a, np.ascontiguousarray(w.T)))
+        np.testing.assert_allclose(ours, a @ w.T, rtol=1e-4, atol=1e-4)
 
 
 def test_function_is_the_schedule_users_can_change():
