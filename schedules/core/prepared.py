@@ -53,6 +53,8 @@ entries made from it are found by identity alone, with no copy kept and no
 comparison (the values it was made from are compared once, where it is
 made).  A registered array that dies frees its address for others: it is
 then an ordinary source again, and the entries made from it are dropped.
+So is the old place of a registered tensor whose storage moves (``set_``,
+``param.data = ...``): what lies there next is not it, and is compared.
 An inference tensor is never registered nor found by identity alone (no
 version would see its in-place writes): it is always compared.
 
@@ -255,7 +257,7 @@ def _again(slot, sources):
                 return _MISS
             if serial:      # (owned when remembered: found by identity while still owned so)
                 ref, now = _owned.get(m[:4], (None, None))
-                if now != serial or ref() is None:
+                if now != serial or not _still_at(ref(), m[:4]):
                     return _MISS
                 continue
             spans.append((m[0],) + span)
@@ -349,7 +351,22 @@ def _bury():
 def _owner(probe):
     """The serial number of the live owned array at ``probe``'s place, or None."""
     ref, serial = _owned.get(probe.place, (None, None))
-    return serial if ref is not None and ref() is not None else None
+    return serial if ref is not None and _still_at(ref(), probe.place) else None
+
+
+def _still_at(owned, place):
+    """Whether the owned array ``owned`` (None: dead) still holds ``place``:
+    a tensor's storage can move (``set_``, ``param.data = ...``), leaving
+    its old place to whatever is allocated there next, which is not it."""
+    if owned is None:
+        return False
+    if isinstance(owned, np.ndarray):           # (an array's buffer never moves)
+        return True
+    try:
+        return owned.data_ptr() == place[0] and owned.shape == place[1] \
+            and owned.stride() == place[2] and owned.dtype == place[3]
+    except (AttributeError, RuntimeError, TypeError):
+        return False
 
 
 def clear():

@@ -90,6 +90,32 @@ def test_a_slot_finds_owned_sources_by_identity_while_they_stay_owned():
     assert call(w, b) == (expect(), 1)
 
 
+@pytest.mark.parametrize("with_slot", [False, True])
+def test_an_owned_tensor_whose_storage_moved_owns_its_old_place_no_more(with_slot):
+    """An owned tensor whose storage moves (``set_``; ``param.data = ...``
+    likewise) leaves its old place to another tensor, found there as an
+    ordinary source (compared), not by identity as the owned one was: here
+    a tensor over the same memory, in the same version, whose values were
+    then written through NumPy (no version bump) -- the value is made anew,
+    with or without a slot (the old place had stayed owned while the
+    tensor lived: the other tensor got the owned one's value)."""
+    P.clear()
+    slot = P.Slot() if with_slot else None
+    make = lambda arrays: float(np.asarray(arrays[0]).sum())
+    storage = torch.ones(1024).untyped_storage()
+    t = torch.empty(0).set_(storage, 0, (1024,), (1,))
+    P.own(t)
+    version = t._version
+    assert P.prepared("t_moved", [t], make, slot=slot) == 1024.0
+    assert P.prepared("t_moved", [t], make, slot=slot) == 1024.0       # (found by identity)
+    t.set_(torch.zeros(1024))                                          # its storage moves
+    other = torch.empty(0).set_(storage, 0, (1024,), (1,))             # at t's old place
+    assert other._version == version and other.data_ptr() != t.data_ptr()
+    other.numpy()[:] = 5.0                                             # (no version bump)
+    assert P.prepared("t_moved", [other], make, slot=slot) == 5120.0
+    assert P.prepared("t_moved", [t], make, slot=slot) == 0.0
+
+
 def test_a_slot_is_not_kept_for_sources_it_cannot_identify():
     """NumPy sources (no version) and inference tensors (none either) are
     looked up whole through a slot: it remembers nothing."""
