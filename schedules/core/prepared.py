@@ -140,7 +140,7 @@ def prepared(kind, sources, make, extra=(), slot=None):
         return make(list(sources))
     # an owned source's serial number is part of its identity: another array
     # owned later at the same address is another source
-    owned = [None if p is None or p.unversioned else _owner(p) for p in probes]
+    owned = [None if p is None or p.unversioned else _owner(p.place) for p in probes]
     key = (kind, extra, tuple(None if p is None else p.ident + (o,) if o else p.ident
                               for p, o in zip(probes, owned)))
     places = (kind, extra, tuple(None if p is None else p.place for p in probes))
@@ -256,8 +256,7 @@ def _again(slot, sources):
             except (AttributeError, RuntimeError, TypeError):
                 return _MISS
             if serial:      # (owned when remembered: found by identity while still owned so)
-                ref, now = _owned.get(m[:4], (None, None))
-                if now != serial or not _still_at(ref(), m[:4]):
+                if _owner(m[:4]) != serial:
                     return _MISS
                 continue
             spans.append((m[0],) + span)
@@ -348,10 +347,10 @@ def _bury():
             _entries.pop(key, None)
 
 
-def _owner(probe):
-    """The serial number of the live owned array at ``probe``'s place, or None."""
-    ref, serial = _owned.get(probe.place, (None, None))
-    return serial if ref is not None and _still_at(ref(), probe.place) else None
+def _owner(place):
+    """The serial number of the live owned array at ``place``, or None."""
+    ref, serial = _owned.get(place, (None, None))
+    return serial if ref is not None and _still_at(ref(), place) else None
 
 
 def _still_at(owned, place):
