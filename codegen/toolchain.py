@@ -37,20 +37,8 @@ from . import cache
 COMPILER_INVOCATIONS = 0          # subprocess compiler runs in this process (probe or build)
 
 BASE_FLAGS = ("-O3", "-std=gnu99", "-fPIC", "-shared", "-fno-math-errno", "-fno-trapping-math", "-fwrapv")
-# gcc tuned for AMD Zen (``-march=native`` there: znver1-5) and some Intel
-# cores leaves a multiply and an add unfused where the add is a loop-carried
-# accumulation (``avoid_fma_chains``): the same ``c = c + a * b`` then rounds
-# once or twice depending on how the loop was scheduled (found on Zen 3: the
-# unscheduled GEMM's sums came out differently from its register-blocked
-# schedule's, which stayed fused).  Contraction has to be a property of the
-# program, not of the loop order (both backends fuse wherever a multiply feeds
-# an add), so the heuristic is turned off; gcc 12 knows the 128/256-bit
-# names, later versions the 512-bit one too (when both are accepted, the last,
-# complete, one is in force)
-FMA_CHAIN_FLAGS = ("-mtune-ctrl=^avoid_fma_chains,^avoid_fma256_chains",
-                   "-mtune-ctrl=^avoid_fma_chains,^avoid_fma256_chains,^avoid_fma512_chains")
 OPTIONAL_FLAGS = ("-march=native", "-fopenmp", "-mprefer-vector-width=512",
-                  "-Werror=implicit-function-declaration") + FMA_CHAIN_FLAGS
+                  "-Werror=implicit-function-declaration")
 # flags added only where a probe shows the compiler miscompiles without them:
 # gcc 12.2 at -O3 with AVX2/AVX-512 vectorises a guarded copy (a padded
 # input's ``cond ? data[iy - 1][ix] : 0``) wrongly after if-conversion (a
