@@ -190,18 +190,30 @@ def test_register_block_columns(backend, shape):
     """The strip loop j10 of the vector loop (j1 = 16*j10 + j11) is jammed too
     where the registers allow (AVX-512: 8 rows x 2 vectors): full tiles take
     the jammed version, partial tiles (j10 bound or vector epilogue) run the
-    copies one by one; the result matches NumPy either way."""
-    from codegen import loops
+    copies one by one; the result matches NumPy either way.  On AVX2 the block
+    of 4 rows x 2 ymm already holds its 8 accumulators: j10 stays unjammed
+    inside it (only the one-row remainder loop, 2 ymm a row, may jam it)."""
+    from codegen import ir, loops
+    from codegen.regblock import choose_rows, register_block
     N, K, M = shape
     f = _gemm(f"ov_rb_cols_{N}_{K}_{M}")
     kern = _run_gemm(f, N, K, M)
     text = f.explain(file=open("/dev/null", "w"))
+    blocked = register_block(kern.lowered).body
+    row_blocks = [s for s in ir.walk_stmts(blocked) if isinstance(s, ir.For)
+                  and s.attrs.get("register_block")]
+    cols_in_block = [s for b in row_blocks for s in ir.walk_stmts(b.body)
+                     if isinstance(s, ir.For) and s.attrs.get("register_block_columns")]
+    assert row_blocks
     if loops.host_lanes(32) >= 16:          # one zmm per row: room for two vectors
         assert "loop j10: unrolled by 2 and jammed into the widened vector loop" in text
+        assert [s.attrs["register_block_columns"] for s in cols_in_block] == [2]
         if backend == "c":
             assert "16 * (j10 + 1) + j11" in kern.source and "tp_acc16_0" in kern.source
     else:                                       # AVX2: 4 rows x 2 ymm already fill 8 registers
-        assert "loop j10" not in text
+        r = choose_rows(-(-16 // loops.host_lanes(32)), 16, 32)
+        assert f"loop i1: unrolled by {r} and jammed" in text
+        assert cols_in_block == []
 
 
 def _two_streams_ir(offset):

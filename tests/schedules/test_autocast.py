@@ -62,7 +62,14 @@ def test_recurrent_ops_follow_torchs_autocast_dtype(cell):
     weights = [p for layer in m.all_weights for p in layer]
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         y = getattr(OPS, cell)(x, weights, 2)[0]
-        ref = m(x)[0]
+        try:
+            ref = m(x)[0]
+        except RuntimeError as e:       # oneDNN's bfloat16 LSTM needs a CPU with bfloat16
+            if "could not create a primitive descriptor" not in str(e):
+                raise
+            assert y.dtype == torch.bfloat16
+            pytest.skip(f"torch's own bfloat16 {cell} (the reference) cannot run on this "
+                        f"CPU: {str(e).splitlines()[0]}")
     if cell == "lstm":
         close(y, ref, torch.bfloat16)
     else:           # torch's float32 GRU uses bfloat16 products inside; ours is float32

@@ -65,10 +65,11 @@ def test_which_kernels_pair_blocks():
     assert not conv_grad.out_pairs(ConvShape(2, 128, 56, 56, 128, 3, 3, 1, 1, 1, 32), 4)
 
 
-def test_where_the_blocked_kernel_applies():
+def test_where_the_blocked_kernel_applies(monkeypatch):
     """Enough pixels over the images (else a block sums too briefly), a
     group's Co a multiple of a vector (or of half of one, at least 8;
-    grouped, of a quarter, at least 4)."""
+    grouped, of a quarter, at least 4); a block of input channels' padded
+    images in half of L2 (pinned: 144 -> 24 at 56x56 makes 294 KiB blocks)."""
     assert conv_grad.blocked_applies(ConvShape(2, 64, 56, 56, 64, 3, 3, 1, 1))
     assert not conv_grad.blocked_applies(ConvShape(2, 512, 7, 7, 512, 3, 3, 1, 1))   # 98 px
     assert conv_grad.blocked_applies(ConvShape(16, 512, 7, 7, 512, 3, 3, 1, 1))
@@ -79,7 +80,11 @@ def test_where_the_blocked_kernel_applies():
     # a block of input channels whose padded images overflow half of L2
     assert conv_grad.channel_block(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0)) == 8
     assert not conv_grad.blocked_applies(ConvShape(2, 16, 112, 112, 96, 1, 1, 1, 0))
-    assert conv_grad.blocked_applies(ConvShape(2, 144, 56, 56, 24, 1, 1, 1, 0))
+    with monkeypatch.context() as mp:
+        mp.setenv("TIRAMISU_PY_HOST", "l2=1048576")      # half: 512 KiB
+        assert conv_grad.blocked_applies(ConvShape(2, 144, 56, 56, 24, 1, 1, 1, 0))
+        mp.setenv("TIRAMISU_PY_HOST", "l2=524288")       # half: 256 KiB (Zen 3)
+        assert not conv_grad.blocked_applies(ConvShape(2, 144, 56, 56, 24, 1, 1, 1, 0))
     # a pointwise conv's GEMMs where each of many blocks of output channels would
     # make a block of input images in fresh memory, or the weight is large
     assert not conv_grad.blocked_applies(ConvShape(2, 32, 56, 56, 192, 1, 1, 1, 0))

@@ -309,7 +309,11 @@ def test_records_of_another_host_are_not_used(store, monkeypatch):
     p, args, a, b = _gemm()
     tuned.save(blis, p, {"mr": 4}, KEPT, 1)
     assert tuned.recorded(blis, p) == {"mr": 4}
-    for pin in ("cores=7", "vector_registers=16,vector_bits=256"):
+    real = schedules.host()
+    other_isa = ("vector_registers=32,vector_bits=512" if real.vector_bits == 256
+                 else "vector_registers=16,vector_bits=256")      # not this host's ISA
+    other_cores = f"cores={real.cores + 5}"
+    for pin in (other_cores, other_isa):
         monkeypatch.setenv("TIRAMISU_PY_HOST", pin)
         assert tuned.recorded(blis, p) == {}, pin
         assert json.loads(tuned.record_key(blis, p))["host"] != \
