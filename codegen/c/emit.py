@@ -39,6 +39,7 @@ from .reduce import OPS, ReductionMixin, omp_op
 from .speculate import InteriorMixin, Speculation, speculated
 from .stream import StreamMixin, carriable
 from .transpose import TransposeMixin
+from .regtile import RegTileMixin
 from .widen import WidenMixin
 
 _STACK_LIMIT = 16384        # bytes: constant-size temporaries inside loops up to this go on the stack
@@ -57,7 +58,7 @@ def _safe_divisor(b) -> bool:
 
 
 # ------------------------------------------------------------------ printer
-class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixin,
+class CPrinter(WidenMixin, RegTileMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixin,
                ReductionMixin, InteriorMixin, StreamMixin):
     """Prints the statements of a (renamed: :func:`codegen.c.names.renamed`)
     loop IR function as C into :attr:`lines`, collecting the ``tp_*`` helpers
@@ -512,6 +513,15 @@ class CPrinter(WidenMixin, DotMixin, RegionsMixin, TransposeMixin, InvariantMixi
         dims = [ir.const_eval(d, self.fn.constants) for d in s.shape]
         nbytes = math.prod(dims) * ELSIZE[s.dtype] if None not in dims else None
         if self.loop_depth and nbytes is not None and 0 < nbytes <= _STACK_LIMIT:
+            n = self.named_tile(s, dims)
+            if n is not None:                           # codegen.c.regtile
+                self.declare_named_tile(s, dims, n, ind)
+                self.named = dict(self.named or {}, **{name: (dims, n)})
+                try:
+                    self.body(s.body, ind)
+                finally:
+                    del self.named[name]
+                return
             ext = "".join(f"[{d}]" for d in dims) if rank else "[1]"
             self.out(ind, f"{t} {name}{ext}{' = {0}' if s.zero_init else ''};")
             self.body(s.body, ind)

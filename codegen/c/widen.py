@@ -130,13 +130,15 @@ class WidenMixin:
         22 ms), and keeps its loop form fast.  True if printed."""
         consts = dict(self.fn.constants, **(self.known or {}))
         lo, hi = ir.const_eval(s.lo, consts), ir.const_eval(s.hi, consts)
+        named = self.touches_named(s)                   # codegen.c.regtile: checked already
         if self.wide is not None or lo is None or hi is None or int(s.step) != 1 \
                 or hi - lo not in (4, 8, 16, 32, 64) or not _plain(s) \
-                or not all(_register_tile(self.temps.get(st.array), consts) for st in _stores(s)):
+                or not (named or all(_register_tile(self.temps.get(st.array), consts)
+                                     for st in _stores(s))):
             return False
         w = hi - lo
         n = min(w, loops.host_lanes(_body_bits(s.body)))
-        if not 1 < self.copies * (w // n) <= target.vector_registers() // 2:
+        if not named and not 1 < self.copies * (w // n) <= target.vector_registers() // 2:
             return False                # not a block (one vector), or too large a one
         p, _ = vectorize.plan(s)
         if p is None:
@@ -196,6 +198,9 @@ class WidenMixin:
 
     def lane_load(self, e):
         wd = self.wide
+        named = self.named_register(e.array, e.index)
+        if named is not None:
+            return named
         if wd is None or not wd.promoted:
             return None
         var = wd.promoted.get((e.array, tuple(expr_key(i) for i in e.index)))
@@ -287,8 +292,11 @@ class WidenMixin:
         """The store of the current chunk."""
         wd = self.wide
         dt = self.array_dtype(s.array)
+        named = self.named_register(s.array, s.index)
         held = wd.promoted.get((s.array, tuple(expr_key(i) for i in s.index)))
-        if held is not None:
+        if named is not None:
+            self.out(ind, f"{named} = {self.as_vector(s.value, dt)};")
+        elif held is not None:
             self.out(ind, f"{held}_{wd.chunk} = {self.as_vector(s.value, dt)};")
         elif dt in FAST and self._contiguous(s.index) and s.value.dtype == dt:
             vt = self.vtype(dt)

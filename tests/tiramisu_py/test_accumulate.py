@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tiramisu_py as tp
+from codegen import loops
 from codegen import ir
 from codegen.accumulate import accumulate_locally
 
@@ -49,16 +50,18 @@ def test_generated_code_accumulates_in_a_tile():
     f, C = gemm()
     register_block(C)
     src = f.compile(target="c").source
-    assert "float C_local[4][16];" in src
-    # the full tile's 4 rows (unrolled): vector statements on the tile, one
-    # vector of 16 lanes each (codegen.c.widen's constant_vector_loop)
-    assert re.search(r"tp_vst_f32x\d+\(&C_local\[i1\]\[j1\], \(tp_vld_f32x\d+\(&C_local\[i1\]\[j1\]\) \+ ",
-                     src), src
-    assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + C_local[i1][j1];" in src
+    # the full tile's 4 rows (unrolled): named vector variables, 16 lanes a
+    # row (codegen.c.regtile), summed over k and added to C after it
+    regs = 4 * -(-16 // loops.host_lanes(32))
+    assert f"/* C_local[4][16]: {regs} registers, named (codegen.c.regtile) */" in src
+    sums = re.findall(r"(C_local__v\d+) = \(\1 \+ \(\(float\)\(A\[4 \* i0 \+ i1\]\[k\]\) \* tp_vld_f32x", src)
+    assert len(set(sums)) == regs, src
+    assert re.search(r"tp_vst_f32x\d+\(&C\[4 \* i0 \+ i1\]\[16 \* j0 \+ j1\], \(tp_vld_f32x\d+\("
+                     r"&C\[4 \* i0 \+ i1\]\[16 \* j0 \+ j1\]\) \+ C_local__v0\)\);", src), src
     # the partial tiles (clamped bounds, versioned apart) accumulate in tiles
     # of the full size too, over the clamped loops: C is never updated per k
     assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + A[" not in src
-    assert src.count("[4][16];") == 4
+    assert src.count("[4][16];") == 3
     assert "for (int64_t j1 = 0; j1 < tp_min_i64(15, M - 16 * j0 - 1) + 1; j1++) {\n" \
            "                C_local3[i1][j1] = -0.0f;" in src
 
