@@ -47,6 +47,17 @@ def _session_cache(tmp_path_factory):
         os.environ["TIRAMISU_PY_CACHE"] = old
 
 
+@pytest.fixture
+def uncontracted(monkeypatch):
+    """C builds without multiply-add contraction (``-ffp-contract=off``), for
+    tests that compare two schedules of one program bit for bit: gcc fuses
+    ``c + a * b`` in one loop form and not in another (its Zen tuning leaves
+    a loop-carried chain unfused, an in-order vectorised reduction is never
+    fused), so two orders of the same additions may round differently;
+    without contraction they may not."""
+    monkeypatch.setenv("TIRAMISU_PY_CFLAGS", "-ffp-contract=off")
+
+
 @pytest.fixture(params=["c", "llvm"])
 def backend(request, monkeypatch):
     """Runs a test once per CPU backend (the default target of compile())."""

@@ -11,9 +11,13 @@ on the way), the weights into ``[C/VB][Kh][Kw][VB]``, and each output tile
 back to NCHW, into a tile-sized buffer that stays in L2.
 
 Numerics: every output starts at its bias and adds the ``Kh x Kw`` products
-in the direct solver's order (ky, then kx), one by one: the same IEEE
-result as ``direct`` bit for bit, so "auto" times the two and keeps the
-faster (:func:`schedules.core.find.candidates`).
+in the direct solver's order (ky, then kx), one by one, each product fused
+into its add: the same IEEE result as ``direct`` wherever that fuses them
+too, so "auto" times the two and keeps the faster
+(:func:`schedules.core.find.candidates`).  Where ``direct`` runs a row's
+last columns as an in-order vectorised reduction (LLVM's: products in a
+vector, then added one by one, unfused; a 5-wide map on an 8-lane host),
+those outputs may differ from it in the last bit.
 """
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ def test_a_block_leaving_remainders_in_a_short_loop_is_not_a_candidate(pin, monk
         assert rows
 
 
-def test_register_block_options_set_the_block_and_stay_exact():
+def test_register_block_options_set_the_block_and_stay_exact(uncontracted):
     f = gemm(512)                   # tiled (its arrays exceed the L2): register-blocked
     steps = [str(s) for s in AutoScheduler(f, "c", None, {"mr": 4, "nv": 2}).run()]
     lanes = host.vector_bits() // 32
