@@ -119,3 +119,50 @@ def test_rows_in_flight_on_random_matrix_vector_products():
         np.testing.assert_allclose(np.asarray(f.compile("c")(A=A, x=x)), want, rtol=eps,
                                    atol=eps * np.abs(want).max(), err_msg=f"seed {seed}:\n{text}")
     assert seen == {0, 1}, seen                # both one vector of rows and several
+
+
+def test_panels_packed_for_random_products(uncontracted):
+    """``pack_panels`` on seeded random products ``C[i, j] += A[i, k] *
+    B[k, j]`` (sizes 72 to 200, B transposed or not, float32 or float64):
+    where it fires, the B tile read along the register block's columns is
+    copied per reduction tile; either way the auto-scheduled kernel adds in
+    the program's order (the unscheduled kernel's values bit for bit on C,
+    built without contraction; within rounding on LLVM), and its printed
+    steps replay to the same code.  The rule fires on some and not on others
+    (a row shorter than the column tile, a transposed B packed otherwise)."""
+    R = random.Random(11)
+    fired = skipped = 0
+    for seed in range(4):
+        dtype = R.choice([tp.float32, tp.float64])
+        n, m, kk = (R.randint(72, 200) for _ in range(3))
+        if seed == 1:
+            m = 48                                   # one column tile: no panel
+        trans = seed == 2
+
+        def build():
+            f = tp.Function(f"mm{seed}", params={"N": n, "M": m, "K": kk})
+            i, j, k = f.var("i", 0, "N"), f.var("j", 0, "M"), f.var("k", 0, "K")
+            A = f.input("A", ("N", "K"), dtype)
+            B = f.input("B", ("M", "K") if trans else ("K", "M"), dtype)
+            C = f.computation("C", [i, j], 0.0, dtype=dtype)
+            C[i, j] += A[i, k] * (B[j, k] if trans else B[k, j])
+            return f
+        rng = np.random.default_rng(seed)
+        args = {"A": rng.standard_normal((n, kk)).astype(dtype.name),
+                "B": rng.standard_normal((m, kk) if trans else (kk, m)).astype(dtype.name)}
+        want = np.asarray(build().compile("c")(**args))
+        f = build()
+        text = "\n".join(map(str, f.auto_schedule(target="c")))
+        panel = "name='C_update_B_panel'" in text
+        fired, skipped = fired + panel, skipped + (not panel)
+        if panel:
+            assert "f.computations['C_update_B_panel'].vectorize(" in text, text
+        k = f.compile("c")
+        np.testing.assert_array_equal(np.asarray(k(**args)), want, err_msg=f"seed {seed}:\n{text}")
+        g = build()
+        exec(text, {"f": g})
+        assert g.compile("c").source == k.source, f"seed {seed}"
+        eps = 1e-12 if dtype == tp.float64 else 1e-4
+        np.testing.assert_allclose(np.asarray(f.compile("llvm")(**args)), want, rtol=eps,
+                                   atol=eps * np.abs(want).max(), err_msg=f"seed {seed}")
+    assert fired and skipped, (fired, skipped)

@@ -53,10 +53,12 @@ makes a parallel loop: cholesky's columns, :mod:`.auto_nests`):
    output channel ``o``), sized from the host's vector registers and
    accumulated locally over the outermost reduction loop; an input
    read along the other index, syrk's ``A[j][k]``, first copied per column
-   tile into a ``[k][j]`` tile: ``pack_transposed``); a reduction
+   tile into a ``[k][j]`` tile: ``pack_transposed``; GEMM's ``B[k][j]``,
+   read along the columns, copied per reduction tile where four blocks of
+   rows or more share it: ``pack_panels``); a reduction
    accumulates over its innermost loop that leaves the element fixed in a
    local tile copied in and out (``accumulate_locally`` without
-   reassociation: bit for bit the program's order); the rows of a dot
+   reassociation: the program's order); the rows of a dot
    product (``x[i] += A[i][j] * y[j]``) run 8 at a time, unrolled inside
    ``j`` (:meth:`AutoScheduler.jam_rows`, before step 3).
 5. **Storage**: a temporary the group writes and reads in one iteration of
@@ -319,6 +321,7 @@ class AutoScheduler(Storage, PointLoops, Nests):
         each = not par and not tiled and len(names) > 1
         if tiled and not carried and block and self.register_block(lead, block):
             self.block_accumulate(lead, block)
+            self.pack_panels(lead, block)
             if self.opt["pad"]:
                 self.pad_guarded(lead, block)
             return
