@@ -27,7 +27,7 @@ from .auto_point_loops import l2_bytes
 from .auto_schedule import SIZES, SIZES_1D, AutoScheduler
 
 BLOCKS = ((6, 4), (4, 4), (8, 3), (5, 4), (7, 3), (12, 2), (14, 2), (3, 4), (8, 2), (4, 2),
-          (2, 4))
+          (2, 4), (6, 2), (5, 2), (3, 3))          # (the last three: blocks of 16 registers, AVX2)
 FMA_PORTS = LOAD_PORTS = 2          # a cycle, on the hosts we tune (Zen 4/5, recent Intel)
 FMA_LATENCY = 4                     # cycles
 LOAD_SHARE = 0.25                   # what a load a multiply-add costs beside the ports (the L1's
