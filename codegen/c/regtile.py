@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 
 from .. import ir, loops, target, vectorize
+from .widen import FAST, SUF, body_bits, plain_body
 
 
 
@@ -47,7 +48,6 @@ class RegTileMixin:
     def named_tile(self, alloc: ir.Allocate, dims) -> int | None:
         """The lanes of one register if ``alloc`` (its ``dims`` constant) can
         be held as named vector variables, else None."""
-        from .widen import FAST, _body_bits, _plain
         if self.wide is not None or alloc.dtype not in FAST or not dims or None in dims:
             return None
         n = loops.host_lanes(ir.ELSIZE[alloc.dtype] * 8)
@@ -77,9 +77,9 @@ class RegTileMixin:
             lo, hi = ir.const_eval(s.lo, consts), ir.const_eval(s.hi, consts)
             if s.kind != "vector" or s.attrs.get("reduction") or s.attrs.get("dot") \
                     or loops.nested(s.body) or int(s.step) != 1 or lo != 0 or hi != dims[-1] \
-                    or not _plain(s):
+                    or not plain_body(s):
                 return False
-            if min(hi, loops.host_lanes(_body_bits(s.body))) != n:
+            if min(hi, loops.host_lanes(body_bits(s.body))) != n:
                 return False
             return vectorize.plan(s)[0] is not None
 
@@ -108,7 +108,6 @@ class RegTileMixin:
         return n if visit(alloc.body, None, frozenset()) and found else None
 
     def declare_named_tile(self, alloc: ir.Allocate, dims, n: int, ind: int) -> None:
-        from .widen import SUF
         vt = f"tp_{SUF[alloc.dtype]}x{n}"
         self.helper(f"tp_vec_{SUF[alloc.dtype]}x{n}")
         count = math.prod(dims) // n

@@ -70,11 +70,11 @@ class WidenMixin:
 
     # ------------------------------------------------------------ entry
     def nested_vector_loop(self, s: ir.For, ind: int) -> None:
-        w = int(s.attrs.get("vector_width") or loops.host_lanes(_body_bits(s.body)))
+        w = int(s.attrs.get("vector_width") or loops.host_lanes(body_bits(s.body)))
         p, reason = (vectorize.plan(s) if int(s.step) == 1 else (None, f"step {s.step}"))
         if p is not None and w > 1:
             if self.wide is None:
-                n = loops.host_lanes(_body_bits(s.body))       # lanes of one register
+                n = loops.host_lanes(body_bits(s.body))       # lanes of one register
                 while w % n:
                     n //= 2
                 return self._widened(s, ind, w, n, p)
@@ -132,12 +132,12 @@ class WidenMixin:
         lo, hi = ir.const_eval(s.lo, consts), ir.const_eval(s.hi, consts)
         named = self.touches_named(s)                   # codegen.c.regtile: checked already
         if self.wide is not None or lo is None or hi is None or int(s.step) != 1 \
-                or hi - lo not in (4, 8, 16, 32, 64) or not _plain(s) \
+                or hi - lo not in (4, 8, 16, 32, 64) or not plain_body(s) \
                 or not (named or all(_register_tile(self.temps.get(st.array), consts)
                                      for st in _stores(s))):
             return False
         w = hi - lo
-        n = min(w, loops.host_lanes(_body_bits(s.body)))
+        n = min(w, loops.host_lanes(body_bits(s.body)))
         if not named and not 1 < self.copies * (w // n) <= target.vector_registers() // 2:
             return False                # not a block (one vector), or too large a one
         p, _ = vectorize.plan(s)
@@ -361,7 +361,7 @@ class _Held(ir.Var):
     """A register holding an accumulator (a vector variable) as a store's value."""
 
 
-def _body_bits(body) -> int:
+def body_bits(body) -> int:
     bits = 32
     for st in ir.walk_stmts(body):
         for e in ir.stmt_exprs(st):
@@ -371,7 +371,7 @@ def _body_bits(body) -> int:
     return bits
 
 
-def _plain(s: ir.For) -> bool:
+def plain_body(s: ir.For) -> bool:
     """The body of ``s``: stores (of FAST dtypes) whose values are ``+ - *``
     (``/`` of floats) over loads contiguous along ``s.var`` or not varying
     with it, and invariants: each widens to vector operators, none lane by
