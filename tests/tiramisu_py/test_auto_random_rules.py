@@ -166,3 +166,24 @@ def test_panels_packed_for_random_products(uncontracted):
         np.testing.assert_allclose(np.asarray(f.compile("llvm")(**args)), want, rtol=eps,
                                    atol=eps * np.abs(want).max(), err_msg=f"seed {seed}")
     assert fired and skipped, (fired, skipped)
+
+
+def test_a_short_row_is_tiled_whole_for_the_padded_copy(uncontracted):
+    """A register-blocked convolution whose rows (40 columns) fit in four of
+    its blocks' widths gets column tiles of the whole row, whatever the
+    host's lanes: a part of the row made its padded copy's index along the
+    columns a remainder (``% 18``) that no vector loads (Zen 3: 650 ms for
+    8x64x56x56); the result is the unscheduled kernel's."""
+    import re
+    from bench import peers_ours
+    s = {"N": 2, "CI": 16, "CO": 16, "H": 12, "W": 40}
+    f = peers_ours.build("conv2d", s)
+    text = "\n".join(map(str, f.auto_schedule(target="c")))
+    tile = re.search(r"update\.tile\('n', 'o', 'y', 'x', (\d+), (\d+), (\d+), (\d+)\)", text)
+    assert tile and int(tile.group(4)) >= 40, text
+    assert "cache_at('inp[" in text, text
+    rng = np.random.default_rng(3)
+    args = {"inp": rng.standard_normal((2, 16, 12, 40)).astype(np.float32),
+            "w": rng.standard_normal((16, 16, 3, 3)).astype(np.float32)}
+    want = np.asarray(peers_ours.build("conv2d", s).compile("c")(**args))
+    np.testing.assert_array_equal(np.asarray(f.compile("c")(**args)), want)
