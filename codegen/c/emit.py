@@ -36,10 +36,10 @@ from .dot import DotMixin
 from .omp_regions import RegionsMixin
 from .invariant import InvariantMixin
 from .reduce import OPS, ReductionMixin, omp_op
+from .regtile import RegTileMixin
 from .speculate import InteriorMixin, Speculation, speculated
 from .stream import StreamMixin, carriable
 from .transpose import TransposeMixin
-from .regtile import RegTileMixin
 from .widen import WidenMixin
 
 _STACK_LIMIT = 16384        # bytes: constant-size temporaries inside loops up to this go on the stack

@@ -39,7 +39,6 @@ from .. import ir, loops, target, vectorize
 from .widen import FAST, SUF, body_bits, plain_body
 
 
-
 class RegTileMixin:
     """Needs :class:`codegen.c.emit.CPrinter` and :class:`codegen.c.widen.WidenMixin`."""
 
@@ -54,14 +53,13 @@ class RegTileMixin:
         if n < 2 or dims[-1] % n or math.prod(dims) // n > target.vector_registers() * 3 // 4:
             return None             # a larger tile would spill anyway: the array, as before
         consts = dict(self.fn.constants)
-        found = []
+        found = [False]                         # an access seen
 
-        def unrolled_bounds(s):
+        def unrolled_in_source(s) -> bool:      # as CPrinter.unrolled prints it, copy by copy
             lo, hi = ir.const_eval(s.lo, consts), ir.const_eval(s.hi, consts)
             factor = s.attrs.get("unroll")
-            ok = lo is not None and hi is not None and hi - lo <= 64 and int(s.step) == 1 \
+            return lo is not None and hi is not None and hi - lo <= 64 and int(s.step) == 1 \
                 and (factor is None or factor == hi - lo)
-            return (lo, hi) if ok else None
 
         def index_ok(index, vloop, unrolled):
             if not (isinstance(index[-1], ir.Var) and index[-1].name == vloop.var):
@@ -92,7 +90,7 @@ class RegTileMixin:
                     if touches and not vector_loop_ok(s):
                         return False
                     return all(visit(x, s, unrolled) for x in ir.stmt_children(s))
-                if s.kind == "unrolled" and unrolled_bounds(s) is not None:
+                if s.kind == "unrolled" and unrolled_in_source(s):
                     inner = unrolled | {s.var}
                 else:
                     inner = unrolled - {s.var}
@@ -102,10 +100,10 @@ class RegTileMixin:
             accesses = _names(s, alloc.array)
             if accesses and (vloop is None or not all(index_ok(ix, vloop, unrolled) for ix in accesses)):
                 return False
-            found.extend(accesses)
+            found[0] = found[0] or bool(accesses)
             return all(visit(x, vloop, unrolled) for x in ir.stmt_children(s))
 
-        return n if visit(alloc.body, None, frozenset()) and found else None
+        return n if visit(alloc.body, None, frozenset()) and found[0] else None
 
     def declare_named_tile(self, alloc: ir.Allocate, dims, n: int, ind: int) -> None:
         vt = f"tp_{SUF[alloc.dtype]}x{n}"

@@ -266,7 +266,8 @@ class PointLoops:
         red, col, row = block["red"], block["col"], block["row"]
         loops = _names(self.state()[stmt])
         if not sizes or red is None or red + "0" not in loops or block["pack"] \
-                or sizes.get(row, 0) < 4 * block["mr"]:
+                or sizes.get(row, 0) < 4 * block["mr"] \
+                or block["width"] is None or block["width"] <= sizes[col]:
             return False
         texts, obj = [], statement(self.f, stmt)
         for a in (x for x in walk(obj.value) if isinstance(x, Access)):
@@ -274,8 +275,6 @@ class PointLoops:
             buf = self.f.buffers.get(a.target.name)
             if buf is not a.target or buf.kind != "input" or names[-2:] != [red, col] \
                     or repr(a) in texts:
-                continue
-            if block["width"] is None or block["width"] <= sizes[col]:
                 continue
             texts.append(repr(a))
         if not texts:

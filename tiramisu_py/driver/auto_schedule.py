@@ -443,7 +443,7 @@ class AutoScheduler(Storage, PointLoops, Nests):
             r, c = band.index(block["row"]), band.index(block["col"])
             out[r] = self.rows_tile(stmt, block, out[r])
             out[c] = max(width, out[c] - out[c] % width)
-            ext = block.get("width")
+            ext = block["width"]
             if ext is not None and out[c] < ext <= 4 * width:
                 # a short row whole (a conv's 56 columns in 4 blocks of 16): a
                 # part of it, its padded copy's halo makes the tile's index a
