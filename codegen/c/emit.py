@@ -453,17 +453,35 @@ class CPrinter(WidenMixin, RegTileMixin, DotMixin, RegionsMixin, TransposeMixin,
         if not isinstance(factor, int) or not 0 < factor <= 64:
             return False
         lo_s = self.expr(s.lo)
+        # a named register tile (codegen.c.regtile) indexed by this loop needs
+        # every copy's index known, the partial tile's too: its copies guarded
+        guarded = lo is not None and self.touches_named(s)
+        outer, copies = self.known or {}, self.copies
+        if guarded:
+            self.copies = copies * factor
         self.out(ind, f"if ({self.wrap(s.hi, P_REL + 1)} - ({lo_s}) == {factor}) {{")
         for v in range(factor):
             self.out(ind + 1, f"{{ /* {s.var} = {lo_s} + {v} */")
             self.out(ind + 2, f"const int64_t {s.var} = {lo_s} + {v};" if lo_s != "0"
                      else f"const int64_t {s.var} = {v};")
+            if guarded:
+                self.known = dict(outer, **{s.var: lo + v})
             self.body(s.body, ind + 2)
             self.out(ind + 1, "}")
         self.out(ind, "} else {")
-        plain = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=1)
-        self.loop(plain, ind + 1)
+        if guarded:                     # the tag's loop runs at most `factor` times
+            hi_s = self.wrap(s.hi, P_REL + 1)
+            for v in range(factor - 1):
+                self.out(ind + 1, f"if ({lo + v} < {hi_s}) {{ /* {s.var} = {lo + v} */")
+                self.out(ind + 2, f"const int64_t {s.var} = {lo + v};")
+                self.known = dict(outer, **{s.var: lo + v})
+                self.body(s.body, ind + 2)
+                self.out(ind + 1, "}")
+        else:
+            plain = ir.For(s.var, s.lo, s.hi, s.body, kind="serial", step=1)
+            self.loop(plain, ind + 1)
         self.out(ind, "}")
+        self.known, self.copies = outer, copies
         return True
 
     def reduction_clause(self, s: ir.For) -> tuple:

@@ -25,8 +25,10 @@ loop of constant length that :meth:`codegen.c.widen.WidenMixin.constant_vector_l
 prints (plain stores of ``+ - * /`` over contiguous or invariant loads), the
 last index that loop's variable, the register's lanes dividing the last
 dimension, and every other index a constant or the variable of a loop
-unrolled in the source (constant bounds, at most 64 iterations) between the
-declaration and the access; and the tile in 3/4 of the vector registers
+unrolled in the source between the declaration and the access (constant
+bounds, at most 64 iterations; or a constant start and an unroll factor of
+at most 64, whose partial tile :meth:`codegen.c.emit.CPrinter.unrolled` then
+prints as guarded copies, ``if (1 < n) { const int64_t x = 1; ... }``); and the tile in 3/4 of the vector registers
 (the auto-scheduler's block: 6 x 2 of 16, 6 x 4 of 32; the rest hold the
 other operand's vectors and the broadcast).  Otherwise the array is printed
 as before.
@@ -58,8 +60,11 @@ class RegTileMixin:
         def unrolled_in_source(s) -> bool:      # as CPrinter.unrolled prints it, copy by copy
             lo, hi = ir.const_eval(s.lo, consts), ir.const_eval(s.hi, consts)
             factor = s.attrs.get("unroll")
-            return lo is not None and hi is not None and hi - lo <= 64 and int(s.step) == 1 \
-                and (factor is None or factor == hi - lo)
+            if lo is None or int(s.step) != 1:
+                return False
+            if hi is None:                      # a tile's, full and partial: guarded copies
+                return isinstance(factor, int) and 0 < factor <= 64
+            return hi - lo <= 64 and (factor is None or factor == hi - lo)
 
         def index_ok(index, vloop, unrolled):
             if not (isinstance(index[-1], ir.Var) and index[-1].name == vloop.var):
@@ -117,7 +122,7 @@ class RegTileMixin:
             self.out(ind, f"{vt} {', '.join(names[k:k + 6])};")
 
     def touches_named(self, s: ir.For) -> bool:
-        """Whether vector loop ``s`` reads or writes a named tile."""
+        """Whether loop ``s`` reads or writes a named tile."""
         return bool(self.named) and any(_names(st, a) for st in ir.walk_stmts(s.body)
                                         for a in self.named)
 

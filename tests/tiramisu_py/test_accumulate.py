@@ -61,7 +61,11 @@ def test_generated_code_accumulates_in_a_tile():
     # the partial tiles (clamped bounds, versioned apart) accumulate in tiles
     # of the full size too, over the clamped loops: C is never updated per k
     assert "C[4 * i0 + i1][16 * j0 + j1] = C[4 * i0 + i1][16 * j0 + j1] + A[" not in src
-    assert src.count("[4][16];") == 3
+    # the partial rows' tile is named too (its copies guarded, each index
+    # known); the partial columns' tiles (a clamped vector loop) are arrays
+    assert src.count(f"[4][16]: {regs} registers, named (codegen.c.regtile) */") == 2
+    assert re.search(r"if \(1 < tp_min_i64\(3, N - 4 \* i0 - 1\) \+ 1\) \{ /\* i1 = 1 \*/", src), src
+    assert src.count("[4][16];") == 2
     assert "for (int64_t j1 = 0; j1 < tp_min_i64(15, M - 16 * j0 - 1) + 1; j1++) {\n" \
            "                C_local3[i1][j1] = -0.0f;" in src
 

@@ -461,7 +461,8 @@ def test_a_convolution_gets_a_register_block_of_output_channels(monkeypatch):
     ``y``, which the input reads with ``x``), 4 of them (half the vector
     registers for 4 vectors of columns: a reduction with loops outside the
     band), inside all three reduction loops, accumulated locally over
-    ``c`` (``ky, kx`` adding to the same registers); the result is right."""
+    ``c`` (``ky, kx`` adding to the same registers), the 3 taps of ``kx``
+    unrolled around it; the result is right."""
     from codegen import target
     monkeypatch.setattr(target, "cores", lambda: 2)
     monkeypatch.setattr(target, "vector_bits", lambda: 512)
@@ -472,7 +473,7 @@ def test_a_convolution_gets_a_register_block_of_output_channels(monkeypatch):
     block = [f"{upd}.split('o1', 4)",
              f"{upd}.reorder('o10', 'x10', 'c', 'ky', 'kx', 'o11', 'x110', 'x111')",
              f"{upd}.unroll('o11')", f"{upd}.unroll('x110')", f"{upd}.vectorize('x111', 8)",
-             f"{upd}.accumulate_locally('c')"]
+             f"{upd}.accumulate_locally('c')", f"{upd}.unroll('kx')"]
     assert text[-len(block):] == block, text
     rng = np.random.default_rng(1)
     inp, w = rng.standard_normal((2, 16, 32, 32)), rng.standard_normal((16, 16, 3, 3))
@@ -537,9 +538,9 @@ def test_zero_padding_is_copied_per_tile_and_the_block_loses_its_guard(monkeypat
     text = [str(s) for s in steps]
     upd, copy = "f.computations['out'].update", "f.computations['out_update_inp_padded']"
     assert f"{upd}.split('o1', 4)" in text
-    assert text[-2:] == [f"{upd}.cache_at('inp[n, c, ((y + ky) - 1), ((x + kx) - 1)]', 'x0', "
+    assert text[-3:] == [f"{upd}.cache_at('inp[n, c, ((y + ky) - 1), ((x + kx) - 1)]', 'x0', "
                          "name='out_update_inp_padded', tile=True)",
-                         f"{copy}.vectorize('out_update_inp_padded_3', 8)"], text
+                         f"{copy}.vectorize('out_update_inp_padded_3', 8)", f"{upd}.unroll('kx')"], text
     assert [int(d.value) for d in f.buffers["out_update_inp_padded_tile"].shape] == [2, 16, 10, 34]
     assert "select" not in repr(f.computations["out"].update.value)
     rng = np.random.default_rng(4)

@@ -26,6 +26,7 @@ VECTOR_SUMS = 4             # registers of partial sums of a reassociated reduct
 STENCIL_ROWS = 4            # rows of a stencil computed per vector strip (:meth:`stencil_rows`)
 ROW_VECTORS = 4             # vectors of rows a transposed dot product keeps in flight
                             # (:meth:`transposed_rows`; the copy's blocks: codegen.c.transpose)
+MAX_TAPS = 4                # a register block's innermost reduction loop unrolled up to this long
 
 
 class PointLoops:
@@ -192,6 +193,19 @@ class PointLoops:
             self.step(stmt, "unroll", r + "1"),
             self.step(stmt, "unroll", c + "10"),
             self.step(stmt, "vectorize", c + "11", lanes)])
+
+    def unroll_taps(self, stmt, block):
+        """A register block's innermost reduction loop unrolled when it is a
+        few taps outside the band (a convolution's ``kx``, 3 long): each tap
+        a copy of the block's multiply-adds in the source, so no compiler
+        runs a loop of 3 around them (gcc's complete peeling is off where it
+        miscompiles, :data:`codegen.toolchain.PEEL_FLAGS`)."""
+        if self.out_of_time() or not self.opt["unroll"]:
+            return
+        tap = self.red_points(stmt, block)[-1]
+        ext = extent_of(self.f, stmt, tap)
+        if tap in block["reds"] and ext is not None and 1 < ext <= MAX_TAPS:
+            self.attempt([self.step(stmt, "unroll", tap)])
 
     def pad_guarded(self, stmt, block):
         """Each input read of a register-blocked ``stmt`` guarded by its own

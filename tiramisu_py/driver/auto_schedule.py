@@ -324,6 +324,7 @@ class AutoScheduler(Storage, PointLoops, Nests):
             self.pack_panels(lead, block)
             if self.opt["pad"]:
                 self.pad_guarded(lead, block)
+            self.unroll_taps(lead, block)
             return
         for k, n in enumerate(names):
             # a skewed (time-tiled) point loop has unaligned bounds: strip-mining
