@@ -344,6 +344,37 @@ def test_dot_product_rows_run_jammed():
     assert f"{upd}.accumulate_locally('j')" in steps
 
 
+def test_float32_row_max_runs_in_the_lanes_on_c(monkeypatch):
+    """Softmax in float32 on an AVX2 host: its row max (``mx[i] = max(mx[i],
+    X[i][j])``) takes the rows in the lanes (8 rows a vector, ``X``'s 8 x 8
+    tile copied transposed per ``j0``: each lane a row's maximum in the
+    program's order, no select per row left scalar); the sum, which reads
+    the exponentials' block, stays jammed; the result equals the jammed
+    schedule's bit for bit, and the printed steps replay."""
+    from codegen import target
+    from examples.beyond_polybench import build_softmax
+    from tiramisu_py.driver import auto_point_loops as apl
+    import tiramisu_py as tp
+    monkeypatch.setattr(target, "vector_bits", lambda: 256)
+    sizes = {"N": 40, "M": 24}
+    f = build_softmax(sizes, tp.float32)
+    steps = [str(x) for x in f.auto_schedule(target="c")]
+    upd = "f.computations['mx'].update"
+    assert f"{upd}.cache_at('X[i, j]', 'j0', name='mx_update_X_t')" in steps, steps
+    assert f"{upd}.vectorize('i1', 8)" in steps and f"{upd}.unroll('j1')" in steps
+    assert "f.computations['s'].update.reorder('j', 'i1')" in steps
+    x = np.random.default_rng(3).standard_normal((40, 24)).astype(np.float32)
+    x[5, 7] = 40.0                                    # a row's max away from its start
+    got = f.compile("c")(X=x)
+    monkeypatch.setattr(apl.PointLoops, "jam_lanes", lambda self, *a: {})
+    g = build_softmax(sizes, tp.float32)
+    assert not any("mx_update_X_t" in str(x) for x in g.auto_schedule(target="c"))
+    np.testing.assert_array_equal(got, g.compile("c")(X=x))
+    h = build_softmax(sizes, tp.float32)
+    exec("\n".join(steps), {"f": h})
+    np.testing.assert_array_equal(got, h.compile("c")(X=x))
+
+
 def test_reduction_between_its_start_and_finish_gets_a_nest_and_register_block():
     """covariance's Gram matrix: the update (a, c, k) sits between its zeros
     and its finish, fused in (a, c): it gets a nest of its own, the zeros

@@ -578,11 +578,14 @@ class AutoScheduler(Storage, PointLoops, Nests):
         steps = [self.step(n, "split", loop, jam) for n in names]
         steps += [self.step(n, "after", _StmtRef(self.f, p), loop + "0")
                   for p, n in zip(names, names[1:])]
-        for n in rows:
+        def jammed(n):
             inner = _names(st[n])[-1]
-            steps += [self.step(n, "reorder", inner, loop + "1"),
-                      self.step(n, "unroll", loop + "1")]
-        return self.attempt(steps)
+            return [self.step(n, "reorder", inner, loop + "1"), self.step(n, "unroll", loop + "1")]
+        lanes = self.jam_lanes(rows, loop, jam)
+        if lanes and self.apply_checked(itertools.chain(
+                steps, *(lanes.get(n) or jammed(n) for n in rows))):
+            return True
+        return self.attempt(steps + [x for n in rows for x in jammed(n)])
 
     def blocks_outward(self, stmt, own):
         """When ``stmt``'s innermost loop (of ``own``, its loops inside the
