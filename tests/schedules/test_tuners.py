@@ -257,6 +257,26 @@ def test_record_key_parts():
     assert k1 == tune_mod.record_key(f, "cpu", {**SIZES, "N": SIZES["N"] + 1})  # same class
 
 
+def test_a_record_tuned_under_other_rules_is_not_used(store, fake, monkeypatch):
+    """The key holds a hash of the auto-scheduler's source (the candidates'
+    rules): after a change to them, compile() no longer uses the record
+    tuned before it, and tune() times its candidates again (the new
+    automatic schedule among them) instead of returning the old record."""
+    assert tune_mod.rules_fingerprint() == tune_mod.rules_fingerprint()
+    assert len(tune_mod.rules_fingerprint()) == 16
+    fake.profiles.update({"as written": steady(2e-3, 0.03),
+                          "C_update.parallelize(i)": steady(1e-3, 0.03, seed=1)})
+    r = tp.tune(mm(), space=[par_i], params=SIZES, repeats=1, progress=False, clock=fake)
+    assert r["recorded"] and mm().compile().tuned is not None
+    k1 = tune_mod.record_key(mm(), "cpu", SIZES)
+    monkeypatch.setattr(tune_mod, "rules_fingerprint", lambda: "0" * 16)
+    assert tune_mod.record_key(mm(), "cpu", SIZES) != k1
+    assert mm().compile().tuned is None
+    again = tp.tune(mm(), space=[par_i], params=SIZES, repeats=1, progress=False, clock=fake)
+    assert not again["cached"] and again["timed"] == 1 and again["recorded"]
+    assert mm().compile().tuned is not None
+
+
 # ------------------------------------------------------------------ schedules.tune_library
 def _child(code, **env):
     e = {**os.environ, "PYTHONPATH": ROOT, "OMP_WAIT_POLICY": "passive", **env}

@@ -25,7 +25,9 @@ if it beats them beyond the noise; otherwise the record says "as written".
 The record (kind :data:`KIND` in the tuning store, :mod:`tiramisu_py.tuning`)
 is keyed by the algorithm (every declaration, no schedule), the size class of
 ``params`` (each param's power of two, rounded), the target and the host
-(CPU model, SIMD width, caches, cores: :mod:`tiramisu_py.tuning.keys`); a
+(CPU model, SIMD width, caches, cores: :mod:`tiramisu_py.tuning.keys`) and
+the auto-scheduler's rules (:func:`rules_fingerprint`: a record tuned
+under other rules is not used, and ``tune`` searches again); a
 second record under the key without the size class names the last size class
 tuned.  Its value is the Function's name,
 the kept commands as data (statement, verb, arguments; only the scheduling
@@ -41,7 +43,9 @@ and removes the records by the Function's name (``tiramisu-py tune --list``,
 ``--forget [NAME]``)."""
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -72,6 +76,8 @@ FINAL_ROUNDS = 3
 VERBS = frozenset({"split", "tile", "interchange", "reorder", "skew", "shift", "reverse", "cache_at",
                    "parallelize", "vectorize", "unroll", "after", "tile_band",
                    "accumulate_locally", "collapse", "store_in", "store_nontemporal"})
+RULES = tuple(f"tiramisu_py.driver.{m}" for m in ("auto_schedule", "auto_point_loops", "auto_storage",
+                                                   "auto_nests", "auto_steps", "tune_space"))
 RUNS = {"timed": 0}               # candidates timed in this process (tests count them)
 
 
@@ -79,10 +85,24 @@ def record_key(f, target, params=None) -> str:
     """The key of ``f``'s record for ``target`` on this host (``params``:
     the sizes' class; None: the key of the last class tuned)."""
     h = hashlib.sha256()
-    for line in [f"format {FORMAT}", f"target {target}", keys.schedule_host()] \
-            + algorithm_lines(f):
+    for line in [f"format {FORMAT}", f"target {target}", keys.schedule_host(),
+                 f"rules {rules_fingerprint()}"] + algorithm_lines(f):
         h.update(line.encode() + b"\n")
     return h.hexdigest() + ("" if params is None else "|" + keys.size_class(params))
+
+
+@functools.cache
+def rules_fingerprint() -> str:
+    """A hash of the source of the auto-scheduler and of the space ``tune``
+    searches (the modules of :data:`RULES`): a record tuned before their
+    rules changed was chosen among other candidates, and the new automatic
+    schedule (the search's first candidate) may beat it, so it is not used
+    (its key differs) and ``tune`` searches again."""
+    h = hashlib.sha256()
+    for name in RULES:
+        h.update(importlib.util.find_spec(name).loader.get_data(
+            importlib.util.find_spec(name).origin))
+    return h.hexdigest()[:16]
 
 
 # -------------------------------------------------------------- commands as data
